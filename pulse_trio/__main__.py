@@ -1,0 +1,5 @@
+import sys
+
+from pulse_trio.cli import main
+
+sys.exit(main())

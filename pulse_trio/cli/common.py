@@ -1,0 +1,95 @@
+"""What every command shares: finding the database, printing JSON, failing clearly."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+from pulse_trio import config as cfg
+from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
+from pulse_trio.managed_db import ManagedDatabaseError, ManagedMariaDB
+from pulse_trio.store.migrate import MigrationError, code_version, current_version, migrate
+
+
+class CommandFailed(Exception):
+    """A refusal to report to the user: message on stderr, exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def add_database_options(parser: argparse.ArgumentParser) -> None:
+    cfg.add_options(parser, cfg.DATABASE_OPTIONS)
+    parser.add_argument("--managed-db-port", dest="managed_db_port", type=int, default=None,
+                        help=argparse.SUPPRESS)
+
+
+@contextlib.contextmanager
+def database(args: argparse.Namespace, *, ensure_schema: bool = True) -> Iterator[DatabaseConfig]:
+    """The configured database, or the managed local MariaDB when none is.
+
+    A managed server that is already running (e.g. under `serve`) is reused
+    and left running; one started here is stopped on exit.
+    """
+    managed: ManagedMariaDB | None = None
+    try:
+        if args.database_url:
+            try:
+                target = parse_database_url(args.database_url)
+            except DatabaseUrlError as exc:
+                raise CommandFailed(str(exc), 2) from None
+        else:
+            managed = ManagedMariaDB(Path(args.state_dir) / "mariadb", port=getattr(args, "managed_db_port", None))
+            try:
+                target = managed.start().with_database("pulse")
+            except ManagedDatabaseError as exc:
+                raise CommandFailed(str(exc)) from None
+        if ensure_schema:
+            try:
+                if current_version_or_zero(target) != code_version():
+                    migrate(target)  # also refuses, clearly, a database newer than the code
+            except MigrationError as exc:
+                raise CommandFailed(str(exc)) from None
+        yield target
+    finally:
+        if managed is not None:
+            managed.stop()
+
+
+def current_version_or_zero(target: DatabaseConfig) -> int:
+    import pymysql
+
+    try:
+        return current_version(target)
+    except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] == 1049:  # unknown database: migrate creates it
+            return 0
+        raise
+
+
+def print_json(value: object) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def fail(message: str, exit_code: int = 1) -> NoReturn:
+    raise CommandFailed(message, exit_code)
+
+
+def run_guarded(fn):
+    """Wrap a command body so CommandFailed becomes a message and an exit code."""
+
+    def runner(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args) or 0)
+        except CommandFailed as exc:
+            sys.stderr.write(f"pulse-trio: {exc}\n")
+            return exc.exit_code
+
+    return runner

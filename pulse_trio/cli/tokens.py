@@ -1,0 +1,80 @@
+"""`pulse-trio token create|list|revoke`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import sys
+
+from pulse_trio import tokens
+from pulse_trio.cli.common import add_database_options, database, fail, print_json, run_guarded
+from pulse_trio.dburl import connect
+
+_QUEUE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("token", help="create, list and revoke bearer tokens")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    create = actions.add_parser("create", help="print a new token (shown only once)")
+    create.add_argument("--role", choices=tokens.ROLES, required=True)
+    create.add_argument("--queue", action="append", default=[], metavar="Q",
+                        help="a queue the token may use (repeatable; none means every queue)")
+    create.add_argument("--label", default="", help="a note for operators")
+    add_database_options(create)
+    create.set_defaults(run=run_guarded(_create))
+
+    listing = actions.add_parser("list", help="list tokens (never their secrets)")
+    add_database_options(listing)
+    listing.set_defaults(run=run_guarded(_list))
+
+    revoke = actions.add_parser("revoke", help="revoke a token by its id")
+    revoke.add_argument("token_id")
+    add_database_options(revoke)
+    revoke.set_defaults(run=run_guarded(_revoke))
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _create(args: argparse.Namespace) -> int:
+    for queue in args.queue:
+        if not _QUEUE.match(queue):
+            fail(f"invalid queue name {queue!r}", 2)
+    if len(args.label) > 128:
+        fail("label is longer than 128 characters", 2)
+    with database(args) as target:
+        conn = connect(target)
+        try:
+            token, _info = tokens.create_token(conn, role=args.role, queues=args.queue, label=args.label, now=_now())
+        finally:
+            conn.close()
+    sys.stdout.write(token + "\n")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    with database(args) as target:
+        conn = connect(target)
+        try:
+            found = tokens.list_tokens(conn)
+        finally:
+            conn.close()
+    print_json({"tokens": [t.as_json() for t in found]})
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    with database(args) as target:
+        conn = connect(target)
+        try:
+            info = tokens.revoke_token(conn, args.token_id, now=_now())
+        finally:
+            conn.close()
+    if info is None:
+        fail(f"no token with id {args.token_id!r}")
+    print_json(info.as_json())
+    return 0

@@ -1,0 +1,162 @@
+"""A private MariaDB server for running without a configured database.
+
+`pulse-trio serve` with no database URL, and the test suite without
+``PULSE_TEST_DATABASE_URL``, both start their own ``mariadbd``: its own data
+directory (initialised with ``mariadb-install-db`` on first use), its own
+socket and port, and it is stopped when its owner stops. Nothing here
+touches a system-wide MariaDB, so it works whether one is running or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pymysql
+
+from pulse_trio.dburl import DatabaseConfig
+
+_SERVER_NAMES = ("mariadbd", "mysqld")
+_INSTALL_NAMES = ("mariadb-install-db", "mysql_install_db")
+_SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin")
+
+
+class ManagedDatabaseError(RuntimeError):
+    """The private MariaDB could not be started."""
+
+
+def _find(names: tuple[str, ...]) -> str:
+    for name in names:
+        path = shutil.which(name) or next(
+            (str(Path(d, name)) for d in _SBIN if Path(d, name).exists()), None
+        )
+        if path:
+            return path
+    raise ManagedDatabaseError(
+        f"none of {', '.join(names)} found: install mariadb-server (apt-get install mariadb-server)"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ManagedMariaDB:
+    """One private ``mariadbd`` rooted at ``state_dir``.
+
+    ``fast=True`` relaxes flushing (for throwaway test databases only): a
+    crash of the host may lose the last second of commits, which a test
+    database does not care about and the service's default must.
+    """
+
+    def __init__(self, state_dir: Path, *, port: int | None = None, fast: bool = False) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.data_dir = self.state_dir / "data"
+        self.socket_path = self.state_dir / "mysqld.sock"
+        self.pid_path = self.state_dir / "mysqld.pid"
+        self.log_path = self.state_dir / "mysqld.log"
+        self.port = port
+        self.fast = fast
+        self._process: subprocess.Popen[bytes] | None = None
+        if len(str(self.socket_path)) > 100:
+            raise ManagedDatabaseError(f"state dir path too long for a unix socket: {self.state_dir}")
+
+    def config(self, database: str = "pulse") -> DatabaseConfig:
+        return DatabaseConfig(
+            database=database, user="root", host="localhost",
+            port=self.port or 3306, unix_socket=str(self.socket_path),
+        )
+
+    @property
+    def owned(self) -> bool:
+        """Whether this object started the server (and so must stop it)."""
+        return self._process is not None
+
+    def start(self, timeout: float = 60.0) -> DatabaseConfig:
+        """Start the server (or reuse one already serving this state dir)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self._answers():
+            return self.config()
+        if not (self.data_dir / "mysql").is_dir():
+            self._install()
+        if self.port is None:
+            self.port = _free_port()
+        args = [
+            _find(_SERVER_NAMES), "--no-defaults",
+            f"--datadir={self.data_dir}", f"--socket={self.socket_path}",
+            f"--pid-file={self.pid_path}", f"--log-error={self.log_path}",
+            f"--port={self.port}", "--bind-address=127.0.0.1",
+            "--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin",
+            "--default-time-zone=+00:00", "--max-connections=1000",
+            "--innodb-buffer-pool-size=256M", "--skip-name-resolve",
+        ]
+        if self.fast:
+            args += ["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", "--innodb-doublewrite=0"]
+        if os.geteuid() == 0:
+            args.append("--user=root")
+        self._process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise ManagedDatabaseError(f"mariadbd exited at start; see {self.log_path}:\n{self._log_tail()}")
+            if self._answers():
+                return self.config()
+            time.sleep(0.05)
+        self.stop()
+        raise ManagedDatabaseError(f"mariadbd did not answer within {timeout}s; see {self.log_path}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the server if this object started it; harmless otherwise."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _install(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            _find(_INSTALL_NAMES), "--no-defaults", f"--datadir={self.data_dir}",
+            "--auth-root-authentication-method=normal", "--skip-test-db",
+        ]
+        if os.geteuid() == 0:
+            args.append("--user=root")
+        result = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            raise ManagedDatabaseError(f"mariadb-install-db failed:\n{result.stdout}\n{result.stderr}")
+
+    def _answers(self) -> bool:
+        if not self.socket_path.exists():
+            return False
+        with contextlib.suppress(pymysql.err.MySQLError, OSError):
+            pymysql.connect(unix_socket=str(self.socket_path), user="root", connect_timeout=1).close()
+            return True
+        return False
+
+    def _log_tail(self, lines: int = 20) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def __enter__(self) -> ManagedMariaDB:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,103 @@
+"""Shared fixtures: a real MariaDB for the whole run, a clean database per test.
+
+Without ``PULSE_TEST_DATABASE_URL`` the run starts its own private
+``mariadbd`` (the same code as `serve`'s managed default) in a temporary
+folder; with it, a throwaway database is created beside the named one and
+dropped at the end. Either way tests talk to a real server: no fakes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from pulse_trio.dburl import DatabaseConfig, connect, parse_database_url
+from pulse_trio.managed_db import ManagedMariaDB
+from pulse_trio.store.migrate import migrate
+
+
+@pytest.fixture(scope="session")
+def database_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseConfig]:
+    """A server to create test databases on (config names no database yet)."""
+    url = os.environ.get("PULSE_TEST_DATABASE_URL")
+    if url:
+        yield parse_database_url(url)
+        return
+    server = ManagedMariaDB(tmp_path_factory.mktemp("mariadb"), fast=True)
+    try:
+        yield server.start().with_database("mysql")
+    finally:
+        server.stop()
+
+
+def _drop(config: DatabaseConfig) -> None:
+    conn = connect(config, database=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
+    finally:
+        conn.close()
+
+
+def make_database(server: DatabaseConfig, prefix: str = "pulse_test") -> DatabaseConfig:
+    """A new, migrated database with a unique name on ``server``."""
+    config = server.with_database(f"{prefix}_{secrets.token_hex(4)}")
+    migrate(config)
+    return config
+
+
+@pytest.fixture(scope="session")
+def database_config(database_server: DatabaseConfig) -> Iterator[DatabaseConfig]:
+    """The run's migrated database (shared; use ``db`` for a clean one)."""
+    config = make_database(database_server)
+    try:
+        yield config
+    finally:
+        _drop(config)
+
+
+@pytest.fixture(scope="session")
+def _seed_snapshot(database_config: DatabaseConfig) -> dict[str, tuple[list[str], list[tuple]]]:
+    """What the migrations themselves put in each table, to restore per test."""
+    conn = connect(database_config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE'"
+            )
+            tables = [row[0] for row in cur.fetchall()]
+            snapshot: dict[str, tuple[list[str], list[tuple]]] = {}
+            for table in tables:
+                cur.execute(f"SELECT * FROM `{table}`")
+                rows = list(cur.fetchall())
+                snapshot[table] = ([d[0] for d in cur.description], rows)
+        conn.rollback()
+        return snapshot
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def db(database_config: DatabaseConfig, _seed_snapshot) -> DatabaseConfig:
+    """The run's database, reset to its just-migrated contents for this test."""
+    conn = connect(database_config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET FOREIGN_KEY_CHECKS = 0")
+            for table, (columns, rows) in _seed_snapshot.items():
+                if table == "schema_migrations":
+                    continue
+                cur.execute(f"DELETE FROM `{table}`")
+                if rows:
+                    cols = ", ".join(f"`{c}`" for c in columns)
+                    marks = ", ".join(["%s"] * len(columns))
+                    cur.executemany(f"INSERT INTO `{table}` ({cols}) VALUES ({marks})", rows)
+            cur.execute("SET FOREIGN_KEY_CHECKS = 1")
+        conn.commit()
+    finally:
+        conn.close()
+    return database_config

@@ -1,0 +1,62 @@
+"""Settings: flags, PULSE_* variables, decimal seconds, database URLs."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from pulse_trio import config as cfg
+from pulse_trio.dburl import DatabaseUrlError, parse_database_url
+
+
+def _parse(argv, monkeypatch=None, env=None):
+    if env:
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+    parser = argparse.ArgumentParser()
+    cfg.add_options(parser)
+    return cfg.settings_from_args(parser.parse_args(argv))
+
+
+def test_defaults_match_platform_spec():
+    s = _parse([])
+    assert (s.lease_ttl, s.start_timeout, s.cancel_grace, s.priority_step) == (30, 30, 30, 30)
+    assert (s.hello_timeout, s.ping_interval) == (10, 20)
+    assert s.poll_interval <= 0.05
+    assert s.permit_quarantine is None and s.database_url is None
+
+
+def test_decimal_seconds_and_listen_addresses():
+    s = _parse(["--lease-ttl", "0.5", "--worker-listen", "0.0.0.0:0", "--http-listen", "[::1]:8080"])
+    assert s.lease_ttl == 0.5
+    assert s.worker_listen == ("0.0.0.0", 0)
+    assert s.http_listen == ("::1", 8080)
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "nan", "inf"])
+def test_non_positive_or_non_numeric_seconds_are_rejected(bad):
+    with pytest.raises(SystemExit):
+        _parse(["--lease-ttl", bad])
+
+
+def test_environment_variables_and_flag_precedence(monkeypatch):
+    s = _parse([], monkeypatch, {"PULSE_LEASE_TTL": "1.25", "PULSE_DATABASE_URL": "mysql://u@h/db"})
+    assert s.lease_ttl == 1.25 and s.database_url == "mysql://u@h/db"
+    s = _parse(["--lease-ttl", "2"], monkeypatch, {"PULSE_LEASE_TTL": "1.25"})
+    assert s.lease_ttl == 2
+
+
+def test_database_url_forms():
+    c = parse_database_url("mysql://app:p%40ss@db.example:3307/pulse")
+    assert (c.user, c.password, c.host, c.port, c.database) == ("app", "p@ss", "db.example", 3307, "pulse")
+    assert "p@ss" not in c.url() and c.url(redact=False).startswith("mysql://app:p@ss@")
+    c = parse_database_url("mysql://root@localhost/pulse?unix_socket=/run/mysqld/mysqld.sock")
+    assert c.unix_socket == "/run/mysqld/mysqld.sock"
+    assert c.connect_kwargs()["unix_socket"] == "/run/mysqld/mysqld.sock"
+
+
+@pytest.mark.parametrize("bad", ["postgres://h/db", "mysql://h/", "mysql://h/a/b", "mysql://h/db?sslmode=x"])
+def test_bad_database_urls(bad):
+    with pytest.raises(DatabaseUrlError):
+        parse_database_url(bad)

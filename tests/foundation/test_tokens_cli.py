@@ -1,0 +1,70 @@
+"""`pulse-trio token …` as a user runs it: a real subprocess, a real database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import subprocess
+import sys
+
+from pulse_trio import tokens
+from pulse_trio.dburl import connect
+
+
+def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pulse_trio", *args, "--database-url", db.url(redact=False)],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_create_prints_only_the_token_and_stores_only_its_digest(db):
+    done = cli(db, "token", "create", "--role", "worker", "--queue", "billing", "--queue", "email")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pt_")
+    token = lines[0]
+    conn = connect(db)
+    with conn.cursor() as cur:
+        cur.execute("SELECT digest, role, queues FROM api_tokens")
+        rows = cur.fetchall()
+    conn.close()
+    assert len(rows) == 1
+    assert bytes(rows[0][0]) == hashlib.sha256(token.encode()).digest()
+    assert rows[0][1] == "worker" and json.loads(rows[0][2]) == ["billing", "email"]
+    assert token not in repr(rows)
+
+
+def test_list_and_revoke(db):
+    token = cli(db, "token", "create", "--role", "operator").stdout.strip()
+    listed = json.loads(cli(db, "token", "list").stdout)["tokens"]
+    assert [t["role"] for t in listed] == ["operator"] and listed[0]["queues"] == ["*"]
+    assert token not in json.dumps(listed)
+    token_id = listed[0]["token_id"]
+    conn = connect(db)
+    assert tokens.authenticate(conn, token) is not None
+    revoked = cli(db, "token", "revoke", token_id)
+    assert revoked.returncode == 0 and json.loads(revoked.stdout)["revoked_at"]
+    assert tokens.authenticate(conn, token) is None
+    conn.close()
+    missing = cli(db, "token", "revoke", "tok_nope")
+    assert missing.returncode == 1 and "no token" in missing.stderr
+
+
+def test_bad_arguments_exit_2_and_write_nothing(db):
+    assert cli(db, "token", "create", "--role", "root").returncode == 2
+    assert cli(db, "token", "create", "--role", "worker", "--queue", "Bad Queue").returncode == 2
+    assert json.loads(cli(db, "token", "list").stdout)["tokens"] == []
+
+
+def test_authenticate_checks_role_queue_and_shape(db):
+    conn = connect(db)
+    now = dt.datetime(2026, 12, 2, tzinfo=dt.timezone.utc)
+    token, info = tokens.create_token(conn, role="producer", queues=["billing"], label="", now=now)
+    assert tokens.authenticate(conn, token, roles=("worker",)) is None
+    found = tokens.authenticate(conn, token, roles=("producer",))
+    assert found is not None and found.allows_queue("billing") and not found.allows_queue("email")
+    assert tokens.authenticate(conn, token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    assert tokens.authenticate(conn, "not-a-token") is None
+    conn.close()
