@@ -1,0 +1,218 @@
+"""Statechart declarations (``statecharts/*.json``) in, ``transitions`` machines out.
+
+Theory of operation: a chart file is the only place a state or a transition
+is written down. This module validates it, builds exactly one
+``transitions.Machine`` per chart (``auto_transitions=False`` so nothing can
+bypass a guard), and offers two ways to use it:
+
+* in-memory charts (``session``): the owner attaches its model objects with
+  :meth:`Chart.attach` / :meth:`Chart.detach` and fires triggers on them from
+  the Trio thread only; the guards are methods of the model.
+* persistent charts (``task``, ``lease``, ...): transaction functions running
+  in worker threads never fire triggers (a ``Machine`` is not thread-safe, and
+  the database row, not a Python object, holds the state). They consult the
+  machine's own event table, read-only, through :meth:`Chart.candidates`.
+
+A guard named ``"!x"`` is the negation of guard ``x`` (``unless`` in
+``transitions``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from typing import Any
+
+from transitions import Machine
+
+_FIELDS = {"name", "persistent", "initial", "states", "transitions", "description"}
+_TRANSITION_FIELDS = {"trigger", "source", "dest", "guards", "description"}
+
+
+class ChartError(ValueError):
+    """A chart declaration is malformed; raised at load time, never later."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Transition:
+    """One edge: ``trigger`` moves ``source`` to ``dest`` when every guard holds."""
+
+    trigger: str
+    source: str
+    dest: str
+    guards: tuple[str, ...]
+    description: str
+
+    def machine_config(self) -> dict[str, Any]:
+        return {
+            "trigger": self.trigger,
+            "source": self.source,
+            "dest": self.dest,
+            "conditions": [g for g in self.guards if not g.startswith("!")],
+            "unless": [g[1:] for g in self.guards if g.startswith("!")],
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChartSpec:
+    """A validated chart declaration, exactly as the file says."""
+
+    name: str
+    persistent: bool
+    initial: str
+    states: tuple[str, ...]
+    transitions: tuple[Transition, ...]
+    description: str = ""
+
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        """Every trigger, in order of first declaration."""
+        return tuple(dict.fromkeys(t.trigger for t in self.transitions))
+
+    @property
+    def guard_names(self) -> frozenset[str]:
+        """Every guard named, without the ``!`` of negation."""
+        return frozenset(g.lstrip("!") for t in self.transitions for g in t.guards)
+
+    def machine_config(self) -> dict[str, Any]:
+        return {
+            "states": list(self.states),
+            "initial": self.initial,
+            "transitions": [t.machine_config() for t in self.transitions],
+            "auto_transitions": False,
+        }
+
+
+def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpec:
+    """Validate one declaration; every mistake is a ChartError naming the file."""
+
+    def fail(message: str) -> ChartError:
+        return ChartError(f"{origin}: {message}")
+
+    if not isinstance(data, Mapping):
+        raise fail("a chart is a JSON object")
+    missing = {"name", "persistent", "initial", "states", "transitions"} - set(data)
+    if missing:
+        raise fail(f"missing fields {sorted(missing)}")
+    unknown = set(data) - _FIELDS
+    if unknown:
+        raise fail(f"unknown fields {sorted(unknown)}")
+    states = data["states"]
+    if not isinstance(states, list) or not states or not all(isinstance(s, str) and s for s in states):
+        raise fail("states must be a non-empty list of names")
+    if len(set(states)) != len(states):
+        raise fail("a state is declared twice")
+    if data["initial"] not in states:
+        raise fail(f"initial state {data['initial']!r} is not declared")
+    if not isinstance(data["persistent"], bool):
+        raise fail("persistent must be true or false")
+    transitions: list[Transition] = []
+    seen: set[tuple[str, str, tuple[str, ...]]] = set()
+    for index, raw in enumerate(data["transitions"]):
+        where = f"transition {index}"
+        if not isinstance(raw, Mapping) or set(raw) - _TRANSITION_FIELDS:
+            raise fail(f"{where}: unknown or malformed fields")
+        if not {"trigger", "source", "dest"} <= set(raw):
+            raise fail(f"{where}: trigger, source and dest are required")
+        sources = raw["source"] if isinstance(raw["source"], list) else [raw["source"]]
+        guards = tuple(raw.get("guards", []))
+        if not all(isinstance(g, str) and g.lstrip("!") for g in guards):
+            raise fail(f"{where}: guards must be names")
+        trigger = raw["trigger"]
+        if not isinstance(trigger, str) or not trigger.isidentifier():
+            raise fail(f"{where}: trigger must be an identifier, got {trigger!r}")
+        if trigger in states:
+            raise fail(f"{where}: trigger {trigger!r} shadows a state name")
+        for source in sources:
+            for state in (source, raw["dest"]):
+                if state not in states:
+                    raise fail(f"{where}: state {state!r} is not declared")
+            key = (trigger, source, guards)
+            if key in seen:
+                raise fail(f"{where}: {trigger} from {source} with guards {list(guards)} is declared twice")
+            seen.add(key)
+            transitions.append(Transition(trigger, source, raw["dest"], guards, raw.get("description", "")))
+    if not transitions:
+        raise fail("a chart needs at least one transition")
+    return ChartSpec(
+        name=data["name"],
+        persistent=data["persistent"],
+        initial=data["initial"],
+        states=tuple(states),
+        transitions=tuple(transitions),
+        description=data.get("description", ""),
+    )
+
+
+class Chart:
+    """One declaration and its one ``Machine``."""
+
+    def __init__(self, spec: ChartSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        # model=None: the machine starts with no models; they are attached on demand.
+        self.machine = Machine(model=None, name=spec.name, **spec.machine_config())
+        self._by_trigger: dict[str, tuple[Transition, ...]] = {
+            trigger: tuple(t for t in spec.transitions if t.trigger == trigger) for trigger in spec.triggers
+        }
+
+    def __repr__(self) -> str:
+        return f"<Chart {self.name} persistent={self.spec.persistent}>"
+
+    # -- in-memory use (Trio thread only) ---------------------------------
+    def attach(self, model: object) -> None:
+        """Put ``model`` under this chart in the initial state."""
+        self.machine.add_model(model, initial=self.spec.initial)
+
+    def detach(self, model: object) -> None:
+        """Forget ``model`` (on disconnect), so the machine does not grow."""
+        self.machine.remove_model(model)
+
+    # -- read-only use (any thread) ----------------------------------------
+    def transitions_for(self, trigger: str) -> tuple[Transition, ...]:
+        """Every declared transition of ``trigger``, in declaration order."""
+        try:
+            return self._by_trigger[trigger]
+        except KeyError:
+            raise ChartError(f"chart {self.name!r} has no trigger {trigger!r}") from None
+
+    def candidates(self, trigger: str, state: str) -> list[tuple[str, tuple[tuple[str, bool], ...]]]:
+        """``(dest, ((guard, expected), ...))`` for ``trigger`` from ``state``, from the machine.
+
+        Read from the ``Machine``'s event table so that what the store does is
+        what the machine would do; no trigger is fired and nothing is mutated.
+        """
+        self.transitions_for(trigger)
+        event = self.machine.events[trigger]
+        found = []
+        for transition in event.transitions.get(state, ()):
+            conditions = tuple((c.func, bool(c.target)) for c in transition.conditions)
+            found.append((transition.dest or state, conditions))
+        return found
+
+    def can(self, trigger: str, state: str) -> bool:
+        """Whether ``trigger`` is declared from ``state`` (guards aside)."""
+        return trigger in self._by_trigger and bool(self.machine.events[trigger].transitions.get(state))
+
+
+def load_specs(names: Iterable[str] | None = None) -> dict[str, ChartSpec]:
+    """Every chart file shipped as package data (``charts/definitions``)."""
+    folder = resources.files("pulse_trio.charts").joinpath("definitions")
+    specs: dict[str, ChartSpec] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".json"):
+            continue
+        try:
+            data = json.loads(entry.read_text("utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ChartError(f"{entry.name}: not JSON: {exc}") from None
+        spec = parse_chart(data, origin=entry.name)
+        if spec.name + ".json" != entry.name:
+            raise ChartError(f"{entry.name}: declares chart {spec.name!r}; the file must be named after it")
+        specs[spec.name] = spec
+    if names is not None:
+        wanted = set(names)
+        specs = {k: v for k, v in specs.items() if k in wanted}
+    return specs
