@@ -1,0 +1,99 @@
+"""Canonical JSON text for integrator data (``result``, ``payload``).
+
+Results and payloads are stored and forwarded as text, never as Python
+floats, so their numbers survive digit for digit. The canonical form is the
+compact encoding (no insignificant whitespace, minimal string escapes, key
+order kept) with every number token exactly as it was received.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .scanner import JsonNumber, RawJson, ScanError, number_problem, scan
+
+# The stdlib C encoder cannot emit a number token verbatim, so raw fragments
+# go out as a placeholder string and are spliced in afterwards. A lone
+# surrogate is the one placeholder no valid string can contain (the scanner
+# and the message constructors refuse them); the split count double-checks.
+_PLACEHOLDER = "\udc00"
+_QUOTED_PLACEHOLDER = '"\udc00"'
+
+
+def dumps(value: Any, *, check_numbers: bool = False) -> tuple[str, str | None]:
+    """Encode compactly, splicing ``RawJson`` fragments in verbatim.
+
+    Returns the text and, with ``check_numbers``, the first number token
+    that breaks the result/payload number rules (else None).
+    """
+    raws: list[str] = []
+    problem: str | None = None
+
+    def default(obj: object) -> str:
+        nonlocal problem
+        if not isinstance(obj, RawJson):
+            raise TypeError(f"{type(obj).__name__} is not JSON-serializable")
+        if check_numbers and problem is None and isinstance(obj, JsonNumber):
+            problem = number_problem(obj.text)
+        raws.append(obj.text)
+        return _PLACEHOLDER
+
+    text = json.dumps(
+        value,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        allow_nan=False,
+        check_circular=False,
+        default=default,
+    )
+    if not raws:
+        return text, problem
+    parts = text.split(_QUOTED_PLACEHOLDER)
+    if len(parts) != len(raws) + 1:
+        raise ValueError("a string contains a lone surrogate")
+    out = [parts[0]]
+    for raw, part in zip(raws, parts[1:]):
+        out.append(raw)
+        out.append(part)
+    return "".join(out), problem
+
+
+def utf8_size(text: str) -> int:
+    """UTF-8 byte length, without encoding ASCII text."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+class JsonText(str):
+    """Canonical compact JSON text of one valid JSON value.
+
+    A ``str``, so it is stored and compared as text; constructing one
+    through ``parse``/``from_value`` is what guarantees it is valid.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def parse(cls, text: str, *, max_depth: int) -> JsonText:
+        """Validate strictly (as a frame would be) and canonicalize."""
+        if type(text) is cls:
+            return text
+        value = scan(text, max_depth=max_depth)
+        encoded, _ = dumps(value)
+        return cls(encoded)
+
+    @classmethod
+    def from_value(cls, value: Any, *, max_depth: int) -> JsonText:
+        """Encode a Python value (dict/list/str/int/float/bool/None)."""
+        try:
+            encoded, _ = dumps(value)
+        except ValueError as exc:  # NaN, Infinity, lone surrogates
+            raise ScanError(str(exc)) from None
+        return cls.parse(encoded, max_depth=max_depth)
+
+    def load(self) -> Any:
+        """The value, numbers as ``int`` or exact ``JsonNumber``."""
+        return scan(self)
+
+    def __repr__(self) -> str:
+        return f"JsonText({str.__repr__(self)})"
