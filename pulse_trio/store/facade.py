@@ -1,0 +1,178 @@
+"""The async face of the store: ``await store.run(fn, **kwargs)``.
+
+``run`` sends one transaction function to a worker thread through
+``trio.to_thread.run_sync`` with a CapacityLimiter sized to the pool. Trio
+cancellation waits for the thread (``abandon_on_cancel=False``), so a COMMIT
+is never abandoned half-way. In the thread, :meth:`Store.run_sync`:
+
+* takes a connection from the pool (one thread at a time per connection);
+* runs ``fn(tx, **kwargs)``; commits, or rolls back for a Refusal or when
+  nothing was written;
+* retries deadlocks (1213) and lock-wait timeouts (1205) with jittered
+  exponential backoff, a bounded number of times;
+* replaces a connection lost mid-transaction and runs the function again.
+  If the loss happened during COMMIT the outcome is unknown, so the re-run
+  gets ``tx.recovering = True``: every entry function then re-reads what it
+  may already have committed (receipts, pre-made ids) instead of guessing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pymysql
+import trio
+
+from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.store.pool import ConnectionPool
+from pulse_trio.store.registry import is_read_only, registration_of
+from pulse_trio.store.results import Refusal
+from pulse_trio.store.tx import CasMismatch, Tx
+
+T = TypeVar("T")
+
+DEADLOCK = 1213
+LOCK_WAIT_TIMEOUT = 1205
+# Client-side "the connection is gone" codes (CR_*), and server shutdown.
+CONNECTION_LOST = frozenset({2003, 2006, 2013, 2014, 2045, 2055, 1053, 1927})
+
+
+class StoreUnavailable(RuntimeError):
+    """The transaction could not be completed after the bounded retries.
+
+    The server answers ``internal`` with ``retry_after_ms`` (worker-protocol.md §4.8).
+    """
+
+    def __init__(self, message: str, retry_after_ms: int = 1000) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    pool_size: int
+    threads_busy: int
+    connections_opened: int
+    connections_discarded: int
+    commits: int
+    rollbacks: int
+    retries: int
+    recoveries: int
+
+
+class Store:
+    """Pooled connections + worker threads + bounded retries for transaction functions."""
+
+    def __init__(self, config: DatabaseConfig, pool_size: int = 8, *, max_attempts: int = 10,
+                 backoff_s: float = 0.002, max_backoff_s: float = 0.2,
+                 connector: Callable[[DatabaseConfig], Any] = connect) -> None:
+        self.config = config
+        self.pool = ConnectionPool(config, pool_size, connector)
+        self.limiter = trio.CapacityLimiter(pool_size)
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._stats_lock = threading.Lock()
+        self._counts = {"commits": 0, "rollbacks": 0, "retries": 0, "recoveries": 0}
+
+    async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """Run ``fn`` as one transaction in a worker thread; cancellation waits for it."""
+        return await trio.to_thread.run_sync(functools.partial(self.run_sync, fn, **kwargs), limiter=self.limiter)
+
+    def run_sync(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """Run ``fn`` as one transaction in the calling thread (CLI, tests, worker threads)."""
+        registration = registration_of(fn)
+        if registration is None and not is_read_only(fn):
+            raise TypeError(f"{fn!r} is neither a registered transition nor a read-only view")
+        if registration is not None and not registration.entry:
+            raise TypeError(f"{registration.name} is a step: it runs inside another transition's transaction")
+        recovering = False
+        last_error: BaseException | None = None
+        for attempt in range(self.max_attempts):
+            if attempt:
+                self._sleep(attempt)
+            try:
+                conn = self.pool.acquire()
+            except pymysql.err.MySQLError as exc:  # cannot even connect: the database is away
+                last_error = exc
+                self._count("retries")
+                continue
+            committing = False
+            try:
+                with conn.cursor() as cur:
+                    tx = Tx(cur, recovering=recovering)
+                    result = fn(tx, **kwargs)
+                if isinstance(result, Refusal) or not tx.wrote:
+                    conn.rollback()
+                    self._count("rollbacks")
+                else:
+                    committing = True
+                    conn.commit()
+                    self._count("commits")
+                self.pool.release(conn)
+                return result
+            except (pymysql.err.OperationalError, pymysql.err.InternalError, pymysql.err.InterfaceError) as exc:
+                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+                last_error = exc
+                if code in (DEADLOCK, LOCK_WAIT_TIMEOUT):
+                    self._rollback_or_discard(conn)
+                    self._count("retries")
+                    continue
+                if isinstance(exc, pymysql.err.InterfaceError) or code in CONNECTION_LOST:
+                    self.pool.discard(conn)
+                    if committing:
+                        recovering = True
+                        self._count("recoveries")
+                    self._count("retries")
+                    continue
+                self._rollback_or_discard(conn)
+                raise
+            except CasMismatch as exc:
+                last_error = exc
+                self._rollback_or_discard(conn)
+                self._count("retries")
+                continue
+            except BaseException:
+                self._rollback_or_discard(conn)
+                raise
+        raise StoreUnavailable(f"{getattr(fn, '__name__', fn)} failed after {self.max_attempts} attempts: "
+                               f"{last_error!r}") from last_error
+
+    def _sleep(self, attempt: int) -> None:
+        ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
+        time.sleep(random.uniform(ceiling / 2, ceiling))
+
+    def _rollback_or_discard(self, conn: Any) -> None:
+        try:
+            conn.rollback()
+        except Exception:
+            self.pool.discard(conn)
+            return
+        self._count("rollbacks")
+        self.pool.release(conn)
+
+    def _count(self, name: str) -> None:
+        with self._stats_lock:
+            self._counts[name] += 1
+
+    def statistics(self) -> StoreStatistics:
+        with self._stats_lock:
+            counts = dict(self._counts)
+        return StoreStatistics(
+            pool_size=self.pool.size,
+            threads_busy=int(self.limiter.borrowed_tokens),
+            connections_opened=self.pool.opened,
+            connections_discarded=self.pool.discarded,
+            **counts,
+        )
+
+    def close(self) -> None:
+        """Close idle connections; call after every run has returned."""
+        self.pool.close()
+

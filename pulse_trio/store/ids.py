@@ -1,0 +1,50 @@
+"""Resource ids and secrets, made outside the transaction that stores them.
+
+Ids are ``<prefix>_<ULID>`` in upper-case Crockford base32
+(worker-protocol.md §3). The ULID's time part is wall-clock milliseconds,
+used only so new primary keys land near each other in the index; no
+decision ever reads it. Secrets are 32 random bytes as canonical unpadded
+base64url (43 chars); the database keeps only their SHA-256 digest, and a
+presented secret is compared in constant time.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import time
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+PREFIXES = frozenset({"ses", "ins", "tsk", "lse"})
+
+
+def new_id(prefix: str) -> str:
+    """A fresh ``prefix_ULID`` (48-bit millisecond time, 80 random bits)."""
+    if prefix not in PREFIXES:
+        raise ValueError(f"unknown id prefix {prefix!r}")
+    value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return prefix + "_" + "".join(reversed(chars))
+
+
+def new_secret() -> str:
+    """32 random bytes, strict unpadded base64url (always canonical)."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode("ascii")
+
+
+def secret_digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8")).digest()
+
+
+def secret_matches(secret: str, digest: bytes | None) -> bool:
+    """Constant-time check of a presented secret against a stored digest."""
+    if digest is None:
+        # Still hash, so an unknown id costs the same as a wrong secret.
+        hmac.compare_digest(secret_digest(secret), b"\0" * 32)
+        return False
+    return hmac.compare_digest(secret_digest(secret), bytes(digest))

@@ -1,0 +1,205 @@
+"""What transaction functions hand back: typed results and typed refusals.
+
+A :class:`Refusal` means the transaction changed nothing; ``code`` is the
+spec's stable error code (worker-protocol.md §4.8), so the server can put it
+on the wire as is. Internal codes that never reach a worker are listed in
+``INTERNAL_CODES``. Everything here is a frozen value object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Final
+
+# Wire codes (worker-protocol.md §4.8) the store can refuse with.
+LEASE_NOT_FOUND: Final = "lease_not_found"
+LEASE_EXPIRED: Final = "lease_expired"
+LEASE_NOT_OWNED: Final = "lease_not_owned"
+REVISION_CONFLICT: Final = "revision_conflict"
+INVALID_TRANSITION: Final = "invalid_transition"
+TASK_CANCELLED: Final = "task_cancelled"
+CANCEL_NOT_REQUESTED: Final = "cancel_not_requested"
+CONCURRENCY_KEYS_NOT_DECLARED: Final = "concurrency_keys_not_declared"
+PERMISSION_DENIED: Final = "permission_denied"
+# Producer / operator surfaces (CLI, HTTP), and guards the function itself absorbs.
+TASK_NOT_FOUND: Final = "task_not_found"
+SESSION_NOT_FOUND: Final = "session_not_found"
+STALE_SEQUENCE: Final = "stale_sequence"
+
+WIRE_CODES: Final = frozenset({
+    LEASE_NOT_FOUND, LEASE_EXPIRED, LEASE_NOT_OWNED, REVISION_CONFLICT, INVALID_TRANSITION,
+    TASK_CANCELLED, CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, PERMISSION_DENIED,
+})
+INTERNAL_CODES: Final = frozenset({TASK_NOT_FOUND, SESSION_NOT_FOUND, STALE_SEQUENCE})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """Nothing was written; ``code`` says why (a spec error code)."""
+
+    code: str
+    message: str = ""
+
+    def __bool__(self) -> bool:  # a refusal is never a success
+        return False
+
+
+# -- leases ---------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseView:
+    """The lease shape of worker-protocol.md §4.4-§4.6 (counters as ints)."""
+
+    lease_id: str
+    task_id: str
+    revision: int
+    epoch: int
+    state: str
+    expires_at: dt.datetime
+    cancel_requested_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Receipt:
+    """The durable record of a committed start/renew/finish."""
+
+    command: str  # "task.start" | "task.renew" | "task.finish"
+    task_id: str
+    lease_id: str
+    revision: int  # the revision the command carried
+    committed_at: dt.datetime
+    duplicate: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommandResult:
+    """Ack body of a lease command: ``lease`` only while the caller still holds one."""
+
+    receipt: Receipt
+    lease: LeaseView | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    """The task shape of ``task.assign`` (payload as its exact JSON text)."""
+
+    task_id: str
+    queue: str
+    kind: str
+    payload_json: str
+    attempt: int
+    max_attempts: int
+    idempotency_key: str
+    created_at: dt.datetime
+    due_at: dt.datetime
+    priority: int
+    concurrency_key: str | None
+    concurrency_token: int | None
+    effect_uncertain: bool
+    retry_of: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Offer:
+    """One ``task.assign``: the task, its new lease, and the lease secret (shown only here)."""
+
+    task: TaskSnapshot
+    lease: LeaseView
+    lease_secret: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AssignResult:
+    offers: tuple[Offer, ...]
+    free_slots: int  # capacity - active leases, before this batch
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseEnd:
+    """A lease a timer ended: the owner's dispatcher may have a free slot now."""
+
+    lease_id: str
+    task_id: str
+    session_id: str
+    state: str  # LAPSED / EXPIRED
+    task_state: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TimerResult:
+    """What one timer batch did; ``more`` means the batch was full (run again soon)."""
+
+    count: int
+    more: bool
+    ended: tuple[LeaseEnd, ...] = ()
+    task_ids: tuple[str, ...] = ()
+
+
+# -- instances ------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class InstanceView:
+    """The welcome shape (worker-protocol.md §4.2) minus the secret."""
+
+    instance_id: str
+    session_id: str
+    epoch: int
+    state: str  # ACTIVE / DRAINING / DISCONNECTED
+    capacity: int
+    drain: bool
+    sequence: int | None
+    active_leases: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Registered:
+    instance: InstanceView
+    instance_secret: str  # shown once, in worker.welcome
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CapacityResult:
+    """``applied`` is False for a stale sequence: the ack shows the current state."""
+
+    instance: InstanceView
+    applied: bool
+
+
+# -- producer side ----------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class Submitted:
+    task_id: str
+    state: str
+    created: bool  # False: an existing task with the same idempotency key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryCreated:
+    task_id: str
+    retry_of: str
+    created: bool  # False: the source had been retried already
+    effect_uncertain: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelResult:
+    """``changed`` is False when the task was terminal or already being cancelled."""
+
+    task_id: str
+    task_state: str
+    intent_state: str | None
+    changed: bool
+    cancel_requested_at: dt.datetime | None
+    grace_expires_at: dt.datetime | None
+    revoked_lease: LeaseEnd | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelNotice:
+    """One ``task.cancel`` push the server must send to ``session_id``."""
+
+    session_id: str
+    task_id: str
+    lease_id: str
+    cancel_requested_at: dt.datetime
+    grace_expires_at: dt.datetime | None
+    reason: str
