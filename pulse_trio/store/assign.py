@@ -1,0 +1,168 @@
+"""Chart ``lease``, trigger ``assign``: claim a batch of READY tasks for one session.
+
+One transaction offers up to ``len(credentials)`` tasks to one session:
+
+1. lock the session's instance row (serialises assignment per session and
+   makes the free-slot count exact: capacity - live leases);
+2. per subscribed queue, read READY tasks in pick-up order through the
+   ``tasks_pickup`` index, ``FOR UPDATE SKIP LOCKED`` (another instance's
+   claim is skipped, never waited on), merge the queues by
+   ``(effective_at, task_id)``;
+3. keyed tasks take a permit (key_permit.acquire, itself SKIP LOCKED on the
+   key's counter); a keyed task at its limit is skipped and scanning goes on,
+   so it blocks nothing behind it;
+4. task.offer for the batch (one guarded UPDATE) and one multi-row INSERT of
+   the leases.
+
+Lease ids and secrets are made by the caller (:func:`new_credentials`)
+before the transaction, so a re-run after a lost COMMIT can find the
+leases it may already have created and return them with their secrets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import heapq
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+from pulse_trio.store import ids, instances, permits, task_steps
+from pulse_trio.store.leases import lease_view
+from pulse_trio.store.registry import check, decide, transition
+from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
+from pulse_trio.store.rows import InstanceRow, LeaseRow, TaskRow
+from pulse_trio.store.tx import Tx, after_ms, db_time
+
+_PICKUP = (
+    f"SELECT {TaskRow.columns()} FROM tasks t FORCE INDEX (tasks_pickup)"
+    " WHERE t.queue = %s AND t.state = 'READY'{after}{kinds}{keys}"
+    " ORDER BY t.effective_at, t.task_id LIMIT %s FOR UPDATE SKIP LOCKED"
+)
+_AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id > %s))"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseCredential:
+    lease_id: str
+    lease_secret: str = dataclasses.field(repr=False)
+
+
+def new_credentials(count: int) -> tuple[LeaseCredential, ...]:
+    """Ids and secrets for up to ``count`` offers, made outside the transaction."""
+    return tuple(LeaseCredential(ids.new_id("lse"), ids.new_secret()) for _ in range(count))
+
+
+def pickup_sql(*, paged: bool = False, kinds: int = 0, unkeyed_only: bool = False) -> str:
+    """The pick-up query (exposed so a test can EXPLAIN exactly what runs)."""
+    return _PICKUP.format(
+        after=_AFTER if paged else "",
+        kinds=f" AND t.kind IN ({', '.join(['%s'] * kinds)})" if kinds else "",
+        keys=" AND t.concurrency_key IS NULL" if unkeyed_only else "",
+    )
+
+
+def _page(tx: Tx, session: InstanceRow, queue: str, kinds: frozenset[str] | None, after: TaskRow | None,
+          size: int) -> list[TaskRow]:
+    args: list = [queue]
+    if after is not None:
+        args += [db_time(after.effective_at), db_time(after.effective_at), after.task_id]
+    kind_list = sorted(kinds) if kinds is not None else []
+    args += kind_list
+    args.append(size)
+    sql = pickup_sql(paged=after is not None, kinds=len(kind_list), unkeyed_only=not session.concurrency_keys)
+    return [TaskRow.from_row(r) for r in tx.all(sql, args)]
+
+
+def _snapshot(task: TaskRow, attempt: int, token: int | None) -> TaskSnapshot:
+    return TaskSnapshot(task.task_id, task.queue, task.kind, task.payload, attempt, task.max_attempts,
+                        task.idempotency_key, task.created_at, task.due_at, task.priority, task.concurrency_key,
+                        token, task.effect_uncertain, task.retry_of)
+
+
+def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...]:
+    secrets = {c.lease_id: c.lease_secret for c in credentials}
+    rows = tx.all(f"SELECT {LeaseRow.columns()}, {TaskRow.columns()} FROM leases l JOIN tasks t"
+                  " ON t.task_id = l.task_id WHERE l.lease_id IN %s", (tuple(secrets),))
+    n = len(LeaseRow.NAMES)
+    offers = []
+    for row in rows:
+        lease, task = LeaseRow.from_row(row[:n]), TaskRow.from_row(row[n:])
+        offers.append(Offer(_snapshot(task, lease.attempt, lease.concurrency_token),
+                            lease_view(lease, state="OFFERED", revision=1), secrets[lease.lease_id]))
+    return tuple(offers)
+
+
+@transition("lease", "assign")
+def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], now: dt.datetime,
+           start_timeout_ms: int, default_lease_ttl_ms: int, max_scan: int | None = None) -> AssignResult | Refusal:
+    """Offer up to len(credentials) READY tasks to the session, in pick-up order."""
+    session = instances.load_session(tx, session_id, lock=True)
+    if session is None:
+        return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
+    if tx.recovering:
+        recovered = _recover(tx, credentials)
+        if recovered:
+            return AssignResult(recovered, len(recovered))
+    if not check("lease", "session_dispatchable", SimpleNamespace(session=session)):
+        return AssignResult((), 0)
+    (active,) = tx.one("SELECT COUNT(*) FROM leases WHERE owner_session_id = %s AND state IN ('OFFERED', 'RUNNING')",
+                       (session_id,))
+    free = max(0, session.capacity - int(active))
+    want = min(free, len(credentials))
+    if want == 0:
+        return AssignResult((), free)
+    chosen = _choose(tx, session, want, now, credentials, max_scan if max_scan is not None else 8 * want + 64)
+    if not chosen:
+        return AssignResult((), free)
+    task_steps.offer(tx, tasks=[task for task, _, _ in chosen], now=now)
+    expires = after_ms(now, start_timeout_ms)
+    stamp, exp = db_time(now), db_time(expires)
+    rows, offers = [], []
+    for task, credential, token in chosen:
+        attempt = task.attempt + 1
+        ttl = task.lease_ttl_ms or default_lease_ttl_ms
+        rows.append((credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), "OFFERED", 1,
+                     attempt, session.instance_id, session.session_id, session.epoch, exp, ttl,
+                     task.effect_uncertain, token, stamp))
+        offers.append(Offer(_snapshot(task, attempt, token),
+                            LeaseView(credential.lease_id, task.task_id, 1, session.epoch, "OFFERED", expires),
+                            credential.lease_secret))
+    tx.write_many(
+        "INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id,"
+        " owner_session_id, epoch, expires_at, ttl_ms, effect_uncertain, concurrency_token, offered_at)"
+        " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", rows)
+    return AssignResult(tuple(offers), free)
+
+
+def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentials: Sequence[LeaseCredential],
+            max_scan: int) -> list[tuple[TaskRow, LeaseCredential, int | None]]:
+    """Merge the subscribed queues in pick-up order; skip what a guard or a permit refuses."""
+    subs = session.subscription_map()
+    page = want if not session.concurrency_keys else min(max(want * 2, 8), max_scan)
+    pages: dict[str, list[TaskRow]] = {q: _page(tx, session, q, k, None, page) for q, k in subs.items()}
+    heap = [((t.effective_at, t.task_id), i, q) for q, rows in pages.items() for i, t in enumerate(rows)]
+    heapq.heapify(heap)
+    chosen: list[tuple[TaskRow, LeaseCredential, int | None]] = []
+    scanned = len(heap)
+    while heap and len(chosen) < want:
+        _, index, queue = heapq.heappop(heap)
+        task = pages[queue][index]
+        if index == len(pages[queue]) - 1 and len(pages[queue]) % page == 0 and scanned < max_scan:
+            more = _page(tx, session, queue, subs[queue], task, page)  # keep the queue's scan going
+            scanned += len(more)
+            base = len(pages[queue])
+            pages[queue].extend(more)
+            for offset, t in enumerate(more):
+                heapq.heappush(heap, ((t.effective_at, t.task_id), base + offset, queue))
+        ctx = SimpleNamespace(session=session, task=task)
+        if isinstance(decide("lease", "assign", "NONE", ctx), Refusal):
+            continue
+        credential = credentials[len(chosen)]
+        token = None
+        if task.concurrency_key is not None:
+            token = permits.acquire(tx, task=task, lease_id=credential.lease_id, now=now)
+            if token is None:
+                continue
+        chosen.append((task, credential, token))
+    return chosen

@@ -1,0 +1,176 @@
+"""Chart ``cancellation``: saving a cancel intent, telling the holder, and how it ends.
+
+``request`` is the producer/operator entry. Depending on where the task is:
+
+* SCHEDULED / READY: task.cancel at once; the intent is RESOLVED.
+* OFFERED: lease.revoke + task.cancel (+ key_permit.release); RESOLVED; the
+  holder is still told (notify) so it drops the offer.
+* RUNNING: intent REQUESTED, lease.cancel caps the lease at
+  ``grace_expires_at``. The worker's finish resolves it (any status); if no
+  finish comes, lease.expire fires at the deadline and escalates it.
+
+The grace deadline is fixed when the intent is saved, so every instance and
+every later renew agree on it, whichever instance's configuration saved it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+from pulse_trio.store import lease_steps, task_steps
+from pulse_trio.store.registry import decide, guard, require, transition
+from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
+from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.tx import Tx, after_ms, db_time, py_time
+
+DEFAULT_CANCEL_GRACE_MS = 30_000
+OPEN_STATES = ("REQUESTED", "NOTIFIED")
+
+
+@guard("cancellation", "task_not_started")
+def _task_not_started(c) -> bool:
+    """The task is SCHEDULED, READY or OFFERED: nothing has run, cancel at once."""
+    return c.task.state in ("SCHEDULED", "READY", "OFFERED")
+
+
+@guard("cancellation", "task_running")
+def _task_running(c) -> bool:
+    """The task is RUNNING: the worker must stop and finish (or the grace runs out)."""
+    return c.task.state == "RUNNING"
+
+
+@guard("cancellation", "holder_opted_in")
+def _holder_opted_in(c) -> bool:
+    """The lease holder's session declared cancellation_notifications."""
+    return c.opted_in
+
+
+@guard("cancellation", "holder_not_notified")
+def _holder_not_notified(c) -> bool:
+    """The current holder has not been sent task.cancel yet (a resume makes a new holder)."""
+    return c.notified_session_id != c.holder_session_id
+
+
+@guard("cancellation", "offer_revoked")
+def _offer_revoked(c) -> bool:
+    """The cancelled lease was an offer, revoked before start."""
+    return c.lease_state == "REVOKED"
+
+
+def _result(task_id: str, task_state: str, intent: tuple | None, changed: bool,
+            revoked: LeaseEnd | None = None) -> CancelResult:
+    return CancelResult(task_id, task_state, intent[0] if intent else None, changed,
+                        py_time(intent[1]) if intent else None, py_time(intent[2]) if intent else None, revoked)
+
+
+@transition("cancellation", "request")
+def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "", requested_by: str = "",
+            cancel_grace_ms: int = DEFAULT_CANCEL_GRACE_MS) -> CancelResult | Refusal:
+    """Save a cancel intent; cancel at once what has not started. Terminal or repeated: no-op."""
+    # Lock order lease -> task, as every lease command does: the task's live
+    # lease (if any) first, through the leases_task index.
+    live = tx.all(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
+                  " AND l.state IN ('OFFERED', 'RUNNING') FOR UPDATE", (task_id,))
+    row = tx.one(f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (task_id,))
+    if row is None:
+        return Refusal(TASK_NOT_FOUND, f"no task {task_id}")
+    task = TaskRow.from_row(row)
+    intent = tx.one("SELECT state, requested_at, grace_expires_at FROM cancel_intents WHERE task_id = %s"
+                    " FOR UPDATE", (task_id,))
+    if intent is not None or task.terminal:
+        return _result(task_id, task.state, intent, False)
+    lease = LeaseRow.from_row(live[0]) if live else None
+    dest = decide("cancellation", "request", "NONE", SimpleNamespace(task=task, lease=lease))
+    if isinstance(dest, Refusal):
+        return dest
+    grace = after_ms(now, cancel_grace_ms) if task.state == "RUNNING" else now
+    revoked = None
+    task_state = task.state
+    if task.state in ("OFFERED", "RUNNING") and (lease is None or lease.state != task.state):
+        raise_invariant(task, lease)
+    if task.state == "RUNNING":
+        lease_steps.cancel(tx, lease=lease, now=now, deadline=grace)
+    else:
+        if task.state == "OFFERED":
+            lease_steps.revoke(tx, lease=lease, now=now)
+            revoked = LeaseEnd(lease.lease_id, task.task_id, lease.owner_session_id, "REVOKED", "CANCELLED")
+        task_state = task_steps.cancel(tx, task=task, now=now)
+    stamp = db_time(now)
+    tx.write(
+        "INSERT INTO cancel_intents (task_id, state, requested_at, grace_expires_at, reason, requested_by,"
+        " task_state, lease_id, resolved_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+        (task_id, dest, stamp, db_time(grace), reason[:255], requested_by[:128], task.state,
+         lease.lease_id if lease else None, stamp if dest == "RESOLVED" else None),
+    )
+    return CancelResult(task_id, task_state, dest, True, now, grace, revoked)
+
+
+def raise_invariant(task: TaskRow, lease: LeaseRow | None) -> None:
+    from pulse_trio.store.tx import InvariantViolation
+
+    raise InvariantViolation(f"task {task.task_id} is {task.state} but its live lease is "
+                             f"{lease.state if lease else 'missing'}")
+
+
+@transition("cancellation", "notify")
+def notify(tx: Tx, *, session_ids: Sequence[str], now: dt.datetime, limit: int = 500) -> tuple[CancelNotice, ...]:
+    """Mark and return the task.cancel pushes due to these (local, opted-in) sessions.
+
+    Marked before the push: if the connection drops, the worker resumes
+    elsewhere, the holder changes, and the new holder is told again.
+    """
+    if not session_ids:
+        return ()
+    # Non-locking look first (the common answer is "nothing"), then lock what is due.
+    due = tx.all(
+        "SELECT l.task_id, l.lease_id, l.owner_session_id, l.state FROM leases l"
+        " JOIN cancel_intents c ON c.task_id = l.task_id"
+        " WHERE l.owner_session_id IN %s AND l.state IN ('OFFERED', 'RUNNING', 'REVOKED')"
+        " AND l.cancel_requested_at IS NOT NULL"
+        " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s",
+        (tuple(session_ids), limit))
+    if not due:
+        return ()
+    by_task = {r[0]: r for r in due}
+    intents = tx.all(
+        "SELECT task_id, state, requested_at, grace_expires_at, reason, notified_session_id FROM cancel_intents"
+        " WHERE task_id IN %s FOR UPDATE SKIP LOCKED", (tuple(by_task),))
+    opted = {r[0] for r in tx.all("SELECT session_id FROM worker_instances WHERE session_id IN %s"
+                                  " AND cancellation_notifications", (tuple({r[2] for r in due}),))}
+    notices = []
+    stamp = db_time(now)
+    for task_id, state, requested_at, grace, reason, notified in intents:
+        _, lease_id, holder, lease_state = by_task[task_id]
+        ctx = SimpleNamespace(opted_in=holder in opted, notified_session_id=notified, holder_session_id=holder,
+                              lease_state=lease_state)
+        dest = decide("cancellation", "notify", state, ctx)
+        if isinstance(dest, Refusal):
+            continue
+        tx.cas("UPDATE cancel_intents SET state = %s, notified_session_id = %s, notified_at = %s"
+               " WHERE task_id = %s AND state = %s AND notified_session_id <=> %s",
+               (dest, holder, stamp, task_id, state, notified))
+        notices.append(CancelNotice(holder, task_id, lease_id, py_time(requested_at), py_time(grace), reason))
+    return tuple(notices)
+
+
+@transition("cancellation", "resolve", entry=False)
+def resolve(tx: Tx, *, task_id: str, now: dt.datetime) -> None:
+    """The worker finished a task with an open intent (part of lease.finish)."""
+    _close(tx, "resolve", task_id, now)
+
+
+@transition("cancellation", "escalate", entry=False)
+def escalate(tx: Tx, *, task_id: str, now: dt.datetime) -> None:
+    """The lease of a cancelled task ended without a finish (part of lease.expire)."""
+    _close(tx, "escalate", task_id, now)
+
+
+def _close(tx: Tx, trigger: str, task_id: str, now: dt.datetime) -> None:
+    row = tx.one("SELECT state FROM cancel_intents WHERE task_id = %s FOR UPDATE", (task_id,))
+    if row is None:
+        return  # a lease cancel without an intent row cannot happen; nothing to close
+    dest = require("cancellation", trigger, row[0], None)
+    tx.cas("UPDATE cancel_intents SET state = %s, resolved_at = %s WHERE task_id = %s AND state = %s",
+           (dest, db_time(now), task_id, row[0]))

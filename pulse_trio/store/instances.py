@@ -1,0 +1,190 @@
+"""Chart ``instance``: worker registration, capacity/drain, disconnect.
+
+One ``worker.hello`` registers one worker instance with its session. The
+epoch comes from the single ``epoch_counter`` row, updated under its row
+lock, so epochs strictly increase in commit order across every server
+instance; resume compares them to decide who owns a lease.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from collections.abc import Collection, Sequence
+from types import SimpleNamespace
+
+from pulse_trio.store import ids
+from pulse_trio.store.registry import decide, guard, transition
+from pulse_trio.store.results import (
+    PERMISSION_DENIED, SESSION_NOT_FOUND, STALE_SEQUENCE, CapacityResult, InstanceView,
+    Refusal, Registered,
+)
+from pulse_trio.store.rows import InstanceRow
+from pulse_trio.store.tx import Tx, db_time
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+MAX_CAPACITY = 10_000
+UINT64_MAX = 2**64 - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Subscription:
+    queue: str
+    kinds: frozenset[str] | None = None  # None: every kind of the queue
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.queue):
+            raise ValueError(f"bad queue name {self.queue!r}")
+        if self.kinds is not None and not all(_NAME_RE.match(k) for k in self.kinds):
+            raise ValueError(f"bad kind in {sorted(self.kinds)!r}")
+
+    def as_json(self) -> dict[str, object]:
+        return {"queue": self.queue, "kinds": None if self.kinds is None else sorted(self.kinds)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewInstance:
+    """A registration, with its ids and secret made once, before any retry.
+
+    Making them here (not inside the transaction) is what lets a re-run after
+    a lost COMMIT find the row it may already have written.
+    """
+
+    worker_name: str
+    subscriptions: tuple[Subscription, ...]
+    cancellation_notifications: bool = False
+    concurrency_keys: bool = False
+    client_json: str | None = None
+    token_id: str | None = None
+    instance_id: str = dataclasses.field(default_factory=lambda: ids.new_id("ins"))
+    session_id: str = dataclasses.field(default_factory=lambda: ids.new_id("ses"))
+    instance_secret: str = dataclasses.field(default_factory=ids.new_secret, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.subscriptions) <= 64:
+            raise ValueError("1 to 64 subscriptions")
+        if len({s.queue for s in self.subscriptions}) != len(self.subscriptions):
+            raise ValueError("a queue is subscribed twice")
+
+
+@guard("instance", "queues_allowed", code=PERMISSION_DENIED)
+def _queues_allowed(c) -> bool:
+    """Every subscribed queue is allowed by the worker's token (None: any queue)."""
+    return c.allowed_queues is None or all(s.queue in c.allowed_queues for s in c.new.subscriptions)
+
+
+@guard("instance", "sequence_newer", code=STALE_SEQUENCE)
+def _sequence_newer(c) -> bool:
+    """The frame's sequence is greater than the last applied one; otherwise nothing changes."""
+    return c.row.sequence is None or c.sequence > c.row.sequence
+
+
+@guard("instance", "drain_requested")
+def _drain_requested(c) -> bool:
+    """The capacity frame says drain=true."""
+    return c.drain
+
+
+_SELECT = f"SELECT {InstanceRow.columns()} FROM worker_instances i"
+
+
+def _active_leases(tx: Tx, session_id: str) -> int:
+    row = tx.one("SELECT COUNT(*) FROM leases WHERE owner_session_id = %s AND state IN ('OFFERED', 'RUNNING')",
+                 (session_id,))
+    return int(row[0])
+
+
+def view(tx: Tx, row: InstanceRow) -> InstanceView:
+    return InstanceView(
+        instance_id=row.instance_id, session_id=row.session_id, epoch=row.epoch, state=row.state,
+        capacity=row.capacity, drain=row.state == "DRAINING", sequence=row.sequence,
+        active_leases=_active_leases(tx, row.session_id),
+    )
+
+
+def load_session(tx: Tx, session_id: str, *, lock: bool) -> InstanceRow | None:
+    row = tx.one(_SELECT + " WHERE i.session_id = %s" + (" FOR UPDATE" if lock else ""), (session_id,))
+    return InstanceRow.from_row(row) if row else None
+
+
+@transition("instance", "register")
+def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
+             allowed_queues: Collection[str] | None = None) -> Registered | Refusal:
+    """worker.hello: a new instance and session with the next epoch, capacity 0."""
+    if tx.recovering:
+        existing = tx.one(_SELECT + " WHERE i.instance_id = %s", (instance.instance_id,))
+        if existing:
+            return Registered(view(tx, InstanceRow.from_row(existing)), instance.instance_secret)
+    ctx = SimpleNamespace(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues))
+    dest = decide("instance", "register", "NONE", ctx)
+    if isinstance(dest, Refusal):
+        return dest
+    (last,) = tx.one("SELECT last_epoch FROM epoch_counter WHERE id = 1 FOR UPDATE")
+    epoch = int(last) + 1
+    tx.cas("UPDATE epoch_counter SET last_epoch = %s WHERE id = 1 AND last_epoch = %s", (epoch, last))
+    stamp = db_time(now)
+    tx.write(
+        "INSERT INTO worker_instances (instance_id, session_id, epoch, secret_digest, state, worker_name,"
+        " subscriptions, cancellation_notifications, concurrency_keys, client_info, token_id, capacity,"
+        " sequence, registered_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,NULL,%s,%s)",
+        (instance.instance_id, instance.session_id, epoch, ids.secret_digest(instance.instance_secret), dest,
+         instance.worker_name, json.dumps([s.as_json() for s in instance.subscriptions]),
+         instance.cancellation_notifications, instance.concurrency_keys, instance.client_json,
+         instance.token_id, stamp, stamp),
+    )
+    return Registered(
+        InstanceView(instance.instance_id, instance.session_id, epoch, dest, 0, False, None, 0),
+        instance.instance_secret,
+    )
+
+
+@transition("instance", "set_capacity")
+def set_capacity(tx: Tx, *, session_id: str, sequence: int, capacity: int, drain: bool,
+                 now: dt.datetime) -> CapacityResult | Refusal:
+    """worker.capacity: apply capacity/drain if the sequence is newer; else report the current state."""
+    if not 0 <= capacity <= MAX_CAPACITY or not 1 <= sequence <= UINT64_MAX:
+        raise ValueError("capacity must be 0..10000 and sequence a uint64 counter")
+    row = load_session(tx, session_id, lock=True)
+    if row is None:
+        return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
+    ctx = SimpleNamespace(row=row, sequence=sequence, drain=drain)
+    dest = decide("instance", "set_capacity", row.state, ctx)
+    if isinstance(dest, Refusal):
+        if dest.code == STALE_SEQUENCE:
+            return CapacityResult(view(tx, row), applied=False)
+        return dest
+    tx.cas(
+        "UPDATE worker_instances SET state = %s, capacity = %s, sequence = %s, updated_at = %s"
+        " WHERE session_id = %s AND state = %s AND sequence <=> %s",
+        (dest, capacity, sequence, db_time(now), session_id, row.state, row.sequence),
+    )
+    updated = dataclasses.replace(row, state=dest, capacity=capacity, sequence=sequence)
+    return CapacityResult(view(tx, updated), applied=True)
+
+
+@transition("instance", "disconnect")
+def disconnect(tx: Tx, *, session_id: str, now: dt.datetime) -> InstanceView | Refusal:
+    """The connection closed; leases stay valid until they expire (resume elsewhere)."""
+    row = load_session(tx, session_id, lock=True)
+    if row is None:
+        return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
+    dest = decide("instance", "disconnect", row.state, SimpleNamespace(row=row))
+    if isinstance(dest, Refusal):
+        return dest
+    tx.cas(
+        "UPDATE worker_instances SET state = %s, updated_at = %s, disconnected_at = %s"
+        " WHERE session_id = %s AND state = %s",
+        (dest, db_time(now), db_time(now), session_id, row.state),
+    )
+    return view(tx, dataclasses.replace(row, state=dest))
+
+
+def subscriptions_from(items: Sequence[tuple[str, Collection[str] | None]]) -> tuple[Subscription, ...]:
+    """Helper for callers: ``[(queue, kinds | None), ...]`` -> subscriptions."""
+    return tuple(Subscription(q, None if k is None else frozenset(k)) for q, k in items)
+
+
+__all__ = ["NewInstance", "Subscription", "disconnect", "load_session", "register",
+           "set_capacity", "subscriptions_from", "view"]

@@ -1,0 +1,46 @@
+"""Chart ``lease``: the two steps a cancel request runs on a live lease.
+
+Both run inside ``cancellation.request`` with the lease and task rows already
+locked (lease first).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pulse_trio.store import permits
+from pulse_trio.store.registry import require, transition
+from pulse_trio.store.rows import LeaseRow
+from pulse_trio.store.tx import Tx, db_time
+
+
+@transition("lease", "revoke", entry=False)
+def revoke(tx: Tx, *, lease: LeaseRow, now: dt.datetime) -> str:
+    """OFFERED -> REVOKED: the unstarted offer is withdrawn; its permit is released.
+
+    ``cancel_requested_at`` is kept on the revoked lease so the holder's
+    instance can find it and push ``task.cancel`` (cancellation.notify).
+    """
+    dest = require("lease", "revoke", lease.state, lease)
+    stamp = db_time(now)
+    tx.cas("UPDATE leases SET state = %s, revision = revision + 1, ended_at = %s, cancel_requested_at = %s"
+           " WHERE lease_id = %s AND state = 'OFFERED' AND revision = %s",
+           (dest, stamp, stamp, lease.lease_id, lease.revision))
+    if lease.concurrency_token is not None:
+        permits.release(tx, leases=[lease], now=now)
+    return dest
+
+
+@transition("lease", "cancel", entry=False)
+def cancel(tx: Tx, *, lease: LeaseRow, now: dt.datetime, deadline: dt.datetime) -> dt.datetime:
+    """RUNNING stays RUNNING: record cancel_requested_at and cap expires_at at the grace deadline.
+
+    The cap is what makes the ordinary expiry timer escalate exactly when the
+    grace runs out, and renewals never move it (``renewed_expiry``).
+    """
+    require("lease", "cancel", lease.state, lease)
+    expires = min(lease.expires_at, deadline)
+    tx.cas("UPDATE leases SET cancel_requested_at = %s, cancel_deadline = %s, expires_at = %s"
+           " WHERE lease_id = %s AND state = 'RUNNING' AND cancel_requested_at IS NULL",
+           (db_time(now), db_time(deadline), db_time(expires), lease.lease_id))
+    return expires

@@ -1,0 +1,74 @@
+"""Chart ``lease``: the timers ``lapse`` and ``expire``, run by every instance.
+
+Both read due leases through ``leases_due (state, expires_at)`` with
+``FOR UPDATE SKIP LOCKED``, so several instances share the work and never
+end the same lease twice; a lease a worker is renewing right now is locked
+by that command and simply skipped until the next tick. The task rows are
+locked after the leases (the same order as every lease command).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from types import SimpleNamespace
+
+from pulse_trio.store import cancellation, lease_guards, permits, task_steps  # noqa: F401  (guards)
+from pulse_trio.store.registry import decide, transition
+from pulse_trio.store.results import LeaseEnd, Refusal, TimerResult
+from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.tx import Tx, db_time
+
+
+def _due(tx: Tx, state: str, now: dt.datetime, limit: int) -> tuple[list[LeaseRow], dict[str, TaskRow]]:
+    leases = [LeaseRow.from_row(r) for r in tx.all(
+        f"SELECT {LeaseRow.columns()} FROM leases l FORCE INDEX (leases_due) WHERE l.state = %s"
+        " AND l.expires_at <= %s ORDER BY l.expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+        (state, db_time(now), limit))]
+    if not leases:
+        return [], {}
+    tasks = {t.task_id: t for t in (TaskRow.from_row(r) for r in tx.all(
+        f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id IN %s ORDER BY t.task_id FOR UPDATE",
+        (tuple(sorted({l.task_id for l in leases})),)))}
+    return leases, tasks
+
+
+@transition("lease", "lapse")
+def lapse(tx: Tx, *, now: dt.datetime, limit: int = 200) -> TimerResult:
+    """Offers not started before their start timeout: LAPSED; tasks READY again; permits released."""
+    leases, tasks = _due(tx, "OFFERED", now, limit)
+    ended = [l for l in leases if not isinstance(decide("lease", "lapse", l.state, SimpleNamespace(lease=l, now=now)),
+                                                 Refusal)]
+    if not ended:
+        return TimerResult(0, False)
+    ids = tuple(l.lease_id for l in ended)
+    tx.cas("UPDATE leases SET state = 'LAPSED', revision = revision + 1, ended_at = %s"
+           " WHERE lease_id IN %s AND state = 'OFFERED'", (db_time(now), ids), expected=len(ids))
+    task_steps.lapse(tx, tasks=[tasks[l.task_id] for l in ended], now=now)
+    permits.release(tx, leases=ended, now=now)
+    return TimerResult(len(ended), len(leases) == limit, tuple(
+        LeaseEnd(l.lease_id, l.task_id, l.owner_session_id, "LAPSED", "READY") for l in ended))
+
+
+@transition("lease", "expire")
+def expire(tx: Tx, *, now: dt.datetime, limit: int = 200, permit_quarantine_ms: int | None = None) -> TimerResult:
+    """Started leases past expires_at: EXPIRED; safe retry decides the task; permits quarantined.
+
+    A lease whose task has a cancel intent expires at the grace deadline
+    (lease.cancel capped it): the task becomes CANCELLED (cancel_timeout) and
+    the intent is escalated.
+    """
+    leases, tasks = _due(tx, "RUNNING", now, limit)
+    ends = []
+    for lease in leases:
+        if isinstance(decide("lease", "expire", lease.state, SimpleNamespace(lease=lease, now=now)), Refusal):
+            continue
+        tx.cas("UPDATE leases SET state = 'EXPIRED', revision = revision + 1, ended_at = %s"
+               " WHERE lease_id = %s AND state = 'RUNNING' AND revision = %s",
+               (db_time(now), lease.lease_id, lease.revision))
+        task_state = task_steps.expire(tx, task=tasks[lease.task_id], lease=lease, now=now)
+        if lease.concurrency_token is not None:
+            permits.quarantine(tx, lease=lease, now=now, quarantine_ms=permit_quarantine_ms)
+        if lease.cancel_requested_at is not None:
+            cancellation.escalate(tx, task_id=lease.task_id, now=now)
+        ends.append(LeaseEnd(lease.lease_id, lease.task_id, lease.owner_session_id, "EXPIRED", task_state))
+    return TimerResult(len(ends), len(leases) == limit, tuple(ends))

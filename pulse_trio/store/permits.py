@@ -1,0 +1,118 @@
+"""Chart ``key_permit``: per-key permits with strictly increasing fencing tokens.
+
+``key_counters`` has one row per key: ``last_token`` (the last
+concurrency_token handed out) and ``outstanding`` (permits HELD or
+QUARANTINED). Acquisition locks that row with ``SKIP LOCKED``: if another
+assigner holds it, the task is skipped for now rather than waited on, which
+keeps waiting keyed tasks from blocking anything behind them and keeps the
+assigner deadlock-free: it never waits for a counter. Release and quarantine
+run inside lease transactions after the lease and task rows; everything that
+waits takes locks in one order: lease, task, permit, counter.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+from pulse_trio.store.registry import decide, guard, require, transition
+from pulse_trio.store.results import TimerResult
+from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.tx import Tx, after_ms, db_time
+
+
+@guard("key_permit", "permit_available")
+def _permit_available(c) -> bool:
+    """Fewer than the task's concurrency_limit permits of its key are HELD or QUARANTINED."""
+    return c.outstanding < c.task.concurrency_limit
+
+
+@guard("key_permit", "quarantine_over")
+def _quarantine_over(c) -> bool:
+    """quarantine_until has passed."""
+    return db_time(c.quarantine_until) <= db_time(c.now)
+
+
+@transition("key_permit", "acquire", entry=False)
+def acquire(tx: Tx, *, task: TaskRow, lease_id: str, now: dt.datetime) -> int | None:
+    """Take the next token of the task's key for ``lease_id``; None: busy or at its limit (skip)."""
+    key = task.concurrency_key
+    assert key is not None
+    row = tx.one("SELECT last_token, outstanding FROM key_counters WHERE concurrency_key = %s"
+                 " FOR UPDATE SKIP LOCKED", (key,))
+    if row is None:
+        return None  # another assigner holds the key right now (the row exists from submit)
+    last, outstanding = int(row[0]), int(row[1])
+    dest = decide("key_permit", "acquire", "NONE", SimpleNamespace(task=task, outstanding=outstanding))
+    if not isinstance(dest, str):
+        return None
+    token = last + 1
+    tx.cas("UPDATE key_counters SET last_token = %s, outstanding = outstanding + 1"
+           " WHERE concurrency_key = %s AND last_token = %s", (token, key, last))
+    tx.write(
+        "INSERT INTO key_permits (lease_id, concurrency_key, concurrency_token, task_id, state, acquired_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s)", (lease_id, key, token, task.task_id, dest, db_time(now)),
+    )
+    return token
+
+
+def _held(tx: Tx, lease_ids: Sequence[str]) -> list[tuple[str, str]]:
+    if not lease_ids:
+        return []
+    return [(r[0], r[1]) for r in tx.all(
+        "SELECT lease_id, concurrency_key FROM key_permits WHERE lease_id IN %s AND state = 'HELD' FOR UPDATE",
+        (tuple(lease_ids),))]
+
+
+def _decrement(tx: Tx, keys: Sequence[str]) -> None:
+    for key, count in sorted(collections.Counter(keys).items()):
+        tx.cas("UPDATE key_counters SET outstanding = outstanding - %s WHERE concurrency_key = %s"
+               " AND outstanding >= %s", (count, key, count))
+
+
+@transition("key_permit", "release", entry=False)
+def release(tx: Tx, *, leases: Sequence[LeaseRow], now: dt.datetime) -> int:
+    """HELD -> RELEASED for the permits of these (keyed) leases: finish, lapse, revoke."""
+    held = _held(tx, [l.lease_id for l in leases if l.concurrency_token is not None])
+    if not held:
+        return 0
+    for _ in held:
+        require("key_permit", "release", "HELD", None)
+    tx.cas("UPDATE key_permits SET state = 'RELEASED', released_at = %s WHERE lease_id IN %s AND state = 'HELD'",
+           (db_time(now), tuple(h[0] for h in held)), expected=len(held))
+    _decrement(tx, [h[1] for h in held])
+    return len(held)
+
+
+@transition("key_permit", "quarantine", entry=False)
+def quarantine(tx: Tx, *, lease: LeaseRow, now: dt.datetime, quarantine_ms: int | None = None) -> None:
+    """HELD -> QUARANTINED until now + quarantine (default: the lease's ttl): the lost worker may still run."""
+    held = _held(tx, [lease.lease_id])
+    if not held:
+        return
+    require("key_permit", "quarantine", "HELD", None)
+    until = after_ms(now, quarantine_ms if quarantine_ms is not None else lease.ttl_ms)
+    tx.cas("UPDATE key_permits SET state = 'QUARANTINED', quarantine_until = %s WHERE lease_id = %s"
+           " AND state = 'HELD'", (db_time(until), lease.lease_id))
+
+
+@transition("key_permit", "release_after_quarantine")
+def release_after_quarantine(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
+    """Timer: quarantines that ran out are released (SKIP LOCKED: instances share it)."""
+    rows = tx.all(
+        "SELECT lease_id, concurrency_key, quarantine_until FROM key_permits WHERE state = 'QUARANTINED'"
+        " AND quarantine_until <= %s ORDER BY quarantine_until LIMIT %s FOR UPDATE SKIP LOCKED",
+        (db_time(now), limit),
+    )
+    if not rows:
+        return TimerResult(0, False)
+    for _, _, until in rows:
+        require("key_permit", "release_after_quarantine", "QUARANTINED",
+                SimpleNamespace(quarantine_until=until, now=now))
+    lease_ids = tuple(r[0] for r in rows)
+    tx.cas("UPDATE key_permits SET state = 'RELEASED', released_at = %s WHERE lease_id IN %s"
+           " AND state = 'QUARANTINED'", (db_time(now), lease_ids), expected=len(lease_ids))
+    _decrement(tx, [r[1] for r in rows])
+    return TimerResult(len(rows), len(rows) == limit)

@@ -1,0 +1,67 @@
+"""Chart ``lease``, trigger ``resume``: a reconnected worker re-attaches a lease.
+
+Locks the resuming session's instance row first (so an assign to the same
+session cannot miscount its live leases), then the lease and its task.
+Refusal order follows worker-protocol.md §4.6/§4.8: wrong instance or lease
+secret -> ``lease_not_found`` (no oracle), ended -> ``lease_expired`` /
+``task_cancelled``, owner moved or not older -> ``lease_not_owned``, queue
+not subscribed -> ``permission_denied``, keyed without the declaration ->
+``concurrency_keys_not_declared``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from types import SimpleNamespace
+
+from pulse_trio.store import instances, lease_guards  # noqa: F401  (guards)
+from pulse_trio.store.leases import lease_view, lock_lease, renewed_expiry
+from pulse_trio.store.registry import decide, transition
+from pulse_trio.store.results import LEASE_NOT_FOUND, SESSION_NOT_FOUND, LeaseView, Refusal
+from pulse_trio.store.rows import InstanceRow
+from pulse_trio.store.tx import Tx, after_ms, db_time
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResumeRequest:
+    """The body of ``worker.resume`` plus the session it arrived on."""
+
+    session_id: str
+    instance_id: str
+    instance_secret: str = dataclasses.field(repr=False)
+    task_id: str = ""
+    lease_id: str = ""
+    lease_secret: str = dataclasses.field(default="", repr=False)
+
+
+@transition("lease", "resume")
+def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms: int) -> LeaseView | Refusal:
+    """Move the lease to the newer session: revision + 1, the new epoch, a fresh expires_at."""
+    session = instances.load_session(tx, request.session_id, lock=True)
+    if session is None:
+        return Refusal(SESSION_NOT_FOUND, f"no session {request.session_id}")
+    old = tx.one(f"SELECT {InstanceRow.columns()} FROM worker_instances i WHERE i.instance_id = %s",
+                 (request.instance_id,))
+    old_instance = InstanceRow.from_row(old) if old else None
+    locked = lock_lease(tx, request.lease_id)
+    lease, task = locked if locked else (None, None)
+    ctx = SimpleNamespace(lease=lease, task=task, task_id=request.task_id, lease_secret=request.lease_secret,
+                          instance_secret=request.instance_secret, old_instance=old_instance, session=session,
+                          session_id=request.session_id, now=now)
+    if not (lease_guards.instance_secret_matches(ctx) and lease_guards.lease_secret_matches(ctx)):
+        return Refusal(LEASE_NOT_FOUND, "no such lease, or a secret does not match")
+    if tx.recovering and lease.owner_session_id == session.session_id and lease.live:
+        return lease_view(lease)  # our own COMMIT landed before the connection was lost
+    dest = decide("lease", "resume", lease.state, ctx)
+    if isinstance(dest, Refusal):
+        return dest
+    expires = after_ms(now, start_timeout_ms) if lease.state == "OFFERED" else renewed_expiry(lease, now)
+    tx.cas(
+        "UPDATE leases SET owner_instance_id = %s, owner_session_id = %s, epoch = %s, revision = revision + 1,"
+        " expires_at = %s WHERE lease_id = %s AND revision = %s AND owner_session_id = %s AND state = %s",
+        (session.instance_id, session.session_id, session.epoch, db_time(expires), lease.lease_id,
+         lease.revision, lease.owner_session_id, lease.state),
+    )
+    return lease_view(lease, state=dest, revision=lease.revision + 1, epoch=session.epoch, expires_at=expires,
+                      owner_instance_id=session.instance_id, owner_session_id=session.session_id)

@@ -1,0 +1,205 @@
+"""Chart ``task``: the steps that run inside lease and cancellation transactions.
+
+Each step is the one function of its (task, trigger) and is called with the
+caller's open ``Tx`` on rows the caller has already locked (lease first, then
+task). :func:`~pulse_trio.store.registry.require` checks the move against the
+chart; a refusal there means the two charts disagree, which is a bug and
+rolls the whole transaction back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+from pulse_trio.store.registry import guard, require, transition
+from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.tx import Tx, after_ms, db_time
+
+FINISH_STATUSES = ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FinishReport:
+    """The outcome part of ``task.finish`` (result as its exact JSON text)."""
+
+    status: str
+    result_json: str
+    error_code: str | None = None
+    error_message: str | None = None
+    retryable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status not in FINISH_STATUSES:
+            raise ValueError(f"status must be one of {FINISH_STATUSES}")
+        if self.status == "SUCCEEDED" and self.error_code:
+            raise ValueError("SUCCEEDED carries no error_code")
+        if self.status != "SUCCEEDED" and not self.error_code:
+            raise ValueError(f"{self.status} needs an error_code")
+        if self.retryable and self.status != "FAILED":
+            raise ValueError("retryable is only allowed with FAILED")
+
+
+def backoff_ms(task: TaskRow, attempt: int) -> int:
+    """Exponential backoff with deterministic jitter in [50 %, 100 %] of the step.
+
+    Jitter comes from a hash of (task id, attempt) rather than a random
+    generator, so a re-run of the transaction computes the same due time and
+    tests can predict it, while different tasks still spread out.
+    """
+    base = min(task.backoff_initial_ms * task.backoff_factor ** max(0, attempt - 1), task.backoff_max_ms)
+    fraction = int.from_bytes(hashlib.sha256(f"{task.task_id}:{attempt}".encode()).digest()[:8], "big") / 2**64
+    return max(1, int(base * (0.5 + 0.5 * fraction)))
+
+
+# -- guards -----------------------------------------------------------------------
+@guard("task", "status_succeeded")
+def _status_succeeded(c) -> bool:
+    """The finish reports SUCCEEDED."""
+    return c.report.status == "SUCCEEDED"
+
+
+@guard("task", "status_failed")
+def _status_failed(c) -> bool:
+    """The finish reports FAILED."""
+    return c.report.status == "FAILED"
+
+
+@guard("task", "status_unknown")
+def _status_unknown(c) -> bool:
+    """The finish reports UNKNOWN."""
+    return c.report.status == "UNKNOWN"
+
+
+@guard("task", "status_cancelled")
+def _status_cancelled(c) -> bool:
+    """The finish reports CANCELLED."""
+    return c.report.status == "CANCELLED"
+
+
+@guard("task", "retry_allowed")
+def _retry_allowed(c) -> bool:
+    """retryable=true, attempts left (this attempt < max_attempts) and no cancel intent."""
+    return c.report.retryable and c.lease.attempt < c.task.max_attempts and c.lease.cancel_requested_at is None
+
+
+@guard("task", "cancel_requested")
+def _cancel_requested(c) -> bool:
+    """A cancel intent was saved for the running lease."""
+    return c.lease.cancel_requested_at is not None
+
+
+@guard("task", "retry_uncertain_allowed")
+def _retry_uncertain_allowed(c) -> bool:
+    """The task opted into retry_uncertain and has attempts left."""
+    return c.task.retry_uncertain and c.lease.attempt < c.task.max_attempts
+
+
+# -- steps ------------------------------------------------------------------------
+@transition("task", "offer", entry=False)
+def offer(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
+    """READY -> OFFERED for a batch picked by lease.assign, in one guarded UPDATE."""
+    for task in tasks:
+        require("task", "offer", task.state, task)
+    ids = tuple(t.task_id for t in tasks)
+    tx.cas("UPDATE tasks SET state = 'OFFERED', updated_at = %s WHERE task_id IN %s AND state = 'READY'",
+           (db_time(now), ids), expected=len(ids))
+
+
+@transition("task", "start", entry=False)
+def start(tx: Tx, *, task: TaskRow, lease: LeaseRow, now: dt.datetime) -> None:
+    """OFFERED -> RUNNING; the attempt is recorded as started."""
+    dest = require("task", "start", task.state, task)
+    stamp = db_time(now)
+    tx.cas("UPDATE tasks SET state = %s, attempt = %s, updated_at = %s WHERE task_id = %s AND state = 'OFFERED'",
+           (dest, lease.attempt, stamp, task.task_id))
+    tx.write(
+        "INSERT INTO task_attempts (task_id, attempt, lease_id, instance_id, session_id, effect_uncertain,"
+        " concurrency_token, started_at, status) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,'RUNNING')",
+        (task.task_id, lease.attempt, lease.lease_id, lease.owner_instance_id, lease.owner_session_id,
+         lease.effect_uncertain, lease.concurrency_token, stamp),
+    )
+
+
+@transition("task", "lapse", entry=False)
+def lapse(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
+    """OFFERED -> READY: the offer was never started; no attempt consumed."""
+    for task in tasks:
+        require("task", "lapse", task.state, task)
+    ids = tuple(t.task_id for t in tasks)
+    tx.cas("UPDATE tasks SET state = 'READY', updated_at = %s WHERE task_id IN %s AND state = 'OFFERED'",
+           (db_time(now), ids), expected=len(ids))
+
+
+@transition("task", "cancel", entry=False)
+def cancel(tx: Tx, *, task: TaskRow, now: dt.datetime) -> str:
+    """SCHEDULED/READY/OFFERED -> CANCELLED at once (cancellation.request).
+
+    The outcome is uncertain only if an earlier attempt was lost after start
+    (the task carries effect_uncertain), since this cancel ran nothing.
+    """
+    dest = require("task", "cancel", task.state, task)
+    stamp = db_time(now)
+    tx.cas(
+        "UPDATE tasks SET state = %s, updated_at = %s, finished_at = %s, outcome_status = 'CANCELLED',"
+        " outcome_error_code = 'cancelled', outcome_error_message = NULL, outcome_retryable = FALSE,"
+        " outcome_uncertain = %s, outcome_attempt = NULL WHERE task_id = %s AND state = %s",
+        (dest, stamp, stamp, task.effect_uncertain, task.task_id, task.state),
+    )
+    return dest
+
+
+@transition("task", "finish", entry=False)
+def finish(tx: Tx, *, task: TaskRow, lease: LeaseRow, report: FinishReport, now: dt.datetime) -> str:
+    """RUNNING -> the reported outcome, or SCHEDULED after backoff for a retryable failure."""
+    dest = require("task", "finish", task.state, SimpleNamespace(task=task, lease=lease, report=report))
+    stamp = db_time(now)
+    tx.cas(
+        "UPDATE task_attempts SET status = %s, ended_at = %s, error_code = %s, error_message = %s,"
+        " retryable = %s, result = %s WHERE task_id = %s AND attempt = %s AND status = 'RUNNING'",
+        (report.status, stamp, report.error_code or None, report.error_message, report.retryable,
+         report.result_json, task.task_id, lease.attempt),
+    )
+    if dest == "SCHEDULED":
+        due = db_time(after_ms(now, backoff_ms(task, lease.attempt)))
+        tx.cas(
+            "UPDATE tasks SET state = %s, due_at = %s, effective_at = %s, updated_at = %s"
+            " WHERE task_id = %s AND state = 'RUNNING'",
+            (dest, due, due - dt.timedelta(milliseconds=task.priority_offset_ms), stamp, task.task_id),
+        )
+        return dest
+    tx.cas(
+        "UPDATE tasks SET state = %s, updated_at = %s, finished_at = %s, outcome_status = %s,"
+        " outcome_error_code = %s, outcome_error_message = %s, outcome_retryable = %s, outcome_uncertain = %s,"
+        " outcome_attempt = %s WHERE task_id = %s AND state = 'RUNNING'",
+        (dest, stamp, stamp, report.status, report.error_code or None, report.error_message, report.retryable,
+         report.status == "UNKNOWN", lease.attempt, task.task_id),
+    )
+    return dest
+
+
+@transition("task", "expire", entry=False)
+def expire(tx: Tx, *, task: TaskRow, lease: LeaseRow, now: dt.datetime) -> str:
+    """RUNNING, lease lost after start: CANCELLED (cancel_timeout), READY again (uncertain) or UNKNOWN."""
+    dest = require("task", "expire", task.state, SimpleNamespace(task=task, lease=lease))
+    code = "cancel_timeout" if dest == "CANCELLED" else "lease_expired"
+    stamp = db_time(now)
+    tx.cas(
+        "UPDATE task_attempts SET status = 'EXPIRED', ended_at = %s, error_code = %s"
+        " WHERE task_id = %s AND attempt = %s AND status = 'RUNNING'",
+        (stamp, code, task.task_id, lease.attempt),
+    )
+    if dest == "READY":
+        tx.cas("UPDATE tasks SET state = %s, effect_uncertain = TRUE, updated_at = %s"
+               " WHERE task_id = %s AND state = 'RUNNING'", (dest, stamp, task.task_id))
+        return dest
+    tx.cas(
+        "UPDATE tasks SET state = %s, updated_at = %s, finished_at = %s, outcome_status = %s,"
+        " outcome_error_code = %s, outcome_error_message = NULL, outcome_retryable = FALSE,"
+        " outcome_uncertain = TRUE, outcome_attempt = NULL WHERE task_id = %s AND state = 'RUNNING'",
+        (dest, stamp, stamp, dest, code, task.task_id),
+    )
+    return dest

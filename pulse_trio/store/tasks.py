@@ -1,0 +1,227 @@
+"""Chart ``task``, producer side and timer: submit, promote, manual retry.
+
+The steps that run inside lease transactions (offer, start, lapse, cancel,
+finish, expire) are in :mod:`pulse_trio.store.task_steps`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import pymysql
+
+from pulse_trio.store import ids
+from pulse_trio.store.registry import decide, guard, require, transition
+from pulse_trio.store.results import (
+    INVALID_TRANSITION, TASK_NOT_FOUND, Refusal, RetryCreated, Submitted, TimerResult,
+)
+from pulse_trio.store.rows import TaskRow
+from pulse_trio.store.tx import Tx, db_time
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+DEFAULT_PRIORITY_STEP_MS = 30_000
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_KEY_RE = re.compile(r"^[!-~]{1,128}$")
+RECOVERABLE_STATES = frozenset({"FAILED", "UNKNOWN", "CANCELLED"})
+DUPLICATE_KEY = 1062
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewTask:
+    """A task to submit, validated on construction; its id is made once, before any retry.
+
+    ``payload_json`` is the exact JSON text (checked by the caller's strict
+    scanner); it is stored and delivered byte for byte.
+    """
+
+    queue: str
+    kind: str
+    payload_json: str = "{}"
+    priority: int = 0
+    due_at: dt.datetime | None = None  # None: due now
+    idempotency_key: str | None = None  # None: the task id
+    concurrency_key: str | None = None
+    concurrency_limit: int = 1
+    max_attempts: int = 3
+    backoff_initial_ms: int = 1000
+    backoff_factor: float = 2.0
+    backoff_max_ms: int = 300_000
+    retry_uncertain: bool = False
+    lease_ttl_ms: int | None = None  # None: the serving instance's --lease-ttl
+    task_id: str = dataclasses.field(default_factory=lambda: ids.new_id("tsk"))
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _NAME_RE.match(self.queue):
+            problems.append(f"queue {self.queue!r} does not match {_NAME_RE.pattern}")
+        if not _NAME_RE.match(self.kind):
+            problems.append(f"kind {self.kind!r} does not match {_NAME_RE.pattern}")
+        if len(self.payload_json.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+            problems.append("payload is larger than 256 KiB")
+        if type(self.priority) is not int or not 0 <= self.priority <= 9:
+            problems.append("priority must be an integer 0-9")
+        if self.idempotency_key is not None and not 1 <= len(self.idempotency_key) <= 255:
+            problems.append("idempotency_key must be 1-255 characters")
+        if self.concurrency_key is not None and not _KEY_RE.match(self.concurrency_key):
+            problems.append("concurrency_key must be 1-128 printable ASCII characters")
+        if self.concurrency_limit < 1 or self.max_attempts < 1:
+            problems.append("concurrency_limit and max_attempts must be at least 1")
+        if self.backoff_initial_ms < 1 or self.backoff_factor < 1 or self.backoff_max_ms < self.backoff_initial_ms:
+            problems.append("backoff must be initial >= 1 ms, factor >= 1, max >= initial")
+        if self.lease_ttl_ms is not None and self.lease_ttl_ms < 1:
+            problems.append("lease_ttl_ms must be positive")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+_INSERT = (
+    "INSERT INTO tasks (task_id, queue, kind, state, payload, priority, priority_offset_ms, due_at, effective_at,"
+    " idempotency_key, dedup_key, concurrency_key, concurrency_limit, max_attempts, backoff_initial_ms,"
+    " backoff_factor, backoff_max_ms, retry_uncertain, lease_ttl_ms, attempt, effect_uncertain, retry_of,"
+    " created_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,%s,%s,%s,%s)"
+)
+
+
+@guard("task", "due")
+def _due(c) -> bool:
+    """due_at is not after now."""
+    return db_time(c.due_at) <= db_time(c.now)
+
+
+@guard("task", "source_found", code=TASK_NOT_FOUND)
+def _source_found(c) -> bool:
+    """The task to retry exists."""
+    return c.source is not None
+
+
+@guard("task", "source_recoverable", code=INVALID_TRANSITION)
+def _source_recoverable(c) -> bool:
+    """Only terminal FAILED, UNKNOWN or CANCELLED tasks are retried by hand (platform.md §6)."""
+    return c.source.state in RECOVERABLE_STATES
+
+
+def _row_for(task: NewTask, state: str, now: dt.datetime, step_ms: int) -> tuple:
+    due = db_time(task.due_at or now)
+    offset = task.priority * step_ms
+    stamp = db_time(now)
+    key = task.idempotency_key or task.task_id
+    return (task.task_id, task.queue, task.kind, state, task.payload_json, task.priority, offset, due,
+            due - dt.timedelta(milliseconds=offset), key, key, task.concurrency_key, task.concurrency_limit,
+            task.max_attempts, task.backoff_initial_ms, task.backoff_factor, task.backoff_max_ms,
+            task.retry_uncertain, task.lease_ttl_ms, False, None, stamp, stamp)
+
+
+def ensure_key_counters(tx: Tx, keys: set[str]) -> None:
+    """Make sure each concurrency key has its counter row (token 0, nothing held).
+
+    Read first without locking, so submits of a busy key never queue behind
+    the assigners holding its row. A zero counter is data, not a permit: no
+    key_permit changes state here.
+    """
+    if not keys:
+        return
+    have = {r[0] for r in tx.all("SELECT concurrency_key FROM key_counters WHERE concurrency_key IN %s",
+                                 (tuple(keys),))}
+    for key in sorted(keys - have):
+        try:
+            tx.write("INSERT INTO key_counters (concurrency_key, last_token, outstanding) VALUES (%s, 0, 0)", (key,))
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != DUPLICATE_KEY:
+                raise
+
+
+@transition("task", "submit")
+def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime,
+           priority_step_ms: int = DEFAULT_PRIORITY_STEP_MS) -> tuple[Submitted, ...]:
+    """Create tasks (READY if due, else SCHEDULED); a known idempotency key returns the existing task.
+
+    Runs on the caller's transaction too (transactional enqueue): pass a Tx
+    over the producer's own cursor and commit with the producer's work.
+    """
+    prepared = []
+    for task in tasks:
+        state = decide("task", "submit", "NONE", SimpleNamespace(due_at=task.due_at or now, now=now))
+        assert isinstance(state, str)
+        prepared.append((task, state, _row_for(task, state, now, priority_step_ms)))
+    if not prepared:
+        return ()
+    ensure_key_counters(tx, {t.concurrency_key for t in tasks if t.concurrency_key})
+    try:
+        tx.write_many(_INSERT, [row for _, _, row in prepared])
+        return tuple(Submitted(t.task_id, state, True) for t, state, _ in prepared)
+    except pymysql.err.IntegrityError as exc:
+        if exc.args[0] != DUPLICATE_KEY:
+            raise
+    # Some key exists already (or this is a re-run after a lost COMMIT): one at a time.
+    results = []
+    for task, state, row in prepared:
+        try:
+            tx.write(_INSERT, row)
+            results.append(Submitted(task.task_id, state, True))
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != DUPLICATE_KEY:
+                raise
+            found = tx.one(
+                "SELECT task_id, state FROM tasks WHERE task_id = %s UNION ALL"
+                " SELECT task_id, state FROM tasks WHERE queue = %s AND dedup_key = %s LIMIT 1",
+                (task.task_id, task.queue, task.idempotency_key or task.task_id),
+            )
+            if found is None:
+                raise
+            results.append(Submitted(found[0], found[1], found[0] == task.task_id))
+    return tuple(results)
+
+
+@transition("task", "promote")
+def promote(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
+    """Timer: SCHEDULED tasks whose due_at has come become READY (SKIP LOCKED: instances share it)."""
+    rows = tx.all(
+        "SELECT task_id, due_at FROM tasks WHERE state = 'SCHEDULED' AND due_at <= %s"
+        " ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED",
+        (db_time(now), limit),
+    )
+    if not rows:
+        return TimerResult(0, False)
+    for _, due_at in rows:
+        require("task", "promote", "SCHEDULED", SimpleNamespace(due_at=due_at, now=now))
+    task_ids = tuple(r[0] for r in rows)
+    tx.cas("UPDATE tasks SET state = 'READY', updated_at = %s WHERE task_id IN %s AND state = 'SCHEDULED'",
+           (db_time(now), task_ids), expected=len(task_ids))
+    return TimerResult(len(task_ids), len(rows) == limit, task_ids=task_ids)
+
+
+@transition("task", "retry")
+def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | None = None) -> RetryCreated | Refusal:
+    """Manual recovery: a new READY task copying a terminal FAILED/UNKNOWN/CANCELLED source.
+
+    Idempotent per source (unique ``retry_of``): retrying the same source
+    again returns the retry that exists.
+    """
+    row = tx.one(f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (source_task_id,))
+    source = TaskRow.from_row(row) if row else None
+    if source is not None:
+        existing = tx.one("SELECT task_id, effect_uncertain FROM tasks WHERE retry_of = %s", (source_task_id,))
+        if existing:
+            mine = tx.recovering and existing[0] == new_task_id
+            return RetryCreated(existing[0], source_task_id, mine, bool(existing[1]))
+    dest = decide("task", "retry", "NONE", SimpleNamespace(source=source))
+    if isinstance(dest, Refusal):
+        return dest
+    assert source is not None
+    task_id = new_task_id or ids.new_id("tsk")
+    uncertain = bool(source.outcome_uncertain)
+    stamp = db_time(now)
+    tx.write(_INSERT, (
+        task_id, source.queue, source.kind, dest, source.payload, source.priority, source.priority_offset_ms,
+        stamp, stamp - dt.timedelta(milliseconds=source.priority_offset_ms), source.idempotency_key, None,
+        source.concurrency_key, source.concurrency_limit, source.max_attempts, source.backoff_initial_ms,
+        source.backoff_factor, source.backoff_max_ms, source.retry_uncertain, source.lease_ttl_ms, uncertain,
+        source.task_id, stamp, stamp,
+    ))
+    if source.concurrency_key:
+        ensure_key_counters(tx, {source.concurrency_key})
+    return RetryCreated(task_id, source.task_id, True, uncertain)

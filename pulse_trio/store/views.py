@@ -1,0 +1,121 @@
+"""Read-only views for the producer client, the CLI and the HTTP API.
+
+Not transitions: nothing here writes. The task view carries what
+``pulse-trio task show`` prints: the task, its attempts, its outcome once
+terminal, lineage both ways and the cancel intent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+from pulse_trio.store.registry import read_only
+from pulse_trio.store.rows import TERMINAL_TASK_STATES, LeaseRow, TaskRow
+from pulse_trio.store.tx import Tx, py_time, rfc3339
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AttemptView:
+    attempt: int
+    lease_id: str
+    session_id: str
+    status: str
+    started_at: dt.datetime
+    ended_at: dt.datetime | None
+    error_code: str | None
+    error_message: str | None
+    retryable: bool | None
+    effect_uncertain: bool
+    concurrency_token: int | None
+    result_json: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    status: str
+    error_code: str | None
+    error_message: str | None
+    result_json: str | None
+    retryable: bool
+    effect_uncertain: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskView:
+    task: TaskRow
+    attempts: tuple[AttemptView, ...]
+    outcome: Outcome | None
+    retried_by: str | None
+    cancel_requested_at: dt.datetime | None
+    cancel_state: str | None
+    lease: LeaseRow | None  # the live lease, if any
+
+    def as_json_text(self) -> str:
+        """One JSON object; payload and result are embedded as their exact stored text."""
+        t = self.task
+        raw: dict[str, str] = {}
+        doc: dict[str, object] = {
+            "task_id": t.task_id, "queue": t.queue, "kind": t.kind, "state": t.state, "priority": t.priority,
+            "attempt": t.attempt, "max_attempts": t.max_attempts, "idempotency_key": t.idempotency_key,
+            "concurrency_key": t.concurrency_key, "concurrency_limit": t.concurrency_limit,
+            "effect_uncertain": t.effect_uncertain, "retry_uncertain": t.retry_uncertain,
+            "retry_of": t.retry_of, "retried_by": self.retried_by,
+            "created_at": rfc3339(t.created_at), "due_at": rfc3339(t.due_at),
+            "cancel_requested_at": rfc3339(self.cancel_requested_at) if self.cancel_requested_at else None,
+            "payload": _placeholder(raw, "payload", t.payload),
+            "attempts": [{
+                "attempt": a.attempt, "lease_id": a.lease_id, "status": a.status,
+                "started_at": rfc3339(a.started_at), "ended_at": rfc3339(a.ended_at) if a.ended_at else None,
+                "error_code": a.error_code, "error_message": a.error_message, "retryable": a.retryable,
+                "effect_uncertain": a.effect_uncertain,
+                "concurrency_token": str(a.concurrency_token) if a.concurrency_token else None,
+            } for a in self.attempts],
+            "outcome": None,
+        }
+        if self.outcome is not None:
+            o = self.outcome
+            doc["outcome"] = {
+                "status": o.status, "error_code": o.error_code, "error_message": o.error_message,
+                "result": _placeholder(raw, "result", o.result_json) if o.result_json is not None else None,
+                "retryable": o.retryable, "effect_uncertain": o.effect_uncertain,
+            }
+        text = json.dumps(doc, ensure_ascii=False)
+        for marker, value in raw.items():
+            text = text.replace(json.dumps(marker), value, 1)
+        return text
+
+
+def _placeholder(raw: dict[str, str], name: str, text: str) -> str:
+    marker = f"\x00{name}\x00"
+    raw[marker] = text
+    return marker
+
+
+@read_only
+def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
+    """The task with attempts, outcome, lineage and cancel intent; None if unknown."""
+    row = tx.one(f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s", (task_id,))
+    if row is None:
+        return None
+    task = TaskRow.from_row(row)
+    attempts = tuple(
+        AttemptView(a[0], a[1], a[2], a[3], py_time(a[4]), py_time(a[5]), a[6], a[7],
+                    None if a[8] is None else bool(a[8]), bool(a[9]), a[10], a[11])
+        for a in tx.all(
+            "SELECT attempt, lease_id, session_id, status, started_at, ended_at, error_code, error_message,"
+            " retryable, effect_uncertain, concurrency_token, result FROM task_attempts WHERE task_id = %s"
+            " ORDER BY attempt", (task_id,)))
+    outcome = None
+    if task.state in TERMINAL_TASK_STATES and task.outcome_status:
+        result = next((a.result_json for a in attempts if a.attempt == task.outcome_attempt), None)
+        outcome = Outcome(task.outcome_status, task.outcome_error_code, task.outcome_error_message, result,
+                          bool(task.outcome_retryable), bool(task.outcome_uncertain))
+    retried = tx.one("SELECT task_id FROM tasks WHERE retry_of = %s", (task_id,))
+    intent = tx.one("SELECT requested_at, state FROM cancel_intents WHERE task_id = %s", (task_id,))
+    lease = tx.one(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
+                   " AND l.state IN ('OFFERED', 'RUNNING')", (task_id,))
+    return TaskView(task, attempts, outcome, retried[0] if retried else None,
+                    py_time(intent[0]) if intent else None, intent[1] if intent else None,
+                    LeaseRow.from_row(lease) if lease else None)
