@@ -1,0 +1,33 @@
+"""The pulse.worker.v1 wire contract, sans-IO (no trio, no pymysql, no jsonschema).
+
+The pipeline of worker-protocol.md §5 as modules, one job each:
+
+* ``limits``: wire constants and the frame-size gate;
+* ``scanner``: strict JSON (duplicates, surrogates, depth, exact numbers);
+* ``jsontext``: canonical JSON text for results and payloads;
+* ``grammar``: scalar grammars, id and secret generators;
+* ``bodies`` / ``messages``: frozen, validated message objects;
+* ``readers``, ``client_decoder``, ``server_decoder``: typed decoding;
+* ``encoder``: messages to canonical frames;
+* ``codec``: the entry points; ``errors``: the error tree.
+
+The published JSON Schema ships beside them as ``worker.schema.json``.
+"""
+
+from .codec import (
+    FrameHeader,
+    RawFrame,
+    decode_client,
+    decode_client_frame,
+    decode_server,
+    decode_server_frame,
+    encode,
+    scan_frame,
+)
+from .errors import FrameTooLarge, InvalidMessage, ProtocolError
+from .jsontext import JsonText
+
+__all__ = [
+    "FrameHeader", "RawFrame", "scan_frame", "decode_client", "decode_server", "decode_client_frame",
+    "decode_server_frame", "encode", "ProtocolError", "FrameTooLarge", "InvalidMessage", "JsonText",
+]
