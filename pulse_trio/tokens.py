@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 ROLES = ("worker", "producer", "operator")
 TOKEN_PREFIX = "pt_"
@@ -99,18 +99,34 @@ def revoke_token(conn, token_id: str, *, now: dt.datetime) -> TokenInfo | None:
     return _row_to_info(row) if row else None
 
 
-def authenticate(conn, token: str, *, roles: Sequence[str] = ROLES) -> TokenInfo | None:
-    """The live token's record, or None for an unknown, revoked or wrong-role token."""
+def lookup(fetch_one: Callable[[str, tuple], tuple | None], token: str, *,
+           roles: Sequence[str] = ROLES) -> TokenInfo | None:
+    """The live token's record, or None for an unknown, revoked or wrong-role token.
+
+    ``fetch_one(sql, args)`` runs one query and returns its first row, so the
+    same check serves a raw connection (CLI) and a store transaction (server).
+    """
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
     wanted = digest(token)
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT {_COLUMNS}, digest FROM api_tokens WHERE digest = %s", (wanted,))
-        row = cur.fetchone()
-    conn.rollback()
+    row = fetch_one(f"SELECT {_COLUMNS}, digest FROM api_tokens WHERE digest = %s", (wanted,))
     if row is None or not hmac.compare_digest(bytes(row[6]), wanted):
         return None
     info = _row_to_info(row[:6])
     if info.revoked_at is not None or info.role not in roles:
         return None
     return info
+
+
+def authenticate(conn, token: str, *, roles: Sequence[str] = ROLES) -> TokenInfo | None:
+    """``lookup`` on a raw connection (ends its read-only transaction)."""
+
+    def fetch_one(sql: str, args: tuple) -> tuple | None:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchone()
+
+    try:
+        return lookup(fetch_one, token, roles=roles)
+    finally:
+        conn.rollback()

@@ -1,0 +1,1 @@
+"""The Trio service around the sans-IO protocol core and the store."""

@@ -1,0 +1,82 @@
+"""The live sessions of this instance, as the dispatcher sees them.
+
+A connection registers its session here once welcomed and keeps the
+numbers current (capacity, drain, active leases). The dispatcher reads
+them to decide who gets work; it never touches a socket: it hands frames
+to the connection's bounded outbox (``push``), which its writer drains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from pulse_trio.server.connection import WorkerConnection
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class LiveSession:
+    """What the dispatcher needs to know about one connected session."""
+
+    session_id: str
+    instance_id: str
+    epoch: int
+    queues: dict[str, frozenset[str] | None]  # queue -> kinds (None: every kind)
+    concurrency_keys: bool
+    cancellation_notifications: bool
+    connection: WorkerConnection
+    capacity: int = 0
+    drain: bool = False
+    active_leases: int = 0
+    closing: bool = False
+
+    @property
+    def free_slots(self) -> int:
+        if self.drain or self.closing:
+            return 0
+        return max(0, self.capacity - self.active_leases)
+
+
+class SessionHub:
+    """Registry of live sessions plus the dispatcher's wake-up signal."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, LiveSession] = {}
+        self._wake = trio.Event()
+
+    def add(self, session: LiveSession) -> None:
+        self._sessions[session.session_id] = session
+
+    def remove(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def get(self, session_id: str) -> LiveSession | None:
+        return self._sessions.get(session_id)
+
+    def __iter__(self) -> Iterator[LiveSession]:
+        return iter(list(self._sessions.values()))
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def wake(self) -> None:
+        """Ask the dispatcher for a pass now (new work, or a slot came free)."""
+        self._wake.set()
+
+    async def wait_woken(self, timeout: float) -> None:
+        with trio.move_on_after(timeout):
+            await self._wake.wait()
+        self._wake = trio.Event()
+
+    def statistics(self) -> dict[str, int]:
+        sessions = list(self._sessions.values())
+        return {
+            "sessions": len(sessions),
+            "capacity": sum(s.capacity for s in sessions),
+            "active_leases": sum(s.active_leases for s in sessions),
+            "free_slots": sum(s.free_slots for s in sessions),
+        }

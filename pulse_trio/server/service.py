@@ -1,0 +1,157 @@
+"""One service instance: the worker endpoint, dispatcher and timers in one nursery.
+
+Shutdown (SIGINT/SIGTERM, or :meth:`ServiceHandle.stop`) is orderly: stop
+accepting, tell every session ``server_shutting_down`` and close it, stop
+the loops. Leases are left as they are: valid until they expire, so the
+workers resume them on another instance. A SIGKILL loses nothing either,
+because nothing lives only in this process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import logging
+import signal
+import ssl
+
+import trio
+import trio_websocket
+
+from pulse_trio.config import Settings
+from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.server.auth import worker_token
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.connection import WorkerConnection
+from pulse_trio.server.dispatcher import Dispatcher
+from pulse_trio.server.handshake import bearer_token, check_request
+from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.timers import Timers
+from pulse_trio.store.facade import Store
+
+log = logging.getLogger("pulse_trio.service")
+
+HANDSHAKE_TIMEOUT_S = 10.0  # a slow-loris handshake is dropped after this
+SHUTDOWN_GRACE_S = 5.0
+DEFAULT_POOL_SIZE = 8
+
+
+@dataclasses.dataclass(eq=False)
+class ServiceContext:
+    """What every part of the service shares; built once per instance."""
+
+    settings: Settings
+    store: Store
+    clock: ServiceClock
+    hub: SessionHub = dataclasses.field(default_factory=SessionHub)
+    metrics: ServiceMetrics = dataclasses.field(default_factory=ServiceMetrics)
+    connections: set[WorkerConnection] = dataclasses.field(default_factory=set)
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return max(1, round(self.settings.lease_ttl * 1000))
+
+    @property
+    def start_timeout_ms(self) -> int:
+        return max(1, round(self.settings.start_timeout * 1000))
+
+
+@dataclasses.dataclass(eq=False)
+class ServiceHandle:
+    """Returned by ``nursery.start(serve, ...)``: where it listens, and a way to stop it."""
+
+    ctx: ServiceContext
+    worker_port: int
+    _stop: trio.Event
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    if settings.tls_cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
+    return context
+
+
+async def _handle(request: trio_websocket.WebSocketRequest, ctx: ServiceContext) -> None:
+    """One connection, from handshake to close; its failures stay its own."""
+    try:
+        await _handle_unguarded(request, ctx)
+    except trio_websocket.ConnectionClosed:
+        pass
+    except Exception:
+        # A bug in one connection must not take the instance (and every
+        # other session) down with it: log it and drop just this socket.
+        log.exception("connection handler failed")
+
+
+async def _handle_unguarded(request: trio_websocket.WebSocketRequest, ctx: ServiceContext) -> None:
+    refusal = check_request(request.path, request.proposed_subprotocols)
+    if refusal is not None:
+        await request.reject(refusal.status, body=refusal.body())
+        return
+    token = bearer_token(request.headers)
+    info = await ctx.store.run(worker_token, token=token) if token else None
+    if info is None:
+        await request.reject(401, extra_headers=[(b"www-authenticate", b'Bearer realm="pulse"')],
+                             body=b"a valid worker token is required: Authorization: Bearer <token>\n")
+        return
+    ws = await request.accept(subprotocol=SUBPROTOCOL)
+    await WorkerConnection(ws, info, ctx).run()
+
+
+async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals: bool = True,
+                wall_anchor: dt.datetime | None = None, pool_size: int = DEFAULT_POOL_SIZE,
+                task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run one instance until stopped (the database must already be migrated)."""
+    store = Store(database, pool_size=pool_size)
+    ctx = ServiceContext(settings=settings, store=store, clock=ServiceClock(wall_anchor))
+    stop = trio.Event()
+    try:
+        async with trio.open_nursery() as root:
+            if handle_signals:
+                root.start_soon(_watch_signals, stop)
+            async with trio.open_nursery() as connections:
+                listening = trio.CancelScope()
+
+                async def listen(task_status: trio.TaskStatus[trio_websocket.WebSocketServer]) -> None:
+                    with listening:
+                        host, port = settings.worker_listen
+                        await trio_websocket.serve_websocket(
+                            functools.partial(_handle, ctx=ctx), host, port, _ssl_context(settings),
+                            handler_nursery=connections, max_message_size=MAX_FRAME_BYTES,
+                            connect_timeout=HANDSHAKE_TIMEOUT_S, disconnect_timeout=2.0,
+                            task_status=task_status)
+
+                server = await root.start(listen)
+                root.start_soon(Dispatcher(ctx).run)
+                root.start_soon(Timers(ctx).run)
+                port = server.port
+                log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
+                task_status.started(ServiceHandle(ctx, port, stop))
+                await stop.wait()
+                log.info("shutting down: %d session(s)", len(ctx.connections))
+                listening.cancel()
+                for connection in list(ctx.connections):
+                    connection.shutdown()
+                with trio.move_on_after(SHUTDOWN_GRACE_S):
+                    while ctx.connections:
+                        await trio.sleep(0.01)
+                connections.cancel_scope.cancel()
+            root.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def _watch_signals(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stop.set()
+            return

@@ -1,0 +1,96 @@
+"""The shared timers: every instance runs them, SKIP LOCKED splits the work.
+
+One loop, one tick every ``interval``: lapse unstarted offers, expire lost
+leases, promote due scheduled tasks, end permit quarantines, and push
+``task.cancel`` to this instance's opted-in sessions. A batch that came
+back full runs again at once; an ended lease frees a slot in its session
+(when that session lives here) and wakes the dispatcher.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from transitions import MachineError
+
+from pulse_trio.store import cancellation, lease_timers, permits, tasks
+from pulse_trio.store.results import TimerResult
+
+if TYPE_CHECKING:
+    from pulse_trio.server.service import ServiceContext
+
+log = logging.getLogger("pulse_trio.timers")
+
+MAX_ROUNDS = 20  # bounded catch-up per tick, so one tick never runs forever
+
+
+class Timers:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.ticks = 0
+
+    @property
+    def interval(self) -> float:
+        return min(1.0, max(0.01, self.ctx.settings.poll_interval * 2))
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("timer tick failed; retrying at the next one")
+            await trio.sleep(self.interval)
+
+    async def tick(self) -> None:
+        self.ticks += 1
+        ctx = self.ctx
+        quarantine_ms = None if ctx.settings.permit_quarantine is None else round(ctx.settings.permit_quarantine * 1000)
+        await self._drain(lambda: ctx.store.run(lease_timers.lapse, now=ctx.clock.now()))
+        await self._drain(lambda: ctx.store.run(lease_timers.expire, now=ctx.clock.now(),
+                                                permit_quarantine_ms=quarantine_ms))
+        promoted = await self._drain(lambda: ctx.store.run(tasks.promote, now=ctx.clock.now()))
+        await self._drain(lambda: ctx.store.run(permits.release_after_quarantine, now=ctx.clock.now()))
+        if promoted:
+            ctx.hub.wake()
+        await self.notify_cancels()
+
+    async def _drain(self, run_batch) -> int:
+        total = 0
+        for _ in range(MAX_ROUNDS):
+            result: TimerResult = await run_batch()
+            total += result.count
+            self._release_slots(result)
+            if not result.more:
+                break
+        return total
+
+    def _release_slots(self, result: TimerResult) -> None:
+        if not result.ended:
+            return
+        hub = self.ctx.hub
+        for end in result.ended:
+            self.ctx.metrics.count_lease_end(end.state)
+            session = hub.get(end.session_id)
+            if session is not None:
+                session.active_leases = max(0, session.active_leases - 1)
+        hub.wake()
+
+    async def notify_cancels(self) -> None:
+        ctx = self.ctx
+        opted = [s.session_id for s in ctx.hub if s.cancellation_notifications]
+        if not opted:
+            return
+        notices = await ctx.store.run(cancellation.notify, session_ids=opted, now=ctx.clock.now())
+        for notice in notices:
+            session = ctx.hub.get(notice.session_id)
+            if session is None:
+                continue
+            try:
+                frame = session.connection.session.cancel(
+                    notice.task_id, notice.lease_id, notice.cancel_requested_at,
+                    notice.grace_expires_at or notice.cancel_requested_at, notice.reason or None)
+            except MachineError:
+                continue  # closing: the next holder is told after its resume
+            session.connection.push(frame)

@@ -1,0 +1,256 @@
+"""The server side of one ``pulse.worker.v1`` connection, without any I/O.
+
+Theory of operation (after h11): the transport hands every received text
+frame to :meth:`ServerSession.receive` and gets back exactly one event:
+
+* :class:`Request` — a well-formed request of this session that the server
+  must carry out (through the store) and then answer with :meth:`ack`,
+  :meth:`welcome` or :meth:`refuse`;
+* :class:`Reject` — an error frame to send now (the protocol itself refuses
+  the frame); if ``close_code`` is set the transport closes after sending;
+* :class:`Close` — close without an error frame (an oversized frame).
+
+The layers of worker-protocol.md §5 run in order and the first failure
+wins (§4.8): strict scanning and version, hello-first, session id, result
+checks, schema and grammar, duplicate ids. The connection state is the
+``session`` statechart: triggers fire only after the store committed what
+they stand for, and a trigger the chart does not allow (a second hello, say)
+is a ``MachineError`` that becomes a non-fatal ``invalid_transition``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime
+
+from transitions import MachineError
+
+from pulse_trio.charts import chart
+from pulse_trio.contract import errors as e
+from pulse_trio.contract import messages as m
+from pulse_trio.contract.codec import decode_client, scan_frame
+from pulse_trio.contract.encoder import encode
+from pulse_trio.contract.errors import FrameTooLarge, ProtocolError
+from pulse_trio.contract.limits import MAX_INVALID_FRAMES
+
+_SESSION_CHART = chart("session")
+_TYPE_OF: dict[type, str] = {
+    m.WorkerHello: "worker.hello", m.WorkerCapacity: "worker.capacity", m.WorkerResume: "worker.resume",
+    m.TaskStart: "task.start", m.TaskRenew: "task.renew", m.TaskFinish: "task.finish",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Request:
+    """A valid request to carry out; answer it exactly once."""
+
+    message: m.ClientMessage
+
+    @property
+    def type(self) -> str:
+        return _TYPE_OF[type(self.message)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reject:
+    """An error frame to send; then close with ``close_code`` if it is set."""
+
+    frame: str
+    code: str
+    close_code: int | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Close:
+    """Close the connection with ``code`` and no error frame."""
+
+    code: int
+    reason: str
+
+
+Event = Request | Reject | Close
+
+
+class _Model:
+    """The object the session chart moves; it holds nothing but the state."""
+
+    state: str
+
+    def __init__(self) -> None:
+        self.drain = False
+
+    def drain_requested(self, *args: object, **kwargs: object) -> bool:
+        return self.drain
+
+
+class ServerSession:
+    """Protocol state of one connection; the server owns the I/O around it."""
+
+    def __init__(self, session_id: str, *, new_frame_id: Callable[[], str] | None = None) -> None:
+        self.session_id = session_id
+        self._model = _Model()
+        _SESSION_CHART.attach(self._model)
+        self._pending: dict[str, str] = {}
+        self._invalid_frames = 0
+        self._counter = 0
+        self._new_frame_id = new_frame_id or self._next_frame_id
+        self.sequence: int | None = None  # last applied capacity sequence
+        self._welcomed = False
+
+    # -- state -----------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._model.state
+
+    @property
+    def registered(self) -> bool:
+        """Whether the hello was answered: from then on frames carry session_id."""
+        return self._welcomed
+
+    def pending(self) -> dict[str, str]:
+        """Request ids awaiting an answer, with their types (a copy)."""
+        return dict(self._pending)
+
+    def release(self) -> None:
+        """Detach from the chart's machine (call once, when the connection ends)."""
+        if self.state != "closed":
+            if self.state != "closing":
+                self._model.trigger("peer_closed")
+            self._model.trigger("finalize")
+        _SESSION_CHART.detach(self._model)
+
+    # -- receiving -------------------------------------------------------
+    def receive(self, text: str | bytes) -> Event:
+        """Classify one received text frame (see the module docstring)."""
+        if self.state in ("closing", "closed"):
+            return Close(1000, "session is closing")
+        try:
+            raw = scan_frame(text)
+        except FrameTooLarge as exc:
+            self._fail()
+            return Close(exc.close_code, "frame too large")
+        except ProtocolError as exc:
+            return self._reject(exc)
+        header = raw.header
+        if self.state == "awaiting_hello":
+            if header.type != "worker.hello":
+                return self._reject(ProtocolError(
+                    e.HELLO_REQUIRED, "the first frame must be worker.hello", reply_to=header.id))
+        elif header.type == "worker.hello":
+            return self._reject(ProtocolError(
+                e.INVALID_TRANSITION, f"worker.hello in state {self.state}: this session is registered",
+                reply_to=header.id))
+        elif header.session_id != self.session_id:
+            what = "missing" if header.session_id is None else "not this connection's session"
+            return self._reject(ProtocolError(e.SESSION_MISMATCH, f"session_id is {what}", reply_to=header.id))
+        try:
+            message = decode_client(raw)
+        except ProtocolError as exc:
+            if exc.code == e.INVALID_FRAME:
+                self._invalid_frames += 1
+                if self._invalid_frames > MAX_INVALID_FRAMES:
+                    exc = ProtocolError(
+                        e.INVALID_FRAME, f"more than {MAX_INVALID_FRAMES} invalid frames: {exc.message}",
+                        fatal=True, reply_to=exc.reply_to)
+            return self._reject(exc)
+        if message.id in self._pending:
+            return self._reject(ProtocolError(
+                e.DUPLICATE_MESSAGE_ID, f"id {message.id!r} is still pending", reply_to=message.id))
+        request = Request(message)
+        self._pending[message.id] = request.type
+        return request
+
+    # -- answering -------------------------------------------------------
+    def welcome(self, reply_to: str, body: m.Welcome) -> str:
+        """Answer the hello after instance.register committed."""
+        self._answer(reply_to, "worker.hello")
+        self._model.trigger("hello")
+        self._welcomed = True
+        return encode(m.WorkerWelcome(id=self._new_frame_id(), session_id=self.session_id,
+                                      reply_to=reply_to, body=body))
+
+    def capacity_applied(self, sequence: int, drain: bool) -> None:
+        """Record a capacity frame the store committed (stale ones are not applied)."""
+        self._model.drain = drain
+        self._model.trigger("capacity")
+        self.sequence = sequence
+
+    def is_stale(self, sequence: int) -> bool:
+        return self.sequence is not None and sequence <= self.sequence
+
+    def ack(self, reply_to: str, body: m.AckBody) -> str:
+        """Answer a capacity, resume or lease command with its ack body."""
+        request_type = self._answer(reply_to)
+        expected = m.ACK_BODY_FOR[request_type]
+        if not isinstance(body, expected):
+            raise e.InvalidMessage("body", f"an ack to {request_type} carries {expected.__name__}")
+        if request_type != "worker.capacity":
+            self._model.trigger("command")
+        return encode(m.Ack(id=self._new_frame_id(), session_id=self.session_id, reply_to=reply_to, body=body))
+
+    def refuse(self, reply_to: str, code: str, message: str, *, fatal: bool | None = None,
+               retry_after_ms: int | None = None) -> Reject:
+        """Answer a pending request with an error (a store refusal, say)."""
+        self._answer(reply_to)
+        return self._reject(ProtocolError(code, message, fatal=fatal, reply_to=reply_to),
+                            retry_after_ms=retry_after_ms)
+
+    def assign(self, task: m.AssignedTask, lease: m.Lease) -> str:
+        """A task.assign push (the dispatcher committed the offer)."""
+        self._model.trigger("dispatch")
+        return encode(m.TaskAssign(id=self._new_frame_id(), session_id=self.session_id, task=task, lease=lease))
+
+    def cancel(self, task_id: str, lease_id: str, requested_at: datetime, grace_expires_at: datetime,
+               reason: str | None) -> str:
+        """A task.cancel push for a lease this session holds."""
+        self._model.trigger("notify_cancel")
+        return encode(m.TaskCancel(id=self._new_frame_id(), session_id=self.session_id, task_id=task_id,
+                                   lease_id=lease_id, cancel_requested_at=requested_at,
+                                   grace_expires_at=grace_expires_at, reason=reason))
+
+    def fail(self, code: str, message: str) -> Reject:
+        """An unsolicited fatal error (hello timeout, missing pong)."""
+        return self._reject(ProtocolError(code, message, fatal=True))
+
+    def shutdown(self) -> Reject:
+        """The instance is stopping: server_shutting_down, no reply_to, then close."""
+        if self.state in ("closing", "closed"):
+            return Reject("", e.SERVER_SHUTTING_DOWN, None)
+        frame = self._error_frame(ProtocolError(e.SERVER_SHUTTING_DOWN, "this instance is shutting down; "
+                                                "reconnect and resume your leases"))
+        self._model.trigger("shutdown")
+        return Reject(frame, e.SERVER_SHUTTING_DOWN, e.CLOSE_GOING_AWAY)
+
+    # -- internals -------------------------------------------------------
+    def _answer(self, reply_to: str, expected_type: str | None = None) -> str:
+        request_type = self._pending.pop(reply_to, None)
+        if request_type is None or (expected_type and request_type != expected_type):
+            raise e.InvalidMessage("reply_to", f"no pending {expected_type or 'request'} with id {reply_to!r}")
+        return request_type
+
+    def _reject(self, exc: ProtocolError, *, retry_after_ms: int | None = None) -> Reject:
+        frame = self._error_frame(exc, retry_after_ms=retry_after_ms)
+        if exc.fatal:
+            self._fail()
+        return Reject(frame, exc.code, exc.close_code)
+
+    def _error_frame(self, exc: ProtocolError, *, retry_after_ms: int | None = None) -> str:
+        return encode(m.Error(
+            id=self._new_frame_id(), code=exc.code, message=exc.message[:4096], fatal=exc.fatal,
+            retry_after_ms=retry_after_ms, session_id=self.session_id if self.registered else None,
+            reply_to=exc.reply_to,
+        ))
+
+    def _fail(self) -> None:
+        try:
+            self._model.trigger("fail")
+        except MachineError:
+            pass  # already closing
+
+    def _next_frame_id(self) -> str:
+        self._counter += 1
+        return f"s-{self._counter}"
+
+
+__all__ = ["Close", "Event", "Reject", "Request", "ServerSession", "MachineError"]
