@@ -101,3 +101,49 @@ def db(database_config: DatabaseConfig, _seed_snapshot) -> DatabaseConfig:
     finally:
         conn.close()
     return database_config
+
+
+# -- a running service, in-process, on real sockets ---------------------------------
+
+import dataclasses as _dc  # noqa: E402
+import datetime as _dt  # noqa: E402
+
+import trio  # noqa: E402
+
+from pulse_trio import tokens as _tokens  # noqa: E402
+from pulse_trio.config import Settings  # noqa: E402
+
+
+def make_token(config: DatabaseConfig, role: str = "worker", queues: tuple[str, ...] = ()) -> str:
+    """A new bearer token stored in ``config``'s database."""
+    conn = connect(config)
+    try:
+        token, _ = _tokens.create_token(conn, role=role, queues=queues, label="test",
+                                        now=_dt.datetime.now(_dt.timezone.utc))
+        return token
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def token_factory(db: DatabaseConfig):
+    """``token_factory(role="worker", queues=("billing",))`` -> a bearer token."""
+    return lambda role="worker", queues=(): make_token(db, role, tuple(queues))
+
+
+@pytest.fixture
+def start_service(db: DatabaseConfig, nursery):
+    """``handle = await start_service(**settings)``: a real instance on 127.0.0.1:0.
+
+    Each call starts one more instance on the same database (for multi-
+    instance tests); all are stopped with the test's nursery. ``handle``
+    has ``worker_port``, ``ctx`` and ``stop()``.
+    """
+    from pulse_trio.server.service import serve
+
+    async def start(**overrides):
+        settings = _dc.replace(Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0)), **overrides)
+        return await nursery.start(lambda task_status: serve(settings, db, handle_signals=False,
+                                                             task_status=task_status))
+
+    return start

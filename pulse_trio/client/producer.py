@@ -1,0 +1,191 @@
+"""The producer client: the one place submit/get/cancel/retry/list are spelled.
+
+The CLI and the HTTP API are thin faces over this. Every method is one
+store transaction; ``submit(..., connection=conn)`` instead runs inside the
+caller's own open PyMySQL transaction (transactional enqueue): the task
+exists if and only if the caller commits.
+
+Cluster-wide timing (``priority_step``, ``cancel_grace``) is part of what a
+producer writes, so the client takes the same settings as ``serve`` and the
+same ``PULSE_…`` variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pulse_trio.client import queries
+from pulse_trio.contract.jsontext import JsonText
+from pulse_trio.contract.limits import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
+from pulse_trio.contract.scanner import ScanError
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store import Store
+from pulse_trio.store.cancellation import request as request_cancel
+from pulse_trio.store.results import TASK_NOT_FOUND, Refusal
+from pulse_trio.store.tasks import NewTask, retry as retry_task, submit as submit_tasks
+from pulse_trio.store.tx import Tx
+from pulse_trio.store.views import get_task
+
+UTC = dt.timezone.utc
+
+
+class ClientError(Exception):
+    """A request the platform refused; ``code`` is stable, ``message`` is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class TaskNotFound(ClientError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(TASK_NOT_FOUND, f"no task {task_id}")
+
+
+class InvalidRequest(ClientError):
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_request", message)
+
+
+def canonical_payload(payload: Any = None, *, payload_json: str | None = None) -> str:
+    """Strict JSON text of the payload (the same rules as frames), ≤ 256 KiB."""
+    try:
+        text = (JsonText.parse(payload_json, max_depth=MAX_PAYLOAD_DEPTH) if payload_json is not None
+                else JsonText.from_value({} if payload is None else payload, max_depth=MAX_PAYLOAD_DEPTH))
+    except (ScanError, ValueError, TypeError) as exc:
+        raise InvalidRequest(f"payload is not valid JSON: {exc}") from None
+    if len(text.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+        raise ClientError("payload_too_large", f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
+    return str(text)
+
+
+@dataclasses.dataclass
+class Client:
+    """Producer and operator operations on one database (thread-safe, blocking)."""
+
+    database: DatabaseConfig
+    priority_step: float = 30.0
+    cancel_grace: float = 30.0
+    pool_size: int = 2
+
+    def __post_init__(self) -> None:
+        self.store = Store(self.database, pool_size=self.pool_size)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def now() -> dt.datetime:
+        return dt.datetime.now(UTC)
+
+    # -- producing ---------------------------------------------------------------
+    def new_task(self, queue: str, kind: str, payload: Any = None, *, payload_json: str | None = None,
+                 priority: int = 0, delay: float | None = None, due_at: dt.datetime | None = None,
+                 idempotency_key: str | None = None, concurrency_key: str | None = None,
+                 concurrency_limit: int = 1, max_attempts: int = 3, retry_uncertain: bool = False,
+                 lease_ttl: float | None = None, now: dt.datetime | None = None) -> NewTask:
+        """Validate a submission without writing anything."""
+        now = now or self.now()
+        if delay is not None and due_at is not None:
+            raise InvalidRequest("give delay or due_at, not both")
+        if delay is not None:
+            if delay < 0:
+                raise InvalidRequest("delay must not be negative")
+            due_at = now + dt.timedelta(seconds=delay)
+        if due_at is not None and due_at.tzinfo is None:
+            raise InvalidRequest("due_at must carry a time zone (UTC)")
+        try:
+            return NewTask(
+                queue=queue, kind=kind, payload_json=canonical_payload(payload, payload_json=payload_json),
+                priority=priority, due_at=due_at, idempotency_key=idempotency_key,
+                concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, max_attempts=max_attempts,
+                retry_uncertain=retry_uncertain,
+                lease_ttl_ms=None if lease_ttl is None else max(1, round(lease_ttl * 1000)),
+            )
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+
+    def submit(self, queue: str, kind: str, payload: Any = None, *, connection: Any = None,
+               **options: Any) -> dict[str, Any]:
+        """Create a task (or find the one with this idempotency key); returns the task view.
+
+        With ``connection`` (an open PyMySQL connection in the caller's
+        transaction) the insert joins that transaction and nothing is
+        committed here; the returned dict is then just ``task_id``/``state``.
+        """
+        now = self.now()
+        task = self.new_task(queue, kind, payload, now=now, **options)
+        return self.submit_many([task], connection=connection, now=now)[0]
+
+    def submit_many(self, tasks: Sequence[NewTask], *, connection: Any = None,
+                    now: dt.datetime | None = None) -> list[dict[str, Any]]:
+        now = now or self.now()
+        step_ms = round(self.priority_step * 1000)
+        if connection is not None:
+            with connection.cursor() as cursor:
+                tx = Tx(cursor)
+                done = submit_tasks(tx, tasks=list(tasks), now=now, priority_step_ms=step_ms)
+            return [{"task_id": s.task_id, "state": s.state, "created": s.created} for s in done]
+        done = self.store.run_sync(submit_tasks, tasks=list(tasks), now=now, priority_step_ms=step_ms)
+        return [dict(self.get(s.task_id), created=s.created) for s in done]
+
+    # -- reading -----------------------------------------------------------------
+    def get_json_text(self, task_id: str) -> str:
+        """The task view as JSON text (payload and result embedded verbatim)."""
+        view = self.store.run_sync(get_task, task_id=task_id)
+        if view is None:
+            raise TaskNotFound(task_id)
+        return view.as_json_text()
+
+    def get(self, task_id: str) -> dict[str, Any]:
+        return json.loads(self.get_json_text(task_id))
+
+    def list(self, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
+             after: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """A page of tasks, oldest first; ``next`` is the cursor for the following page."""
+        if state is not None and state not in queries.TASK_STATES:
+            raise InvalidRequest(f"state must be one of {', '.join(queries.TASK_STATES)}")
+        if not 1 <= limit <= 1000:
+            raise InvalidRequest("limit must be 1..1000")
+        rows = self.store.run_sync(queries.list_tasks, queue=queue, state=state, kind=kind, after=after,
+                                   limit=limit + 1)
+        page = rows[:limit]
+        return {
+            "tasks": [{"task_id": r.task_id, "queue": r.queue, "kind": r.kind, "state": r.state,
+                       "priority": r.priority, "attempt": r.attempt,
+                       "created_at": r.created_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")} for r in page],
+            "next": page[-1].task_id if len(rows) > limit else None,
+        }
+
+    def queues(self) -> dict[str, Any]:
+        return self.store.run_sync(queries.queue_depths, now=self.now())
+
+    # -- operating ---------------------------------------------------------------
+    def cancel(self, task_id: str, *, reason: str = "", requested_by: str = "") -> dict[str, Any]:
+        """Save a cancel intent (or report the final state of a terminal task)."""
+        result = self.store.run_sync(request_cancel, task_id=task_id, now=self.now(), reason=reason,
+                                     requested_by=requested_by, cancel_grace_ms=round(self.cancel_grace * 1000))
+        if isinstance(result, Refusal):
+            raise TaskNotFound(task_id) if result.code == TASK_NOT_FOUND else ClientError(result.code, result.message)
+        return dict(self.get(task_id), cancel_changed=result.changed)
+
+    def retry(self, task_id: str) -> dict[str, Any]:
+        """Manual recovery of a terminal FAILED/UNKNOWN/CANCELLED task; idempotent per source."""
+        result = self.store.run_sync(retry_task, source_task_id=task_id, now=self.now())
+        if isinstance(result, Refusal):
+            if result.code == TASK_NOT_FOUND:
+                raise TaskNotFound(task_id)
+            raise ClientError("not_retryable", result.message or f"task {task_id} is not in a terminal "
+                              "FAILED, UNKNOWN or CANCELLED state")
+        return dict(self.get(result.task_id), created=result.created)
