@@ -113,12 +113,15 @@ def finish(status: str = "SUCCEEDED", **extra: Any) -> dict:
     return _frame("task.finish", "f1", body)
 
 
-def welcome_body(secret: bool = True) -> dict:
+def welcome_body(secret: bool = True, sequence: str | None = None, capacity: int = 0) -> dict:
     body: dict[str, Any] = {"instance_id": INSTANCE}
     if secret:
         body["instance_secret"] = SECRET_C
+    body["epoch"] = "42"
+    if sequence is not None:
+        body["sequence"] = sequence
     body.update({
-        "epoch": "42", "capacity": 0, "drain": False, "active_leases": 0,
+        "capacity": capacity, "drain": False, "active_leases": 0,
         "lease_ttl_ms": 30000, "start_timeout_ms": 30000,
         "limits": {"max_frame_bytes": 524288, "max_result_bytes": 262144},
         "server_time": T0,
@@ -144,7 +147,7 @@ def receipt(command: str = "task.renew") -> dict:
 
 
 def ack_capacity() -> dict:
-    return _frame("ack", "s-2", dict(welcome_body(secret=False), sequence="1", capacity=8), reply_to="c1")
+    return _frame("ack", "s-2", welcome_body(secret=False, sequence="1", capacity=8), reply_to="c1")
 
 
 def ack_resume() -> dict:
