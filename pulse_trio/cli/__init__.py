@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from pulse_trio import __version__
-from pulse_trio.cli import database, tokens, serve, statecharts
+from pulse_trio.cli import database, serve, statecharts, tasks, tokens
 
-_GROUPS = (serve, database, tokens, statecharts)
+_GROUPS = (serve, database, tokens, tasks, statecharts)
 
 
 def build_parser() -> argparse.ArgumentParser:

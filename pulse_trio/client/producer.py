@@ -64,6 +64,34 @@ def canonical_payload(payload: Any = None, *, payload_json: str | None = None) -
     return str(text)
 
 
+def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str | None = None,
+             priority: int = 0, delay: float | None = None, due_at: dt.datetime | None = None,
+             idempotency_key: str | None = None, concurrency_key: str | None = None,
+             concurrency_limit: int = 1, max_attempts: int = 3, retry_uncertain: bool = False,
+             lease_ttl: float | None = None, now: dt.datetime | None = None) -> NewTask:
+    """A validated task to submit; raises InvalidRequest before anything is written."""
+    now = now or dt.datetime.now(UTC)
+    if delay is not None and due_at is not None:
+        raise InvalidRequest("give delay or due_at, not both")
+    if delay is not None:
+        if delay < 0:
+            raise InvalidRequest("delay must not be negative")
+        due_at = now + dt.timedelta(seconds=delay)
+    if due_at is not None and due_at.tzinfo is None:
+        raise InvalidRequest("due_at must carry a time zone (UTC)")
+    try:
+        return NewTask(
+            queue=queue, kind=kind, payload_json=canonical_payload(payload, payload_json=payload_json),
+            priority=priority, due_at=due_at, idempotency_key=idempotency_key,
+            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, max_attempts=max_attempts,
+            retry_uncertain=retry_uncertain,
+            lease_ttl_ms=None if lease_ttl is None else max(1, round(lease_ttl * 1000)),
+        )
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+
 @dataclasses.dataclass
 class Client:
     """Producer and operator operations on one database (thread-safe, blocking)."""
@@ -90,31 +118,9 @@ class Client:
         return dt.datetime.now(UTC)
 
     # -- producing ---------------------------------------------------------------
-    def new_task(self, queue: str, kind: str, payload: Any = None, *, payload_json: str | None = None,
-                 priority: int = 0, delay: float | None = None, due_at: dt.datetime | None = None,
-                 idempotency_key: str | None = None, concurrency_key: str | None = None,
-                 concurrency_limit: int = 1, max_attempts: int = 3, retry_uncertain: bool = False,
-                 lease_ttl: float | None = None, now: dt.datetime | None = None) -> NewTask:
-        """Validate a submission without writing anything."""
-        now = now or self.now()
-        if delay is not None and due_at is not None:
-            raise InvalidRequest("give delay or due_at, not both")
-        if delay is not None:
-            if delay < 0:
-                raise InvalidRequest("delay must not be negative")
-            due_at = now + dt.timedelta(seconds=delay)
-        if due_at is not None and due_at.tzinfo is None:
-            raise InvalidRequest("due_at must carry a time zone (UTC)")
-        try:
-            return NewTask(
-                queue=queue, kind=kind, payload_json=canonical_payload(payload, payload_json=payload_json),
-                priority=priority, due_at=due_at, idempotency_key=idempotency_key,
-                concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, max_attempts=max_attempts,
-                retry_uncertain=retry_uncertain,
-                lease_ttl_ms=None if lease_ttl is None else max(1, round(lease_ttl * 1000)),
-            )
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
+    def new_task(self, queue: str, kind: str, payload: Any = None, **options: Any) -> NewTask:
+        """Validate a submission without writing anything (see :func:`build_task`)."""
+        return build_task(queue, kind, payload, **options)
 
     def submit(self, queue: str, kind: str, payload: Any = None, *, connection: Any = None,
                **options: Any) -> dict[str, Any]:
@@ -171,6 +177,9 @@ class Client:
     def queues(self) -> dict[str, Any]:
         return self.store.run_sync(queries.queue_depths, now=self.now())
 
+    def workers(self, *, include_disconnected: bool = False) -> list[dict[str, Any]]:
+        return self.store.run_sync(queries.list_workers, include_disconnected=include_disconnected)
+
     # -- operating ---------------------------------------------------------------
     def cancel(self, task_id: str, *, reason: str = "", requested_by: str = "") -> dict[str, Any]:
         """Save a cancel intent (or report the final state of a terminal task)."""
@@ -186,6 +195,7 @@ class Client:
         if isinstance(result, Refusal):
             if result.code == TASK_NOT_FOUND:
                 raise TaskNotFound(task_id)
-            raise ClientError("not_retryable", result.message or f"task {task_id} is not in a terminal "
-                              "FAILED, UNKNOWN or CANCELLED state")
+            state = self.get(task_id)["state"]
+            raise ClientError("not_retryable", f"task {task_id} is {state}: only a terminal FAILED, UNKNOWN "
+                              "or CANCELLED task can be retried")
         return dict(self.get(result.task_id), created=result.created)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.rows import TaskRow
-from pulse_trio.store.tx import Tx, py_time
+from pulse_trio.store.tx import Tx, py_time, rfc3339
 
 TASK_STATES = ("SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
 
@@ -42,3 +43,29 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
         if queue in out and oldest is not None:
             out[queue]["oldest_ready_age_s"] = max(0.0, (now - py_time(oldest)).total_seconds())
     return out
+
+
+@read_only
+def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 1000) -> list[dict[str, object]]:
+    """Worker instances with their session, capacity, drain and held leases."""
+    sql = ("SELECT i.instance_id, i.session_id, i.epoch, i.state, i.worker_name, i.subscriptions, i.capacity,"
+           " i.sequence, i.concurrency_keys, i.cancellation_notifications, i.registered_at, i.disconnected_at,"
+           " (SELECT COUNT(*) FROM leases l WHERE l.owner_session_id = i.session_id"
+           "  AND l.state IN ('OFFERED', 'RUNNING')) AS held"
+           " FROM worker_instances i")
+    if not include_disconnected:
+        sql += " WHERE i.state <> 'DISCONNECTED'"
+    sql += " ORDER BY i.epoch LIMIT %s"
+    workers = []
+    for row in tx.all(sql, (limit,)):
+        (instance_id, session_id, epoch, state, name, subscriptions, capacity, sequence, keys, notify,
+         registered_at, disconnected_at, held) = row
+        workers.append({
+            "instance_id": instance_id, "session_id": session_id, "epoch": str(epoch), "state": state,
+            "worker_name": name, "subscriptions": json.loads(subscriptions), "capacity": int(capacity),
+            "drain": state == "DRAINING", "sequence": None if sequence is None else str(sequence),
+            "concurrency_keys": bool(keys), "cancellation_notifications": bool(notify),
+            "active_leases": int(held), "registered_at": rfc3339(registered_at),
+            "disconnected_at": rfc3339(disconnected_at) if disconnected_at else None,
+        })
+    return workers
