@@ -1,0 +1,98 @@
+"""`pulse-trio serve` as a process: two at once on one database, fresh or not."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from pulse_trio.store.migrate import code_version, current_version
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "serve exited"
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def _handshake_status(port: int, token: str = "") -> str:
+    request = (
+        "GET /v1/worker HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: pulse.worker.v1\r\n"
+        + (f"Authorization: Bearer {token}\r\n" if token else "") + "\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request.encode())
+        return s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
+
+
+def test_two_instances_start_together_on_a_fresh_database(database_server, tmp_path):
+    db = database_server.with_database("pulse_two_serves")
+    ports = [_free_port(), _free_port()]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
+             "--worker-listen", f"127.0.0.1:{port}", "--state-dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for port in ports
+    ]
+    try:
+        for port, proc in zip(ports, procs):
+            _wait_listening(port, proc)
+        assert current_version(db) == code_version()
+        token = subprocess.run(
+            [sys.executable, "-m", "pulse_trio", "token", "create", "--role", "worker",
+             "--database-url", db.url(redact=False)], capture_output=True, text=True, check=True).stdout.strip()
+        for port in ports:
+            assert " 101 " in _handshake_status(port, token) + " "
+            assert " 401 " in _handshake_status(port) + " "
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            assert proc.wait(timeout=20) == 0
+
+
+def test_serve_without_a_database_url_runs_and_stops_a_managed_mariadb(tmp_path):
+    state = tmp_path / "state"
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PULSE_DATABASE_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pulse_trio", "serve", "--state-dir", str(state), "--worker-listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait_listening(port, proc, timeout=60)
+        assert (state / "mariadb" / "data" / "mysql").is_dir()
+        pid = int((state / "mariadb" / "mysqld.pid").read_text())
+        os.kill(pid, 0)  # the private server is running
+        token = subprocess.run(
+            [sys.executable, "-m", "pulse_trio", "token", "create", "--role", "worker", "--state-dir", str(state)],
+            capture_output=True, text=True, check=True, env=env).stdout.strip()
+        assert " 101 " in _handshake_status(port, token) + " "
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the managed mariadbd outlived serve")
