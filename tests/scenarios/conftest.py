@@ -99,8 +99,12 @@ SCENARIO_SETTINGS = {"poll_interval": 0.5}
 
 
 @pytest.fixture
-def scenario_service(start_service, virtual_clock):
-    """``await scenario_service(**settings)``: an instance on the virtual clock."""
+def scenario_service(start_service):
+    """``await scenario_service(**settings)``: an instance for the virtual clock.
+
+    pytest-trio only runs a test on a clock that the *test function itself*
+    takes as an argument: every scenario test must list ``virtual_clock``.
+    """
 
     async def start(**overrides):
         return await start_service(**{**SCENARIO_SETTINGS, **overrides})

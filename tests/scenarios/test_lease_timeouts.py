@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 
 
-async def test_offer_lapses_without_costing_an_attempt(scenario_service, connect_worker, submit):
+async def test_offer_lapses_without_costing_an_attempt(virtual_clock, scenario_service, connect_worker, submit):
     service = await scenario_service(start_timeout=30, lease_ttl=30)
     task = await submit(service)
     async with connect_worker(service) as worker:
