@@ -109,7 +109,8 @@ def _submit(args: argparse.Namespace) -> int:
     except ClientError as exc:
         fail(exc.message, 2)
     with _client(args) as client:
-        print_json(client.submit_many([task])[0])
+        done = client.submit_many([task])[0]
+        print_json(dict(client.get(done["task_id"]), created=done["created"]))
     return 0
 
 

@@ -132,10 +132,14 @@ class Client:
         """
         now = self.now()
         task = self.new_task(queue, kind, payload, now=now, **options)
-        return self.submit_many([task], connection=connection, now=now)[0]
+        done = self.submit_many([task], connection=connection, now=now)[0]
+        if connection is not None:
+            return done
+        return dict(self.get(done["task_id"]), created=done["created"])
 
     def submit_many(self, tasks: Sequence[NewTask], *, connection: Any = None,
                     now: dt.datetime | None = None) -> list[dict[str, Any]]:
+        """Submit a batch in one transaction; returns ``task_id``/``state``/``created`` per task."""
         now = now or self.now()
         step_ms = round(self.priority_step * 1000)
         if connection is not None:
@@ -144,7 +148,7 @@ class Client:
                 done = submit_tasks(tx, tasks=list(tasks), now=now, priority_step_ms=step_ms)
             return [{"task_id": s.task_id, "state": s.state, "created": s.created} for s in done]
         done = self.store.run_sync(submit_tasks, tasks=list(tasks), now=now, priority_step_ms=step_ms)
-        return [dict(self.get(s.task_id), created=s.created) for s in done]
+        return [{"task_id": s.task_id, "state": s.state, "created": s.created} for s in done]
 
     # -- reading -----------------------------------------------------------------
     def get_json_text(self, task_id: str) -> str:
