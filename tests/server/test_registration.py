@@ -1,0 +1,144 @@
+"""Registration: the handshake (path, subprotocol, token) and worker.hello."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import harness
+
+
+@pytest.mark.parametrize("transport", ["ws", "wss"])
+async def test_good_hello_gets_a_welcome_and_epochs_increase(transport, start_service, connect, worker_token,
+                                                             tls, client):
+    cert, key, context = tls
+    if transport == "wss":
+        service = await start_service(tls_cert=cert, tls_key=key)
+        kw = {"ssl_context": context}
+    else:
+        service = await start_service()
+        kw = {}
+    first = await connect(service, worker_token, name="w1", **kw)
+    reply = await first.hello(["billing"], cancellation_notifications=True, concurrency_keys=False)
+    assert reply["type"] == "worker.welcome" and reply["reply_to"] == "h1"
+    welcome = reply["body"]
+    assert welcome["limits"] == {"max_frame_bytes": 524288, "max_result_bytes": 262144}
+    assert welcome["drain"] is False and welcome["capacity"] == 0
+    second = await connect(service, worker_token, name="w2", **kw)
+    other = (await second.hello(["billing"]))["body"]
+    assert int(other["epoch"]) > int(welcome["epoch"])
+    assert other["instance_id"] != welcome["instance_id"]
+    assert other["instance_secret"] != welcome["instance_secret"]
+    assert second.session_id != first.session_id
+    # The session works end to end over this transport.
+    await first.capacity_ok(1)
+    task = client.submit("billing", "invoice.send", {"n": 1})
+    held = await first.expect_assign()
+    assert held.task_id == task["task_id"]
+    await first.ok(first.start(held))
+    await first.ok(first.finish(held))
+
+
+async def test_wss_refuses_a_client_that_does_not_trust_the_ca(start_service, tls, worker_token):
+    import ssl
+
+    import trio
+
+    cert, key, _ = tls
+    service = await start_service(tls_cert=cert, tls_key=key)
+    with pytest.raises(trio.BrokenResourceError) as raised:
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.1", service.worker_port)
+            tls_stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname="localhost")
+            await tls_stream.do_handshake()
+    assert isinstance(raised.value.__cause__, ssl.SSLCertVerificationError)
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer pulse_wrong", "Bearer", "Basic dXNlcjpwYXNz", "TWICE"])
+async def test_bad_token_gets_http_401_and_no_websocket(start_service, worker_token, authorization):
+    service = await start_service()
+    if authorization is None:
+        headers = []
+    elif authorization == "TWICE":  # a valid token, but two Authorization headers: ambiguous
+        headers = harness.headers_for(worker_token) * 2
+    else:
+        headers = [(b"authorization", authorization.encode())]
+    refusal = await harness.rejected(service.worker_port, None, headers=headers)
+    assert refusal.status_code == 401
+
+
+async def test_non_worker_and_revoked_tokens_get_401(start_service, token_factory, revoke):
+    service = await start_service()
+    producer = token_factory("producer", ["billing"])
+    assert (await harness.rejected(service.worker_port, producer)).status_code == 401
+    worker = token_factory("worker", ["billing"])
+    revoke(worker)
+    assert (await harness.rejected(service.worker_port, worker)).status_code == 401
+
+
+async def test_wrong_or_missing_subprotocol_gets_400(start_service, worker_token):
+    service = await start_service()
+    for offered in ((), ("pulse.worker.v2",), ("chat",)):
+        refusal = await harness.rejected(service.worker_port, worker_token, subprotocols=offered)
+        assert refusal.status_code == 400, offered
+
+
+async def test_wrong_path_gets_404(start_service, worker_token):
+    service = await start_service()
+    for path in ("/", "/v1/workers", "/v2/worker", "/v1/worker/x"):
+        refusal = await harness.rejected(service.worker_port, worker_token, path=path)
+        assert refusal.status_code == 404, path
+
+
+async def test_foreign_queue_is_permission_denied_fatal_without_session_id(start_service, connect, token_factory):
+    service = await start_service()
+    worker = await connect(service, token_factory("worker", ["billing"]))
+    reply = await worker.hello(["billing", "payroll"])
+    worker.assert_error(reply, "permission_denied", fatal=True)
+    assert "session_id" not in reply and reply["reply_to"] == "h1"
+    await worker.expect_close(1008)
+
+
+async def test_no_hello_within_the_timeout_is_hello_required(start_service, connect, worker_token):
+    service = await start_service(hello_timeout=0.3)
+    worker = await connect(service, worker_token)
+    frame = await worker.expect_error("hello_required", fatal=True, reply_to=harness.ABSENT)
+    assert "session_id" not in frame
+    await worker.expect_close(1008)
+
+
+async def test_a_first_frame_that_is_not_hello_is_hello_required(start_service, connect, worker_token):
+    service = await start_service()
+    worker = await connect(service, worker_token)
+    frame = worker.frame("worker.capacity", {"sequence": "1", "capacity": 1, "drain": False},
+                         session_id="ses_01KBFEY3G0B1BKY7SP31HF1KWA")
+    await worker.send(frame)
+    error = await worker.expect_error("hello_required", fatal=True, reply_to=frame["id"])
+    assert "session_id" not in error
+    await worker.expect_close(1008)
+
+
+async def test_second_hello_is_a_non_fatal_invalid_transition(start_service, connect, worker_token):
+    service = await start_service()
+    worker = await connect(service, worker_token)
+    welcome = await worker.register(["billing"])
+    reply = await worker.hello(["mail"], id="h2")
+    worker.assert_error(reply, "invalid_transition")
+    assert reply["session_id"] == worker.session_id
+    # Nothing changed: same instance, and the session still works.
+    worker.subscriptions = {"billing": None}
+    ack = await worker.capacity_ok(2)
+    assert ack["instance_id"] == welcome["instance_id"] and ack["epoch"] == welcome["epoch"]
+
+
+async def test_invalid_hello_is_invalid_frame_and_the_session_can_still_register(start_service, connect,
+                                                                                 worker_token):
+    service = await start_service()
+    worker = await connect(service, worker_token)
+    bad = {"protocol_version": "1", "type": "worker.hello", "id": "h0",
+           "body": {"worker_name": "x", "subscriptions": []}}
+    await worker.send_text(json.dumps(bad))
+    error = await worker.expect_error("invalid_frame", fatal=False, reply_to="h0")
+    assert "session_id" not in error
+    await worker.register(["billing"])
