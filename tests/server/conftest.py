@@ -26,14 +26,53 @@ from pulse_trio import tokens  # noqa: E402
 
 
 @pytest.fixture
-def connect(nursery):
-    """``worker = await connect(service_or_port, token, name=..., ssl_context=...)``."""
+async def connect():
+    """``worker = await connect(service_or_port, token, name=..., ssl_context=...)``.
 
-    async def open_(service, token, **kw):
-        port = service if isinstance(service, int) else service.worker_port
-        return await harness.connect(nursery, port, token, **kw)
+    The connections live in this fixture's own nursery, not the test's: when
+    the test ends and its nursery (with the services) is cancelled, the
+    clients are still there to answer the server's close handshake.
+    """
+    import trio
 
-    return open_
+    opened = []
+    async with trio.open_nursery() as own:
+
+        async def open_(service, token, **kw):
+            port = service if isinstance(service, int) else service.worker_port
+            worker = await harness.connect(own, port, token, **kw)
+            opened.append(worker)
+            return worker
+
+        yield open_
+        for worker in opened:
+            await worker.drop()
+        own.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def start_service(start_service, connect):
+    """The global ``start_service``, plus a graceful stop of every instance at teardown.
+
+    Requesting ``connect`` makes the clients outlive this teardown, so the
+    instances close their sessions properly (server_shutting_down, close
+    1001) instead of being cancelled mid-handshake.
+    """
+    import trio
+
+    handles = []
+
+    async def start(**overrides):
+        handle = await start_service(**overrides)
+        handles.append(handle)
+        return handle
+
+    yield start
+    for handle in handles:
+        handle.stop()
+    with trio.move_on_after(10):
+        while any(handle.ctx.connections for handle in handles):
+            await trio.sleep(0.01)
 
 
 @pytest.fixture
