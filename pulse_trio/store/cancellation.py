@@ -73,7 +73,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "", request
     # lease (if any) first, through the leases_task index.
     live = tx.all(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
                   " AND l.state IN ('OFFERED', 'RUNNING') FOR UPDATE", (task_id,))
-    row = tx.one(f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (task_id,))
+    row = tx.one(f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (task_id,))
     if row is None:
         return Refusal(TASK_NOT_FOUND, f"no task {task_id}")
     task = TaskRow.from_row(row)
@@ -156,9 +156,10 @@ def notify(tx: Tx, *, session_ids: Sequence[str], now: dt.datetime, limit: int =
 
 
 @transition("cancellation", "resolve", entry=False)
-def resolve(tx: Tx, *, task_id: str, now: dt.datetime) -> None:
-    """The worker finished a task with an open intent (part of lease.finish)."""
-    _close(tx, "resolve", task_id, now)
+def resolve(tx: Tx, *, task_ids: Sequence[str], now: dt.datetime) -> None:
+    """The worker finished tasks with an open intent (part of lease.finish)."""
+    for task_id in task_ids:
+        _close(tx, "resolve", task_id, now)
 
 
 @transition("cancellation", "escalate", entry=False)

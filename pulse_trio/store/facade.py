@@ -23,7 +23,7 @@ import functools
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import pymysql
@@ -33,7 +33,7 @@ from pulse_trio.dburl import DatabaseConfig, connect
 from pulse_trio.store.pool import ConnectionPool
 from pulse_trio.store.registry import is_read_only, registration_of
 from pulse_trio.store.results import Refusal
-from pulse_trio.store.tx import CasMismatch, Tx
+from pulse_trio.store.tx import CasMismatch, InvariantViolation, Tx
 
 T = TypeVar("T")
 
@@ -85,13 +85,61 @@ class Store:
         """Run ``fn`` as one transaction in a worker thread; cancellation waits for it."""
         return await trio.to_thread.run_sync(functools.partial(self.run_sync, fn, **kwargs), limiter=self.limiter)
 
+    async def run_batch(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]]) -> list[Any]:
+        """Run several entry functions in ONE transaction (one COMMIT), results in order.
+
+        For the server to coalesce concurrent lease commands: each function is
+        still exactly one transition and refuses without writing, so the
+        others' writes are unaffected by a refusal; they only share the
+        commit. If the batch fails as a whole (a deadlock after the retries,
+        a bug in one call), it falls back to one transaction per call so one
+        bad command cannot take its neighbours down.
+        """
+        return await trio.to_thread.run_sync(functools.partial(self.run_batch_sync, calls), limiter=self.limiter)
+
+    def run_batch_sync(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]]) -> list[Any]:
+        for fn, _ in calls:
+            self._check_runnable(fn)
+        if len(calls) == 1:
+            fn, kwargs = calls[0]
+            return [self.run_sync(fn, **kwargs)]
+
+        # Lease commands lock their lease first: taking leases in id order keeps two
+        # concurrent batches from locking the same pair in opposite orders.
+        order = sorted(range(len(calls)), key=lambda i: _lock_key(calls[i][1]))
+
+        def body(tx: Tx) -> list[Any]:
+            results: list[Any] = [None] * len(calls)
+            for i in order:
+                fn, kwargs = calls[i]
+                results[i] = fn(tx, **kwargs)
+            return results
+
+        try:
+            return self._transaction(body, "batch")
+        except (StoreUnavailable, InvariantViolation, pymysql.err.IntegrityError):
+            return [self._safely(fn, kwargs) for fn, kwargs in calls]
+
+    def _safely(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            return self.run_sync(fn, **kwargs)
+        except (StoreUnavailable, InvariantViolation, pymysql.err.IntegrityError) as exc:
+            return exc
+
     def run_sync(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run ``fn`` as one transaction in the calling thread (CLI, tests, worker threads)."""
+        self._check_runnable(fn)
+        return self._transaction(lambda tx: fn(tx, **kwargs), getattr(fn, "__name__", repr(fn)))
+
+    @staticmethod
+    def _check_runnable(fn: Callable[..., Any]) -> None:
         registration = registration_of(fn)
         if registration is None and not is_read_only(fn):
             raise TypeError(f"{fn!r} is neither a registered transition nor a read-only view")
         if registration is not None and not registration.entry:
             raise TypeError(f"{registration.name} is a step: it runs inside another transition's transaction")
+
+    def _transaction(self, body: Callable[[Tx], T], name: str) -> T:
         recovering = False
         last_error: BaseException | None = None
         for attempt in range(self.max_attempts):
@@ -107,7 +155,7 @@ class Store:
             try:
                 with conn.cursor() as cur:
                     tx = Tx(cur, recovering=recovering)
-                    result = fn(tx, **kwargs)
+                    result = body(tx)
                 if isinstance(result, Refusal) or not tx.wrote:
                     conn.rollback()
                     self._count("rollbacks")
@@ -141,8 +189,7 @@ class Store:
             except BaseException:
                 self._rollback_or_discard(conn)
                 raise
-        raise StoreUnavailable(f"{getattr(fn, '__name__', fn)} failed after {self.max_attempts} attempts: "
-                               f"{last_error!r}") from last_error
+        raise StoreUnavailable(f"{name} failed after {self.max_attempts} attempts: {last_error!r}") from last_error
 
     def _sleep(self, attempt: int) -> None:
         ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
@@ -176,3 +223,10 @@ class Store:
         """Close idle connections; call after every run has returned."""
         self.pool.close()
 
+
+def _lock_key(kwargs: dict[str, Any]) -> str:
+    for name in ("command", "request"):
+        value = kwargs.get(name)
+        if value is not None and hasattr(value, "lease_id"):
+            return value.lease_id
+    return ""

@@ -23,7 +23,7 @@ def revoke(tx: Tx, *, lease: LeaseRow, now: dt.datetime) -> str:
     """
     dest = require("lease", "revoke", lease.state, lease)
     stamp = db_time(now)
-    tx.cas("UPDATE leases SET state = %s, revision = revision + 1, ended_at = %s, cancel_requested_at = %s"
+    tx.cas("UPDATE leases SET state = %s, ended_at = %s, cancel_requested_at = %s"
            " WHERE lease_id = %s AND state = 'OFFERED' AND revision = %s",
            (dest, stamp, stamp, lease.lease_id, lease.revision))
     if lease.concurrency_token is not None:

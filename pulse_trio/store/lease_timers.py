@@ -27,7 +27,7 @@ def _due(tx: Tx, state: str, now: dt.datetime, limit: int) -> tuple[list[LeaseRo
     if not leases:
         return [], {}
     tasks = {t.task_id: t for t in (TaskRow.from_row(r) for r in tx.all(
-        f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id IN %s ORDER BY t.task_id FOR UPDATE",
+        f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id IN %s ORDER BY t.task_id FOR UPDATE",
         (tuple(sorted({l.task_id for l in leases})),)))}
     return leases, tasks
 
@@ -41,7 +41,7 @@ def lapse(tx: Tx, *, now: dt.datetime, limit: int = 200) -> TimerResult:
     if not ended:
         return TimerResult(0, False)
     ids = tuple(l.lease_id for l in ended)
-    tx.cas("UPDATE leases SET state = 'LAPSED', revision = revision + 1, ended_at = %s"
+    tx.cas("UPDATE leases SET state = 'LAPSED', ended_at = %s"
            " WHERE lease_id IN %s AND state = 'OFFERED'", (db_time(now), ids), expected=len(ids))
     task_steps.lapse(tx, tasks=[tasks[l.task_id] for l in ended], now=now)
     permits.release(tx, leases=ended, now=now)
@@ -62,7 +62,7 @@ def expire(tx: Tx, *, now: dt.datetime, limit: int = 200, permit_quarantine_ms: 
     for lease in leases:
         if isinstance(decide("lease", "expire", lease.state, SimpleNamespace(lease=lease, now=now)), Refusal):
             continue
-        tx.cas("UPDATE leases SET state = 'EXPIRED', revision = revision + 1, ended_at = %s"
+        tx.cas("UPDATE leases SET state = 'EXPIRED', ended_at = %s"
                " WHERE lease_id = %s AND state = 'RUNNING' AND revision = %s",
                (db_time(now), lease.lease_id, lease.revision))
         task_state = task_steps.expire(tx, task=tasks[lease.task_id], lease=lease, now=now)

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from pulse_trio.store.tx import py_time
 
+_HEAVY = frozenset({"payload", "outcome_error_message"})
 TERMINAL_TASK_STATES = frozenset({"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"})
 LIVE_LEASE_STATES = ("OFFERED", "RUNNING")
 
@@ -61,8 +62,15 @@ class TaskRow:
                                                   "outcome_uncertain"})
 
     @classmethod
-    def columns(cls, prefix: str = "t") -> str:
-        return _columns(prefix, cls.NAMES)
+    def columns(cls, prefix: str = "t", *, lean: bool = False) -> str:
+        """The SELECT list; ``lean`` reads NULL for the payload and the outcome message.
+
+        Lease commands and timers never need the (up to 256 KiB) payload, and
+        not reading it keeps their locking SELECT cheap.
+        """
+        if not lean:
+            return _columns(prefix, cls.NAMES)
+        return ", ".join("NULL" if n in _HEAVY else f"{prefix}.{n}" for n in cls.NAMES)
 
     @classmethod
     def from_row(cls, row: tuple) -> TaskRow:

@@ -107,6 +107,13 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
             "SELECT attempt, lease_id, session_id, status, started_at, ended_at, error_code, error_message,"
             " retryable, effect_uncertain, concurrency_token, result FROM task_attempts WHERE task_id = %s"
             " ORDER BY attempt", (task_id,)))
+    lease = tx.one(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
+                   " AND l.state IN ('OFFERED', 'RUNNING')", (task_id,))
+    live = LeaseRow.from_row(lease) if lease else None
+    if live is not None and live.state == "RUNNING":
+        # the running attempt's row is written when it ends; show it from its lease
+        attempts += (AttemptView(live.attempt, live.lease_id, live.owner_session_id, "RUNNING", live.started_at,
+                                 None, None, None, None, live.effect_uncertain, live.concurrency_token, None),)
     outcome = None
     if task.state in TERMINAL_TASK_STATES and task.outcome_status:
         result = next((a.result_json for a in attempts if a.attempt == task.outcome_attempt), None)
@@ -114,8 +121,5 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
                           bool(task.outcome_retryable), bool(task.outcome_uncertain))
     retried = tx.one("SELECT task_id FROM tasks WHERE retry_of = %s", (task_id,))
     intent = tx.one("SELECT requested_at, state FROM cancel_intents WHERE task_id = %s", (task_id,))
-    lease = tx.one(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
-                   " AND l.state IN ('OFFERED', 'RUNNING')", (task_id,))
     return TaskView(task, attempts, outcome, retried[0] if retried else None,
-                    py_time(intent[0]) if intent else None, intent[1] if intent else None,
-                    LeaseRow.from_row(lease) if lease else None)
+                    py_time(intent[0]) if intent else None, intent[1] if intent else None, live)

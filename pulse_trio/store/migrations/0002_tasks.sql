@@ -53,6 +53,7 @@ CREATE TABLE tasks (
     UNIQUE KEY tasks_retry_of (retry_of)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+-- One row per ended attempt (a lapsed offer is not an attempt).
 CREATE TABLE task_attempts (
     task_id           CHAR(30)    CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     attempt           INT UNSIGNED NOT NULL,
@@ -63,7 +64,8 @@ CREATE TABLE task_attempts (
     concurrency_token BIGINT UNSIGNED NULL,
     started_at        DATETIME(6) NOT NULL,
     ended_at          DATETIME(6) NULL,
-    -- RUNNING, then SUCCEEDED / FAILED / UNKNOWN / CANCELLED (finish) or EXPIRED
+    -- SUCCEEDED / FAILED / UNKNOWN / CANCELLED (finish) or EXPIRED; written when the
+    -- attempt ends (the running attempt is its RUNNING lease)
     status            VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     error_code        VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
     error_message     TEXT        NULL,
