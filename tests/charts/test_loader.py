@@ -1,0 +1,141 @@
+"""Chart declarations load into one transitions Machine each, with nothing re-declared in Python."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from transitions import MachineError
+
+from pulse_trio.charts import CHARTS, ChartError, chart, load_specs, parse_chart
+
+ROOT = Path(__file__).parents[2]
+EXPECTED_TRIGGERS = {
+    "lease": {"assign", "start", "renew", "resume", "finish", "lapse", "expire", "revoke"},
+    "cancellation": {"request", "notify", "escalate", "resolve"},
+    "key_permit": {"acquire", "release", "quarantine", "release_after_quarantine"},
+    "task": {"submit", "promote"},
+    "instance": {"register", "set_capacity", "disconnect"},
+}
+
+
+def test_package_data_link_points_at_the_statecharts_folder():
+    link = ROOT / "pulse_trio" / "charts" / "definitions"
+    assert link.is_symlink() and link.resolve() == (ROOT / "statecharts").resolve()
+    assert sorted(p.stem for p in (ROOT / "statecharts").glob("*.json")) == sorted(CHARTS)
+
+
+@pytest.mark.parametrize("name,triggers", sorted(EXPECTED_TRIGGERS.items()))
+def test_every_trigger_platform_md_names_is_declared(name, triggers):
+    assert triggers <= set(chart(name).spec.triggers)
+
+
+def test_session_chart_has_the_protocol_states():
+    spec = chart("session").spec
+    assert not spec.persistent and spec.initial == "awaiting_hello"
+    assert spec.states == ("awaiting_hello", "active", "draining", "closing", "closed")
+
+
+def test_persistent_charts_start_from_none_and_reach_every_state():
+    for c in CHARTS.values():
+        reachable, frontier = {c.spec.initial}, [c.spec.initial]
+        while frontier:
+            state = frontier.pop()
+            for t in c.spec.transitions:
+                if t.source == state and t.dest not in reachable:
+                    reachable.add(t.dest)
+                    frontier.append(t.dest)
+        assert reachable == set(c.spec.states), (c.name, set(c.spec.states) - reachable)
+
+
+def test_one_machine_per_chart_without_auto_transitions():
+    for c in CHARTS.values():
+        assert c.machine.auto_transitions is False
+        assert not any(name.startswith("to_") for name in c.machine.events)
+        assert set(c.machine.events) == set(c.spec.triggers)
+
+
+class _Session:
+    def __init__(self):
+        self.drain = False
+
+    def drain_requested(self):
+        return self.drain
+
+
+def test_session_models_attach_follow_and_detach():
+    c = chart("session")
+    before = len(c.machine.models)
+    s = _Session()
+    c.attach(s)
+    assert s.state == "awaiting_hello"
+    with pytest.raises(MachineError):
+        s.capacity()  # nothing but hello before hello
+    s.hello()
+    with pytest.raises(MachineError):
+        s.hello()  # a second hello: the server answers invalid_transition
+    assert s.state == "active"
+    s.drain = True
+    s.capacity()
+    assert s.state == "draining"
+    with pytest.raises(MachineError):
+        s.dispatch()  # never offer to a draining session
+    s.command()
+    s.drain = False
+    s.capacity()
+    assert s.state == "active"
+    s.shutdown()
+    s.finalize()
+    assert s.state == "closed"
+    c.detach(s)
+    assert len(c.machine.models) == before
+
+
+def test_candidates_come_from_the_machine():
+    assert chart("instance").candidates("set_capacity", "ACTIVE") == [
+        ("ACTIVE", (("sequence_newer", True), ("drain_requested", False))),
+        ("DRAINING", (("sequence_newer", True), ("drain_requested", True))),
+    ]
+    assert chart("lease").candidates("start", "RUNNING") == []
+    assert chart("lease").can("start", "OFFERED") and not chart("lease").can("start", "LAPSED")
+
+
+def _raw(name):
+    return json.loads((ROOT / "statecharts" / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda d: d.pop("initial"), "missing"),
+    (lambda d: d.update(extra=1), "unknown fields"),
+    (lambda d: d.update(initial="NOPE"), "initial state"),
+    (lambda d: d["transitions"].append({"trigger": "x", "source": "NONE", "dest": "MARS"}), "not declared"),
+    (lambda d: d["transitions"].append(dict(d["transitions"][0])), "declared twice"),
+    (lambda d: d["transitions"].append({"trigger": "READY", "source": "NONE", "dest": "READY"}), "shadows"),
+    (lambda d: d["transitions"].append({"trigger": "bad name", "source": "NONE", "dest": "READY"}), "identifier"),
+    (lambda d: d["states"].append("READY"), "twice"),
+])
+def test_malformed_declarations_are_refused_at_load(mutate, message):
+    data = copy.deepcopy(_raw("task"))
+    mutate(data)
+    with pytest.raises(ChartError, match=message):
+        parse_chart(data, origin="task.json")
+
+
+def test_load_specs_matches_the_files():
+    specs = load_specs()
+    assert specs["lease"] == parse_chart(_raw("lease"), origin="lease.json")
+
+
+def test_no_python_module_redeclares_a_transition():
+    """The store and the charts package build no transition table of their own (the loader converts data)."""
+    import re
+
+    paths = [*(ROOT / "pulse_trio" / "store").rglob("*.py"), *(ROOT / "pulse_trio" / "charts").rglob("*.py")]
+    for path in paths:
+        if path.name == "loader.py":
+            continue
+        text = path.read_text()
+        assert not re.search(r"[\"']trigger[\"']\s*:", text), f"{path} declares transitions in Python"
+        assert "add_transition(" not in text, path
