@@ -1,0 +1,146 @@
+"""Chart `lease`, trigger `assign`: batch pick-up, order, subscriptions, capacity, keys."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pulse_trio.store import NewTask, Refusal, assign, new_credentials, submit
+
+
+def test_batch_assign_offers_in_priority_then_age_order(world):
+    low_old = world.submit(priority=0, due_at=world.now - dt.timedelta(seconds=100))
+    world.advance(1)
+    high = world.submit(priority=3)
+    world.advance(1)
+    mid = world.submit(priority=1)
+    w = world.worker("q")
+    offers = world.assign(w, 10)
+    # effective_at: low_old = -100 s, high = -90 s, mid = -30 s (step 30 s)
+    assert [o.task.task_id for o in offers] == [low_old, high, mid]
+    assert all(o.lease.revision == 1 and o.lease.state == "OFFERED" for o in offers)
+    assert all(o.lease.expires_at == world.now + dt.timedelta(milliseconds=30_000) for o in offers)
+    assert {o.task.attempt for o in offers} == {1}
+    assert world.sql("SELECT COUNT(*) FROM tasks WHERE state = 'OFFERED'") == [(3,)]
+
+
+def test_aging_a_low_priority_task_overtakes_newer_high_priority_ones(world):
+    old_low = world.submit(priority=0)
+    world.advance(31_000)  # more than one priority step of waiting
+    world.submit(priority=1)
+    w = world.worker("q")
+    (first,) = world.assign(w, 1)
+    assert first.task.task_id == old_low
+
+
+def test_only_subscribed_queues_and_kinds(world):
+    world.submit(queue="a", kind="x")
+    want = world.submit(queue="a", kind="y")
+    world.submit(queue="b", kind="y")
+    w = world.worker("a", kinds={"a": ["y"]})
+    assert [o.task.task_id for o in world.assign(w, 10)] == [want]
+
+
+def test_several_queues_are_merged_in_pick_up_order(world):
+    a1 = world.submit(queue="a")
+    world.advance(1)
+    b1 = world.submit(queue="b")
+    world.advance(1)
+    a2 = world.submit(queue="a")
+    w = world.worker("a", "b")
+    assert [o.task.task_id for o in world.assign(w, 3)] == [a1, b1, a2]
+
+
+def test_capacity_is_never_exceeded(world):
+    for _ in range(5):
+        world.submit()
+    w = world.worker("q", capacity=2)
+    assert len(world.assign(w, 10)) == 2
+    assert world.assign(w, 10) == ()
+    world.capacity(w, 3)
+    assert len(world.assign(w, 10)) == 1
+
+
+def test_draining_or_zero_capacity_gets_nothing(world):
+    world.submit()
+    w = world.worker("q", capacity=0)
+    assert world.assign(w, 5) == ()
+    world.capacity(w, 5, drain=True)
+    assert world.assign(w, 5) == ()
+    world.capacity(w, 5, drain=False)
+    assert len(world.assign(w, 5)) == 1
+
+
+def test_unknown_or_disconnected_session(world):
+    from pulse_trio.store import disconnect
+
+    result = world.run(assign, session_id="ses_X", credentials=new_credentials(1), start_timeout_ms=1,
+                       default_lease_ttl_ms=1)
+    assert isinstance(result, Refusal) and result.code == "session_not_found"
+    w = world.worker("q")
+    world.submit()
+    world.run(disconnect, session_id=w.session_id)
+    assert world.assign(w, 1) == ()
+
+
+def test_keyed_tasks_only_to_sessions_that_declared_keys(world):
+    keyed = world.submit(concurrency_key="customer:1")
+    plain = world.submit()
+    undeclared = world.worker("q")
+    assert [o.task.task_id for o in world.assign(undeclared, 5)] == [plain]
+    declared = world.worker("q", keys=True)
+    (offer,) = world.assign(declared, 5)
+    assert offer.task.task_id == keyed and offer.task.concurrency_key == "customer:1"
+    assert offer.task.concurrency_token == 1
+
+
+def test_blocked_keyed_tasks_do_not_block_what_is_behind_them(world):
+    for _ in range(20):
+        world.submit(concurrency_key="hot")
+        world.advance(1)
+    other = world.submit(concurrency_key="cold")
+    plain = world.submit()
+    w = world.worker("q", keys=True)
+    offers = world.assign(w, 3)
+    assert [o.task.concurrency_key for o in offers] == ["hot", "cold", None]
+    assert offers[2].task.task_id == plain and offers[1].task.task_id == other
+
+
+def test_lease_ttl_defaults_to_the_servers_and_tasks_can_override(world):
+    w = world.worker("q")
+    world.submit(lease_ttl_ms=5_000)
+    world.advance(1)
+    world.submit()
+    first, second = world.assign(w, 2, default_lease_ttl_ms=12_000)
+    ttl = dict(world.sql("SELECT task_id, ttl_ms FROM leases"))
+    assert ttl[first.task.task_id] == 5_000 and ttl[second.task.task_id] == 12_000
+
+
+def test_offer_carries_the_task_fields(world):
+    w = world.worker("q")
+    (r,) = world.run(submit, tasks=[NewTask("q", "k", payload_json='[1,2]', priority=4, idempotency_key="idem",
+                                            max_attempts=5)])
+    (offer,) = world.assign(w)
+    t = offer.task
+    assert (t.task_id, t.payload_json, t.priority, t.idempotency_key, t.max_attempts) == (
+        r.task_id, "[1,2]", 4, "idem", 5)
+    assert t.effect_uncertain is False and t.retry_of is None and t.concurrency_token is None
+    assert offer.lease.epoch == w.epoch and len(offer.lease_secret) == 43
+
+
+def test_composite_transaction_runs_the_three_charts(world):
+    from pulse_trio.dburl import connect
+    from pulse_trio.store.tx import Tx
+
+    world.submit(concurrency_key="k1")
+    w = world.worker("q", keys=True)
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            tx = Tx(cur)
+            result = assign(tx, session_id=w.session_id, credentials=new_credentials(1), now=world.now,
+                            start_timeout_ms=1000, default_lease_ttl_ms=1000)
+        conn.rollback()
+    finally:
+        conn.close()
+    assert len(result.offers) == 1
+    assert tx.trail == ["lease.assign", "key_permit.acquire", "task.offer"]

@@ -1,0 +1,283 @@
+"""Chart `lease`: task.start / task.renew / task.finish, every refusal, receipts and replay."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from pulse_trio.store import Refusal, lapse
+
+
+def code(result) -> str | None:
+    return result.code if isinstance(result, Refusal) else None
+
+
+def test_start_authorizes_and_records_the_attempt(world):
+    w = world.worker("q")
+    offer = world.offer(w)
+    world.advance(500)
+    result = world.start(w, offer)
+    assert result.receipt.command == "task.start" and result.receipt.revision == 1
+    assert not result.receipt.duplicate and result.receipt.committed_at == world.now
+    assert result.lease.state == "RUNNING" and result.lease.revision == 2
+    assert result.lease.expires_at == world.now + dt.timedelta(seconds=30)
+    view = world.task(offer.task.task_id)
+    assert view.task.state == "RUNNING" and view.task.attempt == 1
+    assert [(a.attempt, a.status) for a in view.attempts] == [(1, "RUNNING")]
+
+
+@pytest.mark.parametrize("how,expected", [
+    ("wrong_secret", "lease_not_found"),
+    ("unknown_lease", "lease_not_found"),
+    ("other_task", "lease_not_found"),
+    ("wrong_owner", "lease_not_owned"),
+    ("future_revision", "revision_conflict"),
+])
+def test_start_refusals(world, how, expected):
+    w = world.worker("q")
+    offer = world.offer(w)
+    other = world.worker("q")
+    if how == "wrong_secret":
+        result = world.start(w, offer, secret="A" * 43)
+    elif how == "unknown_lease":
+        from pulse_trio.store import LeaseCommand, start
+        result = world.run(start, command=LeaseCommand(w.session_id, offer.task.task_id, "lse_NOPE",
+                                                       offer.lease_secret, 1))
+    elif how == "other_task":
+        result = world.start(w, offer, task_id="tsk_OTHER")
+    elif how == "wrong_owner":
+        result = world.start(other, offer)
+    else:
+        result = world.start(w, offer, revision=7)
+    assert code(result) == expected
+    assert world.task(offer.task.task_id).task.state == "OFFERED", "a refusal changes nothing"
+    assert world.sql("SELECT COUNT(*) FROM command_receipts") == [(0,)]
+
+
+def test_start_after_the_start_timeout_is_lease_expired_before_and_after_the_timer(world):
+    w = world.worker("q")
+    offer = world.offer(w)
+    world.advance(30_000)
+    assert code(world.start(w, offer)) == "lease_expired"
+    world.run(lapse)
+    assert code(world.start(w, offer)) == "lease_expired"
+
+
+def test_start_twice_and_renew_before_start_are_invalid_transitions(world):
+    w = world.worker("q")
+    offer = world.offer(w)
+    assert code(world.renew(w, offer, 1)) == "invalid_transition"
+    assert code(world.finish(w, offer, 1)) == "invalid_transition"
+    world.start(w, offer)
+    assert code(world.start(w, offer, revision=2)) == "invalid_transition"
+
+
+def test_renew_extends_and_increments(world):
+    w = world.worker("q")
+    offer = world.running(w)
+    world.advance(10_000)
+    renewed = world.renew(w, offer, 2)
+    assert renewed.lease.revision == 3 and renewed.lease.expires_at == world.now + dt.timedelta(seconds=30)
+    assert renewed.receipt.command == "task.renew" and renewed.receipt.revision == 2
+
+
+def test_renew_refusals(world):
+    w = world.worker("q")
+    offer = world.running(w)
+    assert code(world.renew(w, offer, 2, secret="B" * 43)) == "lease_not_found"
+    assert code(world.renew(world.worker("q"), offer, 2)) == "lease_not_owned"
+    assert code(world.renew(w, offer, 3)) == "revision_conflict"
+    world.advance(30_000)
+    assert code(world.renew(w, offer, 2)) == "lease_expired"
+
+
+def test_finish_succeeded_records_the_outcome_and_ends_the_lease(world):
+    w = world.worker("q")
+    offer = world.running(w)
+    result = world.finish(w, offer, 2, result='{"n": 1.10}')
+    assert result.lease is None and result.receipt.command == "task.finish"
+    view = world.task(offer.task.task_id)
+    assert view.task.state == "SUCCEEDED" and view.outcome.result_json == '{"n": 1.10}'
+    assert view.attempts[0].status == "SUCCEEDED"
+    assert world.sql("SELECT state, revision FROM leases") == [("FINISHED", 3)]
+    assert code(world.renew(w, offer, 3)) == "invalid_transition"
+
+
+def test_finish_failed_retryable_schedules_the_next_attempt_with_backoff(world):
+    from pulse_trio.store import promote
+
+    w = world.worker("q")
+    offer = world.running(w, max_attempts=2)
+    world.finish(w, offer, 2, status="FAILED", error_code="http_503", retryable=True)
+    view = world.task(offer.task.task_id)
+    assert view.task.state == "SCHEDULED" and view.outcome is None
+    delay = view.task.due_at - world.now
+    assert dt.timedelta(milliseconds=500) <= delay <= dt.timedelta(milliseconds=1000)
+    world.advance(1000)
+    world.run(promote)
+    (second,) = world.assign(w)
+    assert second.task.attempt == 2
+    world.start(w, second)
+    world.finish(w, second, 2, status="FAILED", error_code="http_503", retryable=True)
+    final = world.task(offer.task.task_id)
+    assert final.task.state == "FAILED" and final.outcome.error_code == "http_503", "attempts exhausted"
+    assert [a.status for a in final.attempts] == ["FAILED", "FAILED"]
+
+
+def test_backoff_grows_and_is_capped():
+    from pulse_trio.store.task_steps import backoff_ms
+
+    class T:
+        task_id = "tsk_X"
+        backoff_initial_ms, backoff_factor, backoff_max_ms = 1000, 2.0, 5000
+
+    delays = [backoff_ms(T, n) for n in range(1, 8)]
+    for n, d in enumerate(delays, start=1):
+        base = min(1000 * 2 ** (n - 1), 5000)
+        assert base / 2 <= d <= base
+
+
+@pytest.mark.parametrize("status,state,uncertain", [
+    ("FAILED", "FAILED", False), ("UNKNOWN", "UNKNOWN", True),
+])
+def test_finish_terminal_failures(world, status, state, uncertain):
+    w = world.worker("q")
+    offer = world.running(w)
+    world.finish(w, offer, 2, status=status, error_code="bad")
+    view = world.task(offer.task.task_id)
+    assert view.task.state == state and view.outcome.effect_uncertain is uncertain
+
+
+def test_finish_cancelled_without_an_intent_is_refused(world):
+    w = world.worker("q")
+    offer = world.running(w)
+    assert code(world.finish(w, offer, 2, status="CANCELLED", error_code="stopped")) == "cancel_not_requested"
+    assert world.task(offer.task.task_id).task.state == "RUNNING"
+
+
+def test_finish_refusals(world):
+    w = world.worker("q")
+    offer = world.running(w)
+    assert code(world.finish(w, offer, 2, secret="C" * 43)) == "lease_not_found"
+    assert code(world.finish(world.worker("q"), offer, 2)) == "lease_not_owned"
+    assert code(world.finish(w, offer, 5)) == "revision_conflict"
+    world.advance(30_001)
+    assert code(world.finish(w, offer, 2)) == "lease_expired"
+
+
+# -- replay -----------------------------------------------------------------------
+def test_replayed_start_gets_the_stored_receipt_with_the_lease(world):
+    w = world.worker("q")
+    offer = world.offer(w)
+    first = world.start(w, offer)
+    world.advance(100)
+    again = world.start(w, offer)
+    assert again.receipt.duplicate and again.receipt.committed_at == first.receipt.committed_at
+    assert again.lease.revision == 2, "still held: the current lease comes along"
+
+
+def test_replayed_finish_has_no_lease_and_other_content_conflicts(world):
+    w = world.worker("q")
+    offer = world.running(w)
+    world.finish(w, offer, 2, result='{"a":1}')
+    again = world.finish(w, offer, 2, result='{"a":1}')
+    assert again.receipt.duplicate and again.lease is None
+    assert code(world.finish(w, offer, 2, result='{"a":2}')) == "revision_conflict"
+    assert code(world.finish(w, offer, 2, status="FAILED", result='{"a":1}')) == "revision_conflict"
+    assert code(world.renew(w, offer, 2)) == "revision_conflict", "another command at a used revision"
+
+
+def test_replay_of_a_renew_after_the_lease_moved_gives_no_lease(world):
+    from pulse_trio.store import resume
+
+    old = world.worker("q")
+    offer = world.running(old)
+    world.renew(old, offer, 2)
+    new = world.worker("q")
+    world.run(resume, request=world.resume_request(new, old, offer), start_timeout_ms=30_000)
+    again = world.renew(old, offer, 2)
+    assert again.receipt.duplicate and again.lease is None, "a receipt never grants execution"
+    assert code(world.renew(old, offer, 4)) == "lease_not_owned"
+
+
+def test_replay_needs_the_secret(world):
+    w = world.worker("q")
+    offer = world.offer(w)
+    world.start(w, offer)
+    assert code(world.start(w, offer, secret="D" * 43)) == "lease_not_found"
+
+
+def test_stale_revision_without_a_receipt_conflicts(world):
+    from pulse_trio.store import resume
+
+    old = world.worker("q")
+    offer = world.running(old)  # revision 2
+    new = world.worker("q")
+    world.run(resume, request=world.resume_request(new, old, offer), start_timeout_ms=30_000)  # 3, no receipt
+    assert code(world.renew(new, offer, 2)) == "revision_conflict"
+    assert world.renew(new, offer, 3).lease.revision == 4
+
+
+# -- batches ------------------------------------------------------------------------
+def test_a_batch_of_starts_shares_one_transaction_and_refusals_stay_individual(world):
+    from pulse_trio.store import start
+
+    w = world.worker("q")
+    for _ in range(4):
+        world.submit()
+    offers = world.assign(w, 4)
+    commands = [world.command(w, o, 1) for o in offers]
+    commands[1] = world.command(w, offers[1], 1, secret="E" * 43)
+    commands[2] = world.command(w, offers[2], 5)
+    results = world.run(start, commands=commands)
+    assert [code(r) for r in results] == [None, "lease_not_found", "revision_conflict", None]
+    assert [r.lease.revision for r in (results[0], results[3])] == [2, 2]
+    states = dict(world.sql("SELECT lease_id, state FROM leases"))
+    assert [states[o.lease.lease_id] for o in offers] == ["RUNNING", "OFFERED", "OFFERED", "RUNNING"]
+    again = world.run(start, commands=[world.command(w, o, 1) for o in offers])
+    assert [r.receipt.duplicate for r in again] == [True, False, False, True]
+
+
+def test_a_batch_of_finishes_with_mixed_outcomes(world):
+    from pulse_trio.store import FinishReport, finish, renew
+
+    w = world.worker("q", keys=True)
+    offers = [world.running(w, queue="q", concurrency_key=f"k{i}", max_attempts=2) for i in range(4)]
+    reports = [FinishReport("SUCCEEDED", '{"i":0}'), FinishReport("FAILED", "{}", "x", None, True),
+               FinishReport("UNKNOWN", "{}", "lost"), FinishReport("CANCELLED", "{}", "stop")]
+    results = world.run(finish, commands=[(world.command(w, o, 2), r) for o, r in zip(offers, reports)])
+    assert [code(r) for r in results] == [None, None, None, "cancel_not_requested"]
+    states = [world.task(o.task.task_id).task.state for o in offers]
+    assert states == ["SUCCEEDED", "SCHEDULED", "UNKNOWN", "RUNNING"]
+    assert world.sql("SELECT COUNT(*) FROM key_permits WHERE state = 'RELEASED'") == [(3,)]
+    renewed = world.run(renew, commands=[world.command(w, offers[3], 2)])
+    assert renewed[0].lease.revision == 3
+
+
+def test_a_batch_may_not_carry_two_commands_for_one_lease(world):
+    from pulse_trio.store import start
+
+    w = world.worker("q")
+    offer = world.offer(w)
+    with pytest.raises(ValueError):
+        world.run(start, commands=[world.command(w, offer, 1), world.command(w, offer, 1)])
+
+
+def test_run_batch_shares_a_commit_between_different_functions(world):
+    from pulse_trio.store import FinishReport, finish, request_cancel, start
+
+    w = world.worker("q")
+    running = world.running(w)
+    offered = world.offer(w)
+    other = world.submit()
+    before = world.store.statistics().commits
+    results = world.store.run_batch_sync([
+        (finish, dict(command=world.command(w, running, 2), report=FinishReport("SUCCEEDED", "1"), now=world.now)),
+        (start, dict(command=world.command(w, offered, 1), now=world.now)),
+        (request_cancel, dict(task_id=other, now=world.now)),
+        (start, dict(command=world.command(w, offered, 9), now=world.now)),
+    ])
+    assert world.store.statistics().commits == before + 1
+    assert results[0].lease is None and results[1].lease.state == "RUNNING" and results[2].changed
+    assert code(results[3]) == "revision_conflict"

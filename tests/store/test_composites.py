@@ -1,0 +1,75 @@
+"""Composite transactions: which chart transitions run together in one MySQL transaction.
+
+docs/statecharts/README.md lists these; the test keeps the list true.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pulse_trio.dburl import connect
+from pulse_trio.store import (
+    FinishReport, expire, finish, lapse, new_credentials, assign, request_cancel, start,
+)
+from pulse_trio.store.tx import Tx
+
+
+def trail(world, fn, **kwargs):
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            tx = Tx(cur)
+            kwargs.setdefault("now", world.now)
+            fn(tx, **kwargs)
+        conn.commit()
+        return tx.trail
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def keyed(world):
+    return world.worker("q", keys=True)
+
+
+def test_assign(world, keyed):
+    world.submit(concurrency_key="a")
+    assert trail(world, assign, session_id=keyed.session_id, credentials=new_credentials(1),
+                 start_timeout_ms=1000, default_lease_ttl_ms=1000) == [
+        "lease.assign", "key_permit.acquire", "task.offer"]
+
+
+def test_start(world, keyed):
+    offer = world.offer(keyed)
+    assert trail(world, start, command=world.command(keyed, offer, 1)) == ["lease.start", "task.start"]
+
+
+def test_finish(world, keyed):
+    offer = world.running(keyed, concurrency_key="a")
+    world.run(request_cancel, task_id=offer.task.task_id)
+    assert trail(world, finish, command=world.command(keyed, offer, 2),
+                 report=FinishReport("CANCELLED", "{}", "stopped")) == [
+        "lease.finish", "task.finish", "key_permit.release", "cancellation.resolve"]
+
+
+def test_lapse(world, keyed):
+    world.offer(keyed, concurrency_key="a")
+    world.advance(30_000)
+    assert trail(world, lapse) == ["lease.lapse", "task.lapse", "key_permit.release"]
+
+
+def test_expire_with_escalation(world, keyed):
+    offer = world.running(keyed, concurrency_key="a")
+    world.run(request_cancel, task_id=offer.task.task_id)
+    world.advance(30_000)
+    assert trail(world, expire) == ["lease.expire", "task.expire", "key_permit.quarantine", "cancellation.escalate"]
+
+
+def test_cancel_request_of_an_offer_and_of_a_running_task(world, keyed):
+    offered = world.offer(keyed, concurrency_key="a")
+    assert trail(world, request_cancel, task_id=offered.task.task_id) == [
+        "cancellation.request", "lease.revoke", "key_permit.release", "task.cancel"]
+    running = world.running(keyed)
+    assert trail(world, request_cancel, task_id=running.task.task_id) == ["cancellation.request", "lease.cancel"]
+    ready = world.submit()
+    assert trail(world, request_cancel, task_id=ready) == ["cancellation.request", "task.cancel"]

@@ -1,0 +1,185 @@
+"""The async facade: worker threads, bounded retries, recovery after a lost COMMIT."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import pymysql
+import pytest
+import trio
+
+from pulse_trio.dburl import connect
+from pulse_trio.store import Store, StoreUnavailable, assign, new_credentials, register, start
+from pulse_trio.store.instances import NewInstance, Subscription
+from pulse_trio.store.registry import read_only
+
+
+@read_only
+def _ping(tx, *, value):
+    return (tx.one("SELECT %s", (value,))[0], threading.get_ident())
+
+
+async def test_run_goes_through_a_worker_thread(store):
+    value, ident = await store.run(_ping, value=7)
+    assert value == 7 and ident != threading.get_ident()
+
+
+async def test_concurrent_runs_never_open_more_connections_than_the_pool(db):
+    s = Store(db, pool_size=3)
+    try:
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(functools.partial(s.run, _ping, value=i))
+        assert s.pool.opened <= 3
+    finally:
+        s.close()
+
+
+async def test_cancellation_waits_for_the_thread(store):
+    finished = threading.Event()
+
+    @read_only
+    def slow(tx):
+        tx.one("SELECT SLEEP(0.3)")
+        finished.set()
+        return "done"
+
+    with trio.move_on_after(0.05) as scope:
+        result = await store.run(slow)
+        assert finished.is_set() and result == "done", "the transaction ran to its end despite the cancel"
+        await trio.sleep(0)  # the cancel is delivered at the caller's next checkpoint
+    assert scope.cancelled_caught
+
+
+def test_deadlocks_and_lock_waits_are_retried_then_given_up(store):
+    calls = []
+
+    @read_only
+    def flaky(tx):
+        calls.append(1)
+        if len(calls) < 3:
+            raise pymysql.err.OperationalError(1213 if len(calls) == 1 else 1205, "try again")
+        return "ok"
+
+    assert store.run_sync(flaky) == "ok" and len(calls) == 3
+
+    @read_only
+    def hopeless(tx):
+        raise pymysql.err.OperationalError(1213, "Deadlock found")
+
+    with pytest.raises(StoreUnavailable):
+        Store(store.config, pool_size=1, max_attempts=3, backoff_s=0.0001).run_sync(hopeless)
+
+
+def test_a_real_deadlock_is_retried(db, world):
+    """Two transactions lock two rows in opposite order; the victim is re-run and succeeds."""
+    world.submit(idempotency_key="a")
+    world.submit(idempotency_key="b")
+    ids = [r[0] for r in world.sql("SELECT task_id FROM tasks ORDER BY idempotency_key")]
+    s = Store(db, pool_size=2, backoff_s=0.001)
+    barrier = threading.Barrier(2)
+    attempts = []
+
+    def locker(order):
+        @read_only
+        def body(tx):
+            attempts.append(order)
+            tx.one("SELECT 1 FROM tasks WHERE task_id = %s FOR UPDATE", (order[0],))
+            if len(attempts) <= 2:
+                barrier.wait(timeout=5)
+            tx.one("SELECT 1 FROM tasks WHERE task_id = %s FOR UPDATE", (order[1],))
+            return "ok"
+        return body
+
+    results = []
+    threads = [threading.Thread(target=lambda o=o: results.append(s.run_sync(locker(o)))) for o in (ids, ids[::-1])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    s.close()
+    assert results == ["ok", "ok"] and len(attempts) == 3
+
+
+class _CommitThenDrop:
+    """A connection whose first COMMIT succeeds on the server but whose answer is lost."""
+
+    armed = True
+
+    def __init__(self, real):
+        self._real = real
+
+    def cursor(self):
+        return self._real.cursor()
+
+    def rollback(self):
+        return self._real.rollback()
+
+    def close(self):
+        return self._real.close()
+
+    def commit(self):
+        self._real.commit()
+        if _CommitThenDrop.armed:
+            _CommitThenDrop.armed = False
+            self._real.close()
+            raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+
+
+@pytest.fixture
+def lossy(db):
+    _CommitThenDrop.armed = False
+    s = Store(db, pool_size=2, connector=lambda config: _CommitThenDrop(connect(config)))
+    s.run_sync(_ping, value=0)  # open the pool's connection before arming
+    yield s
+    s.close()
+
+
+def test_lost_commit_is_re_read_for_a_lease_command(world, lossy):
+    w = world.worker("q")
+    offer = world.offer(w)
+    _CommitThenDrop.armed = True
+    result = lossy.run_sync(start, command=world.command(w, offer, 1), now=world.now)
+    assert lossy.statistics().recoveries == 1
+    assert not result.receipt.duplicate and result.lease.revision == 2, "our own commit, not a replay"
+    assert world.sql("SELECT COUNT(*) FROM command_receipts") == [(1,)]
+    assert world.sql("SELECT state, revision FROM leases") == [("RUNNING", 2)]
+
+
+def test_lost_commit_is_re_read_for_a_batch_assign(world, lossy):
+    w = world.worker("q")
+    for _ in range(3):
+        world.submit()
+    credentials = new_credentials(3)
+    _CommitThenDrop.armed = True
+    result = lossy.run_sync(assign, session_id=w.session_id, credentials=credentials, now=world.now,
+                            start_timeout_ms=30_000, default_lease_ttl_ms=30_000)
+    assert len(result.offers) == 3
+    assert {o.lease_secret for o in result.offers} == {c.lease_secret for c in credentials}
+    assert world.sql("SELECT COUNT(*) FROM leases") == [(3,)], "no second batch was claimed"
+    assert world.start(w, result.offers[0]).lease.state == "RUNNING", "the recovered secret works"
+
+
+def test_lost_commit_is_re_read_for_a_registration(world, lossy):
+    _CommitThenDrop.armed = True
+    instance = NewInstance("w", (Subscription("q"),))
+    result = lossy.run_sync(register, instance=instance, now=world.now)
+    assert result.instance.instance_id == instance.instance_id
+    assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(1,)]
+
+
+def test_a_connection_lost_before_commit_is_simply_replaced(world, store):
+    """The server aborts an uncommitted transaction on disconnect: running again is safe."""
+    killed = []
+
+    @read_only
+    def victim(tx):
+        if not killed:
+            (conn_id,) = tx.one("SELECT CONNECTION_ID()")
+            killed.append(conn_id)
+            world.sql(f"KILL {int(conn_id)}")
+        return tx.one("SELECT 1")[0]
+
+    assert store.run_sync(victim) == 1
+    assert store.statistics().recoveries == 0 and store.pool.discarded == 1

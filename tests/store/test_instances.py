@@ -1,0 +1,78 @@
+"""Chart `instance`: registration, epochs, capacity sequence and drain, disconnect."""
+
+from __future__ import annotations
+
+from pulse_trio.store import NewInstance, Refusal, Subscription, disconnect, register, set_capacity
+from pulse_trio.store.ids import secret_digest
+
+
+def test_register_gives_new_ids_a_secret_digest_and_increasing_epochs(world):
+    a = world.worker("q", capacity=0)
+    b = world.worker("q", capacity=0)
+    assert a.instance_id != b.instance_id and a.session_id != b.session_id
+    assert b.epoch == a.epoch + 1
+    assert a.registered.instance.capacity == 0 and a.registered.instance.sequence is None
+    ((digest,),) = world.sql("SELECT secret_digest FROM worker_instances WHERE instance_id = %s", (a.instance_id,))
+    assert bytes(digest) == secret_digest(a.secret)
+    assert len(a.secret) == 43 and a.secret[-1] in "AEIMQUYcgkosw048"
+    stored = world.sql("SELECT COUNT(*) FROM worker_instances WHERE secret_digest = %s", (a.secret.encode(),))
+    assert stored == [(0,)], "the secret itself is never stored"
+
+
+def test_register_refuses_a_queue_the_token_does_not_allow(world):
+    instance = NewInstance("w", (Subscription("billing"), Subscription("other")))
+    result = world.run(register, instance=instance, allowed_queues={"billing"})
+    assert isinstance(result, Refusal) and result.code == "permission_denied"
+    assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(0,)]
+    assert world.sql("SELECT last_epoch FROM epoch_counter") == [(0,)], "a refusal consumes no epoch"
+
+
+def test_capacity_sequence_must_increase_stale_frames_change_nothing(world):
+    w = world.worker("q", capacity=0)
+    first = world.run(set_capacity, session_id=w.session_id, sequence=5, capacity=8, drain=False)
+    assert first.applied and first.instance.capacity == 8 and first.instance.sequence == 5
+    stale = world.run(set_capacity, session_id=w.session_id, sequence=5, capacity=1, drain=True)
+    assert not stale.applied and stale.instance.capacity == 8 and not stale.instance.drain
+    older = world.run(set_capacity, session_id=w.session_id, sequence=4, capacity=1, drain=False)
+    assert not older.applied and older.instance.sequence == 5
+
+
+def test_drain_and_undrain(world):
+    w = world.worker("q", capacity=0)
+    drained = world.run(set_capacity, session_id=w.session_id, sequence=1, capacity=3, drain=True)
+    assert drained.instance.state == "DRAINING" and drained.instance.drain
+    still = world.run(set_capacity, session_id=w.session_id, sequence=2, capacity=4, drain=True)
+    assert still.instance.state == "DRAINING" and still.instance.capacity == 4
+    back = world.run(set_capacity, session_id=w.session_id, sequence=3, capacity=4, drain=False)
+    assert back.instance.state == "ACTIVE" and not back.instance.drain
+
+
+def test_disconnect_keeps_leases_and_refuses_later_capacity(world):
+    w = world.worker("q")
+    offer = world.running(w)
+    gone = world.run(disconnect, session_id=w.session_id)
+    assert gone.state == "DISCONNECTED" and gone.active_leases == 1
+    assert world.sql("SELECT state FROM leases WHERE lease_id = %s", (offer.lease.lease_id,)) == [("RUNNING",)]
+    again = world.run(disconnect, session_id=w.session_id)
+    assert isinstance(again, Refusal) and again.code == "invalid_transition"
+    late = world.run(set_capacity, session_id=w.session_id, sequence=99, capacity=1, drain=False)
+    assert isinstance(late, Refusal) and late.code == "invalid_transition"
+    unknown = world.run(disconnect, session_id="ses_NOPE")
+    assert isinstance(unknown, Refusal) and unknown.code == "session_not_found"
+
+
+def test_register_is_idempotent_when_a_commit_was_cut_off(world):
+    from pulse_trio.dburl import connect
+    from pulse_trio.store.tx import Tx
+
+    instance = NewInstance("w", (Subscription("q"),))
+    first = world.run(register, instance=instance)
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            again = register(Tx(cur, recovering=True), instance=instance, now=world.now)
+        conn.rollback()
+    finally:
+        conn.close()
+    assert again.instance.epoch == first.instance.epoch
+    assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(1,)]

@@ -1,0 +1,119 @@
+"""Chart `task`: submit, deduplication, scheduling, promote, the pick-up index."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from pulse_trio.store import NewTask, pickup_sql, promote, submit
+
+
+def test_submit_due_is_ready_future_is_scheduled(world):
+    ready = world.submit()
+    later = world.submit(due_at=world.now + dt.timedelta(seconds=5))
+    assert world.task(ready).task.state == "READY"
+    assert world.task(later).task.state == "SCHEDULED"
+
+
+def test_payload_is_stored_as_exact_text(world):
+    text = '{"n": 1.000000000000000000001, "big": 123456789012345678901234567890, "s": "\\u00e9"}'
+    task_id = world.submit(payload_json=text)
+    assert world.task(task_id).task.payload == text
+    assert f'"payload": {text}' in world.task(task_id).as_json_text()
+
+
+def test_same_idempotency_key_in_the_same_queue_returns_the_existing_task(world):
+    first = world.run(submit, tasks=[NewTask("q", "k", idempotency_key="invoice-1")])[0]
+    second = world.run(submit, tasks=[NewTask("q", "k", idempotency_key="invoice-1", payload_json='{"x":2}')])[0]
+    other_queue = world.run(submit, tasks=[NewTask("r", "k", idempotency_key="invoice-1")])[0]
+    assert first.created and not second.created and second.task_id == first.task_id
+    assert other_queue.created and other_queue.task_id != first.task_id
+    assert world.sql("SELECT COUNT(*) FROM tasks") == [(2,)]
+
+
+def test_batch_submit_with_a_duplicate_inside(world):
+    world.run(submit, tasks=[NewTask("q", "k", idempotency_key="dup")])
+    results = world.run(submit, tasks=[NewTask("q", "k"), NewTask("q", "k", idempotency_key="dup"), NewTask("q", "k")])
+    assert [r.created for r in results] == [True, False, True]
+
+
+def test_default_idempotency_key_is_the_task_id(world):
+    task_id = world.submit()
+    assert world.task(task_id).task.idempotency_key == task_id
+
+
+def test_effective_at_is_due_minus_priority_times_step(world):
+    (r,) = world.run(submit, tasks=[NewTask("q", "k", priority=7)], priority_step_ms=30_000)
+    ((due, eff),) = world.sql("SELECT due_at, effective_at FROM tasks WHERE task_id = %s", (r.task_id,))
+    assert due - eff == dt.timedelta(seconds=210)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(queue="Bad"), dict(kind=""), dict(priority=10), dict(priority=True), dict(payload_json="x" * (256 * 1024 + 1)),
+    dict(concurrency_key=""), dict(concurrency_key="a b"), dict(max_attempts=0), dict(concurrency_limit=0),
+])
+def test_new_task_validation(bad):
+    fields = dict(queue="q", kind="k")
+    fields.update(bad)
+    with pytest.raises(ValueError):
+        NewTask(**fields)
+
+
+def test_promote_moves_due_scheduled_tasks_only(world):
+    soon = world.submit(due_at=world.now + dt.timedelta(seconds=1))
+    later = world.submit(due_at=world.now + dt.timedelta(seconds=10))
+    assert world.run(promote).count == 0
+    world.advance(1000)
+    result = world.run(promote)
+    assert result.count == 1 and result.task_ids == (soon,)
+    assert world.task(soon).task.state == "READY" and world.task(later).task.state == "SCHEDULED"
+
+
+def test_promote_batches(world):
+    for _ in range(5):
+        world.submit(due_at=world.now + dt.timedelta(seconds=1))
+    world.advance(1000)
+    first = world.run(promote, limit=3)
+    assert first.count == 3 and first.more
+    assert world.run(promote, limit=3).count == 2
+
+
+def _explain(world, sql, args):
+    from pulse_trio.dburl import connect
+
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("EXPLAIN " + sql, args)
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        conn.rollback()
+        return rows
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("variant", [
+    dict(), dict(kinds=2), dict(unkeyed_only=True), dict(paged=True), dict(paged=True, kinds=1, unkeyed_only=True),
+])
+def test_pickup_uses_the_index_in_order_by_direction(world, variant):
+    """The claim query reads tasks_pickup in ORDER BY order: no filesort (platform.md §9)."""
+    world.run(submit, tasks=[NewTask("q", "k", priority=i % 10) for i in range(200)])
+    world.run(submit, tasks=[NewTask("other", "k") for _ in range(50)])
+    args: list = ["q"]
+    if variant.get("paged"):
+        args += [world.now, world.now, "tsk_0"]
+    args += ["k"] * variant.get("kinds", 0)
+    args.append(10)
+    (plan,) = _explain(world, pickup_sql(**variant), args)
+    assert plan["key"] == "tasks_pickup", plan
+    assert "filesort" not in (plan["Extra"] or "").lower(), plan
+
+
+def test_pickup_explain_in_docs_matches():
+    """docs/statecharts/README.md shows the pick-up query; keep it the one that runs."""
+    from pathlib import Path
+
+    readme = Path(__file__).parents[2] / "docs" / "statecharts" / "README.md"
+    assert "FORCE INDEX (tasks_pickup)" in readme.read_text()
