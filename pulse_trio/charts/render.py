@@ -141,6 +141,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
     parser.add_argument("--no-svg", action="store_true", help="skip the Graphviz .svg even if dot is installed")
     parser.add_argument("charts", nargs="*", help="chart names (default: all)")
+    if argv[:1] == ["--"]:  # `pulse-trio statecharts render -- --check` passes the separator through
+        argv = argv[1:]
     args = parser.parse_args(argv)
     unknown = [n for n in args.charts if n not in CHARTS]
     if unknown:

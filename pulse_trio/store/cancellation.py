@@ -23,7 +23,7 @@ from pulse_trio.store import lease_steps, task_steps
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
 from pulse_trio.store.rows import LeaseRow, TaskRow
-from pulse_trio.store.tx import Tx, after_ms, db_time, py_time
+from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
 DEFAULT_CANCEL_GRACE_MS = 30_000
 OPEN_STATES = ("REQUESTED", "NOTIFIED")
@@ -89,7 +89,9 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "", request
     revoked = None
     task_state = task.state
     if task.state in ("OFFERED", "RUNNING") and (lease is None or lease.state != task.state):
-        raise_invariant(task, lease)
+        # An assign offered the task between our lease lock and our task lock:
+        # run again (the facade retries), this time finding and locking its lease.
+        raise ConcurrentChange(f"task {task.task_id} became {task.state} while being cancelled")
     if task.state == "RUNNING":
         lease_steps.cancel(tx, lease=lease, now=now, deadline=grace)
     else:
@@ -105,13 +107,6 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "", request
          lease.lease_id if lease else None, stamp if dest == "RESOLVED" else None),
     )
     return CancelResult(task_id, task_state, dest, True, now, grace, revoked)
-
-
-def raise_invariant(task: TaskRow, lease: LeaseRow | None) -> None:
-    from pulse_trio.store.tx import InvariantViolation
-
-    raise InvariantViolation(f"task {task.task_id} is {task.state} but its live lease is "
-                             f"{lease.state if lease else 'missing'}")
 
 
 @transition("cancellation", "notify")

@@ -33,6 +33,10 @@ class CasMismatch(RuntimeError):
     """
 
 
+class ConcurrentChange(CasMismatch):
+    """A row moved between two locks taken in the global order; re-running the function is safe."""
+
+
 class InvariantViolation(RuntimeError):
     """Two charts disagree about one task (e.g. lease OFFERED but task not); never expected."""
 

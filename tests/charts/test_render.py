@@ -43,3 +43,17 @@ def test_main_writes_and_checks(tmp_path, capsys):
 def test_dot_source_has_every_edge():
     text = dot(CHARTS["key_permit"])
     assert '"HELD" -> "QUARANTINED" [label="quarantine"]' in text
+
+
+def test_svg_is_written_when_graphviz_is_installed(tmp_path, monkeypatch):
+    """With a stand-in `dot` on PATH the renderer pipes the DOT source through it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "dot"
+    fake.write_text("#!/bin/sh\necho '<svg>'; cat; echo '</svg>'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    out = tmp_path / "docs"
+    render(out, ["key_permit"])
+    svg = (out / "key_permit.svg").read_text()
+    assert svg.startswith("<svg>") and '"HELD" -> "RELEASED"' in svg

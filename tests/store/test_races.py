@@ -203,3 +203,21 @@ def test_concurrent_registrations_get_distinct_increasing_epochs(world, stores):
     epochs = [e for t in per_thread for e in t]
     assert len(set(epochs)) == 40
     assert all(t == sorted(t) for t in per_thread), "each instance sees its epochs increase"
+
+
+def test_cancel_racing_assign_never_leaves_a_live_offer_of_a_cancelled_task(world, stores):
+    w = world.worker("q", capacity=1000)
+    for _ in range(ROUNDS):
+        task_id = world.submit()
+
+        def act(i):
+            if i == 0:
+                return stores[0].run_sync(request_cancel, task_id=task_id, now=world.now)
+            return stores[1].run_sync(assign, session_id=w.session_id, credentials=new_credentials(1), now=world.now,
+                                      start_timeout_ms=30_000, default_lease_ttl_ms=30_000)
+
+        cancelled, assigned = together(2, act)
+        assert cancelled.changed and cancelled.task_state == "CANCELLED"
+        leases = world.sql("SELECT state FROM leases WHERE task_id = %s", (task_id,))
+        assert leases in ([], [("REVOKED",)]), leases
+        assert len(assigned.offers) == len(leases)
