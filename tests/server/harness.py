@@ -167,6 +167,7 @@ class Worker:
         # capacity bookkeeping: (sequence, capacity, drain) in flight and applied
         self.sequence = 0
         self.applied_capacity = 0
+        self.applied_sequence = 0
         self.capacity_bound = 0  # max of the applied and any in-flight capacity
         self.drained = False  # a drain:true was acknowledged and no drain:false sent since
         self.drain_in_flight = 0
@@ -350,13 +351,18 @@ class Worker:
                 raise ContractViolation(f"capacity ack for another instance: {body}")
             if request_body.get("drain"):
                 self.drain_in_flight -= 1
-            applied = int(body.get("sequence", "0"))
-            if applied == int(request_body["sequence"]):
+            sent = int(request_body["sequence"])
+            if sent > self.applied_sequence:  # newer: must be applied exactly
+                if (body.get("sequence"), body["capacity"], body["drain"]) != (
+                        str(sent), request_body["capacity"], request_body["drain"]):
+                    raise ContractViolation(f"capacity {request_body} not applied: ack {body}")
+                self.applied_sequence = sent
                 self.applied_capacity, self.drained = body["capacity"], body["drain"]
-                if body["capacity"] != request_body["capacity"] or body["drain"] != request_body["drain"]:
-                    raise ContractViolation(f"applied capacity ack differs from the request: {body}")
-            elif applied < int(request_body["sequence"]):
-                raise ContractViolation(f"ack shows sequence {applied}, older than the one just sent: {body}")
+            else:  # stale: changes nothing, shows the current state
+                shown = (int(body.get("sequence", "0")), body["capacity"], body["drain"])
+                if shown != (self.applied_sequence, self.applied_capacity, self.drained):
+                    raise ContractViolation(f"stale capacity {request_body} must show the current state "
+                                            f"{self.applied_sequence, self.applied_capacity, self.drained}: {body}")
             self.capacity_bound = max([self.applied_capacity] + [b["capacity"] for bs in self.pending_bodies.values()
                                                          for b in bs if "capacity" in b and "sequence" in b])
             return

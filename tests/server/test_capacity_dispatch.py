@@ -1,0 +1,233 @@
+"""worker.capacity (sequence, stale, drain, bounds) and what the dispatcher sends.
+
+"Nothing was sent" is never inferred from silence: a second, eligible session
+takes the work, and since every offer is one committed transaction, a task
+that session holds is a task the first one was not offered. (The harness
+also fails any assign beyond capacity, while drained, or outside the
+subscriptions, whenever it arrives.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+
+async def test_sequence_applies_in_order_and_a_stale_frame_gets_the_current_state(start_service, connect,
+                                                                                 worker_token):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    await w.register(["billing"])
+    ack = await w.capacity_ok(2, sequence=1)
+    assert (ack["sequence"], ack["capacity"], ack["drain"]) == ("1", 2, False)
+    ack = await w.capacity_ok(5, sequence=7)  # gaps are fine: it only has to increase
+    assert (ack["sequence"], ack["capacity"]) == ("7", 5)
+    for stale in (7, 3, 1):
+        ack = await w.capacity_ok(9, drain=True, sequence=stale)
+        assert (ack["sequence"], ack["capacity"], ack["drain"]) == ("7", 5, False), stale
+    ack = await w.capacity_ok(0, sequence=8)
+    assert (ack["sequence"], ack["capacity"]) == ("8", 0)
+    top = 18446744073709551615
+    ack = await w.capacity_ok(3, sequence=top)
+    assert ack["sequence"] == str(top)
+    ack = await w.capacity_ok(4, sequence=top)
+    assert (ack["sequence"], ack["capacity"]) == (str(top), 3)
+
+
+@pytest.mark.parametrize("body", [
+    {"sequence": "1", "capacity": 10001, "drain": False},
+    {"sequence": "1", "capacity": -1, "drain": False},
+    {"sequence": "1", "capacity": 1.0, "drain": False},
+    {"sequence": "1", "capacity": 1e0, "drain": False},
+    {"sequence": "1", "capacity": True, "drain": False},
+    {"sequence": "1", "capacity": "1", "drain": False},
+    {"sequence": "0", "capacity": 1, "drain": False},
+    {"sequence": "01", "capacity": 1, "drain": False},
+    {"sequence": 1, "capacity": 1, "drain": False},
+    {"sequence": "18446744073709551616", "capacity": 1, "drain": False},
+    {"sequence": "1", "capacity": 1},
+    {"sequence": "1", "drain": False},
+    {"capacity": 1, "drain": False},
+    {"sequence": "1", "capacity": 1, "drain": False, "extra": 1},
+    {"sequence": "1", "capacity": 1, "drain": 0},
+])
+async def test_capacity_out_of_bounds_is_invalid_frame_and_changes_nothing(start_service, connect, worker_token,
+                                                                           body):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    await w.register(["billing"])
+    frame = {"protocol_version": "1", "type": "worker.capacity", "id": "bad", "session_id": w.session_id,
+             "body": body}
+    text = json.dumps(frame)
+    if body.get("capacity") == 1e0 and isinstance(body.get("capacity"), float):
+        text = text.replace("1.0", "1e0")
+    await w.send_text(text)
+    await w.expect_error("invalid_frame", fatal=False, reply_to="bad")
+    ack = await w.capacity_ok(10000, sequence=1)
+    assert (ack["sequence"], ack["capacity"]) == ("1", 10000)
+
+
+async def test_response_only_fields_in_a_request_are_invalid(start_service, connect, worker_token):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    await w.register(["billing"])
+    for i, extra in enumerate(({"reply_to": ""}, {"error": None}, {"reply_to": "h1"})):
+        frame = {**w.frame("worker.capacity", {"sequence": "1", "capacity": 1, "drain": False}, id=f"x{i}"),
+                 **extra}
+        await w.send_text(json.dumps(frame))
+        await w.expect_error("invalid_frame", fatal=False, reply_to=f"x{i}")
+
+
+async def test_capacity_zero_and_a_new_session_get_nothing(start_service, connect, worker_token, client):
+    service = await start_service()
+    idle = await connect(service, worker_token, name="idle")
+    zero = await connect(service, worker_token, name="zero")
+    await idle.register(["billing"])  # never declares capacity: starts at 0
+    await zero.register(["billing"])
+    await zero.capacity_ok(3)
+    await zero.capacity_ok(0)
+    task = client.submit("billing", "invoice.send", {})
+    taker = await connect(service, worker_token, name="taker")
+    await taker.register(["billing"], capacity=1)
+    held = await taker.expect_assign()
+    assert held.task_id == task["task_id"]
+    for w in (idle, zero):  # a round trip: anything sent before the ack would be read first
+        ack = await w.capacity_ok(0)
+        assert ack["active_leases"] == 0
+        assert not w.assigns_buffered() and not w.live
+
+
+async def test_drain_stops_new_offers_and_keeps_leases_working(start_service, connect, worker_token, client):
+    service = await start_service()
+    w = await connect(service, worker_token, name="drainer")
+    await w.register(["billing"], capacity=2)
+    first = client.submit("billing", "invoice.send", {"n": 1})
+    held = await w.expect_assign()
+    assert held.task_id == first["task_id"]
+    await w.ok(w.start(held))
+    ack = await w.capacity_ok(2, drain=True)
+    assert ack["drain"] is True and ack["active_leases"] == 1
+    # Work submitted now goes to someone else.
+    second = client.submit("billing", "invoice.send", {"n": 2})
+    other = await connect(service, worker_token, name="other")
+    await other.register(["billing"], capacity=1)
+    assert (await other.expect_assign()).task_id == second["task_id"]
+    # The drained session's lease still renews and finishes.
+    await w.ok(w.renew(held))
+    await w.ok(w.finish(held))
+    ack = await w.capacity_ok(2, drain=True)
+    assert ack["active_leases"] == 0 and not w.assigns_buffered()
+    # drain off: dispatch resumes.
+    third = client.submit("billing", "invoice.send", {"n": 3})
+    ack = await w.capacity_ok(2, drain=False)
+    assert ack["drain"] is False
+    assert (await w.expect_assign()).task_id == third["task_id"]
+
+
+async def test_capacity_is_never_exceeded(start_service, connect, worker_token, client):
+    service = await start_service()
+    w = await connect(service, worker_token, name="small")
+    await w.register(["billing"], capacity=3)
+    tasks = [client.submit("billing", "invoice.send", {"n": i})["task_id"] for i in range(10)]
+    held = [await w.expect_assign() for _ in range(3)]
+    big = await connect(service, worker_token, name="big")
+    await big.register(["billing"], capacity=7)
+    rest = [await big.expect_assign() for _ in range(7)]
+    assert {h.task_id for h in held + rest} == set(tasks)
+    ack = await w.capacity_ok(3)
+    assert ack["active_leases"] == 3 and not w.assigns_buffered()
+    # A finish frees exactly one slot.
+    await w.ok(w.start(held[0]))
+    await w.ok(w.finish(held[0]))
+    extra = client.submit("billing", "invoice.send", {"n": 10})
+    got = await w.expect_assign()
+    assert got.task_id == extra["task_id"]
+    # Lowering capacity below the held count: nothing new until below it.
+    ack = await w.capacity_ok(1)
+    assert ack["active_leases"] == 3
+    await w.ok(w.start(held[1]))
+    await w.ok(w.finish(held[1]))
+    late = client.submit("billing", "invoice.send", {"n": 11})
+    await big.ok(big.start(rest[0]))
+    await big.ok(big.finish(rest[0]))  # the only free slot now is big's
+    assert (await big.expect_assign()).task_id == late["task_id"]
+    ack = await w.capacity_ok(1)
+    assert ack["active_leases"] == 2 and not w.assigns_buffered()
+
+
+async def test_subscriptions_and_kinds_decide_who_gets_what(start_service, connect, worker_token, client):
+    service = await start_service()
+    invoices = await connect(service, worker_token, name="invoices")
+    await invoices.register({"billing": ["invoice.send", "invoice.void"]}, capacity=10)
+    mail = await connect(service, worker_token, name="mail")
+    await mail.register({"mail": None}, capacity=10)
+    refund = client.submit("billing", "invoice.refund", {})
+    report = client.submit("reports", "daily", {})
+    letters = [client.submit("mail", kind, {})["task_id"] for kind in ("welcome", "reset", "digest")]
+    send = client.submit("billing", "invoice.send", {})
+    void = client.submit("billing", "invoice.void", {})
+    got = {(await invoices.expect_assign()).task_id for _ in range(2)}
+    assert got == {send["task_id"], void["task_id"]}
+    assert {(await mail.expect_assign()).task_id for _ in range(3)} == set(letters)
+    # The refund and the report match nobody: still READY. A worker that wants them gets them.
+    for w in (invoices, mail):
+        await w.capacity_ok(10)
+        assert not w.assigns_buffered()
+    assert client.get(refund["task_id"])["state"] == "READY"
+    assert client.get(report["task_id"])["state"] == "READY"
+    everything = await connect(service, worker_token, name="everything")
+    await everything.register({"billing": None, "reports": None}, capacity=10)
+    assert {(await everything.expect_assign()).task_id for _ in range(2)} == {refund["task_id"],
+                                                                              report["task_id"]}
+
+
+async def test_keyed_tasks_go_only_to_sessions_that_declared_concurrency_keys(start_service, connect,
+                                                                              worker_token, client):
+    service = await start_service()
+    plain = await connect(service, worker_token, name="plain")
+    await plain.register(["billing"], capacity=5, concurrency_keys=False)
+    keyed = client.submit("billing", "invoice.send", {}, concurrency_key="customer:42", concurrency_limit=2)
+    unkeyed = client.submit("billing", "invoice.send", {})
+    assert (await plain.expect_assign()).task_id == unkeyed["task_id"]
+    aware = await connect(service, worker_token, name="aware")
+    await aware.register(["billing"], capacity=5, concurrency_keys=True)
+    held = await aware.expect_assign()
+    assert held.task_id == keyed["task_id"]
+    assert held.task["concurrency_key"] == "customer:42" and int(held.task["concurrency_token"]) >= 1
+    await plain.capacity_ok(5)
+    assert not plain.assigns_buffered()
+
+
+async def test_the_dispatcher_fills_free_slots_fairly_across_sessions(start_service, connect, worker_token,
+                                                                     client):
+    service = await start_service()
+    a = await connect(service, worker_token, name="a")
+    b = await connect(service, worker_token, name="b")
+    await a.register(["billing"], capacity=10)
+    await b.register(["billing"], capacity=10)
+    new = [client.new_task("billing", "invoice.send", {"n": i}) for i in range(10)]
+    client.submit_many(new)  # one commit: a single pass sees all ten
+    seen = []
+    with trio.fail_after(10):
+        while len(seen) < 10:
+            for w in (a, b):
+                await w.capacity_ok(10)  # round trip: whatever was pushed before is now buffered
+            seen = a.assigns_buffered() + b.assigns_buffered()
+    counts = (len(a.assigns_buffered()), len(b.assigns_buffered()))
+    assert min(counts) >= 3, counts  # neither session took (nearly) everything
+
+
+async def test_priority_orders_dispatch_within_a_queue(start_service, connect, worker_token, client):
+    service = await start_service()
+    low = client.submit("billing", "invoice.send", {"p": 0})
+    high = client.submit("billing", "invoice.send", {"p": 9}, priority=9)
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=1)
+    first = await w.expect_assign()
+    assert first.task_id == high["task_id"] and first.task["priority"] == 9
+    await w.ok(w.start(first))
+    await w.ok(w.finish(first))
+    second = await w.expect_assign()
+    assert second.task_id == low["task_id"] and "priority" not in second.task
