@@ -214,6 +214,14 @@ class Worker:
         await self.ws.send_message(dumps(frame))
         return frame["id"]
 
+    async def send_valid_text(self, text: str) -> str:
+        """Send a valid client frame spelled exactly as ``text`` (numbers keep their digits)."""
+        frame = json.loads(text)
+        check("clientFrame", frame, "a frame the harness was asked to send")
+        self._expect_answer(frame["id"], frame["type"], frame.get("body") or {})
+        await self.ws.send_message(text)
+        return frame["id"]
+
     async def send_text(self, text: str | bytes, *, answer_id: str | None | object = ANY) -> None:
         """Send raw text (or bytes), unvalidated: a deliberately bad frame.
 
@@ -224,7 +232,7 @@ class Worker:
             answer_id = None
             if isinstance(text, str):
                 try:
-                    parsed = json.loads(text)
+                    parsed = json.loads(text, parse_int=str, parse_float=str, parse_constant=str)
                     candidate = parsed.get("id") if isinstance(parsed, dict) else None
                     answer_id = candidate if isinstance(candidate, str) else None
                 except (ValueError, RecursionError):
