@@ -250,15 +250,13 @@ class WorkerConnection:
         command = leases.LeaseCommand(session_id=self.session.session_id, task_id=msg.task_id,
                                       lease_id=msg.lease_id, lease_secret=msg.lease_secret,
                                       revision=msg.revision)
+        report = None
         if isinstance(msg, m.TaskFinish):
             report = FinishReport(status=msg.status, result_json=str(msg.result),
                                   error_code=msg.error_code or None, error_message=msg.error_message or None,
                                   retryable=msg.retryable)
-            result = await ctx.store.run(leases.finish, command=command, report=report, now=ctx.clock.now())
-        elif isinstance(msg, m.TaskStart):
-            result = await ctx.store.run(leases.start, command=command, now=ctx.clock.now())
-        else:
-            result = await ctx.store.run(leases.renew, command=command, now=ctx.clock.now())
+        kind = "finish" if report is not None else ("start" if isinstance(msg, m.TaskStart) else "renew")
+        result = await ctx.batcher.submit(kind, command, report)
         if isinstance(result, Refusal):
             self._send(self.session.refuse(msg.id, result.code, result.message or result.code).frame)
             return

@@ -23,6 +23,7 @@ from pulse_trio.config import Settings
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.server.auth import worker_token
+from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.connection import WorkerConnection
 from pulse_trio.server.dispatcher import Dispatcher
@@ -49,6 +50,7 @@ class ServiceContext:
     hub: SessionHub = dataclasses.field(default_factory=SessionHub)
     metrics: ServiceMetrics = dataclasses.field(default_factory=ServiceMetrics)
     connections: set[WorkerConnection] = dataclasses.field(default_factory=set)
+    batcher: LeaseCommandBatcher | None = None
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -112,7 +114,10 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                 task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
     """Run one instance until stopped (the database must already be migrated)."""
     store = Store(database, pool_size=pool_size)
-    ctx = ServiceContext(settings=settings, store=store, clock=ServiceClock(wall_anchor))
+    clock = ServiceClock(wall_anchor)
+    # Lanes leave two pooled connections for the dispatcher and the timers.
+    batcher = LeaseCommandBatcher(store, clock, lanes=pool_size - 2)
+    ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
     stop = trio.Event()
     try:
         async with trio.open_nursery() as root:
@@ -131,6 +136,7 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                             task_status=task_status)
 
                 server = await root.start(listen)
+                root.start_soon(batcher.run)
                 root.start_soon(Dispatcher(ctx).run)
                 root.start_soon(Timers(ctx).run)
                 port = server.port
