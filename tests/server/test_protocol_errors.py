@@ -1,0 +1,222 @@
+"""Frame-level errors: JSON, version, session id, message ids, sizes, binary frames, repeated invalid frames."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+import harness
+
+OTHER_SESSION = "ses_01KBFEY3G0B1BKY7SP31HF1KWB"
+
+
+async def registered(start_service, connect, worker_token, **settings):
+    service = await start_service(**settings)
+    w = await connect(service, worker_token)
+    await w.register(["billing"])
+    return w
+
+
+@pytest.mark.parametrize("text", [
+    '{"protocol_version":"1","type":"worker.capacity","id":"c1","id":"c2"}',  # duplicate key
+    '{"protocol_version":"1","type":"worker.capacity","id":"c1","body":{"capacity":NaN}}',
+    '{"protocol_version":"1","type":"worker.capacity","id":"c1","body":{"capacity":Infinity}}',
+    '{"protocol_version":"1","type":"worker.capacity","id":"\\ud800"}',  # lone surrogate
+    '{"protocol_version":"1","type":"worker.capacity","id":"c1","body":' + "[" * 32 + "]" * 32 + "}",  # depth 33
+    '{"protocol_version":"1",',
+    "[]x",
+    "",
+    '"just a string"  extra',
+])
+async def test_invalid_json_is_fatal_without_reply_to_and_closes(start_service, connect, worker_token, text):
+    w = await registered(start_service, connect, worker_token)
+    await w.send_text(text, answer_id=None)
+    frame = await w.expect_error("invalid_json", fatal=True, reply_to=harness.ABSENT)
+    assert frame["session_id"] == w.session_id
+    await w.expect_close(1007)
+
+
+async def test_invalid_json_before_hello_has_no_session_id(start_service, connect, worker_token):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    await w.send_text('{"a":1,"a":2}', answer_id=None)
+    frame = await w.expect_error("invalid_json", fatal=True, reply_to=harness.ABSENT)
+    assert "session_id" not in frame
+    await w.expect_close(1007)
+
+
+@pytest.mark.parametrize("text", ["[]", "1", '"x"', "null", "{}"])
+async def test_json_that_is_not_a_versioned_object_is_unsupported_version(start_service, connect, worker_token,
+                                                                          text):
+    """docs/protocol.md, spec note 3: "protocol_version != 1" is read literally, ahead of invalid_frame."""
+    w = await registered(start_service, connect, worker_token)
+    await w.send_text(text, answer_id=None)
+    await w.expect_error("unsupported_version", fatal=True, reply_to=harness.ABSENT)
+    await w.expect_close(1008)
+
+
+@pytest.mark.parametrize("version", [None, 1, "1.0", "2"])
+async def test_a_missing_or_other_version_is_unsupported_version_with_reply_to(start_service, connect,
+                                                                               worker_token, version):
+    w = await registered(start_service, connect, worker_token)
+    frame = w.frame("worker.capacity", {"sequence": "1", "capacity": 1, "drain": False}, id="v2")
+    if version is None:
+        del frame["protocol_version"]
+    else:
+        frame["protocol_version"] = version
+    await w.send_text(json.dumps(frame))
+    await w.expect_error("unsupported_version", fatal=True, reply_to="v2")
+    await w.expect_close(1008)
+
+
+@pytest.mark.parametrize("session_id", [None, OTHER_SESSION])
+async def test_session_mismatch_is_fatal(start_service, connect, worker_token, session_id):
+    w = await registered(start_service, connect, worker_token)
+    frame = w.frame("worker.capacity", {"sequence": "1", "capacity": 1, "drain": False}, id="c9",
+                    session_id=session_id)
+    await w.send_text(json.dumps(frame))
+    error = await w.expect_error("session_mismatch", fatal=True, reply_to="c9")
+    assert error["session_id"] == w.session_id
+    await w.expect_close(1008)
+
+
+async def test_session_mismatch_wins_over_a_schema_violation(start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token)
+    bad = {"protocol_version": "1", "type": "worker.capacity", "id": "c9", "session_id": OTHER_SESSION,
+           "body": {"capacity": "lots"}}
+    await w.send_text(json.dumps(bad))
+    await w.expect_error("session_mismatch", fatal=True, reply_to="c9")
+    await w.expect_close(1008)
+
+
+async def test_duplicate_message_id_while_pending_and_reuse_after_the_answer(start_service, connect, worker_token,
+                                                                            client):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=1)
+    client.submit("billing", "invoice.send", {})
+    held = await w.expect_assign()
+    # Two lease commands with one id, sent back to back: the second arrives while the first is pending.
+    await w.send(w.frame("task.start", held.body(), id="dup"))
+    await w.send(w.frame("task.renew", held.body(), id="dup"))
+    answers = [await w.reply("dup"), await w.reply("dup")]
+    kinds = sorted(a["type"] for a in answers)
+    assert kinds == ["ack", "error"], answers
+    error = next(a for a in answers if a["type"] == "error")
+    assert (error["error"]["code"], error["error"]["fatal"]) == ("duplicate_message_id", False)
+    # Once answered, the id may be used again.
+    reply = await w.request("task.renew", held.body(), id="dup")
+    assert reply["type"] == "ack", reply
+
+
+async def test_binary_frame_closes_with_1003(start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token)
+    await w.send_text(b'{"protocol_version":"1"}', answer_id=None)
+    await w.expect_close(1003)
+
+
+async def test_frame_over_512_kib_closes_with_1009(start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token)
+    await w.send_text("x" * (512 * 1024 + 1), answer_id=None)
+    await w.expect_close(1009)
+
+
+async def test_frame_over_512_kib_of_utf8_but_fewer_characters_closes_with_1009(start_service, connect,
+                                                                                worker_token, client):
+    w = await registered(start_service, connect, worker_token)
+    frame = w.frame("worker.capacity", {"sequence": "1", "capacity": 1, "drain": False}, id="big")
+    text = json.dumps(frame, ensure_ascii=False)[:-1] + ',"pad":"' + "é" * (300 * 1024) + '"}'
+    assert len(text) < 512 * 1024 < len(text.encode())
+    await w.send_text(text, answer_id=None)
+    await w.expect_close(1009)
+
+
+async def test_a_frame_of_exactly_512_kib_is_read(start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token)
+    frame = w.frame("worker.capacity", {"sequence": "1", "capacity": 1, "drain": False}, id="edge")
+    head = json.dumps(frame)[:-1] + ',"pad":"'
+    text = head + "x" * (512 * 1024 - len(head) - 2) + '"}'
+    assert len(text.encode()) == 512 * 1024
+    await w.send_text(text)
+    await w.expect_error("invalid_frame", fatal=False, reply_to="edge")  # read, parsed, and refused by schema
+
+
+async def test_more_than_ten_invalid_frames_become_fatal(start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token)
+    for i in range(10):
+        frame = w.frame("worker.capacity", {"sequence": "1", "capacity": -1, "drain": False}, id=f"bad{i}")
+        await w.send_text(json.dumps(frame))
+        await w.expect_error("invalid_frame", fatal=False, reply_to=f"bad{i}")
+    ack = await w.capacity_ok(1)  # valid frames in between do not reset the count, and still work
+    assert ack["capacity"] == 1
+    frame = w.frame("worker.capacity", {"sequence": "9", "capacity": -1, "drain": False}, id="bad10")
+    await w.send_text(json.dumps(frame))
+    await w.expect_error("invalid_frame", fatal=True, reply_to="bad10")
+    await w.expect_close(1008)
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda f: f.update(type="worker.goodbye"),
+    lambda f: f.update(extra=1),
+    lambda f: f.update(id="-bad"),
+    lambda f: f.update(id="x" * 65),
+    lambda f: f.pop("body"),
+    lambda f: f["body"].update(lease_secret="A" * 44),
+    lambda f: f["body"].update(lease_secret="AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQF"),  # not canonical
+    lambda f: f["body"].update(task_id="tsk_01KBFEY3G0XBZ69EGN1CRY6PPI"),  # I is not Crockford
+    lambda f: f["body"].update(revision="1e0"),
+])
+async def test_schema_and_grammar_violations_are_non_fatal_invalid_frame(start_service, connect, worker_token,
+                                                                         mutate):
+    w = await registered(start_service, connect, worker_token)
+    frame = w.frame("task.renew", {"task_id": "tsk_01KBFEY3G0XBZ69EGN1CRY6PPB",
+                                   "lease_id": "lse_01KBFEY3G05SYNQT44FQ3AKSZY",
+                                   "lease_secret": "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE", "revision": "1"},
+                    id="g1")
+    mutate(frame)
+    readable = harness.validator("messageId").is_valid(frame["id"])
+    await w.send_text(json.dumps(frame), answer_id=frame["id"] if readable else None)
+    error = await w.expect_error("invalid_frame", fatal=False)
+    if readable:
+        assert error["reply_to"] == frame["id"]
+    else:
+        assert "reply_to" not in error
+    assert (await w.capacity_ok(1))["capacity"] == 1
+
+
+async def test_pings_are_answered_and_the_session_survives(start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token, ping_interval=0.05)
+    with trio.fail_after(5):
+        for _ in range(10):
+            await trio.sleep(0.05)
+            await w.capacity_ok(1)
+
+
+async def test_a_peer_that_never_answers_pings_is_dropped(start_service, worker_token):
+    """A raw handshake on a socket nobody reads from afterwards: no pongs come back."""
+    service = await start_service(ping_interval=0.1)
+    stream = await trio.open_tcp_stream("127.0.0.1", service.worker_port)
+    request = (f"GET /v1/worker HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+               f"Sec-WebSocket-Protocol: pulse.worker.v1\r\nAuthorization: Bearer {worker_token}\r\n\r\n")
+    await stream.send_all(request.encode())
+    with trio.fail_after(10):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(4096)
+        assert data.startswith(b"HTTP/1.1 101"), data
+        while len(service.ctx.connections) == 0:
+            await trio.sleep(0.01)
+        # Read and discard (pings arrive) but never answer; the server gives up on us.
+        while True:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                break
+            if b"\x88" in chunk:  # a close frame
+                break
+    await stream.aclose()
+    with trio.fail_after(10):
+        while service.ctx.connections:
+            await trio.sleep(0.01)
