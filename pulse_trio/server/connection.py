@@ -278,7 +278,13 @@ class WorkerConnection:
             fatal = False if result.code == e.PERMISSION_DENIED else None
             self._send(self.session.refuse(msg.id, result.code, result.message or result.code, fatal=fatal).frame)
             return
-        self.live.active_leases += 1  # the previous owner's count is fixed by the hub's reconcile
+        self.live.active_leases += 1
+        # The lease left its previous owner: when that session lives here, free
+        # its slot now (elsewhere, that instance's timers reconcile its count).
+        for previous in ctx.hub:
+            if previous.instance_id == msg.instance_id and previous is not self.live:
+                previous.active_leases = max(0, previous.active_leases - 1)
+                ctx.hub.wake()
         self._send(self.session.ack(msg.id, views.lease(result)))
 
     # -- writing -------------------------------------------------------------

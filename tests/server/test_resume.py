@@ -1,0 +1,163 @@
+"""worker.resume: a reconnected worker takes its leases to a new session."""
+
+from __future__ import annotations
+
+import trio
+
+OTHER_SECRET = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE"
+UNKNOWN_INSTANCE = "ins_01KBFEY3G08GKV6GQS8WWD954X"
+
+
+async def running(service, connect, token, client, *, name="old", start=True, queues=("billing",), **submit):
+    w = await connect(service, token, name=name)
+    await w.register(list(queues), capacity=1, concurrency_keys=bool(submit.get("concurrency_key")))
+    client.submit(queues[0], "invoice.send", {}, **submit)
+    held = await w.expect_assign()
+    if start:
+        await w.ok(w.start(held))
+    return w, held
+
+
+async def test_resume_after_a_dropped_connection_moves_the_lease(start_service, connect, worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    before = held.revision
+    await old.drop()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    assert new.epoch > old.epoch
+    lease = await new.ok(new.resume(old, held))
+    assert lease["state"] == "RUNNING" and int(lease["revision"]) == before + 1
+    assert lease["epoch"] == str(new.epoch) and "lease_secret" not in lease
+    moved = new.live[held.lease_id]
+    ack = await new.capacity_ok(1)
+    assert ack["active_leases"] == 1  # it counts against the new session's capacity
+    renewed = await new.ok(new.renew(moved))
+    assert renewed["lease"]["epoch"] == str(new.epoch)
+    await new.ok(new.finish(moved))
+    shown = client.get(held.task_id)
+    assert shown["state"] == "SUCCEEDED" and shown["attempt"] == 1
+
+
+async def test_an_unstarted_offer_can_be_resumed_and_then_started(start_service, connect, worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client, start=False)
+    await old.drop()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    lease = await new.ok(new.resume(old, held))
+    assert lease["state"] == "OFFERED"
+    moved = new.live[held.lease_id]
+    started = await new.ok(new.start(moved))
+    assert started["lease"]["state"] == "RUNNING"
+
+
+async def test_the_old_session_is_refused_with_lease_not_owned(start_service, connect, worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    stale = held.revision
+    new = await connect(service, worker_token, name="new")  # the old connection is still open (half-dead)
+    await new.register(["billing"], capacity=1)
+    await new.ok(new.resume(old, held))
+    old.assert_error(await old.renew(held, revision=stale), "lease_not_owned")
+    old.assert_error(await old.finish(held, revision=stale), "lease_not_owned")
+    moved = new.live[held.lease_id]
+    old.assert_error(await old.renew(held, revision=moved.revision), "lease_not_owned")
+    # Taking it back from the newer session is refused: the owner's epoch is not older.
+    old.assert_error(await old.resume(new, moved), "lease_not_owned")
+    # The new session cannot resume what it already holds either.
+    new.assert_error(await new.resume(new, moved), "lease_not_owned")
+    # And the old session's count went down: it gets new work again.
+    task = client.submit("billing", "invoice.send", {})
+    old.forget(held)
+    assert (await old.expect_assign()).task_id == task["task_id"]
+    await new.ok(new.finish(moved))
+
+
+async def test_wrong_secrets_are_lease_not_found(start_service, connect, worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    await old.drop()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    refusals = [
+        await new.resume(old, held, instance_secret=OTHER_SECRET),
+        await new.resume(old, held, lease_secret=OTHER_SECRET),
+        await new.resume(old, held, instance_secret=new.instance_secret),  # someone else's secret
+        await new.resume({"instance_id": UNKNOWN_INSTANCE, "instance_secret": old.instance_secret}, held),
+    ]
+    for reply in refusals:
+        error = new.assert_error(reply, "lease_not_found")
+        assert "secret" not in error["message"].split("does not match")[-1]  # no oracle beyond the code
+    # Someone else's identity with the right lease secret: that instance never owned it.
+    new.assert_error(await new.resume(new, held), "lease_not_owned")
+    await new.ok(new.resume(old, held))
+
+
+async def test_resume_needs_the_queue_and_the_key_declaration(start_service, connect, worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    keyed_old, keyed = await running(service, connect, worker_token, client, name="keyed", queues=("mail",),
+                                     concurrency_key="customer:1")
+    await old.drop()
+    await keyed_old.drop()
+    other_queue = await connect(service, worker_token, name="mail-only")
+    await other_queue.register(["mail"], capacity=5)
+    reply = await other_queue.resume(old, held)
+    other_queue.assert_error(reply, "permission_denied", fatal=False)
+    other_queue.assert_error(await other_queue.resume(keyed_old, keyed), "concurrency_keys_not_declared")
+    assert (await other_queue.capacity_ok(5))["capacity"] == 5  # non-fatal: the session goes on
+    kinds = await connect(service, worker_token, name="other-kind")
+    await kinds.register({"billing": ["invoice.void"]}, capacity=1)
+    kinds.assert_error(await kinds.resume(old, held), "permission_denied", fatal=False)
+    right = await connect(service, worker_token, name="right")
+    await right.register(["billing", "mail"], capacity=5, concurrency_keys=True)
+    await right.ok(right.resume(old, held))
+    await right.ok(right.resume(keyed_old, keyed))
+
+
+async def test_resume_of_an_expired_or_finished_lease_is_refused(start_service, connect, worker_token, client):
+    service = await start_service(lease_ttl=0.5)
+    old, held = await running(service, connect, worker_token, client)
+    await old.drop()
+    with trio.fail_after(10):
+        while client.get(held.task_id)["state"] == "RUNNING":
+            await trio.sleep(0.05)
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    new.assert_error(await new.resume(old, held), "lease_expired")
+
+
+async def test_resume_of_a_finished_lease_is_refused(start_service, connect, worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    await old.ok(old.finish(held))
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    reply = await new.resume(old, held)
+    # Not lapsed, not revoked: the lease is past the only states resume leaves (docs: start twice).
+    new.assert_error(reply, "invalid_transition")
+
+
+async def test_resume_of_a_cancelled_offer_is_task_cancelled(start_service, connect, worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client, start=False)
+    client.cancel(held.task_id, reason="operator")
+    await old.drop()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    new.assert_error(await new.resume(old, held), "task_cancelled")
+
+
+async def test_a_resumed_lease_fills_the_new_sessions_capacity(start_service, connect, worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    await old.drop()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    await new.ok(new.resume(old, held))
+    task = client.submit("billing", "invoice.send", {})
+    spare = await connect(service, worker_token, name="spare")
+    await spare.register(["billing"], capacity=1)
+    assert (await spare.expect_assign()).task_id == task["task_id"]
+    assert (await new.capacity_ok(1))["active_leases"] == 1 and not new.assigns_buffered()
