@@ -1,0 +1,35 @@
+"""The Trio worker SDK: run Python handlers for pulse-trio tasks.
+
+It speaks ``pulse.worker.v1`` through the contract layer only, like any
+third-party worker would (it never imports the server or the store)::
+
+    from pulse_trio.sdk import Registry, TaskContext, Worker, RetryableError
+
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send_invoice(task: TaskContext) -> dict:
+        return {"sent": task.payload["invoice"]}
+
+    trio.run(Worker("ws://127.0.0.1:7380/v1/worker", token, registry, capacity=8).run)
+
+Modules: ``registry`` (handlers), ``context`` (what a handler gets),
+``errors`` (outcomes a handler raises), ``outcome`` (outcome → finish),
+``protocol`` (sans-IO session checks and pending requests), ``transport``
+(one WebSocket session), ``lease`` (one attempt, through reconnects),
+``worker`` (the reconnect loop, capacity, drain). See ``docs/worker.md``.
+"""
+
+from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
+from pulse_trio.sdk.errors import (
+    CommandRefused, ConnectionLost, HandlerOutcome, LeaseLost, PermanentError, ProtocolViolation, RetryableError,
+    TaskCancelled, UnknownOutcome, WorkerError, WorkerRefused,
+)
+from pulse_trio.sdk.registry import Handler, Registry
+from pulse_trio.sdk.worker import DEFAULT_URL, Backoff, Worker, WorkerStats
+
+__all__ = [
+    "Backoff", "CANCEL_REQUESTED", "CommandRefused", "ConnectionLost", "DEFAULT_URL", "Handler", "HandlerOutcome",
+    "LEASE_LOST", "LeaseLost", "PermanentError", "ProtocolViolation", "Registry", "RetryableError", "TaskCancelled",
+    "TaskContext", "UnknownOutcome", "Worker", "WorkerError", "WorkerRefused", "WorkerStats",
+]

@@ -1,0 +1,113 @@
+"""What handlers raise to name their outcome, and what the SDK raises itself.
+
+Handler outcomes are exceptions because a handler's normal return value is
+its result: raising is the one way to say "this did not succeed" without a
+second return channel. Each maps to exactly one ``task.finish``:
+
+======================  =====================================================
+raised                  finish
+======================  =====================================================
+``RetryableError``      FAILED, ``retryable: true`` (the server schedules the
+                        next attempt if the task has attempts left)
+``PermanentError``      FAILED, never retried automatically
+``UnknownOutcome``      UNKNOWN: the effect may or may not have happened;
+                        a person decides (manual recovery)
+``TaskCancelled``       CANCELLED, when a cancel was requested
+any other exception     FAILED, ``retryable: true``, code ``unhandled_exception``
+======================  =====================================================
+
+The SDK's own errors (``ConnectionLost``, ``CommandRefused``, ...) stay
+inside the SDK except ``WorkerRefused``, which ``Worker.run`` raises when
+reconnecting cannot help (a bad token, a queue the token does not allow).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_ERROR_CODE = re.compile(r"[a-z][a-z0-9_.]{0,63}")
+
+
+def _code(code: str) -> str:
+    if not _ERROR_CODE.fullmatch(code):
+        raise ValueError(f"error codes are [a-z][a-z0-9_.]{{0,63}}, got {code!r}")
+    return code
+
+
+class HandlerOutcome(Exception):
+    """Base of the outcomes a handler may raise; ``details`` becomes the finish result."""
+
+    default_code = "failed"
+
+    def __init__(self, message: str = "", *, code: str | None = None, details: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = _code(code or self.default_code)
+        self.details = details
+
+
+class RetryableError(HandlerOutcome):
+    """The attempt failed before any effect it cares about; trying again is safe."""
+
+    default_code = "retryable"
+
+
+class PermanentError(HandlerOutcome):
+    """The attempt failed and another attempt would fail the same way."""
+
+    default_code = "permanent"
+
+
+class UnknownOutcome(HandlerOutcome):
+    """The handler cannot tell whether its effect happened (a timeout mid-request)."""
+
+    default_code = "unknown_outcome"
+
+
+class TaskCancelled(HandlerOutcome):
+    """Raised by ``TaskContext.check_cancelled()`` once the handler must stop.
+
+    Raise (or let propagate) it to finish CANCELLED when a cancel was
+    requested; when the lease was lost instead, nothing is finished.
+    """
+
+    default_code = "cancelled"
+
+
+# -- the SDK's own errors -------------------------------------------------------------
+
+
+class WorkerError(Exception):
+    """Base of the SDK's own failures."""
+
+
+class WorkerRefused(WorkerError):
+    """The service refused this worker for a reason reconnecting cannot fix."""
+
+
+class ConnectionLost(WorkerError):
+    """The connection ended before the request was answered (it may have committed)."""
+
+
+class ProtocolViolation(WorkerError):
+    """The server sent a frame that breaks the contract; the connection is dropped."""
+
+
+class CommandRefused(WorkerError):
+    """The server answered a request with an error frame (nothing was committed)."""
+
+    def __init__(self, code: str, message: str, *, fatal: bool = False, retry_after_ms: int | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+        self.retry_after_ms = retry_after_ms
+
+
+class LeaseLost(WorkerError):
+    """This worker no longer holds the lease: it expired, moved, or the task was cancelled."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,113 @@
+"""A handler's return value or exception, as the fields of one ``task.finish``.
+
+Pure functions, so the mapping of worker-protocol.md §4.5 is testable
+without a server. ``finish`` requires a non-null ``result`` for every
+status: a handler that returns ``None`` reports ``{}``, and failures report
+the exception's ``details`` (or ``{}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pulse_trio.contract.jsontext import JsonText, utf8_size
+from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_RESULT_DEPTH
+from pulse_trio.contract.messages import Status
+from pulse_trio.sdk.errors import HandlerOutcome, PermanentError, RetryableError, TaskCancelled, UnknownOutcome
+
+EMPTY = "{}"
+UNHANDLED = "unhandled_exception"
+INVALID_RESULT = "invalid_result"
+RESULT_TOO_LARGE = "result_too_large"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    """What to finish with; ``fields()`` is the body of ``task.finish`` after the lease fields."""
+
+    status: Status
+    result: str = EMPTY
+    error_code: str = ""
+    error_message: str = ""
+    retryable: bool = False
+
+    def fields(self) -> dict[str, Any]:
+        return {"status": self.status, "result": self.result, "error_code": self.error_code,
+                "error_message": self.error_message, "retryable": self.retryable}
+
+    def describe(self) -> str:
+        if self.status == "SUCCEEDED":
+            return f"SUCCEEDED {_short(self.result)}"
+        retry = " (retryable)" if self.retryable else ""
+        message = f": {self.error_message}" if self.error_message else ""
+        return f"{self.status} {self.error_code}{retry}{message}"
+
+
+def _short(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def clean_message(text: str) -> str:
+    """At most 4096 chars and no lone surrogates (the finish grammar)."""
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text[:MAX_ERROR_MESSAGE_CHARS]
+
+
+def encode_result(value: Any, max_bytes: int = MAX_RESULT_BYTES) -> str | Outcome:
+    """Canonical JSON text of a result, or the FAILED outcome that explains why it cannot be sent."""
+    try:
+        text = JsonText.from_value({} if value is None else value, max_depth=MAX_RESULT_DEPTH)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return Outcome("FAILED", EMPTY, INVALID_RESULT,
+                       clean_message(f"the handler finished but its result is not JSON: {exc}"))
+    size = utf8_size(text)
+    if size > max_bytes:
+        return Outcome("FAILED", EMPTY, RESULT_TOO_LARGE,
+                       f"the handler finished but its result is {size} bytes; the limit is {max_bytes}")
+    return str(text)
+
+
+def succeeded(value: Any, max_bytes: int = MAX_RESULT_BYTES) -> Outcome:
+    encoded = encode_result(value, max_bytes)
+    return encoded if isinstance(encoded, Outcome) else Outcome("SUCCEEDED", encoded)
+
+
+def _details(exc: HandlerOutcome, max_bytes: int) -> str:
+    if exc.details is None:
+        return EMPTY
+    encoded = encode_result(exc.details, max_bytes)
+    return EMPTY if isinstance(encoded, Outcome) else encoded
+
+
+def from_exception(exc: BaseException, *, cancel_requested: bool,
+                   max_bytes: int = MAX_RESULT_BYTES) -> Outcome:
+    """The outcome a raised exception stands for (see ``errors``)."""
+    if isinstance(exc, HandlerOutcome):
+        message = clean_message(exc.message)
+        details = _details(exc, max_bytes)
+        if isinstance(exc, TaskCancelled) or (cancel_requested and isinstance(exc, RetryableError)):
+            # A cancelled task is never retried: a retryable failure after the
+            # cancel request is reported as the cancellation it became.
+            return cancelled(message or "cancelled by request", details)
+        if isinstance(exc, RetryableError):
+            return Outcome("FAILED", details, exc.code, message, retryable=True)
+        if isinstance(exc, UnknownOutcome):
+            return Outcome("UNKNOWN", details, exc.code, message)
+        if isinstance(exc, PermanentError):
+            return Outcome("FAILED", details, exc.code, message)
+        return Outcome("FAILED", details, exc.code, message)
+    message = clean_message(f"{type(exc).__name__}: {exc}")
+    if cancel_requested:
+        return cancelled(message)
+    return Outcome("FAILED", EMPTY, UNHANDLED, message, retryable=True)
+
+
+def cancelled(message: str = "cancelled by request", result: str = EMPTY) -> Outcome:
+    return Outcome("CANCELLED", result, "cancelled", clean_message(message))
+
+
+def fallback(refused: Outcome, code: str, message: str) -> Outcome:
+    """What to send when the server refused ``refused`` for its content (result, status)."""
+    return Outcome("FAILED", EMPTY, code, clean_message(
+        f"the server refused finishing {refused.status}: {message}"))

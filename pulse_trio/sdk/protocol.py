@@ -1,0 +1,230 @@
+"""The worker side of one ``pulse.worker.v1`` session, without any I/O.
+
+Theory of operation (the mirror of ``pulse_trio.session.ServerSession``):
+the transport asks this object to build each request (it assigns the
+message id and remembers the request in the pending table), sends the
+encoded frame, and hands every received text frame to :meth:`receive`,
+which returns exactly one event:
+
+* :class:`Answered` / :class:`Refused` — the ack or error for a pending
+  request. The ack was decoded with ``ack_for=`` that request's type, so its
+  body has the right shape, and it was checked against the request (same
+  lease, same revision, the right command in the receipt);
+* :class:`Offered` — a ``task.assign`` that passed every check (subscribed
+  queue and kind, this session's epoch, keyed only if declared);
+* :class:`CancelPushed` — a ``task.cancel`` push;
+* :class:`Fatal` — an unsolicited fatal error: the server will close;
+* :class:`Dropped` — a frame that is ignored (logged), e.g. a rejected
+  offer, which then simply lapses on the server;
+* :class:`Broken` — the server broke the contract in a way that makes the
+  connection untrustworthy (an unreadable frame, a wrong ack): the transport
+  drops the connection and the worker reconnects and resumes.
+
+Validation follows worker-protocol.md §5: strict scanning, typed decoding
+(counters, secrets, times, ``retry_of`` not the task itself), then the
+session checks only this table can make.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pulse_trio.contract import messages as m
+from pulse_trio.contract.codec import decode_server, scan_frame
+from pulse_trio.contract.errors import ProtocolError
+from pulse_trio.sdk.errors import CommandRefused, ProtocolViolation, WorkerRefused
+
+#: Errors at hello that no reconnect can fix.
+REFUSING_CODES = frozenset({"permission_denied", "unsupported_version", "invalid_frame"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answered:
+    request: m.ClientMessage
+    body: m.AckBody
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refused:
+    request: m.ClientMessage
+    error: m.Error
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Offered:
+    message: m.TaskAssign
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelPushed:
+    message: m.TaskCancel
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fatal:
+    error: m.Error
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Dropped:
+    reason: str
+    offer: bool = False  # a task.assign that was refused (it will lapse)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Broken:
+    reason: str
+    request: m.ClientMessage | None = None
+
+
+Event = Answered | Refused | Offered | CancelPushed | Fatal | Dropped | Broken
+
+
+def refusal(error: m.Error) -> CommandRefused:
+    return CommandRefused(error.code, error.message, fatal=error.fatal, retry_after_ms=error.retry_after_ms)
+
+
+def read_welcome(hello: m.WorkerHello, text: str | bytes, *, strict: bool) -> m.WorkerWelcome:
+    """The answer to our hello; raises WorkerRefused, CommandRefused or ProtocolViolation."""
+    try:
+        message = decode_server(scan_frame(text), strict=strict)
+    except ProtocolError as exc:
+        raise ProtocolViolation(f"unreadable answer to worker.hello: {exc}") from None
+    if isinstance(message, m.Error):
+        if message.code in REFUSING_CODES:
+            raise WorkerRefused(f"the service refused this worker: {message.code}: {message.message}")
+        raise refusal(message)
+    if not isinstance(message, m.WorkerWelcome) or message.reply_to != hello.id:
+        raise ProtocolViolation(f"expected worker.welcome answering {hello.id!r}, got {type(message).TYPE}")
+    return message
+
+
+class ClientProtocol:
+    """Pending requests and the checks on what the server sends, for one session."""
+
+    def __init__(self, welcome: m.WorkerWelcome, hello: m.WorkerHello, *, strict: bool = False) -> None:
+        self.session_id = welcome.session_id
+        self.instance_id = welcome.body.instance_id
+        self.epoch = welcome.body.epoch
+        self.strict = strict
+        self.concurrency_keys = hello.concurrency_keys
+        self._kinds: dict[str, frozenset[str] | None] = {
+            s.queue: (frozenset(s.kinds) if s.kinds is not None else None) for s in hello.subscriptions
+        }
+        self._pending: dict[str, m.ClientMessage] = {}
+        self._counter = 0
+
+    # -- requests ---------------------------------------------------------------
+    def request(self, cls: type, **fields: Any) -> m.ClientMessage:
+        """Build a request with a fresh id and record it as pending."""
+        self._counter += 1
+        message = cls(id=f"{_PREFIX[cls]}{self._counter}", session_id=self.session_id, **fields)
+        self._pending[message.id] = message
+        return message
+
+    def forget(self, request_id: str) -> None:
+        """The frame was never sent: no answer will come."""
+        self._pending.pop(request_id, None)
+
+    def pending(self) -> list[m.ClientMessage]:
+        return list(self._pending.values())
+
+    # -- receiving --------------------------------------------------------------
+    def receive(self, text: str | bytes) -> Event:
+        try:
+            raw = scan_frame(text)
+        except ProtocolError as exc:
+            return Broken(f"unreadable frame from the server: {exc}")
+        header = raw.header
+        request = self._pending.get(header.reply_to) if header.reply_to is not None else None
+        ack_for = request.TYPE if request is not None and header.type == "ack" else None
+        try:
+            message = decode_server(raw, ack_for=ack_for, strict=self.strict)
+        except ProtocolError as exc:
+            if request is not None:
+                self._pending.pop(request.id, None)
+                return Broken(f"invalid answer to {request.TYPE} {request.id}: {exc.message}", request)
+            return Dropped(f"invalid {header.type or 'frame'} ignored: {exc.message}",
+                           offer=header.type == "task.assign")
+        if message.session_id is not None and message.session_id != self.session_id:
+            if request is not None:
+                self._pending.pop(request.id, None)
+                return Broken(f"answer to {request.id} names session {message.session_id}", request)
+            return Dropped(f"{message.TYPE} for another session ignored", offer=isinstance(message, m.TaskAssign))
+        if isinstance(message, m.Ack):
+            if request is None:
+                return Dropped(f"ack to {message.reply_to!r}, which is not pending")
+            del self._pending[request.id]
+            problem = self._check_ack(request, message.body)
+            return Broken(problem, request) if problem else Answered(request, message.body)
+        if isinstance(message, m.Error):
+            if request is not None:
+                del self._pending[request.id]
+                return Refused(request, message)
+            return Fatal(message) if message.fatal else Dropped(f"error {message.code}: {message.message}")
+        if isinstance(message, m.TaskAssign):
+            problem = self._check_offer(message)
+            return Dropped(f"task.assign of {message.task.task_id} rejected: {problem}", offer=True) \
+                if problem else Offered(message)
+        if isinstance(message, m.TaskCancel):
+            return CancelPushed(message)
+        return Dropped(f"unexpected {message.TYPE} inside a session")
+
+    # -- checks the schema cannot make -----------------------------------------------
+    def _check_offer(self, msg: m.TaskAssign) -> str | None:
+        task, lease = msg.task, msg.lease
+        if task.queue not in self._kinds:
+            return f"queue {task.queue!r} is not subscribed"
+        kinds = self._kinds[task.queue]
+        if kinds is not None and task.kind not in kinds:
+            return f"kind {task.kind!r} of queue {task.queue!r} is not subscribed"
+        if task.concurrency_key is not None and not self.concurrency_keys:
+            return "a keyed task, but this session did not declare concurrency_keys"
+        if lease.epoch != self.epoch:
+            return f"lease epoch {lease.epoch} is not this session's epoch {self.epoch}"
+        return None
+
+    def _check_ack(self, request: m.ClientMessage, body: m.AckBody) -> str | None:
+        what = f"ack to {request.TYPE} {request.id}"
+        if isinstance(request, m.WorkerCapacity):
+            assert isinstance(body, m.Welcome)
+            if body.instance_id != self.instance_id or body.epoch != self.epoch:
+                return f"{what} describes another instance"
+            return None
+        if isinstance(request, m.WorkerResume):
+            assert isinstance(body, m.Lease)
+            if (body.lease_id, body.task_id) != (request.lease_id, request.task_id):
+                return f"{what} carries lease {body.lease_id} of {body.task_id}"
+            if body.epoch != self.epoch:
+                return f"{what}: a resumed lease carries the session's epoch {self.epoch}, not {body.epoch}"
+            return None
+        assert isinstance(body, m.CommandResult)
+        receipt, lease = body.receipt, body.lease
+        if receipt.command != request.TYPE:
+            return f"{what} carries a receipt of {receipt.command}"
+        if (receipt.task_id, receipt.lease_id, receipt.revision) != (request.task_id, request.lease_id,
+                                                                      request.revision):
+            return f"{what}: the receipt names another lease or revision"
+        if lease is not None:
+            if (lease.lease_id, lease.task_id) != (request.lease_id, request.task_id):
+                return f"{what} carries another lease"
+            if lease.revision <= request.revision:
+                return f"{what}: the lease revision did not advance"
+            if lease.epoch != self.epoch:
+                return f"{what}: lease epoch {lease.epoch} is not this session's"
+            if isinstance(request, m.TaskFinish) and not receipt.duplicate:
+                return f"{what} still carries a lease after the finish"
+        elif isinstance(request, (m.TaskStart, m.TaskRenew)) and not receipt.duplicate:
+            return f"{what} grants no lease"
+        return None
+
+
+_PREFIX: dict[type, str] = {
+    m.WorkerCapacity: "c", m.WorkerResume: "r", m.TaskStart: "s", m.TaskRenew: "n", m.TaskFinish: "f",
+}
+
+__all__ = [
+    "Answered", "Broken", "CancelPushed", "ClientProtocol", "Dropped", "Event", "Fatal", "Offered", "Refused",
+    "read_welcome", "refusal",
+]

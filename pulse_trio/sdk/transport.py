@@ -1,0 +1,255 @@
+"""One WebSocket session with the service: handshake, hello, and a nursery of three tasks.
+
+* the reader: every frame goes through :class:`~pulse_trio.sdk.protocol.ClientProtocol`;
+  answers wake the request that waits for them, pushes go to the worker's
+  ``on_event(connection, event)`` callback (synchronous, so it only starts
+  tasks and sets events, and the reader never waits on the worker);
+* the writer: the only task that sends. A request hands its frame over a
+  zero-size channel, so a cancelled requester can never leave half a
+  frame on the socket;
+* the heartbeat: a ping whose pong is late drops the connection, so a
+  half-open TCP connection is noticed well inside a lease's ttl and the
+  leases are resumed elsewhere in time.
+
+When the connection ends, every pending request fails with
+``ConnectionLost``: the caller cannot know whether it committed, which is
+why the lease runner resends it with the same revision after reconnecting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import trio
+import trio_websocket
+
+from pulse_trio.contract import messages as m
+from pulse_trio.contract.encoder import encode
+from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
+from pulse_trio.sdk import protocol as p
+from pulse_trio.sdk.errors import ConnectionLost, ProtocolViolation, WorkerRefused
+
+log = logging.getLogger("pulse_trio.sdk")
+
+#: HTTP answers to the handshake that reconnecting will not change.
+REFUSING_STATUS = frozenset({400, 401, 403, 404, 426})
+HELLO_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 2.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Closed:
+    """Not a frame: the connection ended (told to the worker like the events)."""
+
+    reason: str
+
+
+class _Waiter:
+    """One pending request's answer slot."""
+
+    __slots__ = ("done", "value", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.value: m.AckBody | None = None
+        self.error: BaseException | None = None
+
+    def resolve(self, value: m.AckBody | None = None, error: BaseException | None = None) -> None:
+        if not self.done.is_set():
+            self.value, self.error = value, error
+            self.done.set()
+
+
+class Connection:
+    """A welcomed session: send requests, get typed answers (use :func:`open_connection`)."""
+
+    def __init__(self, ws: trio_websocket.WebSocketConnection, welcome: m.WorkerWelcome,
+                 protocol: p.ClientProtocol, on_event: Callable[[Connection, p.Event | Closed], None]) -> None:
+        self.ws = ws
+        self.welcome = welcome
+        self.protocol = protocol
+        self.closed = trio.Event()
+        self.close_reason = ""
+        self._on_event = on_event
+        self._waiters: dict[str, _Waiter] = {}
+        self._outbox, self._outbox_out = trio.open_memory_channel[str](0)
+        # Server time minus local wall time at the welcome: lets lease
+        # deadlines (server times) be turned into local timers.
+        self.clock_offset = welcome.body.server_time - dt.datetime.now(dt.timezone.utc)
+
+    # -- facts of the session ---------------------------------------------------
+    @property
+    def session_id(self) -> str:
+        return self.welcome.session_id
+
+    @property
+    def instance_id(self) -> str:
+        return self.welcome.body.instance_id
+
+    @property
+    def instance_secret(self) -> str:
+        assert self.welcome.body.instance_secret is not None
+        return self.welcome.body.instance_secret
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.welcome.body.lease_ttl_ms / 1000
+
+    @property
+    def max_result_bytes(self) -> int:
+        return self.welcome.body.limits.max_result_bytes
+
+    def server_now(self) -> dt.datetime:
+        return dt.datetime.now(dt.timezone.utc) + self.clock_offset
+
+    def local_deadline(self, expires_at: dt.datetime) -> float:
+        """The Trio clock time at which a server time ``expires_at`` is reached."""
+        return trio.current_time() + (expires_at - self.server_now()).total_seconds()
+
+    # -- requests ---------------------------------------------------------------
+    async def request(self, cls: type, **fields: Any) -> m.AckBody:
+        """Send one request and wait for its ack body; raises CommandRefused or ConnectionLost."""
+        if self.closed.is_set():
+            raise ConnectionLost(self.close_reason)
+        message = self.protocol.request(cls, **fields)
+        waiter = self._waiters[message.id] = _Waiter()
+        try:
+            try:
+                await self._outbox.send(encode(message))
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                self.protocol.forget(message.id)
+                raise ConnectionLost(self.close_reason) from None
+            except trio.Cancelled:
+                self.protocol.forget(message.id)  # never handed to the writer: never sent
+                raise
+            await waiter.done.wait()
+        finally:
+            self._waiters.pop(message.id, None)
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.value is not None
+        return waiter.value
+
+    # -- the three tasks ----------------------------------------------------------
+    async def _read_loop(self) -> None:
+        reason = "the server closed the connection"
+        try:
+            while True:
+                text = await self.ws.get_message()
+                if isinstance(text, bytes):
+                    reason = "the server sent a binary frame"
+                    break
+                event = self.protocol.receive(text)
+                if isinstance(event, p.Answered):
+                    self._resolve(event.request, value=event.body)
+                elif isinstance(event, p.Refused):
+                    self._resolve(event.request, error=p.refusal(event.error))
+                elif isinstance(event, p.Broken):
+                    log.error("protocol violation by the server: %s; reconnecting", event.reason)
+                    if event.request is not None:
+                        self._resolve(event.request, error=ConnectionLost(event.reason))
+                    reason = event.reason
+                    break
+                elif isinstance(event, p.Fatal):
+                    log.warning("server: %s: %s", event.error.code, event.error.message)
+                    reason = f"{event.error.code}: {event.error.message}"
+                else:
+                    if isinstance(event, p.Dropped):
+                        log.warning("%s", event.reason)
+                    self._on_event(self, event)
+        except trio_websocket.ConnectionClosed as exc:
+            if exc.reason is not None and exc.reason.reason:
+                reason = f"closed ({exc.reason.code}): {exc.reason.reason}"
+        self._end(reason)
+
+    async def _write_loop(self) -> None:
+        try:
+            async for frame in self._outbox_out:
+                await self.ws.send_message(frame)
+        except trio_websocket.ConnectionClosed:
+            self._end("the connection closed while sending")
+
+    async def _heartbeat(self) -> None:
+        interval = min(10.0, max(0.2, self.lease_ttl / 4))
+        while True:
+            await trio.sleep(interval)
+            with trio.move_on_after(2 * interval) as late:
+                try:
+                    await self.ws.ping()
+                except trio_websocket.ConnectionClosed:
+                    return
+            if late.cancelled_caught:
+                self._end(f"no pong within {2 * interval:g}s")
+                return
+
+    def _resolve(self, request: m.ClientMessage, *, value: m.AckBody | None = None,
+                 error: BaseException | None = None) -> None:
+        waiter = self._waiters.get(request.id)
+        if waiter is not None:
+            waiter.resolve(value, error)
+
+    def _end(self, reason: str) -> None:
+        """Fail every pending request and tell the worker (idempotent)."""
+        if self.closed.is_set():
+            return
+        self.close_reason = reason
+        self.closed.set()
+        self._outbox.close()
+        for waiter in list(self._waiters.values()):
+            waiter.resolve(error=ConnectionLost(reason))
+        self._on_event(self, Closed(reason))
+
+
+@contextlib.asynccontextmanager
+async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_event: Callable[[Connection, p.Event | Closed], None],
+                          ssl_context: ssl.SSLContext | None = None, strict: bool = False,
+                          connect_timeout: float = 10.0) -> AsyncIterator[Connection]:
+    """Handshake, hello, welcome; yields the live connection and closes it on exit.
+
+    Raises ``WorkerRefused`` when the service refuses this worker for good
+    (bad token, queue not allowed) and ``ConnectionLost`` for anything a
+    reconnect may fix.
+    """
+    headers = [(b"authorization", f"Bearer {token}".encode("latin-1"))]
+    try:
+        async with trio_websocket.open_websocket_url(
+                url, ssl_context, subprotocols=[SUBPROTOCOL], extra_headers=headers,
+                max_message_size=MAX_FRAME_BYTES, connect_timeout=connect_timeout,
+                disconnect_timeout=CLOSE_TIMEOUT_S) as ws:
+            if ws.subprotocol != SUBPROTOCOL:
+                raise WorkerRefused(f"the server did not select subprotocol {SUBPROTOCOL}")
+            with trio.fail_after(HELLO_TIMEOUT_S):
+                await ws.send_message(encode(hello))
+                text = await ws.get_message()
+            welcome = p.read_welcome(hello, text, strict=strict)
+            conn = Connection(ws, welcome, p.ClientProtocol(welcome, hello, strict=strict), on_event)
+            # The caller's exception is carried past our nursery by hand, so
+            # it comes out as itself rather than wrapped in an ExceptionGroup.
+            failure: Exception | None = None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn._read_loop)
+                nursery.start_soon(conn._write_loop)
+                nursery.start_soon(conn._heartbeat)
+                try:
+                    yield conn
+                except Exception as exc:
+                    failure = exc
+                finally:
+                    conn._end(conn.close_reason or "closed by the worker")
+                    nursery.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
+    except trio_websocket.ConnectionRejected as exc:
+        if exc.status_code in REFUSING_STATUS:
+            body = (exc.body or b"").decode("utf-8", "replace").strip()
+            raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status_code} {body}") from None
+        raise ConnectionLost(f"handshake refused: HTTP {exc.status_code}") from None
+    except (trio_websocket.HandshakeError, trio_websocket.ConnectionClosed, OSError, trio.TooSlowError,
+            ProtocolViolation) as exc:
+        raise ConnectionLost(f"{type(exc).__name__}: {exc}") from None

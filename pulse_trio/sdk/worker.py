@@ -1,0 +1,318 @@
+"""The worker: one connection at a time, leases that outlive connections.
+
+Structure (every task in a nursery)::
+
+    Worker.run
+    ├── signal watcher (optional): 1st SIGINT/SIGTERM drains, 2nd stops hard
+    └── runners nursery: one LeaseRunner per lease (start, handler, renew, finish)
+        └── connection loop: connect → reattach every lease → declare capacity
+            → serve until the socket ends or the drain is done → back off → again
+
+Leases belong to the worker, not to a connection: a dropped socket leaves
+every handler running while the loop reconnects with exponential backoff
+and jitter, re-attaches each lease (``worker.resume`` with the previous
+instance's secrets) and only then declares capacity, so resumed leases are
+counted before new work is offered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import signal
+import socket
+import ssl
+
+import trio
+
+from pulse_trio import __version__
+from pulse_trio.contract import limits as lim
+from pulse_trio.contract import messages as m
+from pulse_trio.sdk import protocol as p
+from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
+from pulse_trio.sdk.lease import Credentials, LeaseRunner
+from pulse_trio.sdk.registry import Registry
+from pulse_trio.sdk.transport import Closed, Connection, open_connection
+
+log = logging.getLogger("pulse_trio.sdk")
+
+DEFAULT_URL = "ws://127.0.0.1:7380/v1/worker"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with jitter: attempt n waits in [d/2, d], d = min(maximum, initial × factor^n)."""
+
+    initial: float = 0.2
+    factor: float = 2.0
+    maximum: float = 10.0
+
+    def delay(self, attempt: int) -> float:
+        ceiling = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+@dataclasses.dataclass
+class WorkerStats:
+    """Counters for progress reports and tests (``Worker.stats``)."""
+
+    connects: int = 0
+    failed_connects: int = 0
+    offers: int = 0
+    rejected_offers: int = 0
+    started: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    unknown: int = 0
+    cancelled: int = 0
+    lost: int = 0
+    renewals: int = 0
+    resumed: int = 0
+    duplicates: int = 0
+    running: int = 0
+
+    def count(self, status: str, *, duplicate: bool = False) -> None:
+        name = {"SUCCEEDED": "succeeded", "FAILED": "failed", "UNKNOWN": "unknown", "CANCELLED": "cancelled"}[status]
+        setattr(self, name, getattr(self, name) + 1)
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed + self.unknown + self.cancelled
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"[: lim.MAX_LABEL_CHARS]
+
+
+class Worker:
+    """Runs a registry's handlers for tasks the service offers.
+
+    ``capacity`` is how many tasks run at once. ``concurrency_keys`` declares
+    that this worker may be given keyed tasks; without it a keyed offer is
+    refused. ``strict`` also refuses unknown fields in server frames (by
+    default they are ignored, for forward compatibility).
+    """
+
+    def __init__(self, url: str, token: str, registry: Registry, *, capacity: int = 1, name: str | None = None,
+                 concurrency_keys: bool = False, cancellation_notifications: bool = True,
+                 ssl_context: ssl.SSLContext | None = None, strict: bool = False,
+                 backoff: Backoff | None = None, connect_timeout: float = 10.0) -> None:
+        if not len(registry):
+            raise ValueError("the registry has no handlers")
+        if not 0 <= capacity <= lim.MAX_CAPACITY:
+            raise ValueError(f"capacity must be 0..{lim.MAX_CAPACITY}")
+        self.url, self._token, self.registry, self.capacity = url, token, registry, capacity
+        self.hello = m.WorkerHello(
+            id="h1", worker_name=name or default_name(), subscriptions=registry.subscriptions(),
+            cancellation_notifications=cancellation_notifications, concurrency_keys=concurrency_keys,
+            client=m.ClientInfo("pulse-trio-sdk", __version__))
+        self._ssl, self._strict, self._connect_timeout = ssl_context, strict, connect_timeout
+        self.backoff = backoff or Backoff()
+        self.stats = WorkerStats()
+        self.thread_limiter = trio.CapacityLimiter(max(1, capacity))
+        self.runners: dict[str, LeaseRunner] = {}
+        self.credentials: Credentials | None = None
+        self._ready: Connection | None = None
+        self._ready_changed = trio.Event()
+        self._changed = trio.Event()
+        self._draining = trio.Event()
+        self._sequence = 0
+        self._capacity_lock = trio.Lock()
+        self._nursery: trio.Nursery | None = None
+        self._root: trio.CancelScope | None = None
+        self._first = trio.Event()
+
+    # -- public controls -----------------------------------------------------------
+    def drain(self) -> None:
+        """Stop taking work, finish the running tasks, then let ``run`` return."""
+        if not self._draining.is_set():
+            log.info("draining: no new tasks; %d running", len(self.runners))
+            self._draining.set()
+            self._poke()
+
+    def stop(self) -> None:
+        """Stop now: handlers are cancelled and nothing is finished (leases expire on the server)."""
+        if self._root is not None:
+            self._root.cancel()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    @property
+    def connected(self) -> bool:
+        return self._ready is not None and not self._ready.closed.is_set()
+
+    async def wait_connected(self) -> Connection:
+        return await self.connection()
+
+    async def run(self, *, handle_signals: bool = False,
+                  task_status: trio.TaskStatus[Worker] = trio.TASK_STATUS_IGNORED) -> None:
+        """Work until drained (or stopped); ``task_status`` is started once first connected.
+
+        Raises ``WorkerRefused`` when the service refuses this worker for good.
+        """
+        refused: WorkerRefused | None = None
+        with trio.CancelScope() as root:
+            self._root = root
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                if handle_signals:
+                    nursery.start_soon(self._watch_signals)
+                nursery.start_soon(self._report_started, task_status)
+                try:
+                    await self._connection_loop()
+                except WorkerRefused as exc:  # raised as itself, not inside an ExceptionGroup
+                    refused = exc
+                nursery.cancel_scope.cancel()
+        if refused is not None:
+            raise refused
+
+    # -- the connection loop ---------------------------------------------------------
+    async def _connection_loop(self) -> None:
+        attempt = 0  # consecutive failures: the backoff exponent
+        while not self._done():
+            retry_after, connected = 0.0, False
+            try:
+                async with open_connection(self.url, self._token, self.hello, on_event=self._on_event,
+                                           ssl_context=self._ssl, strict=self._strict,
+                                           connect_timeout=self._connect_timeout) as conn:
+                    connected, attempt = True, 0
+                    await self._open_session(conn)
+                    await self._serve(conn)
+            except WorkerRefused:
+                raise
+            except (ConnectionLost, CommandRefused) as exc:
+                if not connected:
+                    self.stats.failed_connects += 1
+                if isinstance(exc, CommandRefused) and exc.retry_after_ms:
+                    retry_after = exc.retry_after_ms / 1000
+                if not self._done():
+                    log.warning("disconnected: %s", exc)
+            finally:
+                self._publish(None)
+            if self._done():
+                return
+            delay = max(retry_after, self.backoff.delay(attempt))
+            attempt += 1
+            log.info("reconnecting in %.2fs (%d running)", delay, len(self.runners))
+            await trio.sleep(delay)
+
+    async def _open_session(self, conn: Connection) -> None:
+        previous = self.credentials
+        self.credentials = Credentials(conn.instance_id, conn.instance_secret)
+        self.stats.connects += 1
+        log.info("connected to %s: session %s, instance %s", self.url, conn.session_id, conn.instance_id)
+        if self.runners:
+            log.info("resuming %d lease(s) from %s", len(self.runners),
+                     previous.instance_id if previous else "an earlier instance")
+            async with trio.open_nursery() as nursery:
+                for runner in list(self.runners.values()):
+                    nursery.start_soon(runner.reattach, conn, self.credentials)
+        await self._declare(conn)
+        self._publish(conn)
+
+    async def _serve(self, conn: Connection) -> None:
+        """Until the socket ends, or the drain is declared and every lease is done."""
+        drain_declared = False
+        while True:
+            changed = self._changed
+            if conn.closed.is_set():
+                raise ConnectionLost(conn.close_reason)
+            if self._draining.is_set():
+                if not drain_declared:
+                    await self._declare(conn)
+                    drain_declared = True
+                if not self.runners:
+                    log.info("drained: %d started, %d finished; closing", self.stats.started, self.stats.finished)
+                    return
+            await changed.wait()
+            self._changed = trio.Event()
+
+    async def _declare(self, conn: Connection) -> None:
+        """worker.capacity with the next sequence (one at a time, so sequences go out in order)."""
+        async with self._capacity_lock:
+            self._sequence += 1
+            drain = self._draining.is_set()
+            body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=self.capacity,
+                                      drain=drain)
+            assert isinstance(body, m.Welcome)
+            if body.sequence != self._sequence:
+                log.warning("capacity %d was stale (server holds sequence %s)", self._sequence, body.sequence)
+
+    def _done(self) -> bool:
+        return self._draining.is_set() and not self.runners
+
+    # -- what the connection tells us ------------------------------------------------------
+    def _on_event(self, conn: Connection, event: p.Event | Closed) -> None:
+        if isinstance(event, p.Offered):
+            self._offered(conn, event.message)
+        elif isinstance(event, p.CancelPushed):
+            runner = self.runners.get(event.message.lease_id)
+            if runner is not None and runner.task.task_id == event.message.task_id:
+                runner.request_cancel(event.message.reason or "")
+        elif isinstance(event, p.Dropped) and event.offer:
+            self.stats.rejected_offers += 1
+        elif isinstance(event, Closed):
+            self._poke()
+
+    def _offered(self, conn: Connection, offer: m.TaskAssign) -> None:
+        lease_id = offer.lease.lease_id
+        handler = self.registry.get(offer.task.queue, offer.task.kind)
+        if lease_id in self.runners or handler is None or self._nursery is None:
+            if handler is None:  # unreachable: subscriptions name only registered kinds
+                log.warning("no handler for %s/%s; offer %s left to lapse", offer.task.queue, offer.task.kind,
+                            lease_id)
+            return
+        self.stats.offers += 1
+        owner = Credentials(conn.instance_id, conn.instance_secret)
+        runner = LeaseRunner(self, offer, handler, conn, owner)
+        self.runners[lease_id] = runner
+        self._nursery.start_soon(self._run_runner, runner)
+
+    async def _run_runner(self, runner: LeaseRunner) -> None:
+        self.stats.running += 1
+        try:
+            await runner.run()
+        finally:
+            self.stats.running -= 1
+            self.runners.pop(runner.lease_id, None)
+            self._poke()
+
+    # -- for the runners ---------------------------------------------------------------
+    async def connection(self, *, not_: Connection | None = None) -> Connection:
+        """The live, ready connection (waits through reconnects); never ``not_``."""
+        while True:
+            changed = self._ready_changed
+            conn = self._ready
+            if conn is not None and conn is not not_ and not conn.closed.is_set():
+                return conn
+            await changed.wait()
+
+    def _publish(self, conn: Connection | None) -> None:
+        if self._ready is not conn:
+            self._ready = conn
+            self._ready_changed.set()
+            self._ready_changed = trio.Event()
+            if conn is not None:
+                self._first.set()
+
+    def _poke(self) -> None:
+        self._changed.set()
+
+    async def _report_started(self, task_status: trio.TaskStatus[Worker]) -> None:
+        await self._first.wait()
+        task_status.started(self)
+
+    async def _watch_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if not self._draining.is_set():
+                    log.info("%s: draining (send it again to stop at once)", signal.Signals(signum).name)
+                    self.drain()
+                else:
+                    log.warning("%s again: stopping now; unfinished leases will expire",
+                                signal.Signals(signum).name)
+                    self.stop()
