@@ -1,0 +1,64 @@
+"""Fixtures for the SDK tests: the real service, a proxy in front of it, workers, a client.
+
+Workers and proxies live in this folder's own fixture nurseries, which end
+before the test's ``nursery`` (the services): the workers are stopped
+while the service is still there, so no test leaves sockets behind.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from sdk_support import FAST_BACKOFF, Proxy  # noqa: E402
+
+from pulse_trio.client import Client  # noqa: E402
+from pulse_trio.sdk import Worker  # noqa: E402
+
+
+@pytest.fixture
+def client(db):
+    with Client(db) as c:
+        yield c
+
+
+@pytest.fixture
+async def proxy_for(start_service):
+    """``proxy = await proxy_for(service)``: a TCP proxy to the service's worker port."""
+    async with trio.open_nursery() as own:
+
+        async def start(service) -> Proxy:
+            return await own.start(Proxy(service.worker_port).serve)
+
+        yield start
+        own.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def run_worker(start_service, token_factory):
+    """``worker = await run_worker(url, registry, capacity=2, ...)``: started once connected."""
+    workers: list[Worker] = []
+    async with trio.open_nursery() as own:
+
+        async def start(url: str, registry, *, token: str | None = None, wait: bool = True, **options) -> Worker:
+            options.setdefault("backoff", FAST_BACKOFF)
+            options.setdefault("strict", True)
+            worker = Worker(url, token or token_factory("worker", registry.queues()), registry, **options)
+            workers.append(worker)
+            if wait:
+                await own.start(worker.run)
+            else:
+                own.start_soon(worker.run)
+            return worker
+
+        yield start
+        for worker in workers:
+            worker.stop()
+        own.cancel_scope.cancel()

@@ -1,0 +1,135 @@
+"""Helpers for the SDK tests: a TCP proxy that can really drop sockets, and polling.
+
+The proxy sits between the SDK and the service. ``sever()`` closes both
+TCP sockets of every link (a real drop: the SDK sees its stream die, the
+server sees its peer vanish); ``retarget(port)`` points new links at a
+restarted service; ``freeze()`` holds every byte (a partition: the sockets
+stay open, nothing arrives); ``drop_when(predicate)`` severs a link instead
+of forwarding a server→worker chunk the predicate matches (server frames
+are unmasked, so an ack can be recognised on the wire: a lost ack).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from pulse_trio.client import Client
+from pulse_trio.sdk import Backoff
+
+FAST_POLL_S = 0.02
+FAST_BACKOFF = Backoff(initial=0.05, factor=2.0, maximum=0.4)
+
+
+class Proxy:
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.links = 0
+        self._scopes: set[trio.CancelScope] = set()
+        self._thawed = trio.Event()
+        self._thawed.set()
+        self._drop_when: Callable[[bytes], bool] | None = None
+        self.dropped_chunks: list[bytes] = []
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/worker"
+
+    async def serve(self, task_status: trio.TaskStatus[Proxy] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            task_status.started(self)
+            await trio.serve_listeners(self._link, listeners, handler_nursery=nursery)
+
+    def sever(self) -> None:
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    def retarget(self, port: int) -> None:
+        self.target_port = port
+
+    def freeze(self) -> None:
+        self._thawed = trio.Event()
+
+    def thaw(self) -> None:
+        self._thawed.set()
+
+    def drop_when(self, predicate: Callable[[bytes], bool] | None) -> None:
+        self._drop_when = predicate
+
+    async def _link(self, client: trio.SocketStream) -> None:
+        self.links += 1
+        try:
+            upstream = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+        except OSError:
+            await trio.aclose_forcefully(client)
+            return
+        with trio.CancelScope() as scope:
+            self._scopes.add(scope)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._pump, client, upstream, None, scope)
+                    nursery.start_soon(self._pump, upstream, client, self, scope)
+            finally:
+                self._scopes.discard(scope)
+        await trio.aclose_forcefully(client)
+        await trio.aclose_forcefully(upstream)
+
+    async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream, inspect: Proxy | None,
+                    scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                data = await source.receive_some(65536)
+                if not data:
+                    break
+                await self._thawed.wait()
+                if inspect is not None and self._drop_when is not None and self._drop_when(data):
+                    self.dropped_chunks.append(data)
+                    self._drop_when = None
+                    break
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        scope.cancel()
+
+
+def url_of(service: Any) -> str:
+    return f"ws://127.0.0.1:{service.worker_port}/v1/worker"
+
+
+def ack_of(command: str) -> Callable[[bytes], bool]:
+    """Matches a server chunk carrying the ack of ``command`` (task.finish, ...)."""
+    needle = f'"command":"{command}"'.encode()
+    return lambda data: needle in data
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Blocking producer calls run off the Trio thread that also runs the service."""
+    return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+async def wait_for(predicate: Callable[[], Any], *, timeout: float = 15.0, what: str = "condition") -> Any:
+    with trio.move_on_after(timeout):
+        while True:
+            value = predicate()
+            if value:
+                return value
+            await trio.sleep(FAST_POLL_S)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def wait_state(client: Client, task_id: str, states: set[str] | str, *, timeout: float = 15.0) -> dict:
+    wanted = {states} if isinstance(states, str) else set(states)
+    view: dict = {}
+    with trio.move_on_after(timeout):
+        while True:
+            view = await in_thread(client.get, task_id)
+            if view["state"] in wanted:
+                return view
+            await trio.sleep(FAST_POLL_S * 2)
+    raise AssertionError(f"task {task_id} never reached {wanted}: {json.dumps(view)[:600]}")

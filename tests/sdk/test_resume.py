@@ -1,0 +1,88 @@
+"""A dropped connection is not a lost lease: the handler keeps running and the lease is resumed.
+
+Every drop here is real: the proxy closes both TCP sockets, or the service
+instance itself stops and another one starts on the same database.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from sdk_support import ack_of, in_thread, wait_for, wait_state
+
+from pulse_trio.sdk import Registry, TaskContext
+
+
+def _gated_registry(started: trio.Event, release: trio.Event, calls: list[str]) -> Registry:
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext) -> dict:
+        calls.append(task.task_id)
+        started.set()
+        await release.wait()
+        return {"sent": True}
+
+    return registry
+
+
+async def test_socket_drop_mid_task_resumes_the_lease(start_service, proxy_for, run_worker, client):
+    service = await start_service(lease_ttl=1.5)
+    proxy = await proxy_for(service)
+    started, release, calls = trio.Event(), trio.Event(), []
+    worker = await run_worker(proxy.url, _gated_registry(started, release, calls))
+    task = await in_thread(client.submit, "billing", "invoice.send", {})
+    with trio.fail_after(10):
+        await started.wait()
+    first_instance = worker.credentials.instance_id
+
+    proxy.sever()
+    await wait_for(lambda: worker.stats.resumed == 1, what="the lease to be resumed")
+    assert worker.credentials.instance_id != first_instance
+    await trio.sleep(1.6)  # longer than the ttl: only renewals through the new session keep the lease
+    release.set()
+
+    view = await wait_state(client, task["task_id"], "SUCCEEDED")
+    assert calls == [task["task_id"]]  # resumed, not re-run
+    assert view["attempt"] == 1 and len(view["attempts"]) == 1
+    assert worker.stats.connects == 2 and worker.stats.lost == 0
+
+
+async def test_service_restart_mid_task_resumes_on_the_new_instance(start_service, proxy_for, run_worker, client):
+    service = await start_service()
+    proxy = await proxy_for(service)
+    started, release, calls = trio.Event(), trio.Event(), []
+    worker = await run_worker(proxy.url, _gated_registry(started, release, calls))
+    task = await in_thread(client.submit, "billing", "invoice.send", {})
+    with trio.fail_after(10):
+        await started.wait()
+
+    service.stop()
+    await wait_for(lambda: not worker.connected, what="the worker to notice the shutdown")
+    restarted = await start_service()
+    proxy.retarget(restarted.worker_port)
+    await wait_for(lambda: worker.stats.resumed == 1, what="the lease to be resumed on the new instance")
+    release.set()
+
+    view = await wait_state(client, task["task_id"], "SUCCEEDED")
+    assert calls == [task["task_id"]]
+    assert view["attempt"] == 1 and len(view["attempts"]) == 1
+
+
+async def test_lost_finish_ack_is_answered_from_the_receipt(start_service, proxy_for, run_worker, client):
+    service = await start_service()
+    proxy = await proxy_for(service)
+    started, release, calls = trio.Event(), trio.Event(), []
+    worker = await run_worker(proxy.url, _gated_registry(started, release, calls))
+    task = await in_thread(client.submit, "billing", "invoice.send", {})
+    with trio.fail_after(10):
+        await started.wait()
+
+    proxy.drop_when(ack_of("task.finish"))  # the finish commits; its ack never arrives
+    release.set()
+    await wait_for(lambda: worker.stats.succeeded == 1, what="the finish to be settled after reconnecting")
+    assert proxy.dropped_chunks, "the finish ack was not intercepted"
+    assert worker.stats.duplicates == 1  # the resent finish was answered duplicate=true
+    assert worker.stats.connects == 2 and worker.stats.resumed == 0  # a committed finish needs no resume
+    view = await wait_state(client, task["task_id"], "SUCCEEDED")
+    assert calls == [task["task_id"]] and len(view["attempts"]) == 1
