@@ -1,0 +1,96 @@
+"""The producer client against the real database: submit, get, cancel, retry, list, dedup."""
+
+from __future__ import annotations
+
+import pytest
+
+from pulse_trio.client import Client, ClientError, TaskNotFound
+
+
+def test_submit_and_get(client: Client):
+    task = client.submit("billing", "invoice.send", {"invoice": 991, "amount": 12.50}, priority=3)
+    assert task["created"] is True and task["state"] == "READY"
+    shown = client.get(task["task_id"])
+    assert shown["task_id"] == task["task_id"] and (shown["queue"], shown["kind"]) == ("billing", "invoice.send")
+    assert shown["payload"] == {"invoice": 991, "amount": 12.50} and shown["priority"] == 3
+    assert shown["idempotency_key"] == task["task_id"]  # defaults to the task id
+    assert shown["attempt"] == 0  # no attempt has started yet
+    assert shown["outcome"] is None
+
+
+def test_payload_json_text_is_kept_digit_for_digit(client: Client):
+    task = client.submit("billing", "invoice.send", payload_json='{"amount": 10.10, "big": 12345678901234567890123}')
+    text = client.get_json_text(task["task_id"])
+    assert '"amount":10.10' in text and '"big":12345678901234567890123' in text
+
+
+def test_same_idempotency_key_returns_the_existing_task(client: Client):
+    first = client.submit("billing", "invoice.send", {"invoice": 1}, idempotency_key="invoice-1")
+    again = client.submit("billing", "invoice.send", {"invoice": 1}, idempotency_key="invoice-1")
+    assert again["task_id"] == first["task_id"] and again["created"] is False
+    other_queue = client.submit("refunds", "invoice.send", {"invoice": 1}, idempotency_key="invoice-1")
+    assert other_queue["task_id"] != first["task_id"]  # dedup is per queue
+    assert len(client.list(queue="billing")["tasks"]) == 1
+
+
+def test_delay_schedules_the_task(client: Client):
+    task = client.submit("billing", "invoice.send", {}, delay=3600)
+    assert client.get(task["task_id"])["state"] == "SCHEDULED"
+
+
+def test_cancel_of_a_waiting_task_and_of_a_terminal_one(client: Client):
+    task = client.submit("billing", "invoice.send", {})
+    cancelled = client.cancel(task["task_id"], reason="duplicate order", requested_by="test")
+    assert cancelled["state"] == "CANCELLED" and cancelled["cancel_changed"] is True
+    again = client.cancel(task["task_id"])  # terminal: a no-op that reports the final state
+    assert again["state"] == "CANCELLED" and again["cancel_changed"] is False
+
+
+def test_retry_makes_a_linked_task_once(client: Client):
+    source = client.submit("billing", "invoice.send", {"invoice": 7}, idempotency_key="invoice-7")
+    client.cancel(source["task_id"])
+    retry = client.retry(source["task_id"])
+    assert retry["created"] is True and retry["task_id"] != source["task_id"]
+    assert retry["retry_of"] == source["task_id"] and retry["state"] == "READY"
+    assert retry["idempotency_key"] == "invoice-7" and retry["payload"] == {"invoice": 7}
+    assert client.get(source["task_id"])["retried_by"] == retry["task_id"]  # the lineage, both ways
+    same = client.retry(source["task_id"])  # idempotent per source
+    assert same["task_id"] == retry["task_id"] and same["created"] is False
+
+
+def test_retry_of_a_task_that_is_not_terminal_is_refused(client: Client):
+    task = client.submit("billing", "invoice.send", {})
+    with pytest.raises(ClientError) as refused:
+        client.retry(task["task_id"])
+    assert refused.value.code == "not_retryable"
+
+
+def test_unknown_task(client: Client):
+    for call in (client.get, client.cancel, client.retry):
+        with pytest.raises(TaskNotFound):
+            call("tsk_01J00000000000000000000000")
+
+
+def test_list_filters_and_pages(client: Client):
+    ids = [client.submit("billing", "invoice.send", {"n": n})["task_id"] for n in range(5)]
+    client.submit("refunds", "refund.issue", {})
+    client.cancel(ids[0])
+    assert [t["task_id"] for t in client.list(queue="billing")["tasks"]] == ids  # oldest first
+    assert [t["task_id"] for t in client.list(state="CANCELLED")["tasks"]] == [ids[0]]
+    assert [t["kind"] for t in client.list(kind="refund.issue")["tasks"]] == ["refund.issue"]
+    page = client.list(queue="billing", limit=2)
+    seen = [t["task_id"] for t in page["tasks"]]
+    while page["next"] is not None:
+        page = client.list(queue="billing", limit=2, after=page["next"])
+        seen += [t["task_id"] for t in page["tasks"]]
+    assert seen == ids
+
+
+def test_invalid_submissions_are_refused_before_writing(client: Client):
+    with pytest.raises(ClientError):
+        client.submit("Billing!", "invoice.send", {})
+    with pytest.raises(ClientError):
+        client.submit("billing", "invoice.send", payload_json="{not json")
+    with pytest.raises(ClientError):
+        client.submit("billing", "invoice.send", {}, priority=10)
+    assert client.list()["tasks"] == []

@@ -1,0 +1,61 @@
+"""Transactional enqueue: the task exists if and only if the caller's own transaction commits.
+
+The caller writes its business row and submits the task on one PyMySQL
+connection, in one transaction; other connections see neither until the
+commit, and a rollback leaves neither behind.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pulse_trio.client import Client, TaskNotFound
+from pulse_trio.dburl import connect
+
+
+@pytest.fixture
+def conn(db):
+    connection = connect(db)
+    with connection.cursor() as cur:
+        # A temporary table is the caller's "business" table: private to this
+        # connection, and creating it does not commit anything.
+        cur.execute("CREATE TEMPORARY TABLE orders (id INT PRIMARY KEY, task_id VARCHAR(40)) ENGINE=InnoDB")
+    connection.commit()
+    yield connection
+    connection.close()
+
+
+def _enqueue_order(client: Client, conn, order_id: int) -> str:
+    conn.begin()
+    task = client.submit("billing", "invoice.send", {"order": order_id}, connection=conn,
+                         idempotency_key=f"order-{order_id}")
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO orders (id, task_id) VALUES (%s, %s)", (order_id, task["task_id"]))
+    return task["task_id"]
+
+
+def test_commit_makes_the_task_exist(client: Client, conn):
+    task_id = _enqueue_order(client, conn, 1)
+    with pytest.raises(TaskNotFound):  # not visible to others before the caller commits
+        client.get(task_id)
+    conn.commit()
+    shown = client.get(task_id)
+    assert shown["state"] == "READY" and shown["payload"] == {"order": 1}
+    with conn.cursor() as cur:
+        cur.execute("SELECT task_id FROM orders WHERE id = 1")
+        assert cur.fetchone() == (task_id,)
+
+
+def test_rollback_leaves_no_task(client: Client, conn):
+    task_id = _enqueue_order(client, conn, 2)
+    conn.rollback()
+    with pytest.raises(TaskNotFound):
+        client.get(task_id)
+    assert client.list(queue="billing")["tasks"] == []
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM orders")
+        assert cur.fetchone() == (0,)
+    # The same business identity can be enqueued again: nothing of the rolled-back try remains.
+    again = _enqueue_order(client, conn, 2)
+    conn.commit()
+    assert client.get(again)["idempotency_key"] == "order-2"
