@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from pulse_trio import __version__
-from pulse_trio.cli import database, serve, statecharts, tasks, tokens
+from pulse_trio.cli import database, serve, statecharts, tasks, tokens, worker
 
-_GROUPS = (serve, database, tokens, tasks, statecharts)
+_GROUPS = (serve, database, tokens, tasks, statecharts, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

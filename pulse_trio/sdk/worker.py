@@ -123,6 +123,7 @@ class Worker:
         self._nursery: trio.Nursery | None = None
         self._root: trio.CancelScope | None = None
         self._first = trio.Event()
+        self.stopped = False  # stop() was called: run() returned without draining
 
     # -- public controls -----------------------------------------------------------
     def drain(self) -> None:
@@ -134,6 +135,7 @@ class Worker:
 
     def stop(self) -> None:
         """Stop now: handlers are cancelled and nothing is finished (leases expire on the server)."""
+        self.stopped = True
         if self._root is not None:
             self._root.cancel()
 

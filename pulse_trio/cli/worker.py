@@ -1,0 +1,151 @@
+"""`pulse-trio worker run MODULE:REGISTRY`: run a registry of handlers as a worker.
+
+Progress goes to stderr, for people: the connection, each task started and
+finished (with its result), reconnects and resumes, and a summary line of
+counts while work is going on. SIGTERM or SIGINT drains (finish the
+running tasks, take no more, exit 0); a second one stops at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import os
+import ssl
+import sys
+from pathlib import Path
+from typing import Any
+
+from pulse_trio.cli.common import fail, run_guarded
+
+PROGRESS_INTERVAL_S = 10.0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("worker", help="run task handlers written with the Python SDK")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    run = actions.add_parser("run", help="connect, run tasks until SIGTERM/SIGINT, then drain and exit",
+                             description="Run the handlers of a pulse_trio.sdk.Registry. MODULE is imported "
+                                         "with the current folder on sys.path (or give a path to a .py file).")
+    run.add_argument("target", metavar="MODULE:REGISTRY", help="e.g. examples.billing_worker:registry")
+    run.add_argument("--url", default=os.environ.get("PULSE_WORKER_URL") or None,
+                     help="ws:// or wss:// endpoint [env PULSE_WORKER_URL; default ws://127.0.0.1:7380/v1/worker]")
+    run.add_argument("--token", default=os.environ.get("PULSE_WORKER_TOKEN") or None,
+                     help="worker bearer token (pulse-trio token create --role worker) [env PULSE_WORKER_TOKEN]")
+    run.add_argument("--capacity", type=_capacity, default=1, help="tasks run at once (default 1)")
+    run.add_argument("--name", help="worker name shown to operators (default host-pid)")
+    run.add_argument("--concurrency-keys", action="store_true",
+                     help="accept tasks that carry a concurrency key (pass concurrency_token downstream)")
+    run.add_argument("--no-cancel-notifications", dest="cancel_notifications", action="store_false",
+                     help="learn of cancellations only from renewals, not task.cancel pushes")
+    run.add_argument("--ca-file", type=Path, help="PEM CA bundle to verify a wss:// server with")
+    run.add_argument("--strict", action="store_true", help="also refuse unknown fields in server frames")
+    run.add_argument("--quiet", action="store_true", help="only warnings and errors on stderr")
+    run.set_defaults(run=run_guarded(_run))
+
+
+def _capacity(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= 10_000:
+        raise argparse.ArgumentTypeError("capacity must be 1..10000")
+    return value
+
+
+def load_registry(target: str) -> Any:
+    """Import ``module:attribute`` (or ``path/to/file.py:attribute``) and return the Registry."""
+    from pulse_trio.sdk import Registry
+
+    module_name, sep, attribute = target.rpartition(":")
+    if not sep or not module_name or not attribute:
+        fail(f"expected MODULE:REGISTRY, got {target!r}", 2)
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name).resolve()
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            if spec is None or spec.loader is None:
+                fail(f"cannot load {module_name}", 2)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module
+            spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except (ImportError, OSError) as exc:
+        fail(f"cannot import {module_name}: {exc}", 2)
+    registry = getattr(module, attribute, None)
+    if callable(registry) and not isinstance(registry, Registry):
+        registry = registry()
+    if not isinstance(registry, Registry):
+        fail(f"{target} is not a pulse_trio.sdk.Registry", 2)
+    if not len(registry):
+        fail(f"{target} has no handlers", 2)
+    return registry
+
+
+def _log_to_stderr(quiet: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("pulse-trio worker: %(message)s"))
+    sdk = logging.getLogger("pulse_trio.sdk")
+    sdk.addHandler(handler)
+    sdk.setLevel(logging.WARNING if quiet else logging.INFO)
+    sdk.propagate = False
+
+
+def _run(args: argparse.Namespace) -> int:
+    import trio
+
+    from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
+
+    if not args.token:
+        fail("a worker token is required: --token or PULSE_WORKER_TOKEN", 2)
+    url = args.url or DEFAULT_URL
+    if not url.startswith(("ws://", "wss://")):
+        fail(f"--url must be ws:// or wss://, got {url!r}", 2)
+    registry = load_registry(args.target)
+    context = ssl.create_default_context(cafile=str(args.ca_file)) if args.ca_file else None
+    _log_to_stderr(args.quiet)
+    worker = Worker(url, args.token, registry, capacity=args.capacity, name=args.name,
+                    concurrency_keys=args.concurrency_keys, cancellation_notifications=args.cancel_notifications,
+                    ssl_context=context, strict=args.strict)
+    kinds = ", ".join(f"{h.queue}/{h.kind}" for h in registry)
+    sys.stderr.write(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
+                     f"connecting to {url}\n")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_progress, worker)
+            await worker.run(handle_signals=True)
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    except WorkerRefused as exc:
+        fail(str(exc))
+    stats = worker.stats
+    sys.stderr.write(f"pulse-trio worker: stopped: {stats.started} started, {stats.succeeded} succeeded, "
+                     f"{stats.failed} failed, {stats.unknown} unknown, {stats.cancelled} cancelled, "
+                     f"{stats.lost} lost\n")
+    return 130 if worker.stopped else 0
+
+
+async def _progress(worker: Any) -> None:
+    """A counts line every PROGRESS_INTERVAL_S while something changed or runs."""
+    import trio
+
+    last = None
+    while True:
+        await trio.sleep(PROGRESS_INTERVAL_S)
+        s = worker.stats
+        now = (s.started, s.finished, s.running, s.lost, s.connects)
+        if now != last and (s.running or now[:2] != (last or (0, 0))[:2]):
+            state = "connected" if worker.connected else "reconnecting"
+            sys.stderr.write(f"pulse-trio worker: {state}; {s.running} running, {s.started} started, "
+                             f"{s.succeeded} succeeded, {s.failed} failed, {s.unknown} unknown, "
+                             f"{s.cancelled} cancelled, {s.lost} lost\n")
+        last = now
