@@ -100,12 +100,17 @@ class Client:
     priority_step: float = 30.0
     cancel_grace: float = 30.0
     pool_size: int = 2
+    #: An existing store to share (the service's, for the HTTP API); None: the client opens its own.
+    store: Store | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.store = Store(self.database, pool_size=self.pool_size)
+        self._owns_store = self.store is None
+        if self.store is None:
+            self.store = Store(self.database, pool_size=self.pool_size)
 
     def close(self) -> None:
-        self.store.close()
+        if self._owns_store:
+            self.store.close()
 
     def __enter__(self) -> Client:
         return self
@@ -162,14 +167,17 @@ class Client:
         return json.loads(self.get_json_text(task_id))
 
     def list(self, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
-             after: str | None = None, limit: int = 100) -> dict[str, Any]:
-        """A page of tasks, oldest first; ``next`` is the cursor for the following page."""
+             after: str | None = None, limit: int = 100, queues: Sequence[str] | None = None) -> dict[str, Any]:
+        """A page of tasks, oldest first; ``next`` is the cursor for the following page.
+
+        ``queues`` narrows the listing to those queues (a queue-scoped token's).
+        """
         if state is not None and state not in queries.TASK_STATES:
             raise InvalidRequest(f"state must be one of {', '.join(queries.TASK_STATES)}")
         if not 1 <= limit <= 1000:
             raise InvalidRequest("limit must be 1..1000")
         rows = self.store.run_sync(queries.list_tasks, queue=queue, state=state, kind=kind, after=after,
-                                   limit=limit + 1)
+                                   limit=limit + 1, queues=queues)
         page = rows[:limit]
         return {
             "tasks": [{"task_id": r.task_id, "queue": r.queue, "kind": r.kind, "state": r.state,
@@ -178,8 +186,8 @@ class Client:
             "next": page[-1].task_id if len(rows) > limit else None,
         }
 
-    def queues(self) -> dict[str, Any]:
-        return self.store.run_sync(queries.queue_depths, now=self.now())
+    def queues(self, *, now: dt.datetime | None = None) -> dict[str, Any]:
+        return self.store.run_sync(queries.queue_depths, now=now or self.now())
 
     def workers(self, *, include_disconnected: bool = False) -> list[dict[str, Any]]:
         return self.store.run_sync(queries.list_workers, include_disconnected=include_disconnected)
@@ -187,19 +195,30 @@ class Client:
     # -- operating ---------------------------------------------------------------
     def cancel(self, task_id: str, *, reason: str = "", requested_by: str = "") -> dict[str, Any]:
         """Save a cancel intent (or report the final state of a terminal task)."""
-        result = self.store.run_sync(request_cancel, task_id=task_id, now=self.now(), reason=reason,
+        changed = self.request_cancel(task_id, reason=reason, requested_by=requested_by)
+        return dict(self.get(task_id), cancel_changed=changed)
+
+    def request_cancel(self, task_id: str, *, reason: str = "", requested_by: str = "",
+                       now: dt.datetime | None = None) -> bool:
+        """:meth:`cancel` without reading the task back; True if this call saved the intent."""
+        result = self.store.run_sync(request_cancel, task_id=task_id, now=now or self.now(), reason=reason,
                                      requested_by=requested_by, cancel_grace_ms=round(self.cancel_grace * 1000))
         if isinstance(result, Refusal):
             raise TaskNotFound(task_id) if result.code == TASK_NOT_FOUND else ClientError(result.code, result.message)
-        return dict(self.get(task_id), cancel_changed=result.changed)
+        return result.changed
 
     def retry(self, task_id: str) -> dict[str, Any]:
         """Manual recovery of a terminal FAILED/UNKNOWN/CANCELLED task; idempotent per source."""
-        result = self.store.run_sync(retry_task, source_task_id=task_id, now=self.now())
+        new_task_id, created = self.request_retry(task_id)
+        return dict(self.get(new_task_id), created=created)
+
+    def request_retry(self, task_id: str, *, now: dt.datetime | None = None) -> tuple[str, bool]:
+        """:meth:`retry` without reading the new task back: its id, and whether this call made it."""
+        result = self.store.run_sync(retry_task, source_task_id=task_id, now=now or self.now())
         if isinstance(result, Refusal):
             if result.code == TASK_NOT_FOUND:
                 raise TaskNotFound(task_id)
             state = self.get(task_id)["state"]
             raise ClientError("not_retryable", f"task {task_id} is {state}: only a terminal FAILED, UNKNOWN "
                               "or CANCELLED task can be retried")
-        return dict(self.get(result.task_id), created=result.created)
+        return result.task_id, result.created

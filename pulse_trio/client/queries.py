@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.rows import TaskRow
@@ -14,13 +15,18 @@ TASK_STATES = ("SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED"
 
 @read_only
 def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
-               after: str | None = None, limit: int = 100) -> list[TaskRow]:
-    """Tasks by id (ULIDs sort by creation), filtered; ``after`` is the cursor."""
+               after: str | None = None, limit: int = 100, queues: Sequence[str] | None = None) -> list[TaskRow]:
+    """Tasks by id (ULIDs sort by creation), filtered; ``after`` is the cursor; ``queues``: any of these."""
     where, args = [], []
     for column, value in (("queue", queue), ("state", state), ("kind", kind)):
         if value is not None:
             where.append(f"t.{column} = %s")
             args.append(value)
+    if queues is not None:
+        if not queues:
+            return []
+        where.append("t.queue IN %s")
+        args.append(tuple(queues))
     if after is not None:
         where.append("t.task_id > %s")
         args.append(after)
