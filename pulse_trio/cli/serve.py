@@ -3,27 +3,47 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
+import os
 
 from pulse_trio import config as cfg
+from pulse_trio import logs
 from pulse_trio.cli.common import CommandFailed, database, run_guarded
+
+log = logging.getLogger("pulse_trio.serve")
+LEVELS = ("debug", "info", "warning", "error")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("serve", help="run the worker endpoint, dispatcher, timers and HTTP API")
     cfg.add_options(parser)
+    parser.add_argument("--log-format", choices=logs.FORMATS, default=os.environ.get("PULSE_LOG_FORMAT") or "json",
+                        help="json: one JSON object per line; text: readable key=value lines [env PULSE_LOG_FORMAT]")
+    parser.add_argument("--log-level", default=os.environ.get("PULSE_LOG_LEVEL") or "info",
+                        choices=LEVELS, help="[env PULSE_LOG_LEVEL]")
     parser.set_defaults(run=run_guarded(_serve))
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.log_format not in logs.FORMATS or args.log_level not in LEVELS:  # env defaults skip `choices`
+        raise CommandFailed(f"log format must be one of {', '.join(logs.FORMATS)} and level one of "
+                            f"{', '.join(LEVELS)}", 2)
     settings = cfg.settings_from_args(args)
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise CommandFailed("--tls-cert and --tls-key go together", 2)
+    logs.configure(args.log_format, args.log_level)
     import trio
 
+    from pulse_trio.http.server import HttpListenError
     from pulse_trio.server.service import serve
 
     with database(args) as target:
-        sys.stderr.write(f"pulse-trio: database {target.url()}\n")
-        trio.run(serve, settings, target)
+        log.info("database %s", target.url())
+        try:
+            trio.run(serve, settings, target)
+        except* HttpListenError as group:
+            error: BaseException = group
+            while isinstance(error, BaseExceptionGroup):  # one per nursery level
+                error = error.exceptions[0]
+            raise CommandFailed(str(error)) from None
     return 0
