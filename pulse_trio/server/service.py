@@ -22,6 +22,7 @@ import trio_websocket
 from pulse_trio.config import Settings
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.http import serve_http
 from pulse_trio.server.auth import worker_token
 from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.clock import ServiceClock
@@ -68,6 +69,7 @@ class ServiceHandle:
     ctx: ServiceContext
     worker_port: int
     _stop: trio.Event
+    http_port: int = 0
 
     def stop(self) -> None:
         self._stop.set()
@@ -141,7 +143,11 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                 root.start_soon(Timers(ctx).run)
                 port = server.port
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
-                task_status.started(ServiceHandle(ctx, port, stop))
+                # -- HTTP API (pulse_trio.http): same nursery, store and hub; stops on `stop` --
+                ctx.metrics.instrument_store(store)
+                http_port = await root.start(serve_http, ctx, stop)
+                # ------------------------------------------------------------------------------
+                task_status.started(ServiceHandle(ctx, port, stop, http_port=http_port))
                 await stop.wait()
                 log.info("shutting down: %d session(s)", len(ctx.connections))
                 listening.cancel()

@@ -1,0 +1,12 @@
+"""The HTTP JSON API for producers and operators, health, metrics and OpenAPI.
+
+``app`` builds the Starlette application, ``api`` and ``ops`` hold the
+handlers, ``bodies`` reads requests as strictly as frames, ``auth`` says
+which token may do what, ``errors`` shapes every failure, ``openapi`` is
+the document, and ``server`` runs it all on hypercorn's Trio worker inside
+the service's nursery.
+"""
+
+from pulse_trio.http.server import serve_http
+
+__all__ = ["serve_http"]

@@ -1,0 +1,189 @@
+"""The ``/v1`` resources: a thin face over the producer client.
+
+Every rule (what a valid task is, who may be retried, what a cancel does)
+lives in :class:`~pulse_trio.client.Client` and the store; a handler only
+authenticates, parses, calls the client and shapes the answer. The client
+is blocking, so it runs in a worker thread on the service's own store: the
+store's CapacityLimiter bounds database concurrency as for every other
+transaction, and a second, smaller limiter keeps HTTP from taking every
+thread away from the dispatcher and the sessions. Cancellation waits for
+the thread (a COMMIT is never abandoned).
+
+Task views are answered as the exact JSON text the store builds, so a
+payload's or result's numbers reach the caller digit for digit.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pulse_trio import tokens
+from pulse_trio.client import Client
+from pulse_trio.client.producer import build_task
+from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id
+from pulse_trio.http import auth, bodies
+from pulse_trio.http.errors import JSON, ApiError, bad_request, not_found, unauthenticated
+from pulse_trio.store.views import TaskView, get_task
+
+if TYPE_CHECKING:
+    from pulse_trio.server.service import ServiceContext
+
+T = TypeVar("T")
+
+LIST_PARAMS = frozenset({"queue", "state", "kind", "cursor", "limit"})
+
+
+def json_text(text: str, status: int = 200, **extra: bool) -> Response:
+    """A JSON object's text, with boolean members appended (``created``, ``cancel_changed``)."""
+    if extra:
+        text = text[:-1] + "".join(f',"{k}":{"true" if v else "false"}' for k, v in extra.items()) + "}"
+    return Response(text, status_code=status, media_type=JSON)
+
+
+def json_value(value: Any, status: int = 200) -> Response:
+    return Response(json.dumps(value, ensure_ascii=False, separators=(",", ":")), status_code=status,
+                    media_type=JSON)
+
+
+class TaskApi:
+    """Handlers for tasks, workers and queues; one per service instance."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.client = Client(ctx.store.config, priority_step=ctx.settings.priority_step,
+                             cancel_grace=ctx.settings.cancel_grace, store=ctx.store)
+        # At most half the store's threads serve HTTP; the rest stay free for workers.
+        self.limiter = trio.CapacityLimiter(max(1, ctx.store.limiter.total_tokens // 2))
+
+    async def blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run a client call in a worker thread under both limiters."""
+        async with self.limiter:
+            return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs),
+                                                 limiter=self.ctx.store.limiter)
+
+    async def authenticate(self, request: Request, roles: tuple[str, ...], action: str) -> tokens.TokenInfo:
+        token = auth.bearer(request)
+        if token is None:
+            raise unauthenticated()
+        info = await self.ctx.store.run(auth.api_token, token=token)
+        if info is None:
+            raise unauthenticated("the bearer token is unknown or revoked")
+        request.scope.setdefault("pulse", {})["token_id"] = info.token_id
+        auth.require_role(info, roles, action)
+        return info
+
+    async def visible_task(self, info: tokens.TokenInfo, task_id: str) -> TaskView:
+        """The task, if it exists in a queue the token may see (else 404 either way)."""
+        bodies.resource_id(task_id, TASK_PREFIX, "task", "task_not_found")
+        view = await self.ctx.store.run(get_task, task_id=task_id)
+        if view is None or not info.allows_queue(view.task.queue):
+            raise not_found("task_not_found", f"no task {task_id}")
+        return view
+
+    # -- tasks -----------------------------------------------------------------------------
+    async def submit(self, request: Request) -> Response:
+        info = await self.authenticate(request, auth.READERS, "submit tasks")
+        body = await bodies.read_json(request)
+        sub = bodies.submission(body, request.headers.get("idempotency-key"))
+        auth.require_queue(info, sub.queue)
+        now = self.ctx.clock.now()
+        task = build_task(sub.queue, sub.kind, now=now, **sub.options)  # InvalidRequest -> 400
+
+        def submit_and_read() -> tuple[str, str, bool]:
+            done = self.client.submit_many([task], now=now)[0]
+            return done["task_id"], self.client.get_json_text(done["task_id"]), done["created"]
+
+        task_id, text, created = await self.blocking(submit_and_read)
+        if created:
+            self.ctx.hub.wake()  # a submit through this instance is dispatched at once
+        request.scope.setdefault("pulse", {})["task_id"] = task_id
+        return json_text(text, 201 if created else 200, created=created)
+
+    async def get(self, request: Request) -> Response:
+        info = await self.authenticate(request, auth.READERS, "read tasks")
+        view = await self.visible_task(info, request.path_params["task_id"])
+        return json_text(view.as_json_text())
+
+    async def list(self, request: Request) -> Response:
+        info = await self.authenticate(request, auth.READERS, "list tasks")
+        params = bodies.query(request, LIST_PARAMS)
+        queue = params.get("queue")
+        if queue is not None:
+            auth.require_queue(info, queue)
+        cursor = params.get("cursor")
+        if cursor is not None and not is_resource_id(cursor, TASK_PREFIX):
+            raise bad_request("cursor must be the `next` value of a previous page")
+        page = await self.blocking(
+            self.client.list, queue=queue, state=params.get("state"), kind=params.get("kind"), after=cursor,
+            limit=bodies.query_int(params, "limit", 100, 1, 1000),
+            queues=auth.visible_queues(info) if queue is None else None)
+        return json_value(page)
+
+    async def cancel(self, request: Request) -> Response:
+        info = await self.authenticate(request, (auth.OPERATOR,), "cancel tasks")
+        reason = bodies.cancel_reason(await bodies.read_json(request, optional=True))
+        task_id = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
+        now = self.ctx.clock.now()
+
+        def cancel_and_read() -> tuple[str, bool]:
+            changed = self.client.request_cancel(task_id, reason=reason, requested_by=f"http:{info.token_id}",
+                                                 now=now)
+            return self.client.get_json_text(task_id), changed
+
+        text, changed = await self.blocking(cancel_and_read)
+        return json_text(text, cancel_changed=changed)
+
+    async def retry(self, request: Request) -> Response:
+        info = await self.authenticate(request, (auth.OPERATOR,), "retry tasks")
+        bodies.no_fields(await bodies.read_json(request, optional=True))
+        source = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
+        now = self.ctx.clock.now()
+
+        def retry_and_read() -> tuple[str, bool]:
+            new_id, created = self.client.request_retry(source, now=now)
+            return self.client.get_json_text(new_id), created
+
+        text, created = await self.blocking(retry_and_read)
+        if created:
+            self.ctx.hub.wake()
+        return json_text(text, 201 if created else 200, created=created)
+
+    # -- workers and queues ------------------------------------------------------------------
+    async def workers(self, request: Request) -> Response:
+        await self.authenticate(request, (auth.OPERATOR,), "list workers")
+        params = bodies.query(request, frozenset({"all"}))
+        workers = await self.blocking(self.client.workers, include_disconnected=bodies.query_bool(params, "all"))
+        return json_value({"workers": workers})
+
+    async def drain(self, request: Request) -> Response:
+        await self.authenticate(request, (auth.OPERATOR,), "drain workers")
+        instance_id = bodies.resource_id(request.path_params["instance_id"], INSTANCE_PREFIX, "worker instance",
+                                         "instance_not_found")
+        workers = await self.blocking(self.client.workers, include_disconnected=True)
+        found = next((w for w in workers if w["instance_id"] == instance_id), None)
+        if found is None:
+            raise not_found("instance_not_found", f"no worker instance {instance_id}")
+        if found["state"] == "DISCONNECTED":
+            raise ApiError(409, "instance_disconnected", f"worker instance {instance_id} is disconnected")
+        # A drain an operator asks for must outlive this request and this server instance
+        # (the worker may be connected to another one), so it is a store transition of
+        # the instance chart; until that transition exists, say so plainly.
+        raise ApiError(501, "not_implemented", "operator drain needs the instance chart's drain transition, "
+                       "which this version does not have yet; the worker can drain itself (worker.capacity)")
+
+    async def queues(self, request: Request) -> Response:
+        info = await self.authenticate(request, auth.READERS, "read queue depths")
+        bodies.query(request, frozenset())
+        depths = await self.blocking(self.client.queues, now=self.ctx.clock.now())
+        visible = auth.visible_queues(info)
+        if visible is not None:
+            depths = {q: d for q, d in depths.items() if q in visible}
+        return json_value({"queues": depths})
+

@@ -1,0 +1,139 @@
+"""The Starlette application: routes, the error guard, and the access log.
+
+Every handler runs inside :func:`_guarded`, the one place where failures
+become answers: an :class:`ApiError` or a client refusal is its own
+status, a database failure is 503, anything else is logged with its
+traceback and answered 500 without details. Unknown paths and methods get
+the same JSON error shape through Starlette's HTTPException handler.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pulse_trio.client import ClientError
+from pulse_trio.http.api import TaskApi
+from pulse_trio.http.errors import ApiError, database_unavailable, error_response, from_client_error, is_database_failure
+from pulse_trio.http.ops import OpsApi
+from pulse_trio.logs import bind
+
+if TYPE_CHECKING:
+    from pulse_trio.server.metrics import ServiceMetrics
+    from pulse_trio.server.service import ServiceContext
+
+log = logging.getLogger("pulse_trio.http")
+access_log = logging.getLogger("pulse_trio.http.access")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(handler: Handler, metrics: ServiceMetrics) -> Handler:
+    @functools.wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            failure = exc
+        except ClientError as exc:
+            failure = from_client_error(exc)
+        except Exception as exc:
+            if is_database_failure(exc):
+                log.warning("database unavailable: %s", exc)
+                failure = database_unavailable()
+            else:
+                log.exception("request failed")
+                failure = ApiError(500, "internal", "internal error; it has been logged")
+        metrics.count_error(failure.code, "http")
+        return failure.response()
+
+    return endpoint
+
+
+def build_app(ctx: ServiceContext) -> Starlette:
+    tasks, ops = TaskApi(ctx), OpsApi(ctx)
+    metrics = ctx.metrics
+
+    def route(path: str, **handlers: Handler) -> Route:
+        """One route per path, so a wrong method gets 405 with the full ``Allow`` list."""
+        by_method = {method.upper(): _guarded(handler, metrics) for method, handler in handlers.items()}
+        if "GET" in by_method:
+            by_method["HEAD"] = by_method["GET"]
+
+        async def endpoint(request: Request) -> Response:
+            return await by_method[request.method](request)
+
+        return Route(path, endpoint, methods=list(by_method), name=path)
+
+    routes = [
+        route("/v1/tasks", post=tasks.submit, get=tasks.list),
+        route("/v1/tasks/{task_id}", get=tasks.get),
+        route("/v1/tasks/{task_id}/cancel", post=tasks.cancel),
+        route("/v1/tasks/{task_id}/retry", post=tasks.retry),
+        route("/v1/workers", get=tasks.workers),
+        route("/v1/workers/{instance_id}/drain", post=tasks.drain),
+        route("/v1/queues", get=tasks.queues),
+        route("/healthz", get=ops.healthz),
+        route("/readyz", get=ops.readyz),
+        route("/metrics", get=ops.metrics),
+        route("/openapi.json", get=ops.openapi),
+    ]
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        metrics.count_error(code, "http")
+        message = {404: f"no such resource: {request.url.path[:200]}",
+                   405: f"{request.method} is not allowed here"}.get(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, code, message, dict(exc.headers or {}))
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
+                     middleware=[Middleware(_AccessLog, metrics=metrics)])
+
+
+class _AccessLog:
+    """One log line and one counter per request; binds a request id for the lines in between."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = "req_" + secrets.token_hex(8)
+        info = scope.setdefault("pulse", {})
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        with bind(request_id=request_id):
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                route = scope.get("route")
+                template = getattr(route, "path", None) or "unmatched"
+                self.metrics.count_http(scope["method"], template, status)
+                access_log.info("%s %s %s", scope["method"], scope["path"][:200], status, extra={
+                    "method": scope["method"], "route": template, "status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2), **info})

@@ -1,0 +1,68 @@
+"""Bearer tokens on the HTTP API: who may do what.
+
+======================  ==========================================
+producer                submit, read tasks and queue depths — only
+                        in the token's queues (none listed: every
+                        queue)
+operator                everything: cancel, retry, workers, drain
+                        too
+worker                  nothing here (the worker endpoint only)
+======================  ==========================================
+
+A token created with ``--queue`` is held to those queues whatever its
+role, so an operator token can be scoped as well.
+
+No token, an unknown one or a revoked one is 401; a live token whose role
+or queues do not allow the request is 403. A task in a queue the token
+cannot see is reported as not found, so a token learns nothing about
+queues outside its scope.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from pulse_trio import tokens
+from pulse_trio.http.errors import forbidden, unauthenticated
+from pulse_trio.store.registry import read_only
+from pulse_trio.store.tx import Tx
+
+PRODUCER = "producer"
+OPERATOR = "operator"
+READERS = (PRODUCER, OPERATOR)
+
+
+@read_only
+def api_token(tx: Tx, *, token: str) -> tokens.TokenInfo | None:
+    """The live token's record, whatever its role (the caller decides what the role allows)."""
+    return tokens.lookup(tx.one, token, roles=tokens.ROLES)
+
+
+def bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        return None
+    return credentials.strip()
+
+
+def require_role(info: tokens.TokenInfo, roles: tuple[str, ...], action: str) -> None:
+    if info.role not in roles:
+        allowed = " or ".join(roles)
+        raise forbidden(f"a {info.role} token cannot {action}; it takes a {allowed} token")
+
+
+def require_queue(info: tokens.TokenInfo, queue: str) -> None:
+    if not info.allows_queue(queue):
+        raise forbidden(f"this token is not allowed queue {queue!r}")
+
+
+def visible_queues(info: tokens.TokenInfo) -> tuple[str, ...] | None:
+    """The queues the token may read; None: every queue."""
+    return info.queues or None
+
+
+__all__ = ["OPERATOR", "PRODUCER", "READERS", "api_token", "bearer", "require_queue", "require_role",
+           "unauthenticated", "visible_queues"]

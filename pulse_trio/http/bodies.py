@@ -1,0 +1,215 @@
+"""Request bodies and query strings, read with the same strictness as frames.
+
+A body is at most ``MAX_BODY_BYTES`` (the frame limit, 512 KiB), checked
+from ``Content-Length`` and again while reading, before any parsing. It
+must be UTF-8 and strict JSON as the worker contract's scanner defines it
+(no duplicate keys, no NaN, no lone surrogates, bounded depth); objects are
+closed: an unknown field is an error, not something silently ignored.
+JSON types are exact: ``1.0`` or ``true`` is not an integer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+from starlette.requests import Request
+
+from pulse_trio.contract.grammar import is_resource_id, parse_time
+from pulse_trio.contract.jsontext import dumps
+from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES, MAX_INT32, MAX_REASON_CHARS
+from pulse_trio.contract.scanner import JsonNumber, ScanError, scan
+from pulse_trio.http.errors import ApiError, bad_request
+
+MAX_BODY_BYTES = MAX_FRAME_BYTES
+_JSON_TYPES = ("application/json",)
+
+
+async def read_json(request: Request, *, optional: bool = False) -> dict[str, Any]:
+    """The body as a strict JSON object (``{}`` for an empty optional body)."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None:
+        media = content_type.split(";", 1)[0].strip().lower()
+        if media not in _JSON_TYPES:
+            raise ApiError(415, "unsupported_media_type",
+                           f"the body must be JSON: send Content-Type: application/json (got {media or 'nothing'})")
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise bad_request("Content-Length is not a number")
+        if int(declared) > MAX_BODY_BYTES:
+            raise _too_large()
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip() and optional:
+        return {}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad_request("the body is not UTF-8", "invalid_json") from None
+    try:
+        value = scan(text, max_depth=MAX_DEPTH)
+    except ScanError as exc:
+        raise bad_request(f"the body is not strict JSON: {exc}", "invalid_json") from None
+    if not isinstance(value, dict):
+        raise bad_request("the body must be a JSON object")
+    return value
+
+
+def _too_large() -> ApiError:
+    return ApiError(413, "request_too_large", f"the request body is larger than {MAX_BODY_BYTES} bytes")
+
+
+# -- typed fields -----------------------------------------------------------------------------
+
+def _closed(body: dict[str, Any], allowed: frozenset[str], required: tuple[str, ...] = ()) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise bad_request(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    missing = [name for name in required if name not in body]
+    if missing:
+        raise bad_request(f"missing required field(s): {', '.join(missing)}")
+
+
+def _string(body: dict[str, Any], name: str, *, optional: bool = True) -> str | None:
+    value = body.get(name)
+    if value is None and optional:
+        return None
+    if type(value) is not str:
+        raise bad_request(f"{name} must be a string")
+    return value
+
+
+def _integer(body: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    value = body.get(name, default)
+    if type(value) is not int:
+        raise bad_request(f"{name} must be a JSON integer (no fraction, no exponent)")
+    if not lo <= value <= hi:
+        raise bad_request(f"{name} must be {lo}..{hi}")
+    return value
+
+
+def _seconds(body: dict[str, Any], name: str) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if type(value) is int:
+        return float(value)
+    if isinstance(value, JsonNumber):
+        number = Decimal(value.text)
+        if number.is_finite() and abs(number) < Decimal(10) ** 9:
+            return float(number)
+    raise bad_request(f"{name} must be a number of seconds")
+
+
+def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if type(value) is not bool:
+        raise bad_request(f"{name} must be true or false")
+    return value
+
+
+SUBMIT_FIELDS = frozenset({
+    "queue", "kind", "payload", "priority", "delay", "due_at", "idempotency_key", "concurrency_key",
+    "concurrency_limit", "max_attempts", "retry_uncertain", "lease_ttl",
+})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Submission:
+    """A parsed ``POST /v1/tasks`` body: the arguments of ``build_task``."""
+
+    queue: str
+    kind: str
+    options: dict[str, Any]
+
+
+def submission(body: dict[str, Any], idempotency_header: str | None) -> Submission:
+    """The submit body as ``build_task`` arguments; the Idempotency-Key header counts as the field."""
+    _closed(body, SUBMIT_FIELDS, ("queue", "kind"))
+    key = _string(body, "idempotency_key")
+    if idempotency_header is not None:
+        if key is not None and key != idempotency_header:
+            raise bad_request("the Idempotency-Key header and the idempotency_key field disagree")
+        key = idempotency_header
+    payload_json = "{}"
+    if "payload" in body:
+        payload_json, problem = dumps(body["payload"], check_numbers=True)
+        if problem:
+            raise bad_request(f"payload: {problem}")
+    due_at: dt.datetime | None = None
+    if (due := _string(body, "due_at")) is not None:
+        try:
+            due_at = parse_time(due)
+        except ValueError as exc:
+            raise bad_request(f"due_at: {exc}") from None
+    lease_ttl = _seconds(body, "lease_ttl")
+    if lease_ttl is not None and lease_ttl <= 0:
+        raise bad_request("lease_ttl must be a positive number of seconds")
+    options = dict(
+        payload_json=payload_json, priority=_integer(body, "priority", 0, 0, 9), delay=_seconds(body, "delay"),
+        due_at=due_at, idempotency_key=key, concurrency_key=_string(body, "concurrency_key"),
+        concurrency_limit=_integer(body, "concurrency_limit", 1, 1, MAX_INT32),
+        max_attempts=_integer(body, "max_attempts", 3, 1, MAX_INT32),
+        retry_uncertain=_boolean(body, "retry_uncertain", False), lease_ttl=lease_ttl,
+    )
+    return Submission(_string(body, "queue", optional=False), _string(body, "kind", optional=False), options)
+
+
+def no_fields(body: dict[str, Any]) -> None:
+    """For actions that take no fields: an empty body or ``{}``."""
+    _closed(body, frozenset())
+
+
+def cancel_reason(body: dict[str, Any]) -> str:
+    _closed(body, frozenset({"reason"}))
+    reason = _string(body, "reason") or ""
+    if len(reason) > MAX_REASON_CHARS:
+        raise bad_request(f"reason is longer than {MAX_REASON_CHARS} characters")
+    return reason
+
+
+# -- path and query ------------------------------------------------------------------------------
+
+def resource_id(value: str, prefix: str, what: str, code: str) -> str:
+    """A ``tsk_…`` / ``ins_…`` path segment; a malformed one cannot name anything (404)."""
+    if not is_resource_id(value, prefix):
+        raise ApiError(404, code, f"no {what} {value[:80]}")
+    return value
+
+
+def query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
+    """Query parameters, each at most once, none unknown."""
+    items = request.query_params.multi_items()
+    names = [k for k, _ in items]
+    unknown = sorted(set(names) - allowed)
+    if unknown:
+        raise bad_request(f"unknown query parameter(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise bad_request(f"query parameter(s) given twice: {', '.join(repeated)}")
+    return dict(items)
+
+
+def query_int(params: dict[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    text = params.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not lo <= int(text) <= hi:
+        raise bad_request(f"{name} must be an integer {lo}..{hi}")
+    return int(text)
+
+
+def query_bool(params: dict[str, str], name: str) -> bool:
+    text = params.get(name, "false")
+    if text not in ("true", "false"):
+        raise bad_request(f"{name} must be true or false")
+    return text == "true"

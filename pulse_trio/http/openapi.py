@@ -1,0 +1,292 @@
+"""The OpenAPI 3.1 document of the HTTP API, written as data.
+
+Served at ``/openapi.json`` and committed as ``docs/openapi.json``; a test
+checks that the two are the same, that every route of the app is in it,
+and that real answers validate against its schemas (OpenAPI 3.1 schemas
+are JSON Schema 2020-12).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulse_trio import __version__ as VERSION
+
+TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
+NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$"}
+TASK_ID = {"type": "string", "pattern": r"^tsk_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
+INSTANCE_ID = {"type": "string", "pattern": r"^ins_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
+TASK_STATES = ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _obj(properties: dict[str, Any], required: list[str] | None = None, *, closed: bool = True) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties,
+                              "required": list(properties) if required is None else required}
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj({"error": _obj({
+        "code": {"type": "string", "pattern": r"^[a-z][a-z0-9_.]{0,63}$",
+                 "description": "Stable, machine-readable."},
+        "message": {"type": "string", "description": "For people."},
+    })}),
+    "SubmitRequest": _obj({
+        "queue": NAME,
+        "kind": NAME,
+        "payload": {"description": "Any JSON (default `{}`), at most 256 KiB as compact UTF-8; stored and "
+                                   "delivered digit for digit."},
+        "priority": {"type": "integer", "minimum": 0, "maximum": 9, "default": 0,
+                     "description": "Higher first; each level is worth --priority-step seconds of waiting."},
+        "delay": _nullable({"type": "number", "minimum": 0, "description": "Due this many seconds from now."}),
+        "due_at": _nullable(TIME | {"description": "Due at this UTC time (not with delay)."}),
+        "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
+                                      "description": "Business identity within the queue; the "
+                                                     "`Idempotency-Key` header is the same field."}),
+        "concurrency_key": _nullable({"type": "string", "pattern": r"^[!-~]{1,128}$"}),
+        "concurrency_limit": {"type": "integer", "minimum": 1, "default": 1},
+        "max_attempts": {"type": "integer", "minimum": 1, "default": 3},
+        "retry_uncertain": {"type": "boolean", "default": False,
+                            "description": "The handler is safe to run again after a lost lease."},
+        "lease_ttl": _nullable({"type": "number", "exclusiveMinimum": 0,
+                                "description": "This task's lease ttl in seconds (default: the server's)."}),
+    }, ["queue", "kind"]),
+    "CancelRequest": _obj({"reason": {"type": "string", "maxLength": 1024}}, []),
+    "Attempt": _obj({
+        "attempt": {"type": "integer", "minimum": 1},
+        "lease_id": {"type": "string"},
+        "status": {"type": "string", "description": "RUNNING while the lease runs, then how the attempt ended."},
+        "started_at": TIME,
+        "ended_at": _nullable(TIME),
+        "error_code": _nullable({"type": "string"}),
+        "error_message": _nullable({"type": "string"}),
+        "retryable": _nullable({"type": "boolean"}),
+        "effect_uncertain": {"type": "boolean"},
+        "concurrency_token": _nullable({"type": "string"}),
+    }),
+    "Outcome": _obj({
+        "status": {"type": "string", "enum": ["SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]},
+        "error_code": _nullable({"type": "string"}),
+        "error_message": _nullable({"type": "string"}),
+        "result": {"description": "The handler's result (any JSON) or null."},
+        "retryable": {"type": "boolean"},
+        "effect_uncertain": {"type": "boolean"},
+    }),
+    "Task": _obj({
+        "task_id": TASK_ID,
+        "queue": NAME,
+        "kind": NAME,
+        "state": {"type": "string", "enum": TASK_STATES},
+        "priority": {"type": "integer"},
+        "attempt": {"type": "integer", "minimum": 0},
+        "max_attempts": {"type": "integer"},
+        "idempotency_key": {"type": "string"},
+        "concurrency_key": _nullable({"type": "string"}),
+        "concurrency_limit": {"type": "integer"},
+        "effect_uncertain": {"type": "boolean"},
+        "retry_uncertain": {"type": "boolean"},
+        "retry_of": _nullable(TASK_ID),
+        "retried_by": _nullable(TASK_ID),
+        "created_at": TIME,
+        "due_at": TIME,
+        "cancel_requested_at": _nullable(TIME),
+        "payload": {"description": "The task input, exactly as submitted."},
+        "attempts": {"type": "array", "items": _ref("Attempt")},
+        "outcome": _nullable(_ref("Outcome")),
+        "created": {"type": "boolean", "description": "Submit and retry only: whether this call created it."},
+        "cancel_changed": {"type": "boolean", "description": "Cancel only: whether this call saved the intent."},
+    }, ["task_id", "queue", "kind", "state", "priority", "attempt", "max_attempts", "idempotency_key",
+        "created_at", "due_at", "payload", "attempts", "outcome"]),
+    "TaskSummary": _obj({
+        "task_id": TASK_ID, "queue": NAME, "kind": NAME, "state": {"type": "string", "enum": TASK_STATES},
+        "priority": {"type": "integer"}, "attempt": {"type": "integer"}, "created_at": TIME,
+    }),
+    "TaskPage": _obj({
+        "tasks": {"type": "array", "items": _ref("TaskSummary")},
+        "next": _nullable(TASK_ID | {"description": "Pass as `cursor` for the next page; null on the last."}),
+    }),
+    "Worker": _obj({
+        "instance_id": INSTANCE_ID,
+        "session_id": {"type": "string"},
+        "epoch": {"type": "string", "description": "Cluster-wide registration counter (decimal string)."},
+        "state": {"type": "string", "enum": ["ACTIVE", "DRAINING", "DISCONNECTED"]},
+        "worker_name": {"type": "string"},
+        "subscriptions": {"type": "array", "items": _obj({
+            "queue": NAME, "kinds": _nullable({"type": "array", "items": NAME})})},
+        "capacity": {"type": "integer", "minimum": 0},
+        "drain": {"type": "boolean"},
+        "sequence": _nullable({"type": "string"}),
+        "concurrency_keys": {"type": "boolean"},
+        "cancellation_notifications": {"type": "boolean"},
+        "active_leases": {"type": "integer", "minimum": 0, "description": "Leases the session holds now."},
+        "registered_at": TIME,
+        "disconnected_at": _nullable(TIME),
+    }),
+    "WorkerList": _obj({"workers": {"type": "array", "items": _ref("Worker")}}),
+    "QueueDepths": _obj({"queues": {"type": "object", "additionalProperties": _obj({
+        "states": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+                   "propertyNames": {"enum": TASK_STATES}},
+        "oldest_ready_age_s": _nullable({"type": "number", "minimum": 0}),
+    })}}),
+    "Health": _obj({"status": {"const": "ok"}}),
+    "Ready": _obj({"status": {"const": "ready"}, "schema_version": {"type": "integer"},
+                   "code_version": {"type": "integer"}}),
+}
+
+_ERRORS = {
+    400: "Bad input: not strict JSON (`invalid_json`), or a field or parameter out of its rules "
+         "(`invalid_request`).",
+    401: "No bearer token, or an unknown or revoked one (`unauthenticated`).",
+    403: "The token's role or queues do not allow this (`forbidden`).",
+    404: "No such resource, or one in a queue the token cannot see.",
+    409: "The request conflicts with the resource's state (`not_retryable`, `instance_disconnected`, ...).",
+    413: "The body is over 512 KiB (`request_too_large`) or the payload over 256 KiB (`payload_too_large`).",
+    415: "The body is declared as something other than JSON (`unsupported_media_type`).",
+    501: "Not available in this version (`not_implemented`).",
+    503: "The database is unavailable (`database_unavailable`); retry after `Retry-After` seconds.",
+}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _responses(ok: dict[int, tuple[str, str]], errors: tuple[int, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {str(code): _json(_ref(schema), text) for code, (schema, text) in ok.items()}
+    for code in errors:
+        out[str(code)] = {"$ref": f"#/components/responses/E{code}"}
+    return out
+
+
+_AUTH = (400, 401, 403, 503)
+_TASK_ID_PARAM = {"name": "task_id", "in": "path", "required": True, "schema": TASK_ID}
+_SECURED = [{"bearer": []}]
+
+
+def _op(op_id: str, summary: str, description: str, responses: dict[str, Any], *, secured: bool = True,
+        **more: Any) -> dict[str, Any]:
+    op: dict[str, Any] = {"operationId": op_id, "summary": summary, "description": description,
+                          "responses": responses}
+    op["security"] = _SECURED if secured else []
+    op.update(more)
+    return op
+
+
+PATHS: dict[str, Any] = {
+    "/v1/tasks": {
+        "post": _op(
+            "submitTask", "Submit a task",
+            "Producer (in its queues) or operator. The same fields as `pulse-trio submit`. A known "
+            "idempotency key in the same queue returns the existing task with 200 and `created: false`.",
+            _responses({201: ("Task", "Created."), 200: ("Task", "Already submitted with this idempotency key.")},
+                       (*_AUTH, 413, 415)),
+            parameters=[{"name": "Idempotency-Key", "in": "header", "required": False,
+                         "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+            requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitRequest")}}}),
+        "get": _op(
+            "listTasks", "List tasks",
+            "Oldest first, filtered; a queue-scoped token sees only its queues.",
+            _responses({200: ("TaskPage", "A page of tasks.")}, _AUTH),
+            parameters=[
+                {"name": "queue", "in": "query", "schema": NAME},
+                {"name": "state", "in": "query", "schema": {"type": "string", "enum": TASK_STATES}},
+                {"name": "kind", "in": "query", "schema": NAME},
+                {"name": "cursor", "in": "query", "schema": TASK_ID,
+                 "description": "The `next` of the previous page."},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000,
+                                                            "default": 100}},
+            ]),
+    },
+    "/v1/tasks/{task_id}": {
+        "get": _op("getTask", "Show a task",
+                   "The task with its attempts, outcome, lineage (`retry_of`, `retried_by`) and cancel "
+                   "request: what `pulse-trio task show` prints.",
+                   _responses({200: ("Task", "The task.")}, (*_AUTH, 404)), parameters=[_TASK_ID_PARAM]),
+    },
+    "/v1/tasks/{task_id}/cancel": {
+        "post": _op("cancelTask", "Request cancellation",
+                    "Operator. Saves a cancel intent (a task not yet started is cancelled at once; a running "
+                    "one is told and given the cancel grace). A terminal task is reported as it is, with "
+                    "`cancel_changed: false`.",
+                    _responses({200: ("Task", "The task after the request.")}, (*_AUTH, 404, 409, 413, 415)),
+                    parameters=[_TASK_ID_PARAM],
+                    requestBody={"required": False,
+                                 "content": {"application/json": {"schema": _ref("CancelRequest")}}}),
+    },
+    "/v1/tasks/{task_id}/retry": {
+        "post": _op("retryTask", "Retry a terminal task by hand",
+                    "Operator. Creates a new task (`retry_of` = this one) from a FAILED, UNKNOWN or CANCELLED "
+                    "task; asking again returns the same new task with 200.",
+                    _responses({201: ("Task", "The new task."), 200: ("Task", "The retry made before.")},
+                               (*_AUTH, 404, 409, 413, 415)),
+                    parameters=[_TASK_ID_PARAM]),
+    },
+    "/v1/workers": {
+        "get": _op("listWorkers", "List worker instances",
+                   "Operator. Instances with their session, capacity, drain and held leases.",
+                   _responses({200: ("WorkerList", "The instances.")}, _AUTH),
+                   parameters=[{"name": "all", "in": "query", "schema": {"type": "boolean", "default": False},
+                                "description": "Include disconnected instances."}]),
+    },
+    "/v1/workers/{instance_id}/drain": {
+        "post": _op("drainWorker", "Drain a worker instance",
+                    "Operator. Not available yet: answers 501 for a connected instance (the worker drains "
+                    "itself with `worker.capacity`).",
+                    _responses({}, (*_AUTH, 404, 409, 501)),
+                    parameters=[{"name": "instance_id", "in": "path", "required": True, "schema": INSTANCE_ID}]),
+    },
+    "/v1/queues": {
+        "get": _op("queueDepths", "Queue depths",
+                   "Tasks per state per queue and the age of the oldest due READY task; a queue-scoped token "
+                   "sees only its queues.",
+                   _responses({200: ("QueueDepths", "Depths by queue.")}, _AUTH)),
+    },
+    "/healthz": {
+        "get": _op("healthz", "Liveness", "The process answers.",
+                   _responses({200: ("Health", "Alive.")}, ()), secured=False),
+    },
+    "/readyz": {
+        "get": _op("readyz", "Readiness", "The database is reachable and its schema is current.",
+                   _responses({200: ("Ready", "Ready.")}, (503,)), secured=False),
+    },
+    "/metrics": {
+        "get": _op("metrics", "Prometheus metrics", "The Prometheus text exposition format.",
+                   {"200": {"description": "Metrics.", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+                   secured=False),
+    },
+    "/openapi.json": {
+        "get": _op("openapi", "This document", "The OpenAPI document of this API.",
+                   {"200": {"description": "OpenAPI 3.1.", "content": {"application/json": {"schema": {}}}}},
+                   secured=False),
+    },
+}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "pulse-trio HTTP API",
+            "version": VERSION,
+            "description": "Producers submit and read tasks; operators also cancel, retry and watch workers. "
+                           "Bearer tokens come from `pulse-trio token create --role producer|operator`. Every "
+                           "error is `{\"error\": {\"code\", \"message\"}}`.",
+        },
+        "paths": PATHS,
+        "components": {
+            "schemas": SCHEMAS,
+            "responses": {f"E{code}": _json(_ref("Error"), text) for code, text in _ERRORS.items()},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "A producer or operator token (`pt_…`)."}},
+        },
+    }

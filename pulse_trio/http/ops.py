@@ -1,0 +1,73 @@
+"""Operational endpoints: ``/healthz``, ``/readyz``, ``/metrics``, ``/openapi.json``.
+
+None of them takes a token: probes and scrapers run without one, and what
+they show (counts, versions) is no secret. Bind ``--http-listen`` to an
+address only your network reaches.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pymysql
+import trio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pulse_trio.client import queries
+from pulse_trio.http.api import json_value
+from pulse_trio.http.errors import JSON, RETRY_AFTER_S, error_response
+from pulse_trio.http.openapi import document
+from pulse_trio.server.metrics import CONTENT_TYPE, Snapshot
+from pulse_trio.store.migrate import code_version, current_version
+
+if TYPE_CHECKING:
+    from pulse_trio.server.service import ServiceContext
+
+READY_TIMEOUT_S = 5.0
+
+
+class OpsApi:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self._openapi = json.dumps(document(), ensure_ascii=False, indent=2) + "\n"
+
+    async def healthz(self, request: Request) -> Response:
+        """The process is alive and its event loop answers; nothing else is checked."""
+        return json_value({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        """Ready when the database answers and its schema is the one this code expects."""
+        want = code_version()
+        have: int | None = None
+        with trio.move_on_after(READY_TIMEOUT_S):
+            try:
+                # A fresh connection on purpose: "can a new connection be made" is the question.
+                # Only a read, so a probe that times out may leave its thread behind.
+                have = await trio.to_thread.run_sync(current_version, self.ctx.store.config,
+                                                     abandon_on_cancel=True)
+            except pymysql.err.MySQLError:
+                have = None
+        retry = {"Retry-After": str(RETRY_AFTER_S)}
+        if have is None:
+            return error_response(503, "database_unavailable", "the database is not reachable", retry)
+        if have != want:
+            return error_response(503, "migrations_pending",
+                                  f"the database schema is version {have}; this code needs {want}", retry)
+        return json_value({"status": "ready", "schema_version": have, "code_version": want})
+
+    async def metrics(self, request: Request) -> Response:
+        ctx = self.ctx
+        depths = None
+        with trio.move_on_after(READY_TIMEOUT_S):
+            try:
+                depths = await ctx.store.run(queries.queue_depths, now=ctx.clock.now())
+            except Exception:  # the scrape still reports the process; pulse_database_up says 0
+                depths = None
+        body = ctx.metrics.exposition(Snapshot(hub=ctx.hub.statistics(), store=ctx.store.statistics(),
+                                               queues=depths))
+        return Response(body, media_type=CONTENT_TYPE)
+
+    async def openapi(self, request: Request) -> Response:
+        return Response(self._openapi, media_type=JSON)

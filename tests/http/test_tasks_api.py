@@ -1,0 +1,143 @@
+"""The /v1 resources over real HTTP against a running service and database."""
+
+from __future__ import annotations
+
+import trio
+
+SUBMIT = {"queue": "billing", "kind": "invoice.send", "payload": {"invoice": 991}}
+
+
+async def test_submit_answers_201_with_the_task_view_and_a_location(http, tokens):
+    reply = await http.post("/v1/tasks", token=tokens["producer"], json_body={
+        **SUBMIT, "priority": 7, "max_attempts": 5, "concurrency_key": "customer:42", "retry_uncertain": True})
+    assert reply.status == 201
+    task = reply.json()
+    assert task["state"] == "READY" and task["created"] is True
+    assert (task["queue"], task["kind"], task["priority"], task["max_attempts"]) == ("billing", "invoice.send", 7, 5)
+    assert task["concurrency_key"] == "customer:42" and task["retry_uncertain"] is True
+    assert task["payload"] == {"invoice": 991} and task["attempts"] == [] and task["outcome"] is None
+    assert reply.headers["x-request-id"].startswith("req_")
+
+
+async def test_payload_numbers_survive_digit_for_digit(http, tokens):
+    body = '{"queue":"billing","kind":"k","payload":{"amount":1.10,"big":123456789012345678901234567890,"e":1E+2}}'
+    reply = await http.post("/v1/tasks", token=tokens["producer"], body=body,
+                            headers={"Content-Type": "application/json"})
+    assert reply.status == 201
+    assert b'"payload": {"amount":1.10,"big":123456789012345678901234567890,"e":1E+2}' in reply.body
+    shown = await http.get(f"/v1/tasks/{reply.json()['task_id']}", token=tokens["producer"])
+    assert b'{"amount":1.10,"big":123456789012345678901234567890,"e":1E+2}' in shown.body
+
+
+async def test_idempotency_key_header_returns_the_existing_task_with_200(http, tokens):
+    first = await http.post("/v1/tasks", token=tokens["producer"], json_body=SUBMIT,
+                            headers={"Idempotency-Key": "invoice-991"})
+    again = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "payload": {"other": 1}},
+                            headers={"Idempotency-Key": "invoice-991"})
+    by_field = await http.post("/v1/tasks", token=tokens["producer"],
+                               json_body={**SUBMIT, "idempotency_key": "invoice-991"})
+    assert (first.status, again.status, by_field.status) == (201, 200, 200)
+    assert first.json()["task_id"] == again.json()["task_id"] == by_field.json()["task_id"]
+    assert again.json()["created"] is False and again.json()["payload"] == {"invoice": 991}
+    assert first.json()["idempotency_key"] == "invoice-991"
+    clash = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "idempotency_key": "a"},
+                            headers={"Idempotency-Key": "b"})
+    assert clash.status == 400 and "disagree" in clash.error["message"]
+
+
+async def test_delay_and_due_at_schedule_the_task(http, tokens):
+    delayed = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "delay": 3600.5})
+    due = await http.post("/v1/tasks", token=tokens["producer"],
+                          json_body={**SUBMIT, "due_at": "2099-01-01T00:00:00Z", "lease_ttl": 0.5})
+    assert delayed.json()["state"] == due.json()["state"] == "SCHEDULED"
+    assert due.json()["due_at"] == "2099-01-01T00:00:00.000000Z"
+
+
+async def test_list_filters_and_pages_with_a_cursor(http, tokens):
+    ids = []
+    for n in range(5):
+        kind = "a" if n % 2 == 0 else "b"
+        reply = await http.post("/v1/tasks", token=tokens["operator"],
+                                json_body={"queue": "billing" if n < 4 else "mail", "kind": kind})
+        ids.append(reply.json()["task_id"])
+    seen, cursor = [], ""
+    while True:
+        page = (await http.get(f"/v1/tasks?limit=2{cursor}", token=tokens["operator"])).json()
+        seen += [t["task_id"] for t in page["tasks"]]
+        if page["next"] is None:
+            break
+        cursor = f"&cursor={page['next']}"
+    assert seen == ids
+    kinds = (await http.get("/v1/tasks?queue=billing&kind=a", token=tokens["operator"])).json()["tasks"]
+    assert [t["task_id"] for t in kinds] == [ids[0], ids[2]]
+    ready = (await http.get("/v1/tasks?state=READY&queue=mail", token=tokens["operator"])).json()["tasks"]
+    assert [t["task_id"] for t in ready] == [ids[4]]
+    # a queue-scoped producer sees its queues only, with or without a filter
+    scoped = (await http.get("/v1/tasks", token=tokens["producer"])).json()["tasks"]
+    assert [t["task_id"] for t in scoped] == ids[:4]
+
+
+async def test_cancel_a_ready_task_and_report_a_terminal_one(http, tokens):
+    task_id = (await http.post("/v1/tasks", token=tokens["producer"], json_body=SUBMIT)).json()["task_id"]
+    first = await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"],
+                            json_body={"reason": "customer asked"})
+    assert first.status == 200
+    assert first.json()["state"] == "CANCELLED" and first.json()["cancel_changed"] is True
+    again = await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"])  # empty body is fine
+    assert again.status == 200 and again.json()["cancel_changed"] is False
+
+
+async def test_retry_makes_one_new_task_per_source_and_refuses_live_tasks(http, tokens):
+    task_id = (await http.post("/v1/tasks", token=tokens["producer"], json_body=SUBMIT)).json()["task_id"]
+    live = await http.post(f"/v1/tasks/{task_id}/retry", token=tokens["operator"])
+    assert live.status == 409 and live.error["code"] == "not_retryable"
+    await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"])
+    retried = await http.post(f"/v1/tasks/{task_id}/retry", token=tokens["operator"])
+    assert retried.status == 201
+    new = retried.json()
+    assert new["retry_of"] == task_id and new["created"] is True and new["state"] == "READY"
+    repeat = await http.post(f"/v1/tasks/{task_id}/retry", token=tokens["operator"], json_body={})
+    assert repeat.status == 200 and repeat.json()["task_id"] == new["task_id"] and repeat.json()["created"] is False
+    source = (await http.get(f"/v1/tasks/{task_id}", token=tokens["operator"])).json()
+    assert source["retried_by"] == new["task_id"]
+
+
+async def test_a_submit_through_http_reaches_a_worker_and_its_outcome_is_shown(http, tokens, token_factory,
+                                                                            open_worker, service):
+    worker = await open_worker(token_factory("worker", ("billing",)), "billing")
+    with trio.fail_after(10):
+        submitted = (await http.post("/v1/tasks", token=tokens["producer"], json_body=SUBMIT)).json()
+        assign = await worker.run_one({"sent": True, "amount": 12.5})
+    assert assign["task"]["task_id"] == submitted["task_id"]
+    done = await http.get(f"/v1/tasks/{submitted['task_id']}", token=tokens["producer"])
+    task = done.json()
+    assert task["state"] == "SUCCEEDED" and task["attempt"] == 1
+    assert task["outcome"]["status"] == "SUCCEEDED" and b'"result": {"sent":true,"amount":12.5}' in done.body
+    assert [a["status"] for a in task["attempts"]] == ["SUCCEEDED"]
+
+    workers = (await http.get("/v1/workers", token=tokens["operator"])).json()["workers"]
+    assert len(workers) == 1
+    (listed,) = workers
+    assert listed["session_id"] == worker.session_id and listed["capacity"] == 1 and listed["drain"] is False
+    assert listed["subscriptions"] == [{"queue": "billing", "kinds": None}] and listed["active_leases"] == 0
+    depths = (await http.get("/v1/queues", token=tokens["producer"])).json()["queues"]
+    assert depths == {"billing": {"states": {"SUCCEEDED": 1}, "oldest_ready_age_s": None}}
+
+
+async def test_queue_depths_count_states_and_hide_foreign_queues(http, tokens):
+    for queue in ("billing", "billing", "mail"):
+        await http.post("/v1/tasks", token=tokens["operator"], json_body={"queue": queue, "kind": "k"})
+    everything = (await http.get("/v1/queues", token=tokens["operator"])).json()["queues"]
+    assert everything["billing"]["states"] == {"READY": 2} and everything["mail"]["states"] == {"READY": 1}
+    assert everything["billing"]["oldest_ready_age_s"] >= 0
+    scoped = (await http.get("/v1/queues", token=tokens["producer"])).json()["queues"]
+    assert set(scoped) == {"billing"}
+
+
+async def test_drain_finds_the_instance_and_says_it_is_not_available_yet(http, tokens, token_factory, open_worker):
+    worker = await open_worker(token_factory("worker"), "billing")
+    instance_id = worker.welcome["instance_id"]
+    reply = await http.post(f"/v1/workers/{instance_id}/drain", token=tokens["operator"])
+    assert reply.status == 501 and reply.error["code"] == "not_implemented"
+    unknown = await http.post("/v1/workers/ins_01M8VZMC9N9WQ7HZY3RZQQCE2A/drain", token=tokens["operator"])
+    assert unknown.status == 404 and unknown.error["code"] == "instance_not_found"
