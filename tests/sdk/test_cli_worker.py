@@ -1,0 +1,50 @@
+"""`pulse-trio worker run` as a user runs it: a subprocess, the example registry, SIGTERM to drain."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from sdk_support import in_thread, url_of, wait_state
+
+from pulse_trio.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_worker_run_executes_the_example_and_drains_on_sigterm(start_service, token_factory, client):
+    service = await start_service()
+    token = token_factory("worker", ["billing"])
+    command = [sys.executable, "-m", "pulse_trio", "worker", "run", "examples.billing_worker:registry",
+               "--url", url_of(service), "--capacity", "2"]
+    env = dict(os.environ, PULSE_WORKER_TOKEN=token)
+    async with trio.open_nursery() as nursery:
+        process = await nursery.start(lambda task_status: trio.run_process(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False,
+            task_status=task_status))
+        stderr = b""
+        task = await in_thread(client.submit, "billing", "invoice.send", {"invoice": 991})
+        view = await wait_state(client, task["task_id"], "SUCCEEDED", timeout=30)
+        assert view["outcome"]["result"]["message_id"] == "msg-991"
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(20):
+            rc = await process.wait()
+        stderr = await process.stderr.receive_some(1 << 20) if process.stderr else b""
+    text = stderr.decode()
+    assert rc == 0, text
+    assert "connected to" in text and f"task {task['task_id']}" in text and "SUCCEEDED" in text
+    assert "drained" in text
+
+
+def test_bad_targets_exit_2(capsys):
+    assert main(["worker", "run", "no_such_module:registry", "--token", "t"]) == 2
+    assert main(["worker", "run", "examples.billing_worker:nothing", "--token", "t"]) == 2
+    assert main(["worker", "run", "examples.billing_worker", "--token", "t"]) == 2
+    assert main(["worker", "run", "examples.billing_worker:registry"]) == 2  # no token
+    err = capsys.readouterr().err
+    assert "cannot import" in err and "not a pulse_trio.sdk.Registry" in err and "token is required" in err
