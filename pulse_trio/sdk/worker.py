@@ -120,6 +120,7 @@ class Worker:
         self._draining = trio.Event()
         self._sequence = 0
         self._capacity_lock = trio.Lock()
+        self._declared_drain: Connection | None = None
         self._nursery: trio.Nursery | None = None
         self._root: trio.CancelScope | None = None
         self._first = trio.Event()
@@ -218,7 +219,7 @@ class Worker:
 
     async def _serve(self, conn: Connection) -> None:
         """Until the socket ends, or the drain is declared and every lease is done."""
-        drain_declared = False
+        drain_declared = self._declared_drain is conn  # a reconnect while draining declares it at once
         while True:
             changed = self._changed
             if conn.closed.is_set():
@@ -241,6 +242,8 @@ class Worker:
             body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=self.capacity,
                                       drain=drain)
             assert isinstance(body, m.Welcome)
+            if drain:
+                self._declared_drain = conn
             if body.sequence != self._sequence:
                 log.warning("capacity %d was stale (server holds sequence %s)", self._sequence, body.sequence)
 

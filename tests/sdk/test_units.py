@@ -1,0 +1,189 @@
+"""The SDK's pure parts, without a server: outcome mapping, registry, backoff, session checks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from pulse_trio.contract import messages as m
+from pulse_trio.contract.encoder import encode
+from pulse_trio.contract.grammar import new_id, new_secret
+from pulse_trio.sdk import (
+    Backoff, PermanentError, Registry, RetryableError, TaskCancelled, TaskContext, UnknownOutcome,
+)
+from pulse_trio.sdk import outcome as oc
+from pulse_trio.sdk import protocol as p
+
+NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.timezone.utc)
+
+
+# -- outcome → finish ------------------------------------------------------------------
+@pytest.mark.parametrize("exc, cancel_requested, expected", [
+    (RetryableError("busy", code="gw.busy"), False, ("FAILED", "gw.busy", True)),
+    (PermanentError("bad"), False, ("FAILED", "permanent", False)),
+    (UnknownOutcome("timeout"), False, ("UNKNOWN", "unknown_outcome", False)),
+    (TaskCancelled("stop"), True, ("CANCELLED", "cancelled", False)),
+    (RetryableError("busy"), True, ("CANCELLED", "cancelled", False)),  # never retry a cancelled task
+    (PermanentError("bad", code="card.declined"), True, ("FAILED", "card.declined", False)),
+    (ValueError("oops"), False, ("FAILED", "unhandled_exception", True)),
+    (ValueError("oops"), True, ("CANCELLED", "cancelled", False)),
+])
+def test_exceptions_map_to_finish(exc, cancel_requested, expected):
+    got = oc.from_exception(exc, cancel_requested=cancel_requested)
+    assert (got.status, got.error_code, got.retryable) == expected
+    assert got.result == "{}"
+
+
+def test_results_are_canonical_json_and_bounded():
+    assert oc.succeeded({"a": 1, "b": [1.5, "x"]}).result == '{"a":1,"b":[1.5,"x"]}'
+    assert oc.succeeded(None).result == "{}"  # finish needs a non-null result
+    assert oc.succeeded(object()).error_code == oc.INVALID_RESULT
+    assert oc.succeeded(float("nan")).error_code == oc.INVALID_RESULT
+    assert oc.succeeded("x" * 300_000).error_code == oc.RESULT_TOO_LARGE
+    assert oc.from_exception(PermanentError("no", details={"why": 1}), cancel_requested=False).result == '{"why":1}'
+    assert len(oc.from_exception(ValueError("\ud800" + "m" * 9000), cancel_requested=False).error_message) == 4096
+
+
+def test_error_codes_follow_the_grammar():
+    with pytest.raises(ValueError):
+        RetryableError("x", code="Not-A-Code")
+
+
+# -- registry ---------------------------------------------------------------------------
+def test_registry_subscribes_to_exactly_its_kinds():
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task): ...
+
+    @registry.handler("billing", "invoice.render", sync=True)
+    def render(task): ...
+
+    @registry.handler("mail", "welcome")
+    async def welcome(task): ...
+
+    assert registry.subscriptions() == (m.Subscription("billing", ("invoice.render", "invoice.send")),
+                                        m.Subscription("mail", ("welcome",)))
+    assert registry.get("billing", "invoice.render").sync is True
+    with pytest.raises(ValueError):
+        registry.add("billing", "invoice.send", send)
+    with pytest.raises(TypeError):
+        registry.add("billing", "other", render)  # sync function without sync=True
+    with pytest.raises(TypeError):
+        registry.add("billing", "other2", send, sync=True)
+    with pytest.raises(ValueError):
+        registry.add("Billing", "x", send)
+
+
+def test_backoff_grows_with_jitter_and_caps():
+    backoff = Backoff(initial=0.1, factor=2, maximum=1.0)
+    for attempt, ceiling in ((0, 0.1), (1, 0.2), (3, 0.8), (10, 1.0)):
+        delays = {backoff.delay(attempt) for _ in range(50)}
+        assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
+
+
+# -- the session checks -------------------------------------------------------------------
+def _session(concurrency_keys: bool = False) -> tuple[p.ClientProtocol, m.WorkerWelcome]:
+    hello = m.WorkerHello(id="h1", worker_name="w", subscriptions=(m.Subscription("billing", ("send",)),),
+                          concurrency_keys=concurrency_keys)
+    welcome = m.WorkerWelcome(id="s-1", session_id=new_id("ses_"), reply_to="h1", body=m.Welcome(
+        instance_id=new_id("ins_"), instance_secret=new_secret(), epoch=5, capacity=0, drain=False,
+        active_leases=0, lease_ttl_ms=30000, start_timeout_ms=30000, limits=m.ServerLimits(), server_time=NOW))
+    assert p.read_welcome(hello, encode(welcome), strict=True) == welcome
+    return p.ClientProtocol(welcome, hello, strict=True), welcome
+
+
+def _start(proto: p.ClientProtocol) -> m.TaskStart:
+    return proto.request(m.TaskStart, task_id=new_id("tsk_"), lease_id=new_id("lse_"), lease_secret=new_secret(),
+                         revision=1)
+
+
+def _ack(proto, request, *, revision=None, command="task.start", lease_revision=2, epoch=5):
+    receipt = m.Receipt(command=command, task_id=request.task_id, lease_id=request.lease_id,
+                        revision=revision or request.revision, committed_at=NOW, duplicate=False)
+    lease = m.Lease(lease_id=request.lease_id, task_id=request.task_id, revision=lease_revision, epoch=epoch,
+                    state="RUNNING", expires_at=NOW)
+    return encode(m.Ack(id="s-2", session_id=proto.session_id, reply_to=request.id,
+                        body=m.CommandResult(receipt, lease)))
+
+
+def test_an_ack_is_matched_to_its_request_and_checked():
+    proto, _ = _session()
+    start = _start(proto)
+    event = proto.receive(_ack(proto, start))
+    assert isinstance(event, p.Answered) and event.request is start and event.body.lease.revision == 2
+    assert proto.pending() == []
+    assert isinstance(proto.receive(_ack(proto, start)), p.Dropped)  # no longer pending
+
+
+@pytest.mark.parametrize("change", [dict(revision=7), dict(command="task.renew"), dict(lease_revision=1),
+                                    dict(epoch=6)])
+def test_an_ack_that_does_not_answer_its_request_breaks_the_session(change):
+    proto, _ = _session()
+    start = _start(proto)
+    event = proto.receive(_ack(proto, start, **change))
+    assert isinstance(event, p.Broken) and event.request is start
+
+
+def test_an_ack_body_of_the_wrong_shape_for_the_pending_request_breaks_the_session():
+    proto, _ = _session()
+    start = _start(proto)
+    lease = m.Lease(lease_id=start.lease_id, task_id=start.task_id, revision=2, epoch=5, state="RUNNING",
+                    expires_at=NOW)
+    frame = encode(m.Ack(id="s-2", session_id=proto.session_id, reply_to=start.id, body=lease))
+    event = proto.receive(frame)
+    assert isinstance(event, p.Broken) and "task.start" in event.reason
+
+
+def test_errors_answer_their_request_and_other_sessions_are_ignored():
+    proto, _ = _session()
+    start = _start(proto)
+    error = m.Error(id="s-3", code="lease_expired", message="gone", fatal=False, session_id=proto.session_id,
+                    reply_to=start.id)
+    event = proto.receive(encode(error))
+    assert isinstance(event, p.Refused) and event.error.code == "lease_expired"
+    foreign = m.TaskCancel(id="s-4", session_id=new_id("ses_"), task_id=new_id("tsk_"), lease_id=new_id("lse_"),
+                           cancel_requested_at=NOW, grace_expires_at=NOW)
+    assert isinstance(proto.receive(encode(foreign)), p.Dropped)
+    assert isinstance(proto.receive("{not json"), p.Broken)
+
+
+def test_offers_are_checked_against_the_session():
+    def offer(proto, **task):
+        task_id = new_id("tsk_")
+        fields = dict(task_id=task_id, queue="billing", kind="send", payload="{}", attempt=1, max_attempts=3,
+                      idempotency_key=task_id, created_at=NOW, due_at=NOW)
+        fields.update(task)
+        lease = m.Lease(lease_id=new_id("lse_"), task_id=task_id, revision=1, epoch=5, state="OFFERED",
+                        expires_at=NOW, lease_secret=new_secret())
+        return encode(m.TaskAssign(id="s-9", session_id=proto.session_id, task=m.AssignedTask(**fields),
+                                   lease=lease))
+
+    proto, _ = _session()
+    assert isinstance(proto.receive(offer(proto)), p.Offered)
+    keyed = dict(concurrency_key="k", concurrency_token=1)
+    refused = proto.receive(offer(proto, **keyed))
+    assert isinstance(refused, p.Dropped) and refused.offer and "concurrency_keys" in refused.reason
+    assert isinstance(proto.receive(offer(proto, kind="other")), p.Dropped)
+    declared, _ = _session(concurrency_keys=True)
+    assert isinstance(declared.receive(offer(declared, **keyed)), p.Offered)
+    text = json.loads(offer(proto))
+    text["body"]["task"]["retry_of"] = text["body"]["task"]["task_id"]
+    assert isinstance(proto.receive(json.dumps(text)), p.Dropped)
+
+
+def test_task_context_exposes_the_task_and_stops_once():
+    task_id = new_id("tsk_")
+    task = m.AssignedTask(task_id=task_id, queue="billing", kind="send", payload='{"n":1.10}', attempt=2,
+                          max_attempts=3, idempotency_key="inv-1", created_at=NOW, due_at=NOW,
+                          concurrency_key="k", concurrency_token=9, effect_uncertain=True, retry_of=new_id("tsk_"))
+    ctx = TaskContext(task, new_id("lse_"))
+    assert ctx.payload == {"n": 1.1} and ctx.payload_json == '{"n":1.10}'
+    assert (ctx.attempt, ctx.idempotency_key, ctx.concurrency_token, ctx.effect_uncertain) == (2, "inv-1", 9, True)
+    ctx.check_cancelled()
+    assert ctx._halt("cancel_requested", "operator") and not ctx._halt("lease_lost")
+    assert ctx.cancel_requested and ctx.stop_reason == "cancel_requested"
+    with pytest.raises(TaskCancelled):
+        ctx.check_cancelled()
