@@ -1,0 +1,174 @@
+"""Every error status, each with the exact ``{"error": {"code", "message"}}`` shape."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+
+import pytest
+import trio
+
+from pulse_trio.config import Settings
+from pulse_trio.http.bodies import MAX_BODY_BYTES
+from pulse_trio.server.service import serve
+
+from http_support import Http  # noqa: I001  (beside this file; see conftest)
+
+OK = {"queue": "billing", "kind": "k"}
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize(("body", "code", "fragment"), [
+    ('{"queue":"billing","kind":"k",}', "invalid_json", "strict JSON"),
+    ('{"queue":"billing","queue":"mail","kind":"k"}', "invalid_json", "duplicate key"),
+    ('{"queue":"billing","kind":"k","payload":NaN}', "invalid_json", "NaN"),
+    ('{"queue":"billing","kind":"k","payload":"\\ud800"}', "invalid_json", "surrogate"),
+    ("[" * 40 + "]" * 40, "invalid_json", "deeper"),
+    ('["queue"]', "invalid_request", "JSON object"),
+    ("", "invalid_json", "strict JSON"),
+    ('{"kind":"k"}', "invalid_request", "missing required field(s): queue"),
+    ('{"queue":"billing","kind":"k","colour":"red"}', "invalid_request", "unknown field(s): colour"),
+    ('{"queue":"Billing!","kind":"k"}', "invalid_request", "queue"),
+    ('{"queue":"billing","kind":"k","priority":1.0}', "invalid_request", "priority must be a JSON integer"),
+    ('{"queue":"billing","kind":"k","priority":true}', "invalid_request", "priority must be a JSON integer"),
+    ('{"queue":"billing","kind":"k","priority":10}', "invalid_request", "priority must be 0..9"),
+    ('{"queue":"billing","kind":"k","max_attempts":0}', "invalid_request", "max_attempts"),
+    ('{"queue":"billing","kind":"k","delay":"soon"}', "invalid_request", "delay must be a number"),
+    ('{"queue":"billing","kind":"k","delay":-1}', "invalid_request", "delay must not be negative"),
+    ('{"queue":"billing","kind":"k","delay":1,"due_at":"2099-01-01T00:00:00Z"}', "invalid_request", "not both"),
+    ('{"queue":"billing","kind":"k","due_at":"2026-02-30T00:00:00Z"}', "invalid_request", "due_at"),
+    ('{"queue":"billing","kind":"k","retry_uncertain":"yes"}', "invalid_request", "true or false"),
+    ('{"queue":"billing","kind":"k","lease_ttl":0}', "invalid_request", "lease_ttl"),
+    ('{"queue":"billing","kind":"k","concurrency_key":"has space"}', "invalid_request", "concurrency_key"),
+    ('{"queue":"billing","kind":"k","payload":1e999}', "invalid_request", "exponent"),
+])
+async def test_400_bad_submit_bodies_write_nothing(http, tokens, body, code, fragment):
+    reply = await http.post("/v1/tasks", token=tokens["operator"], body=body, headers=JSON_HEADERS)
+    assert reply.status == 400, reply.body
+    assert reply.error["code"] == code and fragment in reply.error["message"], reply.error
+    listed = await http.get("/v1/tasks", token=tokens["operator"])
+    assert listed.json()["tasks"] == []
+
+
+async def test_400_a_body_that_is_not_utf8(http, tokens):
+    reply = await http.post("/v1/tasks", token=tokens["operator"], body=b'{"queue":"\xff"}', headers=JSON_HEADERS)
+    assert reply.status == 400 and reply.error["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize(("query", "fragment"), [
+    ("?state=DONE", "state must be one of"),
+    ("?limit=0", "limit must be an integer 1..1000"),
+    ("?limit=ten", "limit must be an integer"),
+    ("?cursor=42", "cursor"),
+    ("?queue=billing&queue=mail", "given twice"),
+    ("?colour=red", "unknown query parameter"),
+])
+async def test_400_bad_list_parameters(http, tokens, query, fragment):
+    reply = await http.get(f"/v1/tasks{query}", token=tokens["operator"])
+    assert reply.status == 400 and reply.error["code"] == "invalid_request"
+    assert fragment in reply.error["message"]
+
+
+async def test_400_bad_cancel_and_retry_bodies(http, tokens):
+    task_id = (await http.post("/v1/tasks", token=tokens["operator"], json_body=OK)).json()["task_id"]
+    extra = await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"], json_body={"why": "x"})
+    assert extra.status == 400 and "unknown field(s): why" in extra.error["message"]
+    long = await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"], json_body={"reason": "x" * 1025})
+    assert long.status == 400 and "reason" in long.error["message"]
+    retry = await http.post(f"/v1/tasks/{task_id}/retry", token=tokens["operator"], json_body={"now": True})
+    assert retry.status == 400
+
+
+async def test_401_without_a_token(http):
+    reply = await http.post("/v1/tasks", json_body=OK)
+    assert reply.status == 401 and reply.error["code"] == "unauthenticated"
+    assert reply.headers["www-authenticate"] == 'Bearer realm="pulse"'
+
+
+async def test_403_foreign_queue(http, tokens):
+    reply = await http.post("/v1/tasks", token=tokens["producer"], json_body={"queue": "mail", "kind": "k"})
+    assert reply.status == 403 and reply.error["code"] == "forbidden" and "'mail'" in reply.error["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/tasks/tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", "/v1/tasks/not-an-id",
+                                  "/v1/tasks/tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A/cancel"])
+async def test_404_unknown_task(http, tokens, path):
+    method = "POST" if path.endswith("cancel") else "GET"
+    reply = await http.request(method, path, token=tokens["operator"])
+    assert reply.status == 404 and reply.error["code"] == "task_not_found"
+
+
+async def test_404_unknown_route_and_405_wrong_method(http, tokens):
+    missing = await http.get("/v2/everything", token=tokens["operator"])
+    assert missing.status == 404 and missing.error["code"] == "not_found"
+    wrong = await http.request("DELETE", "/v1/tasks", token=tokens["operator"])
+    assert wrong.status == 405 and wrong.error["code"] == "method_not_allowed"
+    assert set(wrong.headers["allow"].split(", ")) == {"GET", "HEAD", "POST"}
+
+
+async def test_409_retrying_a_task_that_is_not_terminal(http, tokens):
+    task_id = (await http.post("/v1/tasks", token=tokens["operator"], json_body=OK)).json()["task_id"]
+    reply = await http.post(f"/v1/tasks/{task_id}/retry", token=tokens["operator"])
+    assert reply.status == 409 and reply.error["code"] == "not_retryable" and "READY" in reply.error["message"]
+
+
+async def test_413_a_body_over_the_frame_limit_is_refused_before_parsing(http, tokens):
+    body = json.dumps({**OK, "payload": "x" * MAX_BODY_BYTES})
+    reply = await http.post("/v1/tasks", token=tokens["operator"], body=body, headers=JSON_HEADERS)
+    assert reply.status == 413 and reply.error["code"] == "request_too_large"
+
+
+async def test_413_a_body_without_content_length_is_cut_off_while_reading(http, tokens):
+    def chunked() -> bytes:
+        payload = b'{"queue":"billing","kind":"k","payload":"' + b"x" * (MAX_BODY_BYTES + 10) + b'"}'
+        return b"".join(b"%x\r\n%s\r\n" % (len(payload[i:i + 65536]), payload[i:i + 65536])
+                        for i in range(0, len(payload), 65536)) + b"0\r\n\r\n"
+
+    def send() -> bytes:
+        with socket.create_connection(("127.0.0.1", http.port), timeout=10) as s:
+            s.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                      b"Authorization: Bearer " + tokens["operator"].encode() + b"\r\n\r\n")
+            try:
+                s.sendall(chunked())
+            except OSError:
+                pass  # the server may answer and close before reading it all
+            return s.recv(65536)
+
+    answer = await trio.to_thread.run_sync(send)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b'"request_too_large"' in answer
+
+
+async def test_413_a_payload_over_256_kib(http, tokens):
+    reply = await http.post("/v1/tasks", token=tokens["operator"], json_body={**OK, "payload": "x" * 262_144})
+    assert reply.status == 413 and reply.error["code"] == "payload_too_large"
+
+
+async def test_415_a_body_declared_as_something_else(http, tokens):
+    reply = await http.post("/v1/tasks", token=tokens["operator"], body=json.dumps(OK),
+                            headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert reply.status == 415 and reply.error["code"] == "unsupported_media_type"
+
+
+@pytest.fixture
+async def service_without_database(db, nursery, token_factory):
+    """A service whose database is not there (a closed port): what an outage looks like."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    away = dataclasses.replace(db, host="127.0.0.1", port=closed_port, unix_socket=None, connect_timeout=1.0)
+    settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0), poll_interval=1.0)
+    return await nursery.start(lambda task_status: serve(settings, away, handle_signals=False,
+                                                         task_status=task_status))
+
+
+async def test_503_when_the_database_is_unavailable(service_without_database, tokens):
+    http = Http(service_without_database.http_port)
+    for method, path in (("POST", "/v1/tasks"), ("GET", "/v1/queues"), ("GET", "/readyz")):
+        reply = await http.request(method, path, token=tokens["operator"], json_body=OK if method == "POST" else None)
+        assert reply.status == 503, (path, reply.body)
+        assert reply.error["code"] == "database_unavailable" and reply.headers["retry-after"] == "1"
+    assert (await http.get("/healthz")).status == 200
+    metrics = (await http.get("/metrics")).body.decode()
+    assert "pulse_database_up 0.0" in metrics
