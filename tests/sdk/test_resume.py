@@ -6,6 +6,7 @@ instance itself stops and another one starts on the same database.
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from sdk_support import ack_of, in_thread, wait_for, wait_state
@@ -69,20 +70,28 @@ async def test_service_restart_mid_task_resumes_on_the_new_instance(start_servic
     assert view["attempt"] == 1 and len(view["attempts"]) == 1
 
 
-async def test_lost_finish_ack_is_answered_from_the_receipt(start_service, proxy_for, run_worker, client):
-    service = await start_service()
+@pytest.mark.parametrize("command", ["task.start", "task.renew", "task.finish"])
+async def test_lost_ack_is_answered_from_the_receipt(start_service, proxy_for, run_worker, client, command):
+    # The command commits, its ack is swallowed on the wire and the socket cut: after reconnecting
+    # the worker sends the same command with the same revision and the receipt answers duplicate=true.
+    service = await start_service(lease_ttl=0.9)
     proxy = await proxy_for(service)
     started, release, calls = trio.Event(), trio.Event(), []
     worker = await run_worker(proxy.url, _gated_registry(started, release, calls))
+    if command != "task.finish":
+        proxy.drop_when(ack_of(command))
     task = await in_thread(client.submit, "billing", "invoice.send", {})
     with trio.fail_after(10):
         await started.wait()
-
-    proxy.drop_when(ack_of("task.finish"))  # the finish commits; its ack never arrives
+    if command == "task.finish":
+        proxy.drop_when(ack_of(command))
+    else:
+        await wait_for(lambda: worker.stats.duplicates == 1, what=f"the resent {command} to be settled")
     release.set()
-    await wait_for(lambda: worker.stats.succeeded == 1, what="the finish to be settled after reconnecting")
-    assert proxy.dropped_chunks, "the finish ack was not intercepted"
-    assert worker.stats.duplicates == 1  # the resent finish was answered duplicate=true
-    assert worker.stats.connects == 2 and worker.stats.resumed == 0  # a committed finish needs no resume
+    await wait_for(lambda: worker.stats.succeeded == 1, what="the finish")
+    assert proxy.dropped_chunks, f"the {command} ack was not intercepted"
+    assert worker.stats.duplicates == 1 and worker.stats.connects == 2
+    # A committed finish ends the lease: nothing to resume. Otherwise the lease moved to the new session.
+    assert worker.stats.resumed == (0 if command == "task.finish" else 1)
     view = await wait_state(client, task["task_id"], "SUCCEEDED")
     assert calls == [task["task_id"]] and len(view["attempts"]) == 1
