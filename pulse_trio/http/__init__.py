@@ -4,9 +4,5 @@
 handlers, ``bodies`` reads requests as strictly as frames, ``auth`` says
 which token may do what, ``errors`` shapes every failure, ``openapi`` is
 the document, and ``server`` runs it all on hypercorn's Trio worker inside
-the service's nursery.
+the service's nursery (``serve_http``, which ``serve()`` starts).
 """
-
-from pulse_trio.http.server import serve_http
-
-__all__ = ["serve_http"]

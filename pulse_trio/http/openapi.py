@@ -3,11 +3,15 @@
 Served at ``/openapi.json`` and committed as ``docs/openapi.json``; a test
 checks that the two are the same, that every route of the app is in it,
 and that real answers validate against its schemas (OpenAPI 3.1 schemas
-are JSON Schema 2020-12).
+are JSON Schema 2020-12). After changing it::
+
+    python -m pulse_trio.http.openapi > docs/openapi.json
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from typing import Any
 
 from pulse_trio import __version__ as VERSION
@@ -290,3 +294,12 @@ def document() -> dict[str, Any]:
                                            "description": "A producer or operator token (`pt_…`)."}},
         },
     }
+
+
+def text() -> str:
+    """The document as served and committed: indented JSON and a final newline."""
+    return json.dumps(document(), ensure_ascii=False, indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(text())

@@ -7,7 +7,6 @@ address only your network reaches.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import pymysql
@@ -18,7 +17,7 @@ from starlette.responses import Response
 from pulse_trio.client import queries
 from pulse_trio.http.api import json_value
 from pulse_trio.http.errors import JSON, RETRY_AFTER_S, error_response
-from pulse_trio.http.openapi import document
+from pulse_trio.http import openapi
 from pulse_trio.server.metrics import CONTENT_TYPE, Snapshot
 from pulse_trio.store.migrate import code_version, current_version
 
@@ -31,7 +30,7 @@ READY_TIMEOUT_S = 5.0
 class OpsApi:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self._openapi = json.dumps(document(), ensure_ascii=False, indent=2) + "\n"
+        self._openapi = openapi.text()
 
     async def healthz(self, request: Request) -> Response:
         """The process is alive and its event loop answers; nothing else is checked."""

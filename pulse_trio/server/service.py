@@ -22,7 +22,7 @@ import trio_websocket
 from pulse_trio.config import Settings
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.http import serve_http
+from pulse_trio.http.server import serve_http
 from pulse_trio.server.auth import worker_token
 from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.clock import ServiceClock

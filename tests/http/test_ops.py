@@ -1,0 +1,172 @@
+"""Health, readiness, metrics and the OpenAPI document, against the running service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+import trio_websocket
+from jsonschema import Draft202012Validator
+from prometheus_client.parser import text_string_to_metric_families
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from pulse_trio.config import Settings
+from pulse_trio.dburl import connect, create_database
+from pulse_trio.http.app import build_app
+from pulse_trio.server.service import serve
+from pulse_trio.store.migrate import code_version
+
+from http_support import Http, RawWorker  # noqa: I001  (beside this file; see conftest)
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
+DOC_ID = "https://pulse-trio.dev/openapi.json"
+
+
+# -- the OpenAPI document -------------------------------------------------------------------------
+
+async def test_the_committed_document_is_the_one_served(http):
+    served = await http.get("/openapi.json")
+    assert served.status == 200
+    assert served.body.decode("utf-8") == COMMITTED.read_text("utf-8"), (
+        "docs/openapi.json is stale: python -m pulse_trio.http.openapi > docs/openapi.json")
+
+
+async def test_every_route_is_documented_and_nothing_else(service):
+    app = build_app(service.ctx)
+    served = {(route.path, method.lower()) for route in app.routes for method in route.methods if method != "HEAD"}
+    documented = {(path, method) for path, ops in json.loads(COMMITTED.read_text())["paths"].items() for method in ops}
+    assert served == documented
+
+
+def _validator(name: str) -> Draft202012Validator:
+    document = json.loads(COMMITTED.read_text())
+    registry = Registry().with_resource(DOC_ID, Resource.from_contents(document, default_specification=DRAFT202012))
+    return Draft202012Validator({"$ref": f"{DOC_ID}#/components/schemas/{name}"}, registry=registry,
+                                format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def _check(name: str, value: object) -> None:
+    errors = sorted(_validator(name).iter_errors(value), key=str)
+    assert not errors, f"{name}: {errors[0]}"
+
+
+async def test_answers_validate_against_the_documented_schemas(http, tokens, token_factory, open_worker):
+    worker = await open_worker(token_factory("worker"), "billing")
+    submitted = await http.post("/v1/tasks", token=tokens["producer"], json_body={
+        "queue": "billing", "kind": "invoice.send", "payload": {"n": 1}, "idempotency_key": "n-1", "delay": 0})
+    _check("Task", submitted.json())
+    with trio.fail_after(10):
+        await worker.run_one({"ok": True})
+    shown = await http.get(f"/v1/tasks/{submitted.json()['task_id']}", token=tokens["operator"])
+    assert shown.json()["attempts"] and shown.json()["outcome"]
+    _check("Task", shown.json())
+    cancelled = await http.post(f"/v1/tasks/{submitted.json()['task_id']}/cancel", token=tokens["operator"])
+    _check("Task", cancelled.json())
+    _check("TaskPage", (await http.get("/v1/tasks?limit=1", token=tokens["operator"])).json())
+    _check("WorkerList", (await http.get("/v1/workers?all=true", token=tokens["operator"])).json())
+    _check("QueueDepths", (await http.get("/v1/queues", token=tokens["operator"])).json())
+    _check("Health", (await http.get("/healthz")).json())
+    _check("Ready", (await http.get("/readyz")).json())
+    for reply in (await http.get("/v1/tasks"), await http.get("/nowhere"),
+                  await http.post("/v1/tasks", token=tokens["operator"], body="{")):
+        _check("Error", reply.json())
+
+
+# -- health and readiness -------------------------------------------------------------------------
+
+async def test_healthz_and_readyz(http):
+    assert (await http.get("/healthz")).json() == {"status": "ok"}
+    ready = await http.get("/readyz")
+    assert ready.status == 200
+    assert ready.json() == {"status": "ready", "schema_version": code_version(), "code_version": code_version()}
+
+
+@pytest.fixture
+async def unmigrated(database_server, nursery):
+    """A service on an empty (never migrated) database."""
+    config = database_server.with_database("pulse_http_unmigrated")
+    create_database(config)
+    settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0), poll_interval=1.0)
+    try:
+        yield await nursery.start(lambda task_status: serve(settings, config, handle_signals=False,
+                                                            task_status=task_status))
+    finally:
+        conn = connect(config, database=False)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
+        finally:
+            conn.close()
+
+
+async def test_readyz_is_503_until_the_migrations_are_applied(unmigrated):
+    http = Http(unmigrated.http_port)
+    reply = await http.get("/readyz")
+    assert reply.status == 503 and reply.error["code"] == "migrations_pending"
+    assert f"version 0; this code needs {code_version()}" in reply.error["message"]
+    assert (await http.get("/healthz")).status == 200
+    unmigrated.stop()
+
+
+# -- metrics --------------------------------------------------------------------------------------
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a valid exposition, keyed by name and sorted labels."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_metrics_after_a_full_flow(http, tokens, token_factory, open_worker):
+    worker = await open_worker(token_factory("worker"), "billing")
+    with trio.fail_after(10):
+        await http.post("/v1/tasks", token=tokens["producer"], json_body={"queue": "billing", "kind": "k"})
+        await worker.run_one({"ok": True})
+    await http.post("/v1/tasks", token=tokens["producer"], json_body={"queue": "billing", "kind": "k", "delay": 600})
+    await http.get("/v1/tasks/tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", token=tokens["producer"])  # a 404
+    reply = await http.get("/metrics")
+    assert reply.status == 200 and reply.headers["content-type"].startswith("text/plain")
+    samples = _samples(reply.body.decode())
+    assert samples[("pulse_sessions_connected", ())] == 1
+    assert samples[("pulse_session_capacity", ())] == 1
+    assert samples[("pulse_assignments_total", ())] == 1
+    assert samples[("pulse_finishes_total", (("status", "SUCCEEDED"),))] == 1
+    assert samples[("pulse_commands_total", (("command", "TaskFinish"),))] == 1
+    assert samples[("pulse_tasks", (("queue", "billing"), ("state", "SUCCEEDED")))] == 1
+    assert samples[("pulse_tasks", (("queue", "billing"), ("state", "SCHEDULED")))] == 1
+    assert samples[("pulse_submit_to_assign_seconds_count", ())] == 1
+    assert samples[("pulse_store_transaction_seconds_count", ())] > 5
+    assert samples[("pulse_store_commits_total", ())] >= 4
+    assert samples[("pulse_errors_total", (("code", "task_not_found"), ("surface", "http")))] == 1
+    assert samples[("pulse_http_requests_total", (("method", "POST"), ("route", "/v1/tasks"), ("status", "201")))] == 2
+    assert samples[("pulse_database_up", ())] == 1
+    for name in ("pulse_frames_received_total", "pulse_frames_sent_total", "pulse_frame_bytes_received_total",
+                 "pulse_frame_bytes_sent_total", "pulse_lease_expiries_total", "pulse_lease_lapses_total",
+                 "pulse_store_retries_total"):
+        assert (name, ()) in samples, name
+    assert samples[("pulse_frames_received_total", ())] >= 4  # hello, capacity, start, finish
+
+
+async def test_metrics_count_lapsed_offers_and_expired_leases(start_service, tokens, token_factory, nursery):
+    service = await start_service(start_timeout=0.2, lease_ttl=0.3, poll_interval=0.02)
+    http = Http(service.http_port)
+    ws = await trio_websocket.connect_websocket_url(
+        nursery, f"ws://127.0.0.1:{service.worker_port}/v1/worker", subprotocols=["pulse.worker.v1"],
+        extra_headers=[(b"authorization", f"Bearer {token_factory('worker')}".encode())])
+    worker = RawWorker(ws)
+    await worker.register("billing", capacity=2)
+    for _ in range(2):
+        await http.post("/v1/tasks", token=tokens["operator"], json_body={"queue": "billing", "kind": "k"})
+    with trio.fail_after(10):
+        first, second = await worker.next_assignment(), await worker.next_assignment()
+        lease = second["lease"]
+        await worker.request("task.start", {k: lease[k] for k in ("task_id", "lease_id", "lease_secret", "revision")})
+        # the first offer is never started (lapses); the second is started and never renewed (expires)
+        while True:
+            samples = _samples((await http.get("/metrics")).body.decode())
+            if samples[("pulse_lease_lapses_total", ())] >= 1 and samples[("pulse_lease_expiries_total", ())] >= 1:
+                break
+            await trio.sleep(0.05)
+    assert first["task"]["task_id"] != second["task"]["task_id"]
