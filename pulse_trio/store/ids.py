@@ -10,31 +10,22 @@ presented secret is compared in constant time.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import secrets
-import time
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+from pulse_trio.contract import grammar
+
 PREFIXES = frozenset({"ses", "ins", "tsk", "lse"})
 
 
 def new_id(prefix: str) -> str:
-    """A fresh ``prefix_ULID`` (48-bit millisecond time, 80 random bits)."""
+    """A fresh ``prefix_ULID``; the contract layer owns the id grammar and its generator."""
     if prefix not in PREFIXES:
         raise ValueError(f"unknown id prefix {prefix!r}")
-    value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return prefix + "_" + "".join(reversed(chars))
+    return grammar.new_id(prefix + "_")
 
 
-def new_secret() -> str:
-    """32 random bytes, strict unpadded base64url (always canonical)."""
-    return base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode("ascii")
+new_secret = grammar.new_secret
 
 
 def secret_digest(secret: str) -> bytes:

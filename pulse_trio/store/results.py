@@ -12,16 +12,13 @@ import dataclasses
 import datetime as dt
 from typing import Final
 
-# Wire codes (worker-protocol.md §4.8) the store can refuse with.
-LEASE_NOT_FOUND: Final = "lease_not_found"
-LEASE_EXPIRED: Final = "lease_expired"
-LEASE_NOT_OWNED: Final = "lease_not_owned"
-REVISION_CONFLICT: Final = "revision_conflict"
-INVALID_TRANSITION: Final = "invalid_transition"
-TASK_CANCELLED: Final = "task_cancelled"
-CANCEL_NOT_REQUESTED: Final = "cancel_not_requested"
-CONCURRENCY_KEYS_NOT_DECLARED: Final = "concurrency_keys_not_declared"
-PERMISSION_DENIED: Final = "permission_denied"
+# Wire codes (worker-protocol.md §4.8) the store can refuse with: the contract
+# layer owns their spelling.
+from pulse_trio.contract.errors import (  # noqa: E402
+    CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, INVALID_TRANSITION, LEASE_EXPIRED, LEASE_NOT_FOUND,
+    LEASE_NOT_OWNED, PERMISSION_DENIED, REVISION_CONFLICT, TASK_CANCELLED,
+)
+
 # Producer / operator surfaces (CLI, HTTP), and guards the function itself absorbs.
 TASK_NOT_FOUND: Final = "task_not_found"
 SESSION_NOT_FOUND: Final = "session_not_found"
