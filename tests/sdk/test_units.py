@@ -187,3 +187,13 @@ def test_task_context_exposes_the_task_and_stops_once():
     assert ctx.cancel_requested and ctx.stop_reason == "cancel_requested"
     with pytest.raises(TaskCancelled):
         ctx.check_cancelled()
+
+
+def test_the_sdk_imports_the_contract_layer_only():
+    import subprocess
+    import sys
+
+    probe = ("import sys, pulse_trio.sdk; print(sorted(m for m in sys.modules if m.startswith("
+             "('pulse_trio.server', 'pulse_trio.store', 'pulse_trio.client', 'pulse_trio.session', 'pymysql'))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
