@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import sys
 
 import pytest
 import trio
@@ -22,6 +24,15 @@ from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
 
 AUTOJUMP_THRESHOLD_S = 0.03
+RECEIVE_TIMEOUT_S = 300.0
+
+# Scenario modules share helpers (``from scenario_support import ...``);
+# under --import-mode=importlib a test folder is not importable, so put it on sys.path.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from scenario_support import eventually  # noqa: E402
 
 
 @pytest.fixture
@@ -49,7 +60,9 @@ class Worker:
         return frame_id
 
     async def receive(self) -> dict:
-        return json.loads(await self.ws.get_message())
+        # Virtual seconds: a scenario that waits this long for a frame is stuck, not slow.
+        with trio.fail_after(RECEIVE_TIMEOUT_S):
+            return json.loads(await self.ws.get_message())
 
     async def answer(self, frame_id: str) -> dict:
         """The ack or error for ``frame_id``; pushes that arrive first are kept in ``pushes``."""
@@ -69,6 +82,17 @@ class Worker:
             if frame["type"] == type_:
                 return frame
             self.pushes.append(frame)
+
+    async def listen(self, seconds: float) -> list[dict]:
+        """Keep reading for ``seconds`` (virtual); everything that arrived is kept in ``pushes``."""
+        with trio.move_on_after(seconds):
+            while True:
+                self.pushes.append(json.loads(await self.ws.get_message()))
+        return self.pushes
+
+    def pushed(self, type_: str) -> list[dict]:
+        """The kept pushes of ``type_`` (not consumed)."""
+        return [f for f in self.pushes if f["type"] == type_]
 
     async def hello(self, queues=("q",), **options) -> dict:
         body = {"worker_name": "scenario", "subscriptions": [{"queue": q} for q in queues], **options}
@@ -137,16 +161,27 @@ def connect_worker(token_factory):
 
 @pytest.fixture
 def submit(db):
-    """``await submit(service, queue, kind, **options)``: a task submitted at the service's virtual now."""
+    """``await submit(service, queue, kind, **options)``: a task submitted at the service's virtual now.
+
+    The priority step is the service's ``priority_step`` (producers and
+    instances share the cluster's timing settings). ``submit.many(service,
+    [options, ...])`` submits several in one transaction.
+    """
     client = Client(db)
 
-    async def run(service, queue="q", kind="k", payload=None, **options):
+    async def many(service, specs):
         now = service.ctx.clock.now()
-        task = build_task(queue, kind, payload, now=now, **options)
-        done = await trio.to_thread.run_sync(lambda: client.submit_many([task], now=now))
+        client.priority_step = service.ctx.settings.priority_step
+        tasks = [build_task(spec.pop("queue", "q"), spec.pop("kind", "k"), spec.pop("payload", None), now=now, **spec)
+                 for spec in (dict(s) for s in specs)]
+        done = await trio.to_thread.run_sync(lambda: client.submit_many(tasks, now=now))
         service.ctx.hub.wake()
-        return done[0]
+        return done
 
+    async def run(service, queue="q", kind="k", payload=None, **options):
+        return (await many(service, [dict(queue=queue, kind=kind, payload=payload, **options)]))[0]
+
+    run.many = many
     yield run
     client.close()
 
@@ -155,3 +190,48 @@ def submit(db):
 def client(db):
     with Client(db) as c:
         yield c
+
+
+@pytest.fixture
+def operator(db):
+    """``ops = operator(service)``: the producer ``Client`` on the service's virtual clock.
+
+    Its ``cancel``/``retry``/``get`` are the real client methods; only "now"
+    is injected (the service's virtual now, read in the Trio thread), and the
+    client shares the service's ``cancel_grace``/``priority_step``.
+    """
+    made: list[Client] = []
+
+    class Ops:
+        def __init__(self, service) -> None:
+            self.service = service
+            settings = service.ctx.settings
+            self.client = Client(db, priority_step=settings.priority_step, cancel_grace=settings.cancel_grace)
+            made.append(self.client)
+
+        async def _call(self, fn):
+            now = self.service.ctx.clock.now()
+            self.client.now = lambda: now  # an instance attribute shadows the staticmethod
+            return await trio.to_thread.run_sync(fn)
+
+        async def cancel(self, task_id: str, reason: str = "operator") -> dict:
+            return await self._call(lambda: self.client.cancel(task_id, reason=reason, requested_by="scenario"))
+
+        async def retry(self, task_id: str) -> dict:
+            return await self._call(lambda: self.client.retry(task_id))
+
+        async def get(self, task_id: str) -> dict:
+            return await trio.to_thread.run_sync(lambda: self.client.get(task_id))
+
+        async def state(self, task_id: str) -> str:
+            return (await self.get(task_id))["state"]
+
+        async def wait_state(self, task_id: str, *states: str, timeout: float = 120.0) -> dict:
+            async def probe():
+                view = await self.get(task_id)
+                return view if view["state"] in states else None
+            return await eventually(probe, timeout=timeout)
+
+    yield Ops
+    for c in made:
+        c.close()
