@@ -50,8 +50,7 @@ def bearer(request: Request) -> str | None:
 
 def require_role(info: tokens.TokenInfo, roles: tuple[str, ...], action: str) -> None:
     if info.role not in roles:
-        allowed = " or ".join(roles)
-        raise forbidden(f"a {info.role} token cannot {action}; it takes a {allowed} token")
+        raise forbidden(f"a {info.role} token cannot {action}; that takes the {' or '.join(roles)} role")
 
 
 def require_queue(info: tokens.TokenInfo, queue: str) -> None:

@@ -5,7 +5,9 @@ from ``Content-Length`` and again while reading, before any parsing. It
 must be UTF-8 and strict JSON as the worker contract's scanner defines it
 (no duplicate keys, no NaN, no lone surrogates, bounded depth); objects are
 closed: an unknown field is an error, not something silently ignored.
-JSON types are exact: ``1.0`` or ``true`` is not an integer.
+JSON types are exact: ``1.0`` or ``true`` is not an integer. An optional
+field given as ``null`` counts as not given (``payload`` excepted: ``null``
+is a payload like any other JSON value).
 """
 
 from __future__ import annotations
@@ -89,7 +91,9 @@ def _string(body: dict[str, Any], name: str, *, optional: bool = True) -> str | 
 
 
 def _integer(body: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    value = body.get(name, default)
+    value = body.get(name)
+    if value is None:
+        return default
     if type(value) is not int:
         raise bad_request(f"{name} must be a JSON integer (no fraction, no exponent)")
     if not lo <= value <= hi:
@@ -111,7 +115,9 @@ def _seconds(body: dict[str, Any], name: str) -> float | None:
 
 
 def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name, default)
+    value = body.get(name)
+    if value is None:
+        return default
     if type(value) is not bool:
         raise bad_request(f"{name} must be true or false")
     return value

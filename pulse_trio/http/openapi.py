@@ -45,23 +45,25 @@ SCHEMAS: dict[str, Any] = {
                  "description": "Stable, machine-readable."},
         "message": {"type": "string", "description": "For people."},
     })}),
+    # Optional fields may be null, meaning "not given" (payload excepted: null is a value).
     "SubmitRequest": _obj({
         "queue": NAME,
         "kind": NAME,
         "payload": {"description": "Any JSON (default `{}`), at most 256 KiB as compact UTF-8; stored and "
                                    "delivered digit for digit."},
-        "priority": {"type": "integer", "minimum": 0, "maximum": 9, "default": 0,
-                     "description": "Higher first; each level is worth --priority-step seconds of waiting."},
+        "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9, "default": 0,
+                               "description": "Higher first; each level is worth --priority-step seconds "
+                                              "of waiting."}),
         "delay": _nullable({"type": "number", "minimum": 0, "description": "Due this many seconds from now."}),
         "due_at": _nullable(TIME | {"description": "Due at this UTC time (not with delay)."}),
         "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
                                       "description": "Business identity within the queue; the "
                                                      "`Idempotency-Key` header is the same field."}),
         "concurrency_key": _nullable({"type": "string", "pattern": r"^[!-~]{1,128}$"}),
-        "concurrency_limit": {"type": "integer", "minimum": 1, "default": 1},
-        "max_attempts": {"type": "integer", "minimum": 1, "default": 3},
-        "retry_uncertain": {"type": "boolean", "default": False,
-                            "description": "The handler is safe to run again after a lost lease."},
+        "concurrency_limit": _nullable({"type": "integer", "minimum": 1, "default": 1}),
+        "max_attempts": _nullable({"type": "integer", "minimum": 1, "default": 3}),
+        "retry_uncertain": _nullable({"type": "boolean", "default": False,
+                                      "description": "The handler is safe to run again after a lost lease."}),
         "lease_ttl": _nullable({"type": "number", "exclusiveMinimum": 0,
                                 "description": "This task's lease ttl in seconds (default: the server's)."}),
     }, ["queue", "kind"]),

@@ -45,6 +45,15 @@ async def test_idempotency_key_header_returns_the_existing_task_with_200(http, t
     assert clash.status == 400 and "disagree" in clash.error["message"]
 
 
+async def test_null_optional_fields_count_as_not_given(http, tokens):
+    nulls = dict.fromkeys(("priority", "delay", "due_at", "idempotency_key", "concurrency_key", "concurrency_limit",
+                           "max_attempts", "retry_uncertain", "lease_ttl"))
+    reply = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, **nulls, "payload": None})
+    assert reply.status == 201, reply.body
+    task = reply.json()
+    assert (task["priority"], task["max_attempts"], task["state"], task["payload"]) == (0, 3, "READY", None)
+
+
 async def test_delay_and_due_at_schedule_the_task(http, tokens):
     delayed = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "delay": 3600.5})
     due = await http.post("/v1/tasks", token=tokens["producer"],
