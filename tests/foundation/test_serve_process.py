@@ -47,7 +47,8 @@ def test_two_instances_start_together_on_a_fresh_database(database_server, tmp_p
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
-             "--worker-listen", f"127.0.0.1:{port}", "--state-dir", str(tmp_path)],
+             "--worker-listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0",
+             "--state-dir", str(tmp_path)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for port in ports
     ]
@@ -73,7 +74,8 @@ def test_serve_without_a_database_url_runs_and_stops_a_managed_mariadb(tmp_path)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "PULSE_DATABASE_URL"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pulse_trio", "serve", "--state-dir", str(state), "--worker-listen", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "pulse_trio", "serve", "--state-dir", str(state), "--worker-listen", f"127.0.0.1:{port}",
+         "--http-listen", "127.0.0.1:0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         _wait_listening(port, proc, timeout=60)
