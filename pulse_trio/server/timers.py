@@ -5,6 +5,13 @@ leases, promote due scheduled tasks, end permit quarantines, and push
 ``task.cancel`` to this instance's opted-in sessions. A batch that came
 back full runs again at once; an ended lease frees a slot in its session
 (when that session lives here) and wakes the dispatcher.
+
+Because another instance's timers may end a lease of a session that lives
+here (or its resume may move one away), every tick also reconciles the
+local sessions' lease counts with the database; a count that went down
+wakes the dispatcher. The counts are only the dispatcher's hint of who to
+ask: ``assign`` recounts under the session's row lock, so a stale hint
+never over-assigns.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ import trio
 from transitions import MachineError
 
 from pulse_trio.store import cancellation, lease_timers, permits, tasks
+from pulse_trio.store.registry import read_only
 from pulse_trio.store.results import TimerResult
+from pulse_trio.store.tx import Tx
 
 if TYPE_CHECKING:
     from pulse_trio.server.service import ServiceContext
@@ -24,6 +33,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulse_trio.timers")
 
 MAX_ROUNDS = 20  # bounded catch-up per tick, so one tick never runs forever
+
+
+@read_only
+def live_lease_counts(tx: Tx, *, session_ids: list[str]) -> dict[str, int]:
+    """Offered or running leases per session (sessions without any are absent)."""
+    if not session_ids:
+        return {}
+    marks = ", ".join(["%s"] * len(session_ids))
+    rows = tx.all(f"SELECT owner_session_id, COUNT(*) FROM leases WHERE owner_session_id IN ({marks})"
+                  " AND state IN ('OFFERED', 'RUNNING') GROUP BY owner_session_id", tuple(session_ids))
+    return {row[0]: int(row[1]) for row in rows}
 
 
 class Timers:
@@ -55,6 +75,25 @@ class Timers:
         if promoted:
             ctx.hub.wake()
         await self.notify_cancels()
+        await self.reconcile()
+
+    async def reconcile(self) -> None:
+        """Correct the hub's lease counts from the database (see the module docstring)."""
+        hub = self.ctx.hub
+        sessions = list(hub)
+        if not sessions:
+            return
+        counts = await self.ctx.store.run(live_lease_counts, session_ids=[s.session_id for s in sessions])
+        freed = False
+        for session in sessions:
+            # Only lower a count: a higher one read here may predate a finish
+            # counted since, and a too-low hint is corrected by the next claim.
+            actual = counts.get(session.session_id, 0)
+            if actual < session.active_leases:
+                session.active_leases = actual
+                freed = True
+        if freed:
+            hub.wake()
 
     async def _drain(self, run_batch) -> int:
         total = 0

@@ -1,0 +1,179 @@
+"""Several instances on one database: shared work, shared timers, stop and SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import trio
+
+import harness
+
+
+async def test_two_instances_share_the_queue_and_a_worker_on_each_gets_work(start_service, connect,
+                                                                              worker_token, client):
+    one = await start_service()
+    two = await start_service()
+    a = await connect(one, worker_token, name="a")
+    b = await connect(two, worker_token, name="b")
+    await a.register(["billing"], capacity=3)
+    await b.register(["billing"], capacity=3)
+    assert a.epoch != b.epoch
+    tasks = {client.submit("billing", "invoice.send", {"n": i})["task_id"] for i in range(6)}
+    got_a = [await a.expect_assign() for _ in range(3)]
+    got_b = [await b.expect_assign() for _ in range(3)]
+    assert {h.task_id for h in got_a + got_b} == tasks  # each task offered once, across instances
+    for w, held in [(a, h) for h in got_a] + [(b, h) for h in got_b]:
+        await w.ok(w.start(held))
+        await w.ok(w.finish(held))
+    assert {client.get(t)["state"] for t in tasks} == {"SUCCEEDED"}
+
+
+async def test_a_session_on_one_instance_gets_its_slots_back_when_another_instances_timers_end_its_leases(
+        start_service, connect, worker_token, client):
+    """Timers on every instance share the work (SKIP LOCKED): a lapse may be done by the other one."""
+    here = await start_service(start_timeout=0.3)
+    await start_service(start_timeout=0.3)  # a second instance whose timers compete for the lapses
+    w = await connect(here, worker_token)
+    await w.register(["billing"], capacity=1)
+    task = client.submit("billing", "invoice.send", {})
+    for _ in range(4):  # each lapse is done by either instance
+        held = await w.expect_assign(timeout=10)
+        assert held.task_id == task["task_id"]
+        w.forget(held)
+    final = await w.expect_assign(timeout=10)
+    await w.ok(w.start(final))
+    await w.ok(w.finish(final))
+
+
+async def test_resume_on_another_instance(start_service, connect, worker_token, client):
+    one = await start_service()
+    two = await start_service()
+    old = await connect(one, worker_token, name="old")
+    await old.register(["billing"], capacity=1)
+    client.submit("billing", "invoice.send", {})
+    held = await old.expect_assign()
+    await old.ok(old.start(held))
+    new = await connect(two, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    await new.ok(new.resume(old, held))
+    old.assert_error(await old.renew(held), "lease_not_owned")
+    # The old session (still connected on the first instance) gets work again.
+    follow_up = client.submit("billing", "invoice.send", {})
+    old.forget(held)
+    assert (await old.expect_assign()).task_id == follow_up["task_id"]
+    moved = new.live[held.lease_id]
+    await new.ok(new.finish(moved))
+
+
+async def test_graceful_stop_says_server_shutting_down_then_closes_1001_and_leases_survive(
+        start_service, connect, worker_token, client):
+    stopping = await start_service()
+    staying = await start_service()
+    old = await connect(stopping, worker_token, name="old")
+    idle = await connect(stopping, worker_token, name="idle")
+    await old.register(["billing"], capacity=1)
+    client.submit("billing", "invoice.send", {})
+    held = await old.expect_assign()
+    await old.ok(old.start(held))
+    stopping.stop()
+    for w in (old, idle):
+        frame = await w.expect_error("server_shutting_down", fatal=True, reply_to=harness.ABSENT)
+        if w is old:
+            assert frame["session_id"] == old.session_id
+        else:  # never registered: no session to name
+            assert "session_id" not in frame
+        await w.expect_close(1001)
+    new = await connect(staying, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    lease = await new.ok(new.resume(old, held))
+    assert lease["state"] == "RUNNING"
+    await new.ok(new.finish(new.live[held.lease_id]))
+    assert client.get(held.task_id)["state"] == "SUCCEEDED"
+
+
+async def test_a_connection_that_never_said_hello_is_told_too_without_session_id(start_service, connect,
+                                                                                 worker_token):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    service.stop()
+    frame = await w.expect_error("server_shutting_down", fatal=True, reply_to=harness.ABSENT)
+    assert "session_id" not in frame
+    await w.expect_close(1001)
+
+
+async def test_a_stopped_instance_accepts_no_new_connections(start_service, worker_token):
+    service = await start_service()
+    port = service.worker_port
+    service.stop()
+    with trio.fail_after(10):
+        while service.ctx.connections:
+            await trio.sleep(0.01)
+        while True:
+            try:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+            except OSError:
+                break
+            await stream.aclose()
+            await trio.sleep(0.02)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _serve_subprocess(db, port: int, *args: str) -> trio.Process:
+    command = [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
+               "--worker-listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{_free_port()}", *args]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with trio.fail_after(30):
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"pulse-trio serve exited with {process.returncode}")
+            try:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                await stream.aclose()
+                return process
+            except OSError:
+                await trio.sleep(0.05)
+
+
+async def test_sigkill_of_one_instance_then_resume_on_the_other(db, start_service, connect, worker_token, client):
+    port = _free_port()
+    process = await _serve_subprocess(db, port, "--lease-ttl", "30", "--start-timeout", "30")
+    try:
+        victim = await connect(port, worker_token, name="victim")
+        await victim.register(["billing"], capacity=2)
+        client.submit("billing", "invoice.send", {"n": 1})
+        client.submit("billing", "invoice.send", {"n": 2})
+        running = await victim.expect_assign()
+        offered = await victim.expect_assign()
+        await victim.ok(victim.start(running))
+        await victim.ok(victim.renew(running))
+        process.send_signal(signal.SIGKILL)
+        with trio.fail_after(10):
+            await process.wait()
+        assert process.returncode == -signal.SIGKILL
+        await victim.expect_close(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    survivor = await start_service()
+    new = await connect(survivor, worker_token, name="new")
+    await new.register(["billing"], capacity=2)
+    lease = await new.ok(new.resume(victim, running))
+    assert lease["state"] == "RUNNING" and int(lease["revision"]) == running.revision + 1
+    assert (await new.ok(new.resume(victim, offered)))["state"] == "OFFERED"
+    for held in (new.live[running.lease_id], new.live[offered.lease_id]):
+        if held.state == "OFFERED":
+            await new.ok(new.start(held))
+        await new.ok(new.finish(held))
+    assert client.get(running.task_id)["state"] == "SUCCEEDED"
+    assert client.get(running.task_id)["attempt"] == 1
+    assert client.get(offered.task_id)["state"] == "SUCCEEDED"
