@@ -10,6 +10,7 @@ touches a system-wide MariaDB, so it works whether one is running or not.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -66,6 +67,7 @@ class ManagedMariaDB:
         self.port = port
         self.fast = fast
         self._process: subprocess.Popen[bytes] | None = None
+        self._users = None  # the shared users.lock, held while this object uses the server
         if len(str(self.socket_path)) > 100:
             raise ManagedDatabaseError(f"state dir path too long for a unix socket: {self.state_dir}")
 
@@ -75,14 +77,33 @@ class ManagedMariaDB:
             port=self.port or 3306, unix_socket=str(self.socket_path),
         )
 
-    @property
-    def owned(self) -> bool:
-        """Whether this object started the server (and so must stop it)."""
-        return self._process is not None
-
     def start(self, timeout: float = 60.0) -> DatabaseConfig:
-        """Start the server (or reuse one already serving this state dir)."""
+        """Start the server (or reuse one already serving this state dir).
+
+        Two locks in the state dir make the server shared safely between
+        processes: an exclusive ``start.lock`` around starting and stopping
+        (so a command started while ``serve`` is still initialising waits,
+        then reuses the server instead of starting another on the same data
+        directory), and a shared ``users.lock`` that every user holds while
+        it uses the server. Whoever stops last stops the server.
+        """
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self._start_lock():
+            config = self._start_locked(timeout)
+            self._users = open(self.state_dir / "users.lock", "w")
+            fcntl.flock(self._users, fcntl.LOCK_SH)
+            return config
+
+    @contextlib.contextmanager
+    def _start_lock(self):
+        with open(self.state_dir / "start.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _start_locked(self, timeout: float) -> DatabaseConfig:
         if self._answers():
             return self.config()
         if not (self.data_dir / "mysql").is_dir():
@@ -113,20 +134,47 @@ class ManagedMariaDB:
             if self._answers():
                 return self.config()
             time.sleep(0.05)
-        self.stop()
+        self._terminate(5.0)
         raise ManagedDatabaseError(f"mariadbd did not answer within {timeout}s; see {self.log_path}")
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the server if this object started it; harmless otherwise."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        """Stop using the server; stop the server itself if nobody else uses it."""
+        users, self._users = self._users, None
+        if users is None:
             return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        with self._start_lock():
+            fcntl.flock(users, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                users.close()  # another process still uses it; the last one stops it
+                self._process = None
+                return
+            try:
+                self._terminate(timeout)
+            finally:
+                users.close()
+
+    def _terminate(self, timeout: float) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            return
+        # Started by a process that has exited since: stop it through its pid file.
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(self.pid_path.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                os.kill(pid, 0)
+                time.sleep(0.05)
+            os.kill(pid, signal.SIGKILL)
 
     def _install(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -98,3 +99,17 @@ def test_serve_without_a_database_url_runs_and_stops_a_managed_mariadb(tmp_path)
         time.sleep(0.05)
     else:
         raise AssertionError("the managed mariadbd outlived serve")
+
+
+def test_commands_racing_on_a_fresh_state_dir_share_one_managed_mariadb(tmp_path):
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if k != "PULSE_DATABASE_URL"}
+    procs = [subprocess.Popen([sys.executable, "-m", "pulse_trio", "token", "create", "--role", "worker",
+                               "--state-dir", str(state)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for _ in range(3)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert all(out.strip().startswith("pt_") for out, _ in outputs)
+    listed = subprocess.run([sys.executable, "-m", "pulse_trio", "token", "list", "--state-dir", str(state)],
+                            capture_output=True, text=True, env=env, check=True)
+    assert len(json.loads(listed.stdout)["tokens"]) == 3
