@@ -27,7 +27,7 @@ from pulse_trio.contract import messages as m
 from pulse_trio.contract.errors import FrameTooLarge
 from pulse_trio.contract.grammar import new_id
 from pulse_trio.contract.limits import MAX_CAPACITY, check_frame_size
-from pulse_trio.server import views
+from pulse_trio.server import views, ws_close
 from pulse_trio.server.hub import LiveSession
 from pulse_trio.session import Close, Reject, Request, ServerSession
 from pulse_trio.store import instances, leases
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from pulse_trio.tokens import TokenInfo
 
 log = logging.getLogger("pulse_trio.connection")
+ws_close.install()  # close unparsable frames with their code (1007), not a bare TCP drop
 
 MAX_IN_FLIGHT = 64
 # Every frame the outbox can hold is bounded by the protocol: at most

@@ -220,3 +220,78 @@ async def test_a_peer_that_never_answers_pings_is_dropped(start_service, worker_
     with trio.fail_after(10):
         while service.ctx.connections:
             await trio.sleep(0.01)
+
+
+def _masked_text_frame(payload: bytes) -> bytes:
+    """One client text frame (FIN, opcode 1, masked) carrying ``payload`` verbatim."""
+    mask = b"\x01\x02\x03\x04"
+    header = b"\x81"
+    if len(payload) < 126:
+        header += bytes([0x80 | len(payload)])
+    else:
+        header += bytes([0x80 | 126]) + len(payload).to_bytes(2, "big")
+    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def test_invalid_utf8_in_a_text_frame_closes_with_1007(start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token)
+    await w.stream.send_all(_masked_text_frame(b'{"protocol_version":"1","type":"\xff\xfe"}'))
+    await w.expect_close(1007)
+
+
+async def test_unsupported_version_wins_over_hello_required(start_service, connect, worker_token):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    frame = {"protocol_version": "2", "type": "worker.capacity", "id": "c1", "body": {}}
+    await w.send_text(json.dumps(frame))
+    error = await w.expect_error("unsupported_version", fatal=True, reply_to="c1")
+    assert "session_id" not in error
+    await w.expect_close(1008)
+
+
+async def test_hello_with_a_session_id_is_invalid_frame(start_service, connect, worker_token):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    hello = {"protocol_version": "1", "type": "worker.hello", "id": "h0", "session_id": OTHER_SESSION,
+             "body": {"worker_name": "x", "subscriptions": [{"queue": "billing"}]}}
+    await w.send_text(json.dumps(hello))
+    await w.expect_error("invalid_frame", fatal=False, reply_to="h0")
+    await w.register(["billing"])
+
+
+@pytest.mark.parametrize("subscriptions", [
+    [{"queue": "billing"}] * 65,
+    [{"queue": "Billing"}],
+    [{"queue": "billing", "kinds": []}],
+    [{"queue": "billing", "kinds": ["a", "a"]}],
+    [{"queue": "billing", "extra": True}],
+])
+async def test_bad_subscriptions_are_invalid_frame(start_service, connect, worker_token, subscriptions):
+    service = await start_service()
+    w = await connect(service, worker_token)
+    hello = {"protocol_version": "1", "type": "worker.hello", "id": "h0",
+             "body": {"worker_name": "x", "subscriptions": subscriptions}}
+    await w.send_text(json.dumps(hello))
+    await w.expect_error("invalid_frame", fatal=False, reply_to="h0")
+
+
+async def test_result_problems_win_over_other_schema_violations_but_not_over_session_mismatch(
+        start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token)
+    body = {"task_id": "tsk_01KBFEY3G0XBZ69EGN1CRY6PPB", "lease_id": "lse_01KBFEY3G05SYNQT44FQ3AKSZY",
+            "lease_secret": "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE", "revision": "1",
+            "status": "SUCCEEDED", "result": None, "surprise": 1}
+    await w.send_text(json.dumps(w.frame("task.finish", body, id="n1")))
+    await w.expect_error("invalid_result", fatal=False, reply_to="n1")
+    big = body | {"result": "x" * (300 * 1024), "revision": "01"}
+    await w.send_text(json.dumps(w.frame("task.finish", big, id="n2")))
+    await w.expect_error("result_too_large", fatal=False, reply_to="n2")
+    await w.send_text(json.dumps(w.frame("task.finish", body, id="n3", session_id=OTHER_SESSION)))
+    await w.expect_error("session_mismatch", fatal=True, reply_to="n3")
+    await w.expect_close(1008)
+
+
+async def test_an_unmasked_client_frame_closes_with_1002(start_service, connect, worker_token):
+    w = await registered(start_service, connect, worker_token)
+    await w.stream.send_all(b"\x81\x02{}")  # RFC 6455 §5.1: a client MUST mask
+    await w.expect_close(1002)
