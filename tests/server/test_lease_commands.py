@@ -290,3 +290,43 @@ async def test_retry_uncertain_task_comes_back_flagged_after_expiry(start_servic
     again = await w.expect_assign()
     assert again.task_id == held.task_id and again.task["attempt"] == 2
     assert again.task["effect_uncertain"] is True
+
+
+async def test_a_revoked_offer_frees_its_slot(start_service, connect, worker_token, client):
+    """A producer's cancel revokes the offer in the store; the session must get new work."""
+    service = await start_service()
+    w, held = await take(service, connect, worker_token, client)
+    client.cancel(held.task_id, reason="operator")
+    w.assert_error(await w.start(held), "task_cancelled")
+    follow_up = client.submit("billing", "invoice.send", {})
+    assert (await w.expect_assign()).task_id == follow_up["task_id"]
+
+
+async def test_cancel_grace_caps_renewals_and_then_the_task_ends_cancelled(start_service, connect, worker_token,
+                                                                           db):
+    from pulse_trio.client import Client
+
+    service = await start_service(lease_ttl=30)
+    with Client(db, cancel_grace=0.5) as client:
+        w, held = await take(service, connect, worker_token, client)
+        await w.ok(w.start(held))
+        cancelled = client.cancel(held.task_id, reason="operator")
+        assert cancelled["cancel_changed"] is True
+        renewed = (await w.ok(w.renew(held)))["lease"]
+        assert "cancel_requested_at" in renewed
+        # The renewed expiry is capped by the 0.5 s grace deadline, far before now + 30 s.
+        assert renewed["expires_at"] <= _plus_seconds(renewed["cancel_requested_at"], 0.5)
+        w.forget(held)
+        with trio.fail_after(10):
+            while client.get(held.task_id)["state"] == "RUNNING":
+                await trio.sleep(0.05)
+        shown = client.get(held.task_id)
+        assert shown["state"] == "CANCELLED" and shown["outcome"]["error_code"] == "cancel_timeout"
+        w.assert_error(await w.renew(held), "lease_expired")
+
+
+def _plus_seconds(stamp: str, seconds: float) -> str:
+    import datetime as dt
+
+    moment = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ") + dt.timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -161,3 +161,23 @@ async def test_a_resumed_lease_fills_the_new_sessions_capacity(start_service, co
     await spare.register(["billing"], capacity=1)
     assert (await spare.expect_assign()).task_id == task["task_id"]
     assert (await new.capacity_ok(1))["active_leases"] == 1 and not new.assigns_buffered()
+
+
+async def test_a_cancel_saved_while_disconnected_is_pushed_to_the_resuming_session(start_service, connect,
+                                                                                  worker_token, client):
+    service = await start_service()
+    old = await connect(service, worker_token, name="old")
+    await old.register(["billing"], capacity=1, cancellation_notifications=True)
+    client.submit("billing", "invoice.send", {})
+    held = await old.expect_assign()
+    await old.ok(old.start(held))
+    await old.drop()
+    client.cancel(held.task_id, reason="operator")
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1, cancellation_notifications=True)
+    lease = await new.ok(new.resume(old, held))
+    assert "cancel_requested_at" in lease
+    notice = await new.expect_cancel()
+    assert (notice["task_id"], notice["lease_id"]) == (held.task_id, held.lease_id)
+    await new.ok(new.finish(new.live[held.lease_id], "CANCELLED", error_code="cancelled"))
+    assert client.get(held.task_id)["state"] == "CANCELLED"
