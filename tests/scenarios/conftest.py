@@ -3,9 +3,15 @@
 The service reads "now" from Trio's clock (``ServiceClock``), so with a
 ``MockClock`` every timeout — offer lapse, lease expiry, cancel grace,
 permit quarantine, backoff, promotion — happens in virtual time while the
-database, the sockets and the transactions are real. ``autojump_threshold``
-is a little above zero so the clock only jumps when the service is really
-idle, not while a transaction is on its way through a worker thread.
+database, the sockets and the transactions are real.
+
+The clock only jumps when the service is really idle: ``autojump_threshold``
+is a little above zero (frames on loopback sockets are not "idle"), and
+:func:`settled_clock` refuses to jump while any transaction is in a worker
+thread (a service's store, the producer client, the test's own threads).
+Without that guard a slow commit on a loaded machine lets virtual seconds
+pass in the middle of a request, and a 5 s start timeout can lapse between
+an offer and its start.
 """
 
 from __future__ import annotations
@@ -35,9 +41,36 @@ if _HERE not in sys.path:
 from scenario_support import eventually  # noqa: E402
 
 
+def settled_clock(threshold: float = AUTOJUMP_THRESHOLD_S) -> trio.testing.MockClock:
+    """A MockClock that autojumps only while no thread is running a transaction.
+
+    ``clock.limiters`` holds the CapacityLimiters of the services' stores
+    (added by ``scenario_service``); Trio's default thread limiter covers the
+    producer client and everything else sent through ``trio.to_thread``.
+    MockClock is final, so the guard wraps the one hook the run loop calls
+    when it has been idle for the threshold (``_autojump``, trio 0.35).
+    """
+    clock = trio.testing.MockClock(autojump_threshold=threshold)
+    clock.limiters = []
+    jump = clock._autojump
+
+    def threads_busy() -> bool:
+        if trio.to_thread.current_default_thread_limiter().borrowed_tokens:
+            return True
+        return any(limiter.borrowed_tokens for limiter in clock.limiters)
+
+    def guarded_autojump() -> None:
+        if not threads_busy():
+            jump()
+
+    clock.threads_busy = threads_busy
+    clock._autojump = guarded_autojump
+    return clock
+
+
 @pytest.fixture
 def virtual_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=AUTOJUMP_THRESHOLD_S)
+    return settled_clock()
 
 
 class Worker:
@@ -123,7 +156,7 @@ SCENARIO_SETTINGS = {"poll_interval": 0.5}
 
 
 @pytest.fixture
-def scenario_service(start_service):
+def scenario_service(start_service, virtual_clock):
     """``await scenario_service(**settings)``: an instance for the virtual clock.
 
     pytest-trio only runs a test on a clock that the *test function itself*
@@ -131,7 +164,9 @@ def scenario_service(start_service):
     """
 
     async def start(**overrides):
-        return await start_service(**{**SCENARIO_SETTINGS, **overrides})
+        handle = await start_service(**{**SCENARIO_SETTINGS, **overrides})
+        virtual_clock.limiters.append(handle.ctx.store.limiter)
+        return handle
 
     return start
 

@@ -24,7 +24,7 @@ def _seconds(later: str, earlier: str) -> float:
 async def test_cancel_scheduled_and_ready_tasks_at_once(virtual_clock, scenario_service, submit, operator):
     service = await scenario_service(**SETTINGS)
     ops = operator(service)
-    scheduled = await submit(service, delay=60)
+    scheduled = await submit(service, delay=15)
     ready = await submit(service)
     assert (scheduled["state"], ready["state"]) == ("SCHEDULED", "READY")
     for task in (scheduled, ready):
@@ -32,7 +32,7 @@ async def test_cancel_scheduled_and_ready_tasks_at_once(virtual_clock, scenario_
         assert view["state"] == "CANCELLED" and view["cancel_changed"] is True
         assert view["cancel_requested_at"] is not None and view["attempts"] == []
         assert view["outcome"]["status"] == "CANCELLED" and view["outcome"]["effect_uncertain"] is False
-    await trio.sleep(70)  # the scheduled one is never promoted
+    await trio.sleep(20)  # the scheduled one is never promoted
     assert (await ops.state(scheduled["task_id"])) == "CANCELLED"
 
 
