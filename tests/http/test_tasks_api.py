@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import trio
+import trio_websocket
+
+from http_support import Http, RawWorker  # noqa: I001  (beside this file; see conftest)
 
 SUBMIT = {"queue": "billing", "kind": "invoice.send", "payload": {"invoice": 991}}
 
@@ -150,3 +153,18 @@ async def test_drain_finds_the_instance_and_says_it_is_not_available_yet(http, t
     assert reply.status == 501 and reply.error["code"] == "not_implemented"
     unknown = await http.post("/v1/workers/ins_01M8VZMC9N9WQ7HZY3RZQQCE2A/drain", token=tokens["operator"])
     assert unknown.status == 404 and unknown.error["code"] == "instance_not_found"
+
+
+async def test_a_submit_through_this_instance_wakes_its_dispatcher_at_once(start_service, tokens, token_factory,
+                                                                         nursery):
+    service = await start_service(poll_interval=30.0)  # the poll alone would take 30 s
+    ws = await trio_websocket.connect_websocket_url(
+        nursery, f"ws://127.0.0.1:{service.worker_port}/v1/worker", subprotocols=["pulse.worker.v1"],
+        extra_headers=[(b"authorization", f"Bearer {token_factory('worker')}".encode())])
+    worker = RawWorker(ws)
+    await worker.register("billing")
+    await trio.sleep(0.1)  # let the pass that capacity triggered find nothing
+    await Http(service.http_port).post("/v1/tasks", token=tokens["producer"], json_body=SUBMIT)
+    with trio.fail_after(2):
+        assign = await worker.next_assignment()
+    assert assign["task"]["queue"] == "billing"
