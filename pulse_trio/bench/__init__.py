@@ -1,0 +1,1 @@
+"""`pulse-trio bench`: throughput and latency of the whole platform, measured."""

@@ -1,0 +1,88 @@
+"""Figures read back from the database and /proc after a bench run.
+
+Latencies come from the rows the run wrote (task created_at, lease
+offered_at, task finished_at), so they are what the platform recorded, not
+what a client observed; server CPU and peak RSS come from /proc.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pulse_trio.dburl import DatabaseConfig, connect
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProcessSample:
+    cpu_seconds: float
+    peak_rss_bytes: int
+
+    @classmethod
+    def read(cls, pid: int) -> ProcessSample:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])  # utime + stime
+        import os
+
+        hz = os.sysconf("SC_CLK_TCK")
+        peak = 0
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+        return cls(ticks / hz, peak)
+
+
+def global_status(config: DatabaseConfig, name: str) -> int:
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW GLOBAL STATUS LIKE %s", (name,))
+            row = cur.fetchone()
+        return int(row[1]) if row else 0
+    finally:
+        conn.close()
+
+
+def finished_count(config: DatabaseConfig, kind: str) -> int:
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM tasks WHERE kind = %s AND finished_at IS NOT NULL", (kind,))
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def task_timings(config: DatabaseConfig, kind: str) -> dict[str, object]:
+    """Submit→assign and assign→finish latencies, and the finish span, in seconds."""
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT TIMESTAMPDIFF(MICROSECOND, t.created_at, l.offered_at),"
+                " TIMESTAMPDIFF(MICROSECOND, l.offered_at, t.finished_at)"
+                " FROM tasks t JOIN leases l ON l.task_id = t.task_id AND l.attempt = 1"
+                " WHERE t.kind = %s AND t.finished_at IS NOT NULL", (kind,))
+            rows = cur.fetchall()
+            cur.execute("SELECT MIN(created_at), MAX(finished_at) FROM tasks WHERE kind = %s", (kind,))
+            first, last = cur.fetchone()
+        conn.rollback()
+    finally:
+        conn.close()
+    to_assign = [r[0] / 1e6 for r in rows if r[0] is not None]
+    to_finish = [r[1] / 1e6 for r in rows if r[1] is not None]
+    ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
+    return {
+        "submit_to_assign_ms": {"p50": ms(percentile(to_assign, 0.5)), "p95": ms(percentile(to_assign, 0.95)),
+                                "p99": ms(percentile(to_assign, 0.99))},
+        "assign_to_finish_ms": {"p50": ms(percentile(to_finish, 0.5)), "p99": ms(percentile(to_finish, 0.99))},
+        "span_s": (last - first).total_seconds() if first and last else None,
+    }

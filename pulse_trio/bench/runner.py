@@ -1,0 +1,184 @@
+"""The bench run: a real server process, real SDK worker processes, real MariaDB.
+
+1. a fresh database (on the managed MariaDB or the given server);
+2. one ``pulse-trio serve`` process (or several, ``--instances``);
+3. ``--backlog`` READY tasks of a kind no worker takes, to show how pick-up
+   cost behaves with a deep queue;
+4. ``--workers`` processes of ``pulse-trio worker run`` with ``--capacity``;
+5. ``--tasks`` no-op tasks submitted in batches; the run ends when all of
+   them have finished. Everything goes through offer, start and finish
+   under the full contract.
+
+The result is one JSON object on stdout. Figures are reported, never
+asserted: the test suite only checks that the command runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+
+
+from pulse_trio.bench import measure
+from pulse_trio.bench.noop_worker import KIND, QUEUE
+from pulse_trio.client import Client
+from pulse_trio.client.producer import build_task
+from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.store.migrate import migrate
+from pulse_trio.tokens import create_token
+
+SUBMIT_BATCH = 500
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BenchOptions:
+    workers: int = 2
+    capacity: int = 64
+    tasks: int = 2000
+    payload_bytes: int = 0
+    backlog: int = 0
+    instances: int = 1
+    keyed_share: float = 0.0
+    timeout_s: float = 600.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the server exited during start-up")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"the server did not listen on {port} within {timeout}s")
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(f"pulse-trio bench: {message}\n")
+    sys.stderr.flush()
+
+
+def fresh_database(server: DatabaseConfig) -> DatabaseConfig:
+    config = server.with_database(f"pulse_bench_{secrets.token_hex(4)}")
+    migrate(config)
+    return config
+
+
+def drop_database(config: DatabaseConfig) -> None:
+    conn = connect(config, database=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
+    finally:
+        conn.close()
+
+
+def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:
+    db = fresh_database(server)
+    procs: list[subprocess.Popen] = []
+    try:
+        return _run(db, options, procs)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        drop_database(db)
+
+
+def _run(db: DatabaseConfig, options: BenchOptions, procs: list[subprocess.Popen]) -> dict[str, object]:
+    conn = connect(db)
+    try:
+        import datetime as dt
+
+        token, _ = create_token(conn, role="worker", queues=[QUEUE], label="bench",
+                                now=dt.datetime.now(dt.timezone.utc))
+    finally:
+        conn.close()
+    env = dict(os.environ, PULSE_WORKER_TOKEN=token)
+    ports = [_free_port() for _ in range(options.instances)]
+    servers = [subprocess.Popen(
+        [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
+         "--worker-listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0", "--poll-interval", "0.01"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        for port in ports]
+    procs.extend(servers)
+    for port, proc in zip(ports, servers):
+        _wait_port(port, proc)
+    _progress(f"{options.instances} server instance(s) up")
+
+    client = Client(db)
+    try:
+        if options.backlog:
+            for start in range(0, options.backlog, SUBMIT_BATCH):
+                client.submit_many([build_task(QUEUE, "backlog") for _ in range(min(SUBMIT_BATCH,
+                                                                                      options.backlog - start))])
+            _progress(f"backlog of {options.backlog} READY tasks submitted")
+        for i in range(options.workers):
+            port = ports[i % len(ports)]
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "pulse_trio", "worker", "run", "pulse_trio.bench.noop_worker:registry",
+                 "--url", f"ws://127.0.0.1:{port}/v1/worker", "--capacity", str(options.capacity), "--quiet",
+                 "--concurrency-keys"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+        deadline = time.monotonic() + 60
+        while len(client.workers()) < options.workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the workers did not all connect within 60 s")
+            time.sleep(0.1)
+        _progress(f"{options.workers} worker(s) with capacity {options.capacity} connected")
+
+        payload = {"pad": "x" * max(0, options.payload_bytes - 10)} if options.payload_bytes else {}
+        before = [measure.ProcessSample.read(p.pid) for p in servers]
+        commits_before = measure.global_status(db, "Com_commit")
+        keyed_every = round(1 / options.keyed_share) if options.keyed_share > 0 else 0
+        submit_started = time.perf_counter()
+        for start in range(0, options.tasks, SUBMIT_BATCH):
+            batch = []
+            for i in range(start, min(start + SUBMIT_BATCH, options.tasks)):
+                key = f"key-{i % 16}" if keyed_every and i % keyed_every == 0 else None
+                batch.append(build_task(QUEUE, KIND, payload, concurrency_key=key, concurrency_limit=4))
+            client.submit_many(batch)
+        submit_s = time.perf_counter() - submit_started
+        _progress(f"{options.tasks} tasks submitted in {submit_s:.2f}s")
+        deadline = time.monotonic() + options.timeout_s
+        while (done := measure.finished_count(db, KIND)) < options.tasks:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {done} of {options.tasks} tasks finished in {options.timeout_s}s")
+            time.sleep(0.1)
+        after = [measure.ProcessSample.read(p.pid) for p in servers]
+        commits = measure.global_status(db, "Com_commit") - commits_before
+    finally:
+        client.close()
+    timings = measure.task_timings(db, KIND)
+    span = timings.pop("span_s") or float("nan")
+    cpu = sum(a.cpu_seconds - b.cpu_seconds for a, b in zip(after, before))
+    return {
+        "options": dataclasses.asdict(options),
+        "end_to_end_tasks_per_s": round(options.tasks / span, 1),
+        "submit_tasks_per_s": round(options.tasks / submit_s, 1),
+        **timings,
+        "db_commits_per_task": round(commits / options.tasks, 2),
+        "server_cpu_s_per_task": round(cpu / options.tasks, 6),
+        "server_peak_rss_mib": round(max(a.peak_rss_bytes for a in after) / 2**20, 1),
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+    }
+
+

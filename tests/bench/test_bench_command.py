@@ -1,0 +1,22 @@
+"""`pulse-trio bench` runs end to end on a small load and reports every figure (values are not judged)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_bench_reports_every_figure(database_server):
+    done = subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "60", "--workers", "1", "--capacity", "8",
+         "--backlog", "50", "--keyed-share", "0.25", "--payload-bytes", "1024", "--timeout", "120",
+         "--database-url", database_server.with_database("unused").url(redact=False)],
+        capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for key in ("end_to_end_tasks_per_s", "submit_tasks_per_s", "submit_to_assign_ms", "assign_to_finish_ms",
+                "db_commits_per_task", "server_cpu_s_per_task", "server_peak_rss_mib"):
+        assert report[key] is not None, key
+    assert set(report["submit_to_assign_ms"]) == {"p50", "p95", "p99"}
+    assert report["options"]["tasks"] == 60
