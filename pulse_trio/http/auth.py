@@ -23,7 +23,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from pulse_trio import tokens
-from pulse_trio.http.errors import forbidden, unauthenticated
+from pulse_trio.http.errors import forbidden
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.tx import Tx
 
@@ -64,4 +64,4 @@ def visible_queues(info: tokens.TokenInfo) -> tuple[str, ...] | None:
 
 
 __all__ = ["OPERATOR", "PRODUCER", "READERS", "api_token", "bearer", "require_queue", "require_role",
-           "unauthenticated", "visible_queues"]
+           "visible_queues"]
