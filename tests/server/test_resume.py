@@ -181,3 +181,42 @@ async def test_a_cancel_saved_while_disconnected_is_pushed_to_the_resuming_sessi
     assert (notice["task_id"], notice["lease_id"]) == (held.task_id, held.lease_id)
     await new.ok(new.finish(new.live[held.lease_id], "CANCELLED", error_code="cancelled"))
     assert client.get(held.task_id)["state"] == "CANCELLED"
+
+
+async def test_replays_after_a_reconnect_get_receipts_never_execution_rights(start_service, connect, worker_token,
+                                                                            client):
+    """§4.5: the ack was lost with the connection; the same command again gets the stored receipt."""
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client, start=False)
+    first_start = await old.ok(old.start(held, revision=1))
+    await old.drop()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    await new.ok(new.resume(old, held))
+    moved = new.live[held.lease_id]
+    # The start, replayed from the new session that now holds the lease: receipt, plus the current lease.
+    replay = await new.ok(new.start(moved, revision=1))
+    assert replay["receipt"] == {**first_start["receipt"], "duplicate": True}
+    assert replay["lease"]["revision"] == str(moved.revision) and replay["lease"]["epoch"] == str(new.epoch)
+    final = moved.revision
+    done = await new.ok(new.finish(moved, result={"v": 1}))
+    await new.drop()
+    # A third connection replays the finish: the receipt again, and no lease (the right has ended).
+    third = await connect(service, worker_token, name="third")
+    await third.register(["billing"], capacity=1)
+    again = await third.ok(third.request("task.finish", moved.body(final, status="SUCCEEDED", result={"v": 1})))
+    assert again["receipt"] == {**done["receipt"], "duplicate": True} and "lease" not in again
+    third.assert_error(await third.request("task.finish", moved.body(final, status="SUCCEEDED",
+                                                                        result={"v": 2})), "revision_conflict")
+
+
+async def test_the_old_session_replaying_after_the_move_gets_the_receipt_without_a_lease(start_service, connect,
+                                                                                         worker_token, client):
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client, start=False)
+    first = await old.ok(old.start(held, revision=1))
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    await new.ok(new.resume(old, held))
+    replay = await old.ok(old.start(held, revision=1))
+    assert replay["receipt"] == {**first["receipt"], "duplicate": True} and "lease" not in replay
