@@ -21,7 +21,7 @@ async def test_two_instances_share_the_queue_and_a_worker_on_each_gets_work(star
     b = await connect(two, worker_token, name="b")
     await a.register(["billing"], capacity=3)
     await b.register(["billing"], capacity=3)
-    assert a.epoch != b.epoch
+    assert b.epoch > a.epoch  # one cluster-wide counter, whichever instance registers
     tasks = {client.submit("billing", "invoice.send", {"n": i})["task_id"] for i in range(6)}
     got_a = [await a.expect_assign() for _ in range(3)]
     got_b = [await b.expect_assign() for _ in range(3)]
@@ -177,3 +177,23 @@ async def test_sigkill_of_one_instance_then_resume_on_the_other(db, start_servic
     assert client.get(running.task_id)["state"] == "SUCCEEDED"
     assert client.get(running.task_id)["attempt"] == 1
     assert client.get(offered.task_id)["state"] == "SUCCEEDED"
+
+
+async def test_sigterm_of_a_serve_process_is_a_graceful_stop(db, connect, worker_token, client):
+    port = _free_port()
+    process = await _serve_subprocess(db, port)
+    try:
+        w = await connect(port, worker_token)
+        await w.register(["billing"], capacity=1)
+        client.submit("billing", "invoice.send", {})
+        held = await w.expect_assign()
+        await w.ok(w.start(held))
+        process.send_signal(signal.SIGTERM)
+        await w.expect_error("server_shutting_down", fatal=True, reply_to=harness.ABSENT)
+        await w.expect_close(1001)
+        with trio.fail_after(20):
+            assert await process.wait() == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert client.get(held.task_id)["state"] == "RUNNING"  # the lease is left for a resume elsewhere
