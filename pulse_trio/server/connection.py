@@ -138,7 +138,7 @@ class WorkerConnection:
             except FrameTooLarge:
                 self._queue_close(e.CLOSE_MESSAGE_TOO_BIG, "frame larger than 512 KiB")
                 return
-            self.ctx.metrics.frames_in += 1
+            self.ctx.metrics.count_frame_in(text)
             event = self.session.receive(text)
             del text
             if isinstance(event, Close):
@@ -148,7 +148,7 @@ class WorkerConnection:
                 if event.close_code is not None:
                     await self._fatal(event)
                     return
-                self._send(event.frame)
+                self._send_reject(event)
                 continue
             if not await self._carry_out(event, nursery):
                 return
@@ -185,7 +185,7 @@ class WorkerConnection:
             if reply_to in self.session.pending():
                 reject = self.session.refuse(reply_to, e.INTERNAL, "storage failure; retry later",
                                              retry_after_ms=INTERNAL_RETRY_AFTER_MS)
-                self._send(reject.frame)
+                self._send_reject(reject)
 
     # -- requests ------------------------------------------------------------
     async def _hello(self, hello: m.WorkerHello) -> bool:
@@ -234,7 +234,7 @@ class WorkerConnection:
                                      sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
                                      now=ctx.clock.now())
         if isinstance(result, Refusal):
-            self._send(self.session.refuse(msg.id, e.INVALID_TRANSITION, result.message or result.code).frame)
+            self._send_reject(self.session.refuse(msg.id, e.INVALID_TRANSITION, result.message or result.code))
             return
         if result.applied:
             self.session.capacity_applied(msg.sequence, msg.drain)
@@ -259,7 +259,7 @@ class WorkerConnection:
         kind = "finish" if report is not None else ("start" if isinstance(msg, m.TaskStart) else "renew")
         result = await ctx.batcher.submit(kind, command, report)
         if isinstance(result, Refusal):
-            self._send(self.session.refuse(msg.id, result.code, result.message or result.code).frame)
+            self._send_reject(self.session.refuse(msg.id, result.code, result.message or result.code))
             return
         if isinstance(msg, m.TaskFinish) and not result.receipt.duplicate and self.live is not None:
             self.live.active_leases = max(0, self.live.active_leases - 1)
@@ -277,7 +277,7 @@ class WorkerConnection:
                                      start_timeout_ms=ctx.start_timeout_ms)
         if isinstance(result, Refusal):
             fatal = False if result.code == e.PERMISSION_DENIED else None
-            self._send(self.session.refuse(msg.id, result.code, result.message or result.code, fatal=fatal).frame)
+            self._send_reject(self.session.refuse(msg.id, result.code, result.message or result.code, fatal=fatal))
             return
         self.live.active_leases += 1
         # The lease left its previous owner: when that session lives here, free
@@ -306,8 +306,12 @@ class WorkerConnection:
             self._cancel()
         self._outbox.close()
 
-    async def _fatal(self, reject: Reject) -> None:
+    def _send_reject(self, reject: Reject) -> None:
+        self.ctx.metrics.count_error(reject.code)
         self._send(reject.frame)
+
+    async def _fatal(self, reject: Reject) -> None:
+        self._send_reject(reject)
         self._queue_close(reject.close_code or e.CLOSE_POLICY_VIOLATION, reject.code)
 
     async def _write_loop(self) -> None:
@@ -319,7 +323,7 @@ class WorkerConnection:
                     break
                 check_frame_size(item)
                 await self.ws.send_message(item)
-                self.ctx.metrics.frames_out += 1
+                self.ctx.metrics.count_frame_out(item)
         except trio_websocket.ConnectionClosed:
             pass
         self._cancel()
