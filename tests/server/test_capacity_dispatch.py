@@ -231,3 +231,22 @@ async def test_priority_orders_dispatch_within_a_queue(start_service, connect, w
     await w.ok(w.finish(first))
     second = await w.expect_assign()
     assert second.task_id == low["task_id"] and "priority" not in second.task
+
+
+async def test_a_concurrency_limit_holds_back_the_second_task_of_a_key(start_service, connect, worker_token,
+                                                                       client):
+    service = await start_service()
+    first = client.submit("billing", "invoice.send", {"n": 1}, concurrency_key="customer:7", concurrency_limit=1)
+    second = client.submit("billing", "invoice.send", {"n": 2}, concurrency_key="customer:7", concurrency_limit=1)
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=5, concurrency_keys=True)
+    held = await w.expect_assign()
+    assert held.task_id == first["task_id"]
+    await w.ok(w.start(held))
+    ack = await w.capacity_ok(5)
+    assert ack["active_leases"] == 1 and not w.assigns_buffered()
+    assert client.get(second["task_id"])["state"] == "READY"
+    await w.ok(w.finish(held))
+    after = await w.expect_assign()
+    assert after.task_id == second["task_id"]
+    assert int(after.task["concurrency_token"]) != int(held.task["concurrency_token"])
