@@ -148,21 +148,33 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
     while heap and len(chosen) < want:
         _, index, queue = heapq.heappop(heap)
         task = pages[queue][index]
-        if index == len(pages[queue]) - 1 and len(pages[queue]) % page == 0 and scanned < max_scan:
+        taken = _take(tx, session, task, credentials[len(chosen)], now)
+        if taken is not None:
+            chosen.append(taken)
+        # The queue's page is used up: read its next page only if more tasks are still
+        # wanted. Reading it anyway would lock rows FOR UPDATE that this claim never
+        # offers, and a concurrent claim (another session) would skip them: it would
+        # come back short and count as dry for the rest of its dispatch pass.
+        if (index == len(pages[queue]) - 1 and len(pages[queue]) % page == 0 and scanned < max_scan
+                and len(chosen) < want):
             more = _page(tx, session, queue, subs[queue], task, page)  # keep the queue's scan going
             scanned += len(more)
             base = len(pages[queue])
             pages[queue].extend(more)
             for offset, t in enumerate(more):
                 heapq.heappush(heap, ((t.effective_at, t.task_id), base + offset, queue))
-        ctx = SimpleNamespace(session=session, task=task)
-        if isinstance(decide("lease", "assign", "NONE", ctx), Refusal):
-            continue
-        credential = credentials[len(chosen)]
-        token = None
-        if task.concurrency_key is not None:
-            token = permits.acquire(tx, task=task, lease_id=credential.lease_id, now=now)
-            if token is None:
-                continue
-        chosen.append((task, credential, token))
     return chosen
+
+
+def _take(tx: Tx, session: InstanceRow, task: TaskRow, credential: LeaseCredential,
+          now: dt.datetime) -> tuple[TaskRow, LeaseCredential, int | None] | None:
+    """The task for this offer if the guards allow it and (keyed) a permit is free; else None (skip)."""
+    ctx = SimpleNamespace(session=session, task=task)
+    if isinstance(decide("lease", "assign", "NONE", ctx), Refusal):
+        return None
+    token = None
+    if task.concurrency_key is not None:
+        token = permits.acquire(tx, task=task, lease_id=credential.lease_id, now=now)
+        if token is None:
+            return None
+    return task, credential, token
