@@ -55,6 +55,7 @@ class Dispatcher:
         """Fill free capacity until the sessions are full or the queues are dry."""
         self.passes += 1
         dry: set[str] = set()
+        second_chance: set[str] = set()
         offered = 0
         while True:
             hungry = [s for s in self.ctx.hub if s.free_slots > 0 and s.session_id not in dry]
@@ -69,6 +70,14 @@ class Dispatcher:
             offered += claimed
             if claimed == 0:
                 return offered
+            # A session that came up empty while others found work may have claimed
+            # before that work committed (a burst landing mid-pass): ask it once more
+            # in this pass, or the others would take the whole burst in later rounds.
+            for session in hungry:
+                sid = session.session_id
+                if not counts.get(sid) and sid in dry and sid not in second_chance:
+                    second_chance.add(sid)
+                    dry.discard(sid)
 
     async def _claim(self, session: LiveSession, want: int, dry: set[str], counts: dict[str, int]) -> None:
         ctx = self.ctx
