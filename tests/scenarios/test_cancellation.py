@@ -288,3 +288,17 @@ async def test_cancel_of_a_terminal_task_reports_it_and_changes_nothing(
     after = await ops.cancel(task["task_id"])
     assert after.pop("cancel_changed") is False
     assert after == before and after["state"] == "SUCCEEDED" and after["cancel_requested_at"] is None
+
+
+async def test_resume_of_a_revoked_offer_is_task_cancelled(virtual_clock, scenario_service, connect_worker, submit,
+                                                           operator):
+    service = await scenario_service(**SETTINGS)
+    ops = operator(service)
+    task = await submit(service)
+    async with connect_worker(service) as old:
+        await old.capacity(1)
+        held = await offered(old)
+    await ops.cancel(task["task_id"])
+    async with connect_worker(service) as new:
+        assert error_code(await held.resume_on(new)) == "task_cancelled"
+    assert (await ops.state(task["task_id"])) == "CANCELLED"
