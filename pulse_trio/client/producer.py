@@ -25,7 +25,8 @@ from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store import Store
 from pulse_trio.store.cancellation import request as request_cancel
-from pulse_trio.store.results import TASK_NOT_FOUND, Refusal
+from pulse_trio.store.instances import operator_drain
+from pulse_trio.store.results import INSTANCE_NOT_FOUND, TASK_NOT_FOUND, Refusal
 from pulse_trio.store.tasks import NewTask, retry as retry_task, submit as submit_tasks
 from pulse_trio.store.tx import Tx
 from pulse_trio.store.views import get_task
@@ -191,6 +192,15 @@ class Client:
 
     def workers(self, *, include_disconnected: bool = False) -> list[dict[str, Any]]:
         return self.store.run_sync(queries.list_workers, include_disconnected=include_disconnected)
+
+    def drain(self, instance_id: str, *, now: dt.datetime | None = None) -> dict[str, Any]:
+        """Operator drain: no new tasks for this instance (its leases continue) until its session ends."""
+        result = self.store.run_sync(operator_drain, instance_id=instance_id, now=now or self.now())
+        if isinstance(result, Refusal):
+            if result.code == INSTANCE_NOT_FOUND:
+                raise ClientError(INSTANCE_NOT_FOUND, f"no worker instance {instance_id}")
+            raise ClientError("instance_disconnected", f"worker instance {instance_id} is disconnected")
+        return next(w for w in self.workers(include_disconnected=True) if w["instance_id"] == instance_id)
 
     # -- operating ---------------------------------------------------------------
     def cancel(self, task_id: str, *, reason: str = "", requested_by: str = "") -> dict[str, Any]:

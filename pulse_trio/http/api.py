@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from pulse_trio import tokens
 from pulse_trio.client import Client
-from pulse_trio.client.producer import build_task
+from pulse_trio.client.producer import ClientError, build_task
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id
 from pulse_trio.http import auth, bodies
 from pulse_trio.http.errors import JSON, ApiError, bad_request, not_found, unauthenticated
@@ -166,17 +166,17 @@ class TaskApi:
         await self.authenticate(request, (auth.OPERATOR,), "drain workers")
         instance_id = bodies.resource_id(request.path_params["instance_id"], INSTANCE_PREFIX, "worker instance",
                                          "instance_not_found")
-        workers = await self.blocking(self.client.workers, include_disconnected=True)
-        found = next((w for w in workers if w["instance_id"] == instance_id), None)
-        if found is None:
-            raise not_found("instance_not_found", f"no worker instance {instance_id}")
-        if found["state"] == "DISCONNECTED":
-            raise ApiError(409, "instance_disconnected", f"worker instance {instance_id} is disconnected")
-        # A drain an operator asks for must outlive this request and this server instance
-        # (the worker may be connected to another one), so it is a store transition of
-        # the instance chart; until that transition exists, say so plainly.
-        raise ApiError(501, "not_implemented", "operator drain needs the instance chart's drain transition, "
-                       "which this version does not have yet; the worker can drain itself (worker.capacity)")
+        try:
+            drained = await self.blocking(self.client.drain, instance_id, now=self.ctx.clock.now())
+        except ClientError as exc:
+            if exc.code == "instance_not_found":
+                raise not_found("instance_not_found", exc.message) from None
+            raise ApiError(409, exc.code, exc.message) from None
+        # The session may live here: stop offering to it now, not at the next refusal.
+        live = self.ctx.hub.get(drained["session_id"])
+        if live is not None:
+            live.drain = True
+        return json_value(drained)
 
     async def queues(self, request: Request) -> Response:
         info = await self.authenticate(request, auth.READERS, "read queue depths")

@@ -246,9 +246,11 @@ PATHS: dict[str, Any] = {
     },
     "/v1/workers/{instance_id}/drain": {
         "post": _op("drainWorker", "Drain a worker instance",
-                    "Operator. Not available yet: answers 501 for a connected instance (the worker drains "
-                    "itself with `worker.capacity`).",
-                    _responses({}, (*_AUTH, 404, 409, 501)),
+                    "Operator. No new tasks go to this instance, whichever server holds its session; its "
+                    "leases continue and may be renewed and finished. The drain lasts until the session ends: "
+                    "a later `worker.capacity` with `drain: false` does not lift it. Draining twice is "
+                    "harmless. 409 for a disconnected instance.",
+                    _responses({200: ("Worker", "The drained instance.")}, (*_AUTH, 404, 409)),
                     parameters=[{"name": "instance_id", "in": "path", "required": True, "schema": INSTANCE_ID}]),
     },
     "/v1/queues": {

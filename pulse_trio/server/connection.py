@@ -237,9 +237,11 @@ class WorkerConnection:
             self._send_reject(self.session.refuse(msg.id, e.INVALID_TRANSITION, result.message or result.code))
             return
         if result.applied:
-            self.session.capacity_applied(msg.sequence, msg.drain)
+            # The stored state decides drain: an operator's drain outlives drain=false frames.
+            drain = result.instance.drain
+            self.session.capacity_applied(msg.sequence, drain)
             assert self.live is not None
-            self.live.capacity, self.live.drain = msg.capacity, msg.drain
+            self.live.capacity, self.live.drain = msg.capacity, drain
             self.live.active_leases = result.instance.active_leases
             ctx.hub.wake()
         body = views.welcome(result.instance, lease_ttl_s=ctx.settings.lease_ttl,

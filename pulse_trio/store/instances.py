@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from pulse_trio.store import ids
 from pulse_trio.store.registry import decide, guard, transition
 from pulse_trio.store.results import (
-    PERMISSION_DENIED, SESSION_NOT_FOUND, STALE_SEQUENCE, CapacityResult, InstanceView,
+    INSTANCE_NOT_FOUND, PERMISSION_DENIED, SESSION_NOT_FOUND, STALE_SEQUENCE, CapacityResult, InstanceView,
     Refusal, Registered,
 )
 from pulse_trio.store.rows import InstanceRow
@@ -85,6 +85,12 @@ def _sequence_newer(c) -> bool:
 def _drain_requested(c) -> bool:
     """The capacity frame says drain=true."""
     return c.drain
+
+
+@guard("instance", "operator_drained")
+def _operator_drained(c) -> bool:
+    """An operator drained this instance; only the end of its session lifts that."""
+    return c.row.operator_drained_at is not None
 
 
 _SELECT = f"SELECT {InstanceRow.columns()} FROM worker_instances i"
@@ -164,6 +170,24 @@ def set_capacity(tx: Tx, *, session_id: str, sequence: int, capacity: int, drain
     return CapacityResult(view(tx, updated), applied=True)
 
 
+@transition("instance", "operator_drain")
+def operator_drain(tx: Tx, *, instance_id: str, now: dt.datetime) -> InstanceView | Refusal:
+    """An operator stops new assignments to an instance, on whichever server its session lives."""
+    row = tx.one(_SELECT + " WHERE i.instance_id = %s FOR UPDATE", (instance_id,))
+    if row is None:
+        return Refusal(INSTANCE_NOT_FOUND, f"no worker instance {instance_id}")
+    current = InstanceRow.from_row(row)
+    dest = decide("instance", "operator_drain", current.state, SimpleNamespace(row=current))
+    if isinstance(dest, Refusal):
+        return dest
+    tx.cas(
+        "UPDATE worker_instances SET state = %s, operator_drained_at = COALESCE(operator_drained_at, %s),"
+        " updated_at = %s WHERE instance_id = %s AND state = %s",
+        (dest, db_time(now), db_time(now), instance_id, current.state),
+    )
+    return view(tx, dataclasses.replace(current, state=dest, operator_drained_at=current.operator_drained_at or now))
+
+
 @transition("instance", "disconnect")
 def disconnect(tx: Tx, *, session_id: str, now: dt.datetime) -> InstanceView | Refusal:
     """The connection closed; leases stay valid until they expire (resume elsewhere)."""
@@ -186,5 +210,5 @@ def subscriptions_from(items: Sequence[tuple[str, Collection[str] | None]]) -> t
     return tuple(Subscription(q, None if k is None else frozenset(k)) for q, k in items)
 
 
-__all__ = ["NewInstance", "Subscription", "disconnect", "load_session", "register",
+__all__ = ["NewInstance", "Subscription", "disconnect", "load_session", "operator_drain", "register",
            "set_capacity", "subscriptions_from", "view"]

@@ -22,13 +22,14 @@ from pulse_trio.contract.errors import (  # noqa: E402
 # Producer / operator surfaces (CLI, HTTP), and guards the function itself absorbs.
 TASK_NOT_FOUND: Final = "task_not_found"
 SESSION_NOT_FOUND: Final = "session_not_found"
+INSTANCE_NOT_FOUND: Final = "instance_not_found"
 STALE_SEQUENCE: Final = "stale_sequence"
 
 WIRE_CODES: Final = frozenset({
     LEASE_NOT_FOUND, LEASE_EXPIRED, LEASE_NOT_OWNED, REVISION_CONFLICT, INVALID_TRANSITION,
     TASK_CANCELLED, CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, PERMISSION_DENIED,
 })
-INTERNAL_CODES: Final = frozenset({TASK_NOT_FOUND, SESSION_NOT_FOUND, STALE_SEQUENCE})
+INTERNAL_CODES: Final = frozenset({TASK_NOT_FOUND, SESSION_NOT_FOUND, INSTANCE_NOT_FOUND, STALE_SEQUENCE})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -134,9 +134,10 @@ class InstanceRow:
     capacity: int
     sequence: int | None
     registered_at: dt.datetime
+    operator_drained_at: dt.datetime | None
 
     NAMES: ClassVar[tuple[str, ...]] = ()
-    _TIMES: ClassVar[frozenset[str]] = frozenset({"registered_at"})
+    _TIMES: ClassVar[frozenset[str]] = frozenset({"registered_at", "operator_drained_at"})
     _BOOLS: ClassVar[frozenset[str]] = frozenset({"cancellation_notifications", "concurrency_keys"})
 
     @classmethod

@@ -146,11 +146,21 @@ async def test_queue_depths_count_states_and_hide_foreign_queues(http, tokens):
     assert set(scoped) == {"billing"}
 
 
-async def test_drain_finds_the_instance_and_says_it_is_not_available_yet(http, tokens, token_factory, open_worker):
+async def test_operator_drain_stops_new_offers_and_outlives_drain_false(http, tokens, token_factory, open_worker):
     worker = await open_worker(token_factory("worker"), "billing")
     instance_id = worker.welcome["instance_id"]
     reply = await http.post(f"/v1/workers/{instance_id}/drain", token=tokens["operator"])
-    assert reply.status == 501 and reply.error["code"] == "not_implemented"
+    assert reply.status == 200 and reply.json()["state"] == "DRAINING" and reply.json()["drain"] is True
+    again = await http.post(f"/v1/workers/{instance_id}/drain", token=tokens["operator"])
+    assert again.status == 200 and again.json()["state"] == "DRAINING"
+    # The worker asks for work again with drain=false: the operator's drain holds.
+    ack = await worker.request("worker.capacity", {"sequence": "2", "capacity": 3, "drain": False})
+    assert ack["drain"] is True and ack["capacity"] == 3
+    submitted = await http.post("/v1/tasks", token=tokens["operator"], json_body={"queue": "billing", "kind": "k"})
+    assert submitted.status == 201
+    with trio.move_on_after(1.0):
+        frame = await worker.receive()
+        raise AssertionError(f"a drained instance was offered work: {frame}")
     unknown = await http.post("/v1/workers/ins_01M8VZMC9N9WQ7HZY3RZQQCE2A/drain", token=tokens["operator"])
     assert unknown.status == 404 and unknown.error["code"] == "instance_not_found"
 
