@@ -106,3 +106,14 @@ def create_database(config: DatabaseConfig) -> None:
         conn.commit()
     finally:
         conn.close()
+
+
+def drop_database(config: DatabaseConfig) -> None:
+    """Drop the configured database if it exists (throwaway bench and test databases)."""
+    conn = connect(config, database=False)
+    try:
+        with conn.cursor() as cur:
+            name = config.database.replace("`", "``")
+            cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    finally:
+        conn.close()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pulse_trio.dburl import DatabaseConfig, connect, parse_database_url
+from pulse_trio.dburl import DatabaseConfig, connect, drop_database, parse_database_url
 from pulse_trio.managed_db import ManagedMariaDB
 from pulse_trio.store.migrate import migrate
 
@@ -33,15 +33,6 @@ def database_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Databa
         server.stop()
 
 
-def _drop(config: DatabaseConfig) -> None:
-    conn = connect(config, database=False)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
-    finally:
-        conn.close()
-
-
 def make_database(server: DatabaseConfig, prefix: str = "pulse_test") -> DatabaseConfig:
     """A new, migrated database with a unique name on ``server``."""
     config = server.with_database(f"{prefix}_{secrets.token_hex(4)}")
@@ -56,7 +47,7 @@ def database_config(database_server: DatabaseConfig) -> Iterator[DatabaseConfig]
     try:
         yield config
     finally:
-        _drop(config)
+        drop_database(config)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ from pulse_trio.bench import measure
 from pulse_trio.bench.noop_worker import KIND, QUEUE
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
-from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.dburl import DatabaseConfig, connect, drop_database
 from pulse_trio.store.migrate import migrate
 from pulse_trio.tokens import create_token
 
@@ -75,15 +75,6 @@ def fresh_database(server: DatabaseConfig) -> DatabaseConfig:
     config = server.with_database(f"pulse_bench_{secrets.token_hex(4)}")
     migrate(config)
     return config
-
-
-def drop_database(config: DatabaseConfig) -> None:
-    conn = connect(config, database=False)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
-    finally:
-        conn.close()
 
 
 def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:

@@ -14,7 +14,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from pulse_trio.config import Settings
-from pulse_trio.dburl import connect, create_database
+from pulse_trio.dburl import create_database, drop_database
 from pulse_trio.http.app import build_app
 from pulse_trio.server.service import serve
 from pulse_trio.store.migrate import code_version
@@ -94,12 +94,7 @@ async def unmigrated(database_server, nursery):
         yield await nursery.start(lambda task_status: serve(settings, config, handle_signals=False,
                                                             task_status=task_status))
     finally:
-        conn = connect(config, database=False)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
-        finally:
-            conn.close()
+        drop_database(config)
 
 
 async def test_readyz_is_503_until_the_migrations_are_applied(unmigrated):
