@@ -31,7 +31,8 @@ async def test_cancel_scheduled_and_ready_tasks_at_once(virtual_clock, scenario_
         view = await ops.cancel(task["task_id"], reason="changed my mind")
         assert view["state"] == "CANCELLED" and view["cancel_changed"] is True
         assert view["cancel_requested_at"] is not None and view["attempts"] == []
-        assert view["outcome"]["status"] == "CANCELLED" and view["outcome"]["effect_uncertain"] is False
+        assert view["outcome"]["status"] == "CANCELLED" and view["outcome"]["error_code"] == "cancelled"
+        assert view["outcome"]["effect_uncertain"] is False
     await trio.sleep(20)  # the scheduled one is never promoted
     assert (await ops.state(scheduled["task_id"])) == "CANCELLED"
 
