@@ -36,7 +36,6 @@ from pulse_trio.store.facade import Store
 
 log = logging.getLogger("pulse_trio.service")
 
-HANDSHAKE_TIMEOUT_S = 10.0  # a slow-loris handshake is dropped after this
 SHUTDOWN_GRACE_S = 5.0
 DEFAULT_POOL_SIZE = 8
 
@@ -133,8 +132,10 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                         host, port = settings.worker_listen
                         await trio_websocket.serve_websocket(
                             functools.partial(_handle, ctx=ctx), host, port, _ssl_context(settings),
+                            # A handshake gets the hello's time limit: a slow-loris
+                            # client is dropped as soon as a silent one would be.
                             handler_nursery=connections, max_message_size=MAX_FRAME_BYTES,
-                            connect_timeout=HANDSHAKE_TIMEOUT_S, disconnect_timeout=2.0,
+                            connect_timeout=settings.hello_timeout, disconnect_timeout=2.0,
                             task_status=task_status)
 
                 server = await root.start(listen)
