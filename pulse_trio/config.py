@@ -75,7 +75,18 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB (default: a free one)"),
 )
 
-DATABASE_OPTIONS = _OPTIONS[:2]
+
+
+def options_for(*fields: str) -> tuple[tuple[str, str, object, str], ...]:
+    """The flag declarations of ``fields`` (for commands that take only some settings)."""
+    chosen = tuple(o for o in _OPTIONS if o[1] in fields)
+    missing = set(fields) - {o[1] for o in chosen}
+    if missing:
+        raise KeyError(f"no such setting(s): {', '.join(sorted(missing))}")
+    return chosen
+
+
+DATABASE_OPTIONS = options_for("database_url", "state_dir")
 
 
 def env_name(field: str) -> str:

@@ -18,12 +18,10 @@ from pulse_trio.client import Client, ClientError, TaskNotFound
 from pulse_trio.client.producer import build_task
 from pulse_trio.contract.grammar import parse_time
 
-_TIMING = (("--priority-step", "priority_step"), ("--cancel-grace", "cancel_grace"))
-
-
 def _add_common(parser: argparse.ArgumentParser) -> None:
     add_database_options(parser)
-    cfg.add_options(parser, tuple(o for o in cfg._OPTIONS if o[1] in {f for _, f in _TIMING}))
+    # Producers write these cluster-wide timings into the rows (effective_at, grace).
+    cfg.add_options(parser, cfg.options_for("priority_step", "cancel_grace"))
 
 
 @contextlib.contextmanager

@@ -38,8 +38,6 @@ ROUND_SHARE = 4  # a session claims about 1/ROUND_SHARE of its free slots per ro
 class Dispatcher:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self.passes = 0
-        self.offers = 0
 
     async def run(self) -> None:
         ctx = self.ctx
@@ -53,7 +51,6 @@ class Dispatcher:
 
     async def dispatch_pass(self) -> int:
         """Fill free capacity until the sessions are full or the queues are dry."""
-        self.passes += 1
         dry: set[str] = set()
         second_chance: set[str] = set()
         offered = 0
@@ -107,4 +104,3 @@ class Dispatcher:
             if frame is None or not session.connection.push(frame):
                 log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
             self.ctx.metrics.observe_assign(offer, now)
-        self.offers += len(offers)

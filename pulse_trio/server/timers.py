@@ -22,10 +22,8 @@ from typing import TYPE_CHECKING
 import trio
 from transitions import MachineError
 
-from pulse_trio.store import cancellation, lease_timers, permits, tasks
-from pulse_trio.store.registry import read_only
+from pulse_trio.store import cancellation, instances, lease_timers, permits, tasks
 from pulse_trio.store.results import TimerResult
-from pulse_trio.store.tx import Tx
 
 if TYPE_CHECKING:
     from pulse_trio.server.service import ServiceContext
@@ -35,21 +33,9 @@ log = logging.getLogger("pulse_trio.timers")
 MAX_ROUNDS = 20  # bounded catch-up per tick, so one tick never runs forever
 
 
-@read_only
-def live_lease_counts(tx: Tx, *, session_ids: list[str]) -> dict[str, int]:
-    """Offered or running leases per session (sessions without any are absent)."""
-    if not session_ids:
-        return {}
-    marks = ", ".join(["%s"] * len(session_ids))
-    rows = tx.all(f"SELECT owner_session_id, COUNT(*) FROM leases WHERE owner_session_id IN ({marks})"
-                  " AND state IN ('OFFERED', 'RUNNING') GROUP BY owner_session_id", tuple(session_ids))
-    return {row[0]: int(row[1]) for row in rows}
-
-
 class Timers:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self.ticks = 0
 
     @property
     def interval(self) -> float:
@@ -64,7 +50,6 @@ class Timers:
             await trio.sleep(self.interval)
 
     async def tick(self) -> None:
-        self.ticks += 1
         ctx = self.ctx
         quarantine_ms = None if ctx.settings.permit_quarantine is None else round(ctx.settings.permit_quarantine * 1000)
         await self._drain(lambda: ctx.store.run(lease_timers.lapse, now=ctx.clock.now()))
@@ -83,7 +68,7 @@ class Timers:
         sessions = list(hub)
         if not sessions:
             return
-        counts = await self.ctx.store.run(live_lease_counts, session_ids=[s.session_id for s in sessions])
+        counts = await self.ctx.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
         freed = False
         for session in sessions:
             # Only lower a count: a higher one read here may predate a finish

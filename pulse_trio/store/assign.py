@@ -106,9 +106,7 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
             return AssignResult(recovered, len(recovered))
     if not check("lease", "session_dispatchable", SimpleNamespace(session=session)):
         return AssignResult((), 0)
-    (active,) = tx.one("SELECT COUNT(*) FROM leases WHERE owner_session_id = %s AND state IN ('OFFERED', 'RUNNING')",
-                       (session_id,))
-    free = max(0, session.capacity - int(active))
+    free = max(0, session.capacity - instances.active_leases(tx, session_id))
     want = min(free, len(credentials))
     if want == 0:
         return AssignResult((), free)

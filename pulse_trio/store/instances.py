@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from types import SimpleNamespace
 
 from pulse_trio.store import ids
-from pulse_trio.store.registry import decide, guard, transition
+from pulse_trio.store.registry import decide, guard, read_only, transition
 from pulse_trio.store.results import (
     INSTANCE_NOT_FOUND, PERMISSION_DENIED, SESSION_NOT_FOUND, STALE_SEQUENCE, CapacityResult, InstanceView,
     Refusal, Registered,
@@ -96,17 +96,27 @@ def _operator_drained(c) -> bool:
 _SELECT = f"SELECT {InstanceRow.columns()} FROM worker_instances i"
 
 
-def _active_leases(tx: Tx, session_id: str) -> int:
-    row = tx.one("SELECT COUNT(*) FROM leases WHERE owner_session_id = %s AND state IN ('OFFERED', 'RUNNING')",
-                 (session_id,))
-    return int(row[0])
+def active_leases(tx: Tx, session_id: str) -> int:
+    """Offered or running leases the session holds (what its capacity is spent on)."""
+    return live_lease_counts(tx, session_ids=[session_id]).get(session_id, 0)
+
+
+@read_only
+def live_lease_counts(tx: Tx, *, session_ids: Sequence[str]) -> dict[str, int]:
+    """Offered or running leases per session (sessions without any are absent); one indexed query."""
+    if not session_ids:
+        return {}
+    marks = ", ".join(["%s"] * len(session_ids))
+    rows = tx.all(f"SELECT owner_session_id, COUNT(*) FROM leases WHERE owner_session_id IN ({marks})"
+                  " AND state IN ('OFFERED', 'RUNNING') GROUP BY owner_session_id", tuple(session_ids))
+    return {row[0]: int(row[1]) for row in rows}
 
 
 def view(tx: Tx, row: InstanceRow) -> InstanceView:
     return InstanceView(
         instance_id=row.instance_id, session_id=row.session_id, epoch=row.epoch, state=row.state,
         capacity=row.capacity, drain=row.state == "DRAINING", sequence=row.sequence,
-        active_leases=_active_leases(tx, row.session_id),
+        active_leases=active_leases(tx, row.session_id),
     )
 
 

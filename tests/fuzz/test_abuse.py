@@ -69,3 +69,29 @@ async def test_guessed_lease_ids_and_replays_after_finish_change_nothing(db, sta
     with Client(db) as client:
         shown = client.get(task["task_id"])
     assert shown["state"] == "SUCCEEDED" and shown["outcome"]["result"] == {"ok": 1}
+
+
+async def test_the_same_command_sent_twice_at_once_is_answered_twice_and_applied_once(db, start_service,
+                                                                                     token_factory, nursery):
+    # Both copies can reach the command batcher together; one batch never holds
+    # two commands of one lease, so the second is answered from the receipt.
+    service = await start_service()
+    ws, sid = await _session(service.worker_port, token_factory("worker"), nursery)
+    await ws.send_message(json.dumps({"protocol_version": "1", "type": "worker.capacity", "id": "c",
+                                      "session_id": sid, "body": {"sequence": "1", "capacity": 1, "drain": False}}))
+    await ws.get_message()
+    with Client(db) as client:
+        client.submit("q", "k")
+    offer = json.loads(await ws.get_message())["body"]["lease"]
+    body = {k: offer[k] for k in ("task_id", "lease_id", "lease_secret")} | {"revision": "1"}
+    for frame_id in ("s1", "s2"):
+        await ws.send_message(json.dumps({"protocol_version": "1", "type": "task.start", "id": frame_id,
+                                          "session_id": sid, "body": body}))
+    answers = {}
+    with trio.fail_after(10):
+        while len(answers) < 2:
+            frame = json.loads(await ws.get_message())
+            answers[frame["reply_to"]] = frame
+    receipts = sorted(a["body"]["receipt"]["duplicate"] for a in answers.values())
+    assert receipts == [False, True]
+    assert {a["body"]["lease"]["revision"] for a in answers.values()} == {"2"}
