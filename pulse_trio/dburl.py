@@ -9,12 +9,31 @@ transaction functions rely on all three.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pymysql
+from pymysql.constants import FIELD_TYPE
+from pymysql.converters import conversions, convert_datetime
 
 _SCHEMES = {"mysql", "mariadb", "mysql+pymysql"}
+
+
+def _read_datetime(text: str) -> dt.datetime | str:
+    """DATETIME(6) text -> naive datetime through the C parser.
+
+    PyMySQL's own converter is a regex plus int() per field; a task's
+    commands read about a dozen timestamps, so this is on the hot path.
+    Anything ``fromisoformat`` refuses goes to PyMySQL's converter.
+    """
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return convert_datetime(text)
+
+
+_CONVERSIONS = {**conversions, FIELD_TYPE.DATETIME: _read_datetime, FIELD_TYPE.TIMESTAMP: _read_datetime}
 
 
 class DatabaseUrlError(ValueError):
@@ -44,6 +63,7 @@ class DatabaseConfig:
             "autocommit": False,
             "connect_timeout": self.connect_timeout,
             "init_command": "SET time_zone = '+00:00'",
+            "conv": _CONVERSIONS,
         }
         if self.unix_socket:
             kwargs["unix_socket"] = self.unix_socket

@@ -146,6 +146,8 @@ def configure(fmt: str = "json", level: str | int = "INFO", stream: TextIO | Non
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
+    # transitions logs every state entry and exit at INFO: two records per frame on the hot path.
+    logging.getLogger("transitions").setLevel(max(root.level, logging.WARNING))
     # hypercorn's own loggers: errors through ours; access lines are ours too (pulse_trio.http.access).
     logging.getLogger("hypercorn.error").propagate = True
     return handler

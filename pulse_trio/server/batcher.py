@@ -3,9 +3,11 @@
 Every task costs a start and a finish; one transaction each would cap the
 service at what PyMySQL and one COMMIT per command allow (about 190 tasks/s
 on the reference machine). The batcher lets commands from every connection
-share statements and one COMMIT: a few *lanes* each take whatever commands
-are queued when they become free — one command when the service is idle,
-so idle latency is one transaction, and up to ``MAX_BATCH`` under load.
+share statements and one COMMIT: each *lane* takes whatever commands are
+queued when it becomes free — one command when the service is idle, so
+idle latency is one transaction, and up to ``MAX_BATCH`` under load. The
+service runs one lane (``service.COMMAND_LANES``): the pool threads share
+one GIL, so a second lane splits the batches without adding CPU.
 
 Each batch holds at most one command per lease, so the batched transaction
 functions never see two commands racing for the same row; a repeat waits

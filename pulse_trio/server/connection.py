@@ -265,7 +265,7 @@ class WorkerConnection:
             return
         if isinstance(msg, m.TaskFinish) and not result.receipt.duplicate and self.live is not None:
             self.live.active_leases = max(0, self.live.active_leases - 1)
-            ctx.hub.wake()
+            ctx.hub.slot_freed()
         ctx.metrics.count_command(msg, result)
         self._send(self.session.ack(msg.id, views.command_result(result)))
 

@@ -17,6 +17,8 @@ import trio
 if TYPE_CHECKING:
     from pulse_trio.server.connection import WorkerConnection
 
+REFILL_MAX = 16
+
 
 @dataclasses.dataclass(eq=False, slots=True)
 class LiveSession:
@@ -40,6 +42,17 @@ class LiveSession:
             return 0
         return max(0, self.capacity - self.active_leases)
 
+    @property
+    def refill_at(self) -> int:
+        """Free slots worth a claim when the only news is finished work.
+
+        A session still busy with three quarters of its capacity has work to
+        do; topping it up one slot per finish would cost one claim
+        transaction per task. New work, new capacity and the poll still
+        fill every free slot at once.
+        """
+        return max(1, min(self.capacity // 4, REFILL_MAX))
+
 
 class SessionHub:
     """Registry of live sessions plus the dispatcher's wake-up signal."""
@@ -47,6 +60,7 @@ class SessionHub:
     def __init__(self) -> None:
         self._sessions: dict[str, LiveSession] = {}
         self._wake = trio.Event()
+        self._news = False  # new work or capacity since the last pass, not only freed slots
 
     def add(self, session: LiveSession) -> None:
         self._sessions[session.session_id] = session
@@ -64,13 +78,22 @@ class SessionHub:
         return len(self._sessions)
 
     def wake(self) -> None:
-        """Ask the dispatcher for a pass now (new work, or a slot came free)."""
+        """Ask the dispatcher for a pass now: there is new work or new capacity."""
+        self._news = True
         self._wake.set()
 
-    async def wait_woken(self, timeout: float) -> None:
-        with trio.move_on_after(timeout):
+    def slot_freed(self) -> None:
+        """Ask for a pass because a lease ended (it tops up sessions past their refill mark)."""
+        self._wake.set()
+
+    async def wait_woken(self, timeout: float) -> bool:
+        """Wait for a wake-up or the poll; True when every free slot should be filled."""
+        with trio.move_on_after(timeout) as scope:
             await self._wake.wait()
         self._wake = trio.Event()
+        fill_all = self._news or scope.cancelled_caught
+        self._news = False
+        return fill_all
 
     def statistics(self) -> dict[str, int]:
         sessions = list(self._sessions.values())

@@ -38,6 +38,11 @@ log = logging.getLogger("pulse_trio.service")
 
 SHUTDOWN_GRACE_S = 5.0
 DEFAULT_POOL_SIZE = 8
+# One lane: its batch grows with the load while the previous one commits
+# (group commit). Measured on 2 cores, 1 lane ran 430 tasks/s with batches of
+# ~22 commands; 2 lanes 270-330/s with batches of ~8, because the threads then
+# share the GIL with each other as well as with the event loop.
+COMMAND_LANES = 1
 
 
 @dataclasses.dataclass(eq=False)
@@ -116,8 +121,7 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
     """Run one instance until stopped (the database must already be migrated)."""
     store = Store(database, pool_size=pool_size)
     clock = ServiceClock(wall_anchor)
-    # Lanes leave two pooled connections for the dispatcher and the timers.
-    batcher = LeaseCommandBatcher(store, clock, lanes=pool_size - 2)
+    batcher = LeaseCommandBatcher(store, clock, lanes=COMMAND_LANES)
     ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
     stop = trio.Event()
     try:

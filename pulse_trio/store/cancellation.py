@@ -76,7 +76,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "", request
     row = tx.one(f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (task_id,))
     if row is None:
         return Refusal(TASK_NOT_FOUND, f"no task {task_id}")
-    task = TaskRow.from_row(row)
+    task = TaskRow.from_lean_row(row)
     intent = tx.one("SELECT state, requested_at, grace_expires_at FROM cancel_intents WHERE task_id = %s"
                     " FOR UPDATE", (task_id,))
     if intent is not None or task.terminal:

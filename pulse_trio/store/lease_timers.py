@@ -26,7 +26,7 @@ def _due(tx: Tx, state: str, now: dt.datetime, limit: int) -> tuple[list[LeaseRo
         (state, db_time(now), limit))]
     if not leases:
         return [], {}
-    tasks = {t.task_id: t for t in (TaskRow.from_row(r) for r in tx.all(
+    tasks = {t.task_id: t for t in (TaskRow.from_lean_row(r) for r in tx.all(
         f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id IN %s ORDER BY t.task_id FOR UPDATE",
         (tuple(sorted({l.task_id for l in leases})),)))}
     return leases, tasks

@@ -66,7 +66,7 @@ def lock_lease(tx: Tx, lease_id: str) -> tuple[LeaseRow, TaskRow] | None:
     row = tx.one(_LOCK_BOTH, (lease_id,))
     if row is None:
         return None
-    return LeaseRow.from_row(row[:_N_LEASE]), TaskRow.from_row(row[_N_LEASE:])
+    return LeaseRow.from_row(row[:_N_LEASE]), TaskRow.from_lean_row(row[_N_LEASE:])
 
 
 def lease_view(lease: LeaseRow, **changes) -> LeaseView:
@@ -120,7 +120,7 @@ def lock_leases(tx: Tx, lease_ids: Sequence[str]) -> dict[str, tuple[LeaseRow, T
     if not lease_ids:
         return {}
     rows = tx.all(_LOCK_MANY, (tuple(sorted(set(lease_ids))),))
-    return {r[0]: (LeaseRow.from_row(r[:_N_LEASE]), TaskRow.from_row(r[_N_LEASE:])) for r in rows}
+    return {r[0]: (LeaseRow.from_row(r[:_N_LEASE]), TaskRow.from_lean_row(r[_N_LEASE:])) for r in rows}
 
 
 Accepted = tuple  # (index, command, lease, task, dest, digest, report)

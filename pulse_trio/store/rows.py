@@ -14,7 +14,12 @@ from typing import ClassVar
 
 from pulse_trio.store.tx import py_time
 
-_HEAVY = frozenset({"payload", "outcome_error_message"})
+# What lease commands, timers and cancellation never read: the (up to
+# 256 KiB) payload, the outcome and the bookkeeping times. Every column
+# costs PyMySQL a field descriptor per statement and a decode per row.
+_NOT_LEAN = frozenset({"payload", "idempotency_key", "retry_of", "created_at", "updated_at", "finished_at",
+                       "outcome_status", "outcome_error_code", "outcome_error_message", "outcome_retryable",
+                       "outcome_uncertain", "outcome_attempt"})
 TERMINAL_TASK_STATES = frozenset({"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"})
 LIVE_LEASE_STATES = ("OFFERED", "RUNNING")
 
@@ -57,24 +62,25 @@ class TaskRow:
     outcome_attempt: int | None
 
     NAMES: ClassVar[tuple[str, ...]] = ()
+    LEAN_NAMES: ClassVar[tuple[str, ...]] = ()
     _TIMES: ClassVar[frozenset[str]] = frozenset({"due_at", "effective_at", "created_at", "updated_at", "finished_at"})
     _BOOLS: ClassVar[frozenset[str]] = frozenset({"retry_uncertain", "effect_uncertain", "outcome_retryable",
                                                   "outcome_uncertain"})
 
     @classmethod
     def columns(cls, prefix: str = "t", *, lean: bool = False) -> str:
-        """The SELECT list; ``lean`` reads NULL for the payload and the outcome message.
-
-        Lease commands and timers never need the (up to 256 KiB) payload, and
-        not reading it keeps their locking SELECT cheap.
-        """
-        if not lean:
-            return _columns(prefix, cls.NAMES)
-        return ", ".join("NULL" if n in _HEAVY else f"{prefix}.{n}" for n in cls.NAMES)
+        """The SELECT list; ``lean`` only what lease commands and timers read (fill with :meth:`from_lean_row`)."""
+        return _columns(prefix, cls.LEAN_NAMES if lean else cls.NAMES)
 
     @classmethod
     def from_row(cls, row: tuple) -> TaskRow:
         return cls(*_convert(cls.NAMES, row, cls._TIMES, cls._BOOLS))
+
+    @classmethod
+    def from_lean_row(cls, row: tuple) -> TaskRow:
+        """A row read with ``columns(lean=True)``: the columns not read are None."""
+        values = _convert(cls.LEAN_NAMES, row, cls._TIMES, cls._BOOLS)
+        return cls(*[None if i is None else values[i] for i in _LEAN_POSITIONS])
 
     @property
     def terminal(self) -> bool:
@@ -181,5 +187,7 @@ def _field_names(cls) -> tuple[str, ...]:
 
 
 TaskRow.NAMES = _field_names(TaskRow)
+TaskRow.LEAN_NAMES = tuple(n for n in TaskRow.NAMES if n not in _NOT_LEAN)
+_LEAN_POSITIONS = tuple(TaskRow.LEAN_NAMES.index(n) if n in TaskRow.LEAN_NAMES else None for n in TaskRow.NAMES)
 LeaseRow.NAMES = _field_names(LeaseRow)
 InstanceRow.NAMES = _field_names(InstanceRow)

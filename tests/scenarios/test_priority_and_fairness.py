@@ -156,3 +156,53 @@ async def test_scheduled_task_promotion(virtual_clock, scenario_service, connect
         assert service.ctx.clock.now() >= due
         # promoted within a couple of timer ticks of its due time
         assert (service.ctx.clock.now() - due).total_seconds() < 3
+
+
+async def test_a_busy_session_is_topped_up_at_its_refill_mark_or_at_the_poll(
+        virtual_clock, scenario_service, connect_worker, submit):
+    """Capacity 8 (refill mark 2): one finish alone waits for the poll, two together are refilled at once.
+
+    New work and the poll fill every free slot; a finish only tops a session
+    up once a quarter of its capacity is free, so a busy worker costs one
+    claim per few tasks instead of one per task.
+    """
+    service = await scenario_service(**dict(SETTINGS, poll_interval=5))
+    await submit.many(service, [dict(idempotency_key=f"t{i}") for i in range(12)])
+    async with connect_worker(service) as worker:
+        await worker.capacity(8)
+        held = [await offered(worker) for _ in range(8)]
+        for h in held:
+            await h.start()
+        await worker.listen(6)  # a poll pass has run since: nothing is offered while every slot is busy
+        assert not worker.pushed("task.assign")
+
+        await held[0].finish()
+        finished_at = trio.current_time()
+        topped_up = await offered(worker)  # one free slot of eight: the next poll serves it, not the finish
+        assert trio.current_time() - finished_at >= 1.0
+        await topped_up.start()
+
+        await held[1].finish()
+        await held[2].finish()  # two free: the refill mark, served at once in one claim
+        started = trio.current_time()
+        pair = [await offered(worker), await offered(worker)]
+        assert trio.current_time() - started < 1.0
+        assert len({h.task_id for h in pair} | {h.task_id for h in held} | {topped_up.task_id}) == 11
+
+
+async def test_new_work_fills_a_busy_session_at_once(virtual_clock, scenario_service, connect_worker, submit):
+    """The refill mark only applies to finishes: a submit through this instance serves a single free slot."""
+    service = await scenario_service(**dict(SETTINGS, poll_interval=5))
+    await submit.many(service, [dict(idempotency_key=f"t{i}") for i in range(8)])
+    async with connect_worker(service) as worker:
+        await worker.capacity(8)
+        held = [await offered(worker) for _ in range(8)]
+        for h in held:
+            await h.start()
+        await held[0].finish()
+        await worker.listen(6)  # the poll fills the slot... with nothing: the queue is empty
+        await submit(service, idempotency_key="new")  # wakes the dispatcher with news
+        started = trio.current_time()
+        fresh = await offered(worker)
+        assert fresh.task["idempotency_key"] == "new"
+        assert trio.current_time() - started < 1.0
