@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulse_trio.timers")
 
 MAX_ROUNDS = 20  # bounded catch-up per tick, so one tick never runs forever
+TICK_FLOOR_S = 0.1
 
 
 class Timers:
@@ -39,7 +40,14 @@ class Timers:
 
     @property
     def interval(self) -> float:
-        return min(1.0, max(0.01, self.ctx.settings.poll_interval * 2))
+        """Twice the poll interval, within 0.1-1 s.
+
+        A tick costs several transactions even when there is nothing to do,
+        so a fast dispatcher poll (to see other processes' submits sooner)
+        must not make the timers spin: lease expiry has a granularity of
+        seconds anyway.
+        """
+        return min(1.0, max(TICK_FLOOR_S, self.ctx.settings.poll_interval * 2))
 
     async def run(self) -> None:
         while True:

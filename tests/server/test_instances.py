@@ -197,3 +197,12 @@ async def test_sigterm_of_a_serve_process_is_a_graceful_stop(db, connect, worker
         if process.poll() is None:
             process.kill()
     assert client.get(held.task_id)["state"] == "RUNNING"  # the lease is left for a resume elsewhere
+
+
+async def test_a_fast_poll_does_not_make_the_timers_spin(start_service):
+    """The dispatcher may poll every 10 ms; the timers' tick stays within 0.1-1 s (2 x poll)."""
+    from pulse_trio.server.timers import Timers
+
+    assert Timers((await start_service(poll_interval=0.01)).ctx).interval == 0.1
+    assert Timers((await start_service(poll_interval=0.2)).ctx).interval == 0.4
+    assert Timers((await start_service(poll_interval=5)).ctx).interval == 1.0
