@@ -8,6 +8,8 @@ what a client observed; server CPU and peak RSS come from /proc.
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from pathlib import Path
 
 from pulse_trio.dburl import DatabaseConfig, connect
@@ -23,21 +25,30 @@ def percentile(values: list[float], fraction: float) -> float | None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProcessSample:
+    """CPU used so far, resident and peak memory of one process, read from /proc."""
+
     cpu_seconds: float
     peak_rss_bytes: int
+    rss_bytes: int = 0
+    at: float = 0.0  # time.monotonic() of the reading, for CPU shares
 
     @classmethod
     def read(cls, pid: int) -> ProcessSample:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[11]) + int(fields[12])  # utime + stime
-        import os
-
         hz = os.sysconf("SC_CLK_TCK")
-        peak = 0
+        peak = rss = 0
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 peak = int(line.split()[1]) * 1024
-        return cls(ticks / hz, peak)
+            elif line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+        return cls(ticks / hz, peak, rss, time.monotonic())
+
+    def cpu_percent_since(self, before: ProcessSample) -> float:
+        """CPU time over wall time between two readings (100 = one core busy)."""
+        wall = self.at - before.at
+        return round(100 * (self.cpu_seconds - before.cpu_seconds) / wall, 1) if wall > 0 else 0.0
 
 
 def global_status(config: DatabaseConfig, name: str) -> int:
@@ -86,3 +97,14 @@ def task_timings(config: DatabaseConfig, kind: str) -> dict[str, object]:
         "assign_to_finish_ms": {"p50": ms(percentile(to_finish, 0.5)), "p99": ms(percentile(to_finish, 0.99))},
         "span_s": (last - first).total_seconds() if first and last else None,
     }
+
+
+def connected_sessions(config: DatabaseConfig) -> int:
+    """Worker instances whose session is not disconnected, counted in the database."""
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM worker_instances WHERE state <> 'DISCONNECTED'")
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()

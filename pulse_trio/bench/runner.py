@@ -16,21 +16,17 @@ asserted: the test suite only checks that the command runs.
 from __future__ import annotations
 
 import dataclasses
-import json
+import datetime as dt
 import os
-import secrets
-import socket
-import subprocess
 import sys
 import time
 
-
 from pulse_trio.bench import measure
 from pulse_trio.bench.noop_worker import KIND, QUEUE
+from pulse_trio.bench.processes import Fleet, bench_env, fresh_database, free_port, progress
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
 from pulse_trio.dburl import DatabaseConfig, connect, drop_database
-from pulse_trio.store.migrate import migrate
 from pulse_trio.tokens import create_token
 
 SUBMIT_BATCH = 500
@@ -48,72 +44,26 @@ class BenchOptions:
     timeout_s: float = 600.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("the server exited during start-up")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"the server did not listen on {port} within {timeout}s")
-
-
-def _progress(message: str) -> None:
-    sys.stderr.write(f"pulse-trio bench: {message}\n")
-    sys.stderr.flush()
-
-
-def fresh_database(server: DatabaseConfig) -> DatabaseConfig:
-    config = server.with_database(f"pulse_bench_{secrets.token_hex(4)}")
-    migrate(config)
-    return config
-
-
 def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:
     db = fresh_database(server)
-    procs: list[subprocess.Popen] = []
     try:
-        return _run(db, options, procs)
+        with Fleet() as fleet:
+            return _run(db, options, fleet)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
         drop_database(db)
 
 
-def _run(db: DatabaseConfig, options: BenchOptions, procs: list[subprocess.Popen]) -> dict[str, object]:
+def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, object]:
     conn = connect(db)
     try:
-        import datetime as dt
-
         token, _ = create_token(conn, role="worker", queues=[QUEUE], label="bench",
                                 now=dt.datetime.now(dt.timezone.utc))
     finally:
         conn.close()
-    env = dict(os.environ, PULSE_WORKER_TOKEN=token)
-    ports = [_free_port() for _ in range(options.instances)]
-    servers = [subprocess.Popen(
-        [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
-         "--worker-listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0", "--poll-interval", "0.01"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        for port in ports]
-    procs.extend(servers)
-    for port, proc in zip(ports, servers):
-        _wait_port(port, proc)
-    _progress(f"{options.instances} server instance(s) up")
+    env = bench_env(PULSE_WORKER_TOKEN=token)
+    ports = [free_port() for _ in range(options.instances)]
+    servers = [fleet.server(db, env, worker_port=port) for port in ports]
+    progress(f"{options.instances} server instance(s) up")
 
     client = Client(db)
     try:
@@ -121,20 +71,16 @@ def _run(db: DatabaseConfig, options: BenchOptions, procs: list[subprocess.Popen
             for start in range(0, options.backlog, SUBMIT_BATCH):
                 client.submit_many([build_task(QUEUE, "backlog") for _ in range(min(SUBMIT_BATCH,
                                                                                       options.backlog - start))])
-            _progress(f"backlog of {options.backlog} READY tasks submitted")
+            progress(f"backlog of {options.backlog} READY tasks submitted")
         for i in range(options.workers):
-            port = ports[i % len(ports)]
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pulse_trio", "worker", "run", "pulse_trio.bench.noop_worker:registry",
-                 "--url", f"ws://127.0.0.1:{port}/v1/worker", "--capacity", str(options.capacity), "--quiet",
-                 "--concurrency-keys"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+            fleet.worker("pulse_trio.bench.noop_worker:registry", env, worker_port=ports[i % len(ports)],
+                         capacity=options.capacity, concurrency_keys=True)
         deadline = time.monotonic() + 60
         while len(client.workers()) < options.workers:
             if time.monotonic() > deadline:
                 raise RuntimeError("the workers did not all connect within 60 s")
             time.sleep(0.1)
-        _progress(f"{options.workers} worker(s) with capacity {options.capacity} connected")
+        progress(f"{options.workers} worker(s) with capacity {options.capacity} connected")
 
         payload = {"pad": "x" * max(0, options.payload_bytes - 10)} if options.payload_bytes else {}
         before = [measure.ProcessSample.read(p.pid) for p in servers]
@@ -148,7 +94,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, procs: list[subprocess.Popen
                 batch.append(build_task(QUEUE, KIND, payload, concurrency_key=key, concurrency_limit=4))
             client.submit_many(batch)
         submit_s = time.perf_counter() - submit_started
-        _progress(f"{options.tasks} tasks submitted in {submit_s:.2f}s")
+        progress(f"{options.tasks} tasks submitted in {submit_s:.2f}s")
         deadline = time.monotonic() + options.timeout_s
         while (done := measure.finished_count(db, KIND)) < options.tasks:
             if time.monotonic() > deadline:

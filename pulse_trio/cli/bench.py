@@ -1,14 +1,21 @@
-"""`pulse-trio bench`: run the platform under load and print the figures as JSON."""
+"""`pulse-trio bench [latency|connections]`: run the platform under load and print the figures as JSON.
+
+Without a mode it is the throughput bench (its options stay where they
+were); a mode's options follow the mode's name.
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-from pulse_trio.cli.common import add_database_options, database, print_json, run_guarded
+from pulse_trio import config as cfg
+from pulse_trio.cli.common import CommandFailed, add_database_options, database, print_json, run_guarded
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("bench", help="measure throughput and latency with real server and worker processes")
+    parser = commands.add_parser("bench", help="measure throughput and latency with real server and worker processes",
+                                 description="Without MODE: throughput of no-op tasks submitted in batches.")
     parser.add_argument("--workers", type=int, default=2, help="SDK worker processes (default 2)")
     parser.add_argument("--capacity", type=int, default=64, help="capacity of each worker (default 64)")
     parser.add_argument("--tasks", type=int, default=2000, help="no-op tasks to run (default 2000)")
@@ -20,6 +27,62 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_database_options(parser)
     parser.set_defaults(run=run_guarded(_bench))
 
+    modes = parser.add_subparsers(dest="mode", metavar="MODE", title="modes (options after the mode's name)")
+    latency = modes.add_parser(
+        "latency", help="idle-dispatcher latency: tasks submitted one at a time at a fixed rate",
+        description="Submit tasks one at a time at --rate to an idle instance, over its HTTP API and then "
+                    "with Client.submit straight into the database; report submit→assign and assign→finish.")
+    latency.add_argument("--rate", type=_positive(float), default=50.0, help="tasks per second (default 50)")
+    latency.add_argument("--tasks", type=_positive(int), default=500, help="tasks per producer path (default 500)")
+    latency.add_argument("--workers", type=_positive(int), default=1, help="SDK worker processes (default 1)")
+    latency.add_argument("--capacity", type=_positive(int), default=8, help="capacity of each worker (default 8)")
+    latency.add_argument("--poll-interval", type=cfg.parse_seconds, default=cfg.Settings().poll_interval,
+                         help="the server's --poll-interval (default: serve's default, "
+                              f"{cfg.Settings().poll_interval:g}s)")
+    latency.add_argument("--path", dest="paths", action="append", choices=("http", "client"),
+                         help="producer path to run (repeatable; default both)")
+    latency.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each path's tasks")
+    _add_mode_database_options(latency)
+    latency.set_defaults(run=run_guarded(_latency))
+
+    connections = modes.add_parser(
+        "connections", help="K idle registered sessions on one instance: registration rate, RSS, CPU",
+        description="Hold --sessions idle worker sessions (full hello/welcome and capacity handshake) from "
+                    "separate processes; report registration time, server RSS and CPU, and health afterwards.")
+    connections.add_argument("--sessions", type=_positive(int), default=5000, help="idle sessions (default 5000)")
+    connections.add_argument("--processes", type=_positive(int), default=None,
+                             help="holder processes (default one per 2500 sessions)")
+    connections.add_argument("--capacity", type=int, default=1,
+                             help="capacity each idle session declares (default 1; 0 sends no worker.capacity)")
+    connections.add_argument("--in-flight", type=_positive(int), default=32,
+                             help="registrations under way at once per holder process (default 32)")
+    connections.add_argument("--idle", type=float, default=5.0,
+                             help="seconds to watch the server's CPU with every session idle (default 5)")
+    connections.add_argument("--poll-interval", type=cfg.parse_seconds, default=cfg.Settings().poll_interval,
+                             help="the server's --poll-interval (default: serve's default)")
+    connections.add_argument("--timeout", type=float, default=600.0, help="seconds the registrations may take")
+    _add_mode_database_options(connections)
+    connections.set_defaults(run=run_guarded(_connections))
+
+
+def _positive(kind: Callable[[str], float | int]) -> Callable[[str], float | int]:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        return value
+
+    return parse
+
+
+def _add_mode_database_options(parser: argparse.ArgumentParser) -> None:
+    """The database flags again, defaulting to "not given" so the parent's value (or env) stands."""
+    for flag, field, kind, help_text in cfg.DATABASE_OPTIONS:
+        parser.add_argument(flag, dest=field, type=kind, default=argparse.SUPPRESS, help=help_text)
+
 
 def _bench(args: argparse.Namespace) -> int:
     from pulse_trio.bench.runner import BenchOptions, run
@@ -29,4 +92,34 @@ def _bench(args: argparse.Namespace) -> int:
                            keyed_share=args.keyed_share, timeout_s=args.timeout)
     with database(args, ensure_schema=False) as server:
         print_json(run(server, options))
+    return 0
+
+
+def _latency(args: argparse.Namespace) -> int:
+    from pulse_trio.bench.latency import PATHS, LatencyOptions, run
+
+    options = LatencyOptions(rate=args.rate, tasks=args.tasks, workers=args.workers, capacity=args.capacity,
+                             poll_interval=args.poll_interval, paths=tuple(args.paths or PATHS),
+                             timeout_s=args.timeout)
+    return _report(args, lambda server: run(server, options))
+
+
+def _connections(args: argparse.Namespace) -> int:
+    from pulse_trio.bench.connections import ConnectionOptions, run
+
+    if not 0 <= args.capacity <= 10_000:
+        raise CommandFailed("--capacity must be 0..10000", 2)
+    options = ConnectionOptions(sessions=args.sessions, processes=args.processes or 0, capacity=args.capacity,
+                                in_flight=args.in_flight, idle_s=args.idle, poll_interval=args.poll_interval,
+                                timeout_s=args.timeout)
+    return _report(args, lambda server: run(server, options))
+
+
+def _report(args: argparse.Namespace, measure: Callable[..., dict[str, object]]) -> int:
+    with database(args, ensure_schema=False) as server:
+        try:
+            result = measure(server)
+        except RuntimeError as exc:  # a process died or a wait timed out: say which
+            raise CommandFailed(str(exc)) from None
+    print_json(result)
     return 0

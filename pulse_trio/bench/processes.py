@@ -1,0 +1,128 @@
+"""The bench's child processes: real `serve` and `worker run` commands.
+
+Every bench mode runs what ships, as separate processes, so the figures
+include the real sockets, frames and transactions. The :class:`Fleet`
+stops whatever it started, in order, even when the run fails half way.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.migrate import migrate
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the server exited during start-up")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"the server did not listen on {port} within {timeout}s")
+
+
+def progress(message: str) -> None:
+    """A line for people on stderr (stdout carries only the JSON result)."""
+    sys.stderr.write(f"pulse-trio bench: {message}\n")
+    sys.stderr.flush()
+
+
+def fresh_database(server: DatabaseConfig) -> DatabaseConfig:
+    config = server.with_database(f"pulse_bench_{secrets.token_hex(4)}")
+    migrate(config)
+    return config
+
+
+def raise_fd_limit() -> int:
+    """Lift this process's soft open-files limit to the hard one; children inherit it.
+
+    The connection bench holds thousands of sockets in the server and in
+    the session holders; the usual soft limit of 1024 would cut it short.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return hard
+    return soft
+
+
+class Fleet:
+    """Child processes of one bench run, stopped (SIGTERM, then SIGKILL) on exit."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], **kwargs: object) -> subprocess.Popen:
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        kwargs.setdefault("stdout", subprocess.DEVNULL)
+        kwargs.setdefault("stderr", subprocess.DEVNULL)
+        proc = subprocess.Popen(list(argv), env=dict(env), **kwargs)  # type: ignore[call-overload]
+        self.procs.append(proc)
+        return proc
+
+    def server(self, db: DatabaseConfig, env: Mapping[str, str], *, worker_port: int, http_port: int = 0,
+               poll_interval: float = 0.01, extra: Sequence[str] = ()) -> subprocess.Popen:
+        """One `pulse-trio serve`, waited for until its worker port listens."""
+        proc = self.spawn(
+            [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
+             "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}",
+             "--poll-interval", f"{poll_interval:g}", *extra], env)
+        wait_port(worker_port, proc)
+        if http_port:
+            wait_port(http_port, proc)
+        return proc
+
+    def worker(self, registry: str, env: Mapping[str, str], *, worker_port: int, capacity: int,
+               concurrency_keys: bool = False) -> subprocess.Popen:
+        """One `pulse-trio worker run` of a bench registry (no-op handlers)."""
+        return self.spawn(
+            [sys.executable, "-m", "pulse_trio", "worker", "run", registry,
+             "--url", f"ws://127.0.0.1:{worker_port}/v1/worker", "--capacity", str(capacity), "--quiet",
+             *(["--concurrency-keys"] if concurrency_keys else [])], env)
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):  # workers and holders first, the server last
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def bench_env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, **extra)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, *, interval: float = 0.1) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,46 @@
+"""`pulse-trio bench latency` and `bench connections` run small and report every field (values are not judged)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _bench(database_server, *args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "bench", *args,
+         "--database-url", database_server.with_database("unused").url(redact=False)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_latency_reports_both_producer_paths(database_server):
+    report = _bench(database_server, "latency", "--rate", "40", "--tasks", "20", "--timeout", "60")
+    assert report["mode"] == "latency"
+    assert report["poll_interval_s"] == 0.05
+    assert report["options"]["tasks"] == 20
+    for path in ("http", "client"):
+        figures = report[path]
+        assert set(figures["submit_to_assign_ms"]) == {"p50", "p95", "p99"}
+        assert set(figures["assign_to_finish_ms"]) == {"p50", "p99"}
+        assert set(figures["producer_call_ms"]) == {"p50", "p99"}
+        assert all(v is not None for v in (*figures["submit_to_assign_ms"].values(),
+                                           *figures["assign_to_finish_ms"].values()))
+        assert figures["achieved_rate_per_s"] > 0
+
+
+def test_connections_registers_every_session_and_stays_healthy(database_server):
+    report = _bench(database_server, "connections", "--sessions", "50", "--idle", "1", "--timeout", "60")
+    assert report["mode"] == "connections"
+    assert report["sessions_registered"] == 50, report["errors"]
+    assert report["sessions_connected_metric"] == 50
+    assert report["sessions_connected_db"] == 50
+    for key in ("register_s", "registrations_per_s", "rss_per_session_kib", "server_cpu_s_registering",
+                "server_cpu_percent_registering", "server_cpu_percent_idle", "poll_interval_s"):
+        assert report[key] is not None, key
+    assert set(report["server_rss_mib"]) == {"before", "after", "after_idle"}
+    assert set(report["register_ms"]) == {"p50", "p99"}
+    assert report["health"]["readyz_status"] == 200
+    assert report["health"]["task_run_s"] is not None
