@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulse_trio.dispatcher")
 
 MAX_BATCH = 64
+FILL_ALL_FLOOR_S = 0.1  # a 10 ms poll must not turn every pass into a fill-all pass
 ROUND_SHARE = 4  # a session claims about 1/ROUND_SHARE of its free slots per round
 
 
@@ -52,8 +53,9 @@ class Dispatcher:
         while True:
             news = await ctx.hub.wait_woken(ctx.settings.poll_interval)
             # Steady finishes wake the loop long before the poll would: fill every
-            # free slot at least once per poll interval all the same.
-            fill_all = news or trio.current_time() >= self._last_fill_all + ctx.settings.poll_interval
+            # free slot at least once per poll interval (0.1 s at the fastest) all the same.
+            fill_all = news or trio.current_time() >= self._last_fill_all + max(FILL_ALL_FLOOR_S,
+                                                                                ctx.settings.poll_interval)
             if fill_all:
                 self._last_fill_all = trio.current_time()
             try:
@@ -76,10 +78,13 @@ class Dispatcher:
         offered = 0
         round_share = 1 if self.backlogged else ROUND_SHARE
         first = True
+        retrying: set[str] = set()  # second-chance sessions: they claim alone in the next round
         while True:
             hungry = [s for s in self.ctx.hub if s.session_id not in dry
                       and s.free_slots >= (1 if fill_all and first else s.refill_at)]
             first = False
+            if retrying:
+                hungry = [s for s in hungry if s.session_id in retrying] or hungry
             if not hungry:
                 if offered or dry:  # a pass that found nobody hungry says nothing about the queues
                     self.backlogged = not dry
@@ -91,16 +96,18 @@ class Dispatcher:
                     nursery.start_soon(self._claim, session, share, dry, counts)
             claimed = sum(counts.values())
             offered += claimed
-            if claimed == 0:
+            was_retry, retrying = bool(retrying), set()
+            if claimed == 0 and not was_retry:
                 self.backlogged = False
                 return offered
             # A session that came up empty while others found work may have claimed
             # before that work committed (a burst landing mid-pass): ask it once more
-            # in this pass, or the others would take the whole burst in later rounds.
+            # in this pass, alone, or the others would take the whole burst in later rounds.
             for session in hungry:
                 sid = session.session_id
                 if not counts.get(sid) and sid in dry and sid not in second_chance:
                     second_chance.add(sid)
+                    retrying.add(sid)
                     dry.discard(sid)
 
     async def _claim(self, session: LiveSession, want: int, dry: set[str], counts: dict[str, int]) -> None:
