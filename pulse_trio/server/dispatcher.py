@@ -29,7 +29,7 @@ from transitions import MachineError
 
 from pulse_trio.server import views
 from pulse_trio.server.hub import LiveSession
-from pulse_trio.store.assign import assign, new_credentials
+from pulse_trio.store.assign import assign, new_credentials, queues_with_ready_work
 from pulse_trio.store.results import AssignResult, Refusal
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulse_trio.dispatcher")
 
 MAX_BATCH = 64
+PROBE_ABOVE = 4  # more hungry sessions than this: ask which queues have work before claiming
 FILL_ALL_FLOOR_S = 0.1  # a 10 ms poll must not turn every pass into a fill-all pass
 ROUND_SHARE = 4  # a session claims about 1/ROUND_SHARE of its free slots per round
 
@@ -46,6 +47,8 @@ class Dispatcher:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.backlogged = False  # the last pass filled every session and nobody came up short
+        self.claims = 0
+        self.probes = 0
         self._last_fill_all = -math.inf
 
     async def run(self) -> None:
@@ -82,6 +85,8 @@ class Dispatcher:
         while True:
             hungry = [s for s in self.ctx.hub if s.session_id not in dry
                       and s.free_slots >= (1 if fill_all and first else s.refill_at)]
+            if first and len(hungry) > PROBE_ABOVE:
+                hungry = await self._with_work(hungry, dry)
             first = False
             if retrying:
                 hungry = [s for s in hungry if s.session_id in retrying] or hungry
@@ -110,8 +115,25 @@ class Dispatcher:
                     retrying.add(sid)
                     dry.discard(sid)
 
+    def statistics(self) -> dict[str, int]:
+        return {"claims": self.claims, "probes": self.probes, "backlogged": int(self.backlogged)}
+
+    async def _with_work(self, hungry: list[LiveSession], dry: set[str]) -> list[LiveSession]:
+        """The sessions subscribed to a queue with READY work (the others are dry for this pass).
+
+        Thousands of idle sessions on empty queues would otherwise cost a
+        claim transaction each on every poll.
+        """
+        self.probes += 1
+        queues = sorted({q for s in hungry for q in s.queues})
+        ready = await self.ctx.store.run(queues_with_ready_work, queues=queues)
+        keep = [s for s in hungry if not ready.isdisjoint(s.queues)]
+        dry.update(s.session_id for s in hungry if ready.isdisjoint(s.queues))
+        return keep
+
     async def _claim(self, session: LiveSession, want: int, dry: set[str], counts: dict[str, int]) -> None:
         ctx = self.ctx
+        self.claims += 1
         credentials = new_credentials(want)
         result = await ctx.store.run(
             assign, session_id=session.session_id, credentials=credentials, now=ctx.clock.now(),

@@ -56,6 +56,7 @@ class ServiceContext:
     metrics: ServiceMetrics = dataclasses.field(default_factory=ServiceMetrics)
     connections: set[WorkerConnection] = dataclasses.field(default_factory=set)
     batcher: LeaseCommandBatcher | None = None
+    dispatcher: Dispatcher | None = None
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -144,7 +145,8 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
 
                 server = await root.start(listen)
                 root.start_soon(batcher.run)
-                root.start_soon(Dispatcher(ctx).run)
+                ctx.dispatcher = Dispatcher(ctx)
+                root.start_soon(ctx.dispatcher.run)
                 root.start_soon(Timers(ctx).run)
                 port = server.port
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 from pulse_trio.store import ids, instances, permits, task_steps
 from pulse_trio.store.leases import lease_view
-from pulse_trio.store.registry import check, decide, transition
+from pulse_trio.store.registry import check, decide, read_only, transition
 from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
 from pulse_trio.store.rows import InstanceRow, LeaseRow, TaskRow
 from pulse_trio.store.tx import Tx, after_ms, db_time
@@ -72,6 +72,28 @@ def _page(tx: Tx, session: InstanceRow, queue: str, kinds: frozenset[str] | None
     args.append(size)
     sql = pickup_sql(paged=after is not None, kinds=len(kind_list), unkeyed_only=not session.concurrency_keys)
     return [TaskRow.from_row(r) for r in tx.all(sql, args)]
+
+
+PROBE_CHUNK = 100  # queues per probe statement
+
+
+@read_only
+def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
+    """Which of ``queues`` have at least one READY task: one index dive each, no locks.
+
+    The dispatcher asks this before a pass over many idle sessions, so an
+    empty queue costs one statement per poll instead of one claim
+    transaction per session. A stale answer only delays or wastes a claim.
+    """
+    found: set[str] = set()
+    queues = list(queues)
+    for start in range(0, len(queues), PROBE_CHUNK):
+        chunk = queues[start:start + PROBE_CHUNK]
+        sql = " UNION ALL ".join(
+            ["SELECT %s FROM DUAL WHERE EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
+             " WHERE queue = %s AND state = 'READY')"] * len(chunk))
+        found.update(row[0] for row in tx.all(sql, [q for queue in chunk for q in (queue, queue)]))
+    return found
 
 
 def _snapshot(task: TaskRow, attempt: int, token: int | None) -> TaskSnapshot:

@@ -250,3 +250,27 @@ async def test_a_concurrency_limit_holds_back_the_second_task_of_a_key(start_ser
     after = await w.expect_assign()
     assert after.task_id == second["task_id"]
     assert int(after.task["concurrency_token"]) != int(held.task["concurrency_token"])
+
+
+async def test_many_idle_sessions_on_an_empty_queue_cost_one_probe_per_pass_not_a_claim_each(
+        start_service, connect, worker_token, client):
+    service = await start_service(poll_interval=60)  # only the explicit passes below run
+    dispatcher = service.ctx.dispatcher
+    workers = [await connect(service, worker_token, name=f"idle-{i}") for i in range(6)]
+    for w in workers:
+        await w.register(["billing"], capacity=2)
+    await trio.sleep(0.5)  # the passes the capacity frames started are over
+    before = dispatcher.statistics()
+    assert await dispatcher.dispatch_pass() == 0
+    after = dispatcher.statistics()
+    assert (after["probes"] - before["probes"], after["claims"] - before["claims"]) == (1, 0)
+
+    task = client.submit("billing", "invoice.send", {"n": 1})
+    assert await dispatcher.dispatch_pass() == 1
+    got = []
+    with trio.fail_after(10):
+        while not got:
+            for w in workers:
+                await w.capacity_ok(2)  # round trip: whatever was pushed before is now buffered
+            got = [a for w in workers for a in w.assigns_buffered()]
+    assert [a["body"]["task"]["task_id"] for a in got] == [task["task_id"]]

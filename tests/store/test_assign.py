@@ -145,3 +145,18 @@ def test_composite_transaction_runs_the_three_charts(world):
         conn.close()
     assert len(result.offers) == 1
     assert tx.trail == ["lease.assign", "key_permit.acquire", "task.offer"]
+
+
+def test_the_ready_probe_names_exactly_the_queues_with_ready_work(world):
+    from pulse_trio.store.assign import PROBE_CHUNK, queues_with_ready_work
+
+    w = world.worker("busy", capacity=1)
+    world.submit(queue="ready")
+    world.submit(queue="later", due_at=world.now + dt.timedelta(hours=1))  # SCHEDULED, not READY
+    world.submit(queue="busy")
+    world.assign(w)  # its only task is OFFERED now
+    many = [f"empty-{i}" for i in range(PROBE_CHUNK + 5)]  # more than one statement's worth
+    probe = world.store.run_sync(queues_with_ready_work, queues=["ready", "later", "busy", *many, "ready-2"])
+    assert probe == {"ready"}
+    world.submit(queue="ready-2")
+    assert world.store.run_sync(queues_with_ready_work, queues=[*many, "ready-2"]) == {"ready-2"}
