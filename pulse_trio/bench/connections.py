@@ -106,7 +106,11 @@ def _run(db: DatabaseConfig, options: ConnectionOptions, fleet: Fleet) -> dict[s
         for holder in holders:
             holder.stdin.write("go\n")
             holder.stdin.flush()
-        reports = [_read_json(holder, deadline) for holder in holders]
+        try:
+            reports = [_read_json(holder, deadline) for holder in holders]
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; {measure.connected_sessions(db)} of {options.sessions} sessions were "
+                               f"registered after {time.monotonic() - cpu_start.at:.0f}s") from None
         register_s = time.monotonic() - cpu_start.at
         registered = measure.ProcessSample.read(server.pid)
         count = sum(r["registered"] for r in reports)
