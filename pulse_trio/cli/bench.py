@@ -99,7 +99,7 @@ def _latency(args: argparse.Namespace) -> int:
     from pulse_trio.bench.latency import PATHS, LatencyOptions, run
 
     options = LatencyOptions(rate=args.rate, tasks=args.tasks, workers=args.workers, capacity=args.capacity,
-                             poll_interval=args.poll_interval, paths=tuple(args.paths or PATHS),
+                             poll_interval=args.poll_interval, paths=tuple(dict.fromkeys(args.paths or PATHS)),
                              timeout_s=args.timeout)
     return _report(args, lambda server: run(server, options))
 
