@@ -98,11 +98,11 @@ class TaskApi:
 
         def submit_and_read() -> tuple[str, str, bool]:
             done = self.client.submit_many([task], now=now)[0]
+            if done["created"]:  # committed: dispatch it while the answer is read back
+                trio.from_thread.run_sync(self.ctx.hub.wake)
             return done["task_id"], self.client.get_json_text(done["task_id"]), done["created"]
 
         task_id, text, created = await self.blocking(submit_and_read)
-        if created:
-            self.ctx.hub.wake()  # a submit through this instance is dispatched at once
         request.scope.setdefault("pulse", {})["task_id"] = task_id
         return json_text(text, 201 if created else 200, created=created)
 

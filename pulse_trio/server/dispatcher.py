@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulse_trio.dispatcher")
 
 MAX_BATCH = 64
-PROBE_ABOVE = 4  # more hungry sessions than this: ask which queues have work before claiming
+PROBE_ABOVE = 4  # more live sessions than this: ask which queues have work before claiming
 FILL_ALL_FLOOR_S = 0.1  # a 10 ms poll must not turn every pass into a fill-all pass
 ROUND_SHARE = 4  # a session claims about 1/ROUND_SHARE of its free slots per round
 
@@ -82,11 +82,20 @@ class Dispatcher:
         round_share = 1 if self.backlogged else ROUND_SHARE
         first = True
         retrying: set[str] = set()  # second-chance sessions: they claim alone in the next round
+        def wants_work(s: LiveSession) -> bool:
+            return s.free_slots >= (1 if fill_all and first else s.refill_at)
+
+        ready: set[str] | None = None
+        hub = self.ctx.hub
+        if len(hub) > PROBE_ABOVE and not self.backlogged and any(wants_work(s) for s in hub):
+            ready = await self._ready_queues()
+            if not ready:
+                return 0  # idle: one statement, and no walk over the sessions
         while True:
-            hungry = [s for s in self.ctx.hub if s.session_id not in dry
-                      and s.free_slots >= (1 if fill_all and first else s.refill_at)]
-            if first and len(hungry) > PROBE_ABOVE:
-                hungry = await self._with_work(hungry, dry)
+            hungry = [s for s in hub if s.session_id not in dry and wants_work(s)]
+            if first and ready is not None:
+                dry.update(s.session_id for s in hungry if ready.isdisjoint(s.queues))
+                hungry = [s for s in hungry if s.session_id not in dry]
             first = False
             if retrying:
                 hungry = [s for s in hungry if s.session_id in retrying] or hungry
@@ -118,18 +127,14 @@ class Dispatcher:
     def statistics(self) -> dict[str, int]:
         return {"claims": self.claims, "probes": self.probes, "backlogged": int(self.backlogged)}
 
-    async def _with_work(self, hungry: list[LiveSession], dry: set[str]) -> list[LiveSession]:
-        """The sessions subscribed to a queue with READY work (the others are dry for this pass).
+    async def _ready_queues(self) -> set[str]:
+        """The subscribed queues with READY work; sessions on the others are dry for the pass.
 
         Thousands of idle sessions on empty queues would otherwise cost a
-        claim transaction each on every poll.
+        claim transaction each on every poll, and a walk over all of them.
         """
         self.probes += 1
-        queues = sorted({q for s in hungry for q in s.queues})
-        ready = await self.ctx.store.run(queues_with_ready_work, queues=queues)
-        keep = [s for s in hungry if not ready.isdisjoint(s.queues)]
-        dry.update(s.session_id for s in hungry if ready.isdisjoint(s.queues))
-        return keep
+        return await self.ctx.store.run(queues_with_ready_work, queues=self.ctx.hub.subscribed_queues())
 
     async def _claim(self, session: LiveSession, want: int, dry: set[str], counts: dict[str, int]) -> None:
         ctx = self.ctx

@@ -59,14 +59,23 @@ class SessionHub:
 
     def __init__(self) -> None:
         self._sessions: dict[str, LiveSession] = {}
+        self._queues: list[str] | None = None  # every subscribed queue, rebuilt after add/remove
         self._wake = trio.Event()
         self._news = False  # new work or capacity since the last pass, not only freed slots
 
     def add(self, session: LiveSession) -> None:
         self._sessions[session.session_id] = session
+        self._queues = None
 
     def remove(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        if self._sessions.pop(session_id, None) is not None:
+            self._queues = None
+
+    def subscribed_queues(self) -> list[str]:
+        """Every queue some live session subscribes to, sorted (cached between changes)."""
+        if self._queues is None:
+            self._queues = sorted({q for s in self._sessions.values() for q in s.queues})
+        return self._queues
 
     def get(self, session_id: str) -> LiveSession | None:
         return self._sessions.get(session_id)

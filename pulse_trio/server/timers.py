@@ -73,7 +73,7 @@ class Timers:
     async def reconcile(self) -> None:
         """Correct the hub's lease counts from the database (see the module docstring)."""
         hub = self.ctx.hub
-        sessions = list(hub)
+        sessions = [s for s in hub if s.active_leases > 0]  # a count of zero cannot be too high
         if not sessions:
             return
         counts = await self.ctx.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
