@@ -4,9 +4,10 @@ One transaction offers up to ``len(credentials)`` tasks to one session:
 
 1. lock the session's instance row (serialises assignment per session and
    makes the free-slot count exact: capacity - live leases);
-2. per subscribed queue, read READY tasks in pick-up order through the
-   ``tasks_pickup`` index, ``FOR UPDATE SKIP LOCKED`` (another instance's
-   claim is skipped, never waited on), merge the queues by
+2. per subscribed queue (per queue and kind when the subscription names a
+   few kinds), read READY tasks in pick-up order through ``tasks_pickup``
+   (``tasks_pickup_kind``), ``FOR UPDATE SKIP LOCKED`` (another instance's
+   claim is skipped, never waited on), merge them by
    ``(effective_at, task_id)``;
 3. keyed tasks take a permit (key_permit.acquire, itself SKIP LOCKED on the
    key's counter); a keyed task at its limit is skipped and scanning goes on,
@@ -35,11 +36,15 @@ from pulse_trio.store.rows import InstanceRow, LeaseRow, TaskRow
 from pulse_trio.store.tx import Tx, after_ms, db_time
 
 _PICKUP = (
-    f"SELECT {TaskRow.columns()} FROM tasks t FORCE INDEX (tasks_pickup)"
-    " WHERE t.queue = %s AND t.state = 'READY'{after}{kinds}{keys}"
+    f"SELECT {TaskRow.columns()} FROM tasks t FORCE INDEX ({{index}})"
+    " WHERE t.queue = %s AND t.state = 'READY'{kind}{after}{kinds}{keys}"
     " ORDER BY t.effective_at, t.task_id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 _AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id > %s))"
+# A subscription naming up to this many kinds reads one page per kind through
+# tasks_pickup_kind, so READY tasks of other kinds in the queue are never
+# scanned; a longer list filters tasks_pickup with IN (…) instead.
+KIND_PAGES_MAX = 8
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,24 +58,50 @@ def new_credentials(count: int) -> tuple[LeaseCredential, ...]:
     return tuple(LeaseCredential(ids.new_id("lse"), ids.new_secret()) for _ in range(count))
 
 
-def pickup_sql(*, paged: bool = False, kinds: int = 0, unkeyed_only: bool = False) -> str:
-    """The pick-up query (exposed so a test can EXPLAIN exactly what runs)."""
+def pickup_sql(*, paged: bool = False, by_kind: bool = False, kinds: int = 0, unkeyed_only: bool = False) -> str:
+    """The pick-up query (exposed so a test can EXPLAIN exactly what runs).
+
+    ``by_kind``: one kind, through ``tasks_pickup_kind (queue, state, kind,
+    effective_at, task_id)``; ``kinds``: that many kinds, IN (…) over
+    ``tasks_pickup``; neither: the whole queue through ``tasks_pickup``.
+    """
+    if by_kind and kinds:
+        raise ValueError("by_kind reads one kind; kinds= is the IN (…) variant")
     return _PICKUP.format(
+        index="tasks_pickup_kind" if by_kind else "tasks_pickup",
+        kind=" AND t.kind = %s" if by_kind else "",
         after=_AFTER if paged else "",
         kinds=f" AND t.kind IN ({', '.join(['%s'] * kinds)})" if kinds else "",
         keys=" AND t.concurrency_key IS NULL" if unkeyed_only else "",
     )
 
 
-def _page(tx: Tx, session: InstanceRow, queue: str, kinds: frozenset[str] | None, after: TaskRow | None,
-          size: int) -> list[TaskRow]:
+Source = tuple[str, "str | frozenset[str] | None"]  # (queue, one kind | several kinds | every kind)
+
+
+def _sources(session: InstanceRow) -> list[Source]:
+    """What to read pages from: per kind when the subscription names a few, else per queue."""
+    out: list[Source] = []
+    for queue, kinds in session.subscription_map().items():
+        if kinds is not None and len(kinds) <= KIND_PAGES_MAX:
+            out += [(queue, kind) for kind in sorted(kinds)]
+        else:
+            out.append((queue, kinds))
+    return out
+
+
+def _page(tx: Tx, session: InstanceRow, source: Source, after: TaskRow | None, size: int) -> list[TaskRow]:
+    queue, kinds = source
     args: list = [queue]
+    if isinstance(kinds, str):
+        args.append(kinds)
     if after is not None:
         args += [db_time(after.effective_at), db_time(after.effective_at), after.task_id]
-    kind_list = sorted(kinds) if kinds is not None else []
+    kind_list = sorted(kinds) if isinstance(kinds, frozenset) else []
     args += kind_list
     args.append(size)
-    sql = pickup_sql(paged=after is not None, kinds=len(kind_list), unkeyed_only=not session.concurrency_keys)
+    sql = pickup_sql(paged=after is not None, by_kind=isinstance(kinds, str), kinds=len(kind_list),
+                     unkeyed_only=not session.concurrency_keys)
     return [TaskRow.from_row(r) for r in tx.all(sql, args)]
 
 
@@ -157,32 +188,31 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
 
 def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentials: Sequence[LeaseCredential],
             max_scan: int) -> list[tuple[TaskRow, LeaseCredential, int | None]]:
-    """Merge the subscribed queues in pick-up order; skip what a guard or a permit refuses."""
-    subs = session.subscription_map()
+    """Merge the subscribed sources (queues, or queue and kind) in pick-up order; skip what a guard or a permit refuses."""
     page = want if not session.concurrency_keys else min(max(want * 2, 8), max_scan)
-    pages: dict[str, list[TaskRow]] = {q: _page(tx, session, q, k, None, page) for q, k in subs.items()}
-    heap = [((t.effective_at, t.task_id), i, q) for q, rows in pages.items() for i, t in enumerate(rows)]
+    pages: dict[Source, list[TaskRow]] = {src: _page(tx, session, src, None, page) for src in _sources(session)}
+    heap = [((t.effective_at, t.task_id), i, src) for src, rows in pages.items() for i, t in enumerate(rows)]
     heapq.heapify(heap)
     chosen: list[tuple[TaskRow, LeaseCredential, int | None]] = []
     scanned = len(heap)
     while heap and len(chosen) < want:
-        _, index, queue = heapq.heappop(heap)
-        task = pages[queue][index]
+        _, index, source = heapq.heappop(heap)
+        task = pages[source][index]
         taken = _take(tx, session, task, credentials[len(chosen)], now)
         if taken is not None:
             chosen.append(taken)
-        # The queue's page is used up: read its next page only if more tasks are still
+        # The source's page is used up: read its next page only if more tasks are still
         # wanted. Reading it anyway would lock rows FOR UPDATE that this claim never
         # offers, and a concurrent claim (another session) would skip them: it would
         # come back short and count as dry for the rest of its dispatch pass.
-        if (index == len(pages[queue]) - 1 and len(pages[queue]) % page == 0 and scanned < max_scan
+        if (index == len(pages[source]) - 1 and len(pages[source]) % page == 0 and scanned < max_scan
                 and len(chosen) < want):
-            more = _page(tx, session, queue, subs[queue], task, page)  # keep the queue's scan going
+            more = _page(tx, session, source, task, page)  # keep the source's scan going
             scanned += len(more)
-            base = len(pages[queue])
-            pages[queue].extend(more)
+            base = len(pages[source])
+            pages[source].extend(more)
             for offset, t in enumerate(more):
-                heapq.heappush(heap, ((t.effective_at, t.task_id), base + offset, queue))
+                heapq.heappush(heap, ((t.effective_at, t.task_id), base + offset, source))
     return chosen
 
 

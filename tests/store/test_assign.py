@@ -160,3 +160,15 @@ def test_the_ready_probe_names_exactly_the_queues_with_ready_work(world):
     assert probe == {"ready"}
     world.submit(queue="ready-2")
     assert world.store.run_sync(queues_with_ready_work, queues=[*many, "ready-2"]) == {"ready-2"}
+
+
+def test_a_subscription_by_kind_merges_its_kinds_in_pick_up_order(world):
+    """Per-kind pages, merged: the same order as one page over the queue filtered by kind."""
+    w = world.worker("q", capacity=10, kinds={"q": ["a", "b"]})
+    world.run(submit, tasks=[NewTask("q", "other") for _ in range(50)])  # never offered, never in the way
+    ids = [world.submit(queue="q", kind=kind, priority=p) for kind, p in
+           [("a", 0), ("b", 5), ("a", 9), ("b", 0), ("other", 9), ("a", 5)]]
+    offers = world.assign(w, 10)
+    by_id = {t: i for i, t in enumerate(ids)}
+    got = [by_id[o.task.task_id] for o in offers]
+    assert got == [2, 1, 5, 0, 3]  # priority 9, then 5 (older first), then 0 (older first); 'other' skipped

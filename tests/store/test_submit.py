@@ -79,13 +79,19 @@ def test_promote_batches(world):
     assert world.run(promote, limit=3).count == 2
 
 
-def _explain(world, sql, args):
+def _analyze(world, sql, args):
+    """MariaDB's ANALYZE: the plan plus what running it really read (r_rows)."""
+    (plan,) = _explain(world, sql, args, verb="ANALYZE")
+    return plan
+
+
+def _explain(world, sql, args, verb="EXPLAIN"):
     from pulse_trio.dburl import connect
 
     conn = connect(world.db)
     try:
         with conn.cursor() as cur:
-            cur.execute("EXPLAIN " + sql, args)
+            cur.execute(verb + " " + sql, args)
             names = [d[0] for d in cur.description]
             rows = [dict(zip(names, r)) for r in cur.fetchall()]
         conn.rollback()
@@ -96,19 +102,32 @@ def _explain(world, sql, args):
 
 @pytest.mark.parametrize("variant", [
     dict(), dict(kinds=2), dict(unkeyed_only=True), dict(paged=True), dict(paged=True, kinds=1, unkeyed_only=True),
+    dict(by_kind=True), dict(by_kind=True, paged=True, unkeyed_only=True),
 ])
 def test_pickup_uses_the_index_in_order_by_direction(world, variant):
-    """The claim query reads tasks_pickup in ORDER BY order: no filesort (platform.md §9)."""
+    """The claim query reads its pick-up index in ORDER BY order: no filesort (platform.md §9)."""
     world.run(submit, tasks=[NewTask("q", "k", priority=i % 10) for i in range(200)])
+    world.run(submit, tasks=[NewTask("q", "other-kind") for _ in range(200)])
     world.run(submit, tasks=[NewTask("other", "k") for _ in range(50)])
     args: list = ["q"]
+    if variant.get("by_kind"):
+        args.append("k")
     if variant.get("paged"):
         args += [world.now, world.now, "tsk_0"]
     args += ["k"] * variant.get("kinds", 0)
     args.append(10)
     (plan,) = _explain(world, pickup_sql(**variant), args)
-    assert plan["key"] == "tasks_pickup", plan
+    assert plan["key"] == ("tasks_pickup_kind" if variant.get("by_kind") else "tasks_pickup"), plan
     assert "filesort" not in (plan["Extra"] or "").lower(), plan
+
+
+def test_a_backlog_of_another_kind_is_not_scanned_by_a_kind_subscription(world):
+    """Pick-up by kind reads only that kind's index range: rows examined stay at the page size."""
+    world.run(submit, tasks=[NewTask("q", "backlog") for _ in range(2000)])
+    world.run(submit, tasks=[NewTask("q", "k") for _ in range(20)])
+    plan = _analyze(world, pickup_sql(by_kind=True, unkeyed_only=True), ["q", "k", 10])
+    assert plan["key"] == "tasks_pickup_kind", plan
+    assert float(plan["r_rows"]) <= 10, plan
 
 
 def test_pickup_explain_in_docs_matches():
