@@ -20,9 +20,9 @@ What is measured, from the rows the run wrote (``measure.task_timings``):
   after the request was authenticated and parsed (http), by the producer's
   wall clock (client; same host, so the same clock). ``offered_at`` is
   stamped when the dispatcher starts the claim transaction for the task.
-  So the figure holds the INSERT and COMMIT, for http the read-back of the
-  task the answer carries (the wake-up follows it), and the dispatcher's
-  reaction; not the claim transaction nor the push.
+  So the figure holds the INSERT and COMMIT and the dispatcher's reaction
+  (for http the wake-up comes right after the commit, before the read-back
+  of the task the answer carries); not the claim transaction nor the push.
 * assign→finish = task ``finished_at`` − ``offered_at``: the claim
   transaction, the push, the worker's ``task.start`` round trip, the no-op
   handler, and the ``task.finish`` up to the moment its batch starts
