@@ -26,7 +26,6 @@ What is measured:
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import math
 import os
@@ -39,11 +38,10 @@ from pulse_trio.bench import measure
 from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.noop_worker import KIND, QUEUE
 from pulse_trio.bench.processes import (
-    Fleet, bench_env, free_port, fresh_database, progress, raise_fd_limit, wait_until,
+    Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress, raise_fd_limit, wait_until,
 )
 from pulse_trio.config import Settings
-from pulse_trio.dburl import DatabaseConfig, connect, drop_database
-from pulse_trio.tokens import create_token
+from pulse_trio.dburl import DatabaseConfig
 
 IDLE_QUEUE = "bench.idle"
 SESSIONS_PER_PROCESS = 2500
@@ -68,27 +66,11 @@ class ConnectionOptions:
 
 def run(server: DatabaseConfig, options: ConnectionOptions) -> dict[str, object]:
     raise_fd_limit()  # the server and the holders inherit it
-    db = fresh_database(server)
-    try:
-        with Fleet() as fleet:
-            return _run(db, options, fleet)
-    finally:
-        drop_database(db)
-
-
-def _tokens(db: DatabaseConfig) -> tuple[str, str]:
-    conn = connect(db)
-    try:
-        now = dt.datetime.now(dt.timezone.utc)
-        worker, _ = create_token(conn, role="worker", queues=[QUEUE, IDLE_QUEUE], label="bench", now=now)
-        producer, _ = create_token(conn, role="producer", queues=[QUEUE], label="bench", now=now)
-    finally:
-        conn.close()
-    return worker, producer
+    return on_fresh_database(server, lambda db, fleet: _run(db, options, fleet))
 
 
 def _run(db: DatabaseConfig, options: ConnectionOptions, fleet: Fleet) -> dict[str, object]:
-    worker_token, producer_token = _tokens(db)
+    worker_token, producer_token = bench_tokens(db, worker_queues=[QUEUE, IDLE_QUEUE], producer_queues=[QUEUE])
     env = bench_env(PULSE_WORKER_TOKEN=worker_token)
     worker_port, http_port = free_port(), free_port()
     server = fleet.server(db, env, worker_port=worker_port, http_port=http_port,

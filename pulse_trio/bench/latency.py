@@ -35,7 +35,6 @@ What is measured, from the rows the run wrote (``measure.task_timings``):
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import os
 import sys
 import time
@@ -44,11 +43,12 @@ from collections.abc import Callable
 from pulse_trio.bench import measure
 from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.noop_worker import CLIENT_KIND, HTTP_KIND, QUEUE, WARM_UP_KIND
-from pulse_trio.bench.processes import Fleet, bench_env, free_port, fresh_database, progress, wait_until
+from pulse_trio.bench.processes import (
+    Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress, wait_until,
+)
 from pulse_trio.client import Client
 from pulse_trio.config import Settings
-from pulse_trio.dburl import DatabaseConfig, connect, drop_database
-from pulse_trio.tokens import create_token
+from pulse_trio.dburl import DatabaseConfig
 
 PATHS = ("http", "client")
 WARM_UP_TASKS = 5
@@ -67,27 +67,11 @@ class LatencyOptions:
 
 
 def run(server: DatabaseConfig, options: LatencyOptions) -> dict[str, object]:
-    db = fresh_database(server)
-    try:
-        with Fleet() as fleet:
-            return _run(db, options, fleet)
-    finally:
-        drop_database(db)
-
-
-def _tokens(db: DatabaseConfig) -> tuple[str, str]:
-    conn = connect(db)
-    try:
-        now = dt.datetime.now(dt.timezone.utc)
-        worker, _ = create_token(conn, role="worker", queues=[QUEUE], label="bench", now=now)
-        producer, _ = create_token(conn, role="producer", queues=[QUEUE], label="bench", now=now)
-    finally:
-        conn.close()
-    return worker, producer
+    return on_fresh_database(server, lambda db, fleet: _run(db, options, fleet))
 
 
 def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str, object]:
-    worker_token, producer_token = _tokens(db)
+    worker_token, producer_token = bench_tokens(db, worker_queues=[QUEUE], producer_queues=[QUEUE])
     env = bench_env(PULSE_WORKER_TOKEN=worker_token)
     worker_port, http_port = free_port(), free_port()
     fleet.server(db, env, worker_port=worker_port, http_port=http_port, poll_interval=options.poll_interval)

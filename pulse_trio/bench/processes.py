@@ -14,10 +14,15 @@ import socket
 import subprocess
 import sys
 import time
+import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
-from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.dburl import DatabaseConfig, connect, drop_database
 from pulse_trio.store.migrate import migrate
+from pulse_trio.tokens import create_token
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -48,6 +53,30 @@ def fresh_database(server: DatabaseConfig) -> DatabaseConfig:
     config = server.with_database(f"pulse_bench_{secrets.token_hex(4)}")
     migrate(config)
     return config
+
+
+def on_fresh_database(server: DatabaseConfig, body: Callable[[DatabaseConfig, "Fleet"], T]) -> T:
+    """Run ``body(db, fleet)`` on a new migrated database; stop the fleet and drop the database after."""
+    db = fresh_database(server)
+    try:
+        with Fleet() as fleet:
+            return body(db, fleet)
+    finally:
+        drop_database(db)
+
+
+def bench_tokens(db: DatabaseConfig, *, worker_queues: Sequence[str],
+                 producer_queues: Sequence[str] = ()) -> tuple[str, str | None]:
+    """A worker token (and a producer token when ``producer_queues`` is given) for one run."""
+    conn = connect(db)
+    try:
+        now = dt.datetime.now(dt.timezone.utc)
+        worker, _ = create_token(conn, role="worker", queues=list(worker_queues), label="bench", now=now)
+        producer = create_token(conn, role="producer", queues=list(producer_queues), label="bench",
+                                now=now)[0] if producer_queues else None
+    finally:
+        conn.close()
+    return worker, producer
 
 
 def raise_fd_limit() -> int:

@@ -16,18 +16,16 @@ asserted: the test suite only checks that the command runs.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import os
 import sys
 import time
 
 from pulse_trio.bench import measure
 from pulse_trio.bench.noop_worker import KIND, QUEUE
-from pulse_trio.bench.processes import Fleet, bench_env, fresh_database, free_port, progress
+from pulse_trio.bench.processes import Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
-from pulse_trio.dburl import DatabaseConfig, connect, drop_database
-from pulse_trio.tokens import create_token
+from pulse_trio.dburl import DatabaseConfig
 
 SUBMIT_BATCH = 500
 
@@ -45,21 +43,11 @@ class BenchOptions:
 
 
 def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:
-    db = fresh_database(server)
-    try:
-        with Fleet() as fleet:
-            return _run(db, options, fleet)
-    finally:
-        drop_database(db)
+    return on_fresh_database(server, lambda db, fleet: _run(db, options, fleet))
 
 
 def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, object]:
-    conn = connect(db)
-    try:
-        token, _ = create_token(conn, role="worker", queues=[QUEUE], label="bench",
-                                now=dt.datetime.now(dt.timezone.utc))
-    finally:
-        conn.close()
+    token, _ = bench_tokens(db, worker_queues=[QUEUE])
     env = bench_env(PULSE_WORKER_TOKEN=token)
     ports = [free_port() for _ in range(options.instances)]
     servers = [fleet.server(db, env, worker_port=port) for port in ports]
