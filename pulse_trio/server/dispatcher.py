@@ -13,6 +13,12 @@ the next pass lets each session claim all its free slots at once, which
 under steady load is one transaction per session per pass instead of
 three or four small ones.
 
+Three more rules keep claims few (docs/priority-and-fairness.md): a pass
+woken only by finished leases tops a session up once it reaches its
+refill mark (``LiveSession.refill_at``); news and the poll fill every
+slot; and over more than ``PROBE_ABOVE`` sessions a pass first asks which
+queues have READY work, so idle sessions cost one statement per poll.
+
 Offers are committed before they are pushed; an offer whose push is lost
 (the connection died) simply lapses after the start timeout, costing no
 attempt.
@@ -76,17 +82,18 @@ class Dispatcher:
         so finishes arriving during a pass do not keep it going one slot at
         a time.
         """
+        hub = self.ctx.hub
         dry: set[str] = set()
         second_chance: set[str] = set()
+        retrying: set[str] = set()  # second-chance sessions: they claim alone in the next round
         offered = 0
         round_share = 1 if self.backlogged else ROUND_SHARE
         first = True
-        retrying: set[str] = set()  # second-chance sessions: they claim alone in the next round
+
         def wants_work(s: LiveSession) -> bool:
             return s.free_slots >= (1 if fill_all and first else s.refill_at)
 
         ready: set[str] | None = None
-        hub = self.ctx.hub
         if len(hub) > PROBE_ABOVE and not self.backlogged and any(wants_work(s) for s in hub):
             ready = await self._ready_queues()
             if not ready:
