@@ -158,6 +158,15 @@ async def test_scheduled_task_promotion(virtual_clock, scenario_service, connect
         assert (service.ctx.clock.now() - due).total_seconds() < 3
 
 
+async def _every_slot_running(worker, capacity: int) -> list[Held]:
+    """Declare ``capacity``, take that many offers and start them all."""
+    await worker.capacity(capacity)
+    held = [await offered(worker) for _ in range(capacity)]
+    for h in held:
+        await h.start()
+    return held
+
+
 async def test_a_busy_session_is_topped_up_at_its_refill_mark_or_at_the_poll(
         virtual_clock, scenario_service, connect_worker, submit):
     """Capacity 8 (refill mark 2): one finish alone waits for the poll, two together are refilled at once.
@@ -169,10 +178,7 @@ async def test_a_busy_session_is_topped_up_at_its_refill_mark_or_at_the_poll(
     service = await scenario_service(**dict(SETTINGS, poll_interval=5))
     await submit.many(service, [dict(idempotency_key=f"t{i}") for i in range(12)])
     async with connect_worker(service) as worker:
-        await worker.capacity(8)
-        held = [await offered(worker) for _ in range(8)]
-        for h in held:
-            await h.start()
+        held = await _every_slot_running(worker, 8)
         await worker.listen(6)  # a poll pass has run since: nothing is offered while every slot is busy
         assert not worker.pushed("task.assign")
 
@@ -195,10 +201,7 @@ async def test_new_work_fills_a_busy_session_at_once(virtual_clock, scenario_ser
     service = await scenario_service(**dict(SETTINGS, poll_interval=5))
     await submit.many(service, [dict(idempotency_key=f"t{i}") for i in range(8)])
     async with connect_worker(service) as worker:
-        await worker.capacity(8)
-        held = [await offered(worker) for _ in range(8)]
-        for h in held:
-            await h.start()
+        held = await _every_slot_running(worker, 8)
         await held[0].finish()
         await worker.listen(6)  # the poll fills the slot... with nothing: the queue is empty
         await submit(service, idempotency_key="new")  # wakes the dispatcher with news
