@@ -61,8 +61,9 @@ class Dispatcher:
         ctx = self.ctx
         while True:
             news = await ctx.hub.wait_woken(ctx.settings.poll_interval)
-            # Steady finishes wake the loop long before the poll would: fill every
-            # free slot at least once per poll interval (0.1 s at the fastest) all the same.
+            # Fill every free slot on news, and at least once per poll interval (0.1 s
+            # at the fastest) for work other processes submitted; other passes, woken by
+            # finishes or the poll, serve sessions that reached their refill mark.
             fill_all = news or trio.current_time() >= self._last_fill_all + max(FILL_ALL_FLOOR_S,
                                                                                 ctx.settings.poll_interval)
             if fill_all:
@@ -76,11 +77,12 @@ class Dispatcher:
     async def dispatch_pass(self, *, fill_all: bool = True) -> int:
         """Fill free capacity until the sessions are full or the queues are dry.
 
-        Only the first round of a ``fill_all`` pass (new work, new capacity,
-        the poll) serves every free slot; otherwise, and in later rounds, a
-        session is served once it has as many free slots as its refill mark,
-        so finishes arriving during a pass do not keep it going one slot at
-        a time.
+        A session is taken on when it has as many free slots as its refill
+        mark, or any free slot in the first round of a ``fill_all`` pass
+        (new work, new capacity, the poll); the pass then fills the slots it
+        had, round by round. Slots that finishes free during the pass count
+        only once they reach the refill mark again, so they do not keep the
+        pass going one slot at a time.
         """
         hub = self.ctx.hub
         dry: set[str] = set()
@@ -89,8 +91,13 @@ class Dispatcher:
         offered = 0
         round_share = 1 if self.backlogged else ROUND_SHARE
         first = True
+        owed: dict[str, int] = {}  # free slots a session had when this pass took it on
 
         def wants_work(s: LiveSession) -> bool:
+            if s.free_slots < 1:
+                return False
+            if owed.get(s.session_id, 0) > 0:  # still being filled, round by round
+                return True
             return s.free_slots >= (1 if fill_all and first else s.refill_at)
 
         ready: set[str] | None = None
@@ -110,6 +117,9 @@ class Dispatcher:
                 if offered or dry:  # a pass that found nobody hungry says nothing about the queues
                     self.backlogged = not dry
                 return offered
+            for session in hungry:
+                if owed.get(session.session_id, 0) <= 0:
+                    owed[session.session_id] = session.free_slots
             counts: dict[str, int] = {}
             async with trio.open_nursery() as nursery:
                 for session in hungry:
@@ -117,6 +127,8 @@ class Dispatcher:
                     nursery.start_soon(self._claim, session, share, dry, counts)
             claimed = sum(counts.values())
             offered += claimed
+            for sid, count in counts.items():
+                owed[sid] -= count
             was_retry, retrying = bool(retrying), set()
             if claimed == 0 and not was_retry:
                 self.backlogged = False

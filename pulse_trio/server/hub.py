@@ -96,13 +96,12 @@ class SessionHub:
         self._wake.set()
 
     async def wait_woken(self, timeout: float) -> bool:
-        """Wait for a wake-up or the poll; True when every free slot should be filled."""
-        with trio.move_on_after(timeout) as scope:
+        """Wait for a wake-up or ``timeout``; True when there is news (new work or capacity)."""
+        with trio.move_on_after(timeout):
             await self._wake.wait()
         self._wake = trio.Event()
-        fill_all = self._news or scope.cancelled_caught
-        self._news = False
-        return fill_all
+        news, self._news = self._news, False
+        return news
 
     def statistics(self) -> dict[str, int]:
         sessions = list(self._sessions.values())

@@ -86,7 +86,7 @@ class Timers:
                 session.active_leases = actual
                 freed = True
         if freed:
-            hub.wake()
+            hub.slot_freed()  # not news: the leases ended elsewhere, their tasks were seen there
 
     async def _drain(self, run_batch) -> int:
         total = 0

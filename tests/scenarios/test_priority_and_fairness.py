@@ -209,3 +209,18 @@ async def test_new_work_fills_a_busy_session_at_once(virtual_clock, scenario_ser
         fresh = await offered(worker)
         assert fresh.task["idempotency_key"] == "new"
         assert trio.current_time() - started < 1.0
+
+
+async def test_a_fast_poll_still_keeps_the_refill_mark(virtual_clock, scenario_service, connect_worker, submit):
+    """--poll-interval 0.01: single free slots are served by fill-all passes, and those come every 0.1 s at most."""
+    service = await scenario_service(**dict(SETTINGS, poll_interval=0.01))
+    await submit.many(service, [dict(idempotency_key=f"t{i}") for i in range(12)])
+    async with connect_worker(service) as worker:
+        held = await _every_slot_running(worker, 8)
+        served = []
+        for h in held[:4]:  # one slot at a time: below the refill mark (2) each time
+            await h.finish()
+            await (await offered(worker)).start()
+            served.append(trio.current_time())
+    gaps = [b - a for a, b in zip(served, served[1:])]
+    assert min(gaps) >= 0.09, gaps

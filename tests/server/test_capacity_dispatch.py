@@ -274,3 +274,23 @@ async def test_many_idle_sessions_on_an_empty_queue_cost_one_probe_per_pass_not_
                 await w.capacity_ok(2)  # round trip: whatever was pushed before is now buffered
             got = [a for w in workers for a in w.assigns_buffered()]
     assert [a["body"]["task"]["task_id"] for a in got] == [task["task_id"]]
+
+
+async def test_a_deep_queue_refills_a_busy_session_in_one_claim(start_service, connect, worker_token, client):
+    """After a pass that filled every session with work left over, the next top-up is one claim of all free slots."""
+    service = await start_service(poll_interval=60)  # no poll passes: only what wakes the dispatcher runs
+    dispatcher = service.ctx.dispatcher
+    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(40)])
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=16)  # proportional rounds of 4, 3, 3, 2, ... fill it
+    held = [await w.expect_assign() for _ in range(16)]
+    with trio.fail_after(10):
+        while not dispatcher.backlogged:
+            await trio.sleep(0.01)
+    before = dispatcher.statistics()["claims"]
+    for h in held[:4]:  # the refill mark of capacity 16 is 4 free slots
+        await w.ok(w.start(h))
+        await w.ok(w.finish(h))
+    refilled = [await w.expect_assign() for _ in range(4)]
+    assert len({h.task_id for h in refilled + held}) == 20
+    assert dispatcher.statistics()["claims"] - before == 1
