@@ -60,3 +60,23 @@ def test_database_url_forms():
 def test_bad_database_urls(bad):
     with pytest.raises(DatabaseUrlError):
         parse_database_url(bad)
+
+
+def test_datetime_columns_read_back_exactly(database_config):
+    """DATETIME(6) goes through the C parser: microseconds kept, whole seconds too, odd values as text."""
+    import datetime as dt
+
+    from pulse_trio.dburl import connect
+
+    conn = connect(database_config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CAST('2026-12-02 12:00:00.000123' AS DATETIME(6)),"
+                        " CAST('2026-12-02 12:00:00' AS DATETIME), CAST('2026-12-02 23:59:59.999999' AS DATETIME(6))")
+            assert cur.fetchone() == (dt.datetime(2026, 12, 2, 12, 0, 0, 123), dt.datetime(2026, 12, 2, 12),
+                                      dt.datetime(2026, 12, 2, 23, 59, 59, 999999))
+    finally:
+        conn.close()
+    from pulse_trio.dburl import _read_datetime
+
+    assert _read_datetime("0000-00-00 00:00:00") == "0000-00-00 00:00:00"  # what PyMySQL gives for zero dates
