@@ -2,7 +2,8 @@
 
 One loop per instance. A pass runs when woken (a slot came free, capacity
 was declared, a submit arrived through this instance) or every
-``poll_interval`` (submits from other processes). Each pass fills free
+``poll_interval``; every free slot counts on news, and at least once per
+``max(FILL_ALL_FLOOR_S, poll_interval)`` for submits from other processes. Each pass fills free
 capacity in rounds: in every round each session with free slots claims a
 share proportional to its free slots, so a large worker cannot starve the
 small ones, and one transaction claims a whole batch for one session.
@@ -15,8 +16,8 @@ three or four small ones.
 
 Three more rules keep claims few (docs/priority-and-fairness.md): a pass
 woken only by finished leases tops a session up once it reaches its
-refill mark (``LiveSession.refill_at``); news and the poll fill every
-slot; and over more than ``PROBE_ABOVE`` sessions a pass first asks which
+refill mark (``LiveSession.refill_at``), then fills what it took on;
+and over more than ``PROBE_ABOVE`` sessions a pass first asks which
 queues have READY work, so idle sessions cost one statement per poll.
 
 Offers are committed before they are pushed; an offer whose push is lost

@@ -48,8 +48,8 @@ class LiveSession:
 
         A session still busy with three quarters of its capacity has work to
         do; topping it up one slot per finish would cost one claim
-        transaction per task. New work, new capacity and the poll still
-        fill every free slot at once.
+        transaction per task. News (new work, new capacity) and the
+        dispatcher's periodic fill-all pass still serve every free slot.
         """
         return max(1, min(self.capacity // 4, REFILL_MAX))
 
