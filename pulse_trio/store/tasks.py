@@ -82,7 +82,7 @@ _INSERT = (
     "INSERT INTO tasks (task_id, queue, kind, state, payload, priority, priority_offset_ms, due_at, effective_at,"
     " idempotency_key, dedup_key, concurrency_key, concurrency_limit, max_attempts, backoff_initial_ms,"
     " backoff_factor, backoff_max_ms, retry_uncertain, lease_ttl_ms, attempt, effect_uncertain, retry_of,"
-    " created_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,%s,%s,%s,%s)"
+    " created_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
 )
 
 
@@ -112,7 +112,7 @@ def _row_for(task: NewTask, state: str, now: dt.datetime, step_ms: int) -> tuple
     return (task.task_id, task.queue, task.kind, state, task.payload_json, task.priority, offset, due,
             due - dt.timedelta(milliseconds=offset), key, key, task.concurrency_key, task.concurrency_limit,
             task.max_attempts, task.backoff_initial_ms, task.backoff_factor, task.backoff_max_ms,
-            task.retry_uncertain, task.lease_ttl_ms, False, None, stamp, stamp)
+            task.retry_uncertain, task.lease_ttl_ms, 0, False, None, stamp, stamp)
 
 
 def ensure_key_counters(tx: Tx, keys: set[str]) -> None:
@@ -219,7 +219,7 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
         task_id, source.queue, source.kind, dest, source.payload, source.priority, source.priority_offset_ms,
         stamp, stamp - dt.timedelta(milliseconds=source.priority_offset_ms), source.idempotency_key, None,
         source.concurrency_key, source.concurrency_limit, source.max_attempts, source.backoff_initial_ms,
-        source.backoff_factor, source.backoff_max_ms, source.retry_uncertain, source.lease_ttl_ms, uncertain,
+        source.backoff_factor, source.backoff_max_ms, source.retry_uncertain, source.lease_ttl_ms, 0, uncertain,
         source.task_id, stamp, stamp,
     ))
     if source.concurrency_key:

@@ -17,6 +17,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from pymysql.cursors import RE_INSERT_VALUES
+
 UTC = dt.timezone.utc
 
 
@@ -107,8 +109,15 @@ class Tx:
         return self.cursor.execute(sql, args)
 
     def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
-        """A multi-row INSERT (PyMySQL folds it into one statement)."""
+        """A multi-row INSERT, sent as one statement.
+
+        PyMySQL folds ``executemany`` into one statement only when its VALUES
+        are all placeholders; otherwise it quietly sends one per row. A
+        literal in the VALUES is refused here rather than paid for per row.
+        """
         self._check_write(sql)
+        if not RE_INSERT_VALUES.match(sql):
+            raise ValueError(f"write_many needs INSERT ... VALUES (%s, ...) with placeholders only: {sql[:60]!r}")
         if not rows:
             return 0
         self.wrote = True

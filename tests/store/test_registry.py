@@ -88,6 +88,27 @@ def test_writes_outside_a_transition_are_refused(db):
         conn.close()
 
 
+def test_a_multi_row_insert_that_would_go_row_by_row_is_refused(db):
+    """write_many refuses VALUES with a literal: PyMySQL would send one INSERT per row."""
+    from pulse_trio.dburl import connect
+
+    conn = connect(db)
+    try:
+        with conn.cursor() as cur:
+            tx = Tx(cur)
+            tx.enter("test.write_many")
+            with pytest.raises(ValueError, match="placeholders only"):
+                tx.write_many("INSERT INTO key_counters (concurrency_key, last_token, outstanding)"
+                              " VALUES (%s, 0, 0)", [("a",), ("b",)])
+            assert tx.write_many("INSERT INTO key_counters (concurrency_key, last_token, outstanding)"
+                                 " VALUES (%s, %s, %s)", [("a", 0, 0), ("b", 0, 0)]) == 2
+            cur.execute("SELECT COUNT(*) FROM key_counters")
+            assert cur.fetchone() == (2,)
+    finally:
+        conn.rollback()
+        conn.close()
+
+
 def test_decide_checks_refusing_guards_before_the_source_state():
     from types import SimpleNamespace
 

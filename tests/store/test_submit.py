@@ -6,7 +6,9 @@ import datetime as dt
 
 import pytest
 
+from pulse_trio.dburl import connect
 from pulse_trio.store import NewTask, pickup_sql, promote, submit
+from pulse_trio.store.tx import Tx
 
 
 def test_submit_due_is_ready_future_is_scheduled(world):
@@ -36,6 +38,31 @@ def test_batch_submit_with_a_duplicate_inside(world):
     world.run(submit, tasks=[NewTask("q", "k", idempotency_key="dup")])
     results = world.run(submit, tasks=[NewTask("q", "k"), NewTask("q", "k", idempotency_key="dup"), NewTask("q", "k")])
     assert [r.created for r in results] == [True, False, True]
+
+
+def test_a_batch_submit_is_one_insert_statement(world):
+    """PyMySQL folds executemany into one multi-row INSERT only when every value is a placeholder.
+
+    A literal among the VALUES (there was an ``attempt`` of 0) made it send
+    one INSERT per task: submits of 500 cost 500 statements.
+    """
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            before = _com_insert(cur)
+            submitted = submit(Tx(cur), tasks=[NewTask("q", "k") for _ in range(50)], now=world.now)
+            after = _com_insert(cur)
+        conn.commit()
+    finally:
+        conn.close()
+    assert after - before == 1
+    assert len(submitted) == 50 and all(s.created for s in submitted)
+    assert world.sql("SELECT COUNT(*), MIN(attempt), MAX(attempt) FROM tasks") == [(50, 0, 0)]
+
+
+def _com_insert(cur) -> int:
+    cur.execute("SHOW SESSION STATUS LIKE 'Com_insert'")
+    return int(cur.fetchone()[1])
 
 
 def test_default_idempotency_key_is_the_task_id(world):
