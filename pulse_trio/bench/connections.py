@@ -167,7 +167,8 @@ def _health(db: DatabaseConfig, fleet: Fleet, env: dict[str, str], api: Instance
     connect_s = time.monotonic() - started
     started = time.monotonic()
     api.submit(QUEUE, KIND)
-    wait_until(lambda: measure.finished_count(db, KIND) >= 1, 120, "the health-check task finishing", interval=0.02)
+    with measure.Progress(db, KIND) as progress:
+        wait_until(progress.all_finished, 120, "the health-check task finishing", interval=0.02)
     return {"readyz_status": status, "readyz_ms": ready_ms, "worker_connect_s": round(connect_s, 3),
             "task_run_s": round(time.monotonic() - started, 3)}
 

@@ -146,8 +146,8 @@ def _paced(submit: Callable[[str], object], kind: str, rate: float, count: int) 
 
 
 def _wait_finished(db: DatabaseConfig, kind: str, count: int, timeout: float) -> None:
-    wait_until(lambda: measure.finished_count(db, kind) >= count, timeout, f"{count} {kind} tasks finishing",
-               interval=0.05)
+    with measure.Progress(db, kind) as progress:
+        wait_until(progress.all_finished, timeout, f"{count} {kind} tasks finishing", interval=0.05)
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -84,10 +84,12 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         submit_s = time.perf_counter() - submit_started
         progress(f"{options.tasks} tasks submitted in {submit_s:.2f}s")
         deadline = time.monotonic() + options.timeout_s
-        while (done := measure.finished_count(db, KIND)) < options.tasks:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {done} of {options.tasks} tasks finished in {options.timeout_s}s")
-            time.sleep(0.1)
+        with measure.Progress(db, KIND) as run:
+            while not run.all_finished():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {run.finished()} of {options.tasks} tasks finished"
+                                       f" in {options.timeout_s}s")
+                time.sleep(0.1)
         after = [measure.ProcessSample.read(p.pid) for p in servers]
         commits = measure.global_status(db, "Com_commit") - commits_before
     finally:
