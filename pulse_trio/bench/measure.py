@@ -59,6 +59,31 @@ class ProcessSample:
         return round(100 * (self.cpu_seconds - before.cpu_seconds) / wall, 1) if wall > 0 else 0.0
 
 
+def database_pid(config: DatabaseConfig) -> int | None:
+    """The database server's pid when it runs on this machine (its pid file is readable), else None.
+
+    With it the bench can report the database's CPU per task beside the
+    server's and the workers': on one machine they share the same cores.
+    """
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@pid_file")
+            (path,) = cur.fetchone()
+    finally:
+        conn.close()
+    try:
+        pid = int(Path(path).read_text().strip())
+    except (OSError, ValueError, TypeError):
+        return None
+    return pid if Path(f"/proc/{pid}/stat").exists() else None
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU used so far by these processes together."""
+    return sum(ProcessSample.read(pid).cpu_seconds for pid in pids)
+
+
 def global_status(config: DatabaseConfig, name: str) -> int:
     conn = connect(config)
     try:

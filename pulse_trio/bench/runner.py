@@ -60,9 +60,10 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
                 client.submit_many([build_task(QUEUE, "backlog") for _ in range(min(SUBMIT_BATCH,
                                                                                       options.backlog - start))])
             progress(f"backlog of {options.backlog} READY tasks submitted")
-        for i in range(options.workers):
+        workers = [
             fleet.worker("pulse_trio.bench.noop_worker:registry", env, worker_port=ports[i % len(ports)],
                          capacity=options.capacity, concurrency_keys=True)
+            for i in range(options.workers)]
         deadline = time.monotonic() + 60
         while len(client.workers()) < options.workers:
             if time.monotonic() > deadline:
@@ -72,6 +73,9 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
 
         payload = {"pad": "x" * max(0, options.payload_bytes - 10)} if options.payload_bytes else {}
         before = [measure.ProcessSample.read(p.pid) for p in servers]
+        db_pid = measure.database_pid(db)
+        others_before = (measure.cpu_seconds([w.pid for w in workers]),
+                         measure.cpu_seconds([db_pid]) if db_pid else 0.0)
         commits_before = measure.global_status(db, "Com_commit")
         keyed_every = round(1 / options.keyed_share) if options.keyed_share > 0 else 0
         submit_started = time.perf_counter()
@@ -91,6 +95,8 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
                                        f" in {options.timeout_s}s")
                 time.sleep(0.1)
         after = [measure.ProcessSample.read(p.pid) for p in servers]
+        others_after = (measure.cpu_seconds([w.pid for w in workers]),
+                        measure.cpu_seconds([db_pid]) if db_pid else 0.0)
         commits = measure.global_status(db, "Com_commit") - commits_before
     finally:
         client.close()
@@ -104,6 +110,9 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         **timings,
         "db_commits_per_task": round(commits / options.tasks, 2),
         "server_cpu_s_per_task": round(cpu / options.tasks, 6),
+        "workers_cpu_s_per_task": round((others_after[0] - others_before[0]) / options.tasks, 6),
+        "database_cpu_s_per_task": (round((others_after[1] - others_before[1]) / options.tasks, 6)
+                                    if db_pid else None),
         "server_peak_rss_mib": round(max(a.peak_rss_bytes for a in after) / 2**20, 1),
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
     }
