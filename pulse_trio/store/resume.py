@@ -3,8 +3,9 @@
 Locks the resuming session's instance row first (so an assign to the same
 session cannot miscount its live leases), then the lease and its task.
 Refusal order follows worker-protocol.md §4.6/§4.8: wrong instance or lease
-secret -> ``lease_not_found`` (no oracle), ended -> ``lease_expired`` /
-``task_cancelled``, owner moved or not older -> ``lease_not_owned``, queue
+secret -> ``lease_not_found`` (no oracle), lapsed or expired ->
+``lease_expired``, revoked -> ``task_cancelled``, finished ->
+``invalid_transition`` (FINISHED is no source of ``resume``), owner moved or not older -> ``lease_not_owned``, queue
 not subscribed -> ``permission_denied``, keyed without the declaration ->
 ``concurrency_keys_not_declared``.
 """
