@@ -80,3 +80,26 @@ def test_datetime_columns_read_back_exactly(database_config):
     from pulse_trio.dburl import _read_datetime
 
     assert _read_datetime("0000-00-00 00:00:00") == "0000-00-00 00:00:00"  # what PyMySQL gives for zero dates
+
+
+def test_datetime_parameters_are_written_as_pymysql_would(database_config):
+    """The C-backed DATETIME encoder sends PyMySQL's exact literal, and the server reads it back exactly."""
+    import datetime as dt
+
+    from pymysql.converters import escape_datetime
+
+    from pulse_trio.dburl import _write_datetime, connect
+
+    values = [dt.datetime(2026, 12, 2, 12, 0, 0, 123), dt.datetime(2026, 12, 2, 12), dt.datetime(1, 1, 1),
+              dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+              dt.datetime(2026, 12, 2, 12, 0, 0, 5, tzinfo=dt.timezone(dt.timedelta(hours=2)))]
+    for value in values:
+        assert _write_datetime(value) == escape_datetime(value)
+    conn = connect(database_config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CAST(%s AS DATETIME(6)), CAST(%s AS DATETIME(6)), CAST(%s AS DATETIME(6))",
+                        values[:3])
+            assert cur.fetchone() == tuple(values[:3])
+    finally:
+        conn.close()
