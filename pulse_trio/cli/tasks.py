@@ -53,6 +53,12 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="the handler is safe to run again after a lost lease")
     submit.add_argument("--lease-ttl", type=cfg.parse_seconds, metavar="SECONDS",
                         help="this task's lease ttl (default: the serving instance's)")
+    submit.add_argument("--backoff-initial", type=cfg.parse_seconds, metavar="SECONDS",
+                        help="first retry delay after a retryable failure (default 1)")
+    submit.add_argument("--backoff-factor", type=float, metavar="X",
+                        help="each further retry waits X times longer (default 2)")
+    submit.add_argument("--backoff-max", type=cfg.parse_seconds, metavar="SECONDS",
+                        help="the longest retry delay (default 300, or --backoff-initial if longer)")
     _add_common(submit)
     submit.set_defaults(run=run_guarded(_submit))
 
@@ -100,7 +106,9 @@ def _submit(args: argparse.Namespace) -> int:
     options = dict(payload_json=_read_payload(args), priority=args.priority, delay=args.delay, due_at=due_at,
                    idempotency_key=args.idempotency_key, concurrency_key=args.concurrency_key,
                    concurrency_limit=args.concurrency_limit, max_attempts=args.max_attempts,
-                   retry_uncertain=args.retry_uncertain, lease_ttl=args.lease_ttl)
+                   retry_uncertain=args.retry_uncertain, lease_ttl=args.lease_ttl,
+                   backoff_initial=args.backoff_initial, backoff_factor=args.backoff_factor,
+                   backoff_max=args.backoff_max)
     # Validate before touching the database: bad input writes nothing.
     try:
         task = build_task(args.queue, args.kind, **options)

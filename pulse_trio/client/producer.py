@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ from pulse_trio.store import Store
 from pulse_trio.store.cancellation import request as request_cancel
 from pulse_trio.store.instances import operator_drain
 from pulse_trio.store.results import INSTANCE_NOT_FOUND, TASK_NOT_FOUND, Refusal
-from pulse_trio.store.tasks import NewTask, retry as retry_task, submit as submit_tasks
+from pulse_trio.store.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
 from pulse_trio.store.tx import Tx
 from pulse_trio.store.views import get_task
 
@@ -69,8 +70,15 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
              priority: int = 0, delay: float | None = None, due_at: dt.datetime | None = None,
              idempotency_key: str | None = None, concurrency_key: str | None = None,
              concurrency_limit: int = 1, max_attempts: int = 3, retry_uncertain: bool = False,
-             lease_ttl: float | None = None, now: dt.datetime | None = None) -> NewTask:
-    """A validated task to submit; raises InvalidRequest before anything is written."""
+             lease_ttl: float | None = None, backoff_initial: float | None = None,
+             backoff_factor: float | None = None, backoff_max: float | None = None,
+             now: dt.datetime | None = None) -> NewTask:
+    """A validated task to submit; raises InvalidRequest before anything is written.
+
+    The retry backoff (``backoff_initial`` and ``backoff_max`` in seconds,
+    ``backoff_factor`` a multiplier; defaults 1 s, ×2, 300 s) spaces the
+    attempts of a task whose handler fails with ``retryable: true``.
+    """
     now = now or dt.datetime.now(UTC)
     if delay is not None and due_at is not None:
         raise InvalidRequest("give delay or due_at, not both")
@@ -87,10 +95,27 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
             concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, max_attempts=max_attempts,
             retry_uncertain=retry_uncertain,
             lease_ttl_ms=None if lease_ttl is None else max(1, round(lease_ttl * 1000)),
+            **_backoff(backoff_initial, backoff_factor, backoff_max),
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
 
+
+def _backoff(initial: float | None, factor: float | None, maximum: float | None) -> dict[str, Any]:
+    """The given backoff settings as NewTask fields (milliseconds); the rest keep NewTask's defaults."""
+    fields: dict[str, Any] = {}
+    for name, seconds in (("backoff_initial_ms", initial), ("backoff_max_ms", maximum)):
+        if seconds is not None:
+            if not math.isfinite(seconds) or seconds < 0:
+                raise ValueError(f"{name[:-3]} must be a finite, non-negative number of seconds")
+            fields[name] = round(seconds * 1000)
+    if factor is not None:
+        if not math.isfinite(factor):
+            raise ValueError("backoff_factor must be a finite number")
+        fields["backoff_factor"] = float(factor)
+    if "backoff_max_ms" not in fields and fields.get("backoff_initial_ms", 0) > DEFAULT_BACKOFF_MAX_MS:
+        fields["backoff_max_ms"] = fields["backoff_initial_ms"]  # a long first step raises the default cap
+    return fields
 
 
 @dataclasses.dataclass

@@ -101,7 +101,7 @@ def _integer(body: dict[str, Any], name: str, default: int, lo: int, hi: int) ->
     return value
 
 
-def _seconds(body: dict[str, Any], name: str) -> float | None:
+def _seconds(body: dict[str, Any], name: str, what: str = "a number of seconds") -> float | None:
     value = body.get(name)
     if value is None:
         return None
@@ -111,7 +111,7 @@ def _seconds(body: dict[str, Any], name: str) -> float | None:
         number = Decimal(value.text)
         if number.is_finite() and abs(number) < Decimal(10) ** 9:
             return float(number)
-    raise bad_request(f"{name} must be a number of seconds")
+    raise bad_request(f"{name} must be {what}")
 
 
 def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -125,7 +125,8 @@ def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
 
 SUBMIT_FIELDS = frozenset({
     "queue", "kind", "payload", "priority", "delay", "due_at", "idempotency_key", "concurrency_key",
-    "concurrency_limit", "max_attempts", "retry_uncertain", "lease_ttl",
+    "concurrency_limit", "max_attempts", "retry_uncertain", "lease_ttl", "backoff_initial", "backoff_factor",
+    "backoff_max",
 })
 
 
@@ -166,6 +167,8 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
         concurrency_limit=_integer(body, "concurrency_limit", 1, 1, MAX_INT32),
         max_attempts=_integer(body, "max_attempts", 3, 1, MAX_INT32),
         retry_uncertain=_boolean(body, "retry_uncertain", False), lease_ttl=lease_ttl,
+        backoff_initial=_seconds(body, "backoff_initial"), backoff_factor=_seconds(body, "backoff_factor", "a number"),
+        backoff_max=_seconds(body, "backoff_max"),
     )
     return Submission(_string(body, "queue", optional=False), _string(body, "kind", optional=False), options)
 

@@ -66,6 +66,13 @@ SCHEMAS: dict[str, Any] = {
                                       "description": "The handler is safe to run again after a lost lease."}),
         "lease_ttl": _nullable({"type": "number", "exclusiveMinimum": 0,
                                 "description": "This task's lease ttl in seconds (default: the server's)."}),
+        "backoff_initial": _nullable({"type": "number", "minimum": 0.001, "default": 1,
+                                      "description": "Seconds before the first retry of a retryable failure."}),
+        "backoff_factor": _nullable({"type": "number", "minimum": 1, "maximum": 100, "default": 2,
+                                     "description": "Each further retry waits this many times longer."}),
+        "backoff_max": _nullable({"type": "number", "minimum": 0.001, "default": 300,
+                                  "description": "The longest retry delay in seconds (default 300, or "
+                                                 "backoff_initial when that is longer)."}),
     }, ["queue", "kind"]),
     "CancelRequest": _obj({"reason": {"type": "string", "maxLength": 1024}}, []),
     "Attempt": _obj({
@@ -101,6 +108,9 @@ SCHEMAS: dict[str, Any] = {
         "concurrency_limit": {"type": "integer"},
         "effect_uncertain": {"type": "boolean"},
         "retry_uncertain": {"type": "boolean"},
+        "backoff_initial": {"type": "number", "description": "Retry backoff: first delay, seconds."},
+        "backoff_factor": {"type": "number", "description": "Retry backoff: growth per attempt."},
+        "backoff_max": {"type": "number", "description": "Retry backoff: longest delay, seconds."},
         "retry_of": _nullable(TASK_ID),
         "retried_by": _nullable(TASK_ID),
         "created_at": TIME,

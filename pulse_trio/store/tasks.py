@@ -23,6 +23,10 @@ from pulse_trio.store.rows import TaskRow
 from pulse_trio.store.tx import Tx, db_time
 
 MAX_PAYLOAD_BYTES = 256 * 1024
+#: The longest retry backoff step: 24.8 days, so every value fits the INT columns.
+MAX_BACKOFF_MS = 2**31 - 1
+MAX_BACKOFF_FACTOR = 100.0
+DEFAULT_BACKOFF_MAX_MS = 300_000
 DEFAULT_PRIORITY_STEP_MS = 30_000
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _KEY_RE = re.compile(r"^[!-~]{1,128}$")
@@ -49,7 +53,7 @@ class NewTask:
     max_attempts: int = 3
     backoff_initial_ms: int = 1000
     backoff_factor: float = 2.0
-    backoff_max_ms: int = 300_000
+    backoff_max_ms: int = DEFAULT_BACKOFF_MAX_MS
     retry_uncertain: bool = False
     lease_ttl_ms: int | None = None  # None: the serving instance's --lease-ttl
     task_id: str = dataclasses.field(default_factory=lambda: ids.new_id("tsk"))
@@ -70,8 +74,10 @@ class NewTask:
             problems.append("concurrency_key must be 1-128 printable ASCII characters")
         if self.concurrency_limit < 1 or self.max_attempts < 1:
             problems.append("concurrency_limit and max_attempts must be at least 1")
-        if self.backoff_initial_ms < 1 or self.backoff_factor < 1 or self.backoff_max_ms < self.backoff_initial_ms:
-            problems.append("backoff must be initial >= 1 ms, factor >= 1, max >= initial")
+        if not (1 <= self.backoff_initial_ms <= self.backoff_max_ms <= MAX_BACKOFF_MS
+                and 1 <= self.backoff_factor <= MAX_BACKOFF_FACTOR):
+            problems.append(f"backoff must be 1 ms <= initial <= max <= {MAX_BACKOFF_MS} ms and factor 1-"
+                            f"{MAX_BACKOFF_FACTOR:g}")
         if self.lease_ttl_ms is not None and self.lease_ttl_ms < 1:
             problems.append("lease_ttl_ms must be positive")
         if problems:

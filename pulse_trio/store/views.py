@@ -61,6 +61,8 @@ class TaskView:
             "attempt": t.attempt, "max_attempts": t.max_attempts, "idempotency_key": t.idempotency_key,
             "concurrency_key": t.concurrency_key, "concurrency_limit": t.concurrency_limit,
             "effect_uncertain": t.effect_uncertain, "retry_uncertain": t.retry_uncertain,
+            "backoff_initial": t.backoff_initial_ms / 1000, "backoff_factor": t.backoff_factor,
+            "backoff_max": t.backoff_max_ms / 1000,
             "retry_of": t.retry_of, "retried_by": self.retried_by,
             "created_at": rfc3339(t.created_at), "due_at": rfc3339(t.due_at),
             "cancel_requested_at": rfc3339(self.cancel_requested_at) if self.cancel_requested_at else None,

@@ -47,6 +47,17 @@ def test_submit_then_show(db):
     assert again["task_id"] == task["task_id"] and again["created"] is False
 
 
+def test_submit_with_a_retry_backoff(db):
+    done = cli(db, "submit", "--queue", "q", "--kind", "k", "--backoff-initial", "0.5", "--backoff-factor", "3",
+               "--backoff-max", "20")
+    assert done.returncode == 0, done.stderr
+    task = json.loads(done.stdout)
+    assert (task["backoff_initial"], task["backoff_factor"], task["backoff_max"]) == (0.5, 3.0, 20.0)
+    refused = cli(db, "submit", "--queue", "q", "--kind", "k", "--backoff-factor", "0.5")
+    assert refused.returncode == 2 and "backoff" in refused.stderr
+    assert task_count(db) == 1  # the refused one wrote nothing
+
+
 def test_payload_from_file_and_stdin_and_delay(db, tmp_path):
     path = tmp_path / "payload.json"
     path.write_text(json.dumps({"blob": "x" * 100_000}))

@@ -58,6 +58,13 @@ def test_retry_makes_a_linked_task_once(client: Client):
     assert same["task_id"] == retry["task_id"] and same["created"] is False
 
 
+def test_a_manual_retry_keeps_the_backoff(client: Client):
+    source = client.submit("billing", "invoice.send", {}, backoff_initial=2.5, backoff_factor=4, backoff_max=100)
+    client.cancel(source["task_id"])
+    retry = client.retry(source["task_id"])
+    assert (retry["backoff_initial"], retry["backoff_factor"], retry["backoff_max"]) == (2.5, 4.0, 100.0)
+
+
 def test_retry_of_a_task_that_is_not_terminal_is_refused(client: Client):
     task = client.submit("billing", "invoice.send", {})
     with pytest.raises(ClientError) as refused:
@@ -93,4 +100,8 @@ def test_invalid_submissions_are_refused_before_writing(client: Client):
         client.submit("billing", "invoice.send", payload_json="{not json")
     with pytest.raises(ClientError):
         client.submit("billing", "invoice.send", {}, priority=10)
+    for bad in (dict(backoff_initial=-1), dict(backoff_initial=float("nan")), dict(backoff_factor=float("inf")),
+                dict(backoff_factor=0.9), dict(backoff_initial=5, backoff_max=1), dict(backoff_max=10**7)):
+        with pytest.raises(ClientError):
+            client.submit("billing", "invoice.send", {}, **bad)
     assert client.list()["tasks"] == []

@@ -41,6 +41,11 @@ JSON_HEADERS = {"Content-Type": "application/json"}
     ('{"queue":"billing","kind":"k","retry_uncertain":"yes"}', "invalid_request", "true or false"),
     ('{"queue":"billing","kind":"k","lease_ttl":0}', "invalid_request", "lease_ttl"),
     ('{"queue":"billing","kind":"k","concurrency_key":"has space"}', "invalid_request", "concurrency_key"),
+    ('{"queue":"billing","kind":"k","backoff_factor":0.5}', "invalid_request", "backoff"),
+    ('{"queue":"billing","kind":"k","backoff_factor":"fast"}', "invalid_request", "backoff_factor must be a number"),
+    ('{"queue":"billing","kind":"k","backoff_initial":10,"backoff_max":5}', "invalid_request", "initial <= max"),
+    ('{"queue":"billing","kind":"k","backoff_initial":0}', "invalid_request", "backoff"),
+    ('{"queue":"billing","kind":"k","backoff_max":1e9}', "invalid_request", "backoff"),
     ('{"queue":"billing","kind":"k","payload":1e999}', "invalid_request", "exponent"),
 ])
 async def test_400_bad_submit_bodies_write_nothing(http, tokens, body, code, fragment):

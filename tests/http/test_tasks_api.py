@@ -19,7 +19,18 @@ async def test_submit_answers_201_with_the_task_view_and_a_location(http, tokens
     assert (task["queue"], task["kind"], task["priority"], task["max_attempts"]) == ("billing", "invoice.send", 7, 5)
     assert task["concurrency_key"] == "customer:42" and task["retry_uncertain"] is True
     assert task["payload"] == {"invoice": 991} and task["attempts"] == [] and task["outcome"] is None
+    assert (task["backoff_initial"], task["backoff_factor"], task["backoff_max"]) == (1.0, 2.0, 300.0)
     assert reply.headers["x-request-id"].startswith("req_")
+
+
+async def test_submit_takes_a_retry_backoff(http, tokens):
+    reply = await http.post("/v1/tasks", token=tokens["producer"], json_body={
+        **SUBMIT, "backoff_initial": 0.25, "backoff_factor": 1.5, "backoff_max": 60})
+    assert reply.status == 201, reply.body
+    task = reply.json()
+    assert (task["backoff_initial"], task["backoff_factor"], task["backoff_max"]) == (0.25, 1.5, 60.0)
+    long_first = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "backoff_initial": 900})
+    assert (long_first.json()["backoff_initial"], long_first.json()["backoff_max"]) == (900.0, 900.0)
 
 
 async def test_payload_numbers_survive_digit_for_digit(http, tokens):
@@ -50,7 +61,8 @@ async def test_idempotency_key_header_returns_the_existing_task_with_200(http, t
 
 async def test_null_optional_fields_count_as_not_given(http, tokens):
     nulls = dict.fromkeys(("priority", "delay", "due_at", "idempotency_key", "concurrency_key", "concurrency_limit",
-                           "max_attempts", "retry_uncertain", "lease_ttl"))
+                           "max_attempts", "retry_uncertain", "lease_ttl", "backoff_initial", "backoff_factor",
+                           "backoff_max"))
     reply = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, **nulls, "payload": None})
     assert reply.status == 201, reply.body
     task = reply.json()

@@ -15,8 +15,8 @@ SETTINGS = dict(start_timeout=5, lease_ttl=TTL, cancel_grace=5)
 DEFAULT_BACKOFF = dict(backoff_initial_ms=1000, backoff_factor=2.0, backoff_max_ms=300_000)
 
 
-def expected_backoff_ms(task_id: str, attempt: int) -> int:
-    return backoff_ms(SimpleNamespace(task_id=task_id, **DEFAULT_BACKOFF), attempt)
+def expected_backoff_ms(task_id: str, attempt: int, policy: dict | None = None) -> int:
+    return backoff_ms(SimpleNamespace(task_id=task_id, **(policy or DEFAULT_BACKOFF)), attempt)
 
 
 async def test_retryable_failures_back_off_until_max_attempts_then_fail(
@@ -51,6 +51,32 @@ async def test_retryable_failures_back_off_until_max_attempts_then_fail(
     assert view["outcome"]["result"] == {"try": 5}
     assert [a["status"] for a in view["attempts"]] == ["FAILED"] * 5
     assert delays == sorted(delays)
+
+
+async def test_a_producer_set_backoff_spaces_the_retries(virtual_clock, scenario_service, connect_worker, submit,
+                                                         operator):
+    """backoff_initial 0.5 s, factor 3, max 2 s: steps of 0.5, 1.5, 2 (capped), each jittered to 50-100 %."""
+    service = await scenario_service(**SETTINGS)
+    ops = operator(service)
+    task = await submit(service, max_attempts=4, backoff_initial=0.5, backoff_factor=3, backoff_max=2)
+    policy = dict(backoff_initial_ms=500, backoff_factor=3.0, backoff_max_ms=2000)
+    shown = await ops.get(task["task_id"])
+    assert (shown["backoff_initial"], shown["backoff_factor"], shown["backoff_max"]) == (0.5, 3.0, 2.0)
+    async with connect_worker(service) as worker:
+        await worker.capacity(1)
+        for attempt, step_ms in ((1, 500), (2, 1500), (3, 2000)):
+            held = await running(worker)
+            assert held.task["attempt"] == attempt
+            done = await held.finish("FAILED", error_code="busy", retryable=True)
+            committed = parse_time(done["body"]["receipt"]["committed_at"])
+            view = await ops.get(task["task_id"])
+            delay_ms = (parse_time(view["due_at"]) - committed).total_seconds() * 1000
+            assert round(delay_ms) == expected_backoff_ms(task["task_id"], attempt, policy)
+            assert step_ms / 2 <= delay_ms <= step_ms
+        held = await running(worker)
+        assert held.task["attempt"] == 4
+        assert (await held.finish("SUCCEEDED", {}))["type"] == "ack"
+    assert (await ops.state(task["task_id"])) == "SUCCEEDED"
 
 
 async def test_jitter_spreads_tasks_that_failed_together(virtual_clock, scenario_service, connect_worker, submit,
