@@ -1,0 +1,493 @@
+"""Run the competitors' equivalent of `pulse-trio bench` and print one JSON object per system.
+
+Started by scripts/compare/run inside the compare virtualenv (celery, redis,
+procrastinate and psycopg pinned there; none of them is a pulse-trio
+dependency). See README.md beside this file for what is measured and why.
+
+Every child process is started in a session of its own and stopped
+(SIGTERM, then SIGKILL after a bounded wait) when the system's run ends,
+whether it succeeded, failed or was interrupted. The Redis databases and
+the Postgres database used are this script's own: the Redis ones are
+checked to be empty before use and flushed after, the Postgres one is
+created fresh and dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENV_BIN = Path(sys.executable).parent
+SUBMIT_BATCH = 500  # as `pulse-trio bench`
+POLL_INTERVAL_S = 0.1  # at most 10 polls a second, as `pulse-trio bench`
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def progress(message: str) -> None:
+    """A line for people on stderr; stdout carries only the JSON results."""
+    sys.stderr.write(f"compare: {message}\n")
+    sys.stderr.flush()
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    raise Interrupted(f"stopped by signal {signum}")
+
+
+# --- CPU from /proc -------------------------------------------------------
+
+def _proc_stats() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds of the process and its reaped children) for every process."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone in between
+        # fields[1] ppid; [11..14] utime, stime, cutime, cstime (man 5 proc, counted after the name)
+        stats[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / HZ)
+    return stats
+
+
+def tree_cpu_seconds(roots: list[int]) -> float:
+    """CPU used so far by these processes and all their descendants, live or already reaped.
+
+    A child that exited and was waited for is counted in its parent's
+    cutime/cstime, so Postgres backends that come and go during a run, or
+    Celery's helper threads and processes, are all included.
+    """
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo, seen = 0.0, [r for r in roots if r in stats], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += stats[pid][1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+# --- child processes --------------------------------------------------------
+
+class Fleet:
+    """Child processes of one system's run, each in its own session; stopped on exit whatever happened."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[tuple[subprocess.Popen, Path]] = []
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        log = self.log_dir / f"{name}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, env=env, cwd=HERE, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((proc, log))
+        return proc
+
+    def check_alive(self) -> None:
+        for proc, log in self.procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}; its log:\n{tail(log)}")
+
+    def stop_all(self) -> None:
+        for proc, _ in self.procs:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for proc, _ in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                progress(f"pid {proc.pid} still running {STOP_TIMEOUT_S:g}s after SIGTERM: SIGKILL")
+            _signal_group(proc, signal.SIGKILL)  # and whatever it left in its session
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                progress(f"pid {proc.pid} did not exit after SIGKILL")
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # start_new_session: the group id is the child's pid
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_for(condition, what: str, fleet: Fleet, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        fleet.check_alive()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(POLL_INTERVAL_S)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(HERE), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def machine() -> dict[str, object]:
+    return {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+            "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+# --- Celery -----------------------------------------------------------------
+
+def redis_client(args: argparse.Namespace, db: int):
+    import redis
+    return redis.Redis(host=args.redis_host, port=args.redis_port, db=db, socket_timeout=10)
+
+
+def redis_facts(client) -> dict[str, object]:
+    info = client.info("server")
+    facts: dict[str, object] = {"version": info.get("redis_version"), "pid": info.get("process_id")}
+    for name in ("appendonly", "appendfsync", "save"):
+        try:
+            facts[name] = client.config_get(name).get(name)
+        except Exception as exc:  # CONFIG may be renamed or denied
+            facts[name] = f"unknown ({exc.__class__.__name__})"
+    return facts
+
+
+def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, object]:
+    broker_db, result_db = args.redis_dbs
+    broker, results = redis_client(args, broker_db), redis_client(args, result_db)
+    facts = redis_facts(broker)
+    redis_pid = facts["pid"] if isinstance(facts["pid"], int) and Path(f"/proc/{facts['pid']}").exists() else None
+    ready_dir = Path(tempfile.mkdtemp(prefix="ready-", dir=log_dir))
+    env = child_env(COMPARE_BROKER_URL=f"redis://{args.redis_host}:{args.redis_port}/{broker_db}",
+                    COMPARE_RESULT_URL=f"redis://{args.redis_host}:{args.redis_port}/{result_db}",
+                    COMPARE_READY_DIR=str(ready_dir))
+    os.environ.update({k: env[k] for k in ("COMPARE_BROKER_URL", "COMPARE_RESULT_URL")})
+    sys.path.insert(0, str(HERE))
+    from celery import group
+    from celery_app import app, noop
+
+    concurrency = args.concurrency if pool == "threads" else 1
+    config = (f"{args.workers} x `celery worker --pool {pool}"
+              f"{f' --concurrency {concurrency}' if pool == 'threads' else ''}"
+              " --without-gossip --without-mingle --without-heartbeat`; acks_late, reject_on_worker_lost,"
+              " prefetch multiplier 4 (default); Redis broker + Redis result backend storing every result;"
+              f" submit: group(noop.s() x {SUBMIT_BATCH}).apply_async() per batch")
+    try:
+        broker.flushdb()
+        results.flushdb()
+        (log_dir / f"celery-{pool}").mkdir()
+        with Fleet(log_dir / f"celery-{pool}") as fleet:
+            workers = [fleet.spawn(f"worker{i}", [
+                str(VENV_BIN / "celery"), "-A", "celery_app", "worker", "--pool", pool,
+                *(["--concurrency", str(concurrency)] if pool == "threads" else []),
+                "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "--loglevel", "WARNING", "-n", f"compare{i}@%h"], env) for i in range(args.workers)]
+            wait_for(lambda: len(list(ready_dir.iterdir())) >= args.workers,
+                     f"{args.workers} Celery workers to be ready", fleet, READY_TIMEOUT_S)
+            progress(f"celery/{pool}: {args.workers} worker(s) ready")
+
+            worker_pids = [w.pid for w in workers]
+            cpu_before = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([redis_pid]) if redis_pid else 0.0)
+            with app.producer_or_acquire() as producer:
+                first_submit = time.time()
+                started = time.perf_counter()
+                for start in range(0, args.tasks, SUBMIT_BATCH):
+                    count = min(SUBMIT_BATCH, args.tasks - start)
+                    group(noop.s() for _ in range(count)).apply_async(producer=producer)
+                submit_s = time.perf_counter() - started
+            progress(f"celery/{pool}: {args.tasks} tasks submitted in {submit_s:.2f}s")
+            wait_for(lambda: results.dbsize() >= args.tasks, f"{args.tasks} Celery results", fleet, args.timeout)
+            cpu_after = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([redis_pid]) if redis_pid else 0.0)
+
+        done, statuses = _celery_results(results)
+    finally:
+        for client in (broker, results):
+            try:
+                client.flushdb()
+            finally:
+                client.close()
+    last_done = max(done)
+    span = (last_done - dt.datetime.fromtimestamp(first_submit, dt.timezone.utc)).total_seconds()
+    return {
+        "system": "celery",
+        "config": config,
+        "pool": pool,
+        "tasks": args.tasks,
+        "end_to_end_tasks_per_s": round(args.tasks / span, 1),
+        "submit_tasks_per_s": round(args.tasks / submit_s, 1),
+        "end_to_end_from": "client clock before the first submit -> latest date_done in the result backend",
+        "outcomes": statuses,
+        "workers_cpu_s_per_task": round((cpu_after[0] - cpu_before[0]) / args.tasks, 6),
+        "database": "redis (broker and result backend)",
+        "database_cpu_s_per_task": (round((cpu_after[1] - cpu_before[1]) / args.tasks, 6)
+                                    if redis_pid else None),
+        "durability": {"redis": {k: v for k, v in facts.items() if k != "pid"},
+                       "task_acks_late": True, "task_reject_on_worker_lost": True, "results_stored": True},
+        "versions": _versions("celery", "kombu", "redis"),
+        "machine": machine(),
+    }
+
+
+def _celery_results(results) -> tuple[list[dt.datetime], dict[str, int]]:
+    """Every stored result's date_done (what the worker recorded when it stored the result) and status counts."""
+    keys = list(results.scan_iter(match="celery-task-meta-*", count=1000))
+    done: list[dt.datetime] = []
+    statuses: dict[str, int] = {}
+    for start in range(0, len(keys), 1000):
+        for raw in results.mget(keys[start:start + 1000]):
+            if raw is None:
+                continue
+            meta = json.loads(raw)
+            statuses[meta["status"]] = statuses.get(meta["status"], 0) + 1
+            when = dt.datetime.fromisoformat(meta["date_done"])
+            done.append(when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc))
+    return done, statuses
+
+
+# --- procrastinate ----------------------------------------------------------
+
+def run_procrastinate(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
+    import psycopg
+
+    base = ""  # libpq's defaults and PG* variables (PGHOST, PGPORT, PGUSER): the local socket as this user
+    dbname = f"compare_{secrets.token_hex(4)}"
+    conninfo = psycopg.conninfo.make_conninfo(base, dbname=dbname, connect_timeout=10)
+    admin = psycopg.connect(psycopg.conninfo.make_conninfo(base, dbname=args.pg_admin_db, connect_timeout=10),
+                            autocommit=True)
+    try:
+        settings = {name: admin.execute(f"SHOW {name}").fetchone()[0]
+                    for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")}
+        pg_pid = _postmaster_pid(admin)
+        admin.execute(f'CREATE DATABASE "{dbname}"')
+        progress(f"procrastinate: fresh database {dbname}")
+        try:
+            return _run_procrastinate(args, log_dir, conninfo, settings, pg_pid)
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+            progress(f"procrastinate: dropped database {dbname}")
+    finally:
+        admin.close()
+
+
+def _postmaster_pid(admin) -> int | None:
+    """The Postgres server's pid when it runs on this machine and its pid file is readable."""
+    try:
+        data_dir = admin.execute("SHOW data_directory").fetchone()[0]
+        pid = int(Path(data_dir, "postmaster.pid").read_text().splitlines()[0])
+    except Exception:
+        return None
+    return pid if Path(f"/proc/{pid}").exists() else None
+
+
+def _run_procrastinate(args, log_dir: Path, conninfo: str, settings: dict, pg_pid: int | None) -> dict:
+    import psycopg
+
+    os.environ["COMPARE_PG_CONNINFO"] = conninfo
+    env = child_env(COMPARE_PG_CONNINFO=conninfo)
+    sys.path.insert(0, str(HERE))
+    from procrastinate_app import app, noop
+
+    with app.open():
+        app.schema_manager.apply_schema()
+    config = (f"{args.workers} x `procrastinate worker --concurrency {args.concurrency} --queues compare`"
+              " (LISTEN/NOTIFY on, jobs kept: --delete-jobs never); async no-op task;"
+              f" default Postgres job table; submit: noop.batch_defer({SUBMIT_BATCH} x {{}}) per batch")
+    (log_dir / "procrastinate").mkdir()
+    with psycopg.connect(conninfo, autocommit=True) as probe, Fleet(log_dir / "procrastinate") as fleet:
+        workers = [fleet.spawn(f"worker{i}", [
+            str(VENV_BIN / "procrastinate"), "--app=procrastinate_app.app", "worker",
+            "--concurrency", str(args.concurrency), "--queues", "compare", "--name", f"compare{i}"], env)
+            for i in range(args.workers)]
+        wait_for(lambda: probe.execute("SELECT count(*) FROM procrastinate_workers").fetchone()[0] >= args.workers,
+                 f"{args.workers} procrastinate workers to register", fleet, READY_TIMEOUT_S)
+        progress(f"procrastinate: {args.workers} worker(s) registered")
+
+        worker_pids = [w.pid for w in workers]
+        cpu_before = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([pg_pid]) if pg_pid else 0.0)
+        with app.open():
+            started = time.perf_counter()
+            for start in range(0, args.tasks, SUBMIT_BATCH):
+                noop.batch_defer(*({} for _ in range(min(SUBMIT_BATCH, args.tasks - start))))
+            submit_s = time.perf_counter() - started
+        progress(f"procrastinate: {args.tasks} tasks submitted in {submit_s:.2f}s")
+        # One held connection, one probe through the partial index on todo/doing jobs.
+        wait_for(lambda: probe.execute("SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+                                       " LIMIT 1").fetchone() is None,
+                 f"{args.tasks} procrastinate jobs to finish", fleet, args.timeout)
+        cpu_after = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([pg_pid]) if pg_pid else 0.0)
+
+        statuses = dict(probe.execute("SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY 1").fetchall())
+        first, last = probe.execute(
+            "SELECT min(at) FILTER (WHERE type = 'deferred'), max(at) FILTER (WHERE type = 'succeeded')"
+            " FROM procrastinate_events").fetchone()
+        rows = probe.execute(
+            "SELECT extract(epoch FROM s.at - d.at), extract(epoch FROM f.at - s.at)"
+            " FROM procrastinate_events d"
+            " JOIN procrastinate_events s ON s.job_id = d.job_id AND s.type = 'started'"
+            " JOIN procrastinate_events f ON f.job_id = d.job_id AND f.type = 'succeeded'"
+            " WHERE d.type = 'deferred'").fetchall()
+    to_start = [float(r[0]) for r in rows]
+    to_finish = [float(r[1]) for r in rows]
+    ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
+    span = (last - first).total_seconds()
+    return {
+        "system": "procrastinate",
+        "config": config,
+        "tasks": args.tasks,
+        "end_to_end_tasks_per_s": round(args.tasks / span, 1),
+        "submit_tasks_per_s": round(args.tasks / submit_s, 1),
+        "end_to_end_from": "first 'deferred' event -> last 'succeeded' event (procrastinate_events.at,"
+                           " i.e. now() of the recording transaction)",
+        "submit_to_assign_ms": {"p50": ms(percentile(to_start, 0.5)), "p95": ms(percentile(to_start, 0.95)),
+                                "p99": ms(percentile(to_start, 0.99))},
+        "assign_to_finish_ms": {"p50": ms(percentile(to_finish, 0.5)), "p99": ms(percentile(to_finish, 0.99))},
+        "outcomes": statuses,
+        "workers_cpu_s_per_task": round((cpu_after[0] - cpu_before[0]) / args.tasks, 6),
+        "database": "postgresql (whole server process tree)",
+        "database_cpu_s_per_task": (round((cpu_after[1] - cpu_before[1]) / args.tasks, 6)
+                                    if pg_pid else None),
+        "durability": {"postgres": {k: v for k, v in settings.items() if k != "server_version"},
+                       "results_stored": False, "status_stored": True},
+        "versions": {**_versions("procrastinate", "psycopg"), "postgres": settings["server_version"]},
+        "machine": machine(),
+    }
+
+
+# --- pulse-trio (our own bench, for the same run) ---------------------------
+
+def run_pulse_trio(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
+    argv = [args.pulse_trio_bin, "bench", "--tasks", str(args.tasks), "--workers", str(args.workers),
+            "--capacity", str(args.concurrency)]
+    with open(log_dir / "pulse-trio.log", "wb") as err:
+        proc = subprocess.Popen(argv, cwd=args.project_root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=err, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=args.timeout + 120)
+        except BaseException:
+            # SIGINT first: the bench's own clean-up (its fleet, its database) runs on KeyboardInterrupt.
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=5)
+            raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"pulse-trio bench exited with {proc.returncode}:\n{tail(log_dir / 'pulse-trio.log')}")
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    return {"system": "pulse-trio",
+            "config": f"`pulse-trio bench --tasks {args.tasks} --workers {args.workers}"
+                      f" --capacity {args.concurrency}` (docs/performance.md)",
+            "tasks": args.tasks, **result}
+
+
+def _versions(*names: str) -> dict[str, str]:
+    from importlib.metadata import version
+    return {name: version(name) for name in names}
+
+
+# --- main -------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/compare/run")
+    parser.add_argument("--tasks", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--only", choices=["celery", "procrastinate", "pulse-trio"], action="append")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds to wait for all tasks of one system to finish")
+    parser.add_argument("--redis-host", default="127.0.0.1")
+    parser.add_argument("--redis-port", type=int, default=6379)
+    parser.add_argument("--redis-dbs", type=int, nargs=2, default=[14, 15], metavar=("BROKER", "RESULTS"))
+    parser.add_argument("--pg-admin-db", default=os.environ.get("COMPARE_PG_ADMIN_DB", "postgres"))
+    parser.add_argument("--pulse-trio-bin", default=None)
+    parser.add_argument("--project-root", default=str(HERE.parent.parent))
+    args = parser.parse_args(argv)
+    if args.tasks < 1 or args.workers < 1 or args.concurrency < 1:
+        parser.error("--tasks, --workers and --concurrency must be positive")
+    if args.pulse_trio_bin is None:
+        args.pulse_trio_bin = str(Path(args.project_root, ".venv", "bin", "pulse-trio"))
+    systems = args.only or ["pulse-trio", "celery", "procrastinate"]
+
+    # Also SIGINT: a shell starts background jobs with it ignored, and Python then keeps it ignored.
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _on_signal)
+    if "celery" in systems:
+        for db in args.redis_dbs:
+            client = redis_client(args, db)
+            try:
+                if client.dbsize():
+                    progress(f"Redis database {db} is not empty: not this script's to flush."
+                             " Pick two empty ones with --redis-dbs BROKER RESULTS.")
+                    return 2
+            finally:
+                client.close()
+
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="pulse-compare-") as tmp:
+        log_dir = Path(tmp)
+        runs = []
+        for system in systems:
+            if system == "celery":
+                runs += [("celery/threads", lambda: run_celery(args, "threads", log_dir)),
+                         ("celery/solo", lambda: run_celery(args, "solo", log_dir))]
+            elif system == "procrastinate":
+                runs.append(("procrastinate", lambda: run_procrastinate(args, log_dir)))
+            else:
+                runs.append(("pulse-trio", lambda: run_pulse_trio(args, log_dir)))
+        for name, run in runs:
+            progress(f"{name}: {args.tasks} tasks, {args.workers} workers, concurrency {args.concurrency}")
+            try:
+                result = run()
+            except (Interrupted, KeyboardInterrupt) as exc:
+                progress(f"{name}: interrupted ({exc or 'SIGINT'}); children stopped, state cleaned up")
+                return 130
+            except Exception as exc:
+                progress(f"{name}: FAILED: {exc.__class__.__name__}: {exc}")
+                failed.append(name)
+                continue
+            print(json.dumps(result), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
