@@ -51,7 +51,18 @@ class Settings:
     hello_timeout: float = 10.0
     ping_interval: float = 20.0
     poll_interval: float = 0.05
+    # Server-process liveness: heartbeat this often; another instance declares
+    # this process lost (and disconnects its sessions) once a heartbeat is
+    # this late. 15 s is three missed heartbeats.
+    node_heartbeat: float = 5.0
+    node_lapse: float = 15.0
     managed_db_port: int | None = None
+
+    def check(self) -> None:
+        """Refuse combinations that cannot work (ValueError naming the flags)."""
+        if self.node_lapse < 2 * self.node_heartbeat:
+            raise ValueError(f"--node-lapse ({self.node_lapse:g}s) must be at least twice --node-heartbeat "
+                             f"({self.node_heartbeat:g}s), or one late heartbeat would declare a live process lost")
 
 
 # (flag, field, type, help). The env variable is PULSE_ + the field in capitals.
@@ -72,6 +83,11 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--hello-timeout", "hello_timeout", parse_seconds, "seconds a new connection has to send worker.hello"),
     ("--ping-interval", "ping_interval", parse_seconds, "seconds between WebSocket pings"),
     ("--poll-interval", "poll_interval", parse_seconds, "seconds between dispatcher polls for new work"),
+    ("--node-heartbeat", "node_heartbeat", parse_seconds,
+     "seconds between this process's liveness heartbeats (in the timers loop)"),
+    ("--node-lapse", "node_lapse", parse_seconds,
+     "seconds without a heartbeat after which another instance declares this process lost and disconnects "
+     "its sessions (at least twice --node-heartbeat)"),
     ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB (default: a free one)"),
 )
 

@@ -31,6 +31,10 @@ def _serve(args: argparse.Namespace) -> int:
     settings = cfg.settings_from_args(args)
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise CommandFailed("--tls-cert and --tls-key go together", 2)
+    try:
+        settings.check()
+    except ValueError as exc:
+        raise CommandFailed(str(exc), 2) from None
     logs.configure(args.log_format, args.log_level)
     import trio
 

@@ -53,9 +53,10 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
 
 @read_only
 def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 1000) -> list[dict[str, object]]:
-    """Worker instances with their session, capacity, drain and held leases."""
+    """Worker instances with their session, capacity, drain, held leases and the serve process (node) holding it."""
     sql = ("SELECT i.instance_id, i.session_id, i.epoch, i.state, i.worker_name, i.subscriptions, i.capacity,"
            " i.sequence, i.concurrency_keys, i.cancellation_notifications, i.registered_at, i.disconnected_at,"
+           " i.node_id,"
            " (SELECT COUNT(*) FROM leases l WHERE l.owner_session_id = i.session_id"
            "  AND l.state IN ('OFFERED', 'RUNNING')) AS held"
            " FROM worker_instances i")
@@ -65,7 +66,7 @@ def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 100
     workers = []
     for row in tx.all(sql, (limit,)):
         (instance_id, session_id, epoch, state, name, subscriptions, capacity, sequence, keys, notify,
-         registered_at, disconnected_at, held) = row
+         registered_at, disconnected_at, node_id, held) = row
         workers.append({
             "instance_id": instance_id, "session_id": session_id, "epoch": str(epoch), "state": state,
             "worker_name": name, "subscriptions": json.loads(subscriptions), "capacity": int(capacity),
@@ -73,5 +74,6 @@ def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 100
             "concurrency_keys": bool(keys), "cancellation_notifications": bool(notify),
             "active_leases": int(held), "registered_at": rfc3339(registered_at),
             "disconnected_at": rfc3339(disconnected_at) if disconnected_at else None,
+            "node_id": node_id,
         })
     return workers

@@ -147,6 +147,10 @@ SCHEMAS: dict[str, Any] = {
         "active_leases": {"type": "integer", "minimum": 0, "description": "Leases the session holds now."},
         "registered_at": TIME,
         "disconnected_at": _nullable(TIME),
+        "node_id": _nullable({"type": "string", "description": (
+            "The `pulse-trio serve` process holding the session (`server_nodes`). When that process dies "
+            "without closing it, another instance sets the session DISCONNECTED once the process's "
+            "heartbeat lapses.")}),
     }),
     "WorkerList": _obj({"workers": {"type": "array", "items": _ref("Worker")}}),
     "QueueDepths": _obj({"queues": {"type": "object", "additionalProperties": _obj({

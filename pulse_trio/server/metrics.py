@@ -52,6 +52,9 @@ class ServiceMetrics:
         self.commands: collections.Counter[str] = collections.Counter()
         self.finishes: collections.Counter[str] = collections.Counter()
         self.lease_ends: collections.Counter[str] = collections.Counter()
+        self.nodes_declared_lost = 0  # other serve processes this one declared lost
+        self.lost_node_sessions = 0  # their sessions, disconnected by this one's sweeps
+        self.node_rejoins = 0  # times this process found itself declared lost
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()  # (surface, code)
         self.http_requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
         self.submit_to_assign_s: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLE)
@@ -161,6 +164,12 @@ class _Families:
         yield _counter("pulse_lease_expiries", "Started leases that expired without renewal.",
                        m.lease_ends.get("EXPIRED", 0))
         yield _counter("pulse_lease_lapses", "Offers that lapsed before task.start.", m.lease_ends.get("LAPSED", 0))
+        yield _counter("pulse_nodes_declared_lost", "Other serve processes this one declared lost (heartbeat lapsed).",
+                       m.nodes_declared_lost)
+        yield _counter("pulse_lost_node_sessions", "Sessions of lost serve processes this one disconnected.",
+                       m.lost_node_sessions)
+        yield _counter("pulse_node_rejoins", "Times this process found itself declared lost, closed its "
+                       "connections and rejoined.", m.node_rejoins)
         yield _labelled("pulse_finishes", "Accepted task.finish commands, by status.", ["status"], m.finishes)
         yield _labelled("pulse_commands", "Lease commands answered with an ack, by message.", ["command"],
                         m.commands)

@@ -1,10 +1,12 @@
 """One service instance: the worker endpoint, dispatcher and timers in one nursery.
 
 Shutdown (SIGINT/SIGTERM, or :meth:`ServiceHandle.stop`) is orderly: stop
-accepting, tell every session ``server_shutting_down`` and close it, stop
-the loops. Leases are left as they are: valid until they expire, so the
-workers resume them on another instance. A SIGKILL loses nothing either,
-because nothing lives only in this process.
+accepting, tell every session ``server_shutting_down`` and close it, record
+this process (its node) STOPPED, stop the loops. Leases are left as
+they are: valid until they expire, so the workers resume them on another
+instance. A SIGKILL loses nothing either, because nothing lives only in
+this process; the other instances disconnect its sessions once its
+heartbeat lapses (``liveness.py``).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from pulse_trio.server.connection import WorkerConnection
 from pulse_trio.server.dispatcher import Dispatcher
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.timers import Timers
 from pulse_trio.store.facade import Store
+from pulse_trio.store.ids import new_node_id
 
 log = logging.getLogger("pulse_trio.service")
 
@@ -57,6 +61,7 @@ class ServiceContext:
     connections: set[WorkerConnection] = dataclasses.field(default_factory=set)
     batcher: LeaseCommandBatcher | None = None
     dispatcher: Dispatcher | None = None
+    node: NodeLiveness | None = None
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -120,12 +125,16 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                 wall_anchor: dt.datetime | None = None, pool_size: int = DEFAULT_POOL_SIZE,
                 task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
     """Run one instance until stopped (the database must already be migrated)."""
-    store = Store(database, pool_size=pool_size)
+    settings.check()
+    store = Store(database, pool_size=pool_size, node_id=new_node_id())
     clock = ServiceClock(wall_anchor)
     batcher = LeaseCommandBatcher(store, clock, lanes=COMMAND_LANES)
     ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
     stop = trio.Event()
     try:
+        # This process is ALIVE (chart node) before it listens: see liveness.py.
+        ctx.node = NodeLiveness(ctx)
+        await ctx.node.start()
         async with trio.open_nursery() as root:
             if handle_signals:
                 root.start_soon(_watch_signals, stop)
@@ -164,6 +173,8 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                     while ctx.connections:
                         await trio.sleep(0.01)
                 connections.cancel_scope.cancel()
+            # STOPPED once every connection has closed (and its disconnect ran).
+            await ctx.node.stop()
             root.cancel_scope.cancel()
     finally:
         store.close()

@@ -71,8 +71,10 @@ class Store:
 
     def __init__(self, config: DatabaseConfig, pool_size: int = 8, *, max_attempts: int = 10,
                  backoff_s: float = 0.002, max_backoff_s: float = 0.2,
-                 connector: Callable[[DatabaseConfig], Any] = connect) -> None:
+                 connector: Callable[[DatabaseConfig], Any] = connect, node_id: str | None = None) -> None:
         self.config = config
+        #: The serve process whose transactions these are (see :attr:`Tx.node_id`).
+        self.node_id = node_id
         self.pool = ConnectionPool(config, pool_size, connector)
         self.limiter = trio.CapacityLimiter(pool_size)
         self.max_attempts = max_attempts
@@ -154,7 +156,7 @@ class Store:
             committing = False
             try:
                 with conn.cursor() as cur:
-                    tx = Tx(cur, recovering=recovering)
+                    tx = Tx(cur, recovering=recovering, node_id=self.node_id)
                     result = body(tx)
                 if isinstance(result, Refusal) or not tx.wrote:
                     conn.rollback()

@@ -25,6 +25,11 @@ def new_id(prefix: str) -> str:
     return grammar.new_id(prefix + "_")
 
 
+def new_node_id() -> str:
+    """A serve process's id (chart ``node``): ``nod_<ULID>``, never on the wire, so outside the contract's ids."""
+    return "nod_" + grammar.new_ulid()
+
+
 new_secret = grammar.new_secret
 
 

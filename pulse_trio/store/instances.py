@@ -4,6 +4,11 @@ One ``worker.hello`` registers one worker instance with its session. The
 epoch comes from the single ``epoch_counter`` row, updated under its row
 lock, so epochs strictly increase in commit order across every server
 instance; resume compares them to decide who owns a lease.
+
+The row names the serve process holding the session (``tx.node_id``, chart
+``node``). Registration share-locks that node's row first, so it cannot be
+declared lost half-way through; when a node is gone without its
+connections' own disconnects, ``node_gone`` ends its sessions in bulk.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from collections.abc import Collection, Sequence
 from types import SimpleNamespace
 
 from pulse_trio.store import ids
-from pulse_trio.store.registry import decide, guard, read_only, transition
+from pulse_trio.store.registry import decide, guard, read_only, require, transition
 from pulse_trio.store.results import (
-    INSTANCE_NOT_FOUND, PERMISSION_DENIED, SESSION_NOT_FOUND, STALE_SEQUENCE, CapacityResult, InstanceView,
-    Refusal, Registered,
+    INSTANCE_NOT_FOUND, PERMISSION_DENIED, SERVER_SHUTTING_DOWN, SESSION_NOT_FOUND, STALE_SEQUENCE,
+    CapacityResult, InstanceView, Refusal, Registered,
 )
 from pulse_trio.store.rows import InstanceRow
 from pulse_trio.store.tx import Tx, db_time
@@ -67,6 +72,12 @@ class NewInstance:
             raise ValueError("1 to 64 subscriptions")
         if len({s.queue for s in self.subscriptions}) != len(self.subscriptions):
             raise ValueError("a queue is subscribed twice")
+
+
+@guard("instance", "node_alive", code=SERVER_SHUTTING_DOWN)
+def _node_alive(c) -> bool:
+    """The serve process taking the session is ALIVE: not declared lost, not stopped (a registration outside any serve process names no node)."""
+    return c.node_id is None or c.node_state == "ALIVE"
 
 
 @guard("instance", "queues_allowed", code=PERMISSION_DENIED)
@@ -133,7 +144,8 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
         existing = tx.one(_SELECT + " WHERE i.instance_id = %s", (instance.instance_id,))
         if existing:
             return Registered(view(tx, InstanceRow.from_row(existing)), instance.instance_secret)
-    ctx = SimpleNamespace(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues))
+    ctx = SimpleNamespace(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues),
+                          node_id=tx.node_id, node_state=_node_state(tx))
     dest = decide("instance", "register", "NONE", ctx)
     if isinstance(dest, Refusal):
         return dest
@@ -144,11 +156,11 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
     tx.write(
         "INSERT INTO worker_instances (instance_id, session_id, epoch, secret_digest, state, worker_name,"
         " subscriptions, cancellation_notifications, concurrency_keys, client_info, token_id, capacity,"
-        " sequence, registered_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,NULL,%s,%s)",
+        " node_id, sequence, registered_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,%s,NULL,%s,%s)",
         (instance.instance_id, instance.session_id, epoch, ids.secret_digest(instance.instance_secret), dest,
          instance.worker_name, json.dumps([s.as_json() for s in instance.subscriptions]),
          instance.cancellation_notifications, instance.concurrency_keys, instance.client_json,
-         instance.token_id, stamp, stamp),
+         instance.token_id, tx.node_id, stamp, stamp),
     )
     return Registered(
         InstanceView(instance.instance_id, instance.session_id, epoch, dest, 0, False, None, 0),
@@ -215,10 +227,56 @@ def disconnect(tx: Tx, *, session_id: str, now: dt.datetime) -> InstanceView | R
     return view(tx, dataclasses.replace(row, state=dest))
 
 
+def _node_state(tx: Tx) -> str | None:
+    """The registering node's state, share-locked until commit (None: no node).
+
+    ``node.lose`` takes the same row FOR UPDATE before it disconnects the
+    node's sessions, so a session is either committed before the sweep
+    reads them, or registered after it and refused (the node is LOST).
+    """
+    if tx.node_id is None:
+        return None
+    row = tx.one("SELECT state FROM server_nodes WHERE node_id = %s LOCK IN SHARE MODE", (tx.node_id,))
+    return row[0] if row else "NONE"
+
+
+_LIVE = "('ACTIVE', 'DRAINING')"
+
+
+@transition("instance", "node_gone", entry=False)
+def node_gone(tx: Tx, *, node_id: str, now: dt.datetime, limit: int | None = None,
+              skip_locked: bool = True) -> tuple[tuple[str, ...], int]:
+    """Disconnect the open sessions of a node that is gone: (their ids, how many are still open).
+
+    Run by ``node.lose`` (another instance, SKIP LOCKED: a session locked
+    right now is left for the next pass) and by ``node.stop`` (the node
+    itself, after its connections closed; it waits for locks). No ORDER BY:
+    the rows come in ``worker_instances_node`` order, so only the rows
+    returned are read and locked. Leases are not touched.
+    """
+    sql = (f"SELECT i.session_id, i.state FROM worker_instances i FORCE INDEX (worker_instances_node)"
+           f" WHERE i.node_id = %s AND i.state IN {_LIVE}")
+    args: tuple = (node_id,)
+    if limit is not None:
+        sql += " LIMIT %s"
+        args += (limit,)
+    rows = tx.all(sql + (" FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"), args)
+    by_dest: dict[str, list[str]] = {}
+    for session_id, state in rows:
+        by_dest.setdefault(require("instance", "node_gone", state, SimpleNamespace()), []).append(session_id)
+    for dest, session_ids in by_dest.items():
+        tx.cas(f"UPDATE worker_instances SET state = %s, updated_at = %s, disconnected_at = %s"
+               f" WHERE session_id IN %s AND state IN {_LIVE}",
+               (dest, db_time(now), db_time(now), tuple(session_ids)), expected=len(session_ids))
+    (left,) = tx.one(f"SELECT COUNT(*) FROM worker_instances FORCE INDEX (worker_instances_node)"
+                     f" WHERE node_id = %s AND state IN {_LIVE}", (node_id,))
+    return tuple(r[0] for r in rows), int(left)
+
+
 def subscriptions_from(items: Sequence[tuple[str, Collection[str] | None]]) -> tuple[Subscription, ...]:
     """Helper for callers: ``[(queue, kinds | None), ...]`` -> subscriptions."""
     return tuple(Subscription(q, None if k is None else frozenset(k)) for q, k in items)
 
 
-__all__ = ["NewInstance", "Subscription", "disconnect", "load_session", "operator_drain", "register",
+__all__ = ["NewInstance", "Subscription", "disconnect", "load_session", "node_gone", "operator_drain", "register",
            "set_capacity", "subscriptions_from", "view"]

@@ -16,7 +16,7 @@ from typing import Final
 # layer owns their spelling.
 from pulse_trio.contract.errors import (  # noqa: E402
     CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, INVALID_TRANSITION, LEASE_EXPIRED, LEASE_NOT_FOUND,
-    LEASE_NOT_OWNED, PERMISSION_DENIED, REVISION_CONFLICT, TASK_CANCELLED,
+    LEASE_NOT_OWNED, PERMISSION_DENIED, REVISION_CONFLICT, SERVER_SHUTTING_DOWN, TASK_CANCELLED,
 )
 
 # Producer / operator surfaces (CLI, HTTP), and guards the function itself absorbs.
@@ -24,12 +24,15 @@ TASK_NOT_FOUND: Final = "task_not_found"
 SESSION_NOT_FOUND: Final = "session_not_found"
 INSTANCE_NOT_FOUND: Final = "instance_not_found"
 STALE_SEQUENCE: Final = "stale_sequence"
+NODE_LOST: Final = "node_lost"  # a heartbeat after another instance declared this node lost
 
 WIRE_CODES: Final = frozenset({
     LEASE_NOT_FOUND, LEASE_EXPIRED, LEASE_NOT_OWNED, REVISION_CONFLICT, INVALID_TRANSITION,
     TASK_CANCELLED, CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, PERMISSION_DENIED,
+    SERVER_SHUTTING_DOWN,  # worker.hello on a node that is not ALIVE: reconnect (to another instance)
 })
-INTERNAL_CODES: Final = frozenset({TASK_NOT_FOUND, SESSION_NOT_FOUND, INSTANCE_NOT_FOUND, STALE_SEQUENCE})
+INTERNAL_CODES: Final = frozenset({TASK_NOT_FOUND, SESSION_NOT_FOUND, INSTANCE_NOT_FOUND, STALE_SEQUENCE,
+                                   NODE_LOST})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -131,6 +134,7 @@ class TimerResult:
     more: bool
     ended: tuple[LeaseEnd, ...] = ()
     task_ids: tuple[str, ...] = ()
+    lost_nodes: tuple[str, ...] = ()  # node.lose: nodes declared lost by this batch (ALIVE -> LOST)
 
 
 # -- instances ------------------------------------------------------------------

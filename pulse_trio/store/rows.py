@@ -141,6 +141,7 @@ class InstanceRow:
     sequence: int | None
     registered_at: dt.datetime
     operator_drained_at: dt.datetime | None
+    node_id: str | None  # the serve process holding the session (chart node)
 
     NAMES: ClassVar[tuple[str, ...]] = ()
     _TIMES: ClassVar[frozenset[str]] = frozenset({"registered_at", "operator_drained_at"})
@@ -164,6 +165,35 @@ class InstanceRow:
             return False
         kinds = subs[queue]
         return kinds is None or kind in kinds
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One serve process (chart ``node``)."""
+
+    node_id: str
+    state: str
+    host: str
+    pid: int
+    lapse_ms: int
+    started_at: dt.datetime
+    heartbeat_at: dt.datetime
+    expires_at: dt.datetime | None
+    lost_at: dt.datetime | None
+    lost_by: str | None
+    stopped_at: dt.datetime | None
+
+    NAMES: ClassVar[tuple[str, ...]] = ()
+    _TIMES: ClassVar[frozenset[str]] = frozenset({"started_at", "heartbeat_at", "expires_at", "lost_at",
+                                                  "stopped_at"})
+
+    @classmethod
+    def columns(cls, prefix: str = "n") -> str:
+        return _columns(prefix, cls.NAMES)
+
+    @classmethod
+    def from_row(cls, row: tuple) -> NodeRow:
+        return cls(*_convert(cls.NAMES, row, cls._TIMES, frozenset()))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -191,3 +221,4 @@ TaskRow.LEAN_NAMES = tuple(n for n in TaskRow.NAMES if n not in _NOT_LEAN)
 _LEAN_POSITIONS = tuple(TaskRow.LEAN_NAMES.index(n) if n in TaskRow.LEAN_NAMES else None for n in TaskRow.NAMES)
 LeaseRow.NAMES = _field_names(LeaseRow)
 InstanceRow.NAMES = _field_names(InstanceRow)
+NodeRow.NAMES = _field_names(NodeRow)

@@ -69,13 +69,19 @@ def rfc3339(value: dt.datetime) -> str:
 class Tx:
     """One transaction's cursor, plus bookkeeping that keeps writes honest."""
 
-    __slots__ = ("cursor", "recovering", "trail", "_stack", "wrote")
+    __slots__ = ("cursor", "recovering", "node_id", "trail", "_stack", "wrote")
 
-    def __init__(self, cursor: Any, *, recovering: bool = False) -> None:
+    def __init__(self, cursor: Any, *, recovering: bool = False, node_id: str | None = None) -> None:
         self.cursor = cursor
         #: True when the facade re-runs a function whose COMMIT was cut off:
         #: the function must re-read what it may already have committed.
         self.recovering = recovering
+        #: The serve process (chart ``node``) this transaction runs for; None
+        #: outside one (CLI, producer client). Who is asking is part of the
+        #: store's identity, like the connection a transaction runs on:
+        #: ``register`` records it on the session, and the node functions act
+        #: on it (a node can only heartbeat itself, never declare itself lost).
+        self.node_id = node_id
         self.trail: list[str] = []
         self._stack: list[str] = []
         self.wrote = False

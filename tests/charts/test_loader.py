@@ -17,7 +17,8 @@ EXPECTED_TRIGGERS = {
     "cancellation": {"request", "notify", "escalate", "resolve"},
     "key_permit": {"acquire", "release", "quarantine", "release_after_quarantine"},
     "task": {"submit", "promote"},
-    "instance": {"register", "set_capacity", "disconnect"},
+    "instance": {"register", "set_capacity", "disconnect", "node_gone"},
+    "node": {"start", "heartbeat", "lose", "rejoin", "stop"},
 }
 
 

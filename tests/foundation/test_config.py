@@ -103,3 +103,26 @@ def test_datetime_parameters_are_written_as_pymysql_would(database_config):
             assert cur.fetchone() == tuple(values[:3])
     finally:
         conn.close()
+
+
+def test_node_liveness_defaults_flags_and_environment(monkeypatch):
+    s = _parse([])
+    assert (s.node_heartbeat, s.node_lapse) == (5, 15)  # a process is lost after three missed heartbeats
+    s = _parse(["--node-heartbeat", "0.2", "--node-lapse", "1"])
+    assert (s.node_heartbeat, s.node_lapse) == (0.2, 1)
+    s = _parse([], monkeypatch, {"PULSE_NODE_HEARTBEAT": "2", "PULSE_NODE_LAPSE": "7.5"})
+    assert (s.node_heartbeat, s.node_lapse) == (2, 7.5)
+    s.check()
+
+
+def test_a_lapse_shorter_than_two_heartbeats_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    with pytest.raises(ValueError, match="--node-lapse"):
+        cfg.Settings(node_heartbeat=5, node_lapse=9.9).check()
+    cfg.Settings(node_heartbeat=5, node_lapse=10).check()
+    done = subprocess.run([sys.executable, "-m", "pulse_trio", "serve", "--node-heartbeat", "5", "--node-lapse", "6",
+                           "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--node-lapse" in done.stderr, done
+    assert not (tmp_path / "mariadb").exists()  # refused before anything started

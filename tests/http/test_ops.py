@@ -139,7 +139,8 @@ async def test_metrics_after_a_full_flow(http, tokens, token_factory, open_worke
     assert samples[("pulse_database_up", ())] == 1
     for name in ("pulse_frames_received_total", "pulse_frames_sent_total", "pulse_frame_bytes_received_total",
                  "pulse_frame_bytes_sent_total", "pulse_lease_expiries_total", "pulse_lease_lapses_total",
-                 "pulse_store_retries_total"):
+                 "pulse_store_retries_total", "pulse_nodes_declared_lost_total", "pulse_lost_node_sessions_total",
+                 "pulse_node_rejoins_total"):
         assert (name, ()) in samples, name
     assert samples[("pulse_frames_received_total", ())] >= 4  # hello, capacity, start, finish
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 
 import trio
 
 import harness
+import serve_process
 
 
 async def test_two_instances_share_the_queue_and_a_worker_on_each_gets_work(start_service, connect,
@@ -121,32 +118,9 @@ async def test_a_stopped_instance_accepts_no_new_connections(start_service, work
             await trio.sleep(0.02)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _serve_subprocess(db, port: int, *args: str) -> trio.Process:
-    command = [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
-               "--worker-listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{_free_port()}", *args]
-    process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    with trio.fail_after(30):
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"pulse-trio serve exited with {process.returncode}")
-            try:
-                stream = await trio.open_tcp_stream("127.0.0.1", port)
-                await stream.aclose()
-                return process
-            except OSError:
-                await trio.sleep(0.05)
-
-
 async def test_sigkill_of_one_instance_then_resume_on_the_other(db, start_service, connect, worker_token, client):
-    port = _free_port()
-    process = await _serve_subprocess(db, port, "--lease-ttl", "30", "--start-timeout", "30")
+    port = serve_process.free_port()
+    process = await serve_process.start(db, port, "--lease-ttl", "30", "--start-timeout", "30")
     try:
         victim = await connect(port, worker_token, name="victim")
         await victim.register(["billing"], capacity=2)
@@ -180,8 +154,8 @@ async def test_sigkill_of_one_instance_then_resume_on_the_other(db, start_servic
 
 
 async def test_sigterm_of_a_serve_process_is_a_graceful_stop(db, connect, worker_token, client):
-    port = _free_port()
-    process = await _serve_subprocess(db, port)
+    port = serve_process.free_port()
+    process = await serve_process.start(db, port)
     try:
         w = await connect(port, worker_token)
         await w.register(["billing"], capacity=1)

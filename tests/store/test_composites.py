@@ -73,3 +73,36 @@ def test_cancel_request_of_an_offer_and_of_a_running_task(world, keyed):
     assert trail(world, request_cancel, task_id=running.task.task_id) == ["cancellation.request", "lease.cancel"]
     ready = world.submit()
     assert trail(world, request_cancel, task_id=ready) == ["cancellation.request", "task.cancel"]
+
+
+def test_node_lose_and_stop_end_the_nodes_sessions_in_their_own_transaction(world):
+    from pulse_trio.store import NewInstance, Store, Subscription, nodes, register
+
+    def on(node_id: str):
+        store = Store(world.db, pool_size=1, node_id=node_id)
+        store.run_sync(nodes.start, now=world.now, lapse_ms=1000, host="h", pid=1)
+        store.run_sync(register, instance=NewInstance("w", (Subscription("q"),)), now=world.now)
+        return store
+
+    lost, sweeper, stopping = (on(f"nod_{c * 26}") for c in "ABC")
+    try:
+        world.advance(1000)
+        sweeper.run_sync(nodes.heartbeat, now=world.now)
+        stopping.run_sync(nodes.heartbeat, now=world.now)
+
+        def as_node(node_id, fn):
+            conn = connect(world.db)
+            try:
+                with conn.cursor() as cur:
+                    tx = Tx(cur, node_id=node_id)
+                    fn(tx, now=world.now)
+                conn.commit()
+                return tx.trail
+            finally:
+                conn.close()
+
+        assert as_node("nod_" + "B" * 26, nodes.lose) == ["node.lose", "instance.node_gone"]
+        assert as_node("nod_" + "C" * 26, nodes.stop) == ["node.stop", "instance.node_gone"]
+    finally:
+        for store in (lost, sweeper, stopping):
+            store.close()

@@ -1,0 +1,174 @@
+"""This serve process's liveness record (chart ``node``), and the sweep of dead ones.
+
+Theory of operation. The process is a *node*: ``serve`` records it ALIVE
+before it listens (:meth:`NodeLiveness.start`) and STOPPED after its last
+connection closed (:meth:`stop`). The timers loop calls :meth:`beat` first
+on every tick (a heartbeat every ``--node-heartbeat``) and then
+:meth:`sweep`, which declares LOST any other node whose heartbeat is past
+its lapse and disconnects the sessions it held (``pulse_trio.store.nodes``).
+
+Two rules keep a live process from being declared lost, or from acting as
+if it had not been:
+
+* A node sweeps only once its own heartbeats have landed, each within a
+  lapse of the one before, for a whole lapse. After an outage of the
+  database every heartbeat is overdue; the first node back must give the
+  others that long to beat before it judges them.
+* A heartbeat refused with ``node_lost`` means another instance has already
+  disconnected this node's sessions. Their connections are still open here,
+  so each is told ``server_shutting_down`` (the workers reconnect and resume
+  their leases, here or elsewhere) before the node rejoins as ALIVE.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from typing import TYPE_CHECKING
+
+import trio
+
+from pulse_trio.store import nodes
+from pulse_trio.store.results import NODE_LOST, Refusal
+
+if TYPE_CHECKING:
+    from pulse_trio.server.service import ServiceContext
+
+log = logging.getLogger("pulse_trio.liveness")
+
+MAX_SWEEP_ROUNDS = 20  # batches per tick, like the other timers
+
+
+class NodeLiveness:
+    """Start, heartbeat, sweep and stop for the node whose id the service's Store carries."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        if ctx.store.node_id is None:
+            raise ValueError("the service's Store must carry its node id")
+        self.ctx = ctx
+        self.node_id: str = ctx.store.node_id
+        self._next_beat = -math.inf
+        self._last_beat: float | None = None
+        self._steady_since: float | None = None
+        self._started = False
+        self._stopping = False
+
+    @property
+    def heartbeat_s(self) -> float:
+        return self.ctx.settings.node_heartbeat
+
+    @property
+    def lapse_s(self) -> float:
+        return self.ctx.settings.node_lapse
+
+    @property
+    def may_sweep(self) -> bool:
+        """Our own heartbeats have landed, on time, for a whole lapse (see the module docstring)."""
+        return self._steady_since is not None and trio.current_time() - self._steady_since >= self.lapse_s
+
+    async def start(self) -> bool:
+        """Record this node ALIVE; False (logged) if the database is away: :meth:`beat` retries.
+
+        ``serve`` calls it before listening, but must come up without a
+        database all the same (``/healthz`` answers, ``/readyz`` says 503);
+        until the node is recorded, a ``worker.hello`` is refused with
+        ``server_shutting_down`` and the worker tries again.
+        """
+        ctx = self.ctx
+        sent = trio.current_time()
+        try:
+            await ctx.store.run(nodes.start, now=ctx.clock.now(), lapse_ms=max(1, round(self.lapse_s * 1000)),
+                                host=socket.gethostname(), pid=os.getpid())
+        except Exception:
+            log.warning("node %s not recorded yet (database unavailable); retrying at the next heartbeat",
+                        self.node_id, exc_info=True)
+            self._next_beat = sent + self.heartbeat_s
+            return False
+        self._started = True
+        self._landed(sent)
+        log.info("node %s started (heartbeat %gs, lapse %gs)", self.node_id, self.heartbeat_s, self.lapse_s)
+        return True
+
+    async def beat(self) -> None:
+        """Heartbeat if one is due; if another instance declared us lost, close our connections and rejoin."""
+        if self._stopping or trio.current_time() < self._next_beat:
+            return
+        if not self._started:
+            await self.start()
+            return
+        ctx = self.ctx
+        sent = trio.current_time()
+        try:
+            result = await ctx.store.run(nodes.heartbeat, now=ctx.clock.now())
+        except BaseException:
+            self._steady_since = None  # a missed heartbeat: start counting again
+            raise
+        if isinstance(result, Refusal):
+            if result.code == NODE_LOST:
+                await self._rejoin()
+                return
+            # Not ours to repair (the row was removed by hand?): no sweeping until a heartbeat lands.
+            self._steady_since = None
+            log.error("node %s heartbeat refused: %s (%s)", self.node_id, result.code, result.message)
+            return
+        self._landed(sent)
+
+    async def sweep(self) -> None:
+        """Declare lapsed nodes lost and disconnect their sessions (SKIP LOCKED, shared by every node)."""
+        if not self.may_sweep:
+            return
+        ctx = self.ctx
+        for _ in range(MAX_SWEEP_ROUNDS):
+            result = await ctx.store.run(nodes.lose, now=ctx.clock.now())
+            for node_id in result.lost_nodes:
+                log.warning("node %s declared lost: its heartbeat lapsed; disconnecting its sessions", node_id)
+            ctx.metrics.nodes_declared_lost += len(result.lost_nodes)
+            ctx.metrics.lost_node_sessions += result.count
+            if result.count:
+                log.info("disconnected %d session(s) of lost node(s)", result.count)
+            if not result.more:
+                break
+
+    async def stop(self) -> None:
+        """STOPPED, after the connections closed; a failure only means the others will declare us lost."""
+        self._stopping = True
+        if not self._started:
+            return
+        ctx = self.ctx
+        try:
+            result = await ctx.store.run(nodes.stop, now=ctx.clock.now())
+        except Exception:
+            log.warning("node %s: stop not recorded; other instances will declare it lost after %gs",
+                        self.node_id, self.lapse_s, exc_info=True)
+            return
+        if isinstance(result, Refusal):
+            log.warning("node %s: stop refused: %s", self.node_id, result.message)
+        elif result:
+            log.warning("node %s stopped with %d session(s) still recorded open; disconnected them",
+                        self.node_id, result)
+
+    async def _rejoin(self) -> None:
+        ctx = self.ctx
+        connections = list(ctx.connections)
+        log.warning("node %s was declared lost by another instance (paused or cut off for over %gs); "
+                    "closing its %d connection(s), then rejoining", self.node_id, self.lapse_s, len(connections))
+        for connection in connections:
+            connection.shutdown()  # their sessions are DISCONNECTED already; the workers reconnect and resume
+        sent = trio.current_time()
+        result = await ctx.store.run(nodes.rejoin, now=ctx.clock.now())
+        if isinstance(result, Refusal):
+            raise RuntimeError(f"node {self.node_id} could not rejoin: {result.code} ({result.message})")
+        ctx.metrics.node_rejoins += 1
+        self._steady_since = None
+        self._landed(sent)
+
+    def _landed(self, sent: float) -> None:
+        """A heartbeat sent at Trio time ``sent`` was recorded."""
+        if self._last_beat is not None and sent - self._last_beat > self.lapse_s:
+            self._steady_since = None  # we were away longer than a lapse ourselves
+        if self._steady_since is None:
+            self._steady_since = sent
+        self._last_beat = sent
+        self._next_beat = sent + self.heartbeat_s

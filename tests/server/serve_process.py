@@ -1,0 +1,38 @@
+"""`pulse-trio serve` as a real process for server tests: start it, wait until it listens.
+
+Tests import it by name (``import serve_process``); the conftest puts this
+folder on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import trio
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start(db, port: int, *args: str) -> trio.Process:
+    """``pulse-trio serve`` on ``port`` against ``db``, once it accepts connections."""
+    command = [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
+               "--worker-listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{free_port()}", *args]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with trio.fail_after(30):
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"pulse-trio serve exited with {process.returncode}")
+            try:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                await stream.aclose()
+                return process
+            except OSError:
+                await trio.sleep(0.05)

@@ -1,0 +1,124 @@
+"""Server-process liveness with real processes: SIGKILL leaves no ghost session, nor does a graceful stop.
+
+Two `pulse-trio serve` processes on one database with a fast heartbeat
+(0.2 s) and lapse (1 s), so the whole story takes seconds.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import trio
+
+import harness
+import serve_process
+from pulse_trio.dburl import connect as db_connect
+
+HEARTBEAT = 0.2
+LAPSE = 1.0
+FAST = ("--node-heartbeat", str(HEARTBEAT), "--node-lapse", str(LAPSE), "--poll-interval", "0.05")
+SLACK = 1.0  # a timers tick (0.1 s) and a loaded 2-core machine
+
+
+def _sql(db, query, args=()):
+    conn = db_connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query, args)
+            rows = list(cur.fetchall())
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+async def _query(db, query, args=()):
+    return await trio.to_thread.run_sync(lambda: _sql(db, query, args))
+
+
+async def _session_row(db, session_id):
+    (row,) = await _query(db, "SELECT state, disconnected_at, node_id FROM worker_instances WHERE session_id = %s",
+                          (session_id,))
+    return row
+
+
+def _worker(client, session_id):
+    return next(w for w in client.workers(include_disconnected=True) if w["session_id"] == session_id)
+
+
+async def test_sigkill_of_a_serve_process_the_other_disconnects_its_session_within_the_lapse(
+        db, connect, worker_token, client):
+    survivor_port, victim_port = serve_process.free_port(), serve_process.free_port()
+    survivor = await serve_process.start(db, survivor_port, *FAST)
+    victim = await serve_process.start(db, victim_port, *FAST)
+    try:
+        w = await connect(victim_port, worker_token, name="victim")
+        await w.register(["billing"], capacity=1)
+        client.submit("billing", "invoice.send", {})
+        held = await w.expect_assign()
+        await w.ok(w.start(held))
+        _, _, victim_node = await _session_row(db, w.session_id)
+        assert victim_node is not None
+        # Alive and heartbeating: never declared lost, however many lapses go by.
+        await trio.sleep(LAPSE * 3)
+        assert _worker(client, w.session_id)["state"] == "ACTIVE"
+        leases = await _query(db, "SELECT lease_id, state, expires_at, owner_session_id, revision FROM leases")
+        victim.send_signal(signal.SIGKILL)
+        with trio.fail_after(10):
+            await victim.wait()
+        killed = trio.current_time()
+        await w.expect_close(timeout=10)
+        with trio.fail_after(LAPSE + SLACK + 5):  # fails slow enough to report the elapsed time below
+            while _worker(client, w.session_id)["state"] != "DISCONNECTED":
+                await trio.sleep(0.02)
+        elapsed = trio.current_time() - killed
+        assert elapsed <= LAPSE + SLACK, elapsed
+        shown = _worker(client, w.session_id)
+        assert shown["disconnected_at"] is not None and shown["node_id"] == victim_node
+        assert _worker(client, w.session_id) not in client.workers()  # gone from the default listing
+        (state, lost_by), = await _query(db, "SELECT state, lost_by FROM server_nodes WHERE node_id = %s",
+                                         (victim_node,))
+        (survivor_node,), = await _query(db, "SELECT node_id FROM server_nodes WHERE node_id <> %s", (victim_node,))
+        assert (state, lost_by) == ("LOST", survivor_node)
+        # Leases are untouched: the running one waits for its ttl, or for a resume.
+        assert await _query(db, "SELECT lease_id, state, expires_at, owner_session_id, revision FROM leases") == leases
+        new = await connect(survivor_port, worker_token, name="new")
+        await new.register(["billing"], capacity=1)
+        assert (await new.ok(new.resume(w, held)))["state"] == "RUNNING"
+        await new.ok(new.finish(new.live[held.lease_id]))
+    finally:
+        for process in (victim, survivor):
+            if process.poll() is None:
+                process.kill()
+
+
+async def test_a_graceful_stop_leaves_no_ghost_and_is_never_declared_lost(db, connect, worker_token, client):
+    staying = await serve_process.start(db, serve_process.free_port(), *FAST)
+    port = serve_process.free_port()
+    stopping = await serve_process.start(db, port, *FAST)
+    try:
+        w = await connect(port, worker_token)
+        await w.register(["billing"], capacity=1)
+        _, _, node = await _session_row(db, w.session_id)
+        stopping.send_signal(signal.SIGTERM)
+        await w.expect_error("server_shutting_down", fatal=True, reply_to=harness.ABSENT)
+        await w.expect_close(1001)
+        with trio.fail_after(20):
+            assert await stopping.wait() == 0
+        (state, stopped_at, expires_at), = await _query(
+            db, "SELECT state, stopped_at, expires_at FROM server_nodes WHERE node_id = %s", (node,))
+        assert state == "STOPPED" and stopped_at is not None and expires_at is None
+        assert (await _session_row(db, w.session_id))[0] == "DISCONNECTED"
+        assert await _query(db, "SELECT session_id FROM worker_instances WHERE node_id = %s"
+                                " AND state <> 'DISCONNECTED'", (node,)) == []
+        await trio.sleep(LAPSE * 3)  # the other instance's sweeps pass a stopped node by
+        (state, lost_by), = await _query(db, "SELECT state, lost_by FROM server_nodes WHERE node_id = %s", (node,))
+        assert (state, lost_by) == ("STOPPED", None)
+    finally:
+        for process in (stopping, staying):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(20):
+            await staying.wait()
+        if staying.poll() is None:
+            staying.kill()
