@@ -43,9 +43,10 @@ def monotonic() -> float:
 class Fleet:
     """``servers`` and ``workers`` by index; ``worker_keys``/``killed_at`` by pid."""
 
+    SERVE_ARGS = ("--lease-ttl", "1", "--start-timeout", "1", "--poll-interval", "0.05")
+
     def __init__(self, db, token: str, log: Path, *, servers: int = 2,
-                 serve_args: tuple[str, ...] = ("--lease-ttl", "1", "--start-timeout", "1",
-                                                "--poll-interval", "0.05")) -> None:
+                 serve_args: tuple[str, ...] = SERVE_ARGS) -> None:
         self.db, self.log = db, log
         self.logs = log.parent / "logs"
         self.logs.mkdir(exist_ok=True)

@@ -8,7 +8,9 @@ run on worker 1. Server instances and workers are killed with SIGKILL and
 restarted while the work runs. Afterwards every task must have SUCCEEDED,
 no outcome may be missing, every repeated execution must have been flagged
 ``effect_uncertain`` (it followed a lost lease), and the key permits must
-have held (``chaos_checks.check_guarantees``).
+have held (``chaos_checks.check_guarantees``), and no session may be left
+open on a killed instance: the survivors declare its node lost and
+disconnect its sessions (chart ``node``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pulse_trio.client.producer import build_task
 pytestmark = pytest.mark.chaos
 
 TASKS = 150
+#: Fast liveness, so a killed instance's sessions are swept within the test.
+NODE_ARGS = ("--node-heartbeat", "0.2", "--node-lapse", "1")
 KEYED = {"kill:a": (1, 10), "kill:b": (2, 12), "kill:c": (3, 18)}  # key: (limit, tasks)
 
 
@@ -49,9 +53,28 @@ def _check(db, client, fleet, ids, states) -> dict:
         raise AssertionError(f"logs in {fleet.logs}\n{exc}") from None
 
 
+def _open_sessions_on_killed_servers(db, pids: list[int]) -> int:
+    """Sessions still recorded open on a serve process that was SIGKILLed (its node row names its pid)."""
+    import socket
+
+    from pulse_trio.dburl import connect
+
+    conn = connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM worker_instances i JOIN server_nodes n ON n.node_id = i.node_id"
+                        " WHERE i.state <> 'DISCONNECTED' AND n.host = %s AND n.pid IN %s",
+                        (socket.gethostname(), tuple(pids)))
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
 def test_sigkill_servers_and_workers_loses_nothing(db, token_factory, tmp_path):
-    fleet = Fleet(db, token_factory("worker", ["chaos"]), tmp_path / "executions.jsonl")
+    fleet = Fleet(db, token_factory("worker", ["chaos"]), tmp_path / "executions.jsonl",
+                  serve_args=Fleet.SERVE_ARGS + NODE_ARGS)
     limits = {key: limit for key, (limit, _) in KEYED.items()}
+    killed_servers: list[int] = []
     with Client(db) as client:
         try:
             for i in (0, 1):
@@ -60,19 +83,26 @@ def test_sigkill_servers_and_workers_loses_nothing(db, token_factory, tmp_path):
             with chaos_checks.PermitSampler(db, limits) as sampler:
                 ids = {t["task_id"] for t in client.submit_many(_workload(TASKS, KEYED))}
                 time.sleep(0.8)
+                killed_servers.append(fleet.servers[0].pid)
                 fleet.kill(fleet.servers[0])      # (a) an instance dies with sessions and leases on it
                 fleet.start_server(0)
                 time.sleep(0.7)
                 fleet.kill(fleet.workers[1])      # (d) a worker dies mid-task (the keyed one)
                 fleet.start_worker(1, keys=True)
                 time.sleep(0.7)
+                killed_servers.append(fleet.servers[1].pid)
                 fleet.kill(fleet.servers[1])
                 fleet.start_server(1)
                 states = chaos_checks.wait_settled(db, len(ids), timeout=60)
+                ghosts_deadline = time.monotonic() + 5  # lapse 1 s, then the next sweep
+                while _open_sessions_on_killed_servers(db, killed_servers) and time.monotonic() < ghosts_deadline:
+                    time.sleep(0.1)
+                ghosts = _open_sessions_on_killed_servers(db, killed_servers)
         finally:
             fleet.stop_all()
         summary = _check(db, client, fleet, ids, states)
     assert not sampler.violations, sampler.violations[:10]
+    assert ghosts == 0, f"{ghosts} session(s) still open on killed instances"
     print(f"\nchaos: {summary}")
 
 
