@@ -120,7 +120,8 @@ class LeaseRunner:
             log.warning("task %s not started: %s", self.label, exc)
             return
         self.host.stats.started += 1
-        log.info("task %s started", self.label)
+        if log.isEnabledFor(logging.INFO):  # the label and outcome text are built per task: skip them when quiet
+            log.info("task %s started", self.label)
         self._watching = True
         try:
             async with trio.open_nursery() as renewals:
@@ -129,6 +130,7 @@ class LeaseRunner:
                 outcome = await self._call_handler()
                 self._renewals = None  # no new renewal; one under way gets its ack before the finish
         finally:
+            self._renewals = None
             self._disarm()
         if outcome is not None and self.lost is None:
             await self._finish(outcome)
@@ -180,7 +182,8 @@ class LeaseRunner:
                 return
             self.finished = True
             self.host.stats.count(outcome.status, duplicate=body.receipt.duplicate)
-            log.info("task %s %s", self.label, outcome.describe())
+            if log.isEnabledFor(logging.INFO):
+                log.info("task %s %s", self.label, outcome.describe())
             return
 
     # -- keeping the lease ----------------------------------------------------------
