@@ -77,9 +77,11 @@ class LeaseClock:
 
     async def run(self) -> None:
         while True:
-            with trio.CancelScope(deadline=self._next_due()) as self._nap:
-                await trio.sleep_forever()
-            self._nap = None
+            try:
+                with trio.CancelScope(deadline=self._next_due()) as self._nap:
+                    await trio.sleep_forever()
+            finally:
+                self._nap = None  # callbacks below (and a stopped clock) need no wake-up
             now = trio.current_time()
             while self._heap and self._heap[0][0] <= now:
                 timer = heapq.heappop(self._heap)[2]
