@@ -17,6 +17,7 @@ Modules: ``registry`` (handlers), ``context`` (what a handler gets),
 ``errors`` (outcomes a handler raises), ``outcome`` (outcome → finish),
 ``protocol`` (sans-IO session checks and pending requests), ``transport``
 (one WebSocket session), ``lease`` (one attempt, through reconnects),
+``clock`` (every lease's renewal and watchdog timer, in one task),
 ``worker`` (the reconnect loop, capacity, drain). See ``docs/worker.md``.
 """
 

@@ -1,16 +1,22 @@
 """One lease, from offer to finish: the Trio task that runs one attempt.
 
 Theory of operation. A runner owns one lease and never lets two commands
-on it overlap (``_lock``): each command carries the revision the previous
-ack returned, so ordering is the whole correctness argument.
+on it overlap: each command carries the revision the previous ack returned,
+so ordering is the whole correctness argument. The structure keeps them
+apart, with no lock: ``task.start`` is awaited before anything else runs;
+renewals run one at a time, only while the handler runs, in a nursery that
+is closed (so any renewal under way has its ack) before ``task.finish``.
 
 1. ``task.start``, and only after its ack, the handler (an offer is not
    permission to act).
 2. While the handler runs: a renew every third of the time left on the
    lease, and a watchdog that stops the handler when the local estimate of
    ``expires_at`` passes without a renewal (the lease is lost: someone else
-   may run the task now). A renewal showing ``cancel_requested_at`` or a
-   ``task.cancel`` push cancels the handler's scope.
+   may run the task now). Both are one timer on the worker's
+   :class:`~pulse_trio.sdk.clock.LeaseClock`, re-armed at every ack; a due
+   renewal is started in the runner's nursery. A renewal showing
+   ``cancel_requested_at`` or a ``task.cancel`` push cancels the handler's
+   scope.
 3. ``task.finish`` with the mapped outcome.
 
 Reconnects. A command whose connection dropped before its ack stays
@@ -40,6 +46,7 @@ from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, HandlerOutcome
 from pulse_trio.sdk.registry import Handler
 
 if TYPE_CHECKING:
+    from pulse_trio.sdk.clock import LeaseClock, Timer
     from pulse_trio.sdk.transport import Connection
     from pulse_trio.sdk.worker import WorkerStats
 
@@ -66,6 +73,9 @@ class LeaseHost(Protocol):
 
     stats: WorkerStats
     thread_limiter: trio.CapacityLimiter
+    clock: LeaseClock
+
+    def ready_connection(self, *, not_: Connection | None = None) -> Connection | None: ...
 
     async def connection(self, *, not_: Connection | None = None) -> Connection: ...
 
@@ -89,10 +99,11 @@ class LeaseRunner:
         self.lost: str | None = None
         self.finished = False
         self.ctx = TaskContext(offer.task, self.lease_id)
-        self._lock = trio.Lock()
         self._handler_scope = trio.CancelScope()
-        self._renew_scope = trio.CancelScope()
-        self._deadline_moved = trio.Event()
+        self._renewals: trio.Nursery | None = None  # open while the handler runs
+        self._renewing = False
+        self._watching = False  # the clock holds a timer for this lease
+        self._timer: Timer | None = None
 
     def __repr__(self) -> str:
         return f"LeaseRunner({self.task.task_id} {self.task.queue}/{self.task.kind} {self.lease_id})"
@@ -109,15 +120,20 @@ class LeaseRunner:
             log.warning("task %s not started: %s", self.label, exc)
             return
         self.host.stats.started += 1
-        log.info("task %s started", self.label)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._renew_loop)
-            nursery.start_soon(self._watchdog)
-            outcome = await self._call_handler()
-            self._renew_scope.cancel()  # a renewal already sent still completes (shielded)
-            if outcome is not None and self.lost is None:
-                await self._finish(outcome)
-            nursery.cancel_scope.cancel()
+        if log.isEnabledFor(logging.INFO):  # the label and outcome text are built per task: skip them when quiet
+            log.info("task %s started", self.label)
+        self._watching = True
+        try:
+            async with trio.open_nursery() as renewals:
+                self._renewals = renewals
+                self._arm()
+                outcome = await self._call_handler()
+                self._renewals = None  # no new renewal; one under way gets its ack before the finish
+        finally:
+            self._renewals = None
+            self._disarm()
+        if outcome is not None and self.lost is None:
+            await self._finish(outcome)
         if self.lost is not None:
             self.host.stats.lost += 1
             log.warning("task %s: lease lost (%s); not finished here", self.label, self.lost)
@@ -166,39 +182,59 @@ class LeaseRunner:
                 return
             self.finished = True
             self.host.stats.count(outcome.status, duplicate=body.receipt.duplicate)
-            log.info("task %s %s", self.label, outcome.describe())
+            if log.isEnabledFor(logging.INFO):
+                log.info("task %s %s", self.label, outcome.describe())
             return
 
     # -- keeping the lease ----------------------------------------------------------
-    async def _renew_loop(self) -> None:
-        with self._renew_scope:
-            while self._can_extend:
-                await trio.sleep_until(renew_due(self._absorbed_at, self.deadline))
-                with trio.CancelScope(shield=True):
-                    try:
-                        await self._command(m.TaskRenew)
-                        self.host.stats.renewals += 1
-                    except LeaseLost:
-                        return
-                    except CommandRefused as exc:
-                        self._lose(f"renew refused: {exc.code}")
-                        return
+    def _arm(self) -> None:
+        """(Re)set the lease's one timer: the next renewal while the handler runs, else the expiry."""
+        clock = self.host.clock
+        clock.cancel(self._timer)
+        when = self.deadline
+        if self._renewals is not None and self._can_extend and not self._renewing:
+            when = min(when, renew_due(self._absorbed_at, self.deadline))
+        self._timer = clock.call_at(when, self._ring)
 
-    async def _watchdog(self) -> None:
-        while self.lost is None:
-            with trio.move_on_at(self.deadline):
-                await self._deadline_moved.wait()
-                self._deadline_moved = trio.Event()
-                continue
-            if trio.current_time() >= self.deadline:
-                self._lose("its expiry passed without a renewal")
+    def _disarm(self) -> None:
+        self._watching = False
+        self.host.clock.cancel(self._timer)
+        self._timer = None
+
+    def _ring(self) -> None:
+        """The timer came up (in the clock's task): lose the lease, or start its renewal."""
+        self._timer = None
+        if self.lost is not None or not self._watching:
+            return
+        now = trio.current_time()
+        if now >= self.deadline:
+            self._lose("its expiry passed without a renewal")
+            return
+        if (self._renewals is not None and self._can_extend and not self._renewing
+                and now >= renew_due(self._absorbed_at, self.deadline)):
+            self._renewing = True
+            self._renewals.start_soon(self._renew)
+        self._arm()
+
+    async def _renew(self) -> None:
+        try:
+            await self._command(m.TaskRenew)
+            self.host.stats.renewals += 1
+        except LeaseLost:
+            pass
+        except CommandRefused as exc:
+            self._lose(f"renew refused: {exc.code}")
+        finally:
+            self._renewing = False
+            if self._watching and self.lost is None:
+                self._arm()
 
     def _lose(self, reason: str) -> None:
         if self.lost is None:
             self.lost = reason
             if self.ctx._halt(LEASE_LOST, reason):
                 self._handler_scope.cancel()
-            self._deadline_moved.set()
+            self._disarm()
 
     def request_cancel(self, reason: str) -> None:
         """A cancel push, or a lease showing cancel_requested_at: stop the handler."""
@@ -216,53 +252,59 @@ class LeaseRunner:
         self.lease = lease
         self.deadline = conn.local_deadline(lease.expires_at)
         self._absorbed_at = trio.current_time()
-        self._deadline_moved.set()
+        if self._watching:
+            self._arm()
         if lease.cancel_requested_at is not None:
             self.request_cancel("")
 
     # -- one command, through reconnects ---------------------------------------------
     async def _command(self, cls: type, **extra: Any) -> m.CommandResult:
-        """Commit one lease command; raises LeaseLost, or CommandRefused for other refusals."""
-        async with self._lock:
-            conn: Connection | None = None
-            while True:
-                if self.lost is not None:
-                    raise LeaseLost(self.lost)
-                conn = await self._next_connection(conn)
-                if self.replayed is not None:  # reattach recovered the lost ack
-                    body, self.replayed = self.replayed, None
-                    return body
-                fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,
-                              revision=self.lease.revision, **extra)
-                self.inflight = (cls, fields)
-                try:
-                    with trio.move_on_at(self.deadline) as late:
-                        body = await conn.request(cls, **fields)
-                except ConnectionLost:
-                    continue  # reattach on the next connection settles it
-                except CommandRefused as exc:
-                    self.inflight = None
-                    if exc.fatal:
-                        continue  # the connection is ending; nothing was committed
-                    if exc.code == "internal" or exc.retry_after_ms is not None:
-                        await trio.sleep((exc.retry_after_ms or 1000) / 1000)
-                        continue
-                    if exc.code in GONE:
-                        self._lose(f"{cls.TYPE} refused: {exc.code}")
-                        raise LeaseLost(self.lost or exc.code) from None
-                    raise
-                if late.cancelled_caught:
-                    self._lose(f"no answer to {cls.TYPE} before the lease expired")
-                    raise LeaseLost(self.lost or "")
-                self.inflight = None
-                assert isinstance(body, m.CommandResult)
-                if body.receipt.duplicate:
-                    self.host.stats.duplicates += 1
-                self._absorb(body.lease, conn, renewed=cls is m.TaskRenew)
+        """Commit one lease command; raises LeaseLost, or CommandRefused for other refusals.
+
+        Never called while another command of this lease is under way (see the module docstring).
+        """
+        conn: Connection | None = None
+        while True:
+            if self.lost is not None:
+                raise LeaseLost(self.lost)
+            conn = await self._next_connection(conn)
+            if self.replayed is not None:  # reattach recovered the lost ack
+                body, self.replayed = self.replayed, None
                 return body
+            fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,
+                          revision=self.lease.revision, **extra)
+            self.inflight = (cls, fields)
+            try:
+                with trio.move_on_at(self.deadline) as late:
+                    body = await conn.request(cls, **fields)
+            except ConnectionLost:
+                continue  # reattach on the next connection settles it
+            except CommandRefused as exc:
+                self.inflight = None
+                if exc.fatal:
+                    continue  # the connection is ending; nothing was committed
+                if exc.code == "internal" or exc.retry_after_ms is not None:
+                    await trio.sleep((exc.retry_after_ms or 1000) / 1000)
+                    continue
+                if exc.code in GONE:
+                    self._lose(f"{cls.TYPE} refused: {exc.code}")
+                    raise LeaseLost(self.lost or exc.code) from None
+                raise
+            if late.cancelled_caught:
+                self._lose(f"no answer to {cls.TYPE} before the lease expired")
+                raise LeaseLost(self.lost or "")
+            self.inflight = None
+            assert isinstance(body, m.CommandResult)
+            if body.receipt.duplicate:
+                self.host.stats.duplicates += 1
+            self._absorb(body.lease, conn, renewed=cls is m.TaskRenew)
+            return body
 
     async def _next_connection(self, previous: Connection | None) -> Connection:
         """A ready connection other than ``previous``, or LeaseLost once the lease must have expired."""
+        conn = self.host.ready_connection(not_=previous)
+        if conn is not None:
+            return conn
         while True:
             with trio.move_on_at(self.deadline):
                 return await self.host.connection(not_=previous)

@@ -4,7 +4,8 @@ Structure (every task in a nursery)::
 
     Worker.run
     ├── signal watcher (optional): 1st SIGINT/SIGTERM drains, 2nd stops hard
-    └── runners nursery: one LeaseRunner per lease (start, handler, renew, finish)
+    ├── lease clock: one task for every lease's renewal and watchdog timer
+    └── runners nursery: one LeaseRunner per lease (start, handler + renewals, finish)
         └── connection loop: connect → reattach every lease → declare capacity
             → serve until the socket ends or the drain is done → back off → again
 
@@ -31,6 +32,7 @@ from pulse_trio import __version__
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.sdk import protocol as p
+from pulse_trio.sdk.clock import LeaseClock
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
 from pulse_trio.sdk.lease import Credentials, LeaseRunner
 from pulse_trio.sdk.registry import Registry
@@ -112,6 +114,7 @@ class Worker:
         self.backoff = backoff or Backoff()
         self.stats = WorkerStats()
         self.thread_limiter = trio.CapacityLimiter(max(1, capacity))
+        self.clock = LeaseClock()
         self.runners: dict[str, LeaseRunner] = {}
         self.credentials: Credentials | None = None
         self._ready: Connection | None = None
@@ -164,6 +167,7 @@ class Worker:
                 self._nursery = nursery
                 if handle_signals:
                     nursery.start_soon(self._watch_signals)
+                nursery.start_soon(self.clock.run)
                 nursery.start_soon(self._report_started, task_status)
                 try:
                     await self._connection_loop()
@@ -287,12 +291,19 @@ class Worker:
             self._poke()
 
     # -- for the runners ---------------------------------------------------------------
+    def ready_connection(self, *, not_: Connection | None = None) -> Connection | None:
+        """The live, ready connection if there is one now (never ``not_``)."""
+        conn = self._ready
+        if conn is not None and conn is not not_ and not conn.closed.is_set():
+            return conn
+        return None
+
     async def connection(self, *, not_: Connection | None = None) -> Connection:
         """The live, ready connection (waits through reconnects); never ``not_``."""
         while True:
             changed = self._ready_changed
-            conn = self._ready
-            if conn is not None and conn is not not_ and not conn.closed.is_set():
+            conn = self.ready_connection(not_=not_)
+            if conn is not None:
                 return conn
             await changed.wait()
 
