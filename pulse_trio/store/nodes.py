@@ -101,11 +101,7 @@ def heartbeat(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
         return dest
     if db_time(now) <= db_time(node.heartbeat_at):
         return node  # no time has passed (or the clock stepped back): never shorten expires_at
-    expires = after_ms(now, node.lapse_ms)
-    tx.cas("UPDATE server_nodes SET state = %s, heartbeat_at = %s, expires_at = %s WHERE node_id = %s AND state = %s",
-           (dest, db_time(now), db_time(expires), node.node_id, node.state))
-    return NodeRow(node.node_id, dest, node.host, node.pid, node.lapse_ms, node.started_at, now, expires,
-                   node.lost_at, node.lost_by, node.stopped_at)
+    return _beat(tx, node, dest, now)
 
 
 @transition("node", "rejoin")
@@ -119,6 +115,11 @@ def rejoin(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
     dest = decide("node", "rejoin", node.state, SimpleNamespace(node=node))
     if isinstance(dest, Refusal):
         return dest
+    return _beat(tx, node, dest, now)
+
+
+def _beat(tx: Tx, node: NodeRow, dest: str, now: dt.datetime) -> NodeRow:
+    """``dest`` with a fresh heartbeat: heartbeat_at = now, expires_at = now + the node's lapse."""
     expires = after_ms(now, node.lapse_ms)
     tx.cas("UPDATE server_nodes SET state = %s, heartbeat_at = %s, expires_at = %s WHERE node_id = %s AND state = %s",
            (dest, db_time(now), db_time(expires), node.node_id, node.state))

@@ -57,17 +57,10 @@ def _open_sessions_on_killed_servers(db, pids: list[int]) -> int:
     """Sessions still recorded open on a serve process that was SIGKILLed (its node row names its pid)."""
     import socket
 
-    from pulse_trio.dburl import connect
-
-    conn = connect(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM worker_instances i JOIN server_nodes n ON n.node_id = i.node_id"
-                        " WHERE i.state <> 'DISCONNECTED' AND n.host = %s AND n.pid IN %s",
-                        (socket.gethostname(), tuple(pids)))
-            return int(cur.fetchone()[0])
-    finally:
-        conn.close()
+    return int(chaos_checks._rows(
+        db, "SELECT COUNT(*) FROM worker_instances i JOIN server_nodes n ON n.node_id = i.node_id"
+            " WHERE i.state <> 'DISCONNECTED' AND n.host = %s AND n.pid IN %s",
+        (socket.gethostname(), tuple(pids)))[0][0])
 
 
 def test_sigkill_servers_and_workers_loses_nothing(db, token_factory, tmp_path):
