@@ -30,7 +30,7 @@ import pymysql
 import trio
 
 from pulse_trio.dburl import DatabaseConfig, connect
-from pulse_trio.store.pool import ConnectionPool
+from pulse_trio.store.pool import SERVER_IDLE_TIMEOUT_S, ConnectionPool
 from pulse_trio.store.registry import is_read_only, registration_of
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tx import CasMismatch, InvariantViolation, Tx
@@ -71,11 +71,12 @@ class Store:
 
     def __init__(self, config: DatabaseConfig, pool_size: int = 8, *, max_attempts: int = 10,
                  backoff_s: float = 0.002, max_backoff_s: float = 0.2,
-                 connector: Callable[[DatabaseConfig], Any] = connect, node_id: str | None = None) -> None:
+                 connector: Callable[[DatabaseConfig], Any] = connect, node_id: str | None = None,
+                 server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> None:
         self.config = config
         #: The serve process whose transactions these are (see :attr:`Tx.node_id`).
         self.node_id = node_id
-        self.pool = ConnectionPool(config, pool_size, connector)
+        self.pool = ConnectionPool(config, pool_size, connector, server_idle_timeout_s=server_idle_timeout_s)
         self.limiter = trio.CapacityLimiter(pool_size)
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s

@@ -9,32 +9,53 @@ pool never opens more than that many connections for it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pymysql
 
 from pulse_trio.dburl import DatabaseConfig, connect
 
-# Every transaction here locks what it changes with locking reads, so it needs
-# no snapshot; READ COMMITTED also avoids the gap locks that made concurrent
-# SKIP LOCKED claims deadlock under REPEATABLE READ (platform.md §9).
-SESSION_SETUP = (
-    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-    # Waits are short by design (nobody waits on a pick-up); a long one is a
-    # bug or an outage, and 1205 is retried.
-    "SET SESSION innodb_lock_wait_timeout = 10",
-)
+#: The server drops one of our connections after this long without a statement.
+#: A transaction function never pauses between statements, so a connection
+#: that falls silent inside a transaction belongs to a host that died or was
+#: cut off: its row locks (a task, a lease) would otherwise stay held, and
+#: skipped by every SKIP LOCKED timer, for the server's default eight hours,
+#: until TCP noticed. The server rolls the transaction back when it drops it.
+#: The pool never hands out a connection idle for half of it (the server may
+#: be about to drop it): it opens a fresh one instead.
+SERVER_IDLE_TIMEOUT_S = 60
+
+
+def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[str, ...]:
+    """The statements each pooled connection runs once, when it is opened."""
+    return (
+        # Every transaction here locks what it changes with locking reads, so it
+        # needs no snapshot; READ COMMITTED also avoids the gap locks that made
+        # concurrent SKIP LOCKED claims deadlock under REPEATABLE READ (platform.md §9).
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        # Waits are short by design (nobody waits on a pick-up); a long one is a
+        # bug or an outage, and 1205 is retried.
+        "SET SESSION innodb_lock_wait_timeout = 10",
+        f"SET SESSION wait_timeout = {int(server_idle_timeout_s)}",
+    )
 
 
 class ConnectionPool:
     def __init__(self, config: DatabaseConfig, size: int,
-                 connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect) -> None:
+                 connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect, *,
+                 server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> None:
         if size < 1:
             raise ValueError("pool size must be at least 1")
+        if server_idle_timeout_s < 2:
+            raise ValueError("the server idle timeout is at least 2 s")
         self.config = config
         self.size = size
         self._connector = connector
-        self._idle: list[pymysql.connections.Connection] = []
+        self._setup = session_setup(server_idle_timeout_s)
+        self.max_idle_s = server_idle_timeout_s / 2
+        #: (connection, when it was released), most recently released last.
+        self._idle: list[tuple[pymysql.connections.Connection, float]] = []
         self._lock = threading.Lock()
         self._closed = False
         self.opened = 0
@@ -44,12 +65,16 @@ class ConnectionPool:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the pool is closed")
-            if self._idle:
-                return self._idle.pop()
+            if self._idle and self._idle[-1][1] >= time.monotonic() - self.max_idle_s:
+                return self._idle.pop()[0]  # the most recently released is the freshest
+            stale, self._idle = self._idle, []  # every idle one is older still
+            self.discarded += len(stale)
+        for conn, _ in stale:
+            _close_quietly(conn)
         conn = self._connector(self.config)
         try:
             with conn.cursor() as cur:
-                for statement in SESSION_SETUP:
+                for statement in self._setup:
                     cur.execute(statement)
             conn.commit()
         except BaseException:
@@ -62,7 +87,7 @@ class ConnectionPool:
     def release(self, conn: pymysql.connections.Connection) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < self.size:
-                self._idle.append(conn)
+                self._idle.append((conn, time.monotonic()))
                 return
         _close_quietly(conn)
 
@@ -75,7 +100,7 @@ class ConnectionPool:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             _close_quietly(conn)
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 
 import pymysql
 import pytest
@@ -183,3 +184,52 @@ def test_a_connection_lost_before_commit_is_simply_replaced(world, store):
 
     assert store.run_sync(victim) == 1
     assert store.statistics().recoveries == 0 and store.pool.discarded == 1
+
+
+def test_a_connection_silent_inside_a_transaction_loses_its_locks(world, db):
+    """A host that dies mid-transaction leaves its connection open and silent; the server drops it.
+
+    Its row locks (here, a lease) are released after the idle timeout, not
+    after the server's default eight hours, and the transaction is rolled back.
+    """
+    from pulse_trio.store.pool import ConnectionPool
+
+    w = world.worker("q")
+    offer = world.offer(w)
+    pool = ConnectionPool(db, 1, server_idle_timeout_s=2)
+    dead_host = pool.acquire()
+    with dead_host.cursor() as cur:
+        cur.execute("SELECT lease_id FROM leases WHERE lease_id = %s FOR UPDATE", (offer.lease.lease_id,))
+        cur.execute("UPDATE leases SET ttl_ms = 1 WHERE lease_id = %s", (offer.lease.lease_id,))
+    # ... and then nothing: no commit, no close, as from a host that vanished.
+    other = connect(db)
+    try:
+        with other.cursor() as cur:
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 10")
+            started = time.monotonic()
+            cur.execute("SELECT ttl_ms FROM leases WHERE lease_id = %s FOR UPDATE", (offer.lease.lease_id,))
+            waited = time.monotonic() - started
+            assert cur.fetchone()[0] != 1, "the silent transaction was rolled back"
+        other.rollback()
+    finally:
+        other.close()
+        pool.discard(dead_host)
+    assert 1 <= waited < 9, waited  # released by the 2 s idle timeout, well before the 10 s lock wait
+
+
+def test_the_pool_replaces_a_connection_idle_for_half_the_server_timeout(db):
+    store = Store(db, pool_size=2, server_idle_timeout_s=2)
+    try:
+        first = store.run_sync(_ping, value=1)
+        assert store.pool.opened == 1
+        time.sleep(1.1)  # past half the timeout: the server may be about to drop it
+        assert store.run_sync(_ping, value=2)[0] == 2
+        assert (store.pool.opened, store.pool.discarded) == (2, 1)
+        assert store.run_sync(_ping, value=3)[0] == 3  # fresh again: reused, not replaced
+        assert store.pool.opened == 2
+        time.sleep(2.5)  # past the server's timeout: it has dropped the idle one
+        assert store.run_sync(_ping, value=4)[0] == 4
+        assert store.statistics().retries == 0, "a connection the server had dropped was handed out"
+        assert first[0] == 1
+    finally:
+        store.close()
