@@ -122,3 +122,30 @@ async def test_a_graceful_stop_leaves_no_ghost_and_is_never_declared_lost(db, co
             await staying.wait()
         if staying.poll() is None:
             staying.kill()
+
+
+async def test_a_hello_on_a_node_declared_lost_is_refused_on_the_wire(db, start_service, connect, worker_token):
+    """While its node is LOST an instance registers nobody: server_shutting_down, fatal, no session, then the close.
+
+    The SDK reads that answer as "reconnect", not as a refusal for good, so a worker goes elsewhere.
+    """
+    import json
+
+    import pytest
+
+    from pulse_trio.contract import messages as m
+    from pulse_trio.sdk.errors import CommandRefused
+    from pulse_trio.sdk.protocol import read_welcome
+
+    service = await start_service(node_heartbeat=60, node_lapse=120)  # no heartbeat during the test
+    await _query(db, "UPDATE server_nodes SET state = 'LOST' WHERE node_id = %s", (service.ctx.store.node_id,))
+    worker = await connect(service, worker_token, name="late")
+    reply = await worker.hello(["billing"])
+    assert reply["type"] == "error" and reply["reply_to"] == "h1" and "session_id" not in reply, reply
+    assert (reply["error"]["code"], reply["error"]["fatal"]) == ("server_shutting_down", True)
+    await worker.expect_close()
+    assert await _query(db, "SELECT COUNT(*) FROM worker_instances") == [(0,)]
+    hello = m.WorkerHello(id="h1", worker_name="late", subscriptions=(m.Subscription("billing"),))
+    with pytest.raises(CommandRefused) as refused:  # WorkerRefused would stop the worker
+        read_welcome(hello, json.dumps(reply), strict=True)
+    assert refused.value.code == "server_shutting_down" and refused.value.fatal
