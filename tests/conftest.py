@@ -132,9 +132,9 @@ def start_service(db: DatabaseConfig, nursery):
     """
     from pulse_trio.server.service import serve
 
-    async def start(**overrides):
+    async def start(clock=None, **overrides):
         settings = _dc.replace(Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0)), **overrides)
-        return await nursery.start(lambda task_status: serve(settings, db, handle_signals=False,
+        return await nursery.start(lambda task_status: serve(settings, db, handle_signals=False, clock=clock,
                                                              task_status=task_status))
 
     return start

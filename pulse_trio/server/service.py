@@ -12,7 +12,6 @@ heartbeat lapses (``liveness.py``).
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
 import logging
 import signal
@@ -122,12 +121,12 @@ async def _handle_unguarded(request: trio_websocket.WebSocketRequest, ctx: Servi
 
 
 async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals: bool = True,
-                wall_anchor: dt.datetime | None = None, pool_size: int = DEFAULT_POOL_SIZE,
+                clock: ServiceClock | None = None, pool_size: int = DEFAULT_POOL_SIZE,
                 task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
     """Run one instance until stopped (the database must already be migrated)."""
     settings.check()
     store = Store(database, pool_size=pool_size, node_id=new_node_id())
-    clock = ServiceClock(wall_anchor)
+    clock = clock or ServiceClock()  # the wall clock; scenario tests pass a virtual one
     batcher = LeaseCommandBatcher(store, clock, lanes=COMMAND_LANES)
     ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
     stop = trio.Event()

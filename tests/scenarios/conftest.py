@@ -1,6 +1,7 @@
 """Scenario tests: real sessions, real database, Trio's virtual clock.
 
-The service reads "now" from Trio's clock (``ServiceClock``), so with a
+Each scenario service gets a virtual ``ServiceClock`` (one origin per test,
+so every instance in a test agrees about "now"), so with a
 ``MockClock`` every timeout — offer lapse, lease expiry, cancel grace,
 permit quarantine, backoff, promotion — happens in virtual time while the
 database, the sockets and the transactions are real.
@@ -28,6 +29,7 @@ import trio_websocket
 
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
+from pulse_trio.server.clock import ServiceClock, virtual_origin
 
 AUTOJUMP_THRESHOLD_S = 0.03
 RECEIVE_TIMEOUT_S = 300.0
@@ -163,8 +165,13 @@ def scenario_service(start_service, virtual_clock):
     takes as an argument: every scenario test must list ``virtual_clock``.
     """
 
+    origin = []  # one per test: every instance of the test agrees about "now", whenever it started
+
     async def start(**overrides):
-        handle = await start_service(**{**SCENARIO_SETTINGS, **overrides})
+        if not origin:
+            origin.append(virtual_origin())
+        handle = await start_service(clock=ServiceClock(virtual=True, origin=origin[0]),
+                                     **{**SCENARIO_SETTINGS, **overrides})
         virtual_clock.limiters.append(handle.ctx.store.limiter)
         return handle
 

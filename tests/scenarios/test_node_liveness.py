@@ -197,7 +197,7 @@ async def test_a_missed_heartbeat_or_a_long_pause_restarts_the_wait_before_sweep
     """The rule behind the previous test, driven beat by beat on a real store."""
     settings = Settings(**LIVENESS)
     store = Store(db, pool_size=1, node_id="nod_" + "L" * 26)
-    ctx = ServiceContext(settings=settings, store=store, clock=ServiceClock())
+    ctx = ServiceContext(settings=settings, store=store, clock=ServiceClock(virtual=True))
     virtual_clock.limiters.append(store.limiter)
     live = NodeLiveness(ctx)
     try:
