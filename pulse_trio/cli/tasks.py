@@ -1,4 +1,4 @@
-"""Producer and operator commands: submit, task show|cancel|retry, workers, queues.
+"""Producer and operator commands: submit, task show|cancel|retry, workers, nodes, queues.
 
 Thin faces over :class:`pulse_trio.client.Client`: arguments are checked
 before anything is written (exit 2), refusals exit 1, results are one JSON
@@ -79,6 +79,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     _add_common(workers)
     workers.set_defaults(run=run_guarded(_workers))
 
+    nodes = commands.add_parser("nodes", help="list serve processes: alive, lost (with who noticed), stopped")
+    nodes.add_argument("--all", action="store_true", help="include processes that stopped gracefully")
+    _add_common(nodes)
+    nodes.set_defaults(run=run_guarded(_nodes))
+
     queues = commands.add_parser("queues", help="tasks per state per queue, and the oldest ready age")
     _add_common(queues)
     queues.set_defaults(run=run_guarded(_queues))
@@ -150,6 +155,12 @@ def _retry(args: argparse.Namespace) -> int:
 def _workers(args: argparse.Namespace) -> int:
     with _client(args) as client:
         print_json({"workers": client.workers(include_disconnected=args.all)})
+    return 0
+
+
+def _nodes(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        print_json({"nodes": client.nodes(include_stopped=args.all)})
     return 0
 
 

@@ -218,6 +218,10 @@ class Client:
     def workers(self, *, include_disconnected: bool = False) -> list[dict[str, Any]]:
         return self.store.run_sync(queries.list_workers, include_disconnected=include_disconnected)
 
+    def nodes(self, *, include_stopped: bool = False) -> list[dict[str, Any]]:
+        """The serve processes and their liveness (``server_nodes``); STOPPED ones only when asked."""
+        return self.store.run_sync(queries.list_nodes, include_stopped=include_stopped)
+
     def drain(self, instance_id: str, *, now: dt.datetime | None = None) -> dict[str, Any]:
         """Operator drain: no new tasks for this instance (its leases continue) until its session ends."""
         result = self.store.run_sync(operator_drain, instance_id=instance_id, now=now or self.now())

@@ -77,3 +77,28 @@ def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 100
             "node_id": node_id,
         })
     return workers
+
+
+@read_only
+def list_nodes(tx: Tx, *, include_stopped: bool = False, limit: int = 1000) -> list[dict[str, object]]:
+    """The serve processes (chart ``node``), newest first, with the sessions each still holds open.
+
+    Without ``include_stopped`` only ALIVE and LOST ones: what runs, and what died and was noticed.
+    """
+    sql = ("SELECT n.node_id, n.state, n.host, n.pid, n.lapse_ms, n.started_at, n.heartbeat_at, n.lost_at,"
+           " n.lost_by, n.stopped_at,"
+           " (SELECT COUNT(*) FROM worker_instances i WHERE i.node_id = n.node_id AND i.state <> 'DISCONNECTED')"
+           " FROM server_nodes n")
+    if not include_stopped:
+        sql += " WHERE n.state <> 'STOPPED'"
+    sql += " ORDER BY n.started_at DESC, n.node_id LIMIT %s"
+    nodes = []
+    for (node_id, state, host, pid, lapse_ms, started_at, heartbeat_at, lost_at, lost_by, stopped_at,
+         open_sessions) in tx.all(sql, (limit,)):
+        nodes.append({
+            "node_id": node_id, "state": state, "host": host, "pid": int(pid), "lapse_s": lapse_ms / 1000,
+            "started_at": rfc3339(started_at), "heartbeat_at": rfc3339(heartbeat_at),
+            "lost_at": rfc3339(lost_at) if lost_at else None, "lost_by": lost_by,
+            "stopped_at": rfc3339(stopped_at) if stopped_at else None, "open_sessions": int(open_sessions),
+        })
+    return nodes

@@ -162,6 +162,12 @@ class TaskApi:
         workers = await self.blocking(self.client.workers, include_disconnected=bodies.query_bool(params, "all"))
         return json_value({"workers": workers})
 
+    async def nodes(self, request: Request) -> Response:
+        await self.authenticate(request, (auth.OPERATOR,), "list server processes")
+        params = bodies.query(request, frozenset({"all"}))
+        nodes = await self.blocking(self.client.nodes, include_stopped=bodies.query_bool(params, "all"))
+        return json_value({"nodes": nodes})
+
     async def drain(self, request: Request) -> Response:
         await self.authenticate(request, (auth.OPERATOR,), "drain workers")
         instance_id = bodies.resource_id(request.path_params["instance_id"], INSTANCE_PREFIX, "worker instance",

@@ -84,6 +84,7 @@ def build_app(ctx: ServiceContext) -> Starlette:
         route("/v1/tasks/{task_id}/retry", post=tasks.retry),
         route("/v1/workers", get=tasks.workers),
         route("/v1/workers/{instance_id}/drain", post=tasks.drain),
+        route("/v1/nodes", get=tasks.nodes),
         route("/v1/queues", get=tasks.queues),
         route("/healthz", get=ops.healthz),
         route("/readyz", get=ops.readyz),

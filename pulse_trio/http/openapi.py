@@ -153,6 +153,21 @@ SCHEMAS: dict[str, Any] = {
             "heartbeat lapses.")}),
     }),
     "WorkerList": _obj({"workers": {"type": "array", "items": _ref("Worker")}}),
+    "Node": _obj({
+        "node_id": {"type": "string"},
+        "state": {"type": "string", "enum": ["ALIVE", "LOST", "STOPPED"]},
+        "host": {"type": "string"},
+        "pid": {"type": "integer"},
+        "lapse_s": {"type": "number", "description": "Declared lost after this long without a heartbeat."},
+        "started_at": TIME,
+        "heartbeat_at": TIME,
+        "lost_at": _nullable(TIME),
+        "lost_by": _nullable({"type": "string", "description": "The node that declared it lost."}),
+        "stopped_at": _nullable(TIME),
+        "open_sessions": {"type": "integer", "minimum": 0,
+                          "description": "Worker sessions still recorded open on it."},
+    }),
+    "NodeList": _obj({"nodes": {"type": "array", "items": _ref("Node")}}),
     "QueueDepths": _obj({"queues": {"type": "object", "additionalProperties": _obj({
         "states": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                    "propertyNames": {"enum": TASK_STATES}},
@@ -266,6 +281,14 @@ PATHS: dict[str, Any] = {
                     "harmless. 409 for a disconnected instance.",
                     _responses({200: ("Worker", "The drained instance.")}, (*_AUTH, 404, 409)),
                     parameters=[{"name": "instance_id", "in": "path", "required": True, "schema": INSTANCE_ID}]),
+    },
+    "/v1/nodes": {
+        "get": _op("listNodes", "List server processes",
+                   "Operator. The `pulse-trio serve` processes, newest first: ALIVE ones heartbeat, LOST ones "
+                   "died (or were cut off) and had their sessions disconnected by another instance.",
+                   _responses({200: ("NodeList", "The processes.")}, _AUTH),
+                   parameters=[{"name": "all", "in": "query", "schema": {"type": "boolean", "default": False},
+                                "description": "Include processes that stopped gracefully."}]),
     },
     "/v1/queues": {
         "get": _op("queueDepths", "Queue depths",

@@ -121,3 +121,4 @@ def test_workers_and_queues(db):
     queues = json.loads(cli(db, "queues").stdout)["queues"]
     assert queues["q"]["states"] == {"READY": 1}
     assert json.loads(cli(db, "workers").stdout) == {"workers": []}
+    assert json.loads(cli(db, "nodes", "--all").stdout) == {"nodes": []}  # no serve process ever ran here

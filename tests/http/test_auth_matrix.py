@@ -63,6 +63,7 @@ MATRIX = [
     ("POST", f"/v1/workers/{UNKNOWN_INSTANCE}/drain", None,
      {"worker": 403, "producer": 403, "producer_any": 403, "operator": 404}),
     ("GET", "/v1/queues", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
+    ("GET", "/v1/nodes", None, {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
 ]
 
 

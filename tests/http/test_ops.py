@@ -67,6 +67,7 @@ async def test_answers_validate_against_the_documented_schemas(http, tokens, tok
     _check("Task", cancelled.json())
     _check("TaskPage", (await http.get("/v1/tasks?limit=1", token=tokens["operator"])).json())
     _check("WorkerList", (await http.get("/v1/workers?all=true", token=tokens["operator"])).json())
+    _check("NodeList", (await http.get("/v1/nodes?all=true", token=tokens["operator"])).json())
     _check("QueueDepths", (await http.get("/v1/queues", token=tokens["operator"])).json())
     _check("Health", (await http.get("/healthz")).json())
     _check("Ready", (await http.get("/readyz")).json())

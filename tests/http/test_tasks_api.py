@@ -190,3 +190,29 @@ async def test_a_submit_through_this_instance_wakes_its_dispatcher_at_once(start
     with trio.fail_after(2):
         assign = await worker.next_assignment()
     assert assign["task"]["queue"] == "billing"
+
+
+async def test_nodes_list_the_serve_processes_and_the_sessions_they_hold(http, tokens, token_factory, open_worker,
+                                                                       service, db):
+    import os
+
+    from pulse_trio.dburl import connect
+
+    await open_worker(token_factory("worker", ("billing",)), "billing")
+    conn = connect(db)  # a process that stopped gracefully yesterday
+    try:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO server_nodes (node_id, state, host, pid, lapse_ms, started_at, heartbeat_at,"
+                        " stopped_at) VALUES ('nod_01M8VZMC9N9WQ7HZY3RZQQCE2A', 'STOPPED', 'old-host', 7, 15000,"
+                        " '2026-12-01 10:00:00', '2026-12-01 11:00:00', '2026-12-01 11:00:01')")
+        conn.commit()
+    finally:
+        conn.close()
+    (this,) = (await http.get("/v1/nodes", token=tokens["operator"])).json()["nodes"]
+    assert this["node_id"] == service.ctx.store.node_id and this["state"] == "ALIVE"
+    assert (this["pid"], this["open_sessions"], this["lapse_s"]) == (os.getpid(), 1, 15.0)
+    assert this["lost_at"] is None and this["stopped_at"] is None
+    every = (await http.get("/v1/nodes?all=true", token=tokens["operator"])).json()["nodes"]
+    assert [n["state"] for n in every] == ["ALIVE", "STOPPED"]  # newest first
+    assert every[1]["stopped_at"] == "2026-12-01T11:00:01.000000Z" and every[1]["open_sessions"] == 0
+    assert (await http.get("/v1/nodes?all=maybe", token=tokens["operator"])).status == 400
