@@ -10,10 +10,14 @@ its lapse and disconnects the sessions it held (``pulse_trio.store.nodes``).
 Two rules keep a live process from being declared lost, or from acting as
 if it had not been:
 
-* A node sweeps only once its own heartbeats have landed, each within a
-  lapse of the one before, for a whole lapse. After an outage of the
-  database every heartbeat is overdue; the first node back must give the
-  others that long to beat before it judges them.
+* A node sweeps only once its own heartbeats have landed, each sent within
+  a lapse of the one before and each recorded within ``lapse − heartbeat``
+  of being sent, for a whole lapse counted from a landing. After an outage
+  of the database every heartbeat is overdue; and after a stall (the
+  database hung, then answered everything) every node's heartbeat lands
+  with an ``expires_at`` computed before the stall, already past or nearly.
+  Either way the first node through must give the others a lapse to beat
+  before it judges them.
 * A heartbeat refused with ``node_lost`` means another instance has already
   disconnected this node's sessions. Their connections are still open here,
   so each is told ``server_shutting_down`` (the workers reconnect and resume
@@ -105,6 +109,7 @@ class NodeLiveness:
         except BaseException:
             self._steady_since = None  # a missed heartbeat: start counting again
             raise
+        landed = trio.current_time()
         if isinstance(result, Refusal):
             if result.code == NODE_LOST:
                 await self._rejoin()
@@ -113,7 +118,7 @@ class NodeLiveness:
             self._steady_since = None
             log.error("node %s heartbeat refused: %s (%s)", self.node_id, result.code, result.message)
             return
-        self._landed(sent)
+        self._landed(sent, landed)
 
     async def sweep(self) -> None:
         """Declare lapsed nodes lost and disconnect their sessions (SKIP LOCKED, shared by every node)."""
@@ -164,11 +169,16 @@ class NodeLiveness:
         self._steady_since = None
         self._landed(sent)
 
-    def _landed(self, sent: float) -> None:
-        """A heartbeat sent at Trio time ``sent`` was recorded."""
-        if self._last_beat is not None and sent - self._last_beat > self.lapse_s:
-            self._steady_since = None  # we were away longer than a lapse ourselves
+    def _landed(self, sent: float, landed: float | None = None) -> None:
+        """A heartbeat sent at Trio time ``sent`` was recorded at ``landed`` (now, if not given)."""
+        landed = trio.current_time() if landed is None else landed
+        away = self._last_beat is not None and sent - self._last_beat > self.lapse_s
+        slow = landed - sent > self.lapse_s - self.heartbeat_s
+        if away or slow:
+            # We were away longer than a lapse, or the database stalled: every
+            # node's heartbeat may have lapsed meanwhile. Give them a lapse.
+            self._steady_since = None
         if self._steady_since is None:
-            self._steady_since = sent
+            self._steady_since = landed
         self._last_beat = sent
         self._next_beat = sent + self.heartbeat_s

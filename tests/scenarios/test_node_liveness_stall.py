@@ -1,0 +1,98 @@
+"""A database stall (statements block, then all succeed) longer than a lapse declares nobody lost.
+
+Every node computes its heartbeat's ``now`` before the statement runs, so
+the heartbeat that lands after the stall carries an ``expires_at`` that has
+already passed. A node whose own heartbeat took that long must not judge
+the others until they have had a lapse to beat again.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from pulse_trio.config import Settings
+from pulse_trio.dburl import connect
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.liveness import NodeLiveness
+from pulse_trio.server.service import ServiceContext
+from pulse_trio.store import Store, nodes
+
+HEARTBEAT = 1.0
+LAPSE = 3.0
+STALL = LAPSE + 0.5  # the database answers nothing for a little over a lapse, then everything succeeds
+
+
+class StallingStore:
+    """The real store; while ``stalled``, each heartbeat waits STALL seconds first (as if the DB hung)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.node_id = store.node_id
+        self.stalled = False
+
+    async def run(self, fn, **kwargs):
+        if self.stalled and fn is nodes.heartbeat:
+            await trio.sleep(STALL)
+        return await self.store.run(fn, **kwargs)
+
+
+def _state(db, node_id):
+    conn = connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT state FROM server_nodes WHERE node_id = %s", (node_id,))
+            (row,) = cur.fetchall()
+        conn.commit()
+        return row[0]
+    finally:
+        conn.close()
+
+
+async def test_a_db_stall_longer_than_a_lapse_declares_no_healthy_node_lost(virtual_clock, db):
+    settings = Settings(node_heartbeat=HEARTBEAT, node_lapse=LAPSE)
+    clock = ServiceClock(virtual=True)
+    stores, lives = [], []
+    for letter in "AB":
+        real = Store(db, pool_size=2, node_id="nod_" + letter * 26)
+        virtual_clock.limiters.append(real.limiter)
+        store = StallingStore(real)
+        stores.append(store)
+        lives.append(NodeLiveness(ServiceContext(settings=settings, store=store, clock=clock)))
+    a, b = lives
+    try:
+        assert await a.start() and await b.start()
+        for _ in range(round(LAPSE / HEARTBEAT) + 1):  # both steady for over a lapse
+            await trio.sleep(HEARTBEAT)
+            async with trio.open_nursery() as n:
+                n.start_soon(a.beat)
+                n.start_soon(b.beat)
+        assert a.may_sweep and b.may_sweep
+        # The database stalls for every node alike; both heartbeats land late, but they land.
+        await trio.sleep(HEARTBEAT)
+        for s in stores:
+            s.stalled = True
+        async with trio.open_nursery() as n:
+            n.start_soon(a.beat)
+            n.start_soon(b.beat)
+        for s in stores:
+            s.stalled = False
+        # Each timers tick sweeps right after its heartbeat.
+        await b.sweep()
+        await a.sweep()
+        states = [await trio.to_thread.run_sync(_state, db, live.node_id) for live in lives]
+        assert states == ["ALIVE", "ALIVE"], (states, a.may_sweep, b.may_sweep)
+        assert not a.may_sweep and not b.may_sweep  # each waits a lapse from its slow heartbeat
+        for _ in range(round(LAPSE / HEARTBEAT) + 1):  # steady again: sweeping resumes, and finds nobody lapsed
+            await trio.sleep(HEARTBEAT)
+            async with trio.open_nursery() as n:
+                n.start_soon(a.beat)
+                n.start_soon(b.beat)
+        assert a.may_sweep and b.may_sweep
+        await a.sweep()
+        await b.sweep()
+        states = [await trio.to_thread.run_sync(_state, db, live.node_id) for live in lives]
+        assert states == ["ALIVE", "ALIVE"]
+    finally:
+        for s in stores:
+            s.store.close()
