@@ -242,8 +242,18 @@ class LeaseRunner:
             log.info("task %s: cancel requested%s", self.label, f" ({reason})" if reason else "")
             self._handler_scope.cancel()
 
-    def _absorb(self, lease: m.Lease | None, conn: Connection, *, renewed: bool = False) -> None:
-        """Take the lease from an ack: revision, local deadline, cancellation."""
+    def _absorb(self, lease: m.Lease | None, conn: Connection, *, renewed: bool = False,
+                granted_since: tuple[float, m.Receipt] | None = None) -> None:
+        """Take the lease from an ack: revision, local deadline, cancellation.
+
+        ``granted_since`` is (the Trio time the command was sent, its receipt).
+        The local deadline comes from the clock offset measured at the welcome;
+        it is capped at the send time plus what the server granted, read in
+        the server's own clock (``expires_at − committed_at``), because the
+        command committed after it was sent. So a step of the server's wall
+        clock after the welcome can only shorten the local lease, never
+        stretch it past the server's.
+        """
         if lease is None:
             return
         # A renewal that did not move expires_at hit the cancel grace
@@ -251,6 +261,10 @@ class LeaseRunner:
         self._can_extend = not renewed or lease.expires_at > self.lease.expires_at
         self.lease = lease
         self.deadline = conn.local_deadline(lease.expires_at)
+        if granted_since is not None:
+            sent, receipt = granted_since
+            granted = (lease.expires_at - receipt.committed_at).total_seconds()
+            self.deadline = min(self.deadline, sent + granted)
         self._absorbed_at = trio.current_time()
         if self._watching:
             self._arm()
@@ -274,6 +288,7 @@ class LeaseRunner:
             fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,
                           revision=self.lease.revision, **extra)
             self.inflight = (cls, fields)
+            sent = trio.current_time()
             try:
                 with trio.move_on_at(self.deadline) as late:
                     body = await conn.request(cls, **fields)
@@ -297,7 +312,7 @@ class LeaseRunner:
             assert isinstance(body, m.CommandResult)
             if body.receipt.duplicate:
                 self.host.stats.duplicates += 1
-            self._absorb(body.lease, conn, renewed=cls is m.TaskRenew)
+            self._absorb(body.lease, conn, renewed=cls is m.TaskRenew, granted_since=(sent, body.receipt))
             return body
 
     async def _next_connection(self, previous: Connection | None) -> Connection:

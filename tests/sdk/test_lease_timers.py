@@ -123,3 +123,40 @@ async def test_the_watchdog_stops_the_handler_when_the_expiry_passes(scripted, r
     with trio.move_on_after(0.3) as quiet:  # no second renewal, and nothing is reported for a lost lease
         late = await peer.recv(timeout=1)
     assert quiet.cancelled_caught, late
+
+
+async def test_a_server_clock_step_after_the_welcome_never_stretches_the_lease(scripted, run_worker):
+    """The server's wall clock jumps an hour ahead after the welcome: acks carry times an hour "later".
+
+    Read through the offset measured at the welcome, the lease would seem to last an hour; the worker
+    caps it at the send time plus what the server granted in its own clock (expires_at − committed_at),
+    so it still renews a third of the way through the real grant.
+    """
+    release = trio.Event()
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext) -> dict:
+        await release.wait()
+        return {}
+
+    worker, peer = await _session(scripted, run_worker, registry)
+    frame, _ = peer.offer()
+    await peer.send(frame)
+    request = await peer.recv()
+    assert request["type"] == "task.start"
+    for _ in range(2):
+        ack = peer.command_result(request)
+        ack["body"]["receipt"]["committed_at"] = later(3600)
+        ack["body"]["lease"]["expires_at"] = later(3600 + 1.5)
+        acked = trio.current_time()
+        await peer.send(ack)
+        request = await peer.recv(timeout=1.5)
+        waited = trio.current_time() - acked
+        assert request["type"] == "task.renew" and waited < 1.0, waited  # due at 0.5, not in 20 minutes
+    await peer.send(_ack(peer, request, 30))
+    release.set()
+    finish = await peer.recv()
+    assert finish["type"] == "task.finish"
+    await peer.send(peer.command_result(finish, lease=False))
+    assert worker.stats.lost == 0
