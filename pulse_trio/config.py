@@ -84,7 +84,7 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--ping-interval", "ping_interval", parse_seconds, "seconds between WebSocket pings"),
     ("--poll-interval", "poll_interval", parse_seconds, "seconds between dispatcher polls for new work"),
     ("--node-heartbeat", "node_heartbeat", parse_seconds,
-     "seconds between this process's liveness heartbeats (in the timers loop)"),
+     "seconds between this process's liveness heartbeats (sent by a task of their own)"),
     ("--node-lapse", "node_lapse", parse_seconds,
      "seconds without a heartbeat after which another instance declares this process lost and disconnects "
      "its sessions (at least twice --node-heartbeat)"),

@@ -2,10 +2,11 @@
 
 Theory of operation. The process is a *node*: ``serve`` records it ALIVE
 before it listens (:meth:`NodeLiveness.start`) and STOPPED after its last
-connection closed (:meth:`stop`). The timers loop calls :meth:`beat` first
-on every tick (a heartbeat every ``--node-heartbeat``) and then
-:meth:`sweep`, which declares LOST any other node whose heartbeat is past
-its lapse and disconnects the sessions it held (``pulse_trio.store.nodes``).
+connection closed (:meth:`stop`). A task of its own (:meth:`run_heartbeats`)
+beats every ``--node-heartbeat``, so no timer batch, however long, delays
+it; the timers loop calls :meth:`sweep` on every tick, which declares LOST
+any other node whose heartbeat is past its lapse and disconnects the
+sessions it held (``pulse_trio.store.nodes``).
 
 Two rules keep a live process from being declared lost, or from acting as
 if it had not been:
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulse_trio.liveness")
 
 MAX_SWEEP_ROUNDS = 20  # batches per tick, like the other timers
+MAX_RETRY_S = 1.0  # a failed heartbeat is tried again this soon (or at the heartbeat interval, if shorter)
 
 
 class NodeLiveness:
@@ -94,6 +96,18 @@ class NodeLiveness:
         self._landed(sent)
         log.info("node %s started (heartbeat %gs, lapse %gs)", self.node_id, self.heartbeat_s, self.lapse_s)
         return True
+
+    async def run_heartbeats(self) -> None:
+        """Beat every ``--node-heartbeat`` until cancelled; a failure is logged and retried soon."""
+        while True:
+            try:
+                await self.beat()
+            except Exception:
+                log.exception("node %s: heartbeat failed; retrying", self.node_id)
+            now = trio.current_time()
+            # The next heartbeat when this one landed; soon again when it did not.
+            await trio.sleep_until(self._next_beat if self._next_beat > now
+                                   else now + min(MAX_RETRY_S, self.heartbeat_s))
 
     async def beat(self) -> None:
         """Heartbeat if one is due; if another instance declared us lost, close our connections and rejoin."""

@@ -155,6 +155,7 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                 root.start_soon(batcher.run)
                 ctx.dispatcher = Dispatcher(ctx)
                 root.start_soon(ctx.dispatcher.run)
+                root.start_soon(ctx.node.run_heartbeats)
                 root.start_soon(Timers(ctx).run)
                 port = server.port
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)

@@ -1,8 +1,8 @@
 """The shared timers: every instance runs them, SKIP LOCKED splits the work.
 
-One loop, one tick every ``interval``: this process's liveness heartbeat
-(when due) and the sweep for other processes that died without stopping
-(``liveness.py``), then lapse unstarted offers, expire lost leases, promote
+One loop, one tick every ``interval``: the sweep for other processes that
+died without stopping (``liveness.py``; this process's own heartbeat runs
+in a task of its own), then lapse unstarted offers, expire lost leases, promote
 due scheduled tasks, end permit quarantines, and push ``task.cancel`` to
 this instance's opted-in sessions. A batch that came
 back full runs again at once; an ended lease frees a slot in its session
@@ -62,13 +62,12 @@ class Timers:
     async def tick(self) -> None:
         ctx = self.ctx
         if ctx.node is not None:
-            # First, so a slow batch below never delays the heartbeat; and on
-            # its own, so a liveness failure never holds up lease expiry.
+            # On its own, so a liveness failure never holds up lease expiry.
+            # (The heartbeat has a task of its own: NodeLiveness.run_heartbeats.)
             try:
-                await ctx.node.beat()
                 await ctx.node.sweep()
             except Exception:
-                log.exception("node liveness failed; retrying at the next tick")
+                log.exception("the sweep for lost nodes failed; retrying at the next tick")
         quarantine_ms = None if ctx.settings.permit_quarantine is None else round(ctx.settings.permit_quarantine * 1000)
         await self._drain(lambda: ctx.store.run(lease_timers.lapse, now=ctx.clock.now()))
         await self._drain(lambda: ctx.store.run(lease_timers.expire, now=ctx.clock.now(),

@@ -1,4 +1,6 @@
-"""A database stall (statements block, then all succeed) longer than a lapse declares nobody lost.
+"""Stalls that must not get a healthy node declared lost: the database's, and a stuck timers tick.
+
+A database stall (statements block, then all succeed) longer than a lapse declares nobody lost.
 
 Every node computes its heartbeat's ``now`` before the statement runs, so
 the heartbeat that lands after the stall carries an ``expires_at`` that has
@@ -96,3 +98,61 @@ async def test_a_db_stall_longer_than_a_lapse_declares_no_healthy_node_lost(virt
     finally:
         for s in stores:
             s.store.close()
+
+
+class StuckTimersStore:
+    """The real store, but the lease-lapse timer's transaction never returns (a tick stuck on a lock)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.node_id = store.node_id
+        self.stuck = trio.Event()
+
+    async def run(self, fn, **kwargs):
+        from pulse_trio.store import lease_timers
+
+        if fn is lease_timers.lapse:
+            self.stuck.set()
+            await trio.sleep_forever()
+        return await self.store.run(fn, **kwargs)
+
+
+async def test_a_stuck_timers_tick_never_holds_up_the_heartbeat(virtual_clock, db):
+    """The heartbeat has a task of its own: a timers tick stuck for many lapses leaves it on time."""
+    from pulse_trio.server.timers import Timers
+
+    settings = Settings(node_heartbeat=HEARTBEAT, node_lapse=LAPSE, poll_interval=0.5)
+    real = Store(db, pool_size=2, node_id="nod_" + "T" * 26)
+    virtual_clock.limiters.append(real.limiter)
+    store = StuckTimersStore(real)
+    ctx = ServiceContext(settings=settings, store=store, clock=ServiceClock(virtual=True))
+    live = ctx.node = NodeLiveness(ctx)
+    beats = []
+    try:
+        assert await live.start()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(Timers(ctx).run)
+            nursery.start_soon(live.run_heartbeats)
+            await store.stuck.wait()
+            for _ in range(round(4 * LAPSE / HEARTBEAT)):
+                await trio.sleep(HEARTBEAT)
+                beats.append(await trio.to_thread.run_sync(
+                    lambda: _heartbeat_at(db, live.node_id)))
+            nursery.cancel_scope.cancel()
+        gaps = [(b - a).total_seconds() for a, b in zip(beats, beats[1:])]
+        assert gaps and all(HEARTBEAT - 0.5 <= gap <= HEARTBEAT + 0.5 for gap in gaps), gaps  # on time
+        assert _state(db, live.node_id) == "ALIVE"
+    finally:
+        real.close()
+
+
+def _heartbeat_at(db, node_id):
+    conn = connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT heartbeat_at FROM server_nodes WHERE node_id = %s", (node_id,))
+            (row,) = cur.fetchall()
+        conn.commit()
+        return row[0]
+    finally:
+        conn.close()
