@@ -127,10 +127,13 @@ class LeaseRunner:
             async with trio.open_nursery() as renewals:
                 self._renewals = renewals
                 self._arm()
-                outcome = await self._call_handler()
-                self._renewals = None  # no new renewal; one under way gets its ack before the finish
+                try:
+                    outcome = await self._call_handler()
+                finally:
+                    # No new renewal, whatever the handler raised; one under way
+                    # gets its ack before the nursery closes (and before the finish).
+                    self._renewals = None
         finally:
-            self._renewals = None
             self._disarm()
         if outcome is not None and self.lost is None:
             await self._finish(outcome)
