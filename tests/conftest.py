@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,12 @@ import pytest
 from pulse_trio.dburl import DatabaseConfig, connect, drop_database, parse_database_url
 from pulse_trio.managed_db import ManagedMariaDB
 from pulse_trio.store.migrate import migrate
+
+# Helpers shared by every test folder (sql_support): under --import-mode=importlib
+# the tests folder is not importable, so put it on sys.path like each subfolder does.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 
 @pytest.fixture(scope="session")

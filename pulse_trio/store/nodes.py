@@ -66,9 +66,10 @@ def _me(tx: Tx) -> str:
     return tx.node_id
 
 
-def _lock(tx: Tx, node_id: str) -> NodeRow | None:
-    row = tx.one(_SELECT + " WHERE n.node_id = %s FOR UPDATE", (node_id,))
-    return NodeRow.from_row(row) if row else None
+def _lock_me(tx: Tx) -> NodeRow | Refusal:
+    """This process's own node row, locked; refused when it is not recorded (removed by hand?)."""
+    row = tx.one(_SELECT + " WHERE n.node_id = %s FOR UPDATE", (_me(tx),))
+    return NodeRow.from_row(row) if row else Refusal(INVALID_TRANSITION, f"no node {tx.node_id}")
 
 
 @transition("node", "start")
@@ -93,9 +94,9 @@ def start(tx: Tx, *, now: dt.datetime, lapse_ms: int, host: str, pid: int) -> No
 @transition("node", "heartbeat")
 def heartbeat(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
     """ALIVE: push expires_at to now + lapse. LOST: refused with ``node_lost`` (see the module docstring)."""
-    node = _lock(tx, _me(tx))
-    if node is None:
-        return Refusal(INVALID_TRANSITION, f"no node {tx.node_id}")
+    node = _lock_me(tx)
+    if isinstance(node, Refusal):
+        return node
     dest = decide("node", "heartbeat", node.state, SimpleNamespace(node=node))
     if isinstance(dest, Refusal):
         return dest
@@ -107,9 +108,9 @@ def heartbeat(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
 @transition("node", "rejoin")
 def rejoin(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
     """LOST -> ALIVE with a fresh heartbeat, once the node has closed the connections it held."""
-    node = _lock(tx, _me(tx))
-    if node is None:
-        return Refusal(INVALID_TRANSITION, f"no node {tx.node_id}")
+    node = _lock_me(tx)
+    if isinstance(node, Refusal):
+        return node
     if tx.recovering and node.state == "ALIVE":
         return node
     dest = decide("node", "rejoin", node.state, SimpleNamespace(node=node))
@@ -130,9 +131,9 @@ def _beat(tx: Tx, node: NodeRow, dest: str, now: dt.datetime) -> NodeRow:
 @transition("node", "stop")
 def stop(tx: Tx, *, now: dt.datetime) -> int | Refusal:
     """Graceful shutdown: STOPPED; a session still recorded open here is disconnected. Returns how many were."""
-    node = _lock(tx, _me(tx))
-    if node is None:
-        return Refusal(INVALID_TRANSITION, f"no node {tx.node_id}")
+    node = _lock_me(tx)
+    if isinstance(node, Refusal):
+        return node
     if tx.recovering and node.state == "STOPPED":
         return 0
     dest = decide("node", "stop", node.state, SimpleNamespace(node=node))

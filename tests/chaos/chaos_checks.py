@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from pulse_trio.dburl import connect
+from sql_support import rows as sql_rows
 
 TERMINAL = ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
 
@@ -89,20 +90,8 @@ def read_executions(log: Path) -> dict[str, list[Execution]]:
     return dict(by_task)
 
 
-def _rows(db, sql: str, args: tuple = ()) -> list[tuple]:
-    conn = connect(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            rows = list(cur.fetchall())
-        conn.rollback()
-        return rows
-    finally:
-        conn.close()
-
-
 def task_states(db) -> collections.Counter[str]:
-    return collections.Counter({state: int(n) for state, n in _rows(
+    return collections.Counter({state: int(n) for state, n in sql_rows(
         db, "SELECT state, COUNT(*) FROM tasks GROUP BY state")})
 
 
@@ -112,7 +101,7 @@ def wait_settled(db, count: int, timeout: float) -> collections.Counter[str]:
     while True:
         states = task_states(db)
         terminal = sum(states[s] for s in TERMINAL)
-        permits = _rows(db, "SELECT COUNT(*) FROM key_permits WHERE state <> 'RELEASED'")[0][0]
+        permits = sql_rows(db, "SELECT COUNT(*) FROM key_permits WHERE state <> 'RELEASED'")[0][0]
         if (terminal == count and not permits) or time.monotonic() > deadline:
             return states
         time.sleep(0.25)
@@ -181,21 +170,21 @@ def check_guarantees(db, ids: set[str], executions: dict[str, list[Execution]], 
                      views: dict[str, dict]) -> dict[str, Any]:
     """Assert every guarantee (see the module docstring); returns counts for the report."""
     bad: list[str] = []
-    tasks = {r[0]: r for r in _rows(
+    tasks = {r[0]: r for r in sql_rows(
         db, "SELECT task_id, state, attempt, max_attempts, retry_uncertain, concurrency_key, concurrency_limit,"
             " outcome_status, outcome_error_code, outcome_uncertain, outcome_attempt FROM tasks")}
     attempts: dict[str, dict[int, tuple]] = collections.defaultdict(dict)
-    for r in _rows(db, "SELECT task_id, attempt, lease_id, instance_id, session_id, effect_uncertain,"
+    for r in sql_rows(db, "SELECT task_id, attempt, lease_id, instance_id, session_id, effect_uncertain,"
                        " concurrency_token, status, error_code, retryable, result FROM task_attempts"):
         attempts[r[0]][int(r[1])] = r
-    leases = _rows(db, "SELECT lease_id, task_id, state, attempt, owner_instance_id, concurrency_token,"
+    leases = sql_rows(db, "SELECT lease_id, task_id, state, attempt, owner_instance_id, concurrency_token,"
                        " offered_at FROM leases")
-    instances = {r[0]: r for r in _rows(
+    instances = {r[0]: r for r in sql_rows(
         db, "SELECT instance_id, session_id, concurrency_keys, registered_at FROM worker_instances")}
     sessions = {r[1]: r for r in instances.values()}
-    permits = {r[0]: r for r in _rows(
+    permits = {r[0]: r for r in sql_rows(
         db, "SELECT lease_id, concurrency_key, concurrency_token, task_id, state FROM key_permits")}
-    counters = {r[0]: (int(r[1]), int(r[2])) for r in _rows(
+    counters = {r[0]: (int(r[1]), int(r[2])) for r in sql_rows(
         db, "SELECT concurrency_key, last_token, outstanding FROM key_counters")}
 
     # -- no task lost, none invented -------------------------------------------------------

@@ -21,6 +21,7 @@ import pytest
 
 import chaos_checks
 from chaos_fleet import Fleet
+from sql_support import rows as sql_rows
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
 
@@ -57,7 +58,7 @@ def _open_sessions_on_killed_servers(db, pids: list[int]) -> int:
     """Sessions still recorded open on a serve process that was SIGKILLed (its node row names its pid)."""
     import socket
 
-    return int(chaos_checks._rows(
+    return int(sql_rows(
         db, "SELECT COUNT(*) FROM worker_instances i JOIN server_nodes n ON n.node_id = i.node_id"
             " WHERE i.state <> 'DISCONNECTED' AND n.host = %s AND n.pid IN %s",
         (socket.gethostname(), tuple(pids)))[0][0])

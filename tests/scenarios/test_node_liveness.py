@@ -16,7 +16,6 @@ import pytest
 import trio
 
 from pulse_trio.config import Settings
-from pulse_trio.dburl import connect
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.service import ServiceContext
@@ -26,23 +25,12 @@ from pulse_trio.store import (
 from pulse_trio.store.tx import db_time
 
 from scenario_support import eventually, running
+from sql_support import rows as sql_rows
 
 HEARTBEAT = 1.0
 LAPSE = 3.0
 TICK = 1.0  # the timers' interval with the scenarios' 0.5 s poll
 LIVENESS = {"node_heartbeat": HEARTBEAT, "node_lapse": LAPSE}
-
-
-def _sql(db, query, args=()):
-    conn = connect(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(query, args)
-            rows = list(cur.fetchall())
-        conn.commit()
-        return rows
-    finally:
-        conn.close()
 
 
 class DeadProcess:
@@ -87,19 +75,19 @@ def dead(db):
 
 
 async def _session(db, session_id: str):
-    rows = await trio.to_thread.run_sync(lambda: _sql(
+    rows = await trio.to_thread.run_sync(lambda: sql_rows(
         db, "SELECT state, disconnected_at FROM worker_instances WHERE session_id = %s", (session_id,)))
     return rows[0]
 
 
 async def _node(db, node_id: str):
-    rows = await trio.to_thread.run_sync(lambda: _sql(
+    rows = await trio.to_thread.run_sync(lambda: sql_rows(
         db, "SELECT state, expires_at, lost_at, lost_by FROM server_nodes WHERE node_id = %s", (node_id,)))
     return rows[0]
 
 
 async def _leases(db):
-    return await trio.to_thread.run_sync(lambda: _sql(
+    return await trio.to_thread.run_sync(lambda: sql_rows(
         db, "SELECT lease_id, state, expires_at, owner_session_id, revision FROM leases ORDER BY lease_id"))
 
 
@@ -188,7 +176,7 @@ async def test_a_live_instance_declared_lost_closes_its_connections_and_rejoins(
         resumed = await held.resume_on(new)
         assert resumed["type"] == "ack", resumed
         assert (await held.finish())["type"] == "ack"
-    rows = await trio.to_thread.run_sync(lambda: _sql(
+    rows = await trio.to_thread.run_sync(lambda: sql_rows(
         db, "SELECT node_id FROM worker_instances WHERE session_id = %s", (new.session_id,)))
     assert rows == [(me,)]
 

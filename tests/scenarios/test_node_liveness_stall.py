@@ -10,15 +10,14 @@ the others until they have had a lapse to beat again.
 
 from __future__ import annotations
 
-import pytest
 import trio
 
 from pulse_trio.config import Settings
-from pulse_trio.dburl import connect
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.service import ServiceContext
 from pulse_trio.store import Store, nodes
+from sql_support import rows as sql_rows
 
 HEARTBEAT = 1.0
 LAPSE = 3.0
@@ -40,15 +39,8 @@ class StallingStore:
 
 
 def _state(db, node_id):
-    conn = connect(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT state FROM server_nodes WHERE node_id = %s", (node_id,))
-            (row,) = cur.fetchall()
-        conn.commit()
-        return row[0]
-    finally:
-        conn.close()
+    ((state,),) = sql_rows(db, "SELECT state FROM server_nodes WHERE node_id = %s", (node_id,))
+    return state
 
 
 async def test_a_db_stall_longer_than_a_lapse_declares_no_healthy_node_lost(virtual_clock, db):
@@ -147,12 +139,5 @@ async def test_a_stuck_timers_tick_never_holds_up_the_heartbeat(virtual_clock, d
 
 
 def _heartbeat_at(db, node_id):
-    conn = connect(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT heartbeat_at FROM server_nodes WHERE node_id = %s", (node_id,))
-            (row,) = cur.fetchall()
-        conn.commit()
-        return row[0]
-    finally:
-        conn.close()
+    ((heartbeat_at,),) = sql_rows(db, "SELECT heartbeat_at FROM server_nodes WHERE node_id = %s", (node_id,))
+    return heartbeat_at

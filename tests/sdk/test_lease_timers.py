@@ -31,7 +31,8 @@ def _ack(peer, request, expires_in: float):
     return ack
 
 
-async def test_renewals_come_a_third_of_the_way_to_the_expiry(scripted, run_worker):
+async def _started_until_released(scripted, run_worker):
+    """A worker whose handler runs until ``release`` is set, offered one task; returns at its task.start."""
     release = trio.Event()
     registry = Registry()
 
@@ -45,6 +46,11 @@ async def test_renewals_come_a_third_of_the_way_to_the_expiry(scripted, run_work
     await peer.send(frame)
     request = await peer.recv()
     assert request["type"] == "task.start"
+    return release, worker, peer, request
+
+
+async def test_renewals_come_a_third_of_the_way_to_the_expiry(scripted, run_worker):
+    release, worker, peer, request = await _started_until_released(scripted, run_worker)
     for _ in range(3):  # each ack re-arms the timer from the new expiry
         acked = trio.current_time()
         await peer.send(_ack(peer, request, 1.5))
@@ -132,19 +138,7 @@ async def test_a_server_clock_step_after_the_welcome_never_stretches_the_lease(s
     caps it at the send time plus what the server granted in its own clock (expires_at − committed_at),
     so it still renews a third of the way through the real grant.
     """
-    release = trio.Event()
-    registry = Registry()
-
-    @registry.handler("billing", "invoice.send")
-    async def send(task: TaskContext) -> dict:
-        await release.wait()
-        return {}
-
-    worker, peer = await _session(scripted, run_worker, registry)
-    frame, _ = peer.offer()
-    await peer.send(frame)
-    request = await peer.recv()
-    assert request["type"] == "task.start"
+    release, worker, peer, request = await _started_until_released(scripted, run_worker)
     for _ in range(2):
         ack = peer.command_result(request)
         ack["body"]["receipt"]["committed_at"] = later(3600)

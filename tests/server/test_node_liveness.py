@@ -12,7 +12,7 @@ import trio
 
 import harness
 import serve_process
-from pulse_trio.dburl import connect as db_connect
+from sql_support import rows as sql_rows
 
 HEARTBEAT = 0.2
 LAPSE = 1.0
@@ -20,20 +20,8 @@ FAST = ("--node-heartbeat", str(HEARTBEAT), "--node-lapse", str(LAPSE), "--poll-
 SLACK = 1.0  # a timers tick (0.1 s) and a loaded 2-core machine
 
 
-def _sql(db, query, args=()):
-    conn = db_connect(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(query, args)
-            rows = list(cur.fetchall())
-        conn.commit()
-        return rows
-    finally:
-        conn.close()
-
-
 async def _query(db, query, args=()):
-    return await trio.to_thread.run_sync(lambda: _sql(db, query, args))
+    return await trio.to_thread.run_sync(sql_rows, db, query, args)
 
 
 async def _session_row(db, session_id):
