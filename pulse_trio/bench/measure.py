@@ -84,15 +84,49 @@ def cpu_seconds(pids: list[int]) -> float:
     return sum(ProcessSample.read(pid).cpu_seconds for pid in pids)
 
 
-def global_status(config: DatabaseConfig, name: str) -> int:
+def global_statuses(config: DatabaseConfig, names: tuple[str, ...]) -> dict[str, int]:
+    """Server-wide status counters (0 for a name the server does not know)."""
     conn = connect(config)
     try:
         with conn.cursor() as cur:
-            cur.execute("SHOW GLOBAL STATUS LIKE %s", (name,))
-            row = cur.fetchone()
-        return int(row[1]) if row else 0
+            cur.execute(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({', '.join(['%s'] * len(names))})", names)
+            found = {name: int(value) for name, value in cur.fetchall()}
+        return {name: found.get(name, 0) for name in names}
     finally:
         conn.close()
+
+
+#: What the database did for a run: statements by kind, rows written, commits.
+#: (MariaDB counts rows in the Handler_* counters; MySQL 8 has them as well.)
+_WORK_COUNTERS = ("Com_commit", "Com_select", "Com_insert", "Com_update", "Com_delete",
+                  "Handler_write", "Handler_update", "Handler_delete")
+
+
+class DatabaseWork:
+    """Statements, rows written and commits between two readings of the server's counters.
+
+    The counters are server-wide: they include the bench's own submits and
+    progress polls, which is what a producer and a monitor would add too.
+    """
+
+    def __init__(self, config: DatabaseConfig) -> None:
+        self._config = config
+        self._before = global_statuses(config, _WORK_COUNTERS)
+
+    def per_task(self, tasks: int) -> dict[str, float]:
+        after = global_statuses(self._config, _WORK_COUNTERS)
+        d = {name: after[name] - self._before[name] for name in _WORK_COUNTERS}
+        per = lambda value: round(value / tasks, 2)  # noqa: E731
+        return {
+            "db_commits_per_task": per(d["Com_commit"]),
+            "db_statements_per_task": per(d["Com_select"] + d["Com_insert"] + d["Com_update"] + d["Com_delete"]),
+            "db_statements_by_kind_per_task": {kind: per(d[f"Com_{kind}"])
+                                               for kind in ("select", "insert", "update", "delete")},
+            "db_rows_written_per_task": per(d["Handler_write"] + d["Handler_update"] + d["Handler_delete"]),
+            "db_rows_written_by_kind_per_task": {"inserted": per(d["Handler_write"]),
+                                                 "updated": per(d["Handler_update"]),
+                                                 "deleted": per(d["Handler_delete"])},
+        }
 
 
 class Progress:

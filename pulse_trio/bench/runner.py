@@ -76,7 +76,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         db_pid = measure.database_pid(db)
         others_before = (measure.cpu_seconds([w.pid for w in workers]),
                          measure.cpu_seconds([db_pid]) if db_pid else 0.0)
-        commits_before = measure.global_status(db, "Com_commit")
+        work = measure.DatabaseWork(db)
         keyed_every = round(1 / options.keyed_share) if options.keyed_share > 0 else 0
         submit_started = time.perf_counter()
         for start in range(0, options.tasks, SUBMIT_BATCH):
@@ -97,7 +97,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         after = [measure.ProcessSample.read(p.pid) for p in servers]
         others_after = (measure.cpu_seconds([w.pid for w in workers]),
                         measure.cpu_seconds([db_pid]) if db_pid else 0.0)
-        commits = measure.global_status(db, "Com_commit") - commits_before
+        database_work = work.per_task(options.tasks)
     finally:
         client.close()
     timings = measure.task_timings(db, KIND)
@@ -108,7 +108,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         "end_to_end_tasks_per_s": round(options.tasks / span, 1),
         "submit_tasks_per_s": round(options.tasks / submit_s, 1),
         **timings,
-        "db_commits_per_task": round(commits / options.tasks, 2),
+        **database_work,
         "server_cpu_s_per_task": round(cpu / options.tasks, 6),
         "workers_cpu_s_per_task": round((others_after[0] - others_before[0]) / options.tasks, 6),
         "database_cpu_s_per_task": (round((others_after[1] - others_before[1]) / options.tasks, 6)

@@ -5,27 +5,42 @@ worker-protocol.md, no insignificant whitespace, counters as decimal
 strings, times with exactly 6 fractional digits, optional fields omitted
 when they hold their default, results and payloads spliced in verbatim.
 Messages validate themselves when built, so encoding cannot fail on values.
+
+The text comes from msgspec's compiled encoder, which escapes strings as the
+standard library does with ``ensure_ascii=False`` and splices ``Raw``
+fragments (results, payloads) in verbatim.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import msgspec
+
 from . import messages as m
 from .grammar import format_time
-from .jsontext import dumps
 from .limits import PROTOCOL_VERSION
-from .scanner import RawJson
+
+_JSON = msgspec.json.Encoder()
 
 
 def encode(message: m.Message) -> str:
     """The frame text for a message."""
+    return encode_bytes(message).decode("utf-8")
+
+
+def encode_bytes(message: m.Message) -> bytes:
+    """The frame as UTF-8 bytes, what a WebSocket text frame carries."""
     try:
         build = _BUILDERS[type(message)]
     except KeyError:
         raise TypeError(f"not a pulse.worker.v1 message: {type(message).__name__}") from None
-    text, _ = dumps(build(message))
-    return text
+    return _JSON.encode(build(message))
+
+
+def _raw(text: str) -> msgspec.Raw:
+    """Canonical JSON text (a ``JsonText``) to splice in as it is."""
+    return msgspec.Raw(str.encode(text))
 
 
 def _frame(msg: Any, body_key: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -78,7 +93,7 @@ def _command(msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> dict[str, Any]:
     }
     if isinstance(msg, m.TaskFinish):
         body["status"] = msg.status
-        body["result"] = RawJson(msg.result)
+        body["result"] = _raw(msg.result)
         _put(body, "error_code", msg.error_code, "")
         _put(body, "error_message", msg.error_message, "")
         _put(body, "retryable", msg.retryable, False)
@@ -140,7 +155,7 @@ def _ack(msg: m.Ack) -> dict[str, Any]:
 def _assign(msg: m.TaskAssign) -> dict[str, Any]:
     t = msg.task
     task: dict[str, Any] = {
-        "task_id": t.task_id, "queue": t.queue, "kind": t.kind, "payload": RawJson(t.payload),
+        "task_id": t.task_id, "queue": t.queue, "kind": t.kind, "payload": _raw(t.payload),
         "attempt": t.attempt, "max_attempts": t.max_attempts, "idempotency_key": t.idempotency_key,
         "created_at": format_time(t.created_at), "due_at": format_time(t.due_at),
     }

@@ -9,6 +9,7 @@ ids and secrets live here too, so the server mints exactly what it accepts.
 from __future__ import annotations
 
 import base64
+import functools
 import re
 import secrets
 import time
@@ -132,8 +133,13 @@ def parse_time(text: str) -> datetime:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def format_time(value: datetime) -> str:
-    """Always exactly 6 fractional digits, in UTC, ending in ``Z``."""
+    """Always exactly 6 fractional digits, in UTC, ending in ``Z``.
+
+    Cached: the frames of one batch share their times (``now``, one
+    expiry), and a cache hit costs a hash instead of a formatting.
+    """
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("times must be timezone-aware")
     utc = value.astimezone(timezone.utc)

@@ -16,10 +16,15 @@ def test_bench_reports_every_figure(database_server):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     for key in ("end_to_end_tasks_per_s", "submit_tasks_per_s", "submit_to_assign_ms", "assign_to_finish_ms",
-                "db_commits_per_task", "server_cpu_s_per_task", "workers_cpu_s_per_task",
+                "db_commits_per_task", "db_statements_per_task", "db_rows_written_per_task",
+                "server_cpu_s_per_task", "workers_cpu_s_per_task",
                 "database_cpu_s_per_task", "server_peak_rss_mib"):
         assert report[key] is not None, key
     assert set(report["submit_to_assign_ms"]) == {"p50", "p95", "p99"}
     assert report["options"]["tasks"] == 60
+    # 60 tasks cannot run on fewer writes than one row each (their submit alone inserts them)
+    assert report["db_rows_written_per_task"] >= 1
+    assert report["db_statements_per_task"] > 0
+    assert set(report["db_statements_by_kind_per_task"]) == {"select", "insert", "update", "delete"}
     assert report["workers_cpu_s_per_task"] > 0  # the worker processes were found and read
     assert report["database_cpu_s_per_task"] > 0  # the test's MariaDB runs here: its pid file was read

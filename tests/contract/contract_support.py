@@ -15,6 +15,7 @@ import json
 import re
 from typing import Any
 
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
@@ -255,3 +256,68 @@ def rename(frame: dict, path: str, new_key: str) -> dict:
 
 def dumps(frame: Any) -> str:
     return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+
+
+# -- random structural mutations of the examples (hypothesis) ---------------------
+
+VALUES: list[Any] = [
+    None, True, False, 0, 1, -1, 7, 10, 10000, 10001, 2**31, "", "x", "1", "0", "01", "42", "18446744073709551616",
+    SECRET_A, SECRET_A[:-1] + "B", SESSION, OTHER_SESSION, TASK, OTHER_TASK, LEASE, INSTANCE,
+    T0, "2026-02-30T00:00:00Z", "2026-12-02T12:00:00+00:00", [], {}, ["x"], ["invoice.send", "invoice.send"],
+    [{"queue": "q"}], {"queue": "q"}, "FAILED", "SUCCEEDED", "CANCELLED", "OFFERED", "RUNNING", "task.renew",
+    "billing", "mail", "boom", "Boom", "h1", "worker.hello", "ack", {"name": "n", "version": "v"},
+]
+KEYS = ["Queue", "queueName", "extra", "reply_to", "session_id", "error", "body", "lease_secret", "instance_secret",
+        "sequence", "priority", "retryable", "error_code", "kinds", "lease", "cancel_requested_at", "result"]
+
+def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
+    found = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, prefix + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _paths(value, prefix + (i,))
+    return found
+
+
+def _containers(node: Any, prefix: tuple = ()) -> list[tuple]:
+    found = [prefix] if isinstance(node, dict) else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _containers(value, prefix + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _containers(value, prefix + (i,))
+    return found
+
+
+def _at(frame: Any, path: tuple) -> Any:
+    for step in path:
+        frame = frame[step]
+    return frame
+
+
+@st.composite
+def mutated(draw, examples: dict) -> tuple[str, dict]:
+    name = draw(st.sampled_from(sorted(examples)))
+    frame = copy.deepcopy(examples[name]())
+    for _ in range(draw(st.integers(1, 3))):
+        op = draw(st.sampled_from(["set", "drop", "rename", "add"]))
+        paths = _paths(frame)
+        if op in ("set", "drop", "rename") and paths:
+            path = draw(st.sampled_from(paths))
+            parent = _at(frame, path[:-1])
+            if op == "set":
+                parent[path[-1]] = copy.deepcopy(draw(st.sampled_from(VALUES)))
+            elif op == "drop":
+                del parent[path[-1]]
+            elif isinstance(parent, dict):
+                new = draw(st.sampled_from(KEYS))
+                items = [(new if k == path[-1] else k, v) for k, v in parent.items()]
+                parent.clear()
+                parent.update(items)
+        else:
+            target = _at(frame, draw(st.sampled_from(_containers(frame))))
+            target[draw(st.sampled_from(KEYS))] = copy.deepcopy(draw(st.sampled_from(VALUES)))
+    return name, frame
