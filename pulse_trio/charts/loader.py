@@ -192,6 +192,21 @@ class Chart:
             found.append((transition.dest or state, conditions))
         return found
 
+    def unguarded_self_loops(self) -> frozenset[tuple[str, str]]:
+        """``(trigger, state)`` pairs whose one transition is a guardless ``state -> state``.
+
+        Firing such a trigger changes nothing, so an in-memory owner may
+        check the pair against this set instead of firing it through the
+        machine, where it costs as much as a real transition.
+        """
+        pairs = set()
+        for trigger, transitions in self._by_trigger.items():
+            for state in self.spec.states:
+                here = [t for t in transitions if t.source == state]
+                if len(here) == 1 and here[0].dest == state and not here[0].guards:
+                    pairs.add((trigger, state))
+        return frozenset(pairs)
+
     def can(self, trigger: str, state: str) -> bool:
         """Whether ``trigger`` is declared from ``state`` (guards aside)."""
         return trigger in self._by_trigger and bool(self.machine.events[trigger].transitions.get(state))

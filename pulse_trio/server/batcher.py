@@ -1,24 +1,33 @@
 """Coalescing of lease commands into shared transactions.
 
 Every task costs a start and a finish; one transaction each would cap the
-service at what PyMySQL and one COMMIT per command allow (about 190 tasks/s
-on the reference machine). The batcher lets commands from every connection
-share statements and one COMMIT: each *lane* takes whatever commands are
-queued when it becomes free — one command when the service is idle, so
-idle latency is one transaction, and up to ``MAX_BATCH`` under load. The
-service runs one lane (``service.COMMAND_LANES``): the pool threads share
-one GIL, so a second lane splits the batches without adding CPU.
+service at what PyMySQL and one COMMIT per command allow. The batcher lets
+commands from every connection share statements and one COMMIT: its lane
+takes whatever commands are queued when it becomes free (one command when
+the service is idle, so idle latency is one transaction; up to
+``MAX_BATCH`` under load) and runs them in one store thread hand-off. The
+service runs one lane: the pool threads share one GIL, so a second lane
+splits the batches without adding CPU.
+
+Submitting costs no Trio task and no channel hop: :meth:`submit` appends to
+a queue and the lane calls each command's ``done`` callback, in the Trio
+thread, once the batch has committed. The queue is bounded by its callers:
+a connection holds at most ``MAX_IN_FLIGHT`` commands, and stops reading
+while it does.
 
 Each batch holds at most one command per lease, so the batched transaction
 functions never see two commands racing for the same row; a repeat waits
-for the next batch. Results come back to each caller in its own order.
+for the next batch. A command that was queued always runs, even if its
+connection has gone since: its outcome is in the database and a replay
+finds the receipt.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -30,10 +39,12 @@ from pulse_trio.store.task_steps import FinishReport
 
 log = logging.getLogger("pulse_trio.batcher")
 
-MAX_BATCH = 128
-QUEUE_SIZE = 4096
+MAX_BATCH = 256
 _FUNCTIONS = {"start": start, "renew": renew, "finish": finish}
 _ORDER = ("start", "renew", "finish")
+
+#: A command's outcome: a CommandResult, a Refusal, or the exception that failed its batch.
+Done = Callable[[Any], None]
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -41,57 +52,35 @@ class _Pending:
     kind: str
     command: LeaseCommand
     report: FinishReport | None
-    done: trio.Event = dataclasses.field(default_factory=trio.Event)
-    result: Any = None
-
-
-class CommandFailed(RuntimeError):
-    """The shared transaction failed for this command (the caller answers ``internal``)."""
+    done: Done
 
 
 class LeaseCommandBatcher:
-    def __init__(self, store: Store, clock: ServiceClock, *, lanes: int) -> None:
+    def __init__(self, store: Store, clock: ServiceClock) -> None:
         self.store = store
         self.clock = clock
-        self.lanes = max(1, lanes)
-        self._send, self._receive = trio.open_memory_channel[_Pending](QUEUE_SIZE)
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._wake = trio.Event()
         self.batches = 0
         self.commands = 0
 
-    async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.lanes):
-                nursery.start_soon(self._lane)
-
-    async def submit(self, kind: str, command: LeaseCommand, report: FinishReport | None = None) -> Any:
-        """Queue one command and wait for its result (a CommandResult or a Refusal).
-
-        Cancellation after queueing still lets the command run: its outcome
-        is in the database and a replay finds the receipt.
-        """
-        pending = _Pending(kind, command, report)
-        await self._send.send(pending)
-        with trio.CancelScope(shield=True):
-            await pending.done.wait()
-        if isinstance(pending.result, BaseException):
-            raise CommandFailed(str(pending.result)) from pending.result
-        return pending.result
+    def submit(self, kind: str, command: LeaseCommand, report: FinishReport | None, done: Done) -> None:
+        """Queue one command; ``done(outcome)`` is called once its batch has run."""
+        self._queue.append(_Pending(kind, command, report, done))
+        self._wake.set()
 
     def statistics(self) -> dict[str, float]:
-        return {"batches": self.batches, "commands": self.commands,
+        return {"batches": self.batches, "commands": self.commands, "queued": len(self._queue),
                 "mean_batch": self.commands / self.batches if self.batches else 0.0}
 
-    async def _lane(self) -> None:
-        async for first in self._receive:
-            waiting = [first]
-            while len(waiting) < MAX_BATCH:
-                try:
-                    waiting.append(self._receive.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            while waiting:
-                batch, waiting = _one_per_lease(waiting)
-                await self._run(batch)
+    async def run(self) -> None:
+        while True:
+            if not self._queue:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                continue
+            batch = _take_batch(self._queue)
+            await self._run(batch)
 
     async def _run(self, batch: Sequence[_Pending]) -> None:
         groups = {kind: [p for p in batch if p.kind == kind] for kind in _ORDER}
@@ -113,18 +102,23 @@ class LeaseCommandBatcher:
         self.commands += len(batch)
         for (kind, items), outcome in zip(groups.items(), outcomes, strict=True):
             for i, pending in enumerate(items):
-                pending.result = outcome if isinstance(outcome, BaseException) else outcome[i]
-                pending.done.set()
+                try:
+                    pending.done(outcome if isinstance(outcome, BaseException) else outcome[i])
+                except Exception:  # one connection's bug must not cost the others their answers
+                    log.exception("completing %s of lease %s failed", kind, pending.command.lease_id)
 
 
-def _one_per_lease(items: Sequence[_Pending]) -> tuple[list[_Pending], list[_Pending]]:
-    """Split into (a batch with each lease once, the rest) keeping arrival order."""
+def _take_batch(queue: collections.deque[_Pending]) -> list[_Pending]:
+    """Up to MAX_BATCH queued commands, each lease once; repeats stay queued, in order."""
     seen: set[str] = set()
-    batch, rest = [], []
-    for item in items:
+    batch: list[_Pending] = []
+    repeats: list[_Pending] = []
+    while queue and len(batch) < MAX_BATCH:
+        item = queue.popleft()
         if item.command.lease_id in seen:
-            rest.append(item)
+            repeats.append(item)
         else:
             seen.add(item.command.lease_id)
             batch.append(item)
-    return batch, rest
+    queue.extendleft(reversed(repeats))
+    return batch

@@ -6,17 +6,18 @@ was declared, a submit arrived through this instance) or every
 ``max(FILL_ALL_FLOOR_S, poll_interval)`` for submits from other processes. Each pass fills free
 capacity in rounds: in every round each session with free slots claims a
 share proportional to its free slots, so a large worker cannot starve the
-small ones, and one transaction claims a whole batch for one session.
+small ones. Each claim takes a whole batch for one session, and the claims
+of one round share a transaction (up to ``CLAIMS_PER_TRANSACTION``).
 
 Rounds only matter when work is scarce. When the previous pass ended with
 every session full and none of them short of work, the queues are deep:
 the next pass lets each session claim all its free slots at once, which
-under steady load is one transaction per session per pass instead of
-three or four small ones.
+under steady load is one claim per session per pass instead of three or
+four small ones.
 
 Three more rules keep claims few (docs/priority-and-fairness.md): a pass
 woken only by finished leases tops a session up once it reaches its
-refill mark (``LiveSession.refill_at``), then fills what it took on;
+refill mark (``SessionService.refill_at``), then fills what it took on;
 and over more than ``PROBE_ABOVE`` sessions a pass first asks which
 queues have READY work, so idle sessions cost one statement per poll.
 
@@ -32,15 +33,13 @@ import math
 from typing import TYPE_CHECKING
 
 import trio
-from transitions import MachineError
 
-from pulse_trio.server import views
-from pulse_trio.server.hub import LiveSession
 from pulse_trio.store.assign import assign, new_credentials, queues_with_ready_work
-from pulse_trio.store.results import AssignResult, Refusal
+from pulse_trio.store.results import Refusal
 
 if TYPE_CHECKING:
     from pulse_trio.server.service import ServiceContext
+    from pulse_trio.server.session_service import SessionService
 
 log = logging.getLogger("pulse_trio.dispatcher")
 
@@ -48,6 +47,7 @@ MAX_BATCH = 64
 PROBE_ABOVE = 4  # more live sessions than this: ask which queues have work before claiming
 FILL_ALL_FLOOR_S = 0.1  # a 10 ms poll must not turn every pass into a fill-all pass
 ROUND_SHARE = 4  # a session claims about 1/ROUND_SHARE of its free slots per round
+CLAIMS_PER_TRANSACTION = 16  # sessions whose claims share one transaction (and one thread hand-off)
 
 
 class Dispatcher:
@@ -94,7 +94,7 @@ class Dispatcher:
         first = True
         owed: dict[str, int] = {}  # free slots a session had when this pass took it on
 
-        def wants_work(s: LiveSession) -> bool:
+        def wants_work(s: SessionService) -> bool:
             if s.free_slots < 1:
                 return False
             if owed.get(s.session_id, 0) > 0:  # still being filled, round by round
@@ -121,11 +121,7 @@ class Dispatcher:
             for session in hungry:
                 if owed.get(session.session_id, 0) <= 0:
                     owed[session.session_id] = session.free_slots
-            counts: dict[str, int] = {}
-            async with trio.open_nursery() as nursery:
-                for session in hungry:
-                    share = min(MAX_BATCH, max(1, math.ceil(session.free_slots / round_share)))
-                    nursery.start_soon(self._claim, session, share, dry, counts)
+            counts = await self._claim(hungry, round_share, dry)
             claimed = sum(counts.values())
             offered += claimed
             for sid, count in counts.items():
@@ -156,32 +152,26 @@ class Dispatcher:
         self.probes += 1
         return await self.ctx.store.run(queues_with_ready_work, queues=self.ctx.hub.subscribed_queues())
 
-    async def _claim(self, session: LiveSession, want: int, dry: set[str], counts: dict[str, int]) -> None:
+    async def _claim(self, hungry: list[SessionService], round_share: int, dry: set[str]) -> dict[str, int]:
+        """One round: each hungry session claims its share, all in one transaction (one thread hand-off)."""
         ctx = self.ctx
-        self.claims += 1
-        credentials = new_credentials(want)
-        result = await ctx.store.run(
-            assign, session_id=session.session_id, credentials=credentials, now=ctx.clock.now(),
-            start_timeout_ms=ctx.start_timeout_ms, default_lease_ttl_ms=ctx.lease_ttl_ms,
-        )
-        if isinstance(result, Refusal):
-            dry.add(session.session_id)
-            return
-        counts[session.session_id] = len(result.offers)
-        self._deliver(session, result, want, dry)
-
-    def _deliver(self, session: LiveSession, result: AssignResult, want: int, dry: set[str]) -> None:
-        offers = result.offers
-        session.active_leases = session.capacity - result.free_slots + len(offers)
-        if len(offers) < want:
-            dry.add(session.session_id)
-        now = self.ctx.clock.now()
-        for offer in offers:
-            try:
-                frame = session.connection.session.assign(
-                    views.assigned_task(offer.task), views.lease(offer.lease, secret=offer.lease_secret))
-            except MachineError:  # drained or closing since the claim committed
-                frame = None
-            if frame is None or not session.connection.push(frame):
-                log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
-            self.ctx.metrics.observe_assign(offer, now)
+        now = ctx.clock.now()
+        wants = [min(MAX_BATCH, max(1, math.ceil(s.free_slots / round_share))) for s in hungry]
+        calls = [(assign, {"session_id": s.session_id, "credentials": new_credentials(want), "now": now,
+                           "start_timeout_ms": ctx.start_timeout_ms, "default_lease_ttl_ms": ctx.lease_ttl_ms})
+                 for s, want in zip(hungry, wants)]
+        self.claims += len(calls)
+        results: list = []
+        for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
+            results += await ctx.store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
+        counts: dict[str, int] = {}
+        for session, want, result in zip(hungry, wants, results, strict=True):
+            if isinstance(result, (Refusal, BaseException)):
+                if isinstance(result, BaseException):
+                    log.warning("claim for %s failed: %r", session.session_id, result)
+                dry.add(session.session_id)
+                continue
+            counts[session.session_id] = len(result.offers)
+            if session.offers_committed(result, want):
+                dry.add(session.session_id)
+        return counts

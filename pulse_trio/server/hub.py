@@ -1,69 +1,32 @@
 """The live sessions of this instance, as the dispatcher sees them.
 
-A connection registers its session here once welcomed and keeps the
-numbers current (capacity, drain, active leases). The dispatcher reads
-them to decide who gets work; it never touches a socket: it hands frames
-to the connection's bounded outbox (``push``), which its writer drains.
+A session registers here once welcomed; its :class:`SessionService`
+keeps its own numbers (capacity, drain, active leases) current. The
+dispatcher reads them to decide who gets work and hands committed offers
+back to the session (``offers_committed``); it never touches a socket.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import trio
 
 if TYPE_CHECKING:
-    from pulse_trio.server.connection import WorkerConnection
-
-REFILL_MAX = 16
-
-
-@dataclasses.dataclass(eq=False, slots=True)
-class LiveSession:
-    """What the dispatcher needs to know about one connected session."""
-
-    session_id: str
-    instance_id: str
-    epoch: int
-    queues: dict[str, frozenset[str] | None]  # queue -> kinds (None: every kind)
-    concurrency_keys: bool
-    cancellation_notifications: bool
-    connection: WorkerConnection
-    capacity: int = 0
-    drain: bool = False
-    active_leases: int = 0
-    closing: bool = False
-
-    @property
-    def free_slots(self) -> int:
-        if self.drain or self.closing:
-            return 0
-        return max(0, self.capacity - self.active_leases)
-
-    @property
-    def refill_at(self) -> int:
-        """Free slots worth a claim when the only news is finished work.
-
-        A session still busy with three quarters of its capacity has work to
-        do; topping it up one slot per finish would cost one claim
-        transaction per task. News (new work, new capacity) and the
-        dispatcher's periodic fill-all pass still serve every free slot.
-        """
-        return max(1, min(self.capacity // 4, REFILL_MAX))
+    from pulse_trio.server.session_service import SessionService
 
 
 class SessionHub:
     """Registry of live sessions plus the dispatcher's wake-up signal."""
 
     def __init__(self) -> None:
-        self._sessions: dict[str, LiveSession] = {}
+        self._sessions: dict[str, SessionService] = {}
         self._queues: list[str] | None = None  # every subscribed queue, rebuilt after add/remove
         self._wake = trio.Event()
         self._news = False  # new work or capacity since the last pass, not only freed slots
 
-    def add(self, session: LiveSession) -> None:
+    def add(self, session: SessionService) -> None:
         self._sessions[session.session_id] = session
         self._queues = None
 
@@ -77,10 +40,10 @@ class SessionHub:
             self._queues = sorted({q for s in self._sessions.values() for q in s.queues})
         return self._queues
 
-    def get(self, session_id: str) -> LiveSession | None:
+    def get(self, session_id: str) -> SessionService | None:
         return self._sessions.get(session_id)
 
-    def __iter__(self) -> Iterator[LiveSession]:
+    def __iter__(self) -> Iterator[SessionService]:
         return iter(list(self._sessions.values()))
 
     def __len__(self) -> int:

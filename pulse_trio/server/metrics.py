@@ -87,14 +87,14 @@ class ServiceMetrics:
     def count_lease_end(self, state: str) -> None:
         self.lease_ends[state] += 1
 
-    def count_frame_in(self, text: str) -> None:
-        """One frame read (its UTF-8 size; ``isascii`` keeps the common case free of encoding)."""
+    def count_frame_in(self, size: int) -> None:
+        """One frame read, ``size`` bytes of UTF-8."""
         self.frames_in += 1
-        self.frame_bytes_in += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        self.frame_bytes_in += size
 
-    def count_frame_out(self, text: str) -> None:
+    def count_frame_out(self, size: int) -> None:
         self.frames_out += 1
-        self.frame_bytes_out += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        self.frame_bytes_out += size
 
     def count_error(self, code: str, surface: str = "worker") -> None:
         """An error answered to a worker (``surface="worker"``) or an HTTP client (``"http"``)."""

@@ -12,28 +12,23 @@ heartbeat lapses (``liveness.py``).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import signal
 import ssl
 
 import trio
-import trio_websocket
 
 from pulse_trio.config import Settings
-from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.http.server import serve_http
-from pulse_trio.server.auth import worker_token
 from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.server.connection import WorkerConnection
 from pulse_trio.server.dispatcher import Dispatcher
-from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.timers import Timers
+from pulse_trio.server.wire import WireConnection, keepalive, serve_workers
 from pulse_trio.store.facade import Store
 from pulse_trio.store.ids import new_node_id
 
@@ -41,11 +36,6 @@ log = logging.getLogger("pulse_trio.service")
 
 SHUTDOWN_GRACE_S = 5.0
 DEFAULT_POOL_SIZE = 8
-# One lane: its batch grows with the load while the previous one commits
-# (group commit). Measured on 2 cores, 1 lane ran 430 tasks/s with batches of
-# ~22 commands; 2 lanes 270-330/s with batches of ~8, because the threads then
-# share the GIL with each other as well as with the event loop.
-COMMAND_LANES = 1
 
 
 @dataclasses.dataclass(eq=False)
@@ -57,7 +47,7 @@ class ServiceContext:
     clock: ServiceClock
     hub: SessionHub = dataclasses.field(default_factory=SessionHub)
     metrics: ServiceMetrics = dataclasses.field(default_factory=ServiceMetrics)
-    connections: set[WorkerConnection] = dataclasses.field(default_factory=set)
+    connections: set[WireConnection] = dataclasses.field(default_factory=set)
     batcher: LeaseCommandBatcher | None = None
     dispatcher: Dispatcher | None = None
     node: NodeLiveness | None = None
@@ -93,33 +83,6 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
-async def _handle(request: trio_websocket.WebSocketRequest, ctx: ServiceContext) -> None:
-    """One connection, from handshake to close; its failures stay its own."""
-    try:
-        await _handle_unguarded(request, ctx)
-    except trio_websocket.ConnectionClosed:
-        pass
-    except Exception:
-        # A bug in one connection must not take the instance (and every
-        # other session) down with it: log it and drop just this socket.
-        log.exception("connection handler failed")
-
-
-async def _handle_unguarded(request: trio_websocket.WebSocketRequest, ctx: ServiceContext) -> None:
-    refusal = check_request(request.path, request.proposed_subprotocols)
-    if refusal is not None:
-        await request.reject(refusal.status, body=refusal.body())
-        return
-    token = bearer_token(request.headers)
-    info = await ctx.store.run(worker_token, token=token) if token else None
-    if info is None:
-        await request.reject(401, extra_headers=[(b"www-authenticate", b'Bearer realm="pulse"')],
-                             body=b"a valid worker token is required: Authorization: Bearer <token>\n")
-        return
-    ws = await request.accept(subprotocol=SUBPROTOCOL)
-    await WorkerConnection(ws, info, ctx).run()
-
-
 async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals: bool = True,
                 clock: ServiceClock | None = None, pool_size: int = DEFAULT_POOL_SIZE,
                 task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
@@ -127,7 +90,7 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
     settings.check()
     store = Store(database, pool_size=pool_size, node_id=new_node_id())
     clock = clock or ServiceClock()  # the wall clock; scenario tests pass a virtual one
-    batcher = LeaseCommandBatcher(store, clock, lanes=COMMAND_LANES)
+    batcher = LeaseCommandBatcher(store, clock)
     ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
     stop = trio.Event()
     try:
@@ -140,24 +103,17 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
             async with trio.open_nursery() as connections:
                 listening = trio.CancelScope()
 
-                async def listen(task_status: trio.TaskStatus[trio_websocket.WebSocketServer]) -> None:
+                async def listen(task_status: trio.TaskStatus[int]) -> None:
                     with listening:
-                        host, port = settings.worker_listen
-                        await trio_websocket.serve_websocket(
-                            functools.partial(_handle, ctx=ctx), host, port, _ssl_context(settings),
-                            # A handshake gets the hello's time limit: a slow-loris
-                            # client is dropped as soon as a silent one would be.
-                            handler_nursery=connections, max_message_size=MAX_FRAME_BYTES,
-                            connect_timeout=settings.hello_timeout, disconnect_timeout=2.0,
-                            task_status=task_status)
+                        await serve_workers(ctx, connections, _ssl_context(settings), task_status=task_status)
 
-                server = await root.start(listen)
+                port = await root.start(listen)
+                root.start_soon(keepalive, ctx)
                 root.start_soon(batcher.run)
                 ctx.dispatcher = Dispatcher(ctx)
                 root.start_soon(ctx.dispatcher.run)
                 root.start_soon(ctx.node.run_heartbeats)
                 root.start_soon(Timers(ctx).run)
-                port = server.port
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # -- HTTP API (pulse_trio.http): same nursery, store and hub; stops on `stop` --
                 ctx.metrics.instrument_store(store)

@@ -22,7 +22,6 @@ import logging
 from typing import TYPE_CHECKING
 
 import trio
-from transitions import MachineError
 
 from pulse_trio.store import cancellation, instances, lease_timers, permits, tasks
 from pulse_trio.store.results import TimerResult
@@ -88,12 +87,7 @@ class Timers:
         counts = await self.ctx.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
         freed = False
         for session in sessions:
-            # Only lower a count: a higher one read here may predate a finish
-            # counted since, and a too-low hint is corrected by the next claim.
-            actual = counts.get(session.session_id, 0)
-            if actual < session.active_leases:
-                session.active_leases = actual
-                freed = True
+            freed |= session.reconcile(counts.get(session.session_id, 0))
         if freed:
             hub.slot_freed()  # not news: the leases ended elsewhere, their tasks were seen there
 
@@ -115,7 +109,7 @@ class Timers:
             self.ctx.metrics.count_lease_end(end.state)
             session = hub.get(end.session_id)
             if session is not None:
-                session.active_leases = max(0, session.active_leases - 1)
+                session.lease_ended()
         hub.wake()
 
     async def notify_cancels(self) -> None:
@@ -126,12 +120,5 @@ class Timers:
         notices = await ctx.store.run(cancellation.notify, session_ids=opted, now=ctx.clock.now())
         for notice in notices:
             session = ctx.hub.get(notice.session_id)
-            if session is None:
-                continue
-            try:
-                frame = session.connection.session.cancel(
-                    notice.task_id, notice.lease_id, notice.cancel_requested_at,
-                    notice.grace_expires_at or notice.cancel_requested_at, notice.reason or None)
-            except MachineError:
-                continue  # closing: the next holder is told after its resume
-            session.connection.push(frame)
+            if session is not None:
+                session.notify_cancel(notice)

@@ -1,21 +1,34 @@
 """The server side of one ``pulse.worker.v1`` connection, without any I/O.
 
 Theory of operation (after h11): the transport hands every received text
-frame to :meth:`ServerSession.receive` and gets back exactly one event:
+message to :meth:`ServerSession.receive` and gets back exactly one event:
 
 * :class:`Request` — a well-formed request of this session that the server
   must carry out (through the store) and then answer with :meth:`ack`,
   :meth:`welcome` or :meth:`refuse`;
 * :class:`Reject` — an error frame to send now (the protocol itself refuses
   the frame); if ``close_code`` is set the transport closes after sending;
-* :class:`Close` — close without an error frame (an oversized frame).
+* :class:`Close` — close without an error frame (an oversized frame, or a
+  frame that arrives while the session is closing).
 
-The layers of worker-protocol.md §5 run in order and the first failure
-wins (§4.8): strict scanning and version, hello-first, session id, result
-checks, schema and grammar, duplicate ids. The connection state is the
-``session`` statechart: triggers fire only after the store committed what
-they stand for, and a trigger the chart does not allow (a second hello, say)
-is a ``MachineError`` that becomes a non-fatal ``invalid_transition``.
+The layers of the protocol's parsing pipeline (docs/protocol.md) run in
+order and the first failure wins: strict scanning and version, hello-first,
+session id, result checks, schema and grammar, duplicate ids. A well-formed
+frame takes the compiled fast path (``contract.fast_client``); any other is
+judged by the reference decoder.
+
+The connection state is the ``session`` statechart. Triggers fire only
+after the store committed what they stand for. Answers and pushes never
+raise for a state: each returns the frame to send, or None when the session
+has nothing to send (it is closing, or the chart does not allow the push),
+so the caller tests a value. A late answer (the store finished after a
+fatal error, say) is accepted and dropped, as h11 drops data after an
+error. Nothing outside this module ever sees a ``transitions`` exception.
+
+Guardless self-loops (``command``, ``dispatch``, ``notify_cancel``) change
+nothing; they are checked against the chart's table instead of being fired
+through the machine, which would cost as much as a real transition on the
+hottest path.
 """
 
 from __future__ import annotations
@@ -30,16 +43,14 @@ from pulse_trio.charts import chart
 from pulse_trio.contract import errors as e
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.codec import decode_client, scan_frame
-from pulse_trio.contract.encoder import encode
+from pulse_trio.contract.encoder import encode_bytes
 from pulse_trio.contract.errors import FrameTooLarge, ProtocolError
 from pulse_trio.contract.fast_client import try_decode_client
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, MAX_INVALID_FRAMES
 
 _SESSION_CHART = chart("session")
-_TYPE_OF: dict[type, str] = {
-    m.WorkerHello: "worker.hello", m.WorkerCapacity: "worker.capacity", m.WorkerResume: "worker.resume",
-    m.TaskStart: "task.start", m.TaskRenew: "task.renew", m.TaskFinish: "task.finish",
-}
+_QUIET = _SESSION_CHART.unguarded_self_loops()
+_ENDING = ("closing", "closed")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,14 +61,14 @@ class Request:
 
     @property
     def type(self) -> str:
-        return _TYPE_OF[type(self.message)]
+        return self.message.TYPE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Reject:
     """An error frame to send; then close with ``close_code`` if it is set."""
 
-    frame: str
+    frame: bytes
     code: str
     close_code: int | None
 
@@ -92,12 +103,14 @@ class ServerSession:
         self.session_id = session_id
         self._model = _Model()
         _SESSION_CHART.attach(self._model)
+        self._attached = True
         self._pending: dict[str, str] = {}
         self._invalid_frames = 0
         self._counter = 0
         self._new_frame_id = new_frame_id or self._next_frame_id
-        self.sequence: int | None = None  # last applied capacity sequence
-        self._welcomed = False
+        self._registered = False
+        #: Answers accepted after the session began closing, dropped unsent.
+        self.dropped_answers = 0
 
     # -- state -----------------------------------------------------------
     @property
@@ -107,24 +120,32 @@ class ServerSession:
     @property
     def registered(self) -> bool:
         """Whether the hello was answered: from then on frames carry session_id."""
-        return self._welcomed
+        return self._registered
+
+    @property
+    def ending(self) -> bool:
+        """Closing or closed: nothing more is sent but the close itself."""
+        return self._model.state in _ENDING
 
     def pending(self) -> dict[str, str]:
         """Request ids awaiting an answer, with their types (a copy)."""
         return dict(self._pending)
 
     def release(self) -> None:
-        """Detach from the chart's machine (call once, when the connection ends)."""
-        if self.state != "closed":
-            if self.state != "closing":
-                self._model.trigger("peer_closed")
-            self._model.trigger("finalize")
+        """Close and detach from the chart's machine; safe to call more than once."""
+        if not self._attached:
+            return
+        if self.state not in _ENDING:
+            self._fire("peer_closed")
+        if self.state == "closing":
+            self._fire("finalize")
         _SESSION_CHART.detach(self._model)
+        self._attached = False
 
     # -- receiving -------------------------------------------------------
     def receive(self, text: str | bytes) -> Event:
-        """Classify one received text frame (see the module docstring)."""
-        if self.state in ("closing", "closed"):
+        """Classify one received text message (see the module docstring)."""
+        if self.ending:
             return Close(1000, "session is closing")
         data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
         if len(data) <= MAX_FRAME_BYTES:
@@ -134,7 +155,7 @@ class ServerSession:
         try:
             raw = scan_frame(text)
         except FrameTooLarge as exc:
-            self._fail()
+            self._fire("fail")
             return Close(exc.close_code, "frame too large")
         except ProtocolError as exc:
             return self._reject(exc)
@@ -181,100 +202,116 @@ class ServerSession:
         if message.id in self._pending:
             return self._reject(ProtocolError(
                 e.DUPLICATE_MESSAGE_ID, f"id {message.id!r} is still pending", reply_to=message.id))
-        request = Request(message)
-        self._pending[message.id] = request.type
-        return request
+        self._pending[message.id] = message.TYPE
+        return Request(message)
 
     # -- answering -------------------------------------------------------
-    def welcome(self, reply_to: str, body: m.Welcome) -> str:
-        """Answer the hello after instance.register committed."""
-        self._answer(reply_to, "worker.hello")
-        self._model.trigger("hello")
-        self._welcomed = True
-        return encode(m.WorkerWelcome(id=self._new_frame_id(), session_id=self.session_id,
-                                      reply_to=reply_to, body=body))
+    def welcome(self, reply_to: str, body: m.Welcome) -> bytes | None:
+        """Answer the hello after instance.register committed; None if the session is closing."""
+        if not self._answer(reply_to, "worker.hello"):
+            return None
+        self._fire("hello")
+        self._registered = True
+        return encode_bytes(m.WorkerWelcome(id=self._new_frame_id(), session_id=self.session_id,
+                                            reply_to=reply_to, body=body))
 
     def capacity_applied(self, sequence: int, drain: bool) -> None:
         """Record a capacity frame the store committed (stale ones are not applied)."""
         self._model.drain = drain
-        self._model.trigger("capacity")
-        self.sequence = sequence
+        if not self.ending:
+            self._fire("capacity")
 
-    def is_stale(self, sequence: int) -> bool:
-        return self.sequence is not None and sequence <= self.sequence
-
-    def ack(self, reply_to: str, body: m.AckBody) -> str:
-        """Answer a capacity, resume or lease command with its ack body."""
-        request_type = self._answer(reply_to)
-        expected = m.ACK_BODY_FOR[request_type]
-        if not isinstance(body, expected):
-            raise e.InvalidMessage("body", f"an ack to {request_type} carries {expected.__name__}")
-        if request_type != "worker.capacity":
-            self._model.trigger("command")
-        return encode(m.Ack(id=self._new_frame_id(), session_id=self.session_id, reply_to=reply_to, body=body))
+    def ack(self, reply_to: str, body: m.AckBody) -> bytes | None:
+        """Answer a capacity, resume or lease command; None if the session is closing."""
+        request_type = self._pending.get(reply_to)
+        if request_type is not None:
+            expected = m.ACK_BODY_FOR[request_type]
+            if not isinstance(body, expected):  # a bug on this side, never the peer's doing
+                raise e.InvalidMessage("body", f"an ack to {request_type} carries {expected.__name__}")
+        if not self._answer(reply_to):
+            return None
+        if request_type != "worker.capacity" and (("command", self.state) not in _QUIET):
+            return self._dropped()
+        return encode_bytes(m.Ack(id=self._new_frame_id(), session_id=self.session_id, reply_to=reply_to,
+                                  body=body))
 
     def refuse(self, reply_to: str, code: str, message: str, *, fatal: bool | None = None,
-               retry_after_ms: int | None = None) -> Reject:
-        """Answer a pending request with an error (a store refusal, say)."""
-        self._answer(reply_to)
+               retry_after_ms: int | None = None) -> Reject | None:
+        """Answer a pending request with an error (a store refusal, say); None if closing."""
+        if not self._answer(reply_to):
+            return None
         return self._reject(ProtocolError(code, message, fatal=fatal, reply_to=reply_to),
                             retry_after_ms=retry_after_ms)
 
-    def assign(self, task: m.AssignedTask, lease: m.Lease) -> str:
-        """A task.assign push (the dispatcher committed the offer)."""
-        self._model.trigger("dispatch")
-        return encode(m.TaskAssign(id=self._new_frame_id(), session_id=self.session_id, task=task, lease=lease))
+    # -- pushes ----------------------------------------------------------
+    def assign(self, task: m.AssignedTask, lease: m.Lease) -> bytes | None:
+        """A task.assign push (the dispatcher committed the offer); None while draining or closing."""
+        if ("dispatch", self.state) not in _QUIET:
+            return None
+        return encode_bytes(m.TaskAssign(id=self._new_frame_id(), session_id=self.session_id, task=task,
+                                         lease=lease))
 
     def cancel(self, task_id: str, lease_id: str, requested_at: datetime, grace_expires_at: datetime,
-               reason: str | None) -> str:
-        """A task.cancel push for a lease this session holds."""
-        self._model.trigger("notify_cancel")
-        return encode(m.TaskCancel(id=self._new_frame_id(), session_id=self.session_id, task_id=task_id,
-                                   lease_id=lease_id, cancel_requested_at=requested_at,
-                                   grace_expires_at=grace_expires_at, reason=reason))
+               reason: str | None) -> bytes | None:
+        """A task.cancel push for a lease this session holds; None when the session cannot take it."""
+        if ("notify_cancel", self.state) not in _QUIET:
+            return None
+        return encode_bytes(m.TaskCancel(id=self._new_frame_id(), session_id=self.session_id, task_id=task_id,
+                                         lease_id=lease_id, cancel_requested_at=requested_at,
+                                         grace_expires_at=grace_expires_at, reason=reason))
 
-    def fail(self, code: str, message: str) -> Reject:
-        """An unsolicited fatal error (hello timeout, missing pong)."""
+    def fail(self, code: str, message: str) -> Reject | None:
+        """An unsolicited fatal error (hello timeout, missing pong); None if already closing."""
+        if self.ending:
+            return None
         return self._reject(ProtocolError(code, message, fatal=True))
 
-    def shutdown(self) -> Reject:
-        """The instance is stopping: server_shutting_down, no reply_to, then close."""
-        if self.state in ("closing", "closed"):
-            return Reject("", e.SERVER_SHUTTING_DOWN, None)
+    def shutdown(self) -> Reject | None:
+        """The instance is stopping: server_shutting_down, no reply_to, then close; None if closing."""
+        if self.ending:
+            return None
         frame = self._error_frame(ProtocolError(e.SERVER_SHUTTING_DOWN, "this instance is shutting down; "
                                                 "reconnect and resume your leases"))
-        self._model.trigger("shutdown")
+        self._fire("shutdown")
         return Reject(frame, e.SERVER_SHUTTING_DOWN, e.CLOSE_GOING_AWAY)
 
     # -- internals -------------------------------------------------------
-    def _answer(self, reply_to: str, expected_type: str | None = None) -> str:
+    def _answer(self, reply_to: str, expected_type: str | None = None) -> bool:
+        """Pop a pending request; False when there is nothing to send for it."""
         request_type = self._pending.pop(reply_to, None)
         if request_type is None or (expected_type and request_type != expected_type):
             raise e.InvalidMessage("reply_to", f"no pending {expected_type or 'request'} with id {reply_to!r}")
-        return request_type
+        if self.ending:
+            self._dropped()
+            return False
+        return True
+
+    def _dropped(self) -> None:
+        self.dropped_answers += 1
 
     def _reject(self, exc: ProtocolError, *, retry_after_ms: int | None = None) -> Reject:
         frame = self._error_frame(exc, retry_after_ms=retry_after_ms)
         if exc.fatal:
-            self._fail()
+            self._fire("fail")
         return Reject(frame, exc.code, exc.close_code)
 
-    def _error_frame(self, exc: ProtocolError, *, retry_after_ms: int | None = None) -> str:
-        return encode(m.Error(
+    def _error_frame(self, exc: ProtocolError, *, retry_after_ms: int | None = None) -> bytes:
+        return encode_bytes(m.Error(
             id=self._new_frame_id(), code=exc.code, message=exc.message[:4096], fatal=exc.fatal,
             retry_after_ms=retry_after_ms, session_id=self.session_id if self.registered else None,
             reply_to=exc.reply_to,
         ))
 
-    def _fail(self) -> None:
+    def _fire(self, trigger: str) -> bool:
+        """Fire a state-changing trigger; False (and no change) where the chart does not allow it."""
         try:
-            self._model.trigger("fail")
+            return bool(self._model.trigger(trigger))
         except MachineError:
-            pass  # already closing
+            return False
 
     def _next_frame_id(self) -> str:
         self._counter += 1
         return f"s-{self._counter}"
 
 
-__all__ = ["Close", "Event", "Reject", "Request", "ServerSession", "MachineError"]
+__all__ = ["Close", "Event", "Reject", "Request", "ServerSession"]

@@ -1,0 +1,339 @@
+"""One worker session on this instance, without its socket.
+
+The transport (``wire.py``) owns the bytes: it hands every complete text
+message to :meth:`SessionService.receive` and sends what the service puts
+in its :class:`Outbox`. Everything else about the session lives here, in
+one place:
+
+* request handling: hello, capacity and resume run their transaction and
+  answer before the next frame is read (they are rare and their order
+  matters); lease commands go to the command batcher and are answered by
+  callback, so a connection costs no Trio task per command;
+* the live record the dispatcher reads (capacity, drain, active leases,
+  subscriptions): only methods of this class change it, whoever learns
+  the news (the session's own acks, the dispatcher's offers, the timers'
+  lease ends and reconciliation, a resume that moved a lease here);
+* backpressure: at most ``MAX_IN_FLIGHT`` lease commands at once; the
+  transport stops reading while the limit is reached.
+
+Nothing about a session's leases is decided here: a closing connection
+leaves them valid until they expire, so the worker can resume them on a
+new connection, on this instance or another.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from pulse_trio.contract import errors as e
+from pulse_trio.contract import messages as m
+from pulse_trio.contract.grammar import new_id
+from pulse_trio.server import views
+from pulse_trio.session import Close, Reject, Request, ServerSession
+from pulse_trio.store import instances, leases
+from pulse_trio.store.results import AssignResult, CancelNotice, Refusal
+from pulse_trio.store.resume import ResumeRequest, resume
+from pulse_trio.store.task_steps import FinishReport
+
+if TYPE_CHECKING:
+    from pulse_trio.server.service import ServiceContext
+    from pulse_trio.tokens import TokenInfo
+
+log = logging.getLogger("pulse_trio.connection")
+
+MAX_IN_FLIGHT = 64
+INTERNAL_RETRY_AFTER_MS = 1000
+REFILL_MAX = 16
+_COMMAND_KIND = {m.TaskStart: "start", m.TaskRenew: "renew", m.TaskFinish: "finish"}
+
+
+class Outbox(Protocol):
+    """What the transport offers the session: frames out, and a close."""
+
+    def send(self, frame: bytes) -> bool:
+        """Queue one text frame; False when the connection is ending (the frame is dropped)."""
+
+    def close(self, code: int, reason: str) -> None:
+        """Close after what is queued has been sent."""
+
+
+class SessionService:
+    """Requests, lease counting and drain bookkeeping of one connection."""
+
+    def __init__(self, ctx: ServiceContext, token: TokenInfo, outbox: Outbox) -> None:
+        self.ctx = ctx
+        self.token = token
+        self.outbox = outbox
+        self.protocol = ServerSession(new_id("ses_"))
+        self.session_id = self.protocol.session_id
+        # The live record, as the dispatcher sees it (set at hello).
+        self.instance_id: str | None = None
+        self.epoch = 0
+        self.queues: dict[str, frozenset[str] | None] = {}  # queue -> kinds (None: every kind)
+        self.concurrency_keys = False
+        self.cancellation_notifications = False
+        self.capacity = 0
+        self.drain = False
+        self.active_leases = 0
+        self.closing = False
+        self._in_flight = 0
+        self._room: trio.Event | None = None
+
+    # -- what the dispatcher reads ------------------------------------------
+    @property
+    def free_slots(self) -> int:
+        if self.drain or self.closing:
+            return 0
+        return max(0, self.capacity - self.active_leases)
+
+    @property
+    def refill_at(self) -> int:
+        """Free slots worth a claim when the only news is finished work.
+
+        A session still busy with three quarters of its capacity has work to
+        do; topping it up one slot per finish would cost one claim
+        transaction per task. News (new work, new capacity) and the
+        dispatcher's periodic fill-all pass still serve every free slot.
+        """
+        return max(1, min(self.capacity // 4, REFILL_MAX))
+
+    # -- frames in (from the transport) -------------------------------------
+    async def receive(self, data: bytes) -> bool:
+        """Handle one complete text message; False when the connection must stop reading."""
+        event = self.protocol.receive(data)
+        if type(event) is Request:
+            message = event.message
+            kind = _COMMAND_KIND.get(type(message))
+            if kind is not None:
+                self._submit(kind, message)
+                if self._in_flight >= MAX_IN_FLIGHT:
+                    self._room = trio.Event()
+                    await self._room.wait()
+                return True
+            if type(message) is m.WorkerCapacity:
+                await self._guarded(message.id, self._capacity(message))
+                return True
+            if type(message) is m.WorkerResume:
+                await self._guarded(message.id, self._resume(message))
+                return True
+            return await self._hello(message)
+        if type(event) is Close:
+            self.outbox.close(event.code, event.reason)
+            return False
+        return self._send_reject(event)
+
+    def hello_timed_out(self) -> None:
+        timeout = self.ctx.settings.hello_timeout
+        self._send_reject(self.protocol.fail(e.HELLO_REQUIRED, f"no worker.hello within {timeout:g}s"))
+
+    def pong_missing(self) -> None:
+        log.info("pong missing for 3 intervals; closing %s", self.session_id)
+        self.outbox.close(e.CLOSE_POLICY_VIOLATION, "pong missing")
+
+    def shutdown(self) -> None:
+        """Send server_shutting_down and close (the instance is stopping)."""
+        reject = self.protocol.shutdown()
+        if reject is not None:
+            self._send_reject(reject)
+        else:
+            self.outbox.close(e.CLOSE_GOING_AWAY, "server shutting down")
+
+    async def release(self) -> None:
+        """The connection has ended: leave the hub, record the disconnect (call shielded)."""
+        self.closing = True
+        if self.instance_id is not None:
+            self.ctx.hub.remove(self.session_id)
+            with trio.move_on_after(10):
+                try:
+                    await self.ctx.store.run(instances.disconnect, session_id=self.session_id,
+                                             now=self.ctx.clock.now())
+                except Exception:  # the lease timers clean up after a lost disconnect
+                    log.warning("disconnect of %s not recorded", self.session_id, exc_info=True)
+        self.protocol.release()
+
+    # -- requests --------------------------------------------------------------
+    async def _guarded(self, reply_to: str, work: Any) -> None:
+        """Run one request's work; a storage failure becomes ``internal``."""
+        try:
+            await work
+        except trio.Cancelled:
+            raise
+        except Exception:
+            log.exception("request %s failed in the store", reply_to)
+            self._refuse_internal(reply_to)
+
+    def _refuse_internal(self, reply_to: str, *, fatal: bool | None = None) -> None:
+        reject = self.protocol.refuse(reply_to, e.INTERNAL, "storage failure; retry later", fatal=fatal,
+                                      retry_after_ms=INTERNAL_RETRY_AFTER_MS)
+        if reject is not None:
+            self._send_reject(reject)
+
+    async def _hello(self, hello: m.WorkerHello) -> bool:
+        ctx = self.ctx
+        new = instances.NewInstance(
+            worker_name=hello.worker_name,
+            subscriptions=instances.subscriptions_from([(s.queue, s.kinds) for s in hello.subscriptions]),
+            cancellation_notifications=hello.cancellation_notifications,
+            concurrency_keys=hello.concurrency_keys,
+            client_json=json.dumps({"name": hello.client.name, "version": hello.client.version})
+            if hello.client else None,
+            token_id=self.token.token_id,
+            session_id=self.session_id,
+        )
+        try:
+            result = await ctx.store.run(instances.register, instance=new, now=ctx.clock.now(),
+                                         allowed_queues=self.token.queues or None)
+        except Exception:
+            log.exception("registration failed in the store")
+            self._refuse_internal(hello.id, fatal=True)
+            return False
+        if isinstance(result, Refusal):
+            reject = self.protocol.refuse(hello.id, result.code, result.message or result.code)
+            if reject is not None:
+                self._send_reject(reject)
+            return False
+        body = views.welcome(result.instance, lease_ttl_s=ctx.settings.lease_ttl,
+                             start_timeout_s=ctx.settings.start_timeout, now=ctx.clock.now(),
+                             secret=result.instance_secret)
+        frame = self.protocol.welcome(hello.id, body)
+        if frame is None:
+            return False
+        self.outbox.send(frame)
+        self.instance_id = result.instance.instance_id
+        self.epoch = result.instance.epoch
+        self.queues = {s.queue: (frozenset(s.kinds) if s.kinds is not None else None) for s in hello.subscriptions}
+        self.concurrency_keys = hello.concurrency_keys
+        self.cancellation_notifications = hello.cancellation_notifications
+        ctx.hub.add(self)
+        log.info("session registered", extra={"session_id": self.session_id, "instance_id": self.instance_id})
+        return True
+
+    async def _capacity(self, msg: m.WorkerCapacity) -> None:
+        ctx = self.ctx
+        result = await ctx.store.run(instances.set_capacity, session_id=self.session_id,
+                                     sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
+                                     now=ctx.clock.now())
+        if isinstance(result, Refusal):
+            self._refuse(msg.id, e.INVALID_TRANSITION, result.message or result.code)
+            return
+        if result.applied:
+            # The stored state decides drain: an operator's drain outlives drain=false frames.
+            self.protocol.capacity_applied(msg.sequence, result.instance.drain)
+            self.capacity, self.drain = msg.capacity, result.instance.drain
+            self.active_leases = result.instance.active_leases
+            ctx.hub.wake()
+        body = views.welcome(result.instance, lease_ttl_s=ctx.settings.lease_ttl,
+                             start_timeout_s=ctx.settings.start_timeout, now=ctx.clock.now())
+        self._send(self.protocol.ack(msg.id, body))
+
+    async def _resume(self, msg: m.WorkerResume) -> None:
+        ctx = self.ctx
+        request = ResumeRequest(session_id=self.session_id, instance_id=msg.instance_id,
+                                instance_secret=msg.instance_secret, task_id=msg.task_id,
+                                lease_id=msg.lease_id, lease_secret=msg.lease_secret)
+        result = await ctx.store.run(resume, request=request, now=ctx.clock.now(),
+                                     start_timeout_ms=ctx.start_timeout_ms)
+        if isinstance(result, Refusal):
+            fatal = False if result.code == e.PERMISSION_DENIED else None
+            self._refuse(msg.id, result.code, result.message or result.code, fatal=fatal)
+            return
+        self.active_leases += 1
+        # The lease left its previous owner: when that session lives here, free
+        # its slot now (elsewhere, that instance's timers reconcile its count).
+        for previous in ctx.hub:
+            if previous.instance_id == msg.instance_id and previous is not self:
+                previous.lease_ended()
+        self._send(self.protocol.ack(msg.id, views.lease(result)))
+
+    def _submit(self, kind: str, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
+        command = leases.LeaseCommand(session_id=self.session_id, task_id=msg.task_id, lease_id=msg.lease_id,
+                                      lease_secret=msg.lease_secret, revision=msg.revision)
+        report = None
+        if kind == "finish":
+            report = FinishReport(status=msg.status, result_json=str(msg.result),
+                                  error_code=msg.error_code or None, error_message=msg.error_message or None,
+                                  retryable=msg.retryable)
+        self._in_flight += 1
+        self.ctx.batcher.submit(kind, command, report, functools.partial(self._command_done, msg))
+
+    def _command_done(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish, outcome: Any) -> None:
+        """The batcher's callback, in the Trio thread, once the command's batch has run."""
+        self._in_flight -= 1
+        if self._room is not None and self._in_flight < MAX_IN_FLIGHT:
+            self._room.set()
+            self._room = None
+        if isinstance(outcome, BaseException):
+            log.error("lease command %s failed in the store: %r", msg.id, outcome)
+            self._refuse_internal(msg.id)
+            return
+        if isinstance(outcome, Refusal):
+            self._refuse(msg.id, outcome.code, outcome.message or outcome.code)
+            return
+        if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
+            self.lease_ended()
+        self.ctx.metrics.count_command(msg, outcome)
+        self._send(self.protocol.ack(msg.id, views.command_result(outcome)))
+
+    # -- what the dispatcher and the timers tell the session --------------------
+    def offers_committed(self, result: AssignResult, want: int) -> bool:
+        """Push the offers a claim committed; True when the claim came back short (the queues are dry)."""
+        offers = result.offers
+        self.active_leases = self.capacity - result.free_slots + len(offers)
+        now = self.ctx.clock.now()
+        metrics = self.ctx.metrics
+        for offer in offers:
+            frame = self.protocol.assign(views.assigned_task(offer.task),
+                                         views.lease(offer.lease, secret=offer.lease_secret))
+            if frame is None or not self.outbox.send(frame):
+                log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
+            metrics.observe_assign(offer, now)
+        return len(offers) < want
+
+    def lease_ended(self) -> None:
+        """One of this session's leases ended (finish, a timer, a resume elsewhere)."""
+        if self.active_leases > 0:
+            self.active_leases -= 1
+        self.ctx.hub.slot_freed()
+
+    def reconcile(self, actual: int) -> bool:
+        """Lower the lease count to what the database holds; True if a slot came free.
+
+        Only ever lowered: a higher count read here may predate a finish
+        counted since, and a too-low hint is corrected by the next claim.
+        """
+        if actual < self.active_leases:
+            self.active_leases = actual
+            return True
+        return False
+
+    def notify_cancel(self, notice: CancelNotice) -> None:
+        frame = self.protocol.cancel(notice.task_id, notice.lease_id, notice.cancel_requested_at,
+                                     notice.grace_expires_at or notice.cancel_requested_at, notice.reason or None)
+        if frame is not None:  # closing or otherwise unable: the next holder is told after its resume
+            self.outbox.send(frame)
+
+    # -- frames out ------------------------------------------------------------
+    def _send(self, frame: bytes | None) -> None:
+        if frame is not None:
+            self.outbox.send(frame)
+
+    def _refuse(self, reply_to: str, code: str, message: str, *, fatal: bool | None = None) -> None:
+        reject = self.protocol.refuse(reply_to, code, message, fatal=fatal)
+        if reject is not None:
+            self._send_reject(reject)
+
+    def _send_reject(self, reject: Reject | None) -> bool:
+        """Send an error frame (and close after it when fatal); False when the connection ends."""
+        if reject is None:
+            return True
+        self.ctx.metrics.count_error(reject.code)
+        self.outbox.send(reject.frame)
+        if reject.close_code is not None:
+            self.outbox.close(reject.close_code, reject.code)
+            return False
+        return True

@@ -1,0 +1,365 @@
+"""The worker endpoint's sockets: TCP (or TLS), the WebSocket codec, frames to the session.
+
+Each connection runs over ``websockets``' sans-IO ``ServerProtocol`` (RFC
+6455: the opening handshake with the subprotocol, masking, fragmentation,
+ping/pong, close codes and the message size limit), with two tasks in the
+connection's nursery:
+
+* the reader receives a chunk, lets the codec cut it into frames, and hands
+  every complete text message in it to the :class:`SessionService` before
+  it awaits the socket again;
+* the writer sleeps until something is due, then sends everything that
+  accumulated (answers, pushes, pongs, the close) in one ``send_all``.
+
+So a frame costs no task, channel or lock of its own: the codec's buffer is
+the outbox, and a batch of acks committed together leaves in one write.
+Keepalive is one task for the whole endpoint (:func:`keepalive`), not one
+per connection.
+
+Refusals happen before a WebSocket exists and are plain HTTP: 404 for
+another path, 400 without the ``pulse.worker.v1`` subprotocol, 401 without
+a valid worker token. The whole handshake (TLS included) has the hello's
+time limit, so a slow-loris client is dropped as soon as a silent one.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import ssl
+from typing import TYPE_CHECKING
+
+import trio
+from websockets.frames import CloseCode, Opcode
+from websockets.headers import parse_subprotocol
+from websockets.http11 import Request
+from websockets.protocol import CLOSED, OPEN
+from websockets.server import ServerProtocol
+
+from pulse_trio.contract import errors as e
+from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
+from pulse_trio.server.auth import worker_token
+from pulse_trio.server.handshake import bearer_token, check_request
+from pulse_trio.server.session_service import MAX_IN_FLIGHT, SessionService
+
+if TYPE_CHECKING:
+    from pulse_trio.server.service import ServiceContext
+
+log = logging.getLogger("pulse_trio.connection")
+_CODEC_LOG = logging.getLogger("pulse_trio.websocket")
+
+RECEIVE_CHUNK = 65536
+# The codec refuses a frame whose header announces more than this, before its
+# payload arrives; a message just over the contract's limit is read whole and
+# refused with a closing handshake (1009), so the peer's send completes.
+CODEC_MAX_BYTES = 2 * MAX_FRAME_BYTES
+CLOSE_TIMEOUT_S = 2.0
+MAX_REASON_BYTES = 123  # a close frame's payload is at most 125 bytes, 2 of them the code
+# Every frame the outbox can hold is bounded by the protocol: at most
+# `capacity` offers outstanding, at most MAX_IN_FLIGHT answers, a few pushes.
+OUTBOX_FRAMES = MAX_CAPACITY + MAX_IN_FLIGHT + 16
+
+
+async def serve_workers(ctx: ServiceContext, handler_nursery: trio.Nursery, ssl_context: ssl.SSLContext | None,
+                        *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Accept worker connections until cancelled; ``task_status`` gets the port."""
+    host, port = ctx.settings.worker_listen
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()[1]
+    handler = functools.partial(_connection, ctx=ctx, ssl_context=ssl_context)
+    await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery,
+                               task_status=_Started(task_status, bound))
+
+
+class _Started:
+    """serve_listeners reports its listeners; the service wants the port."""
+
+    def __init__(self, task_status: trio.TaskStatus[int], port: int) -> None:
+        self._task_status, self._port = task_status, port
+
+    def started(self, value: object = None) -> None:
+        self._task_status.started(self._port)
+
+
+async def _connection(stream: trio.SocketStream, *, ctx: ServiceContext, ssl_context: ssl.SSLContext | None) -> None:
+    """One connection, from handshake to close; its failures stay its own."""
+    connection = WireConnection(stream, ctx, ssl_context)
+    try:
+        await connection.run()
+    except Exception:
+        # A bug in one connection must not take the instance (and every
+        # other session) down with it: log it and drop just this socket.
+        log.exception("connection handler failed")
+
+
+async def keepalive(ctx: ServiceContext) -> None:
+    """Ping every connection each interval; close those that left a ping unanswered for three."""
+    while True:
+        interval = ctx.settings.ping_interval
+        await trio.sleep(interval)
+        now = trio.current_time()
+        for connection in list(ctx.connections):
+            connection.keepalive(now, interval)
+
+
+class WireConnection:
+    """The socket loop of one worker connection; the :class:`Outbox` of its session."""
+
+    def __init__(self, stream: trio.abc.Stream, ctx: ServiceContext, ssl_context: ssl.SSLContext | None) -> None:
+        self.stream: trio.abc.Stream = stream
+        self.ctx = ctx
+        self._ssl_context = ssl_context
+        self.ws = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=CODEC_MAX_BYTES, logger=_CODEC_LOG)
+        self.service: SessionService | None = None
+        self._wake = trio.Event()
+        self._queued = 0
+        self._closing = False
+        self._flushed_eof = trio.Event()
+        self._fragments: list[bytes] | None = None
+        self._early: list = []  # frames that arrived with the upgrade request
+        self._pinged_at: float | None = None
+        self._scope: trio.CancelScope | None = None
+
+    # -- the Outbox --------------------------------------------------------------
+    def send(self, frame: bytes) -> bool:
+        """Queue a text frame for the writer; False if the connection is ending."""
+        if self._closing or self.ws.state is not OPEN:
+            return False
+        if self._queued >= OUTBOX_FRAMES:  # cannot happen within the protocol's bounds
+            log.error("outbox full for %s; closing", self.service.session_id if self.service else "?")
+            self._abort()
+            return False
+        self.ws.send_text(frame)
+        self._queued += 1
+        self.ctx.metrics.count_frame_out(len(frame))
+        self._wake.set()
+        return True
+
+    def close(self, code: int, reason: str) -> None:
+        """Start the closing handshake after what is queued; the reader waits for the peer's close."""
+        if self._closing:
+            return
+        self._closing = True
+        if self.ws.state is OPEN:
+            self.ws.send_close(code, reason.encode("utf-8")[:MAX_REASON_BYTES].decode("utf-8", "ignore"))
+        self._wake.set()
+
+    # -- what the rest of the service asks ------------------------------------------
+    def shutdown(self) -> None:
+        """server_shutting_down, then close (the instance is stopping)."""
+        if self.service is not None:
+            self.service.shutdown()
+
+    def keepalive(self, now: float, interval: float) -> None:
+        if self._closing or self.ws.state is not OPEN or self.service is None:
+            return
+        if self._pinged_at is not None:
+            if now - self._pinged_at >= 3 * interval:
+                self.service.pong_missing()
+            return
+        self._pinged_at = now
+        self.ws.send_ping(os.urandom(4))
+        self._wake.set()
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def run(self) -> None:
+        try:
+            token = await self._handshake()
+            if token is None:
+                return
+            self.service = SessionService(self.ctx, token, self)
+            self.ctx.connections.add(self)
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._scope = nursery.cancel_scope
+                    nursery.start_soon(self._write_loop)
+                    await self._read_loop()
+                    if not self.ws.eof_sent:  # the peer vanished, or never finished closing
+                        self.ws.fail(CloseCode.ABNORMAL_CLOSURE)
+                    self._wake.set()
+                    # Let the writer flush the last answers and the close; bounded.
+                    with trio.move_on_after(CLOSE_TIMEOUT_S):
+                        await self._flushed_eof.wait()
+                    nursery.cancel_scope.cancel()
+            finally:
+                self.ctx.connections.discard(self)
+                with trio.CancelScope(shield=True):
+                    await self.service.release()
+        finally:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(1):
+                    await trio.aclose_forcefully(self.stream)
+
+    def _abort(self) -> None:
+        self._closing = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # -- the opening handshake --------------------------------------------------------
+    async def _handshake(self):
+        """Read and answer the upgrade request; the worker token on success, else None."""
+        request: Request | None = None
+        with trio.move_on_after(self.ctx.settings.hello_timeout):
+            try:
+                if self._ssl_context is not None:
+                    self.stream = trio.SSLStream(self.stream, self._ssl_context, server_side=True)
+                    await self.stream.do_handshake()
+                while request is None:
+                    data = await self.stream.receive_some(RECEIVE_CHUNK)
+                    if not data:
+                        return None
+                    self.ws.receive_data(data)
+                    for event in self.ws.events_received():
+                        if isinstance(event, Request):
+                            request = event
+                        else:
+                            self._early.append(event)
+                    if request is None and self.ws.writes:  # the codec answered a malformed request
+                        await self._flush_handshake()
+                        return None
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return None
+        if request is None:
+            return None
+        headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.raw_items()]
+        offered = tuple(p for value in request.headers.get_all("Sec-WebSocket-Protocol")
+                        for p in _subprotocols(value))
+        refusal = check_request(request.path, offered)
+        info = None
+        if refusal is None:
+            token = bearer_token(headers)
+            info = await self.ctx.store.run(worker_token, token=token) if token else None
+        if refusal is not None or info is None:
+            if refusal is not None:
+                response = self.ws.reject(refusal.status, refusal.reason + "\n")
+            else:
+                response = self.ws.reject(401, "a valid worker token is required: Authorization: Bearer <token>\n")
+                response.headers["WWW-Authenticate"] = 'Bearer realm="pulse"'
+            self.ws.send_response(response)
+            await self._flush_handshake()
+            return None
+        response = self.ws.accept(request)
+        self.ws.send_response(response)
+        if response.status_code != 101:
+            await self._flush_handshake()
+            return None
+        try:
+            await self.stream.send_all(b"".join(self.ws.data_to_send()))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return None
+        return info
+
+    async def _flush_handshake(self) -> None:
+        data = b"".join(self.ws.data_to_send())
+        with trio.move_on_after(CLOSE_TIMEOUT_S):
+            try:
+                if data:
+                    await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    # -- reading -------------------------------------------------------------------
+    async def _read_loop(self) -> None:
+        """Read until the closing handshake is done, the peer is gone, or a deadline passes."""
+        service = self.service
+        assert service is not None
+        hello_deadline = trio.current_time() + self.ctx.settings.hello_timeout
+        events, self._early = self._early, []
+        while True:
+            if events and not self._closing:
+                if not await self._handle(events) and not self._closing and self.ws.state is OPEN:
+                    self.close(e.CLOSE_POLICY_VIOLATION, "closing")
+            for frame in events:
+                if frame.opcode is Opcode.PONG:
+                    self._pinged_at = None
+            if self.ws.writes:  # pongs, the echo of a close, a close after a framing error
+                self._wake.set()
+            if self.ws.state is CLOSED or self.ws.eof_sent:
+                return
+            if self._closing:
+                deadline: float | None = trio.current_time() + CLOSE_TIMEOUT_S
+            elif service.protocol.state == "awaiting_hello":
+                deadline = hello_deadline
+            else:
+                deadline = None
+            data: bytes | None = None
+            try:
+                if deadline is None:
+                    data = await self.stream.receive_some(RECEIVE_CHUNK)
+                else:
+                    with trio.move_on_at(deadline):
+                        data = await self.stream.receive_some(RECEIVE_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if data is None:  # a deadline passed
+                if self._closing:
+                    return  # the peer never completed the closing handshake
+                service.hello_timed_out()
+                events = []
+                continue
+            if data:
+                self.ws.receive_data(data)
+            else:
+                self.ws.receive_eof()
+            events = self.ws.events_received()
+
+    async def _handle(self, events: list) -> bool:
+        """Every frame of one chunk, in order; False once nothing more will be read."""
+        service = self.service
+        for frame in events:
+            opcode = frame.opcode
+            if opcode is Opcode.TEXT or opcode is Opcode.CONT:
+                if self._closing:
+                    continue  # after our close frame, data is discarded (RFC 6455 §1.4)
+                if not frame.fin:
+                    self._fragments = (self._fragments or []) + [frame.data]
+                    continue
+                data = frame.data
+                if self._fragments is not None:
+                    data = b"".join(self._fragments + [data])
+                    self._fragments = None
+                if len(data) > MAX_FRAME_BYTES:
+                    self.close(e.CLOSE_MESSAGE_TOO_BIG, f"frame larger than {MAX_FRAME_BYTES} bytes")
+                    return False
+                if not data.isascii():
+                    try:
+                        data.decode("utf-8")
+                    except UnicodeDecodeError:
+                        self.ws.fail(e.CLOSE_INVALID_PAYLOAD, "text frame is not valid UTF-8")
+                        self._wake.set()
+                        return False
+                self.ctx.metrics.count_frame_in(len(data))
+                if not await service.receive(data):
+                    return False
+            elif opcode is Opcode.BINARY:
+                self.close(e.CLOSE_UNSUPPORTED_DATA, "binary frames are not part of pulse.worker.v1")
+                return False
+        return True
+
+    # -- writing -------------------------------------------------------------------
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                chunks = self.ws.data_to_send()
+                self._queued = 0
+                eof = b"" in chunks
+                if eof:
+                    chunks = chunks[:chunks.index(b"")]
+                if chunks:
+                    await self.stream.send_all(b"".join(chunks))
+                if eof:
+                    break
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        self._flushed_eof.set()
+        self._abort()
+
+
+def _subprotocols(value: str) -> list[str]:
+    try:
+        return list(parse_subprotocol(value))
+    except Exception:  # a malformed header offers nothing
+        return []
