@@ -29,7 +29,7 @@ def test_package_data_link_points_at_the_statecharts_folder():
 
 
 @pytest.mark.parametrize("name,triggers", sorted(EXPECTED_TRIGGERS.items()))
-def test_every_trigger_platform_md_names_is_declared(name, triggers):
+def test_every_trigger_the_docs_name_is_declared(name, triggers):
     assert triggers <= set(chart(name).spec.triggers)
 
 

@@ -45,7 +45,7 @@ def test_bytes_are_decoded_as_strict_utf8() -> None:
     assert err.code == e.INVALID_JSON and err.reply_to is None
 
 
-# -- precedence (worker-protocol.md §4.8) ---------------------------------------------------
+# -- precedence (docs/protocol.md §4.8) -------------------------------------------------------
 
 
 def test_invalid_json_wins_and_has_no_reply_to() -> None:

@@ -411,3 +411,87 @@ def test_table_is_honest_about_what_the_schema_cannot_check() -> None:
         elif r.note == RUNTIME_ONLY:
             # Schema-invalid rows marked runtime-only show a runtime code winning.
             assert r.code not in (None, "invalid_frame"), r.name
+
+
+# -- lease bodies judged by the definition their frame names (docs/protocol.md §4.8, §4.4) -------------
+#
+# The table above validates whole frames. A conformance suite may also take
+# the body of an ack and check it against the ``$defs`` entry its request
+# names (worker.resume → lease, task.start/renew/finish → commandResult), or
+# the lease of an assignment against ``assignedLease``; the SDK decodes the
+# same frame with that request as ``ack_for``. Both must agree, and a lease
+# secret may only ever appear in the assignment.
+
+
+@dataclass(frozen=True)
+class BodyRow:
+    name: str
+    frame: dict
+    definition: str  # the $defs entry for the body (or for the lease inside it)
+    part: str  # "body" or "body.lease"
+    ack_for: str | None  # None: a task.assign
+    valid: bool
+
+
+BODY_ROWS = [
+    BodyRow("resume ack", s.ack_resume(), "lease", "body", "worker.resume", True),
+    BodyRow("resume ack showing lease_secret", s.put(s.ack_resume(), "body.lease_secret", s.SECRET_B), "lease", "body",
+            "worker.resume", False),
+    BodyRow("renew ack", s.ack_renew(), "commandResult", "body", "task.renew", True),
+    BodyRow("finish ack without a lease", s.ack_finish(), "commandResult", "body", "task.finish", True),
+    *(BodyRow(f"{command} ack whose lease shows lease_secret",
+              s.put(s.put(s.ack_renew(), "body.receipt.command", command), "body.lease.lease_secret", s.SECRET_B),
+              "commandResult", "body", command, False)
+      for command in ("task.start", "task.renew", "task.finish")),
+    BodyRow("assigned lease", s.assign(), "assignedLease", "body.lease", None, True),
+    BodyRow("assigned lease without lease_secret", s.drop(s.assign(), "body.lease.lease_secret"), "assignedLease",
+            "body.lease", None, False),
+    BodyRow("assigned lease RUNNING", s.put(s.assign(), "body.lease.state", "RUNNING"), "assignedLease",
+            "body.lease", None, False),
+]
+
+
+def _part(frame: dict, part: str) -> dict:
+    node = frame
+    for step in part.split("."):
+        node = node[step]
+    return node
+
+
+@pytest.mark.parametrize("case", BODY_ROWS, ids=[r.name for r in BODY_ROWS])
+def test_body_definitions_and_decoder_agree_on_lease_secrets(case: BodyRow) -> None:
+    body = _part(case.frame, case.part)
+    assert s.validator(case.definition).is_valid(body) is case.valid
+    assert s.validator("serverFrame").is_valid(case.frame) is case.valid
+    text = s.dumps(case.frame)
+    try:
+        decode_server_frame(text, ack_for=case.ack_for)
+    except ProtocolError as exc:
+        assert not case.valid, exc.message
+        assert exc.code == "invalid_frame"
+        assert "lease_secret" in exc.message or "state" in exc.message, exc.message
+    else:
+        assert case.valid, "the decoder accepted what the schema refuses"
+
+
+@pytest.mark.parametrize("case", [r for r in BODY_ROWS if r.ack_for is not None and not r.valid],
+                         ids=[r.name for r in BODY_ROWS if r.ack_for is not None and not r.valid])
+def test_a_lenient_sdk_never_surfaces_a_lease_secret_outside_the_assignment(case: BodyRow) -> None:
+    """``strict=False`` ignores unknown fields; a secret outside task.assign still never reaches the caller."""
+    try:
+        message = decode_server_frame(s.dumps(case.frame), ack_for=case.ack_for, strict=False)
+    except ProtocolError as exc:
+        assert exc.code == "invalid_frame"
+        return
+    lease = message.body if case.definition == "lease" else message.body.lease
+    assert lease is not None and lease.lease_secret is None
+
+
+def test_the_assignment_lease_is_not_a_lease_and_held_lease_is_lease() -> None:
+    offered = s.assign()["body"]["lease"]
+    assert s.validator("assignedLease").is_valid(offered)
+    assert not s.validator("lease").is_valid(offered)  # it shows the secret
+    assert not s.validator("heldLease").is_valid(offered)
+    held = s.ack_resume()["body"]
+    assert s.validator("lease").is_valid(held) and s.validator("heldLease").is_valid(held)
+    assert not s.validator("assignedLease").is_valid(held)

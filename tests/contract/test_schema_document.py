@@ -20,7 +20,7 @@ PACKAGE = ROOT / "pulse_trio"
 REQUIRED_DEFS = {
     "clientFrame", "serverFrame", "helloFrame", "capacityFrame", "resumeFrame", "startFrame", "renewFrame",
     "finishFrame", "welcomeFrame", "assignmentFrame", "cancellationFrame", "ackFrame", "errorFrame",
-    "welcome", "lease", "commandResult", "counter", "secret", "sessionId", "instanceId", "taskId", "leaseId",
+    "welcome", "lease", "assignedLease", "heldLease", "commandResult", "counter", "secret", "sessionId", "instanceId", "taskId", "leaseId",
     "time", "queue", "kind", "errorCode", "messageId", "concurrencyKey",
 }
 FRAME_DEFS = sorted(set(s.EXAMPLE_DEFS.values()) | {"startFrame", "renewFrame"})

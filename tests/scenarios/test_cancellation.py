@@ -1,4 +1,4 @@
-"""Cancellation end to end (platform.md §4, worker-protocol.md §4.5, §4.7): the `cancellation` chart."""
+"""Cancellation end to end (docs/cancellation.md §3-§6, docs/protocol.md §4.5, §4.7): the `cancellation` chart."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keyed concurrency end to end (platform.md §7): the `key_permit` chart through the wire."""
+"""Keyed concurrency end to end (docs/keyed-concurrency.md §3): the `key_permit` chart through the wire."""
 
 from __future__ import annotations
 

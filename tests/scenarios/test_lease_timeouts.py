@@ -1,4 +1,4 @@
-"""Offer lapse, lease expiry, renew against expiry, resume: on the virtual clock (platform.md §3, §5)."""
+"""Offer lapse, lease expiry, renew against expiry, resume: on the virtual clock (docs/tasks.md §5, docs/retries.md §2)."""
 
 from __future__ import annotations
 

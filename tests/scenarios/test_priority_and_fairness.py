@@ -1,4 +1,4 @@
-"""Priority, aging, fairness across sessions, and scheduled promotion (platform.md §8)."""
+"""Priority, aging, fairness across sessions, and scheduled promotion (docs/priority-and-fairness.md §2-§4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Safe retry (platform.md §5): the table, row by row, and the backoff schedule, through the wire."""
+"""Safe retry (docs/retries.md §2, §4): the table, row by row, and the backoff schedule, through the wire."""
 
 from __future__ import annotations
 

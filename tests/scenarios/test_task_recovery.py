@@ -1,4 +1,4 @@
-"""Manual recovery (platform.md §6) and the operator CLI (`pulse-trio task cancel|retry`) against a live instance."""
+"""Manual recovery (docs/task-recovery.md §3) and the operator CLI (`pulse-trio task cancel|retry`) against a live instance."""
 
 from __future__ import annotations
 

@@ -49,10 +49,10 @@ DEFAULT_TIMEOUT = 10.0
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 TIME_FIELDS = {"server_time", "expires_at", "cancel_requested_at", "committed_at", "created_at", "due_at",
                "grace_expires_at"}
-ACK_SHAPE = {"worker.capacity": "welcome", "worker.resume": "heldLease", "task.start": "commandResult",
+ACK_SHAPE = {"worker.capacity": "welcome", "worker.resume": "lease", "task.start": "commandResult",
              "task.renew": "commandResult", "task.finish": "commandResult"}
 #: Errors that may come without reply_to (the offending id could not be read,
-#: or nothing was asked): §2 and §4.8.
+#: or nothing was asked): docs/protocol.md §2 and §4.8.
 UNSOLICITED = {"invalid_json", "hello_required", "server_shutting_down", "unsupported_version",
                "session_mismatch", "invalid_frame"}
 ABSENT = object()  # expect_error(reply_to=ABSENT): the frame must carry no reply_to

@@ -50,7 +50,7 @@ async def test_invalid_json_before_hello_has_no_session_id(start_service, connec
 @pytest.mark.parametrize("text", ["[]", "1", '"x"', "null", "{}"])
 async def test_json_that_is_not_a_versioned_object_is_unsupported_version(start_service, connect, worker_token,
                                                                           text):
-    """docs/protocol.md, spec note 3: "protocol_version != 1" is read literally, ahead of invalid_frame."""
+    """docs/protocol.md §9.3: "not the string 1" is read literally, ahead of invalid_frame."""
     w = await registered(start_service, connect, worker_token)
     await w.send_text(text, answer_id=None)
     await w.expect_error("unsupported_version", fatal=True, reply_to=harness.ABSENT)

@@ -185,7 +185,7 @@ async def test_a_cancel_saved_while_disconnected_is_pushed_to_the_resuming_sessi
 
 async def test_replays_after_a_reconnect_get_receipts_never_execution_rights(start_service, connect, worker_token,
                                                                             client):
-    """§4.5: the ack was lost with the connection; the same command again gets the stored receipt."""
+    """docs/protocol.md §4.5: the ack was lost with the connection; the same command again gets the stored receipt."""
     service = await start_service()
     old, held = await running(service, connect, worker_token, client, start=False)
     first_start = await old.ok(old.start(held, revision=1))

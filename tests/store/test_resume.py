@@ -1,4 +1,4 @@
-"""Chart `lease`, trigger `resume`: moving a lease to a newer session (worker-protocol.md §4.6)."""
+"""Chart `lease`, trigger `resume`: moving a lease to a newer session (docs/protocol.md §4.6)."""
 
 from __future__ import annotations
 

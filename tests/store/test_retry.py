@@ -1,4 +1,4 @@
-"""Chart `task`, trigger `retry`: manual recovery (platform.md §6)."""
+"""Chart `task`, trigger `retry`: manual recovery (docs/task-recovery.md §3)."""
 
 from __future__ import annotations
 

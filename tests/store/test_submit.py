@@ -132,7 +132,7 @@ def _explain(world, sql, args, verb="EXPLAIN"):
     dict(by_kind=True), dict(by_kind=True, paged=True, unkeyed_only=True),
 ])
 def test_pickup_uses_the_index_in_order_by_direction(world, variant):
-    """The claim query reads its pick-up index in ORDER BY order: no filesort (platform.md §9)."""
+    """The claim query reads its pick-up index in ORDER BY order: no filesort (docs/storage.md §6)."""
     world.run(submit, tasks=[NewTask("q", "k", priority=i % 10) for i in range(200)])
     world.run(submit, tasks=[NewTask("q", "other-kind") for _ in range(200)])
     world.run(submit, tasks=[NewTask("other", "k") for _ in range(50)])
