@@ -2,7 +2,7 @@
 
 Durations are seconds and accept decimals (``--lease-ttl 0.5``) so that
 black-box tests can exercise real timeouts quickly. Precedence: flag, then
-environment variable, then the default of platform.md §11.
+environment variable, then the default of docs/operations.md §3.
 """
 
 from __future__ import annotations

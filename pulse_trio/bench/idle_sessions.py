@@ -6,7 +6,7 @@ WebSocket connection that offers ``pulse.worker.v1``, sends
 ``worker.hello``, waits for ``worker.welcome``, declares its capacity with
 ``worker.capacity`` (unless ``--capacity 0``) and waits for the ack; then
 it stays idle: trio-websocket answers the server's pings, nothing else is
-sent. The frames are written by hand from worker-protocol.md §4.1–4.3, so
+sent. The frames are written by hand from docs/protocol.md §4.1-§4.3, so
 the holder is as cheap as a client can be and the server is what is
 measured.
 

@@ -1,6 +1,6 @@
 """The pulse.worker.v1 wire contract, sans-IO (no trio, no pymysql, no jsonschema).
 
-The pipeline of worker-protocol.md §5 as modules, one job each:
+The pipeline of docs/protocol.md §5.1 as modules, one job each:
 
 * ``limits``: wire constants and the frame-size gate;
 * ``scanner``: strict JSON (duplicates, surrogates, depth, exact numbers);

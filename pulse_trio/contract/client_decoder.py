@@ -25,7 +25,7 @@ _IN_BODY = r.envelope_or("body")
 
 
 def decode_tree(tree: dict[str, Any]) -> m.ClientMessage:
-    """Raises ``readers.Bad``; result problems first, as §4.8 orders them."""
+    """Raises ``readers.Bad``; result problems first, as docs/protocol.md §4.8 orders them."""
     result = None
     body = tree.get("body")
     if tree.get("type") == "task.finish" and type(body) is dict and "result" in body:

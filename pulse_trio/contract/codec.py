@@ -1,7 +1,7 @@
 """Frames ⇄ messages: the entry points of the wire contract.
 
-Decoding (worker-protocol.md §5, layers 1-4) is two steps, so the session
-layer can apply the error precedence of §4.8 between them:
+Decoding (docs/protocol.md §5.1, layers 1, 2 and 4) is two steps, so the session
+layer can apply the error precedence of docs/protocol.md §4.8 between them:
 
 1. ``scan_frame(text)``: size gate, strict scanner, version check. Raises
    ``invalid_json`` or ``unsupported_version`` (and ``FrameTooLarge``);

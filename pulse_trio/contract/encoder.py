@@ -1,7 +1,7 @@
 """Messages to frames: canonical compact JSON.
 
 Canonical means one text per message: fields in the order of
-worker-protocol.md, no insignificant whitespace, counters as decimal
+docs/protocol.md §4, no insignificant whitespace, counters as decimal
 strings, times with exactly 6 fractional digits, optional fields omitted
 when they hold their default, results and payloads spliced in verbatim.
 Messages validate themselves when built, so encoding cannot fail on values.

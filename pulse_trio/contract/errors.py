@@ -35,7 +35,7 @@ CONCURRENCY_KEYS_NOT_DECLARED: Final = "concurrency_keys_not_declared"
 SERVER_SHUTTING_DOWN: Final = "server_shutting_down"
 INTERNAL: Final = "internal"
 
-#: Default fatality per code (worker-protocol.md §4.8). ``permission_denied``
+#: Default fatality per code (docs/protocol.md §4.8). ``permission_denied``
 #: is fatal at hello; the session layer passes ``fatal=False`` on resume.
 #: ``invalid_frame`` becomes fatal after MAX_INVALID_FRAMES, also by override.
 FATAL: Final[dict[str, bool]] = {

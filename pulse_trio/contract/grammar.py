@@ -1,4 +1,4 @@
-"""Scalar grammars of the wire (worker-protocol.md §3), as pure functions.
+"""Scalar grammars of the wire (docs/protocol.md §3), as pure functions.
 
 Each ``is_*`` predicate is the exact rule the schema's pattern encodes (the
 contract tests check the two agree). Parsers turn wire text into Python

@@ -137,7 +137,7 @@ def envelope_or(container: str) -> Callable[[str], str]:
 
 
 def json_value(value: Any, path: str, *, nullable: bool) -> JsonText:
-    """Result/payload rules, which outrank every other rule of a frame (§4.8).
+    """Result/payload rules, which outrank every other rule of a frame (docs/protocol.md §4.8).
 
     Order as listed there: null, then size, then number text.
     """

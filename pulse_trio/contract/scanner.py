@@ -1,4 +1,4 @@
-"""Strict JSON scanning of a raw frame (worker-protocol.md §5, layer 2).
+"""Strict JSON scanning of a raw frame (docs/protocol.md §5.1, layer 2).
 
 Built on the stdlib's C scanner, which is already strict about the grammar
 (no trailing commas, no leading zeros, no control characters in strings, no

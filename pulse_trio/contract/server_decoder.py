@@ -2,7 +2,7 @@
 
 ``strict`` (the default) is closed like the schema; ``strict=False`` ignores
 unknown fields so an older SDK keeps working against a newer server
-(worker-protocol.md §6). Required fields and value rules hold either way.
+(docs/protocol.md §6). Required fields and value rules hold either way.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _IN_ERROR = r.envelope_or("error")
 
 
 def decode_tree(tree: dict[str, Any], ack_for: str | None, strict: bool) -> m.ServerMessage:
-    """Raises ``readers.Bad``; payload number problems first, as §4.8 orders them."""
+    """Raises ``readers.Bad``; payload number problems first, as docs/protocol.md §4.8 orders them."""
     payload = None
     body = tree.get("body")
     if tree.get("type") == "task.assign" and type(body) is dict:

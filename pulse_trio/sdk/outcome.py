@@ -1,6 +1,6 @@
 """A handler's return value or exception, as the fields of one ``task.finish``.
 
-Pure functions, so the mapping of worker-protocol.md §4.5 is testable
+Pure functions, so the mapping of docs/protocol.md §4.5 is testable
 without a server. ``finish`` requires a non-null ``result`` for every
 status: a handler that returns ``None`` reports ``{}``, and failures report
 the exception's ``details`` (or ``{}``).

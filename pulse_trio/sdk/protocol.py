@@ -20,7 +20,7 @@ which returns exactly one event:
   connection untrustworthy (an unreadable frame, a wrong ack): the transport
   drops the connection and the worker reconnects and resumes.
 
-Validation follows worker-protocol.md §5: strict scanning, typed decoding
+Validation follows docs/protocol.md §5: strict scanning, typed decoding
 (counters, secrets, times, ``retry_of`` not the task itself), then the
 session checks only this table can make.
 """

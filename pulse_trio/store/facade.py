@@ -46,7 +46,7 @@ CONNECTION_LOST = frozenset({2003, 2006, 2013, 2014, 2045, 2055, 1053, 1927})
 class StoreUnavailable(RuntimeError):
     """The transaction could not be completed after the bounded retries.
 
-    The server answers ``internal`` with ``retry_after_ms`` (worker-protocol.md §4.8).
+    The server answers ``internal`` with ``retry_after_ms`` (docs/protocol.md §4.8).
     """
 
     def __init__(self, message: str, retry_after_ms: int = 1000) -> None:

@@ -1,7 +1,7 @@
 """Resource ids and secrets, made outside the transaction that stores them.
 
 Ids are ``<prefix>_<ULID>`` in upper-case Crockford base32
-(worker-protocol.md §3). The ULID's time part is wall-clock milliseconds,
+(docs/protocol.md §3). The ULID's time part is wall-clock milliseconds,
 used only so new primary keys land near each other in the index; no
 decision ever reads it. Secrets are 32 random bytes as canonical unpadded
 base64url (43 chars); the database keeps only their SHA-256 digest, and a

@@ -4,7 +4,7 @@ The context object a lease function passes carries ``lease`` (LeaseRow),
 ``task`` (TaskRow), ``now`` and, depending on the trigger, the command,
 the calling session and the resuming instance. The order in which a
 trigger lists its guards in ``statecharts/lease.json`` is the order in
-which their refusal codes win (worker-protocol.md §4.8).
+which their refusal codes win (docs/protocol.md §4.5, §4.6).
 """
 
 from __future__ import annotations

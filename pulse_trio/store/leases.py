@@ -18,7 +18,7 @@ commands that arrive together into one transaction. They share the locking
 SELECT, one UPDATE per group of rows that change the same way, multi-row
 INSERTs and the COMMIT; each command still gets its own result, and a
 refused one writes nothing. That is how a task costs far fewer statements
-than its three transitions would one by one (platform.md §9).
+than its three transitions would one by one (docs/storage.md §8).
 """
 
 from __future__ import annotations

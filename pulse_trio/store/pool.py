@@ -32,7 +32,7 @@ def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[s
     return (
         # Every transaction here locks what it changes with locking reads, so it
         # needs no snapshot; READ COMMITTED also avoids the gap locks that made
-        # concurrent SKIP LOCKED claims deadlock under REPEATABLE READ (platform.md §9).
+        # concurrent SKIP LOCKED claims deadlock under REPEATABLE READ (docs/storage.md §3).
         "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         # Waits are short by design (nobody waits on a pick-up); a long one is a
         # bug or an outage, and 1205 is retried.

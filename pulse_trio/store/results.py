@@ -1,7 +1,7 @@
 """What transaction functions hand back: typed results and typed refusals.
 
 A :class:`Refusal` means the transaction changed nothing; ``code`` is the
-spec's stable error code (worker-protocol.md §4.8), so the server can put it
+spec's stable error code (docs/protocol.md §4.8), so the server can put it
 on the wire as is. Internal codes that never reach a worker are listed in
 ``INTERNAL_CODES``. Everything here is a frozen value object.
 """
@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 from typing import Final
 
-# Wire codes (worker-protocol.md §4.8) the store can refuse with: the contract
+# Wire codes (docs/protocol.md §4.8) the store can refuse with: the contract
 # layer owns their spelling.
 from pulse_trio.contract.errors import (  # noqa: E402
     CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, INVALID_TRANSITION, LEASE_EXPIRED, LEASE_NOT_FOUND,
@@ -49,7 +49,7 @@ class Refusal:
 # -- leases ---------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
 class LeaseView:
-    """The lease shape of worker-protocol.md §4.4-§4.6 (counters as ints)."""
+    """The lease shape of docs/protocol.md §4.4-§4.6 (counters as ints)."""
 
     lease_id: str
     task_id: str
@@ -140,7 +140,7 @@ class TimerResult:
 # -- instances ------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
 class InstanceView:
-    """The welcome shape (worker-protocol.md §4.2) minus the secret."""
+    """The welcome shape (docs/protocol.md §4.2) minus the secret."""
 
     instance_id: str
     session_id: str

@@ -2,7 +2,7 @@
 
 Locks the resuming session's instance row first (so an assign to the same
 session cannot miscount its live leases), then the lease and its task.
-Refusal order follows worker-protocol.md §4.6/§4.8: wrong instance or lease
+Refusal order follows docs/protocol.md §4.6: wrong instance or lease
 secret -> ``lease_not_found`` (no oracle), lapsed or expired ->
 ``lease_expired``, revoked -> ``task_cancelled``, finished ->
 ``invalid_transition`` (FINISHED is no source of ``resume``), owner moved or not older -> ``lease_not_owned``, queue

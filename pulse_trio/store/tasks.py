@@ -106,7 +106,7 @@ def _source_found(c) -> bool:
 
 @guard("task", "source_recoverable", code=INVALID_TRANSITION)
 def _source_recoverable(c) -> bool:
-    """Only terminal FAILED, UNKNOWN or CANCELLED tasks are retried by hand (platform.md §6)."""
+    """Only terminal FAILED, UNKNOWN or CANCELLED tasks are retried by hand (docs/task-recovery.md §2)."""
     return c.source.state in RECOVERABLE_STATES
 
 

@@ -1,4 +1,4 @@
--- Tasks and their attempt history (platform.md §2, §5, §6; chart `task`).
+-- Tasks and their attempt history (docs/tasks.md §2, docs/retries.md §2, docs/task-recovery.md §3; chart `task`).
 -- Identifiers, queues, kinds and states are case-sensitive ASCII; payloads and
 -- results are stored as their exact JSON text (never re-encoded). Every time
 -- is DATETIME(6) in UTC and comes from the caller's `now`, never from NOW().
@@ -12,7 +12,7 @@ CREATE TABLE tasks (
     -- priority x priority_step at submit, so a reschedule keeps the task's weight
     priority_offset_ms    BIGINT UNSIGNED NOT NULL DEFAULT 0,
     due_at                DATETIME(6)  NOT NULL,
-    -- due_at - priority_offset: the pick-up order (platform.md §8)
+    -- due_at - priority_offset: the pick-up order (docs/priority-and-fairness.md §2)
     effective_at          DATETIME(6)  NOT NULL,
     idempotency_key       VARCHAR(255) NOT NULL,
     -- = idempotency_key for submitted tasks; NULL for manual retries, which
