@@ -32,11 +32,11 @@ from pulse_trio.store import ids, instances, permits, task_steps
 from pulse_trio.store.leases import lease_view
 from pulse_trio.store.registry import check, decide, read_only, transition
 from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
-from pulse_trio.store.rows import InstanceRow, LeaseRow, TaskRow
+from pulse_trio.store.rows import TASK_PICKUP, InstanceRow, LeaseRow, TaskRow
 from pulse_trio.store.tx import Tx, after_ms, db_time
 
 _PICKUP = (
-    f"SELECT {TaskRow.columns()} FROM tasks t FORCE INDEX ({{index}})"
+    f"SELECT {TASK_PICKUP.columns('t')} FROM tasks t FORCE INDEX ({{index}})"
     " WHERE t.queue = %s AND t.state = 'READY'{kind}{after}{kinds}{keys}"
     " ORDER BY t.effective_at, t.task_id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
@@ -102,7 +102,7 @@ def _page(tx: Tx, session: InstanceRow, source: Source, after: TaskRow | None, s
     args.append(size)
     sql = pickup_sql(paged=after is not None, by_kind=isinstance(kinds, str), kinds=len(kind_list),
                      unkeyed_only=not session.concurrency_keys)
-    return [TaskRow.from_row(r) for r in tx.all(sql, args)]
+    return [TASK_PICKUP.build(r) for r in tx.all(sql, args)]
 
 
 PROBE_CHUNK = 100  # queues per probe statement
@@ -168,21 +168,22 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
         return AssignResult((), free)
     task_steps.offer(tx, tasks=[task for task, _, _ in chosen], now=now)
     expires = after_ms(now, start_timeout_ms)
-    stamp, exp = db_time(now), db_time(expires)
+    # What every offer of the claim shares goes into the statement once, as literals.
+    shared = ", ".join(tx.literal(v) for v in (session.instance_id, session.session_id, session.epoch,
+                                              db_time(expires), db_time(now)))
     rows, offers = [], []
     for task, credential, token in chosen:
         attempt = task.attempt + 1
-        ttl = task.lease_ttl_ms or default_lease_ttl_ms
-        rows.append((credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), "OFFERED", 1,
-                     attempt, session.instance_id, session.session_id, session.epoch, exp, ttl,
-                     task.effect_uncertain, token, stamp))
+        rows += (credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), attempt,
+                 task.lease_ttl_ms or default_lease_ttl_ms, task.effect_uncertain, token)
         offers.append(Offer(_snapshot(task, attempt, token),
                             LeaseView(credential.lease_id, task.task_id, 1, session.epoch, "OFFERED", expires),
                             credential.lease_secret))
-    tx.write_many(
+    values = ", ".join([f"(%s, %s, %s, 'OFFERED', 1, %s, {shared}, %s, %s, %s)"] * len(chosen))
+    tx.write(
         "INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id,"
-        " owner_session_id, epoch, expires_at, ttl_ms, effect_uncertain, concurrency_token, offered_at)"
-        " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", rows)
+        " owner_session_id, epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token)"
+        f" VALUES {values}", rows)
     return AssignResult(tuple(offers), free)
 
 

@@ -62,10 +62,10 @@ def expire(tx: Tx, *, now: dt.datetime, limit: int = 200, permit_quarantine_ms: 
     for lease in leases:
         if isinstance(decide("lease", "expire", lease.state, SimpleNamespace(lease=lease, now=now)), Refusal):
             continue
-        tx.cas("UPDATE leases SET state = 'EXPIRED', ended_at = %s"
-               " WHERE lease_id = %s AND state = 'RUNNING' AND revision = %s",
-               (db_time(now), lease.lease_id, lease.revision))
         task_state = task_steps.expire(tx, task=tasks[lease.task_id], lease=lease, now=now)
+        tx.cas("UPDATE leases SET state = 'EXPIRED', ended_at = %s, status = 'EXPIRED', error_code = %s"
+               " WHERE lease_id = %s AND state = 'RUNNING' AND revision = %s",
+               (db_time(now), task_steps.expiry_code(task_state), lease.lease_id, lease.revision))
         if lease.concurrency_token is not None:
             permits.quarantine(tx, lease=lease, now=now, quarantine_ms=permit_quarantine_ms)
         if lease.cancel_requested_at is not None:

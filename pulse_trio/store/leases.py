@@ -10,8 +10,14 @@ Each command locks its lease and task rows (one join, lease first), then:
    can never have a receipt and the hot path skips this lookup. Timers and
    revoke do not touch the revision: a worker still holding revision N of a
    lapsed or revoked lease is told ``lease_expired`` / ``task_cancelled``;
-3. the chart's guards decide (``decide``), then guarded UPDATEs, the steps of
-   the other charts, and the receipt, all in this one transaction.
+3. the chart's guards decide (``decide``), then guarded UPDATEs and the
+   steps of the other charts, all in this one transaction.
+
+Receipts are durable without rows of their own on the hot path: the lease
+row holds the start's (the revision it carried; its content is the lease
+itself, its time ``started_at``) and the finish's (``revision - 1`` once
+FINISHED, the outcome's digest, ``ended_at``), and the attempt's outcome
+with it. Only renewals write a receipt row (``renew_receipts``).
 
 Each function also takes a batch (``commands=``): the server may coalesce
 commands that arrive together into one transaction. They share the locking
@@ -35,19 +41,22 @@ from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import (
     LEASE_NOT_FOUND, REVISION_CONFLICT, CommandResult, LeaseView, Receipt, Refusal,
 )
-from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.rows import LEASE_COMMAND, LEASE_FULL, TASK_COMMAND, TASK_LEAN, LeaseRow, TaskRow
 from pulse_trio.store.task_steps import FinishReport
 from pulse_trio.store.tx import Tx, after_ms, db_time, py_time
 
 _LOCK_BOTH = (
-    f"SELECT {LeaseRow.columns()}, {TaskRow.columns(lean=True)} FROM leases l"
+    f"SELECT {LEASE_FULL.columns('l')}, {TASK_LEAN.columns('t')} FROM leases l"
     " JOIN tasks t ON t.task_id = l.task_id WHERE l.lease_id = %s FOR UPDATE"
 )
 _LOCK_MANY = (
-    f"SELECT {LeaseRow.columns()}, {TaskRow.columns(lean=True)} FROM leases l"
+    f"SELECT {LEASE_COMMAND.columns('l')}, {TASK_COMMAND.columns('t')} FROM leases l"
     " JOIN tasks t ON t.task_id = l.task_id WHERE l.lease_id IN %s ORDER BY l.lease_id FOR UPDATE"
 )
-_N_LEASE = len(LeaseRow.NAMES)
+_RECEIPTS_OF = "SELECT state, revision, start_revision, started_at, finish_digest, ended_at FROM leases WHERE lease_id = %s"
+# A finish writes each lease's own outcome: one UPDATE joined to the batch's values.
+_FINISH_ROW = "SELECT %s AS lease_id, %s AS status, %s AS error_code, %s AS error_message, %s AS retryable," \
+              " %s AS result, %s AS digest"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,7 +75,7 @@ def lock_lease(tx: Tx, lease_id: str) -> tuple[LeaseRow, TaskRow] | None:
     row = tx.one(_LOCK_BOTH, (lease_id,))
     if row is None:
         return None
-    return LeaseRow.from_row(row[:_N_LEASE]), TaskRow.from_lean_row(row[_N_LEASE:])
+    return LEASE_FULL.build(row[:LEASE_FULL.width]), TASK_LEAN.build(row[LEASE_FULL.width:])
 
 
 def lease_view(lease: LeaseRow, **changes) -> LeaseView:
@@ -101,17 +110,26 @@ def _holds(lease: LeaseRow, session_id: str, now: dt.datetime) -> bool:
     return lease.live and lease.owner_session_id == session_id and db_time(lease.expires_at) > db_time(now)
 
 
-def _replay(tx: Tx, lease: LeaseRow, cmd: LeaseCommand, command: str, digest: bytes,
+def _replay(tx: Tx, lease: LeaseRow, cmd: LeaseCommand, command: str, report: FinishReport | None,
             now: dt.datetime) -> CommandResult | Refusal | None:
-    row = tx.one("SELECT command, content_digest, committed_at FROM command_receipts"
-                 " WHERE lease_id = %s AND revision = %s", (cmd.lease_id, cmd.revision))
-    if row is None:
-        return None  # not a replay: the guards say why the revision is stale (lease_expired, ...)
-    if row[0] != command or bytes(row[1]) != digest:
+    """The stored receipt at ``cmd.revision``, if there is one (see the module docstring)."""
+    state, revision, start_revision, started_at, finish_digest, ended_at = tx.one(_RECEIPTS_OF, (cmd.lease_id,))
+    if cmd.revision == start_revision:
+        stored, digest, committed_at = "task.start", None, started_at
+    elif state == "FINISHED" and cmd.revision == revision - 1 and finish_digest is not None:
+        stored, digest, committed_at = "task.finish", bytes(finish_digest), ended_at
+    else:
+        row = tx.one("SELECT command, content_digest, committed_at FROM renew_receipts"
+                     " WHERE lease_id = %s AND revision = %s", (cmd.lease_id, cmd.revision))
+        if row is None:
+            return None  # not a replay: the guards say why the revision is stale (lease_expired, ...)
+        stored, digest, committed_at = row[0], bytes(row[1]), row[2]
+    same = stored == command and (digest is None or digest == content_digest(command, cmd, report))
+    if not same:
         return Refusal(REVISION_CONFLICT, f"revision {cmd.revision} is not the lease's current revision "
                                           f"({lease.revision}) nor a replay of what was committed there")
     # A re-run after our own lost COMMIT finds our receipt: it is not the caller's duplicate.
-    receipt = Receipt(command, cmd.task_id, cmd.lease_id, cmd.revision, py_time(row[2]), not tx.recovering)
+    receipt = Receipt(command, cmd.task_id, cmd.lease_id, cmd.revision, py_time(committed_at), not tx.recovering)
     return CommandResult(receipt, lease_view(lease) if _holds(lease, cmd.session_id, now) else None)
 
 
@@ -120,10 +138,11 @@ def lock_leases(tx: Tx, lease_ids: Sequence[str]) -> dict[str, tuple[LeaseRow, T
     if not lease_ids:
         return {}
     rows = tx.all(_LOCK_MANY, (tuple(sorted(set(lease_ids))),))
-    return {r[0]: (LeaseRow.from_row(r[:_N_LEASE]), TaskRow.from_lean_row(r[_N_LEASE:])) for r in rows}
+    width = LEASE_COMMAND.width
+    return {r[0]: (LEASE_COMMAND.build(r[:width]), TASK_COMMAND.build(r[width:])) for r in rows}
 
 
-Accepted = tuple  # (index, command, lease, task, dest, digest, report)
+Accepted = tuple  # (index, command, lease, task, dest, report)
 
 
 def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Sequence[FinishReport | None],
@@ -135,14 +154,13 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
     name = "task." + trigger
     for i, (cmd, report) in enumerate(zip(commands, reports, strict=True)):
         lease, task = locked.get(cmd.lease_id, (None, None))
-        digest = content_digest(name, cmd, report)
         ctx = SimpleNamespace(lease=lease, task=task, task_id=cmd.task_id, lease_secret=cmd.lease_secret,
                               session_id=cmd.session_id, revision=cmd.revision, report=report, now=now)
         if not lease_guards.lease_secret_matches(ctx):
             results[i] = Refusal(LEASE_NOT_FOUND, "no such lease for this task, or the secret does not match")
             continue
         if cmd.revision < lease.revision:
-            replayed = _replay(tx, lease, cmd, name, digest, now)
+            replayed = _replay(tx, lease, cmd, name, report, now)
             if replayed is not None:
                 results[i] = replayed
                 continue
@@ -150,18 +168,22 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
         if isinstance(dest, Refusal):
             results[i] = dest
             continue
-        accepted.append((i, cmd, lease, task, dest, digest, report))
+        accepted.append((i, cmd, lease, task, dest, report))
     return results, accepted
 
 
-def _receipts(tx: Tx, command: str, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, Receipt]:
+def _renew_receipts(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, Receipt]:
     tx.write_many(
-        "INSERT INTO command_receipts (lease_id, revision, command, task_id, content_digest, committed_at)"
+        "INSERT INTO renew_receipts (lease_id, revision, command, task_id, content_digest, committed_at)"
         " VALUES (%s, %s, %s, %s, %s, %s)",
-        [(cmd.lease_id, cmd.revision, command, cmd.task_id, digest, db_time(now))
-         for _, cmd, _, _, _, digest, _ in accepted])
+        [(cmd.lease_id, cmd.revision, "task.renew", cmd.task_id, content_digest("task.renew", cmd), db_time(now))
+         for _, cmd, _, _, _, _ in accepted])
+    return _receipts("task.renew", accepted, now)
+
+
+def _receipts(command: str, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, Receipt]:
     return {i: Receipt(command, cmd.task_id, cmd.lease_id, cmd.revision, now, False)
-            for i, cmd, _, _, _, _, _ in accepted}
+            for i, cmd, _, _, _, _ in accepted}
 
 
 def _batch(command: LeaseCommand | None, commands: Sequence[LeaseCommand] | None) -> list[LeaseCommand]:
@@ -178,7 +200,7 @@ def _extend(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime, set_sql: str
     """revision + 1 and a new expires_at (grouped: leases with the same expiry share one UPDATE)."""
     expiries: dict[int, dt.datetime] = {}
     groups: dict[dt.datetime, list[str]] = collections.defaultdict(list)
-    for i, cmd, lease, _, _, _, _ in accepted:
+    for i, cmd, lease, _, _, _ in accepted:
         expiries[i] = renewed_expiry(lease, now)
         groups[expiries[i]].append(lease.lease_id)
     for expires, ids in groups.items():
@@ -199,10 +221,12 @@ def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
     batch = _batch(command, commands)
     results, accepted = _screen(tx, "start", batch, [None] * len(batch), now)
     if accepted:
-        expiries = _extend(tx, accepted, now, "state = 'RUNNING', started_at = %s, ", "OFFERED", (db_time(now),))
-        task_steps.start(tx, items=[(task, lease) for _, _, lease, task, _, _, _ in accepted], now=now)
-        receipts = _receipts(tx, "task.start", accepted, now)
-        for i, _, lease, _, dest, _, _ in accepted:
+        # start_revision takes the revision before revision + 1 does (SET runs left to right).
+        expiries = _extend(tx, accepted, now, "state = 'RUNNING', started_at = %s, start_revision = revision, ",
+                           "OFFERED", (db_time(now),))
+        task_steps.start(tx, items=[(task, lease) for _, _, lease, task, _, _ in accepted], now=now)
+        receipts = _receipts("task.start", accepted, now)
+        for i, _, lease, _, dest, _ in accepted:
             results[i] = CommandResult(receipts[i], lease_view(lease, state=dest, revision=lease.revision + 1,
                                                                expires_at=expiries[i]))
     return results[0] if command is not None else results
@@ -216,8 +240,8 @@ def renew(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
     results, accepted = _screen(tx, "renew", batch, [None] * len(batch), now)
     if accepted:
         expiries = _extend(tx, accepted, now, "", "RUNNING")
-        receipts = _receipts(tx, "task.renew", accepted, now)
-        for i, _, lease, _, dest, _, _ in accepted:
+        receipts = _renew_receipts(tx, accepted, now)
+        for i, _, lease, _, dest, _ in accepted:
             results[i] = CommandResult(receipts[i], lease_view(lease, state=dest, revision=lease.revision + 1,
                                                                expires_at=expiries[i]))
     return results[0] if command is not None else results
@@ -237,17 +261,29 @@ def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, rep
     batch = _batch(command, [c for c, _ in pairs] if commands is not None else None)
     results, accepted = _screen(tx, "finish", batch, [r for _, r in pairs], now)
     if accepted:
-        ids = tuple(lease.lease_id for _, _, lease, _, _, _, _ in accepted)
-        tx.cas("UPDATE leases SET state = 'FINISHED', revision = revision + 1, ended_at = %s"
-               " WHERE lease_id IN %s AND state = 'RUNNING'", (db_time(now), ids), expected=len(ids))
-        task_steps.finish(tx, items=[(task, lease, rep) for _, _, lease, task, _, _, rep in accepted], now=now)
-        keyed = [lease for _, _, lease, _, _, _, _ in accepted if lease.concurrency_token is not None]
+        _record_outcomes(tx, accepted, now)
+        task_steps.finish(tx, items=[(task, lease, rep) for _, _, lease, task, _, rep in accepted], now=now)
+        keyed = [lease for _, _, lease, _, _, _ in accepted if lease.concurrency_token is not None]
         if keyed:
             permits.release(tx, leases=keyed, now=now)
-        cancelled = [lease.task_id for _, _, lease, _, _, _, _ in accepted if lease.cancel_requested_at is not None]
+        cancelled = [lease.task_id for _, _, lease, _, _, _ in accepted if lease.cancel_requested_at is not None]
         if cancelled:
             cancellation.resolve(tx, task_ids=cancelled, now=now)
-        receipts = _receipts(tx, "task.finish", accepted, now)
+        receipts = _receipts("task.finish", accepted, now)
         for i, *_ in accepted:
             results[i] = CommandResult(receipts[i], None)
     return results[0] if command is not None else results
+
+
+def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> None:
+    """RUNNING -> FINISHED, each lease with its own outcome and finish digest, in one UPDATE."""
+    args: list = []
+    for _, cmd, _, _, _, r in accepted:
+        args += (cmd.lease_id, r.status, r.error_code or None, r.error_message, r.retryable, r.result_json,
+                 content_digest("task.finish", cmd, r))
+    values = " UNION ALL ".join([_FINISH_ROW] * len(accepted))
+    tx.cas(f"UPDATE leases l JOIN ({values}) v ON v.lease_id = l.lease_id"
+           " SET l.state = 'FINISHED', l.revision = l.revision + 1, l.ended_at = %s, l.status = v.status,"
+           " l.error_code = v.error_code, l.error_message = v.error_message, l.retryable = v.retryable,"
+           " l.result = v.result, l.finish_digest = v.digest WHERE l.state = 'RUNNING'",
+           (*args, db_time(now)), expected=len(accepted))

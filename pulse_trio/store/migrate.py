@@ -80,11 +80,12 @@ def _read_version(cur) -> int:
     return int(cur.fetchone()[0])
 
 
-def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None) -> list[Migration]:
-    """Bring the database up to the code's version; return what was applied.
+def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int | None = None) -> list[Migration]:
+    """Bring the database up to the code's version (or ``upto``); return what was applied.
 
     Re-running is a no-op. A database newer than the code is refused rather
     than silently used with a schema this code does not understand.
+    ``upto`` stops at an older version, to test a data migration.
     """
     create_database(config)
     applied_at = (now or dt.datetime.now(dt.timezone.utc)).replace(tzinfo=None)
@@ -113,7 +114,7 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None) -> list[M
                     )
                 done: list[Migration] = []
                 for migration in migrations:
-                    if migration.version <= have:
+                    if migration.version <= have or (upto is not None and migration.version > upto):
                         continue
                     for statement in migration.statements():
                         cur.execute(statement)

@@ -12,7 +12,7 @@ import datetime as dt
 import json
 from typing import ClassVar
 
-from pulse_trio.store.tx import py_time
+from pulse_trio.store.tx import UTC
 
 # What lease commands, timers and cancellation never read: the (up to
 # 256 KiB) payload, the outcome and the bookkeeping times. Every column
@@ -62,7 +62,6 @@ class TaskRow:
     outcome_attempt: int | None
 
     NAMES: ClassVar[tuple[str, ...]] = ()
-    LEAN_NAMES: ClassVar[tuple[str, ...]] = ()
     _TIMES: ClassVar[frozenset[str]] = frozenset({"due_at", "effective_at", "created_at", "updated_at", "finished_at"})
     _BOOLS: ClassVar[frozenset[str]] = frozenset({"retry_uncertain", "effect_uncertain", "outcome_retryable",
                                                   "outcome_uncertain"})
@@ -70,17 +69,16 @@ class TaskRow:
     @classmethod
     def columns(cls, prefix: str = "t", *, lean: bool = False) -> str:
         """The SELECT list; ``lean`` only what lease commands and timers read (fill with :meth:`from_lean_row`)."""
-        return _columns(prefix, cls.LEAN_NAMES if lean else cls.NAMES)
+        return (TASK_LEAN if lean else TASK_FULL).columns(prefix)
 
     @classmethod
     def from_row(cls, row: tuple) -> TaskRow:
-        return cls(*_convert(cls.NAMES, row, cls._TIMES, cls._BOOLS))
+        return TASK_FULL.build(row)
 
     @classmethod
     def from_lean_row(cls, row: tuple) -> TaskRow:
         """A row read with ``columns(lean=True)``: the columns not read are None."""
-        values = _convert(cls.LEAN_NAMES, row, cls._TIMES, cls._BOOLS)
-        return cls(*[None if i is None else values[i] for i in _LEAN_POSITIONS])
+        return TASK_LEAN.build(row)
 
     @property
     def terminal(self) -> bool:
@@ -107,6 +105,10 @@ class LeaseRow:
     offered_at: dt.datetime
     started_at: dt.datetime | None
     ended_at: dt.datetime | None
+    # The receipts of start and finish live in the row (renewals have rows of
+    # their own): the revision task.start carried, and the finish's content digest.
+    start_revision: int | None
+    finish_digest: bytes | None
 
     NAMES: ClassVar[tuple[str, ...]] = ()
     _TIMES: ClassVar[frozenset[str]] = frozenset({"expires_at", "cancel_requested_at", "cancel_deadline",
@@ -115,11 +117,11 @@ class LeaseRow:
 
     @classmethod
     def columns(cls, prefix: str = "l") -> str:
-        return _columns(prefix, cls.NAMES)
+        return LEASE_FULL.columns(prefix)
 
     @classmethod
     def from_row(cls, row: tuple) -> LeaseRow:
-        return cls(*_convert(cls.NAMES, row, cls._TIMES, cls._BOOLS))
+        return LEASE_FULL.build(row)
 
     @property
     def live(self) -> bool:
@@ -153,7 +155,7 @@ class InstanceRow:
 
     @classmethod
     def from_row(cls, row: tuple) -> InstanceRow:
-        return cls(*_convert(cls.NAMES, row, cls._TIMES, cls._BOOLS))
+        return INSTANCE_FULL.build(row)
 
     def subscription_map(self) -> dict[str, frozenset[str] | None]:
         """queue -> kinds (None: every kind)."""
@@ -193,7 +195,7 @@ class NodeRow:
 
     @classmethod
     def from_row(cls, row: tuple) -> NodeRow:
-        return cls(*_convert(cls.NAMES, row, cls._TIMES, frozenset()))
+        return NODE_FULL.build(row)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -201,15 +203,41 @@ def _parse_subscriptions(text: str) -> dict[str, frozenset[str] | None]:
     return {s["queue"]: (None if s.get("kinds") is None else frozenset(s["kinds"])) for s in json.loads(text)}
 
 
-def _convert(names, row, times, bools):
-    out = []
-    for name, value in zip(names, row, strict=True):
-        if name in times:
-            value = py_time(value)
-        elif name in bools and value is not None:
-            value = bool(value)
-        out.append(value)
-    return out
+class RowShape:
+    """Some of a row class's columns: their SELECT list, and a row object built from them.
+
+    A query reads only the columns its callers use (each costs PyMySQL a
+    field descriptor per statement and a decode per row); the fields not
+    read are None. The conversions (aware UTC times, booleans) are worked
+    out once per shape, not per value.
+    """
+
+    def __init__(self, cls: type, names: tuple[str, ...]) -> None:
+        unknown = set(names) - set(cls.NAMES)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no columns {sorted(unknown)}")
+        self.cls = cls
+        self.names = names
+        self.width = len(names)
+        self._times = tuple(i for i, n in enumerate(names) if n in cls._TIMES)
+        self._bools = tuple(i for i, n in enumerate(names) if n in getattr(cls, "_BOOLS", ()))
+        self._full = names == cls.NAMES
+        self._positions = tuple(names.index(n) if n in names else None for n in cls.NAMES)
+
+    def columns(self, prefix: str) -> str:
+        return _columns(prefix, self.names)
+
+    def build(self, row: tuple | list) -> object:
+        values = list(row)
+        for i in self._times:
+            if values[i] is not None:
+                values[i] = values[i].replace(tzinfo=UTC)
+        for i in self._bools:
+            if values[i] is not None:
+                values[i] = bool(values[i])
+        if self._full:
+            return self.cls(*values)
+        return self.cls(*[None if p is None else values[p] for p in self._positions])
 
 
 def _field_names(cls) -> tuple[str, ...]:
@@ -217,8 +245,25 @@ def _field_names(cls) -> tuple[str, ...]:
 
 
 TaskRow.NAMES = _field_names(TaskRow)
-TaskRow.LEAN_NAMES = tuple(n for n in TaskRow.NAMES if n not in _NOT_LEAN)
-_LEAN_POSITIONS = tuple(TaskRow.LEAN_NAMES.index(n) if n in TaskRow.LEAN_NAMES else None for n in TaskRow.NAMES)
 LeaseRow.NAMES = _field_names(LeaseRow)
 InstanceRow.NAMES = _field_names(InstanceRow)
 NodeRow.NAMES = _field_names(NodeRow)
+
+TASK_FULL = RowShape(TaskRow, TaskRow.NAMES)
+TASK_LEAN = RowShape(TaskRow, tuple(n for n in TaskRow.NAMES if n not in _NOT_LEAN))
+LEASE_FULL = RowShape(LeaseRow, LeaseRow.NAMES)
+INSTANCE_FULL = RowShape(InstanceRow, InstanceRow.NAMES)
+NODE_FULL = RowShape(NodeRow, NodeRow.NAMES)
+#: What a lease command reads of its lease (a replay reads the receipt columns apart).
+LEASE_COMMAND = RowShape(LeaseRow, (
+    "lease_id", "task_id", "secret_digest", "state", "revision", "attempt", "owner_session_id", "epoch",
+    "expires_at", "ttl_ms", "concurrency_token", "cancel_requested_at", "cancel_deadline"))
+#: What a lease command reads of its task: the state, and what a finish needs for a retry.
+TASK_COMMAND = RowShape(TaskRow, (
+    "task_id", "state", "attempt", "max_attempts", "backoff_initial_ms", "backoff_factor", "backoff_max_ms",
+    "priority_offset_ms"))
+#: What a claim reads of a READY task: the assignment's fields, and the pick-up order.
+TASK_PICKUP = RowShape(TaskRow, (
+    "task_id", "queue", "kind", "state", "payload", "priority", "due_at", "effective_at", "idempotency_key",
+    "concurrency_key", "concurrency_limit", "max_attempts", "lease_ttl_ms", "attempt", "effect_uncertain",
+    "retry_of", "created_at"))

@@ -114,9 +114,8 @@ def offer(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
 def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime) -> None:
     """OFFERED -> RUNNING for a batch; each task takes its lease's attempt number.
 
-    The attempt's history row is written once, when it ends (finish or
-    expire): one statement less on the hot path; the task view shows the
-    running attempt from its lease.
+    The attempt is its lease: the lease row records how it ended (finish
+    or expire), so no attempt row is written here or later.
     """
     for task, lease in items:
         require("task", "start", task.state, task)
@@ -125,20 +124,6 @@ def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime
     ids = tuple(task.task_id for task, _ in items)
     tx.cas("UPDATE tasks SET state = 'RUNNING', attempt = attempt + 1, updated_at = %s"
            " WHERE task_id IN %s AND state = 'OFFERED'", (db_time(now), ids), expected=len(ids))
-
-
-_ATTEMPT = (
-    "INSERT INTO task_attempts (task_id, attempt, lease_id, instance_id, session_id, effect_uncertain,"
-    " concurrency_token, started_at, ended_at, status, error_code, error_message, retryable, result)"
-    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-)
-
-
-def _attempt_row(task: TaskRow, lease: LeaseRow, now: dt.datetime, status: str, error_code: str | None,
-                 error_message: str | None = None, retryable: bool | None = None, result: str | None = None) -> tuple:
-    return (task.task_id, lease.attempt, lease.lease_id, lease.owner_instance_id, lease.owner_session_id,
-            lease.effect_uncertain, lease.concurrency_token, db_time(lease.started_at or now), db_time(now), status,
-            error_code, error_message, retryable, result)
 
 
 @transition("task", "lapse", entry=False)
@@ -173,8 +158,8 @@ def cancel(tx: Tx, *, task: TaskRow, now: dt.datetime) -> str:
 def finish(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow, FinishReport]], now: dt.datetime) -> list[str]:
     """RUNNING -> the reported outcome, or SCHEDULED after backoff for a retryable failure (a batch).
 
-    Tasks that end the same way share one guarded UPDATE; the attempts are
-    one multi-row INSERT.
+    Tasks that end the same way share one guarded UPDATE; each attempt's
+    outcome is on its lease (lease.finish wrote it).
     """
     stamp = db_time(now)
     dests = []
@@ -202,18 +187,20 @@ def finish(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow, FinishReport]], n
             " outcome_attempt = attempt WHERE task_id IN %s AND state = 'RUNNING'",
             (dest, stamp, stamp, status, code, message, retryable, uncertain, tuple(ids)), expected=len(ids),
         )
-    tx.write_many(_ATTEMPT, [_attempt_row(task, lease, now, r.status, r.error_code or None, r.error_message,
-                                          r.retryable, r.result_json) for task, lease, r in items])
     return dests
+
+
+def expiry_code(task_state: str) -> str:
+    """The error code an expired attempt records, by where its task went."""
+    return "cancel_timeout" if task_state == "CANCELLED" else "lease_expired"
 
 
 @transition("task", "expire", entry=False)
 def expire(tx: Tx, *, task: TaskRow, lease: LeaseRow, now: dt.datetime) -> str:
     """RUNNING, lease lost after start: CANCELLED (cancel_timeout), READY again (uncertain) or UNKNOWN."""
     dest = require("task", "expire", task.state, SimpleNamespace(task=task, lease=lease))
-    code = "cancel_timeout" if dest == "CANCELLED" else "lease_expired"
+    code = expiry_code(dest)
     stamp = db_time(now)
-    tx.write(_ATTEMPT, _attempt_row(task, lease, now, "EXPIRED", code))
     if dest == "READY":
         tx.cas("UPDATE tasks SET state = %s, effect_uncertain = TRUE, updated_at = %s"
                " WHERE task_id = %s AND state = 'RUNNING'", (dest, stamp, task.task_id))

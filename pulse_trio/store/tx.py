@@ -107,6 +107,10 @@ class Tx:
         self.cursor.execute(sql, args)
         return list(self.cursor.fetchall())
 
+    def literal(self, value: Any) -> str:
+        """``value`` as an SQL literal, escaped by the connection (for values a statement repeats)."""
+        return self.cursor.connection.escape(value)
+
     # -- writes -----------------------------------------------------------------
     def write(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run one INSERT/UPDATE/DELETE inside the current transition; rows affected."""

@@ -102,20 +102,17 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
     if row is None:
         return None
     task = TaskRow.from_row(row)
+    # An attempt is a started lease; one not ended yet (no outcome) is the running attempt.
     attempts = tuple(
-        AttemptView(a[0], a[1], a[2], a[3], py_time(a[4]), py_time(a[5]), a[6], a[7],
+        AttemptView(a[0], a[1], a[2], a[3] or "RUNNING", py_time(a[4]), py_time(a[5]), a[6], a[7],
                     None if a[8] is None else bool(a[8]), bool(a[9]), a[10], a[11])
         for a in tx.all(
-            "SELECT attempt, lease_id, session_id, status, started_at, ended_at, error_code, error_message,"
-            " retryable, effect_uncertain, concurrency_token, result FROM task_attempts WHERE task_id = %s"
-            " ORDER BY attempt", (task_id,)))
+            "SELECT attempt, lease_id, owner_session_id, status, started_at, ended_at, error_code, error_message,"
+            " retryable, effect_uncertain, concurrency_token, result FROM leases WHERE task_id = %s"
+            " AND started_at IS NOT NULL ORDER BY attempt", (task_id,)))
     lease = tx.one(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
                    " AND l.state IN ('OFFERED', 'RUNNING')", (task_id,))
     live = LeaseRow.from_row(lease) if lease else None
-    if live is not None and live.state == "RUNNING":
-        # the running attempt's row is written when it ends; show it from its lease
-        attempts += (AttemptView(live.attempt, live.lease_id, live.owner_session_id, "RUNNING", live.started_at,
-                                 None, None, None, None, live.effect_uncertain, live.concurrency_token, None),)
     outcome = None
     if task.state in TERMINAL_TASK_STATES and task.outcome_status:
         result = next((a.result_json for a in attempts if a.attempt == task.outcome_attempt), None)

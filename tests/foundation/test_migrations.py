@@ -74,3 +74,58 @@ def test_database_newer_than_code_is_refused(database_server):
     conn.close()
     with pytest.raises(MigrationError, match="newer than this code"):
         migrate(config)
+
+
+def test_attempts_and_receipts_move_into_their_lease(database_server):
+    """0008: an attempt row and its three receipts, written by the old schema, read back the same."""
+    import datetime as dt
+
+    from pulse_trio.store import FinishReport, LeaseCommand, Store, finish, renew, start
+    from pulse_trio.store.ids import new_secret, secret_digest
+    from pulse_trio.store.leases import content_digest
+
+    config = _fresh(database_server, "receipts")
+    migrate(config, upto=7)
+    t0 = dt.datetime(2026, 12, 1, 12, 0, 0)
+    task, lease, session = "tsk_01KBFEY3G0XBZ69EGN1CRY6PPB", "lse_01KBFEY3G05SYNQT44FQ3AKSZY", \
+        "ses_01KBFEY3G0B1BKY7SP31HF1KWA"
+    secret = new_secret()
+    report = FinishReport("SUCCEEDED", '{"sent":true}')
+    commands = {rev: LeaseCommand(session, task, lease, secret, rev) for rev in (1, 2, 3)}
+    conn = connect(config)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO tasks (task_id, queue, kind, state, payload, due_at, effective_at, idempotency_key,"
+                    " created_at, updated_at, attempt, finished_at, outcome_status, outcome_attempt)"
+                    " VALUES (%s, 'q', 'k', 'SUCCEEDED', '{}', %s, %s, %s, %s, %s, 1, %s, 'SUCCEEDED', 1)",
+                    (task, t0, t0, task, t0, t0, t0))
+        cur.execute("INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt,"
+                    " owner_instance_id, owner_session_id, epoch, expires_at, ttl_ms, effect_uncertain, offered_at,"
+                    " started_at, ended_at) VALUES (%s, %s, %s, 'FINISHED', 4, 1, 'ins_01KBFEY3G08GKV6GQS8WWD954X',"
+                    " %s, 1, %s, 30000, FALSE, %s, %s, %s)",
+                    (lease, task, secret_digest(secret), session, t0, t0, t0, t0))
+        cur.execute("INSERT INTO task_attempts (task_id, attempt, lease_id, instance_id, session_id, effect_uncertain,"
+                    " started_at, ended_at, status, result) VALUES (%s, 1, %s, 'ins_01KBFEY3G08GKV6GQS8WWD954X', %s,"
+                    " FALSE, %s, %s, 'SUCCEEDED', %s)", (task, lease, session, t0, t0, report.result_json))
+        for rev, name, rep in ((1, "task.start", None), (2, "task.renew", None), (3, "task.finish", report)):
+            cur.execute("INSERT INTO command_receipts (lease_id, revision, command, task_id, content_digest,"
+                        " committed_at) VALUES (%s, %s, %s, %s, %s, %s)",
+                        (lease, rev, name, task, content_digest(name, commands[rev], rep), t0))
+    conn.commit()
+    migrate(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT lease_id, status, result FROM task_attempts")
+        assert cur.fetchall() == ((lease, "SUCCEEDED", report.result_json),)
+        cur.execute("SELECT revision, command FROM command_receipts ORDER BY revision")
+        assert cur.fetchall() == ((1, "task.start"), (2, "task.renew"), (3, "task.finish"))
+    conn.close()
+    store = Store(config, pool_size=1)
+    try:
+        now = dt.datetime(2026, 12, 1, 12, 5, tzinfo=dt.timezone.utc)
+        for fn, rev, kwargs in ((start, 1, {}), (renew, 2, {}), (finish, 3, {"report": report})):
+            result = store.run_sync(fn, command=commands[rev], now=now, **kwargs)
+            assert result.receipt.duplicate and result.receipt.revision == rev, (fn, result)
+            assert result.receipt.committed_at == t0.replace(tzinfo=dt.timezone.utc)
+        other = FinishReport("FAILED", '{"sent":false}', "boom")
+        assert store.run_sync(finish, command=commands[3], report=other, now=now).code == "revision_conflict"
+    finally:
+        store.close()
