@@ -33,7 +33,7 @@ from msgspec import UNSET, Raw, Struct, UnsetType
 
 from . import messages as m
 from .grammar import parse_counter
-from .jsontext import JsonText, dumps, utf8_size
+from .jsontext import JsonText, canonical_fragment, dumps, utf8_size
 from .limits import MAX_RESULT_BYTES, MAX_RESULT_DEPTH
 from .scanner import ScanError, scan
 
@@ -152,7 +152,7 @@ def _colons(*values: str) -> int:
     return sum(v.count(":") for v in values)
 
 
-def _keys_add_up(data: bytes, keys: int, strings: int, fragment: bytes = b"") -> bool:
+def keys_add_up(data: bytes, keys: int, strings: int, fragment: bytes = b"") -> bool:
     """True when no key can be repeated: see the module docstring."""
     if data.count(b"\\") != fragment.count(b"\\"):
         return False
@@ -167,7 +167,7 @@ def _command_fields(frame: _Start | _Renew | _Finish) -> dict:
 
 def _start(frame: _Start, data: bytes) -> m.TaskStart | None:
     b = frame.body
-    if not _keys_add_up(data, _ENVELOPE_KEYS + 4, _colons(frame.id, frame.session_id, b.task_id, b.lease_id,
+    if not keys_add_up(data, _ENVELOPE_KEYS + 4, _colons(frame.id, frame.session_id, b.task_id, b.lease_id,
                                                          b.lease_secret, b.revision)):
         return None
     return m.TaskStart(**_command_fields(frame))
@@ -175,7 +175,7 @@ def _start(frame: _Start, data: bytes) -> m.TaskStart | None:
 
 def _renew(frame: _Renew, data: bytes) -> m.TaskRenew | None:
     b = frame.body
-    if not _keys_add_up(data, _ENVELOPE_KEYS + 4, _colons(frame.id, frame.session_id, b.task_id, b.lease_id,
+    if not keys_add_up(data, _ENVELOPE_KEYS + 4, _colons(frame.id, frame.session_id, b.task_id, b.lease_id,
                                                          b.lease_secret, b.revision)):
         return None
     return m.TaskRenew(**_command_fields(frame))
@@ -187,7 +187,7 @@ def _finish(frame: _Finish, data: bytes) -> m.TaskFinish | None:
     strings = _colons(frame.id, frame.session_id, b.task_id, b.lease_id, b.lease_secret, b.revision, b.status,
                       *(v for v in optional if type(v) is str))
     fragment = bytes(b.result)
-    if not _keys_add_up(data, _ENVELOPE_KEYS + 6 + len(optional), strings, fragment):
+    if not keys_add_up(data, _ENVELOPE_KEYS + 6 + len(optional), strings, fragment):
         return None
     result = _result(fragment)
     if result is None:
@@ -200,6 +200,11 @@ def _finish(frame: _Finish, data: bytes) -> m.TaskFinish | None:
 
 def _result(fragment: bytes) -> JsonText | None:
     """The result as canonical text when every result rule holds, else None."""
+    if fragment == b"null":
+        return None
+    quick = canonical_fragment(fragment, max_depth=MAX_RESULT_DEPTH)
+    if quick is not None:
+        return quick if utf8_size(quick) <= MAX_RESULT_BYTES else None
     value = scan(fragment.decode("utf-8"), max_depth=MAX_RESULT_DEPTH)
     if value is None:
         return None
@@ -211,7 +216,7 @@ def _result(fragment: bytes) -> JsonText | None:
 
 def _capacity(frame: _Capacity, data: bytes) -> m.WorkerCapacity | None:
     b = frame.body
-    if not _keys_add_up(data, _ENVELOPE_KEYS + 3, _colons(frame.id, frame.session_id, b.sequence)):
+    if not keys_add_up(data, _ENVELOPE_KEYS + 3, _colons(frame.id, frame.session_id, b.sequence)):
         return None
     return m.WorkerCapacity(id=frame.id, session_id=frame.session_id, sequence=parse_counter(b.sequence),
                             capacity=b.capacity, drain=b.drain)
@@ -219,7 +224,7 @@ def _capacity(frame: _Capacity, data: bytes) -> m.WorkerCapacity | None:
 
 def _resume(frame: _Resume, data: bytes) -> m.WorkerResume | None:
     b = frame.body
-    if not _keys_add_up(data, _ENVELOPE_KEYS + 5, _colons(frame.id, frame.session_id, b.instance_id,
+    if not keys_add_up(data, _ENVELOPE_KEYS + 5, _colons(frame.id, frame.session_id, b.instance_id,
                                                          b.instance_secret, b.task_id, b.lease_id,
                                                          b.lease_secret)):
         return None
@@ -249,7 +254,7 @@ def _hello(frame: _Hello, data: bytes) -> m.WorkerHello | None:
         keys += 3
         strings += (b.client.name, b.client.version)
         client = m.ClientInfo(b.client.name, b.client.version)
-    if not _keys_add_up(data, keys, _colons(*strings)):
+    if not keys_add_up(data, keys, _colons(*strings)):
         return None
     return m.WorkerHello(
         id=frame.id, worker_name=b.worker_name, subscriptions=tuple(subscriptions),

@@ -119,8 +119,12 @@ def format_counter(value: int) -> str:
     return str(value)
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_time(text: str) -> datetime:
-    """UTC RFC 3339 with ``Z`` and at most 6 fractional digits → aware datetime."""
+    """UTC RFC 3339 with ``Z`` and at most 6 fractional digits → aware datetime.
+
+    Cached like :func:`format_time`: the frames of one batch share times.
+    """
     match = _TIME.fullmatch(text)
     if match is None:
         raise ValueError(f"{text[:40]!r} is not a UTC RFC 3339 time ending in Z")

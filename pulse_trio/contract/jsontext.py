@@ -9,8 +9,12 @@ order kept) with every number token exactly as it was received.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+import msgspec
+
+from .limits import MAX_INTEGER_DIGITS
 from .scanner import JsonNumber, RawJson, ScanError, number_problem, scan
 
 # The stdlib C encoder cannot emit a number token verbatim, so raw fragments
@@ -57,6 +61,34 @@ def dumps(value: Any, *, check_numbers: bool = False) -> tuple[str, str | None]:
         out.append(raw)
         out.append(part)
     return "".join(out), problem
+
+
+_EXPONENT = re.compile(rb"[0-9][eE]")
+
+
+def canonical_fragment(fragment: bytes, *, max_depth: int) -> JsonText | None:
+    """The fragment as JsonText when it already is canonical and obeys every rule, else None.
+
+    A shortcut for the common case, where a peer sends what our own encoder
+    writes: if msgspec reads the fragment and writes it back byte for byte,
+    it is strict JSON (msgspec refuses what the scanner refuses, but a
+    repeated key or a non-canonical spelling would not come back the same)
+    in canonical form (msgspec escapes strings exactly as ``dumps`` does and
+    writes no whitespace; numbers that came back identical are their own
+    tokens). What msgspec cannot vouch for is excluded first: a fragment
+    long enough to hold a number over the digit limit, one with an exponent
+    (``5e-324`` is a valid float beyond the exponent rule), one with more
+    brackets than the depth allows. None means: decide with :func:`scan`.
+    """
+    if (len(fragment) > MAX_INTEGER_DIGITS or fragment.count(b"{") + fragment.count(b"[") > max_depth
+            or _EXPONENT.search(fragment) is not None):
+        return None
+    try:
+        if msgspec.json.encode(msgspec.json.decode(fragment)) != fragment:
+            return None
+    except (msgspec.DecodeError, TypeError, ValueError):
+        return None
+    return JsonText(fragment.decode("utf-8"))
 
 
 def utf8_size(text: str) -> int:

@@ -33,6 +33,8 @@ from typing import Any
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.codec import decode_server, scan_frame
 from pulse_trio.contract.errors import ProtocolError
+from pulse_trio.contract.fast_server import try_decode_server
+from pulse_trio.contract.limits import MAX_FRAME_BYTES
 from pulse_trio.sdk.errors import CommandRefused, ProtocolViolation, WorkerRefused
 
 #: Errors at hello that no reconnect can fix.
@@ -132,21 +134,27 @@ class ClientProtocol:
 
     # -- receiving --------------------------------------------------------------
     def receive(self, text: str | bytes) -> Event:
-        try:
-            raw = scan_frame(text)
-        except ProtocolError as exc:
-            return Broken(f"unreadable frame from the server: {exc}")
-        header = raw.header
-        request = self._pending.get(header.reply_to) if header.reply_to is not None else None
-        ack_for = request.TYPE if request is not None and header.type == "ack" else None
-        try:
-            message = decode_server(raw, ack_for=ack_for, strict=self.strict)
-        except ProtocolError as exc:
-            if request is not None:
-                self._pending.pop(request.id, None)
-                return Broken(f"invalid answer to {request.TYPE} {request.id}: {exc.message}", request)
-            return Dropped(f"invalid {header.type or 'frame'} ignored: {exc.message}",
-                           offer=header.type == "task.assign")
+        data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+        message = try_decode_server(data, self._pending_type) if len(data) <= MAX_FRAME_BYTES else None
+        if message is not None:
+            reply_to = getattr(message, "reply_to", None)
+            request = self._pending.get(reply_to) if reply_to is not None else None
+        else:
+            try:
+                raw = scan_frame(text)
+            except ProtocolError as exc:
+                return Broken(f"unreadable frame from the server: {exc}")
+            header = raw.header
+            request = self._pending.get(header.reply_to) if header.reply_to is not None else None
+            ack_for = request.TYPE if request is not None and header.type == "ack" else None
+            try:
+                message = decode_server(raw, ack_for=ack_for, strict=self.strict)
+            except ProtocolError as exc:
+                if request is not None:
+                    self._pending.pop(request.id, None)
+                    return Broken(f"invalid answer to {request.TYPE} {request.id}: {exc.message}", request)
+                return Dropped(f"invalid {header.type or 'frame'} ignored: {exc.message}",
+                               offer=header.type == "task.assign")
         if message.session_id is not None and message.session_id != self.session_id:
             if request is not None:
                 self._pending.pop(request.id, None)
@@ -170,6 +178,10 @@ class ClientProtocol:
         if isinstance(message, m.TaskCancel):
             return CancelPushed(message)
         return Dropped(f"unexpected {message.TYPE} inside a session")
+
+    def _pending_type(self, reply_to: str) -> str | None:
+        request = self._pending.get(reply_to)
+        return request.TYPE if request is not None else None
 
     # -- checks the schema cannot make -----------------------------------------------
     def _check_offer(self, msg: m.TaskAssign) -> str | None:

@@ -19,9 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import contract_support as s
-from pulse_trio.contract.codec import decode_client_frame
+from pulse_trio.contract.codec import decode_client_frame, decode_server_frame
 from pulse_trio.contract.errors import ProtocolError
 from pulse_trio.contract.fast_client import try_decode_client
+from pulse_trio.contract.fast_server import try_decode_server
+from pulse_trio.contract.jsontext import canonical_fragment, dumps
+from pulse_trio.contract.limits import MAX_RESULT_DEPTH
+from pulse_trio.contract.scanner import ScanError, scan
 
 SETTINGS = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -129,3 +133,95 @@ def test_structural_mutations_never_fool_the_fast_path(case):
                                                       {"ensure_ascii": True}]))
 def test_other_spellings_of_a_frame_are_decided_alike(case, spelling):
     _fast_agrees(json.dumps(case[1], **spelling))
+
+
+# -- server frames (what the SDK reads) ------------------------------------------------------
+
+_ACK_FOR = {"ack_capacity": "worker.capacity", "ack_resume": "worker.resume", "ack_renew": "task.renew",
+            "ack_finish": "task.finish"}
+_FAST_SERVER = ("ack_capacity", "ack_resume", "ack_renew", "ack_finish", "assign", "assign_minimal", "cancel")
+
+
+def _server_agrees(text: str, ack_for: str | None) -> bool:
+    fast = try_decode_server(text.encode("utf-8", "surrogatepass"), lambda reply_to: ack_for)
+    if fast is None:
+        return False
+    for strict in (True, False):
+        try:
+            reference = decode_server_frame(text, ack_for=ack_for, strict=strict)
+        except ProtocolError as exc:
+            reference = exc
+        assert fast == reference, (text, strict, fast, reference)
+    return True
+
+
+@pytest.mark.parametrize("name", _FAST_SERVER)
+def test_every_canonical_server_example_takes_the_fast_path(name):
+    assert _server_agrees(s.dumps(s.SERVER_EXAMPLES[name]()), _ACK_FOR.get(name))
+
+
+@SETTINGS
+@given(s.mutated({name: s.SERVER_EXAMPLES[name] for name in _FAST_SERVER}))
+def test_structural_mutations_never_fool_the_server_fast_path(case):
+    name, frame = case
+    _server_agrees(s.dumps(frame), _ACK_FOR.get(name))
+
+
+@SETTINGS
+@given(st.sampled_from(_FAST_SERVER), st.data())
+def test_textual_mutations_never_fool_the_server_fast_path(name, data):
+    text = s.dumps(s.SERVER_EXAMPLES[name]())
+    for _ in range(data.draw(st.integers(1, 3))):
+        members = list(re.finditer(r'"[a-z_]+":("[^"\\]*"|-?\d+|true|false)', text))
+        if members and data.draw(st.booleans()):
+            member = data.draw(st.sampled_from(members))
+            text = text[:member.end()] + "," + member.group(0) + text[member.end():]
+        else:
+            at = data.draw(st.integers(0, len(text)))
+            text = text[:at] + data.draw(st.sampled_from(_INSERTIONS)) + text[at:]
+    _server_agrees(text, _ACK_FOR.get(name))
+
+
+# -- canonical fragments (results and payloads) ----------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12)
+
+
+def _reference_fragment(text: str):
+    try:
+        value = scan(text, max_depth=MAX_RESULT_DEPTH)
+    except ScanError:
+        return None
+    out, problem = dumps(value, check_numbers=True)
+    return None if problem else out
+
+
+@SETTINGS
+@given(_json, st.sampled_from([{"ensure_ascii": False, "separators": (",", ":")}, {"indent": 1},
+                               {"ensure_ascii": True, "separators": (",", ":")}]),
+       st.sampled_from(["", ' ', '1e5', '"\\u0041"', '5e-324', '-0', '{"a":1,"a":1}', "1.50", "[[[[[[[[[[[[[[[[" * 2]))
+def test_a_canonical_fragment_is_exactly_what_the_scanner_would_make(value, spelling, splice):
+    text = json.dumps(value, **spelling)
+    if splice and text.startswith("["):
+        text = "[" + splice + "," + text[1:] if text != "[]" else "[" + splice + "]"
+    quick = canonical_fragment(text.encode("utf-8", "surrogatepass"), max_depth=MAX_RESULT_DEPTH)
+    if quick is not None:
+        assert quick == _reference_fragment(text) == text, text
+
+
+@pytest.mark.parametrize("text", ['{"ok":true,"n":[1,2.5,"x:y"],"s":"caf\\u00e9"}', '{}', 'null', '"\\u001f\\n"',
+                                  '-0.0', '[[]]', '{"a":{"b":{"c":null}}}'])
+def test_what_our_encoder_writes_takes_the_shortcut(text):
+    value = json.loads(text)
+    canonical = dumps(value)[0].encode()
+    assert canonical_fragment(canonical, max_depth=MAX_RESULT_DEPTH) == canonical.decode()
+
+
+@pytest.mark.parametrize("text", ['{"a":1,"a":1}', '{"a": 1}', '1.50', '1e5', '5e-324', '-0', '"\\u0041"',
+                                  '[' * 31 + ']' * 31, '"\\ud800"', 'NaN'])
+def test_what_is_not_canonical_or_not_allowed_never_takes_the_shortcut(text):
+    assert canonical_fragment(text.encode(), max_depth=MAX_RESULT_DEPTH) is None
