@@ -2,7 +2,17 @@
 
 Durations are seconds and accept decimals (``--lease-ttl 0.5``) so that
 black-box tests can exercise real timeouts quickly. Precedence: flag, then
-environment variable, then the default of docs/operations.md §3.
+environment variable, then the default (docs/operations.md §3).
+
+Two kinds. *Per-process* settings (listen addresses, TLS, the poll
+interval, the hello timeout, the ping interval) shape this process only.
+*Cluster* settings (:mod:`pulse_trio.cluster_settings`) must be the same in
+every process, so they live in the database: one given by flag or variable
+is written to the cluster when ``serve`` starts (``Settings.explicit`` names
+them); one not given takes the cluster's stored value. ``Settings`` carries
+either kind as the attribute the server reads (``ctx.settings.lease_ttl``);
+a running instance replaces its copy whenever the cluster's values change
+(``pulse_trio.server.settings_sync``).
 """
 
 from __future__ import annotations
@@ -10,8 +20,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+
+from pulse_trio import cluster_settings as cs
 
 
 def parse_seconds(text: str) -> float:
@@ -33,9 +46,33 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def parse_cluster_value(name: str) -> Callable[[str], float | None]:
+    """The argparse type of a cluster setting's flag: the cluster's own check, in seconds."""
+    setting = cs.BY_NAME[name]
+
+    def parse(text: str) -> float | None:
+        try:
+            return setting.seconds(setting.from_text(text))
+        except cs.InvalidSetting as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+
+    parse.__name__ = name
+    return parse
+
+
+def _default(name: str) -> float | None:
+    return cs.BY_NAME[name].seconds(cs.DEFAULTS_MS[name])
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Settings:
-    """Everything `serve` needs to know; built once from flags and environment."""
+    """Everything `serve` needs to know; built once from flags and environment.
+
+    The cluster settings' values here are the code's defaults (or what was
+    given) until the instance has read the cluster's; ``explicit`` names the
+    cluster settings given by flag or variable, which ``serve`` writes to
+    the cluster at start.
+    """
 
     database_url: str | None = None
     state_dir: Path = Path(".pulse-state")
@@ -43,26 +80,52 @@ class Settings:
     http_listen: tuple[str, int] = ("127.0.0.1", 7381)
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    lease_ttl: float = 30.0
-    start_timeout: float = 30.0
-    cancel_grace: float = 30.0
-    permit_quarantine: float | None = None  # None: the task's own lease ttl
-    priority_step: float = 30.0
+    lease_ttl: float = _default("lease_ttl")
+    start_timeout: float = _default("start_timeout")
+    cancel_grace: float = _default("cancel_grace")
+    permit_quarantine: float | None = _default("permit_quarantine")  # None: the task's own lease ttl
+    priority_step: float = _default("priority_step")
     hello_timeout: float = 10.0
     ping_interval: float = 20.0
     poll_interval: float = 0.05
     # Server-process liveness: heartbeat this often; another instance declares
     # this process lost (and disconnects its sessions) once a heartbeat is
-    # this late. 15 s is three missed heartbeats.
-    node_heartbeat: float = 5.0
-    node_lapse: float = 15.0
+    # this late (three missed heartbeats by default).
+    node_heartbeat: float = _default("node_heartbeat")
+    node_lapse: float = _default("node_lapse")
     managed_db_port: int | None = None
+    explicit: frozenset[str] = frozenset()
+
+    def override(self, **values: object) -> Settings:
+        """These values, as if given by flag: the cluster settings among them are written at start."""
+        return dataclasses.replace(self, **values, explicit=self.explicit | (values.keys() & set(cs.NAMES)))
+
+    def cluster_ms(self, names: frozenset[str] | tuple[str, ...] = cs.NAMES) -> dict[str, int | None]:
+        """The cluster settings ``names`` as held here, in milliseconds (ValueError if one is out of bounds)."""
+        return {name: cs.BY_NAME[name].from_seconds(getattr(self, name)) for name in cs.NAMES if name in names}
+
+    def given_ms(self) -> dict[str, int | None]:
+        """The cluster settings given by flag or variable: what ``serve`` writes at start."""
+        return self.cluster_ms(self.explicit)
+
+    def with_cluster(self, values_ms: Mapping[str, int | None]) -> Settings:
+        """A copy that carries the cluster's values (the per-process settings and ``explicit`` unchanged)."""
+        return dataclasses.replace(self, **{name: cs.BY_NAME[name].seconds(ms) for name, ms in values_ms.items()})
 
     def check(self) -> None:
-        """Refuse combinations that cannot work (ValueError naming the flags)."""
-        if self.node_lapse < 2 * self.node_heartbeat:
-            raise ValueError(f"--node-lapse ({self.node_lapse:g}s) must be at least twice --node-heartbeat "
-                             f"({self.node_heartbeat:g}s), or one late heartbeat would declare a live process lost")
+        """Refuse values and combinations that cannot work (ValueError naming the flags)."""
+        unknown = self.explicit - set(cs.NAMES)
+        if unknown:
+            raise ValueError(f"not cluster settings: {', '.join(sorted(unknown))}")
+        try:
+            values = self.cluster_ms()
+        except cs.InvalidSetting as exc:
+            raise ValueError(exc.message) from None
+        # One half of the pair given alone is judged against the cluster's other half, when it is written.
+        if len(self.explicit & {"node_heartbeat", "node_lapse"}) != 1:
+            problem = cs.pair_problem(values, spell=lambda name: cs.BY_NAME[name].flag)
+            if problem:
+                raise ValueError(problem)
 
 
 # (flag, field, type, help). The env variable is PULSE_ + the field in capitals.
@@ -74,20 +137,13 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--http-listen", "http_listen", parse_listen, "HOST:PORT for the HTTP API"),
     ("--tls-cert", "tls_cert", Path, "PEM certificate chain: serve WSS instead of WS"),
     ("--tls-key", "tls_key", Path, "PEM private key for --tls-cert"),
-    ("--lease-ttl", "lease_ttl", parse_seconds, "seconds a started lease lives without renewal"),
-    ("--start-timeout", "start_timeout", parse_seconds, "seconds an offer may wait for task.start"),
-    ("--cancel-grace", "cancel_grace", parse_seconds, "seconds a cancelled task may keep running"),
-    ("--permit-quarantine", "permit_quarantine", parse_seconds,
-     "seconds a key permit stays quarantined after a lost lease (default: the task's lease ttl)"),
-    ("--priority-step", "priority_step", parse_seconds, "seconds of waiting one priority level is worth"),
+    *((s.flag, s.name, parse_cluster_value(s.name),
+       f"cluster setting: {s.help}" + (f" ({s.null_word!r}: {s.null_meaning})" if s.nullable else "")
+       + "; given, it is written to the cluster at start, else the cluster's value applies")
+      for s in cs.SETTINGS),
     ("--hello-timeout", "hello_timeout", parse_seconds, "seconds a new connection has to send worker.hello"),
     ("--ping-interval", "ping_interval", parse_seconds, "seconds between WebSocket pings"),
     ("--poll-interval", "poll_interval", parse_seconds, "seconds between dispatcher polls for new work"),
-    ("--node-heartbeat", "node_heartbeat", parse_seconds,
-     "seconds between this process's liveness heartbeats (sent by a task of their own)"),
-    ("--node-lapse", "node_lapse", parse_seconds,
-     "seconds without a heartbeat after which another instance declares this process lost and disconnects "
-     "its sessions (at least twice --node-heartbeat)"),
     ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB (default: a free one)"),
 )
 
@@ -110,11 +166,16 @@ def env_name(field: str) -> str:
 
 
 def add_options(parser: argparse.ArgumentParser, options=_OPTIONS) -> None:
-    """Add the flags; defaults come from the environment, then Settings."""
+    """Add the flags; defaults come from the environment, then Settings.
+
+    A cluster setting neither flagged nor in the environment is left out of
+    the parsed namespace altogether, which is how "not given" (use the
+    cluster's value) is told from "given the default's value".
+    """
     defaults = Settings()
     for flag, field, kind, help_text in options:
         raw = os.environ.get(env_name(field))
-        default = getattr(defaults, field)
+        default = argparse.SUPPRESS if field in cs.BY_NAME else getattr(defaults, field)
         if raw not in (None, ""):
             try:
                 default = kind(raw)  # type: ignore[operator]
@@ -125,5 +186,6 @@ def add_options(parser: argparse.ArgumentParser, options=_OPTIONS) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    names = {f.name for f in dataclasses.fields(Settings)}
-    return Settings(**{k: v for k, v in vars(args).items() if k in names})
+    names = {f.name for f in dataclasses.fields(Settings)} - {"explicit"}
+    given = {k: v for k, v in vars(args).items() if k in names}
+    return Settings(**given, explicit=frozenset(given.keys() & set(cs.NAMES)))

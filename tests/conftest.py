@@ -103,7 +103,6 @@ def db(database_config: DatabaseConfig, _seed_snapshot) -> DatabaseConfig:
 
 # -- a running service, in-process, on real sockets ---------------------------------
 
-import dataclasses as _dc  # noqa: E402
 import datetime as _dt  # noqa: E402
 
 import trio  # noqa: E402
@@ -135,12 +134,14 @@ def start_service(db: DatabaseConfig, nursery):
 
     Each call starts one more instance on the same database (for multi-
     instance tests); all are stopped with the test's nursery. ``handle``
-    has ``worker_port``, ``ctx`` and ``stop()``.
+    has ``worker_port``, ``ctx`` and ``stop()``. The settings are given as
+    flags would be: the cluster settings among them are written to the
+    cluster when the instance starts.
     """
     from pulse_trio.server.service import serve
 
     async def start(clock=None, **overrides):
-        settings = _dc.replace(Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0)), **overrides)
+        settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0)).override(**overrides)
         return await nursery.start(lambda task_status: serve(settings, db, handle_signals=False, clock=clock,
                                                              task_status=task_status))
 

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from pulse_trio import __version__
-from pulse_trio.cli import bench, database, serve, statecharts, tasks, tokens, worker
+from pulse_trio.cli import bench, database, serve, settings, statecharts, tasks, tokens, worker
 
-_GROUPS = (serve, database, tokens, tasks, statecharts, bench, worker)
+_GROUPS = (serve, database, tokens, tasks, settings, statecharts, bench, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

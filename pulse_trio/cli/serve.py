@@ -40,14 +40,20 @@ def _serve(args: argparse.Namespace) -> int:
 
     from pulse_trio.http.server import HttpListenError
     from pulse_trio.server.service import serve
+    from pulse_trio.server.settings_sync import SettingsRefused
 
     with database(args) as target:
         log.info("database %s", target.url())
         try:
             trio.run(serve, settings, target)
         except* HttpListenError as group:
-            error: BaseException = group
-            while isinstance(error, BaseExceptionGroup):  # one per nursery level
-                error = error.exceptions[0]
-            raise CommandFailed(str(error)) from None
+            raise CommandFailed(str(_first(group))) from None
+        except* SettingsRefused as group:
+            raise CommandFailed(str(_first(group)), 2) from None
     return 0
+
+
+def _first(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):  # one per nursery level
+        error = error.exceptions[0]
+    return error

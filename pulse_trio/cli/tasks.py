@@ -12,22 +12,37 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
+from pulse_trio import cluster_settings as cs
 from pulse_trio import config as cfg
 from pulse_trio.cli.common import add_database_options, database, fail, print_json, run_guarded
 from pulse_trio.client import Client, ClientError, TaskNotFound
 from pulse_trio.client.producer import build_task
 from pulse_trio.contract.grammar import parse_time
 
+#: Flags these commands took before the values moved to the cluster: accepted, ignored, warned about.
+DEPRECATED = ("priority_step", "cancel_grace")
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     add_database_options(parser)
-    # Producers write these cluster-wide timings into the rows (effective_at, grace).
-    cfg.add_options(parser, cfg.options_for("priority_step", "cancel_grace"))
+    for name in DEPRECATED:
+        parser.add_argument(cs.BY_NAME[name].flag, dest=f"deprecated_{name}", metavar="SECONDS",
+                            help=f"deprecated and ignored: the cluster's {name} applies (pulse-trio settings)")
+
+
+def _warn_deprecated(args: argparse.Namespace) -> None:
+    for name in DEPRECATED:
+        if getattr(args, f"deprecated_{name}", None) is not None:
+            sys.stderr.write(f"pulse-trio: {cs.BY_NAME[name].flag} is deprecated and ignored: every writer uses "
+                             f"the cluster's {name} (see `pulse-trio settings show`; change it with "
+                             f"`pulse-trio settings set {name} SECONDS`)\n")
 
 
 @contextlib.contextmanager
 def _client(args: argparse.Namespace) -> Iterator[Client]:
+    _warn_deprecated(args)
     with database(args) as target:
-        client = Client(target, priority_step=args.priority_step, cancel_grace=args.cancel_grace, pool_size=1)
+        client = Client(target, pool_size=1)
         try:
             yield client
         finally:
@@ -52,7 +67,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--retry-uncertain", action="store_true",
                         help="the handler is safe to run again after a lost lease")
     submit.add_argument("--lease-ttl", type=cfg.parse_seconds, metavar="SECONDS",
-                        help="this task's lease ttl (default: the serving instance's)")
+                        help="this task's lease ttl (default: the cluster's lease_ttl)")
     submit.add_argument("--backoff-initial", type=cfg.parse_seconds, metavar="SECONDS",
                         help="first retry delay after a retryable failure (default 1)")
     submit.add_argument("--backoff-factor", type=float, metavar="X",

@@ -5,9 +5,11 @@ store transaction; ``submit(..., connection=conn)`` instead runs inside the
 caller's own open PyMySQL transaction (transactional enqueue): the task
 exists if and only if the caller commits.
 
-Cluster-wide timing (``priority_step``, ``cancel_grace``) is part of what a
-producer writes, so the client takes the same settings as ``serve`` and the
-same ``PULSE_…`` variables.
+Cluster-wide timing that a producer writes into rows (the priority step in
+a submit's ``effective_at``, the grace of a cancel) is not the client's to
+choose: the store reads the cluster's value (``pulse-trio settings``) inside
+the submit's or the cancel's own transaction. :meth:`Client.settings` and
+:meth:`Client.set_settings` read and change those values.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import dataclasses
 import datetime as dt
 import json
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pulse_trio import cluster_settings
 from pulse_trio.client import queries
 from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.contract.limits import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
@@ -26,6 +30,7 @@ from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store import Store
 from pulse_trio.store.cancellation import request as request_cancel
+from pulse_trio.store import settings as stored_settings
 from pulse_trio.store.instances import operator_drain
 from pulse_trio.store.results import INSTANCE_NOT_FOUND, TASK_NOT_FOUND, Refusal
 from pulse_trio.store.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
@@ -123,13 +128,19 @@ class Client:
     """Producer and operator operations on one database (thread-safe, blocking)."""
 
     database: DatabaseConfig
-    priority_step: float = 30.0
-    cancel_grace: float = 30.0
+    #: Deprecated and ignored (a warning says so): the cluster's priority_step applies.
+    priority_step: float | None = None
+    #: Deprecated and ignored (a warning says so): the cluster's cancel_grace applies.
+    cancel_grace: float | None = None
     pool_size: int = 2
     #: An existing store to share (the service's, for the HTTP API); None: the client opens its own.
     store: Store | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        for name in ("priority_step", "cancel_grace"):
+            if getattr(self, name) is not None:
+                warnings.warn(f"Client({name}=...) is ignored: every writer uses the cluster's {name} "
+                              f"(pulse-trio settings set {name} SECONDS)", DeprecationWarning, stacklevel=3)
         self._owns_store = self.store is None
         if self.store is None:
             self.store = Store(self.database, pool_size=self.pool_size)
@@ -172,13 +183,12 @@ class Client:
                     now: dt.datetime | None = None) -> list[dict[str, Any]]:
         """Submit a batch in one transaction; returns ``task_id``/``state``/``created`` per task."""
         now = now or self.now()
-        step_ms = round(self.priority_step * 1000)
         if connection is not None:
             with connection.cursor() as cursor:
                 tx = Tx(cursor)
-                done = submit_tasks(tx, tasks=list(tasks), now=now, priority_step_ms=step_ms)
+                done = submit_tasks(tx, tasks=list(tasks), now=now)
             return [{"task_id": s.task_id, "state": s.state, "created": s.created} for s in done]
-        done = self.store.run_sync(submit_tasks, tasks=list(tasks), now=now, priority_step_ms=step_ms)
+        done = self.store.run_sync(submit_tasks, tasks=list(tasks), now=now)
         return [{"task_id": s.task_id, "state": s.state, "created": s.created} for s in done]
 
     # -- reading -----------------------------------------------------------------
@@ -241,7 +251,7 @@ class Client:
                        now: dt.datetime | None = None) -> bool:
         """:meth:`cancel` without reading the task back; True if this call saved the intent."""
         result = self.store.run_sync(request_cancel, task_id=task_id, now=now or self.now(), reason=reason,
-                                     requested_by=requested_by, cancel_grace_ms=round(self.cancel_grace * 1000))
+                                     requested_by=requested_by)
         if isinstance(result, Refusal):
             raise TaskNotFound(task_id) if result.code == TASK_NOT_FOUND else ClientError(result.code, result.message)
         return result.changed
@@ -261,3 +271,37 @@ class Client:
             raise ClientError("not_retryable", f"task {task_id} is {state}: only a terminal FAILED, UNKNOWN "
                               "or CANCELLED task can be retried")
         return result.task_id, result.created
+
+    # -- cluster settings ------------------------------------------------------------
+    def settings(self) -> dict[str, dict[str, Any]]:
+        """Every cluster setting by name: value (seconds), default, state, who set it and when."""
+        return {name: row.as_json() for name, row in self.store.run_sync(stored_settings.read_all).items()}
+
+    def set_settings(self, values: Mapping[str, str | float | int | None], *, updated_by: str,
+                     now: dt.datetime | None = None) -> dict[str, dict[str, Any]]:
+        """Change cluster settings in one transaction; values are seconds (text as on the command line).
+
+        Raises ClientError: ``setting_not_found``, ``invalid_request`` (out of
+        bounds) or ``setting_conflict`` (node_lapse under twice node_heartbeat).
+        Running instances pick the change up within their refresh interval.
+        """
+        ms = parse_settings(values)
+        result = self.store.run_sync(stored_settings.set_values, values=ms, now=now or self.now(),
+                                     updated_by=updated_by)
+        if isinstance(result, Refusal):
+            raise ClientError(result.code, result.message)
+        return {name: row.as_json() for name, row in result.after.items()}
+
+
+def parse_settings(values: Mapping[str, str | float | int | None]) -> dict[str, int | None]:
+    """Names and values (seconds; text is parsed as on the command line) as checked milliseconds."""
+    if not values:
+        raise InvalidRequest("name at least one setting to change")
+    parsed: dict[str, int | None] = {}
+    for name, value in values.items():
+        try:
+            setting = cluster_settings.lookup(name)
+            parsed[name] = setting.from_text(value) if isinstance(value, str) else setting.from_seconds(value)
+        except cluster_settings.InvalidSetting as exc:
+            raise ClientError(exc.code, exc.message) from None
+    return parsed

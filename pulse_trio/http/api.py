@@ -57,8 +57,7 @@ class TaskApi:
 
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self.client = Client(ctx.store.config, priority_step=ctx.settings.priority_step,
-                             cancel_grace=ctx.settings.cancel_grace, store=ctx.store)
+        self.client = Client(ctx.store.config, store=ctx.store)
         # At most half the store's threads serve HTTP; the rest stay free for workers.
         self.limiter = trio.CapacityLimiter(max(1, ctx.store.limiter.total_tokens // 2))
 

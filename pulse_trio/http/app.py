@@ -28,6 +28,7 @@ from pulse_trio.client import ClientError
 from pulse_trio.http.api import TaskApi
 from pulse_trio.http.errors import ApiError, database_unavailable, error_response, from_client_error, is_database_failure
 from pulse_trio.http.ops import OpsApi
+from pulse_trio.http.settings_api import SettingsApi
 from pulse_trio.logs import bind
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def _guarded(handler: Handler, metrics: ServiceMetrics) -> Handler:
 
 def build_app(ctx: ServiceContext) -> Starlette:
     tasks, ops = TaskApi(ctx), OpsApi(ctx)
+    settings = SettingsApi(tasks)
     metrics = ctx.metrics
 
     def route(path: str, **handlers: Handler) -> Route:
@@ -86,6 +88,8 @@ def build_app(ctx: ServiceContext) -> Starlette:
         route("/v1/workers/{instance_id}/drain", post=tasks.drain),
         route("/v1/nodes", get=tasks.nodes),
         route("/v1/queues", get=tasks.queues),
+        route("/v1/settings", get=settings.list, patch=settings.patch),
+        route("/v1/settings/{name}", get=settings.get, put=settings.put),
         route("/healthz", get=ops.healthz),
         route("/readyz", get=ops.readyz),
         route("/metrics", get=ops.metrics),

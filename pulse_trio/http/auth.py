@@ -3,9 +3,10 @@
 ======================  ==========================================
 producer                submit, read tasks and queue depths — only
                         in the token's queues (none listed: every
-                        queue)
+                        queue); read the cluster settings
 operator                everything: cancel, retry, workers, drain
-                        too
+                        too; change the cluster settings (only a
+                        token without queues)
 worker                  nothing here (the worker endpoint only)
 ======================  ==========================================
 

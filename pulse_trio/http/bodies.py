@@ -186,6 +186,29 @@ def cancel_reason(body: dict[str, Any]) -> str:
     return reason
 
 
+def _seconds_or_null(value: Any, name: str) -> Decimal | int | None:
+    """A cluster setting's value as sent: a JSON number of seconds, or null (the setting's own rules follow)."""
+    if value is None or type(value) is int:
+        return value
+    if isinstance(value, JsonNumber):
+        return Decimal(value.text)
+    raise bad_request(f"{name} must be a number of seconds (or null where the setting allows it)")
+
+
+def setting_value(body: dict[str, Any]) -> Decimal | int | None:
+    """``PUT /v1/settings/{name}``: ``{"value": seconds or null}``."""
+    _closed(body, frozenset({"value"}), ("value",))
+    return _seconds_or_null(body["value"], "value")
+
+
+def setting_values(body: dict[str, Any], names: tuple[str, ...]) -> dict[str, Decimal | int | None]:
+    """``PATCH /v1/settings``: ``{"name": seconds or null, ...}``, at least one, each a cluster setting."""
+    _closed(body, frozenset(names))
+    if not body:
+        raise bad_request(f"name at least one setting to change: {', '.join(names)}")
+    return {name: _seconds_or_null(value, name) for name, value in body.items()}
+
+
 # -- path and query ------------------------------------------------------------------------------
 
 def resource_id(value: str, prefix: str, what: str, code: str) -> str:

@@ -4,9 +4,9 @@
 400    bad input: ``invalid_json``, ``invalid_request``
 401    ``unauthenticated``: no, unknown or revoked bearer token
 403    ``forbidden``: the token's role or queues do not allow it
-404    ``not_found``, ``task_not_found``, ``instance_not_found``
+404    ``not_found``, ``task_not_found``, ``instance_not_found``, ``setting_not_found``
 405    ``method_not_allowed``
-409    conflict with the task's state: ``not_retryable``, or a store refusal
+409    conflict with the resource's state: ``not_retryable``, ``setting_conflict``, or a store refusal
 413    ``request_too_large`` (body), ``payload_too_large`` (task payload)
 415    ``unsupported_media_type``: a body that says it is not JSON
 503    ``database_unavailable`` (with ``Retry-After``)
@@ -21,6 +21,7 @@ import pymysql
 from starlette.responses import Response
 
 from pulse_trio.client import ClientError
+from pulse_trio.cluster_settings import UNKNOWN_SETTING
 from pulse_trio.store.facade import StoreUnavailable
 from pulse_trio.store.results import TASK_NOT_FOUND
 
@@ -31,6 +32,7 @@ JSON = "application/json"
 _CLIENT_STATUS = {
     "invalid_request": 400,
     TASK_NOT_FOUND: 404,
+    UNKNOWN_SETTING: 404,
     "payload_too_large": 413,
 }
 

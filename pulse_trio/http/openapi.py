@@ -15,11 +15,14 @@ import sys
 from typing import Any
 
 from pulse_trio import __version__ as VERSION
+from pulse_trio import cluster_settings as cs
 
 TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
 NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$"}
 TASK_ID = {"type": "string", "pattern": r"^tsk_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
 INSTANCE_ID = {"type": "string", "pattern": r"^ins_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
+SETTING_NAME = {"type": "string", "enum": list(cs.NAMES)}
+SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS / 1000}
 TASK_STATES = ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]
 
 
@@ -52,8 +55,8 @@ SCHEMAS: dict[str, Any] = {
         "payload": {"description": "Any JSON (default `{}`), at most 256 KiB as compact UTF-8; stored and "
                                    "delivered digit for digit."},
         "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9, "default": 0,
-                               "description": "Higher first; each level is worth --priority-step seconds "
-                                              "of waiting."}),
+                               "description": "Higher first; each level is worth the cluster's "
+                                              "priority_step of waiting."}),
         "delay": _nullable({"type": "number", "minimum": 0, "description": "Due this many seconds from now."}),
         "due_at": _nullable(TIME | {"description": "Due at this UTC time (not with delay)."}),
         "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
@@ -65,7 +68,8 @@ SCHEMAS: dict[str, Any] = {
         "retry_uncertain": _nullable({"type": "boolean", "default": False,
                                       "description": "The handler is safe to run again after a lost lease."}),
         "lease_ttl": _nullable({"type": "number", "exclusiveMinimum": 0,
-                                "description": "This task's lease ttl in seconds (default: the server's)."}),
+                                "description": "This task's lease ttl in seconds (default: the cluster's "
+                                               "lease_ttl)."}),
         "backoff_initial": _nullable({"type": "number", "minimum": 0.001, "default": 1,
                                       "description": "Seconds before the first retry of a retryable failure."}),
         "backoff_factor": _nullable({"type": "number", "minimum": 1, "maximum": 100, "default": 2,
@@ -173,9 +177,42 @@ SCHEMAS: dict[str, Any] = {
                    "propertyNames": {"enum": TASK_STATES}},
         "oldest_ready_age_s": _nullable({"type": "number", "minimum": 0}),
     })}}),
+    "Setting": _obj({
+        "name": SETTING_NAME,
+        "value": _nullable(SECONDS | {"description": "Seconds; null only for permit_quarantine (the task's own "
+                                                     "lease ttl)."}),
+        "unit": {"const": "s"},
+        "meaning": {"type": "string", "description": "The value for people (`2 s`, or what null means)."},
+        "default": _nullable(SECONDS),
+        "state": {"type": "string", "enum": ["DEFAULT", "SET"],
+                  "description": "DEFAULT: as the migration seeded it; SET: someone set it."},
+        "updated_at": _nullable(TIME),
+        "updated_by": _nullable({"type": "string", "description": "`serve:nod_…` (a flag at start), `cli@host`, "
+                                                                  "or `http:tok_…`."}),
+        "description": {"type": "string"},
+    }),
+    "SettingMap": _obj({"settings": {"type": "object", "additionalProperties": _ref("Setting"),
+                                     "propertyNames": SETTING_NAME}}),
+    "SettingChange": _obj({"value": _nullable(SECONDS)}),
+    "SettingsChange": _obj({name: _nullable(SECONDS) for name in cs.NAMES}, [], closed=True)
+                      | {"minProperties": 1},
     "Health": _obj({"status": {"const": "ok"}}),
     "Ready": _obj({"status": {"const": "ready"}, "schema_version": {"type": "integer"},
-                   "code_version": {"type": "integer"}}),
+                   "code_version": {"type": "integer"},
+                   "settings_conflicts": {"type": "array", "description": (
+                       "Only when there is one: this instance's cluster-setting flags that replaced a different "
+                       "stored value when it started, or that the cluster has moved away from since (another "
+                       "instance or an operator set a different value)."), "items": _obj({
+                           "name": SETTING_NAME,
+                           "flag": _nullable(SECONDS | {"description": "This instance's flag."}),
+                           "replaced": _nullable(SECONDS | {"description": "What the flag replaced at start, "
+                                                                           "if different."}),
+                           "replaced_by": _nullable({"type": "string"}),
+                           "cluster": _nullable(SECONDS | {"description": "The cluster's value now."}),
+                           "cluster_by": _nullable({"type": "string"}),
+                           "message": {"type": "string"},
+                       })}},
+                  ["status", "schema_version", "code_version"]),
 }
 
 _ERRORS = {
@@ -184,7 +221,8 @@ _ERRORS = {
     401: "No bearer token, or an unknown or revoked one (`unauthenticated`).",
     403: "The token's role or queues do not allow this (`forbidden`).",
     404: "No such resource, or one in a queue the token cannot see.",
-    409: "The request conflicts with the resource's state (`not_retryable`, `instance_disconnected`, ...).",
+    409: "The request conflicts with the resource's state (`not_retryable`, `instance_disconnected`, "
+         "`setting_conflict`, ...).",
     413: "The body is over 512 KiB (`request_too_large`) or the payload over 256 KiB (`payload_too_large`).",
     415: "The body is declared as something other than JSON (`unsupported_media_type`).",
     501: "Not available in this version (`not_implemented`).",
@@ -205,6 +243,7 @@ def _responses(ok: dict[int, tuple[str, str]], errors: tuple[int, ...]) -> dict[
 
 _AUTH = (400, 401, 403, 503)
 _TASK_ID_PARAM = {"name": "task_id", "in": "path", "required": True, "schema": TASK_ID}
+_SETTING_PARAM = {"name": "name", "in": "path", "required": True, "schema": SETTING_NAME}
 _SECURED = [{"bearer": []}]
 
 
@@ -296,12 +335,38 @@ PATHS: dict[str, Any] = {
                    "sees only its queues.",
                    _responses({200: ("QueueDepths", "Depths by queue.")}, _AUTH)),
     },
+    "/v1/settings": {
+        "get": _op("listSettings", "Cluster settings",
+                   "Producer or operator. The settings every process of the cluster shares (what "
+                   "`pulse-trio settings show` prints), by name.",
+                   _responses({200: ("SettingMap", "Every cluster setting.")}, _AUTH)),
+        "patch": _op("changeSettings", "Change several cluster settings at once",
+                     "Operator without `--queue`. One transaction: node_heartbeat and node_lapse can change "
+                     "together. Running instances apply the change within their refresh interval "
+                     "(docs/operations.md).",
+                     _responses({200: ("SettingMap", "Every cluster setting after the change.")},
+                                (*_AUTH, 409, 413, 415)),
+                     requestBody={"required": True,
+                                  "content": {"application/json": {"schema": _ref("SettingsChange")}}}),
+    },
+    "/v1/settings/{name}": {
+        "get": _op("getSetting", "One cluster setting", "Producer or operator.",
+                   _responses({200: ("Setting", "The setting.")}, (*_AUTH, 404)), parameters=[_SETTING_PARAM]),
+        "put": _op("setSetting", "Change one cluster setting",
+                   "Operator without `--queue`. 409 `setting_conflict` when node_lapse would be under twice "
+                   "node_heartbeat.",
+                   _responses({200: ("Setting", "The setting after the change.")}, (*_AUTH, 404, 409, 413, 415)),
+                   parameters=[_SETTING_PARAM],
+                   requestBody={"required": True,
+                                "content": {"application/json": {"schema": _ref("SettingChange")}}}),
+    },
     "/healthz": {
         "get": _op("healthz", "Liveness", "The process answers.",
                    _responses({200: ("Health", "Alive.")}, ()), secured=False),
     },
     "/readyz": {
-        "get": _op("readyz", "Readiness", "The database is reachable and its schema is current.",
+        "get": _op("readyz", "Readiness", "The database is reachable and its schema is current; "
+                   "`settings_conflicts` lists this instance's cluster-setting flags that disagree with the cluster.",
                    _responses({200: ("Ready", "Ready.")}, (503,)), secured=False),
     },
     "/metrics": {
@@ -323,7 +388,8 @@ def document() -> dict[str, Any]:
         "info": {
             "title": "pulse-trio HTTP API",
             "version": VERSION,
-            "description": "Producers submit and read tasks; operators also cancel, retry and watch workers. "
+            "description": "Producers submit and read tasks; operators also cancel, retry, watch workers and "
+                           "change the cluster settings. "
                            "Bearer tokens come from `pulse-trio token create --role producer|operator`. Every "
                            "error is `{\"error\": {\"code\", \"message\"}}`.",
         },

@@ -37,7 +37,12 @@ class OpsApi:
         return json_value({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        """Ready when the database answers and its schema is the one this code expects."""
+        """Ready when the database answers and its schema is the one this code expects.
+
+        ``settings_conflicts`` (only when there are any) lists this instance's
+        cluster-setting flags that replaced a different stored value at start
+        or that the cluster has moved away from since (``settings_sync.py``).
+        """
         want = code_version()
         have: int | None = None
         with trio.move_on_after(READY_TIMEOUT_S):
@@ -54,7 +59,12 @@ class OpsApi:
         if have != want:
             return error_response(503, "migrations_pending",
                                   f"the database schema is version {have}; this code needs {want}", retry)
-        return json_value({"status": "ready", "schema_version": have, "code_version": want})
+        ready: dict[str, object] = {"status": "ready", "schema_version": have, "code_version": want}
+        sync = self.ctx.settings_sync
+        conflicts = sync.conflicts() if sync is not None else []
+        if conflicts:  # still ready: the instance runs on the cluster's values, but operators should know
+            ready["settings_conflicts"] = [c.as_json() for c in conflicts]
+        return json_value(ready)
 
     async def metrics(self, request: Request) -> Response:
         ctx = self.ctx

@@ -19,6 +19,14 @@ if it had not been:
   with an ``expires_at`` computed before the stall, already past or nearly.
   Either way the first node through must give the others a lapse to beat
   before it judges them.
+* The heartbeat interval and the lapse are cluster settings and may change
+  while the node runs (``settings_sync.py``). Every heartbeat writes the
+  lapse of one snapshot of the settings into the node's row, and the next
+  beat is due by the interval of the same snapshot, at most half that lapse;
+  so whatever changes, and whenever each node notices, no row ever promises
+  a beat later than its node will send one. Each row is judged by the lapse
+  it carries, so nodes that have not noticed a change yet are judged by the
+  values they still beat by.
 * A heartbeat refused with ``node_lost`` means another instance has already
   disconnected this node's sessions. Their connections are still open here,
   so each is told ``server_shutting_down`` (the workers reconnect and resume
@@ -39,6 +47,7 @@ from pulse_trio.store import nodes
 from pulse_trio.store.results import NODE_LOST, Refusal
 
 if TYPE_CHECKING:
+    from pulse_trio.config import Settings
     from pulse_trio.server.service import ServiceContext
 
 log = logging.getLogger("pulse_trio.liveness")
@@ -85,7 +94,10 @@ class NodeLiveness:
         ctx = self.ctx
         sent = trio.current_time()
         try:
-            await ctx.store.run(nodes.start, now=ctx.clock.now(), lapse_ms=max(1, round(self.lapse_s * 1000)),
+            if ctx.settings_sync is not None:  # the cluster's settings (this node's lapse among them) first
+                await ctx.settings_sync.load()
+            settings = ctx.settings
+            await ctx.store.run(nodes.start, now=ctx.clock.now(), lapse_ms=_lapse_ms(settings),
                                 host=socket.gethostname(), pid=os.getpid())
         except Exception:
             log.warning("node %s not recorded yet (database unavailable); retrying at the next heartbeat",
@@ -93,7 +105,7 @@ class NodeLiveness:
             self._next_beat = sent + self.heartbeat_s
             return False
         self._started = True
-        self._landed(sent)
+        self._landed(sent, settings=settings)
         log.info("node %s started (heartbeat %gs, lapse %gs)", self.node_id, self.heartbeat_s, self.lapse_s)
         return True
 
@@ -117,9 +129,10 @@ class NodeLiveness:
             await self.start()
             return
         ctx = self.ctx
+        settings = ctx.settings  # one snapshot: the lapse written and the next beat go together
         sent = trio.current_time()
         try:
-            result = await ctx.store.run(nodes.heartbeat, now=ctx.clock.now())
+            result = await ctx.store.run(nodes.heartbeat, now=ctx.clock.now(), lapse_ms=_lapse_ms(settings))
         except BaseException:
             self._steady_since = None  # a missed heartbeat: start counting again
             raise
@@ -132,7 +145,7 @@ class NodeLiveness:
             self._steady_since = None
             log.error("node %s heartbeat refused: %s (%s)", self.node_id, result.code, result.message)
             return
-        self._landed(sent, landed)
+        self._landed(sent, landed, settings)
 
     async def sweep(self) -> None:
         """Declare lapsed nodes lost and disconnect their sessions (SKIP LOCKED, shared by every node)."""
@@ -175,19 +188,26 @@ class NodeLiveness:
                     "closing its %d connection(s), then rejoining", self.node_id, self.lapse_s, len(connections))
         for connection in connections:
             connection.shutdown()  # their sessions are DISCONNECTED already; the workers reconnect and resume
+        settings = ctx.settings
         sent = trio.current_time()
-        result = await ctx.store.run(nodes.rejoin, now=ctx.clock.now())
+        result = await ctx.store.run(nodes.rejoin, now=ctx.clock.now(), lapse_ms=_lapse_ms(settings))
         if isinstance(result, Refusal):
             raise RuntimeError(f"node {self.node_id} could not rejoin: {result.code} ({result.message})")
         ctx.metrics.node_rejoins += 1
         self._steady_since = None
-        self._landed(sent)
+        self._landed(sent, settings=settings)
 
-    def _landed(self, sent: float, landed: float | None = None) -> None:
-        """A heartbeat sent at Trio time ``sent`` was recorded at ``landed`` (now, if not given)."""
+    def _landed(self, sent: float, landed: float | None = None, settings: Settings | None = None) -> None:
+        """A heartbeat sent at Trio time ``sent`` was recorded at ``landed`` (now, if not given).
+
+        ``settings`` is the snapshot whose lapse the heartbeat wrote: the next
+        beat is due by its interval, which is at most half that lapse.
+        """
         landed = trio.current_time() if landed is None else landed
-        away = self._last_beat is not None and sent - self._last_beat > self.lapse_s
-        slow = landed - sent > self.lapse_s - self.heartbeat_s
+        settings = settings or self.ctx.settings
+        lapse_s, heartbeat_s = settings.node_lapse, settings.node_heartbeat
+        away = self._last_beat is not None and sent - self._last_beat > lapse_s
+        slow = landed - sent > lapse_s - heartbeat_s
         if away or slow:
             # We were away longer than a lapse, or the database stalled: every
             # node's heartbeat may have lapsed meanwhile. Give them a lapse.
@@ -195,4 +215,8 @@ class NodeLiveness:
         if self._steady_since is None:
             self._steady_since = landed
         self._last_beat = sent
-        self._next_beat = sent + self.heartbeat_s
+        self._next_beat = sent + heartbeat_s
+
+
+def _lapse_ms(settings: Settings) -> int:
+    return max(1, round(settings.node_lapse * 1000))

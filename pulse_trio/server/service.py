@@ -1,5 +1,10 @@
 """One service instance: the worker endpoint, dispatcher and timers in one nursery.
 
+At start the instance writes the cluster settings given by its flags and
+reads the cluster's (``settings_sync.py``) before its node is recorded, and
+re-reads them every few seconds while it runs: ``ctx.settings`` is always
+the cluster's values plus this process's own.
+
 Shutdown (SIGINT/SIGTERM, or :meth:`ServiceHandle.stop`) is orderly: stop
 accepting, tell every session ``server_shutting_down`` and close it, record
 this process (its node) STOPPED, stop the loops. Leases are left as
@@ -27,6 +32,7 @@ from pulse_trio.server.dispatcher import Dispatcher
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
 from pulse_trio.server.wire import WireConnection, keepalive, serve_workers
 from pulse_trio.store.facade import Store
@@ -40,7 +46,11 @@ DEFAULT_POOL_SIZE = 8
 
 @dataclasses.dataclass(eq=False)
 class ServiceContext:
-    """What every part of the service shares; built once per instance."""
+    """What every part of the service shares; built once per instance.
+
+    ``settings`` is replaced (never mutated) when the cluster's values change:
+    read it at each decision, not once.
+    """
 
     settings: Settings
     store: Store
@@ -51,6 +61,7 @@ class ServiceContext:
     batcher: LeaseCommandBatcher | None = None
     dispatcher: Dispatcher | None = None
     node: NodeLiveness | None = None
+    settings_sync: SettingsSync | None = None
 
     @property
     def lease_ttl_ms(self) -> int:
@@ -92,8 +103,16 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
     clock = clock or ServiceClock()  # the wall clock; scenario tests pass a virtual one
     batcher = LeaseCommandBatcher(store, clock)
     ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
+    ctx.settings_sync = SettingsSync(ctx, settings.given_ms())
     stop = trio.Event()
     try:
+        try:
+            await ctx.settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
+        except SettingsRefused:
+            raise
+        except Exception:
+            log.warning("cluster settings not read yet (database unavailable); the node starts once they are",
+                        exc_info=True)
         # This process is ALIVE (chart node) before it listens: see liveness.py.
         ctx.node = NodeLiveness(ctx)
         await ctx.node.start()
@@ -113,6 +132,7 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                 ctx.dispatcher = Dispatcher(ctx)
                 root.start_soon(ctx.dispatcher.run)
                 root.start_soon(ctx.node.run_heartbeats)
+                root.start_soon(ctx.settings_sync.run)
                 root.start_soon(Timers(ctx).run)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # -- HTTP API (pulse_trio.http): same nursery, store and hub; stops on `stop` --

@@ -14,7 +14,7 @@ one-function-per-transition rule.
 from __future__ import annotations
 
 from pulse_trio.store import (  # noqa: F401  (registration side effects, in dependency order)
-    instances, nodes, permits, task_steps, tasks, cancellation, lease_guards, lease_steps, leases, assign, resume,
+    settings, instances, nodes, permits, task_steps, tasks, cancellation, lease_guards, lease_steps, leases, assign, resume,
     lease_timers,
 )
 from pulse_trio.store.assign import LeaseCredential, assign, new_credentials, pickup_sql

@@ -9,8 +9,9 @@
   ``grace_expires_at``. The worker's finish resolves it (any status); if no
   finish comes, lease.expire fires at the deadline and escalates it.
 
-The grace deadline is fixed when the intent is saved, so every instance and
-every later renew agree on it, whichever instance's configuration saved it.
+The grace deadline is fixed when the intent is saved, from the cluster's
+``cancel_grace`` read in the same transaction, so every instance and every
+later renew agree on it, whichever process saved it.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ import datetime as dt
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-from pulse_trio.store import lease_steps, task_steps
+from pulse_trio.store import lease_steps, settings, task_steps
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
 from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
-DEFAULT_CANCEL_GRACE_MS = 30_000
 OPEN_STATES = ("REQUESTED", "NOTIFIED")
 
 
@@ -66,8 +66,8 @@ def _result(task_id: str, task_state: str, intent: tuple | None, changed: bool,
 
 
 @transition("cancellation", "request")
-def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "", requested_by: str = "",
-            cancel_grace_ms: int = DEFAULT_CANCEL_GRACE_MS) -> CancelResult | Refusal:
+def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
+            requested_by: str = "") -> CancelResult | Refusal:
     """Save a cancel intent; cancel at once what has not started. Terminal or repeated: no-op."""
     # Lock order lease -> task, as every lease command does: the task's live
     # lease (if any) first, through the leases_task index.
@@ -85,7 +85,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "", request
     dest = decide("cancellation", "request", "NONE", SimpleNamespace(task=task, lease=lease))
     if isinstance(dest, Refusal):
         return dest
-    grace = after_ms(now, cancel_grace_ms) if task.state == "RUNNING" else now
+    grace = after_ms(now, settings.value_ms(tx, "cancel_grace")) if task.state == "RUNNING" else now
     revoked = None
     task_state = task.state
     if task.state in ("OFFERED", "RUNNING") and (lease is None or lease.state != task.state):

@@ -92,8 +92,12 @@ def start(tx: Tx, *, now: dt.datetime, lapse_ms: int, host: str, pid: int) -> No
 
 
 @transition("node", "heartbeat")
-def heartbeat(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
-    """ALIVE: push expires_at to now + lapse. LOST: refused with ``node_lost`` (see the module docstring)."""
+def heartbeat(tx: Tx, *, now: dt.datetime, lapse_ms: int | None = None) -> NodeRow | Refusal:
+    """ALIVE: push expires_at to now + lapse. LOST: refused with ``node_lost`` (see the module docstring).
+
+    ``lapse_ms`` is the node's lapse from now on (the cluster's node_lapse
+    may have changed); None keeps the one in its row.
+    """
     node = _lock_me(tx)
     if isinstance(node, Refusal):
         return node
@@ -102,11 +106,11 @@ def heartbeat(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
         return dest
     if db_time(now) <= db_time(node.heartbeat_at):
         return node  # no time has passed (or the clock stepped back): never shorten expires_at
-    return _beat(tx, node, dest, now)
+    return _beat(tx, node, dest, now, lapse_ms)
 
 
 @transition("node", "rejoin")
-def rejoin(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
+def rejoin(tx: Tx, *, now: dt.datetime, lapse_ms: int | None = None) -> NodeRow | Refusal:
     """LOST -> ALIVE with a fresh heartbeat, once the node has closed the connections it held."""
     node = _lock_me(tx)
     if isinstance(node, Refusal):
@@ -116,15 +120,19 @@ def rejoin(tx: Tx, *, now: dt.datetime) -> NodeRow | Refusal:
     dest = decide("node", "rejoin", node.state, SimpleNamespace(node=node))
     if isinstance(dest, Refusal):
         return dest
-    return _beat(tx, node, dest, now)
+    return _beat(tx, node, dest, now, lapse_ms)
 
 
-def _beat(tx: Tx, node: NodeRow, dest: str, now: dt.datetime) -> NodeRow:
-    """``dest`` with a fresh heartbeat: heartbeat_at = now, expires_at = now + the node's lapse."""
-    expires = after_ms(now, node.lapse_ms)
-    tx.cas("UPDATE server_nodes SET state = %s, heartbeat_at = %s, expires_at = %s WHERE node_id = %s AND state = %s",
-           (dest, db_time(now), db_time(expires), node.node_id, node.state))
-    return NodeRow(node.node_id, dest, node.host, node.pid, node.lapse_ms, node.started_at, now, expires,
+def _beat(tx: Tx, node: NodeRow, dest: str, now: dt.datetime, lapse_ms: int | None) -> NodeRow:
+    """``dest`` with a fresh heartbeat: heartbeat_at = now, expires_at = now + the node's (new) lapse."""
+    if lapse_ms is not None and lapse_ms < 1:
+        raise ValueError("lapse_ms must be positive")
+    lapse = node.lapse_ms if lapse_ms is None else lapse_ms
+    expires = after_ms(now, lapse)
+    tx.cas("UPDATE server_nodes SET state = %s, lapse_ms = %s, heartbeat_at = %s, expires_at = %s"
+           " WHERE node_id = %s AND state = %s",
+           (dest, lapse, db_time(now), db_time(expires), node.node_id, node.state))
+    return NodeRow(node.node_id, dest, node.host, node.pid, lapse, node.started_at, now, expires,
                    node.lost_at, node.lost_by, node.stopped_at)
 
 

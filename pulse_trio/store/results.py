@@ -19,6 +19,8 @@ from pulse_trio.contract.errors import (  # noqa: E402
     LEASE_NOT_OWNED, PERMISSION_DENIED, REVISION_CONFLICT, SERVER_SHUTTING_DOWN, TASK_CANCELLED,
 )
 
+from pulse_trio.cluster_settings import SETTING_CONFLICT  # noqa: E402  (settings that cannot go together)
+
 # Producer / operator surfaces (CLI, HTTP), and guards the function itself absorbs.
 TASK_NOT_FOUND: Final = "task_not_found"
 SESSION_NOT_FOUND: Final = "session_not_found"
@@ -32,7 +34,7 @@ WIRE_CODES: Final = frozenset({
     SERVER_SHUTTING_DOWN,  # worker.hello on a node that is not ALIVE: reconnect (to another instance)
 })
 INTERNAL_CODES: Final = frozenset({TASK_NOT_FOUND, SESSION_NOT_FOUND, INSTANCE_NOT_FOUND, STALE_SEQUENCE,
-                                   NODE_LOST})
+                                   NODE_LOST, SETTING_CONFLICT})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

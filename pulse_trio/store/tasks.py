@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pymysql
 
-from pulse_trio.store import ids
+from pulse_trio.store import ids, settings
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import (
     INVALID_TRANSITION, TASK_NOT_FOUND, Refusal, RetryCreated, Submitted, TimerResult,
@@ -27,7 +27,6 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_BACKOFF_MS = 2**31 - 1
 MAX_BACKOFF_FACTOR = 100.0
 DEFAULT_BACKOFF_MAX_MS = 300_000
-DEFAULT_PRIORITY_STEP_MS = 30_000
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _KEY_RE = re.compile(r"^[!-~]{1,128}$")
 RECOVERABLE_STATES = frozenset({"FAILED", "UNKNOWN", "CANCELLED"})
@@ -55,7 +54,7 @@ class NewTask:
     backoff_factor: float = 2.0
     backoff_max_ms: int = DEFAULT_BACKOFF_MAX_MS
     retry_uncertain: bool = False
-    lease_ttl_ms: int | None = None  # None: the serving instance's --lease-ttl
+    lease_ttl_ms: int | None = None  # None: the cluster's lease_ttl when it is offered
     task_id: str = dataclasses.field(default_factory=lambda: ids.new_id("tsk"))
 
     def __post_init__(self) -> None:
@@ -141,20 +140,23 @@ def ensure_key_counters(tx: Tx, keys: set[str]) -> None:
 
 
 @transition("task", "submit")
-def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime,
-           priority_step_ms: int = DEFAULT_PRIORITY_STEP_MS) -> tuple[Submitted, ...]:
+def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submitted, ...]:
     """Create tasks (READY if due, else SCHEDULED); a known idempotency key returns the existing task.
 
     Runs on the caller's transaction too (transactional enqueue): pass a Tx
     over the producer's own cursor and commit with the producer's work.
+    ``effective_at`` uses the cluster's priority step, read in this
+    transaction, whichever process submits.
     """
+    if not tasks:
+        return ()
+    priority_step_ms = settings.value_ms(tx, "priority_step")
+    assert priority_step_ms is not None
     prepared = []
     for task in tasks:
         state = decide("task", "submit", "NONE", SimpleNamespace(due_at=task.due_at or now, now=now))
         assert isinstance(state, str)
         prepared.append((task, state, _row_for(task, state, now, priority_step_ms)))
-    if not prepared:
-        return ()
     ensure_key_counters(tx, {t.concurrency_key for t in tasks if t.concurrency_key})
     try:
         tx.write_many(_INSERT, [row for _, _, row in prepared])

@@ -19,6 +19,7 @@ EXPECTED_TRIGGERS = {
     "task": {"submit", "promote"},
     "instance": {"register", "set_capacity", "disconnect", "node_gone"},
     "node": {"start", "heartbeat", "lose", "rejoin", "stop"},
+    "cluster_setting": {"set"},
 }
 
 

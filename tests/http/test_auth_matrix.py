@@ -64,11 +64,18 @@ MATRIX = [
      {"worker": 403, "producer": 403, "producer_any": 403, "operator": 404}),
     ("GET", "/v1/queues", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
     ("GET", "/v1/nodes", None, {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
+    ("GET", "/v1/settings", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
+    ("GET", "/v1/settings/cancel_grace", None,
+     {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
+    ("PUT", "/v1/settings/cancel_grace", {"value": 30},
+     {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
+    ("PATCH", "/v1/settings", {"cancel_grace": 30},
+     {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
 ]
 
 
 @pytest.mark.parametrize(("method", "path", "body", "expected"), MATRIX,
-                         ids=[f"{m} {p}" + (f" {b['queue']}" if b else "") for m, p, b, _ in MATRIX])
+                         ids=[f"{m} {p}" + (f" {b['queue']}" if b and "queue" in b else "") for m, p, b, _ in MATRIX])
 async def test_auth_matrix(http, callers, tasks, method, path, body, expected):
     path = path.format(**tasks)
     for caller, want in {**UNAUTHENTICATED, **expected}.items():

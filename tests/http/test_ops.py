@@ -69,6 +69,11 @@ async def test_answers_validate_against_the_documented_schemas(http, tokens, tok
     _check("WorkerList", (await http.get("/v1/workers?all=true", token=tokens["operator"])).json())
     _check("NodeList", (await http.get("/v1/nodes?all=true", token=tokens["operator"])).json())
     _check("QueueDepths", (await http.get("/v1/queues", token=tokens["operator"])).json())
+    _check("SettingMap", (await http.get("/v1/settings", token=tokens["producer"])).json())
+    _check("Setting", (await http.request("PUT", "/v1/settings/permit_quarantine", token=tokens["operator"],
+                                          json_body={"value": None})).json())
+    _check("SettingMap", (await http.request("PATCH", "/v1/settings", token=tokens["operator"],
+                                             json_body={"node_heartbeat": 2, "node_lapse": 6.5})).json())
     _check("Health", (await http.get("/healthz")).json())
     _check("Ready", (await http.get("/readyz")).json())
     for reply in (await http.get("/v1/tasks"), await http.get("/nowhere"),
@@ -83,6 +88,25 @@ async def test_healthz_and_readyz(http):
     ready = await http.get("/readyz")
     assert ready.status == 200
     assert ready.json() == {"status": "ready", "schema_version": code_version(), "code_version": code_version()}
+
+
+async def test_readyz_lists_a_flag_that_disagrees_with_the_cluster(start_service):
+    from pulse_trio.client import Client
+
+    first = await start_service()
+    with Client(first.ctx.store.config) as client:
+        client.set_settings({"cancel_grace": "5"}, updated_by="cli@elsewhere")
+    fighting = await start_service(cancel_grace=2)
+    ready = await Http(fighting.http_port).get("/readyz")
+    assert ready.status == 200  # still ready: it runs on the cluster's value, which is now its own
+    _check("Ready", ready.json())
+    (conflict,) = ready.json()["settings_conflicts"]
+    message = conflict.pop("message")
+    assert conflict == {"name": "cancel_grace", "flag": 2, "replaced": 5, "replaced_by": "cli@elsewhere",
+                        "cluster": 2, "cluster_by": f"serve:{fighting.ctx.store.node_id}"}
+    assert "--cancel-grace 2 s replaced the cluster's 5 s (cli@elsewhere at " in message
+    assert fighting.ctx.settings.cancel_grace == 2
+    assert "settings_conflicts" not in (await Http(first.http_port).get("/readyz")).json()  # it gave no flag
 
 
 @pytest.fixture

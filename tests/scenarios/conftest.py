@@ -205,15 +205,14 @@ def connect_worker(token_factory):
 def submit(db):
     """``await submit(service, queue, kind, **options)``: a task submitted at the service's virtual now.
 
-    The priority step is the service's ``priority_step`` (producers and
-    instances share the cluster's timing settings). ``submit.many(service,
+    The priority step is the cluster's, as for every producer (a service
+    started with ``priority_step=`` wrote it). ``submit.many(service,
     [options, ...])`` submits several in one transaction.
     """
     client = Client(db)
 
     async def many(service, specs):
         now = service.ctx.clock.now()
-        client.priority_step = service.ctx.settings.priority_step
         tasks = [build_task(spec.pop("queue", "q"), spec.pop("kind", "k"), spec.pop("payload", None), now=now, **spec)
                  for spec in (dict(s) for s in specs)]
         done = await trio.to_thread.run_sync(lambda: client.submit_many(tasks, now=now))
@@ -239,16 +238,15 @@ def operator(db):
     """``ops = operator(service)``: the producer ``Client`` on the service's virtual clock.
 
     Its ``cancel``/``retry``/``get`` are the real client methods; only "now"
-    is injected (the service's virtual now, read in the Trio thread), and the
-    client shares the service's ``cancel_grace``/``priority_step``.
+    is injected (the service's virtual now, read in the Trio thread); the
+    cancel grace is the cluster's, as for every producer.
     """
     made: list[Client] = []
 
     class Ops:
         def __init__(self, service) -> None:
             self.service = service
-            settings = service.ctx.settings
-            self.client = Client(db, priority_step=settings.priority_step, cancel_grace=settings.cancel_grace)
+            self.client = Client(db)
             made.append(self.client)
 
         async def _call(self, fn):

@@ -20,12 +20,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def start(db, port: int, *args: str) -> trio.Process:
-    """``pulse-trio serve`` on ``port`` against ``db``, once it accepts connections."""
+async def start(db, port: int, *args: str, http_port: int | None = None, log=None,
+                env: dict[str, str] | None = None) -> trio.Process:
+    """``pulse-trio serve`` on ``port`` against ``db``, once it accepts connections.
+
+    ``log``: an open file for its stderr (its log lines), else discarded;
+    ``env``: variables added to this process's environment.
+    """
     command = [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
-               "--worker-listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{free_port()}", *args]
-    process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+               "--worker-listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{http_port or free_port()}",
+               *args]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL,
+                                               stderr=log if log is not None else subprocess.DEVNULL,
+                                               env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     with trio.fail_after(30):
         while True:
             if process.poll() is not None:

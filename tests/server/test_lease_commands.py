@@ -306,8 +306,8 @@ async def test_cancel_grace_caps_renewals_and_then_the_task_ends_cancelled(start
                                                                            db):
     from pulse_trio.client import Client
 
-    service = await start_service(lease_ttl=30)
-    with Client(db, cancel_grace=0.5) as client:
+    service = await start_service(lease_ttl=30, cancel_grace=0.5)  # the cluster's grace, whoever cancels
+    with Client(db) as client:
         w, held = await take(service, connect, worker_token, client)
         await w.ok(w.start(held))
         cancelled = client.cancel(held.task_id, reason="operator")

@@ -145,6 +145,13 @@ class World:
     def task(self, task_id: str):
         return self.store.run_sync(get_task, task_id=task_id)
 
+    def setting(self, name: str, ms: int | None) -> None:
+        """Change a cluster setting, as `pulse-trio settings set` would."""
+        from pulse_trio.store.settings import set_values
+
+        result = self.run(set_values, values={name: ms}, updated_by="test")
+        assert not isinstance(result, Refusal), result
+
     def sql(self, query: str, args: Any = ()) -> list[tuple]:
         """Inspect (or poke) the database outside the store, on a committed view."""
         if self._conn is None:

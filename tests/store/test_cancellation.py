@@ -39,7 +39,8 @@ def test_cancel_running_saves_the_intent_notifies_and_caps_renewals(world):
     w = world.worker("q", notify=True)
     offer = world.running(w)
     world.advance(1_000)
-    result = cancel(world, offer.task.task_id, cancel_grace_ms=10_000)
+    world.setting("cancel_grace", 10_000)
+    result = cancel(world, offer.task.task_id)
     assert result.intent_state == "REQUESTED" and result.task_state == "RUNNING"
     assert result.grace_expires_at == world.now + dt.timedelta(seconds=10)
     (notice,) = world.run(notify_cancellations, session_ids=[w.session_id])
@@ -90,7 +91,8 @@ def test_retryable_failure_after_cancel_is_not_retried(world):
 def test_escalation_when_the_grace_runs_out(world):
     w = world.worker("q", keys=True)
     offer = world.running(w, concurrency_key="acct", retry_uncertain=True)
-    cancel(world, offer.task.task_id, cancel_grace_ms=5_000)
+    world.setting("cancel_grace", 5_000)
+    cancel(world, offer.task.task_id)
     world.advance(4_999)
     assert world.run(expire).count == 0
     world.advance(1)

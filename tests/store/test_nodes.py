@@ -386,3 +386,20 @@ def _analyze(world, sql, args):
         return row
     finally:
         conn.close()
+
+
+def test_a_heartbeat_writes_the_lapse_the_node_beats_by_now(world, node):
+    """node_lapse is a cluster setting: a node that read a new value carries it from its next heartbeat on."""
+    a = node("a")
+    world.advance(1_000)
+    grown = a.run(nodes.heartbeat, lapse_ms=60_000)
+    assert grown.lapse_ms == 60_000 and a.row()["lapse_ms"] == 60_000
+    assert a.row()["expires_at"] == db_time(world.now) + dt.timedelta(seconds=60)
+    world.advance(1_000)
+    kept = a.run(nodes.heartbeat)  # no lapse given: the row's stays
+    assert kept.lapse_ms == 60_000 and a.row()["expires_at"] == db_time(world.now) + dt.timedelta(seconds=60)
+    world.advance(1_000)
+    a.run(nodes.heartbeat, lapse_ms=2_000)  # shrinking takes effect with the beat that says so, not before
+    assert a.row()["expires_at"] == db_time(world.now) + dt.timedelta(seconds=2)
+    with pytest.raises(ValueError, match="lapse_ms"):
+        a.run(nodes.heartbeat, now=world.advance(1_000), lapse_ms=0)

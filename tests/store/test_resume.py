@@ -118,7 +118,8 @@ def test_resume_keeps_the_cancel_deadline(world):
 
     old = world.worker("q")
     offer = world.running(old)
-    world.run(request_cancel, task_id=offer.task.task_id, cancel_grace_ms=10_000)
+    world.setting("cancel_grace", 10_000)
+    world.run(request_cancel, task_id=offer.task.task_id)
     new = world.worker("q")
     lease = resume_it(world, new, old, offer)
     assert lease.expires_at == world.now + dt.timedelta(seconds=10)

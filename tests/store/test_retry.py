@@ -43,7 +43,8 @@ def test_retry_after_lost_lease_and_after_escalation_is_uncertain(world):
     assert world.run(retry, source_task_id=lost.task.task_id).effect_uncertain
     other = world.worker("r")
     escalated = world.running(other, queue="r")
-    world.run(request_cancel, task_id=escalated.task.task_id, cancel_grace_ms=1)
+    world.setting("cancel_grace", 1)
+    world.run(request_cancel, task_id=escalated.task.task_id)
     world.advance(1)
     world.run(expire)
     assert world.run(retry, source_task_id=escalated.task.task_id).effect_uncertain

@@ -71,7 +71,7 @@ def test_default_idempotency_key_is_the_task_id(world):
 
 
 def test_effective_at_is_due_minus_priority_times_step(world):
-    (r,) = world.run(submit, tasks=[NewTask("q", "k", priority=7)], priority_step_ms=30_000)
+    (r,) = world.run(submit, tasks=[NewTask("q", "k", priority=7)])  # the cluster's default step, 30 s
     ((due, eff),) = world.sql("SELECT due_at, effective_at FROM tasks WHERE task_id = %s", (r.task_id,))
     assert due - eff == dt.timedelta(seconds=210)
 

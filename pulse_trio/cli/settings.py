@@ -1,0 +1,61 @@
+"""`pulse-trio settings show|set`: the settings every process of the cluster shares.
+
+``show`` prints every cluster setting as one JSON object; ``set NAME VALUE
+[NAME VALUE ...]`` changes one or several in one transaction (seconds, or
+``lease-ttl`` for permit_quarantine) and prints them all after the change.
+Running ``serve`` instances apply a change within their refresh interval
+(docs/operations.md). Exit codes: 2 for an unknown name or a value outside
+its bounds (nothing is written), 1 when the cluster refuses the combination.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+from pulse_trio import cluster_settings as cs
+from pulse_trio.cli.common import add_database_options, database, fail, print_json, run_guarded
+from pulse_trio.client import Client, ClientError
+from pulse_trio.client.producer import parse_settings
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    group = commands.add_parser("settings", help="show or change the settings every serve process shares")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = actions.add_parser("show", help="print every cluster setting: value, default, who set it and when")
+    add_database_options(show)
+    show.set_defaults(run=run_guarded(_show))
+    change = actions.add_parser("set", help="change cluster settings in one transaction",
+                                description="Names: " + "; ".join(
+                                    f"{s.name} ({s.help}" + (f"; {s.null_word!r}: {s.null_meaning}" if s.nullable
+                                                             else "") + ")" for s in cs.SETTINGS))
+    change.add_argument("pairs", nargs="+", metavar="NAME VALUE", help="a setting and its value in seconds")
+    add_database_options(change)
+    change.set_defaults(run=run_guarded(_set))
+
+
+def _show(args: argparse.Namespace) -> int:
+    with database(args) as target, Client(target, pool_size=1) as client:
+        print_json({"settings": client.settings()})
+    return 0
+
+
+def _set(args: argparse.Namespace) -> int:
+    if len(args.pairs) % 2:
+        fail("give NAME VALUE pairs: a value is missing", 2)
+    pairs = dict(zip(args.pairs[::2], args.pairs[1::2]))
+    if len(pairs) * 2 != len(args.pairs):
+        fail("a setting is named twice", 2)
+    try:
+        parse_settings(pairs)  # bad input writes nothing, and never reaches the database
+    except ClientError as exc:
+        fail(exc.message, 2)
+    with database(args) as target, Client(target, pool_size=1) as client:
+        try:
+            print_json({"settings": client.set_settings(pairs, updated_by=f"cli@{socket.gethostname()}")})
+        except ClientError as exc:
+            fail(exc.message)
+    return 0
+
+
+__all__ = ["register"]

@@ -1,0 +1,82 @@
+"""``/v1/settings``: the cluster settings, read by any API token, changed by an unscoped operator.
+
+A thin face over :meth:`Client.settings` / :meth:`Client.set_settings`, as
+the task handlers are over the rest of the client. A change is one
+transaction; this instance applies it at once, every other instance within
+its refresh interval (``pulse_trio.server.settings_sync``). The settings
+span every queue, so a token held to some queues may read them but not
+change them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pulse_trio import cluster_settings as cs
+from pulse_trio.http import auth, bodies
+from pulse_trio.http.api import json_value
+from pulse_trio.http.errors import forbidden, not_found
+
+if TYPE_CHECKING:
+    from pulse_trio.http.api import TaskApi
+
+log = logging.getLogger("pulse_trio.http")
+
+
+class SettingsApi:
+    """Handlers for ``/v1/settings``; they share the task handlers' authentication, client and limiters."""
+
+    def __init__(self, tasks: TaskApi) -> None:
+        self.tasks = tasks
+        self.ctx = tasks.ctx
+
+    async def list(self, request: Request) -> Response:
+        await self.tasks.authenticate(request, auth.READERS, "read the cluster settings")
+        bodies.query(request, frozenset())
+        return json_value({"settings": await self.tasks.blocking(self.tasks.client.settings)})
+
+    async def get(self, request: Request) -> Response:
+        await self.tasks.authenticate(request, auth.READERS, "read the cluster settings")
+        name = _known(request.path_params["name"])
+        return json_value((await self.tasks.blocking(self.tasks.client.settings))[name])
+
+    async def put(self, request: Request) -> Response:
+        info = await self._operator(request)
+        name = _known(request.path_params["name"])
+        value = bodies.setting_value(await bodies.read_json(request))
+        changed = await self._set(info.token_id, {name: value})
+        return json_value(changed[name])
+
+    async def patch(self, request: Request) -> Response:
+        info = await self._operator(request)
+        values = bodies.setting_values(await bodies.read_json(request), cs.NAMES)
+        return json_value({"settings": await self._set(info.token_id, values)})
+
+    async def _operator(self, request: Request):
+        info = await self.tasks.authenticate(request, (auth.OPERATOR,), "change the cluster settings")
+        if info.queues:
+            raise forbidden("the cluster settings apply to every queue: changing them takes an operator token "
+                            "without --queue")
+        return info
+
+    async def _set(self, token_id: str, values: dict) -> dict[str, dict[str, object]]:
+        now = self.ctx.clock.now()
+        changed = await self.tasks.blocking(self.tasks.client.set_settings, values,
+                                            updated_by=f"http:{token_id}", now=now)
+        if self.ctx.settings_sync is not None:  # this instance at once; the others within their interval
+            try:
+                await self.ctx.settings_sync.refresh()
+            except Exception:
+                log.warning("cluster settings changed but not re-read here yet", exc_info=True)
+        return changed
+
+
+def _known(name: str) -> str:
+    try:
+        return cs.lookup(name).name
+    except cs.InvalidSetting as exc:
+        raise not_found(exc.code, exc.message) from None
