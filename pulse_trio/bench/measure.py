@@ -14,13 +14,6 @@ from pathlib import Path
 
 from pulse_trio.bench.noop_worker import QUEUE
 from pulse_trio.dburl import DatabaseConfig, connect
-from pulse_trio.charts.loader import load_specs
-from pulse_trio.store.rows import TERMINAL_TASK_STATES
-
-_TASK_CHART = load_specs(["task"])["task"]
-#: Task states a row can be in before a terminal one, from statecharts/task.json.
-LIVE_TASK_STATES = tuple(state for state in _TASK_CHART.states
-                         if state not in TERMINAL_TASK_STATES and state != _TASK_CHART.initial)
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
@@ -135,9 +128,10 @@ class Progress:
     Polled while a run goes on, so it must cost the machine it measures next
     to nothing:
 
-    - :meth:`all_finished` looks for one live task through ``tasks_pickup_kind
-      (queue, state, kind, …)``: at most four index dives, whatever the size of
-      the run or of the READY backlog. Counting the finished tasks instead read
+    - :meth:`all_finished` looks for one task still waiting, through
+      ``tasks_pickup_kind (queue, pick_state, kind, …)``, and for one live
+      lease through ``leases_due``: a handful of index dives, whatever the size
+      of the run or of the READY backlog. Counting the finished tasks instead read
       every finished row on every poll (130 index reads per task over a
       10 000-task run, all of it load on the database being measured);
     - it keeps its connection: PyMySQL builds a fresh TLS context for every
@@ -154,18 +148,22 @@ class Progress:
         self._conn.autocommit(True)
 
     def all_finished(self) -> bool:
-        live = ", ".join(f"'{state}'" for state in LIVE_TASK_STATES)
         with self._conn.cursor() as cur:
-            cur.execute(f"SELECT 1 FROM tasks FORCE INDEX (tasks_pickup_kind) WHERE queue = %s"
-                        f" AND state IN ({live}) AND kind = %s LIMIT 1", (QUEUE, self._kind))
+            # waiting to be picked up, or held by a live lease (an OFFERED or RUNNING task has one)
+            cur.execute("SELECT 1 FROM tasks FORCE INDEX (tasks_pickup_kind) WHERE queue = %s"
+                        " AND pick_state IN ('READY', 'SCHEDULED') AND kind = %s LIMIT 1", (QUEUE, self._kind))
+            if cur.fetchone() is not None:
+                return False
+            # (only the run's workers are connected, so every live lease is one of the run's tasks)
+            cur.execute("SELECT 1 FROM leases FORCE INDEX (leases_due) WHERE state IN ('OFFERED', 'RUNNING')"
+                        " LIMIT 1")
             return cur.fetchone() is None
 
     def finished(self) -> int:
         """How many have finished: a count of every finished row, for the timeout message only."""
-        terminal = ", ".join(f"'{state}'" for state in sorted(TERMINAL_TASK_STATES))
         with self._conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM tasks FORCE INDEX (tasks_pickup_kind) WHERE queue = %s"
-                        f" AND state IN ({terminal}) AND kind = %s", (QUEUE, self._kind))
+            cur.execute("SELECT COUNT(*) FROM tasks WHERE queue = %s AND kind = %s AND finished_at IS NOT NULL",
+                        (QUEUE, self._kind))
             return int(cur.fetchone()[0])
 
     def close(self) -> None:

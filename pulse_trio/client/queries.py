@@ -40,12 +40,26 @@ def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, ki
 
 @read_only
 def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
-    """Tasks per state per queue, and the age of the oldest due READY task."""
+    """Tasks per state per queue, and the age of the oldest due READY task.
+
+    Each group is read through an index that holds only its tasks: READY and
+    SCHEDULED through ``tasks_due (pick_state, …)``, OFFERED and RUNNING
+    through their live leases, ended tasks through ``tasks_finished`` (an
+    ended task's state is its outcome).
+    """
     out: dict[str, dict[str, object]] = {}
-    for queue, state, count in tx.all("SELECT queue, state, COUNT(*) FROM tasks GROUP BY queue, state"):
+    counts = tx.all(
+        "SELECT queue, pick_state, COUNT(*) FROM tasks FORCE INDEX (tasks_due)"
+        " WHERE pick_state IN ('READY', 'SCHEDULED') GROUP BY queue, pick_state"
+        " UNION ALL SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
+        " JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN ('OFFERED', 'RUNNING') GROUP BY t.queue, l.state"
+        " UNION ALL SELECT queue, outcome_status, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
+        " WHERE finished_at IS NOT NULL GROUP BY queue, outcome_status")
+    for queue, state, count in counts:
         entry = out.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})
         entry["states"][state] = int(count)  # type: ignore[index]
-    for queue, oldest in tx.all("SELECT queue, MIN(due_at) FROM tasks WHERE state = 'READY' GROUP BY queue"):
+    for queue, oldest in tx.all("SELECT queue, MIN(due_at) FROM tasks FORCE INDEX (tasks_pickup)"
+                                " WHERE pick_state = 'READY' GROUP BY queue"):
         if queue in out and oldest is not None:
             out[queue]["oldest_ready_age_s"] = max(0.0, (now - py_time(oldest)).total_seconds())
     return out

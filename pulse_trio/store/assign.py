@@ -37,7 +37,7 @@ from pulse_trio.store.tx import Tx, after_ms, db_time
 
 _PICKUP = (
     f"SELECT {TASK_PICKUP.columns('t')} FROM tasks t FORCE INDEX ({{index}})"
-    " WHERE t.queue = %s AND t.state = 'READY'{kind}{after}{kinds}{keys}"
+    " WHERE t.queue = %s AND t.pick_state = 'READY'{kind}{after}{kinds}{keys}"
     " ORDER BY t.effective_at, t.task_id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 _AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id > %s))"
@@ -61,7 +61,7 @@ def new_credentials(count: int) -> tuple[LeaseCredential, ...]:
 def pickup_sql(*, paged: bool = False, by_kind: bool = False, kinds: int = 0, unkeyed_only: bool = False) -> str:
     """The pick-up query (exposed so a test can EXPLAIN exactly what runs).
 
-    ``by_kind``: one kind, through ``tasks_pickup_kind (queue, state, kind,
+    ``by_kind``: one kind, through ``tasks_pickup_kind (queue, pick_state, kind,
     effective_at, task_id)``; ``kinds``: that many kinds, IN (…) over
     ``tasks_pickup``; neither: the whole queue through ``tasks_pickup``.
     """
@@ -122,7 +122,7 @@ def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
         chunk = queues[start:start + PROBE_CHUNK]
         sql = " UNION ALL ".join(
             ["SELECT %s FROM DUAL WHERE EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
-             " WHERE queue = %s AND state = 'READY')"] * len(chunk))
+             " WHERE queue = %s AND pick_state = 'READY')"] * len(chunk))
         found.update(row[0] for row in tx.all(sql, [q for queue in chunk for q in (queue, queue)]))
     return found
 

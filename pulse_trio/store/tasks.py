@@ -188,7 +188,7 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
 def promote(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
     """Timer: SCHEDULED tasks whose due_at has come become READY (SKIP LOCKED: instances share it)."""
     rows = tx.all(
-        "SELECT task_id, due_at FROM tasks WHERE state = 'SCHEDULED' AND due_at <= %s"
+        "SELECT task_id, due_at FROM tasks WHERE pick_state = 'SCHEDULED' AND due_at <= %s"
         " ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED",
         (db_time(now), limit),
     )
