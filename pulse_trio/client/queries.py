@@ -6,9 +6,10 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
+from pulse_trio.store.dashboard import oldest_ready_age_s
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.rows import TaskRow
-from pulse_trio.store.tx import Tx, py_time, rfc3339
+from pulse_trio.store.tx import Tx, rfc3339
 
 TASK_STATES = ("SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
 
@@ -45,9 +46,9 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
     for queue, state, count in tx.all("SELECT queue, state, COUNT(*) FROM tasks GROUP BY queue, state"):
         entry = out.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})
         entry["states"][state] = int(count)  # type: ignore[index]
-    for queue, oldest in tx.all("SELECT queue, MIN(due_at) FROM tasks WHERE state = 'READY' GROUP BY queue"):
-        if queue in out and oldest is not None:
-            out[queue]["oldest_ready_age_s"] = max(0.0, (now - py_time(oldest)).total_seconds())
+    for queue, entry in out.items():
+        if "READY" in entry["states"]:  # type: ignore[operator]
+            entry["oldest_ready_age_s"] = oldest_ready_age_s(tx, queue, now)
     return out
 
 
