@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
-from pulse_trio import tokens as tokens_mod
-from pulse_trio.dburl import connect
+from token_support import revoke_token  # noqa: I001  (tests/, on sys.path)
 
 UNKNOWN_TASK = "tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A"
 UNKNOWN_INSTANCE = "ins_01M8VZMC9N9WQ7HZY3RZQQCE2A"
@@ -17,12 +14,7 @@ UNKNOWN_INSTANCE = "ins_01M8VZMC9N9WQ7HZY3RZQQCE2A"
 def callers(db, tokens, token_factory) -> dict[str, dict[str, str]]:
     """Headers per caller: anonymous, bad credentials, a revoked token, and one token per role."""
     revoked = token_factory("operator")
-    conn = connect(db)
-    try:
-        info = tokens_mod.authenticate(conn, revoked)
-        tokens_mod.revoke_token(conn, info.token_id, now=dt.datetime.now(dt.timezone.utc))
-    finally:
-        conn.close()
+    revoke_token(db, revoked)
     bearer = {name: {"Authorization": f"Bearer {token}"} for name, token in tokens.items()}
     return {
         "anonymous": {},
