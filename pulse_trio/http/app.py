@@ -26,8 +26,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pulse_trio.client import ClientError
 from pulse_trio.http.api import TaskApi
+from pulse_trio.http.dashboard import DashboardApi
 from pulse_trio.http.errors import ApiError, database_unavailable, error_response, from_client_error, is_database_failure
 from pulse_trio.http.ops import OpsApi
+from pulse_trio.http.security import SecurityHeaders
+from pulse_trio.http.ui import Dashboard
 from pulse_trio.logs import bind
 
 if TYPE_CHECKING:
@@ -63,7 +66,8 @@ def _guarded(handler: Handler, metrics: ServiceMetrics) -> Handler:
 
 
 def build_app(ctx: ServiceContext) -> Starlette:
-    tasks, ops = TaskApi(ctx), OpsApi(ctx)
+    tasks, ops, ui = TaskApi(ctx), OpsApi(ctx), Dashboard()
+    dashboard = DashboardApi(tasks)
     metrics = ctx.metrics
 
     def route(path: str, **handlers: Handler) -> Route:
@@ -86,6 +90,11 @@ def build_app(ctx: ServiceContext) -> Starlette:
         route("/v1/workers/{instance_id}/drain", post=tasks.drain),
         route("/v1/nodes", get=tasks.nodes),
         route("/v1/queues", get=tasks.queues),
+        route("/v1/whoami", get=dashboard.whoami),
+        route("/v1/overview", get=dashboard.overview),
+        route("/", get=ui.root),
+        route("/ui/", get=ui.index),
+        route("/ui/{asset}", get=ui.asset),
         route("/healthz", get=ops.healthz),
         route("/readyz", get=ops.readyz),
         route("/metrics", get=ops.metrics),
@@ -101,7 +110,7 @@ def build_app(ctx: ServiceContext) -> Starlette:
         return error_response(exc.status_code, code, message, dict(exc.headers or {}))
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     middleware=[Middleware(_AccessLog, metrics=metrics)])
+                     middleware=[Middleware(_AccessLog, metrics=metrics), Middleware(SecurityHeaders)])
 
 
 class _AccessLog:

@@ -56,6 +56,8 @@ MATRIX = [
      {"worker": 403, "producer": 403, "producer_any": 403, "operator": 404}),
     ("GET", "/v1/queues", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
     ("GET", "/v1/nodes", None, {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
+    ("GET", "/v1/whoami", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
+    ("GET", "/v1/overview", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
 ]
 
 
@@ -75,7 +77,7 @@ async def test_auth_matrix(http, callers, tasks, method, path, body, expected):
             assert reply.error["code"] in ("task_not_found", "instance_not_found")
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/openapi.json"])
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/openapi.json", "/ui/", "/ui/app.js"])
 async def test_operational_endpoints_need_no_token(http, path):
     assert (await http.get(path)).status == 200
 
