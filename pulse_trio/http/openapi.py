@@ -96,7 +96,8 @@ SCHEMAS: dict[str, Any] = {
                   "description": "REQUESTED/NOTIFIED: the running holder is to stop; RESOLVED: the task ended; "
                                  "ESCALATED: the grace ran out and the lease was expired."},
         "requested_at": TIME,
-        "grace_expires_at": _nullable(TIME | {"description": "A running task's deadline: request + cancel grace."}),
+        "grace_expires_at": _nullable(TIME | {"description": "A running task's deadline: request + cancel grace "
+                                                                "(the request time for a task cancelled at once)."}),
         "reason": {"type": "string"},
         "requested_by": {"type": "string"},
         "resolved_at": _nullable(TIME),

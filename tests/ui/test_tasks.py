@@ -96,6 +96,7 @@ def test_open_a_task_cancel_it_and_see_its_state_change(page, service):
     page.wait_for_selector("#task-state >> text=CANCELLED")
     assert page.text_content("[data-field=cancel-state]") == "RESOLVED"
     assert "customer asked" in page.text_content("#cancel-info")
+    assert "none: the task had not started, so it was cancelled at once" in page.text_content("#cancel-info")
     assert service.api.task(operator, task["task_id"])["state"] == "CANCELLED"
     screenshot(page, "task-cancelled", full_page=True)
 

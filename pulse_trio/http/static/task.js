@@ -37,7 +37,7 @@ function cancelFacts(task) {
     ["Requested", el("span", { class: "mono" }, when(c.requested_at))],
     ["By", c.requested_by || "—"],
     ["Reason", c.reason || "—"],
-    ["Grace", c.grace_expires_at ? `${age(grace)}, until ${when(c.grace_expires_at)}`
+    ["Grace", grace ? `${age(grace)}, until ${when(c.grace_expires_at)}`
       : "none: the task had not started, so it was cancelled at once"],
     ["Resolved", c.resolved_at ? el("span", { class: "mono" }, when(c.resolved_at)) : "not yet"],
   ], { id: "cancel-info" });
