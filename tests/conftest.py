@@ -104,22 +104,12 @@ def db(database_config: DatabaseConfig, _seed_snapshot) -> DatabaseConfig:
 # -- a running service, in-process, on real sockets ---------------------------------
 
 import datetime as _dt  # noqa: E402
+import dataclasses as _dc  # noqa: E402
 
 import trio  # noqa: E402
 
-from pulse_trio import tokens as _tokens  # noqa: E402
 from pulse_trio.config import Settings  # noqa: E402
-
-
-def make_token(config: DatabaseConfig, role: str = "worker", queues: tuple[str, ...] = ()) -> str:
-    """A new bearer token stored in ``config``'s database."""
-    conn = connect(config)
-    try:
-        token, _ = _tokens.create_token(conn, role=role, queues=queues, label="test",
-                                        now=_dt.datetime.now(_dt.timezone.utc))
-        return token
-    finally:
-        conn.close()
+from token_support import make_token  # noqa: E402  (beside this file)
 
 
 @pytest.fixture

@@ -203,17 +203,23 @@ class Client:
         return json.loads(self.get_json_text(task_id))
 
     def list(self, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
-             after: str | None = None, limit: int = 100, queues: Sequence[str] | None = None) -> dict[str, Any]:
-        """A page of tasks, oldest first; ``next`` is the cursor for the following page.
+             idempotency_key: str | None = None, after: str | None = None, limit: int = 100,
+             queues: Sequence[str] | None = None, order: str = "oldest") -> dict[str, Any]:
+        """A page of tasks, oldest first (``order="newest"``: newest first); ``next`` is the following page's cursor.
 
         ``queues`` narrows the listing to those queues (a queue-scoped token's).
         """
         if state is not None and state not in queries.TASK_STATES:
             raise InvalidRequest(f"state must be one of {', '.join(queries.TASK_STATES)}")
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
+            raise InvalidRequest("idempotency_key must be 1-255 characters")
+        if order not in queries.LIST_ORDERS:
+            raise InvalidRequest(f"order must be one of {', '.join(queries.LIST_ORDERS)}")
         if not 1 <= limit <= 1000:
             raise InvalidRequest("limit must be 1..1000")
-        rows = self.store.run_sync(queries.list_tasks, queue=queue, state=state, kind=kind, after=after,
-                                   limit=limit + 1, queues=queues)
+        rows = self.store.run_sync(queries.list_tasks, queue=queue, state=state, kind=kind,
+                                   idempotency_key=idempotency_key, after=after, limit=limit + 1, queues=queues,
+                                   order=order)
         page = rows[:limit]
         return {
             "tasks": [{"task_id": r.task_id, "queue": r.queue, "kind": r.kind, "state": r.state,

@@ -6,34 +6,52 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
+from pulse_trio.store.dashboard import oldest_ready_age_s
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.rows import TaskRow
-from pulse_trio.store.tx import Tx, py_time, rfc3339
+from pulse_trio.store.tx import Tx, rfc3339
 
 TASK_STATES = ("SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
 
 
+#: ``GET /v1/tasks?order=``: by id ascending (oldest first, the default) or descending.
+LIST_ORDERS = ("oldest", "newest")
+
+
 @read_only
 def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
-               after: str | None = None, limit: int = 100, queues: Sequence[str] | None = None) -> list[TaskRow]:
-    """Tasks by id (ULIDs sort by creation), filtered; ``after`` is the cursor; ``queues``: any of these."""
+               idempotency_key: str | None = None, after: str | None = None, limit: int = 100,
+               queues: Sequence[str] | None = None, order: str = "oldest") -> list[TaskRow]:
+    """Tasks by id (ULIDs sort by creation), filtered; ``queues``: any of these.
+
+    ``after`` is a keyset cursor: the last id of the previous page, so the
+    next page starts strictly past it in the listing's order whatever was
+    inserted since (no offset to shift). ``idempotency_key`` finds the task
+    submitted with that key (the manual retries sharing it are reached by
+    lineage): one unique-index probe per queue.
+    """
+    if order not in LIST_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(LIST_ORDERS)}")
     where, args = [], []
-    for column, value in (("queue", queue), ("state", state), ("kind", kind)):
+    for column, value in (("queue", queue), ("state", state), ("kind", kind), ("dedup_key", idempotency_key)):
         if value is not None:
             where.append(f"t.{column} = %s")
             args.append(value)
+    if idempotency_key is not None and queue is None and queues is None:
+        queues = [q for (q,) in tx.all("SELECT DISTINCT queue FROM tasks")]  # loose index scan
     if queues is not None:
         if not queues:
             return []
         where.append("t.queue IN %s")
         args.append(tuple(queues))
+    newest = order == "newest"
     if after is not None:
-        where.append("t.task_id > %s")
+        where.append("t.task_id < %s" if newest else "t.task_id > %s")
         args.append(after)
     sql = f"SELECT {TaskRow.columns()} FROM tasks t"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY t.task_id LIMIT %s"
+    sql += " ORDER BY t.task_id DESC LIMIT %s" if newest else " ORDER BY t.task_id LIMIT %s"
     args.append(limit)
     return [TaskRow.from_row(r) for r in tx.all(sql, args)]
 
@@ -58,10 +76,9 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
     for queue, state, count in counts:
         entry = out.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})
         entry["states"][state] = int(count)  # type: ignore[index]
-    for queue, oldest in tx.all("SELECT queue, MIN(due_at) FROM tasks FORCE INDEX (tasks_pickup)"
-                                " WHERE pick_state = 'READY' GROUP BY queue"):
-        if queue in out and oldest is not None:
-            out[queue]["oldest_ready_age_s"] = max(0.0, (now - py_time(oldest)).total_seconds())
+    for queue, entry in out.items():
+        if "READY" in entry["states"]:  # type: ignore[operator]
+            entry["oldest_ready_age_s"] = oldest_ready_age_s(tx, queue, now)
     return out
 
 

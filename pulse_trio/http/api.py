@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-LIST_PARAMS = frozenset({"queue", "state", "kind", "cursor", "limit"})
+LIST_PARAMS = frozenset({"queue", "state", "kind", "idempotency_key", "order", "cursor", "limit"})
 
 
 def json_text(text: str, status: int = 200, **extra: bool) -> Response:
@@ -67,7 +67,8 @@ class TaskApi:
             return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs),
                                                  limiter=self.ctx.store.limiter)
 
-    async def authenticate(self, request: Request, roles: tuple[str, ...], action: str) -> tokens.TokenInfo:
+    async def authenticate(self, request: Request, action: str | None) -> tokens.TokenInfo:
+        """The live token behind the request, allowed ``action`` (None: any role; the caller decides)."""
         token = auth.bearer(request)
         if token is None:
             raise unauthenticated()
@@ -75,7 +76,8 @@ class TaskApi:
         if info is None:
             raise unauthenticated("the bearer token is unknown or revoked")
         request.scope.setdefault("pulse", {})["token_id"] = info.token_id
-        auth.require_role(info, roles, action)
+        if action is not None:
+            auth.require(info, action)
         return info
 
     async def visible_task(self, info: tokens.TokenInfo, task_id: str) -> TaskView:
@@ -88,7 +90,7 @@ class TaskApi:
 
     # -- tasks -----------------------------------------------------------------------------
     async def submit(self, request: Request) -> Response:
-        info = await self.authenticate(request, auth.READERS, "submit tasks")
+        info = await self.authenticate(request, "submit")
         body = await bodies.read_json(request)
         sub = bodies.submission(body, request.headers.get("idempotency-key"))
         auth.require_queue(info, sub.queue)
@@ -106,12 +108,12 @@ class TaskApi:
         return json_text(text, 201 if created else 200, created=created)
 
     async def get(self, request: Request) -> Response:
-        info = await self.authenticate(request, auth.READERS, "read tasks")
+        info = await self.authenticate(request, "read")
         view = await self.visible_task(info, request.path_params["task_id"])
         return json_text(view.as_json_text())
 
     async def list(self, request: Request) -> Response:
-        info = await self.authenticate(request, auth.READERS, "list tasks")
+        info = await self.authenticate(request, "list")
         params = bodies.query(request, LIST_PARAMS)
         queue = params.get("queue")
         if queue is not None:
@@ -120,13 +122,14 @@ class TaskApi:
         if cursor is not None and not is_resource_id(cursor, TASK_PREFIX):
             raise bad_request("cursor must be the `next` value of a previous page")
         page = await self.blocking(
-            self.client.list, queue=queue, state=params.get("state"), kind=params.get("kind"), after=cursor,
-            limit=bodies.query_int(params, "limit", 100, 1, 1000),
+            self.client.list, queue=queue, state=params.get("state"), kind=params.get("kind"),
+            idempotency_key=params.get("idempotency_key"), after=cursor,
+            limit=bodies.query_int(params, "limit", 100, 1, 1000), order=params.get("order", "oldest"),
             queues=auth.visible_queues(info) if queue is None else None)
         return json_value(page)
 
     async def cancel(self, request: Request) -> Response:
-        info = await self.authenticate(request, (auth.OPERATOR,), "cancel tasks")
+        info = await self.authenticate(request, "cancel")
         reason = bodies.cancel_reason(await bodies.read_json(request, optional=True))
         task_id = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
         now = self.ctx.clock.now()
@@ -140,7 +143,7 @@ class TaskApi:
         return json_text(text, cancel_changed=changed)
 
     async def retry(self, request: Request) -> Response:
-        info = await self.authenticate(request, (auth.OPERATOR,), "retry tasks")
+        info = await self.authenticate(request, "retry")
         bodies.no_fields(await bodies.read_json(request, optional=True))
         source = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
         now = self.ctx.clock.now()
@@ -156,19 +159,19 @@ class TaskApi:
 
     # -- workers and queues ------------------------------------------------------------------
     async def workers(self, request: Request) -> Response:
-        await self.authenticate(request, (auth.OPERATOR,), "list workers")
+        await self.authenticate(request, "workers")
         params = bodies.query(request, frozenset({"all"}))
         workers = await self.blocking(self.client.workers, include_disconnected=bodies.query_bool(params, "all"))
         return json_value({"workers": workers})
 
     async def nodes(self, request: Request) -> Response:
-        await self.authenticate(request, (auth.OPERATOR,), "list server processes")
+        await self.authenticate(request, "nodes")
         params = bodies.query(request, frozenset({"all"}))
         nodes = await self.blocking(self.client.nodes, include_stopped=bodies.query_bool(params, "all"))
         return json_value({"nodes": nodes})
 
     async def drain(self, request: Request) -> Response:
-        await self.authenticate(request, (auth.OPERATOR,), "drain workers")
+        await self.authenticate(request, "drain")
         instance_id = bodies.resource_id(request.path_params["instance_id"], INSTANCE_PREFIX, "worker instance",
                                          "instance_not_found")
         try:
@@ -184,7 +187,7 @@ class TaskApi:
         return json_value(drained)
 
     async def queues(self, request: Request) -> Response:
-        info = await self.authenticate(request, auth.READERS, "read queue depths")
+        info = await self.authenticate(request, "queues")
         bodies.query(request, frozenset())
         depths = await self.blocking(self.client.queues, now=self.ctx.clock.now())
         visible = auth.visible_queues(info)

@@ -26,9 +26,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pulse_trio.client import ClientError
 from pulse_trio.http.api import TaskApi
+from pulse_trio.http.dashboard import DashboardApi
 from pulse_trio.http.errors import ApiError, database_unavailable, error_response, from_client_error, is_database_failure
 from pulse_trio.http.ops import OpsApi
 from pulse_trio.http.settings_api import SettingsApi
+from pulse_trio.http.security import SecurityHeaders
+from pulse_trio.http.ui import Dashboard
 from pulse_trio.logs import bind
 
 if TYPE_CHECKING:
@@ -64,8 +67,9 @@ def _guarded(handler: Handler, metrics: ServiceMetrics) -> Handler:
 
 
 def build_app(ctx: ServiceContext) -> Starlette:
-    tasks, ops = TaskApi(ctx), OpsApi(ctx)
+    tasks, ops, ui = TaskApi(ctx), OpsApi(ctx), Dashboard()
     settings = SettingsApi(tasks)
+    dashboard = DashboardApi(tasks)
     metrics = ctx.metrics
 
     def route(path: str, **handlers: Handler) -> Route:
@@ -90,6 +94,11 @@ def build_app(ctx: ServiceContext) -> Starlette:
         route("/v1/queues", get=tasks.queues),
         route("/v1/settings", get=settings.list, patch=settings.patch),
         route("/v1/settings/{name}", get=settings.get, put=settings.put),
+        route("/v1/whoami", get=dashboard.whoami),
+        route("/v1/overview", get=dashboard.overview),
+        route("/", get=ui.root),
+        route("/ui/", get=ui.index),
+        route("/ui/{asset}", get=ui.asset),
         route("/healthz", get=ops.healthz),
         route("/readyz", get=ops.readyz),
         route("/metrics", get=ops.metrics),
@@ -105,7 +114,7 @@ def build_app(ctx: ServiceContext) -> Starlette:
         return error_response(exc.status_code, code, message, dict(exc.headers or {}))
 
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     middleware=[Middleware(_AccessLog, metrics=metrics)])
+                     middleware=[Middleware(_AccessLog, metrics=metrics), Middleware(SecurityHeaders)])
 
 
 class _AccessLog:

@@ -32,6 +32,23 @@ PRODUCER = "producer"
 OPERATOR = "operator"
 READERS = (PRODUCER, OPERATOR)
 
+#: Every action of the API: the roles that may take it, and how a refusal names it. The handlers
+#: and ``GET /v1/whoami`` (which tells the dashboard what to show) both read this one table.
+PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "submit": (READERS, "submit tasks"),
+    "read": (READERS, "read tasks"),
+    "list": (READERS, "list tasks"),
+    "queues": (READERS, "read queue depths"),
+    "overview": (READERS, "read the overview"),
+    "cancel": ((OPERATOR,), "cancel tasks"),
+    "retry": ((OPERATOR,), "retry tasks"),
+    "workers": ((OPERATOR,), "list workers"),
+    "drain": ((OPERATOR,), "drain workers"),
+    "nodes": ((OPERATOR,), "list server processes"),
+    "settings": (READERS, "read the cluster settings"),
+    "configure": ((OPERATOR,), "change the cluster settings"),
+}
+
 
 @read_only
 def api_token(tx: Tx, *, token: str) -> tokens.TokenInfo | None:
@@ -54,6 +71,17 @@ def require_role(info: tokens.TokenInfo, roles: tuple[str, ...], action: str) ->
         raise forbidden(f"a {info.role} token cannot {action}; that takes the {' or '.join(roles)} role")
 
 
+def require(info: tokens.TokenInfo, action: str) -> None:
+    """403 unless the token's role may take ``action`` (a key of ``PERMISSIONS``)."""
+    roles, text = PERMISSIONS[action]
+    require_role(info, roles, text)
+
+
+def allowed_actions(info: tokens.TokenInfo) -> list[str]:
+    """The actions of ``PERMISSIONS`` this token's role may take, in table order."""
+    return [action for action, (roles, _) in PERMISSIONS.items() if info.role in roles]
+
+
 def require_queue(info: tokens.TokenInfo, queue: str) -> None:
     if not info.allows_queue(queue):
         raise forbidden(f"this token is not allowed queue {queue!r}")
@@ -64,5 +92,5 @@ def visible_queues(info: tokens.TokenInfo) -> tuple[str, ...] | None:
     return info.queues or None
 
 
-__all__ = ["OPERATOR", "PRODUCER", "READERS", "api_token", "bearer", "require_queue", "require_role",
-           "visible_queues"]
+__all__ = ["OPERATOR", "PERMISSIONS", "PRODUCER", "READERS", "allowed_actions", "api_token", "bearer", "require",
+           "require_queue", "require_role", "visible_queues"]

@@ -16,6 +16,9 @@ from typing import Any
 
 from pulse_trio import __version__ as VERSION
 from pulse_trio import cluster_settings as cs
+from pulse_trio.http.auth import PERMISSIONS
+from pulse_trio.http.throughput import WINDOW_MINUTES
+from pulse_trio.store.dashboard import FINISHED_STATUSES
 
 TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
 NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$"}
@@ -24,6 +27,7 @@ INSTANCE_ID = {"type": "string", "pattern": r"^ins_[0-7][0-9A-HJKMNP-TV-Z]{25}$"
 SETTING_NAME = {"type": "string", "enum": list(cs.NAMES)}
 SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS / 1000}
 TASK_STATES = ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]
+FINISHED = list(FINISHED_STATUSES)
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -91,8 +95,19 @@ SCHEMAS: dict[str, Any] = {
         "effect_uncertain": {"type": "boolean"},
         "concurrency_token": _nullable({"type": "string"}),
     }),
+    "CancelIntent": _obj({
+        "state": {"type": "string", "enum": ["REQUESTED", "NOTIFIED", "RESOLVED", "ESCALATED"],
+                  "description": "REQUESTED/NOTIFIED: the running holder is to stop; RESOLVED: the task ended; "
+                                 "ESCALATED: the grace ran out and the lease was expired."},
+        "requested_at": TIME,
+        "grace_expires_at": _nullable(TIME | {"description": "A running task's deadline: request + cancel grace "
+                                                                "(the request time for a task cancelled at once)."}),
+        "reason": {"type": "string"},
+        "requested_by": {"type": "string"},
+        "resolved_at": _nullable(TIME),
+    }),
     "Outcome": _obj({
-        "status": {"type": "string", "enum": ["SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]},
+        "status": {"type": "string", "enum": FINISHED},
         "error_code": _nullable({"type": "string"}),
         "error_message": _nullable({"type": "string"}),
         "result": {"description": "The handler's result (any JSON) or null."},
@@ -120,6 +135,7 @@ SCHEMAS: dict[str, Any] = {
         "created_at": TIME,
         "due_at": TIME,
         "cancel_requested_at": _nullable(TIME),
+        "cancel": _nullable(_ref("CancelIntent")),
         "payload": {"description": "The task input, exactly as submitted."},
         "attempts": {"type": "array", "items": _ref("Attempt")},
         "outcome": _nullable(_ref("Outcome")),
@@ -196,6 +212,35 @@ SCHEMAS: dict[str, Any] = {
     "SettingChange": _obj({"value": _nullable(SECONDS)}),
     "SettingsChange": _obj({name: _nullable(SECONDS) for name in cs.NAMES}, [], closed=True)
                       | {"minProperties": 1},
+    "Whoami": _obj({
+        "token_id": {"type": "string"},
+        "role": {"type": "string", "enum": ["producer", "operator"]},
+        "queues": {"type": "array", "items": {"type": "string"},
+                   "description": "The queues the token is held to; `[\"*\"]`: every queue."},
+        "label": {"type": "string"},
+        "created_at": TIME,
+        "revoked_at": {"type": "null"},
+        "may": {"type": "array", "items": {"type": "string", "enum": list(PERMISSIONS)},
+                "description": "The actions this token's role may take; every other one is 403."},
+    }),
+    "Overview": _obj({
+        "at": TIME,
+        "count_cap": {"type": "integer", "description": "State counts stop here (see `capped`)."},
+        "recent_s": {"type": "number", "description": "The window of `recent`, seconds."},
+        "first_minute": TIME | {"description": "Start of the first `per_minute` bucket (a clock minute)."},
+        "minute_s": {"type": "number"},
+        "queues": {"type": "object", "additionalProperties": _obj({
+            "states": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
+                       "propertyNames": {"enum": TASK_STATES}},
+            "capped": {"type": "array", "items": {"enum": TASK_STATES},
+                       "description": "States with more tasks than `count_cap`: their count is at least it."},
+            "oldest_ready_age_s": _nullable({"type": "number", "minimum": 0}),
+            "recent": _obj({status: {"type": "integer", "minimum": 0} for status in FINISHED}),
+            "per_minute": _obj({status: {"type": "array", "items": {"type": "integer", "minimum": 0},
+                                         "minItems": WINDOW_MINUTES, "maxItems": WINDOW_MINUTES}
+                                for status in FINISHED}),
+        })},
+    }),
     "Health": _obj({"status": {"const": "ok"}}),
     "Ready": _obj({"status": {"const": "ready"}, "schema_version": {"type": "integer"},
                    "code_version": {"type": "integer"},
@@ -269,14 +314,21 @@ PATHS: dict[str, Any] = {
             requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitRequest")}}}),
         "get": _op(
             "listTasks", "List tasks",
-            "Oldest first, filtered; a queue-scoped token sees only its queues.",
+            "Oldest first (or newest first), filtered; a queue-scoped token sees only its queues. The cursor is "
+            "the last task id of the previous page (a keyset, not an offset): a page starts strictly past it, so "
+            "tasks added while paging shift nothing and no task is shown twice.",
             _responses({200: ("TaskPage", "A page of tasks.")}, _AUTH),
             parameters=[
                 {"name": "queue", "in": "query", "schema": NAME},
                 {"name": "state", "in": "query", "schema": {"type": "string", "enum": TASK_STATES}},
                 {"name": "kind", "in": "query", "schema": NAME},
+                {"name": "idempotency_key", "in": "query", "schema": {"type": "string", "minLength": 1,
+                                                                      "maxLength": 255},
+                 "description": "The task submitted with this key (one per queue)."},
+                {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["oldest", "newest"],
+                                                            "default": "oldest"}},
                 {"name": "cursor", "in": "query", "schema": TASK_ID,
-                 "description": "The `next` of the previous page."},
+                 "description": "The `next` of the previous page, with the same filters and order."},
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000,
                                                             "default": 100}},
             ]),
@@ -359,6 +411,35 @@ PATHS: dict[str, Any] = {
                    parameters=[_SETTING_PARAM],
                    requestBody={"required": True,
                                 "content": {"application/json": {"schema": _ref("SettingChange")}}}),
+    },
+    "/v1/whoami": {
+        "get": _op("whoami", "The presented token",
+                   "Producer or operator. The token's record and the actions its role may take (`may`), from the "
+                   "table the API enforces: the dashboard shows only those.",
+                   _responses({200: ("Whoami", "The token.")}, _AUTH)),
+    },
+    "/v1/overview": {
+        "get": _op("overview", "Queue overview",
+                   "Producer (its queues) or operator. Per queue: tasks by state (each counted up to `count_cap`), "
+                   "the age of the oldest due READY task, tasks finished in the last `recent_s` seconds by "
+                   "outcome, and per clock minute over the last hour, all read from the database.",
+                   _responses({200: ("Overview", "The queues.")}, _AUTH)),
+    },
+    "/": {
+        "get": _op("root", "Go to the dashboard", "Redirects to `/ui/`.",
+                   {"302": {"description": "To `/ui/`."}}, secured=False),
+    },
+    "/ui/": {
+        "get": _op("dashboard", "The dashboard",
+                   "The web dashboard's page (docs/dashboard.md). It asks for a token and calls this API.",
+                   {"200": {"description": "HTML.", "content": {"text/html": {"schema": {"type": "string"}}}}},
+                   secured=False),
+    },
+    "/ui/{asset}": {
+        "get": _op("dashboardAsset", "A file of the dashboard", "Its scripts, style sheet and icon.",
+                   {"200": {"description": "The file."}, "404": {"$ref": "#/components/responses/E404"}},
+                   secured=False,
+                   parameters=[{"name": "asset", "in": "path", "required": True, "schema": {"type": "string"}}]),
     },
     "/healthz": {
         "get": _op("healthz", "Liveness", "The process answers.",

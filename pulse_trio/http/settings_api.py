@@ -35,12 +35,12 @@ class SettingsApi:
         self.ctx = tasks.ctx
 
     async def list(self, request: Request) -> Response:
-        await self.tasks.authenticate(request, auth.READERS, "read the cluster settings")
+        await self.tasks.authenticate(request, "settings")
         bodies.query(request, frozenset())
         return json_value({"settings": await self.tasks.blocking(self.tasks.client.settings)})
 
     async def get(self, request: Request) -> Response:
-        await self.tasks.authenticate(request, auth.READERS, "read the cluster settings")
+        await self.tasks.authenticate(request, "settings")
         name = _known(request.path_params["name"])
         return json_value((await self.tasks.blocking(self.tasks.client.settings))[name])
 
@@ -57,7 +57,7 @@ class SettingsApi:
         return json_value({"settings": await self._set(info.token_id, values)})
 
     async def _operator(self, request: Request):
-        info = await self.tasks.authenticate(request, (auth.OPERATOR,), "change the cluster settings")
+        info = await self.tasks.authenticate(request, "configure")
         if info.queues:
             raise forbidden("the cluster settings apply to every queue: changing them takes an operator token "
                             "without --queue")

@@ -2,7 +2,7 @@
 
 Not transitions: nothing here writes. The task view carries what
 ``pulse-trio task show`` prints: the task, its attempts, its outcome once
-terminal, lineage both ways and the cancel intent.
+terminal, lineage both ways and the cancel intent with its grace deadline.
 """
 
 from __future__ import annotations
@@ -43,14 +43,39 @@ class Outcome:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CancelIntent:
+    """The task's cancel request (chart ``cancellation``), as operators see it."""
+
+    state: str
+    requested_at: dt.datetime
+    grace_expires_at: dt.datetime | None
+    reason: str
+    requested_by: str
+    resolved_at: dt.datetime | None
+
+    def as_json(self) -> dict[str, object]:
+        return {"state": self.state, "requested_at": rfc3339(self.requested_at),
+                "grace_expires_at": rfc3339(self.grace_expires_at) if self.grace_expires_at else None,
+                "reason": self.reason, "requested_by": self.requested_by,
+                "resolved_at": rfc3339(self.resolved_at) if self.resolved_at else None}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class TaskView:
     task: TaskRow
     attempts: tuple[AttemptView, ...]
     outcome: Outcome | None
     retried_by: str | None
-    cancel_requested_at: dt.datetime | None
-    cancel_state: str | None
+    cancel: CancelIntent | None
     lease: LeaseRow | None  # the live lease, if any
+
+    @property
+    def cancel_requested_at(self) -> dt.datetime | None:
+        return self.cancel.requested_at if self.cancel else None
+
+    @property
+    def cancel_state(self) -> str | None:
+        return self.cancel.state if self.cancel else None
 
     def as_json_text(self) -> str:
         """One JSON object; payload and result are embedded as their exact stored text."""
@@ -66,6 +91,7 @@ class TaskView:
             "retry_of": t.retry_of, "retried_by": self.retried_by,
             "created_at": rfc3339(t.created_at), "due_at": rfc3339(t.due_at),
             "cancel_requested_at": rfc3339(self.cancel_requested_at) if self.cancel_requested_at else None,
+            "cancel": self.cancel.as_json() if self.cancel else None,
             "payload": _placeholder(raw, "payload", t.payload),
             "attempts": [{
                 "attempt": a.attempt, "lease_id": a.lease_id, "status": a.status,
@@ -119,6 +145,11 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
         outcome = Outcome(task.outcome_status, task.outcome_error_code, task.outcome_error_message, result,
                           bool(task.outcome_retryable), bool(task.outcome_uncertain))
     retried = tx.one("SELECT task_id FROM tasks WHERE retry_of = %s", (task_id,))
-    intent = tx.one("SELECT requested_at, state FROM cancel_intents WHERE task_id = %s", (task_id,))
-    return TaskView(task, attempts, outcome, retried[0] if retried else None,
-                    py_time(intent[0]) if intent else None, intent[1] if intent else None, live)
+    intent = tx.one("SELECT state, requested_at, grace_expires_at, reason, requested_by, resolved_at"
+                    " FROM cancel_intents WHERE task_id = %s", (task_id,))
+    cancel = None
+    if intent is not None:
+        state, requested_at, grace_expires_at, reason, requested_by, resolved_at = intent
+        cancel = CancelIntent(state, py_time(requested_at), py_time(grace_expires_at), reason, requested_by,
+                              py_time(resolved_at))
+    return TaskView(task, attempts, outcome, retried[0] if retried else None, cancel, live)

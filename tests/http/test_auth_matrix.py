@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
-from pulse_trio import tokens as tokens_mod
-from pulse_trio.dburl import connect
+from token_support import revoke_token  # noqa: I001  (tests/, on sys.path)
 
 UNKNOWN_TASK = "tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A"
 UNKNOWN_INSTANCE = "ins_01M8VZMC9N9WQ7HZY3RZQQCE2A"
@@ -17,12 +14,7 @@ UNKNOWN_INSTANCE = "ins_01M8VZMC9N9WQ7HZY3RZQQCE2A"
 def callers(db, tokens, token_factory) -> dict[str, dict[str, str]]:
     """Headers per caller: anonymous, bad credentials, a revoked token, and one token per role."""
     revoked = token_factory("operator")
-    conn = connect(db)
-    try:
-        info = tokens_mod.authenticate(conn, revoked)
-        tokens_mod.revoke_token(conn, info.token_id, now=dt.datetime.now(dt.timezone.utc))
-    finally:
-        conn.close()
+    revoke_token(db, revoked)
     bearer = {name: {"Authorization": f"Bearer {token}"} for name, token in tokens.items()}
     return {
         "anonymous": {},
@@ -71,6 +63,8 @@ MATRIX = [
      {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
     ("PATCH", "/v1/settings", {"cancel_grace": 30},
      {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
+    ("GET", "/v1/whoami", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
+    ("GET", "/v1/overview", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
 ]
 
 
@@ -90,7 +84,7 @@ async def test_auth_matrix(http, callers, tasks, method, path, body, expected):
             assert reply.error["code"] in ("task_not_found", "instance_not_found")
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/openapi.json"])
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/openapi.json", "/ui/", "/ui/app.js"])
 async def test_operational_endpoints_need_no_token(http, path):
     assert (await http.get(path)).status == 200
 

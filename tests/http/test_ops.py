@@ -74,6 +74,14 @@ async def test_answers_validate_against_the_documented_schemas(http, tokens, tok
                                           json_body={"value": None})).json())
     _check("SettingMap", (await http.request("PATCH", "/v1/settings", token=tokens["operator"],
                                              json_body={"node_heartbeat": 2, "node_lapse": 6.5})).json())
+    ready = await http.post("/v1/tasks", token=tokens["producer"], json_body={"queue": "billing", "kind": "k"})
+    with_intent = await http.post(f"/v1/tasks/{ready.json()['task_id']}/cancel", token=tokens["operator"])
+    assert with_intent.json()["cancel"]["state"] == "RESOLVED"
+    _check("Task", with_intent.json())
+    _check("Overview", (await http.get("/v1/overview", token=tokens["operator"])).json())
+    _check("Whoami", (await http.get("/v1/whoami", token=tokens["producer"])).json())
+    _check("TaskPage", (await http.get("/v1/tasks?order=newest&idempotency_key=n-1",
+                                       token=tokens["operator"])).json())
     _check("Health", (await http.get("/healthz")).json())
     _check("Ready", (await http.get("/readyz")).json())
     for reply in (await http.get("/v1/tasks"), await http.get("/nowhere"),

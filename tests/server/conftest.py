@@ -8,7 +8,6 @@ the test's nursery (closed with it), a trustme CA for WSS, and tasks.
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 from pathlib import Path
 
@@ -21,8 +20,7 @@ if _HERE not in sys.path:
 import harness  # noqa: E402
 
 from pulse_trio.client import Client  # noqa: E402
-from pulse_trio.dburl import connect as db_connect  # noqa: E402
-from pulse_trio import tokens  # noqa: E402
+from token_support import revoke_token  # noqa: E402  (tests/, on sys.path)
 
 
 @pytest.fixture
@@ -91,16 +89,7 @@ def client(db):
 def revoke(db):
     """``revoke(token)``: revoke a token by its value."""
 
-    def run(token: str) -> None:
-        conn = db_connect(db)
-        try:
-            info = tokens.authenticate(conn, token)
-            assert info is not None
-            tokens.revoke_token(conn, info.token_id, now=dt.datetime.now(dt.timezone.utc))
-        finally:
-            conn.close()
-
-    return run
+    return lambda token: revoke_token(db, token)
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@
 --
 -- tasks_finished answers what was counted through those indexes before: the
 -- tasks that ended, by queue and outcome (an ended task's state is its
--- outcome_status), and recent finishes, in finished_at order. Its entry moves
--- once, when the task ends.
+-- outcome_status), and, within each, the recent finishes in finished_at
+-- order. Its entry moves once, when the task ends.
 ALTER TABLE tasks
     ADD COLUMN pick_state VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin
         AS (CASE WHEN state IN ('READY', 'SCHEDULED') THEN state END) STORED AFTER state,
@@ -17,4 +17,4 @@ ALTER TABLE tasks
     ADD KEY tasks_pickup (queue, pick_state, effective_at, task_id),
     ADD KEY tasks_pickup_kind (queue, pick_state, kind, effective_at, task_id),
     ADD KEY tasks_due (pick_state, due_at),
-    ADD KEY tasks_finished (finished_at, queue, outcome_status);
+    ADD KEY tasks_finished (queue, outcome_status, finished_at);

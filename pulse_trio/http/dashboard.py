@@ -1,0 +1,60 @@
+"""The two read-only resources the dashboard needs beyond the task API: ``/v1/whoami`` and ``/v1/overview``.
+
+``whoami`` says what the presented token may do, from the same table the
+handlers enforce (:data:`pulse_trio.http.auth.PERMISSIONS`), so the
+dashboard hides exactly the actions the API would refuse. ``overview`` is
+one queue row per queue: capped counts by state, the oldest READY task's
+age, finishes in the last minutes and per minute over the last hour, all
+read from the database with bounded queries (:mod:`pulse_trio.store.dashboard`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pulse_trio.http import auth, bodies
+from pulse_trio.http.api import json_value
+from pulse_trio.http.throughput import MINUTE, FinishesPerMinute
+from pulse_trio.store.dashboard import COUNT_CAP, FINISHED_STATUSES, finishes_since, queue_states
+from pulse_trio.store.tx import rfc3339
+
+if TYPE_CHECKING:
+    from pulse_trio.http.api import TaskApi
+
+#: "Finished in the last minutes" on the overview.
+RECENT = dt.timedelta(minutes=5)
+
+
+class DashboardApi:
+    def __init__(self, tasks: TaskApi) -> None:
+        self.tasks = tasks
+        self.ctx = tasks.ctx
+        self.per_minute = FinishesPerMinute(self.ctx.store)
+
+    async def whoami(self, request: Request) -> Response:
+        info = await self.tasks.authenticate(request, None)
+        auth.require_role(info, auth.READERS, "use the HTTP API")
+        bodies.query(request, frozenset())
+        return json_value({**info.as_json(), "may": auth.allowed_actions(info)})
+
+    async def overview(self, request: Request) -> Response:
+        info = await self.tasks.authenticate(request, "overview")
+        bodies.query(request, frozenset())
+        now = self.ctx.clock.now()
+        visible = auth.visible_queues(info)
+        queues = await self.ctx.store.run(queue_states, now=now, queues=visible)
+        recent = await self.ctx.store.run(finishes_since, since=now - RECENT)
+        first, series = await self.per_minute.read(now)
+        zeros = [0] * self.per_minute.minutes
+        for name, entry in queues.items():
+            entry["recent"] = {status: recent.get((name, status), 0) for status in FINISHED_STATUSES}
+            entry["per_minute"] = {status: series.get((name, status), zeros) for status in FINISHED_STATUSES}
+        return json_value({
+            "at": rfc3339(now), "count_cap": COUNT_CAP, "recent_s": RECENT.total_seconds(),
+            "first_minute": rfc3339(first), "minute_s": MINUTE.total_seconds(),
+            "queues": dict(sorted(queues.items())),
+        })

@@ -1,0 +1,58 @@
+// Overview: one row per queue with counts by state, the oldest READY task's age, what finished
+// in the last minutes and a throughput chart over the last hour (GET /v1/overview).
+
+import { get } from "./api.js";
+import { throughputChart } from "./chart.js";
+import { el, notice, replace, table } from "./dom.js";
+import { age, count } from "./format.js";
+
+const STATES = ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"];
+
+function tasksHref(queue, state) {
+  const params = new URLSearchParams({ queue });
+  if (state) params.set("state", state);
+  return `#/tasks?${params}`;
+}
+
+function queueRow(name, q) {
+  const capped = new Set(q.capped);
+  const recent = q.recent;
+  const finished = Object.values(recent).reduce((a, b) => a + b, 0);
+  return el("tr", { "data-queue": name },
+    el("th", { class: "queue" }, el("a", { href: tasksHref(name) }, name)),
+    STATES.map((state) => {
+      const n = q.states[state] ?? 0;
+      return el("td", { class: `num state-${state}${n ? "" : " zero"}`, "data-state": state },
+        n ? el("a", { href: tasksHref(name, state) }, count(n, capped.has(state))) : "0");
+    }),
+    el("td", { class: "num", "data-field": "oldest-ready" }, age(q.oldest_ready_age_s)),
+    el("td", { class: "num", "data-field": "recent",
+      title: Object.entries(recent).map(([s, n]) => `${s}: ${n}`).join(", ") },
+    `${finished} finished`, el("br"), el("span", { class: recent.FAILED ? "bad-text" : "muted" }, `${recent.FAILED} failed`)),
+    el("td", { class: "chart-cell" }, throughputChart(q.per_minute, { label: name })));
+}
+
+export function overview(view) {
+  const heading = el("h1", {}, "Queues");
+  const intro = el("p", { class: "muted" });
+  const body = el("div");
+  replace(view, heading, intro, body);
+
+  async function refresh() {
+    const data = await get("/v1/overview");
+    const names = Object.keys(data.queues);
+    replace(intro, `Counts stop at ${data.count_cap} (shown as ${data.count_cap}+). "Recent" is the last `,
+      `${Math.round(data.recent_s / 60)} minutes; the chart is one bar per minute over the last hour, `,
+      "succeeded in green, every other ending in red.");
+    if (!names.length) {
+      replace(body, notice("No tasks yet: submit one and it shows here."));
+      return;
+    }
+    replace(body, table(
+      ["Queue", ...STATES, "Oldest READY", "Recent", "Last hour"],
+      names.map((name) => queueRow(name, data.queues[name])),
+      { id: "queues" }));
+  }
+
+  return { refresh };
+}

@@ -1,0 +1,33 @@
+"""Bearer tokens in a test database: make one, revoke one by its value.
+
+Shared by every test folder (``tests/conftest.py`` puts this folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pulse_trio import tokens
+from pulse_trio.dburl import DatabaseConfig, connect
+
+
+def make_token(config: DatabaseConfig, role: str = "worker", queues: tuple[str, ...] = (), label: str = "test") -> str:
+    """A new bearer token stored in ``config``'s database."""
+    conn = connect(config)
+    try:
+        token, _ = tokens.create_token(conn, role=role, queues=queues, label=label,
+                                       now=dt.datetime.now(dt.timezone.utc))
+        return token
+    finally:
+        conn.close()
+
+
+def revoke_token(config: DatabaseConfig, token: str) -> None:
+    """Revoke the live token ``token`` (by its value, as a caller would hold it)."""
+    conn = connect(config)
+    try:
+        info = tokens.authenticate(conn, token)
+        assert info is not None, "no live token to revoke"
+        tokens.revoke_token(conn, info.token_id, now=dt.datetime.now(dt.timezone.utc))
+    finally:
+        conn.close()

@@ -1,0 +1,1 @@
+"""Browser tests of the dashboard (a package, so its fixtures end with its last test)."""
