@@ -4,14 +4,16 @@ One loop, one tick every ``interval``: the sweep for other processes that
 died without stopping (``liveness.py``; this process's own heartbeat runs
 in a task of its own), then lapse unstarted offers, expire lost leases, promote
 due scheduled tasks, end permit quarantines, and push ``task.cancel`` to
-this instance's opted-in sessions. A batch that came
+this instance's opted-in sessions. One statement first asks which of them
+have anything due (``store/timer_probe.py``), so an idle tick costs one
+read, not a transaction per timer. A batch that came
 back full runs again at once; an ended lease frees a slot in its session
 (when that session lives here) and wakes the dispatcher.
 
 Because another instance's timers may end a lease of a session that lives
-here (or its resume may move one away), every tick also reconciles the
-local sessions' lease counts with the database; a count that went down
-wakes the dispatcher. The counts are only the dispatcher's hint of who to
+here (or its resume may move one away), every ``RECONCILE_EVERY_S`` a tick
+also reconciles the local sessions' lease counts with the database; a
+count that went down wakes the dispatcher. The counts are only the dispatcher's hint of who to
 ask: ``assign`` recounts under the session's row lock, so a stale hint
 never over-assigns.
 """
@@ -19,12 +21,14 @@ never over-assigns.
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 import trio
 
 from pulse_trio.store import cancellation, instances, lease_timers, permits, tasks
 from pulse_trio.store.results import TimerResult
+from pulse_trio.store.timer_probe import due_work
 
 if TYPE_CHECKING:
     from pulse_trio.server.service import ServiceContext
@@ -33,11 +37,13 @@ log = logging.getLogger("pulse_trio.timers")
 
 MAX_ROUNDS = 20  # bounded catch-up per tick, so one tick never runs forever
 TICK_FLOOR_S = 0.1
+RECONCILE_EVERY_S = 1.0  # lease counts are only the dispatcher's hint (see the module docstring)
 
 
 class Timers:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
+        self._reconciled_at = -math.inf
 
     @property
     def interval(self) -> float:
@@ -67,16 +73,24 @@ class Timers:
                 await ctx.node.sweep()
             except Exception:
                 log.exception("the sweep for lost nodes failed; retrying at the next tick")
-        quarantine_ms = None if ctx.settings.permit_quarantine is None else round(ctx.settings.permit_quarantine * 1000)
-        await self._drain(lambda: ctx.store.run(lease_timers.lapse, now=ctx.clock.now()))
-        await self._drain(lambda: ctx.store.run(lease_timers.expire, now=ctx.clock.now(),
-                                                permit_quarantine_ms=quarantine_ms))
-        promoted = await self._drain(lambda: ctx.store.run(tasks.promote, now=ctx.clock.now()))
-        await self._drain(lambda: ctx.store.run(permits.release_after_quarantine, now=ctx.clock.now()))
-        if promoted:
+        opted = [s.session_id for s in ctx.hub if s.cancellation_notifications]
+        due = await ctx.store.run(due_work, now=ctx.clock.now(), session_ids=opted)
+        if due.lapse:
+            await self._drain(lambda: ctx.store.run(lease_timers.lapse, now=ctx.clock.now()))
+        if due.expire:
+            quarantine = ctx.settings.permit_quarantine
+            quarantine_ms = None if quarantine is None else round(quarantine * 1000)
+            await self._drain(lambda: ctx.store.run(lease_timers.expire, now=ctx.clock.now(),
+                                                    permit_quarantine_ms=quarantine_ms))
+        if due.promote and await self._drain(lambda: ctx.store.run(tasks.promote, now=ctx.clock.now())):
             ctx.hub.wake()
-        await self.notify_cancels()
-        await self.reconcile()
+        if due.quarantine:
+            await self._drain(lambda: ctx.store.run(permits.release_after_quarantine, now=ctx.clock.now()))
+        if due.cancels:
+            await self.notify_cancels()
+        if trio.current_time() >= self._reconciled_at + RECONCILE_EVERY_S:
+            self._reconciled_at = trio.current_time()
+            await self.reconcile()
 
     async def reconcile(self) -> None:
         """Correct the hub's lease counts from the database (see the module docstring)."""

@@ -93,7 +93,7 @@ async def test_a_db_stall_longer_than_a_lapse_declares_no_healthy_node_lost(virt
 
 
 class StuckTimersStore:
-    """The real store, but the lease-lapse timer's transaction never returns (a tick stuck on a lock)."""
+    """The real store, but the timers' first read of each tick never returns (a tick stuck on a lock)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -101,9 +101,9 @@ class StuckTimersStore:
         self.stuck = trio.Event()
 
     async def run(self, fn, **kwargs):
-        from pulse_trio.store import lease_timers
+        from pulse_trio.store.timer_probe import due_work
 
-        if fn is lease_timers.lapse:
+        if fn is due_work:
             self.stuck.set()
             await trio.sleep_forever()
         return await self.store.run(fn, **kwargs)

@@ -18,3 +18,10 @@ ALTER TABLE tasks
     ADD KEY tasks_pickup_kind (queue, pick_state, kind, effective_at, task_id),
     ADD KEY tasks_due (pick_state, due_at),
     ADD KEY tasks_finished (queue, outcome_status, finished_at);
+
+-- The cancel pushes a tick looks for are the live (or revoked) leases of this
+-- instance's sessions that carry a cancel request: an index range, not a walk
+-- over every lease those sessions hold.
+ALTER TABLE leases
+    DROP KEY leases_owner,
+    ADD KEY leases_owner (owner_session_id, state, cancel_requested_at);
