@@ -164,6 +164,8 @@ class ServerSession:
             if header.type != "worker.hello":
                 return self._reject(ProtocolError(
                     e.HELLO_REQUIRED, "the first frame must be worker.hello", reply_to=header.id))
+            if self._pending:
+                return self._hello_pending(header.id)
         elif header.type == "worker.hello":
             return self._reject(ProtocolError(
                 e.INVALID_TRANSITION, f"worker.hello in state {self.state}: this session is registered",
@@ -189,6 +191,8 @@ class ServerSession:
             if type(message) is not m.WorkerHello:
                 return self._reject(ProtocolError(
                     e.HELLO_REQUIRED, "the first frame must be worker.hello", reply_to=message.id))
+            if self._pending:
+                return self._hello_pending(message.id)
         elif type(message) is m.WorkerHello:
             return self._reject(ProtocolError(
                 e.INVALID_TRANSITION, f"worker.hello in state {self.state}: this session is registered",
@@ -197,6 +201,11 @@ class ServerSession:
             return self._reject(ProtocolError(e.SESSION_MISMATCH, "session_id is not this connection's session",
                                               reply_to=message.id))
         return self._pend(message)
+
+    def _hello_pending(self, reply_to: str | None) -> Reject:
+        """A hello while another is being registered: one session, one welcome."""
+        return self._reject(ProtocolError(
+            e.INVALID_TRANSITION, "worker.hello while another worker.hello is pending", reply_to=reply_to))
 
     def _pend(self, message: m.ClientMessage) -> Event:
         if message.id in self._pending:
