@@ -1,23 +1,25 @@
 """One WebSocket session with the service: handshake, hello, and a nursery of three tasks.
 
 * the reader: every frame goes through :class:`~pulse_trio.sdk.protocol.ClientProtocol`;
-  answers wake the request that waits for them, pushes go to the worker's
-  ``on_event(connection, event)`` callback (synchronous, so it only starts
-  tasks and sets events, and the reader never waits on the worker);
-* the writer: the only task that sends. A request hands its frame over a
-  zero-size channel, so a cancelled requester can never leave half a
-  frame on the socket;
+  an answer is handed to the callback its request was submitted with, pushes
+  go to the worker's ``on_event(connection, event)`` callback. Both are
+  synchronous: they only start tasks, set timers and queue frames, so the
+  reader never waits on the worker;
+* the writer: the only task that sends. A request only queues its frame
+  (nobody waits to hand it over), and the writer sends whatever has queued
+  each time it wakes, so no frame is ever half sent by a cancelled caller;
 * the heartbeat: a ping whose pong is late drops the connection, so a
   half-open TCP connection is noticed well inside a lease's ttl and the
   leases are resumed elsewhere in time.
 
-When the connection ends, every pending request fails with
+When the connection ends, every pending request is answered with
 ``ConnectionLost``: the caller cannot know whether it committed, which is
 why the lease runner resends it with the same revision after reconnecting.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import datetime as dt
@@ -33,7 +35,7 @@ from pulse_trio.contract import messages as m
 from pulse_trio.contract.encoder import encode
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.sdk import protocol as p
-from pulse_trio.sdk.errors import ConnectionLost, ProtocolViolation, WorkerRefused
+from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, ProtocolViolation, WorkerRefused
 
 log = logging.getLogger("pulse_trio.sdk")
 
@@ -50,20 +52,22 @@ class Closed:
     reason: str
 
 
-class _Waiter:
-    """One pending request's answer slot."""
+#: What a request's callback is given: the ack's body, the refusal, or ConnectionLost.
+Answer = m.AckBody | CommandRefused | ConnectionLost
 
-    __slots__ = ("done", "value", "error")
+
+class _Waiter:
+    """One awaited request's answer slot (for the few requests a task waits for)."""
+
+    __slots__ = ("done", "answer")
 
     def __init__(self) -> None:
         self.done = trio.Event()
-        self.value: m.AckBody | None = None
-        self.error: BaseException | None = None
+        self.answer: Answer | None = None
 
-    def resolve(self, value: m.AckBody | None = None, error: BaseException | None = None) -> None:
-        if not self.done.is_set():
-            self.value, self.error = value, error
-            self.done.set()
+    def resolve(self, answer: Answer) -> None:
+        self.answer = answer
+        self.done.set()
 
 
 class Connection:
@@ -77,8 +81,9 @@ class Connection:
         self.closed = trio.Event()
         self.close_reason = ""
         self._on_event = on_event
-        self._waiters: dict[str, _Waiter] = {}
-        self._outbox, self._outbox_out = trio.open_memory_channel[str](0)
+        self._callbacks: dict[str, Callable[[Answer], None]] = {}
+        self._outbox: collections.deque[str] = collections.deque()
+        self._wake = trio.Event()
         # Server time minus local wall time at the welcome: lets lease
         # deadlines (server times) be turned into local timers.
         self.clock_offset = welcome.body.server_time - dt.datetime.now(dt.timezone.utc)
@@ -113,28 +118,28 @@ class Connection:
         return trio.current_time() + (expires_at - self.server_now()).total_seconds()
 
     # -- requests ---------------------------------------------------------------
-    async def request(self, cls: type, **fields: Any) -> m.AckBody:
-        """Send one request and wait for its ack body; raises CommandRefused or ConnectionLost."""
+    def submit(self, cls: type, fields: dict[str, Any], on_answer: Callable[[Answer], None]) -> None:
+        """Queue one request; ``on_answer`` is called once with its answer, from the reader or at the close.
+
+        Raises ConnectionLost (and sends nothing) when the connection has ended.
+        """
         if self.closed.is_set():
             raise ConnectionLost(self.close_reason)
         message = self.protocol.request(cls, **fields)
-        waiter = self._waiters[message.id] = _Waiter()
-        try:
-            try:
-                await self._outbox.send(encode(message))
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                self.protocol.forget(message.id)
-                raise ConnectionLost(self.close_reason) from None
-            except trio.Cancelled:
-                self.protocol.forget(message.id)  # never handed to the writer: never sent
-                raise
-            await waiter.done.wait()
-        finally:
-            self._waiters.pop(message.id, None)
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.value is not None
-        return waiter.value
+        self._callbacks[message.id] = on_answer
+        self._outbox.append(encode(message))
+        self._wake.set()
+
+    async def request(self, cls: type, **fields: Any) -> m.AckBody:
+        """Send one request and wait for its ack body; raises CommandRefused or ConnectionLost."""
+        waiter = _Waiter()
+        self.submit(cls, fields, waiter.resolve)
+        await waiter.done.wait()
+        answer = waiter.answer
+        if isinstance(answer, (CommandRefused, ConnectionLost)):
+            raise answer
+        assert answer is not None
+        return answer
 
     # -- the three tasks ----------------------------------------------------------
     async def _read_loop(self) -> None:
@@ -147,13 +152,13 @@ class Connection:
                     break
                 event = self.protocol.receive(text)
                 if isinstance(event, p.Answered):
-                    self._resolve(event.request, value=event.body)
+                    self._answer(event.request, event.body)
                 elif isinstance(event, p.Refused):
-                    self._resolve(event.request, error=p.refusal(event.error))
+                    self._answer(event.request, p.refusal(event.error))
                 elif isinstance(event, p.Broken):
                     log.error("protocol violation by the server: %s; reconnecting", event.reason)
                     if event.request is not None:
-                        self._resolve(event.request, error=ConnectionLost(event.reason))
+                        self._answer(event.request, ConnectionLost(event.reason))
                     reason = event.reason
                     break
                 elif isinstance(event, p.Fatal):
@@ -169,9 +174,14 @@ class Connection:
         self._end(reason)
 
     async def _write_loop(self) -> None:
+        """The only sender: whatever was queued since it last woke, in order."""
+        outbox = self._outbox
         try:
-            async for frame in self._outbox_out:
-                await self.ws.send_message(frame)
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while outbox:
+                    await self.ws.send_message(outbox.popleft())
         except trio_websocket.ConnectionClosed:
             self._end("the connection closed while sending")
 
@@ -188,11 +198,10 @@ class Connection:
                 self._end(f"no pong within {2 * interval:g}s")
                 return
 
-    def _resolve(self, request: m.ClientMessage, *, value: m.AckBody | None = None,
-                 error: BaseException | None = None) -> None:
-        waiter = self._waiters.get(request.id)
-        if waiter is not None:
-            waiter.resolve(value, error)
+    def _answer(self, request: m.ClientMessage, answer: Answer) -> None:
+        callback = self._callbacks.pop(request.id, None)
+        if callback is not None:
+            callback(answer)
 
     def _end(self, reason: str) -> None:
         """Fail every pending request and tell the worker (idempotent)."""
@@ -200,9 +209,10 @@ class Connection:
             return
         self.close_reason = reason
         self.closed.set()
-        self._outbox.close()
-        for waiter in list(self._waiters.values()):
-            waiter.resolve(error=ConnectionLost(reason))
+        callbacks, self._callbacks = self._callbacks, {}
+        lost = ConnectionLost(reason)
+        for callback in callbacks.values():
+            callback(lost)
         self._on_event(self, Closed(reason))
 
 
