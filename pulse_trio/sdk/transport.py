@@ -144,7 +144,8 @@ class Connection:
     # -- the three tasks ----------------------------------------------------------
     async def _read_loop(self) -> None:
         socket, protocol, answer, on_event = self.socket, self.protocol, self._answer, self._on_event
-        reason: str | None = None
+        reason: str | None = None  # set once nothing more will be read
+        fatal: str | None = None  # a fatal error frame: the server closes next, read until it does
         try:
             while reason is None:
                 for data in await socket.receive():
@@ -164,7 +165,7 @@ class Connection:
                         break
                     elif kind is p.Fatal:
                         log.warning("server: %s: %s", event.error.code, event.error.message)
-                        reason = f"{event.error.code}: {event.error.message}"
+                        fatal = f"{event.error.code}: {event.error.message}"
                     else:
                         log.warning("%s", event.reason)
                         on_event(self, event)
@@ -174,7 +175,7 @@ class Connection:
                     reason = socket.ended
         except SocketClosed as exc:
             reason = str(exc)
-        self._end(reason or "the server closed the connection")
+        self._end(fatal or reason or "the server closed the connection")
 
     async def _write_loop(self) -> None:
         """The only sender: whatever was buffered since it last woke, in one write."""

@@ -20,9 +20,11 @@ status and body); everything else that ends a socket is
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import ssl
+from collections.abc import AsyncIterator
 
 import trio
 from websockets.client import ClientProtocol
@@ -30,7 +32,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
 from websockets.protocol import CLOSED, OPEN
-from websockets.uri import parse_uri
+from websockets.uri import WebSocketURI, parse_uri
 
 from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
@@ -63,7 +65,7 @@ class ClientSocket:
         self.subprotocol = codec.subprotocol
         self.ended: str | None = None  # why it ended, once it did
         self._early = early  # frames that came with the handshake response
-        self._fragments: list[bytes] | None = None
+        self._partial: bytearray | None = None  # a fragmented message so far
         self._unread: list[bytes] = []
         self._ping: tuple[bytes, trio.Event] | None = None  # the ping awaiting its pong
 
@@ -95,20 +97,19 @@ class ClientSocket:
         codec = self.codec
         for frame in frames:
             opcode = frame.opcode
-            if opcode is Opcode.TEXT or opcode is Opcode.CONT:
-                if not frame.fin:
-                    self._fragments = (self._fragments or []) + [frame.data]
-                    continue
+            if opcode is Opcode.TEXT or opcode is Opcode.CONT:  # the codec keeps the fragments in order
                 data = frame.data
-                if self._fragments is not None:
-                    data = b"".join(self._fragments + [data])
-                    self._fragments = None
-                if not data.isascii():
-                    try:
-                        data.decode("utf-8")
-                    except UnicodeDecodeError:
-                        self._fail(e.CLOSE_INVALID_PAYLOAD, "text frame is not valid UTF-8")
-                        break
+                if self._partial is not None:
+                    self._partial += data
+                    if not frame.fin:
+                        continue
+                    data, self._partial = bytes(self._partial), None
+                elif not frame.fin:
+                    self._partial = bytearray(data)
+                    continue
+                if not _is_utf8(data):
+                    self._fail(e.CLOSE_INVALID_PAYLOAD, "text frame is not valid UTF-8")
+                    break
                 messages.append(data)
             elif opcode is Opcode.BINARY:
                 self._fail(e.CLOSE_UNSUPPORTED_DATA, "binary frames are not part of pulse.worker.v1")
@@ -210,59 +211,68 @@ async def connect(url: str, headers: list[tuple[str, str]], *, ssl_context: ssl.
     except InvalidURI as exc:
         raise SocketClosed(str(exc)) from None
     with trio.move_on_after(timeout):
-        stream = await _open_stream(uri.host, uri.port, ssl_context if uri.secure else None, uri.secure)
         try:
-            codec = ClientProtocol(uri, subprotocols=[SUBPROTOCOL], max_size=MAX_FRAME_BYTES, logger=_CODEC_LOG)
-            request = codec.connect()
-            for name, value in headers:
-                request.headers[name] = value
-            codec.send_request(request)
-            await stream.send_all(b"".join(codec.data_to_send()))
-            early: list[Frame] = []
-            response: Response | None = None
-            while response is None:
-                data = await stream.receive_some(RECEIVE_CHUNK)
-                if data:
-                    codec.receive_data(data)
-                else:
-                    codec.receive_eof()
-                for event in codec.events_received():
-                    if isinstance(event, Response):
-                        response = event
-                    else:
-                        early.append(event)
-                if response is None and (not data or codec.handshake_exc is not None):
-                    raise SocketClosed(f"no handshake response: {codec.handshake_exc or 'the server closed'}")
-            failure = codec.handshake_exc
-            if isinstance(failure, InvalidStatus):
-                raise HandshakeRejected(failure.response.status_code, bytes(failure.response.body))
-            if isinstance(failure, InvalidHandshake):
-                raise SocketClosed(f"invalid handshake response: {failure}")
-            return ClientSocket(stream, codec, early)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            await trio.aclose_forcefully(stream)
-            raise SocketClosed(f"the connection broke during the handshake: {exc.__cause__ or exc}") from None
-        except BaseException:
-            await trio.aclose_forcefully(stream)
-            raise
+            stream: trio.abc.Stream = await trio.open_tcp_stream(uri.host, uri.port)
+        except OSError as exc:
+            raise SocketClosed(f"cannot connect to {uri.host}:{uri.port}: {exc}") from None
+        if uri.secure:
+            stream = trio.SSLStream(stream, ssl_context or ssl.create_default_context(), server_hostname=uri.host,
+                                    https_compatible=True)
+        async with _closed_on_failure(stream, "the connection broke during the handshake"):
+            if isinstance(stream, trio.SSLStream):
+                await stream.do_handshake()
+            return await _upgrade(stream, uri, headers)
     raise SocketClosed(f"no connection within {timeout:g}s")
 
 
-async def _open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None, secure: bool) -> trio.abc.Stream:
+async def _upgrade(stream: trio.abc.Stream, uri: WebSocketURI, headers: list[tuple[str, str]]) -> ClientSocket:
+    codec = ClientProtocol(uri, subprotocols=[SUBPROTOCOL], max_size=MAX_FRAME_BYTES, logger=_CODEC_LOG)
+    request = codec.connect()
+    for name, value in headers:
+        request.headers[name] = value
+    codec.send_request(request)
+    await stream.send_all(b"".join(codec.data_to_send()))
+    early: list[Frame] = []
+    response: Response | None = None
+    while response is None:
+        data = await stream.receive_some(RECEIVE_CHUNK)
+        if data:
+            codec.receive_data(data)
+        else:
+            codec.receive_eof()
+        for event in codec.events_received():
+            if isinstance(event, Response):
+                response = event
+            else:
+                early.append(event)
+        if response is None and (not data or codec.handshake_exc is not None):
+            raise SocketClosed(f"no handshake response: {codec.handshake_exc or 'the server closed'}")
+    failure = codec.handshake_exc
+    if isinstance(failure, InvalidStatus):
+        raise HandshakeRejected(failure.response.status_code, bytes(failure.response.body))
+    if isinstance(failure, InvalidHandshake):
+        raise SocketClosed(f"invalid handshake response: {failure}")
+    return ClientSocket(stream, codec, early)
+
+
+@contextlib.asynccontextmanager
+async def _closed_on_failure(stream: trio.abc.Stream, what: str) -> AsyncIterator[None]:
+    """Close ``stream`` if the block fails; a broken stream becomes SocketClosed saying ``what``."""
     try:
-        tcp = await trio.open_tcp_stream(host, port)
-    except OSError as exc:
-        raise SocketClosed(f"cannot connect to {host}:{port}: {exc}") from None
-    if not secure:
-        return tcp
-    tls = trio.SSLStream(tcp, ssl_context or ssl.create_default_context(), server_hostname=host,
-                         https_compatible=True)
-    try:
-        await tls.do_handshake()
+        yield
     except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-        await trio.aclose_forcefully(tcp)
-        raise SocketClosed(f"TLS handshake with {host}:{port} failed: {exc.__cause__ or exc}") from None
+        await trio.aclose_forcefully(stream)
+        raise SocketClosed(f"{what}: {exc.__cause__ or exc}") from None
     except BaseException:
-        await trio.aclose_forcefully(tcp)
+        await trio.aclose_forcefully(stream)
         raise
-    return tls
+
+
+def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -5,9 +5,11 @@ Structure (every task in a nursery)::
     Worker.run
     ├── signal watcher (optional): 1st SIGINT/SIGTERM drains, 2nd stops hard
     ├── lease clock: one task for every lease's renewal and watchdog timer
-    └── runners nursery: one LeaseRunner per lease (start, handler + renewals, finish)
-        └── connection loop: connect → reattach every lease → declare capacity
-            → serve until the socket ends or the drain is done → back off → again
+    ├── handlers: one task per started lease (its LeaseRunner's commands
+    │   need none: the connection's reader completes them)
+    └── connection loop: connect → reattach every lease → declare capacity
+        → serve until the socket ends or the drain is done → back off → again
+        (the connection's reader, writer and heartbeat: see ``transport``)
 
 Leases belong to the worker, not to a connection: a dropped socket leaves
 every handler running while the loop reconnects with exponential backoff
