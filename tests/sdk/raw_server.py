@@ -18,6 +18,8 @@ from websockets.http11 import Request
 from websockets.protocol import CLOSED, OPEN
 from websockets.server import ServerProtocol
 
+from sdk_support import serve_locally
+
 from pulse_trio.contract.limits import SUBPROTOCOL
 
 CHUNK = 65536
@@ -126,11 +128,7 @@ class RawServer:
         return f"{scheme}://localhost:{self.port}{path}"
 
     async def serve(self, task_status: trio.TaskStatus[RawServer] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started(self)
-            await trio.serve_listeners(self._accept, listeners, handler_nursery=nursery)
+        await serve_locally(self, self._accept, task_status)
 
     async def next_peer(self, timeout: float = 5.0) -> RawPeer:
         with trio.fail_after(timeout):
