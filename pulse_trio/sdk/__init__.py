@@ -15,8 +15,9 @@ third-party worker would (it never imports the server or the store)::
 
 Modules: ``registry`` (handlers), ``context`` (what a handler gets),
 ``errors`` (outcomes a handler raises), ``outcome`` (outcome → finish),
-``protocol`` (sans-IO session checks and pending requests), ``transport``
-(one WebSocket session), ``lease`` (one attempt, through reconnects),
+``protocol`` (sans-IO session checks and pending requests), ``websocket``
+(the RFC 6455 client on ``websockets``' sans-IO codec), ``transport`` (one
+session: reader, writer, heartbeat), ``lease`` (one attempt, through reconnects),
 ``clock`` (every lease's renewal and watchdog timer, in one task),
 ``worker`` (the reconnect loop, capacity, drain). See ``docs/worker.md``.
 """

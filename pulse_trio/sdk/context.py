@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import threading
 from typing import Any
 
 import trio
@@ -27,6 +26,7 @@ from pulse_trio.sdk.errors import TaskCancelled
 
 CANCEL_REQUESTED = "cancel_requested"
 LEASE_LOST = "lease_lost"
+_UNREAD = object()
 
 
 class TaskContext:
@@ -35,12 +35,29 @@ class TaskContext:
     def __init__(self, task: AssignedTask, lease_id: str) -> None:
         self._task = task
         self.lease_id = lease_id
-        self.payload: Any = json.loads(task.payload)
-        #: Set (in the Trio thread) once the handler must stop; see ``stop_reason``.
-        self.cancelled = trio.Event()
-        self._stop = threading.Event()
+        self._payload: Any = _UNREAD
+        self._cancelled: trio.Event | None = None
+        self._stop = False  # written once, in the Trio thread; a bool is safe to read from any thread
         self.stop_reason: str | None = None  # CANCEL_REQUESTED or LEASE_LOST
         self.cancel_reason: str = ""  # the operator's reason, when a cancel was requested
+
+    @property
+    def payload(self) -> Any:
+        """The payload as Python values (``json.loads`` of ``payload_json``, read on first use)."""
+        if self._payload is _UNREAD:
+            self._payload = json.loads(self._task.payload)
+        return self._payload
+
+    @property
+    def cancelled(self) -> trio.Event:
+        """Set (in the Trio thread) once the handler must stop; see ``stop_reason``."""
+        event = self._cancelled
+        if event is None:
+            # Published before the flag is read, so a concurrent ``_halt`` sets it either way.
+            event = self._cancelled = trio.Event()
+            if self._stop:
+                event.set()
+        return event
 
     # -- the task -------------------------------------------------------------
     @property
@@ -108,7 +125,7 @@ class TaskContext:
     @property
     def cancel_requested(self) -> bool:
         """Whether the handler must stop (any thread may read this)."""
-        return self._stop.is_set()
+        return self._stop
 
     def check_cancelled(self) -> None:
         """Raise ``TaskCancelled`` if the handler must stop; call it often in sync handlers.
@@ -116,7 +133,7 @@ class TaskContext:
         In a handler thread it also raises ``trio.Cancelled`` when the worker
         itself is being stopped hard.
         """
-        if self._stop.is_set():
+        if self._stop:
             raise TaskCancelled(self.cancel_reason or self.stop_reason or "")
         try:
             trio.from_thread.check_cancelled()
@@ -129,8 +146,9 @@ class TaskContext:
             return False
         self.stop_reason = reason
         self.cancel_reason = detail
-        self._stop.set()
-        self.cancelled.set()
+        self._stop = True
+        if self._cancelled is not None:
+            self._cancelled.set()
         return True
 
     def __repr__(self) -> str:

@@ -1,33 +1,42 @@
-"""One lease, from offer to finish: the Trio task that runs one attempt.
+"""One lease, from offer to finish: steps completed by their acks, and one Trio task for the handler.
 
 Theory of operation. A runner owns one lease and never lets two commands
 on it overlap: each command carries the revision the previous ack returned,
-so ordering is the whole correctness argument. The structure keeps them
-apart, with no lock: ``task.start`` is awaited before anything else runs;
-renewals run one at a time, only while the handler runs, in a nursery that
-is closed (so any renewal under way has its ack) before ``task.finish``.
+so ordering is the whole correctness argument. A command is a *step*
+(:class:`_Step`): issued, sent on the ready connection, and completed by a
+callback that the connection calls from its reader when the answer comes.
+A runner holds at most one step, so the order is kept without a lock, and
+no task waits for an ack:
 
-1. ``task.start``, and only after its ack, the handler (an offer is not
-   permission to act).
-2. While the handler runs: a renew every third of the time left on the
+1. At the offer, ``task.start``. Only its ack starts the handler, in a Trio
+   task of its own in the worker's nursery (an offer is not permission to
+   act).
+2. While the handler runs: a renewal every third of the time left on the
    lease, and a watchdog that stops the handler when the local estimate of
    ``expires_at`` passes without a renewal (the lease is lost: someone else
    may run the task now). Both are one timer on the worker's
-   :class:`~pulse_trio.sdk.clock.LeaseClock`, re-armed at every ack; a due
-   renewal is started in the runner's nursery. A renewal showing
+   :class:`~pulse_trio.sdk.clock.LeaseClock`, re-armed at every ack; the
+   timer's callback issues the renewal. A renewal showing
    ``cancel_requested_at`` or a ``task.cancel`` push cancels the handler's
    scope.
-3. ``task.finish`` with the mapped outcome.
+3. ``task.finish`` with the mapped outcome, issued as the handler returns,
+   or, when a renewal is under way, at its ack (the finish needs the
+   revision it returns). The handler's task ends there; the finish's ack
+   retires the runner.
 
-Reconnects. A command whose connection dropped before its ack stays
-``inflight`` with its exact content. On the next connection the worker
-calls :meth:`reattach` before declaring capacity: the in-flight command is
-sent again, same revision, same content; the server answers from its
-receipts (``duplicate: true``) if it had committed, or refuses it (this
+Reconnects. A step whose connection dropped before its ack keeps its exact
+content as ``inflight``, and the runner *parks*. On the next connection the
+worker calls :meth:`reattach` before declaring capacity: the in-flight
+command is sent again, same revision, same content; the server answers from
+its receipts (``duplicate: true``) if it had committed, or refuses it (this
 session does not own the lease yet) if it had not. Then ``worker.resume``
 moves the lease here and the ack's new revision is used from then on. A
-finish that turns out committed needs no resume. The handler is never
-interrupted by any of this: a dropped socket is not a lost lease.
+finish that turns out committed needs no resume. Once the connection is
+ready the worker calls :meth:`connected`: a recovered ack completes the
+parked step, and a command that was not committed goes out again at the new
+revision. The handler is never interrupted by any of this: a dropped socket
+is not a lost lease; only the watchdog, or a refusal saying the lease is
+gone, loses it.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -42,12 +52,12 @@ import trio
 from pulse_trio.contract import messages as m
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
-from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, HandlerOutcome, LeaseLost, TaskCancelled
+from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, HandlerOutcome, TaskCancelled
 from pulse_trio.sdk.registry import Handler
 
 if TYPE_CHECKING:
     from pulse_trio.sdk.clock import LeaseClock, Timer
-    from pulse_trio.sdk.transport import Connection
+    from pulse_trio.sdk.transport import Answer, Connection
     from pulse_trio.sdk.worker import WorkerStats
 
 log = logging.getLogger("pulse_trio.sdk")
@@ -58,6 +68,17 @@ GONE = frozenset({"lease_not_found", "lease_expired", "lease_not_owned", "task_c
 #: Finish refusals about the content: resend as a plain FAILED so the task does not hang.
 CONTENT = frozenset({"invalid_result", "result_too_large", "cancel_not_requested"})
 MIN_RENEW_INTERVAL_S = 0.05
+
+# The phases of a runner.
+STARTING = "starting"    # task.start issued; no handler yet
+RUNNING = "running"      # the handler's task runs; renewals are due
+FINISHING = "finishing"  # the handler returned; task.finish is issued (or waits for a renewal's ack)
+RETIRED = "retired"      # finished, lost or never started: the worker has forgotten it
+
+# The states of a step.
+SENT = "sent"          # on a live connection, its answer due
+PARKED = "parked"      # waiting for a connection: not sent, or sent on one that dropped (see ``inflight``)
+RETRYING = "retrying"  # refused for now (internal, retry_after_ms): resent by a timer
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,7 +98,29 @@ class LeaseHost(Protocol):
 
     def ready_connection(self, *, not_: Connection | None = None) -> Connection | None: ...
 
-    async def connection(self, *, not_: Connection | None = None) -> Connection: ...
+    def spawn(self, fn: Callable[[], Any]) -> None: ...
+
+    def retire(self, runner: LeaseRunner) -> None: ...
+
+
+class _Step:
+    """One command of a lease, from issue to its ack; ``answer`` is what the connection calls back."""
+
+    __slots__ = ("runner", "cls", "extra", "done", "refused", "state", "conn", "sent_at")
+
+    def __init__(self, runner: LeaseRunner, cls: type, extra: dict[str, Any],
+                 done: Callable[[m.CommandResult], None], refused: Callable[[CommandRefused], None]) -> None:
+        self.runner = runner
+        self.cls = cls
+        self.extra = extra
+        self.done = done
+        self.refused = refused
+        self.state = PARKED
+        self.conn: Connection | None = None
+        self.sent_at = 0.0
+
+    def answer(self, result: Answer) -> None:
+        self.runner._answered(self, result)
 
 
 class LeaseRunner:
@@ -94,16 +137,19 @@ class LeaseRunner:
         self._can_extend = True
         self._max_result_bytes = conn.max_result_bytes
         self.owners: list[Credentials] = [owner]
+        self.phase = STARTING
+        #: The command sent on a connection that dropped before its ack: (type, exact fields).
         self.inflight: tuple[type, dict[str, Any]] | None = None
-        self.replayed: m.CommandResult | None = None
+        self.replayed: m.CommandResult | None = None  # its ack, recovered by reattach
         self.lost: str | None = None
         self.finished = False
         self.ctx = TaskContext(offer.task, self.lease_id)
         self._handler_scope = trio.CancelScope()
-        self._renewals: trio.Nursery | None = None  # open while the handler runs
-        self._renewing = False
-        self._watching = False  # the clock holds a timer for this lease
-        self._timer: Timer | None = None
+        self._step: _Step | None = None
+        self._outcome: oc.Outcome | None = None  # the finish to issue once the renewal under way is acked
+        self._fell_back = False
+        self._timer: Timer | None = None  # the renewal or the watchdog
+        self._retry: Timer | None = None
 
     def __repr__(self) -> str:
         return f"LeaseRunner({self.task.task_id} {self.task.queue}/{self.task.kind} {self.lease_id})"
@@ -113,33 +159,40 @@ class LeaseRunner:
         return f"{self.task.task_id} {self.task.queue}/{self.task.kind} (attempt {self.task.attempt})"
 
     # -- the attempt --------------------------------------------------------------
-    async def run(self) -> None:
-        try:
-            await self._command(m.TaskStart)
-        except (LeaseLost, CommandRefused) as exc:
-            log.warning("task %s not started: %s", self.label, exc)
-            return
+    def begin(self) -> None:
+        """At the offer (in the connection's reader): arm the watchdog and issue task.start."""
+        self._arm()
+        self._issue(m.TaskStart, {}, self._started, self._start_refused)
+
+    def _started(self, body: m.CommandResult) -> None:
         self.host.stats.started += 1
         if log.isEnabledFor(logging.INFO):  # the label and outcome text are built per task: skip them when quiet
             log.info("task %s started", self.label)
-        self._watching = True
+        self.phase = RUNNING
+        self._arm()
+        self.host.spawn(self._run_handler)
+
+    def _start_refused(self, exc: CommandRefused) -> None:
+        log.warning("task %s not started: %s", self.label, exc)
+        self._retire()
+
+    async def _run_handler(self) -> None:
+        """The handler's own task: run it, then issue the finish and end."""
         try:
-            async with trio.open_nursery() as renewals:
-                self._renewals = renewals
-                self._arm()
-                try:
-                    outcome = await self._call_handler()
-                finally:
-                    # No new renewal, whatever the handler raised; one under way
-                    # gets its ack before the nursery closes (and before the finish).
-                    self._renewals = None
-        finally:
-            self._disarm()
-        if outcome is not None and self.lost is None:
-            await self._finish(outcome)
-        if self.lost is not None:
-            self.host.stats.lost += 1
-            log.warning("task %s: lease lost (%s); not finished here", self.label, self.lost)
+            outcome = await self._call_handler()
+        except BaseException:  # the worker is stopping hard: nothing is finished
+            self._retire()
+            raise
+        if self.phase is RETIRED:
+            return
+        self.phase = FINISHING  # no new renewal; the watchdog stays until the finish's ack
+        if self.lost is not None or outcome is None:
+            self._count_lost()
+            self._retire()
+        elif self._step is None:
+            self._finish(outcome)
+        else:
+            self._outcome = outcome
 
     async def _call_handler(self) -> oc.Outcome | None:
         """Run the handler in its own cancel scope; None when it was stopped for a lost lease."""
@@ -168,26 +221,42 @@ class LeaseRunner:
             return None
         return result
 
-    async def _finish(self, outcome: oc.Outcome) -> None:
-        for attempt in range(2):
-            try:
-                body = await self._command(m.TaskFinish, **outcome.fields())
-            except LeaseLost:
-                return
-            except CommandRefused as exc:
-                if attempt == 0 and exc.code in CONTENT:
-                    log.warning("task %s: finish %s refused (%s); finishing FAILED", self.label,
-                                outcome.status, exc.code)
-                    outcome = oc.fallback(outcome, exc.code, exc.message)
-                    continue
-                log.error("task %s: finish refused: %s", self.label, exc)
-                self._lose(f"finish refused: {exc.code}")
-                return
-            self.finished = True
-            self.host.stats.count(outcome.status, duplicate=body.receipt.duplicate)
-            if log.isEnabledFor(logging.INFO):
-                log.info("task %s %s", self.label, outcome.describe())
+    def _finish(self, outcome: oc.Outcome) -> None:
+        self._outcome = outcome
+        self._issue(m.TaskFinish, outcome.fields(), self._finished, self._finish_refused)
+
+    def _finished(self, body: m.CommandResult) -> None:
+        outcome = self._outcome
+        assert outcome is not None
+        self.finished = True
+        self.host.stats.count(outcome.status, duplicate=body.receipt.duplicate)
+        if log.isEnabledFor(logging.INFO):
+            log.info("task %s %s", self.label, outcome.describe())
+        self._retire()
+
+    def _finish_refused(self, exc: CommandRefused) -> None:
+        outcome = self._outcome
+        assert outcome is not None
+        if not self._fell_back and exc.code in CONTENT:
+            log.warning("task %s: finish %s refused (%s); finishing FAILED", self.label, outcome.status, exc.code)
+            self._fell_back = True
+            self._finish(oc.fallback(outcome, exc.code, exc.message))
             return
+        log.error("task %s: finish refused: %s", self.label, exc)
+        self._lose(f"finish refused: {exc.code}")
+
+    def _count_lost(self) -> None:
+        if self.lost is not None:
+            self.host.stats.lost += 1
+            log.warning("task %s: lease lost (%s); not finished here", self.label, self.lost)
+
+    def _retire(self) -> None:
+        if self.phase is RETIRED:
+            return
+        self.phase = RETIRED
+        self._step = None
+        self._disarm()
+        self.host.retire(self)
 
     # -- keeping the lease ----------------------------------------------------------
     def _arm(self) -> None:
@@ -195,49 +264,61 @@ class LeaseRunner:
         clock = self.host.clock
         clock.cancel(self._timer)
         when = self.deadline
-        if self._renewals is not None and self._can_extend and not self._renewing:
+        if self.phase is RUNNING and self._step is None and self._can_extend:
             when = min(when, renew_due(self._absorbed_at, self.deadline))
         self._timer = clock.call_at(when, self._ring)
 
     def _disarm(self) -> None:
-        self._watching = False
-        self.host.clock.cancel(self._timer)
-        self._timer = None
+        clock = self.host.clock
+        clock.cancel(self._timer)
+        clock.cancel(self._retry)
+        self._timer = self._retry = None
 
     def _ring(self) -> None:
-        """The timer came up (in the clock's task): lose the lease, or start its renewal."""
+        """The timer came up (in the clock's task): lose the lease, or issue its renewal."""
         self._timer = None
-        if self.lost is not None or not self._watching:
+        if self.lost is not None or self.phase is RETIRED:
             return
         now = trio.current_time()
+        step = self._step
         if now >= self.deadline:
-            self._lose("its expiry passed without a renewal")
+            if step is None:
+                self._lose("its expiry passed without a renewal")
+            elif step.state is SENT:
+                self._lose(f"no answer to {step.cls.TYPE} before the lease expired")
+            else:
+                self._lose("disconnected until its expiry")
             return
-        if (self._renewals is not None and self._can_extend and not self._renewing
+        if (self.phase is RUNNING and step is None and self._can_extend
                 and now >= renew_due(self._absorbed_at, self.deadline)):
-            self._renewing = True
-            self._renewals.start_soon(self._renew)
+            self._issue(m.TaskRenew, {}, self._renewed, self._renew_refused)
         self._arm()
 
-    async def _renew(self) -> None:
-        try:
-            await self._command(m.TaskRenew)
-            self.host.stats.renewals += 1
-        except LeaseLost:
-            pass
-        except CommandRefused as exc:
-            self._lose(f"renew refused: {exc.code}")
-        finally:
-            self._renewing = False
-            if self._watching and self.lost is None:
-                self._arm()
+    def _renewed(self, body: m.CommandResult) -> None:
+        self.host.stats.renewals += 1
+        if self.phase is FINISHING and self._outcome is not None:
+            self._finish(self._outcome)
+        else:
+            self._arm()
+
+    def _renew_refused(self, exc: CommandRefused) -> None:
+        self._lose(f"renew refused: {exc.code}")
 
     def _lose(self, reason: str) -> None:
-        if self.lost is None:
-            self.lost = reason
-            if self.ctx._halt(LEASE_LOST, reason):
-                self._handler_scope.cancel()
-            self._disarm()
+        if self.lost is not None or self.phase is RETIRED:
+            return
+        self.lost = reason
+        self._step = None
+        if self.ctx._halt(LEASE_LOST, reason):
+            self._handler_scope.cancel()
+        self._disarm()
+        if self.phase is STARTING:
+            log.warning("task %s not started: %s", self.label, reason)
+            self._retire()
+        elif self.phase is FINISHING:
+            self._count_lost()
+            self._retire()
+        # RUNNING: the handler's task retires the runner once the handler has stopped
 
     def request_cancel(self, reason: str) -> None:
         """A cancel push, or a lease showing cancel_requested_at: stop the handler."""
@@ -269,79 +350,97 @@ class LeaseRunner:
             granted = (lease.expires_at - receipt.committed_at).total_seconds()
             self.deadline = min(self.deadline, sent + granted)
         self._absorbed_at = trio.current_time()
-        if self._watching:
-            self._arm()
         if lease.cancel_requested_at is not None:
             self.request_cancel("")
 
     # -- one command, through reconnects ---------------------------------------------
-    async def _command(self, cls: type, **extra: Any) -> m.CommandResult:
-        """Commit one lease command; raises LeaseLost, or CommandRefused for other refusals.
+    def _issue(self, cls: type, extra: dict[str, Any], done: Callable[[m.CommandResult], None],
+               refused: Callable[[CommandRefused], None]) -> None:
+        """Start the lease's next command; ``done`` or ``refused`` is called once it is answered."""
+        assert self._step is None, "two commands of one lease at once"
+        self._step = _Step(self, cls, extra, done, refused)
+        self._send()
 
-        Never called while another command of this lease is under way (see the module docstring).
-        """
-        conn: Connection | None = None
-        while True:
-            if self.lost is not None:
-                raise LeaseLost(self.lost)
-            conn = await self._next_connection(conn)
-            if self.replayed is not None:  # reattach recovered the lost ack
-                body, self.replayed = self.replayed, None
-                return body
-            fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,
-                          revision=self.lease.revision, **extra)
-            self.inflight = (cls, fields)
-            sent = trio.current_time()
-            try:
-                with trio.move_on_at(self.deadline) as late:
-                    body = await conn.request(cls, **fields)
-            except ConnectionLost:
-                continue  # reattach on the next connection settles it
-            except CommandRefused as exc:
-                self.inflight = None
-                if exc.fatal:
-                    continue  # the connection is ending; nothing was committed
-                if exc.code == "internal" or exc.retry_after_ms is not None:
-                    await trio.sleep((exc.retry_after_ms or 1000) / 1000)
-                    continue
-                if exc.code in GONE:
-                    self._lose(f"{cls.TYPE} refused: {exc.code}")
-                    raise LeaseLost(self.lost or exc.code) from None
-                raise
-            if late.cancelled_caught:
-                self._lose(f"no answer to {cls.TYPE} before the lease expired")
-                raise LeaseLost(self.lost or "")
-            self.inflight = None
-            assert isinstance(body, m.CommandResult)
-            if body.receipt.duplicate:
-                self.host.stats.duplicates += 1
-            self._absorb(body.lease, conn, renewed=cls is m.TaskRenew, granted_since=(sent, body.receipt))
-            return body
+    def _send(self) -> None:
+        """Send the step on the ready connection at the current revision, or park it until there is one."""
+        step = self._step
+        assert step is not None
+        conn = self.host.ready_connection()
+        if conn is None:
+            step.state = PARKED
+            return
+        fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,
+                      revision=self.lease.revision, **step.extra)
+        step.state, step.conn, step.sent_at = SENT, conn, trio.current_time()
+        try:
+            conn.submit(step.cls, fields, step.answer)
+        except ConnectionLost:
+            step.state = PARKED  # never sent: nothing to settle
+            return
+        self.inflight = (step.cls, fields)
 
-    async def _next_connection(self, previous: Connection | None) -> Connection:
-        """A ready connection other than ``previous``, or LeaseLost once the lease must have expired."""
-        conn = self.host.ready_connection(not_=previous)
-        if conn is not None:
-            return conn
-        while True:
-            with trio.move_on_at(self.deadline):
-                return await self.host.connection(not_=previous)
-            if self.lost is not None:
-                raise LeaseLost(self.lost)
-            if trio.current_time() >= self.deadline:
-                self._lose("disconnected until its expiry")
-                raise LeaseLost(self.lost or "")
+    def _answered(self, step: _Step, result: Answer) -> None:
+        """The connection's callback: the ack, a refusal, or ConnectionLost."""
+        if step is not self._step or step.state is not SENT:
+            return  # the lease was lost (or retired) meanwhile
+        if isinstance(result, ConnectionLost):
+            step.state = PARKED  # ``inflight`` stays: reattach settles it on the next connection
+            return
+        self.inflight = None
+        if isinstance(result, CommandRefused):
+            self._refused(step, result)
+            return
+        assert isinstance(result, m.CommandResult) and step.conn is not None
+        if result.receipt.duplicate:
+            self.host.stats.duplicates += 1
+        self._step = None
+        self._absorb(result.lease, step.conn, renewed=step.cls is m.TaskRenew,
+                     granted_since=(step.sent_at, result.receipt))
+        step.done(result)
+
+    def _refused(self, step: _Step, exc: CommandRefused) -> None:
+        if exc.fatal:
+            step.state = PARKED  # the connection is ending; nothing was committed
+            return
+        if exc.code == "internal" or exc.retry_after_ms is not None:
+            step.state = RETRYING
+            delay = (exc.retry_after_ms or 1000) / 1000
+            self._retry = self.host.clock.call_at(trio.current_time() + delay, self._resend)
+            return
+        self._step = None
+        if exc.code in GONE:
+            self._lose(f"{step.cls.TYPE} refused: {exc.code}")
+            return
+        step.refused(exc)
+
+    def _resend(self) -> None:
+        self._retry = None
+        step = self._step
+        if step is not None and step.state is RETRYING and self.lost is None:
+            self._send()
+
+    def connected(self, conn: Connection) -> None:
+        """The worker has a ready connection again: complete or send the parked step."""
+        step = self._step
+        if step is None or step.state is not PARKED or self.lost is not None:
+            return
+        if self.replayed is not None:  # reattach recovered its ack; the lease came from the resume
+            body, self.replayed = self.replayed, None
+            self._step = None
+            step.done(body)
+            return
+        self._send()
 
     async def reattach(self, conn: Connection, owner: Credentials) -> None:
         """On a new connection, before capacity is declared: settle the in-flight command, resume."""
-        if self.lost is not None or self.finished:
+        if self.lost is not None or self.phase is RETIRED:
             return
         if self.inflight is not None:
             cls, fields = self.inflight
             try:
                 body = await conn.request(cls, **fields)
             except CommandRefused:
-                self.inflight = None  # not committed: the runner sends it again at the new revision
+                self.inflight = None  # not committed: sent again at the new revision once connected
             except ConnectionLost:
                 return
             else:
@@ -354,7 +453,8 @@ class LeaseRunner:
                          cls.TYPE, str(body.receipt.duplicate).lower())
                 if cls is m.TaskFinish:
                     return
-        await self._resume(conn, owner)
+        if self.lost is None and self.phase is not RETIRED:
+            await self._resume(conn, owner)
 
     async def _resume(self, conn: Connection, owner: Credentials) -> None:
         for candidate in reversed(list(self.owners)):
@@ -372,7 +472,10 @@ class LeaseRunner:
                 return
             assert isinstance(lease, m.Lease)
             self.owners = [owner]
+            if self.lost is not None or self.phase is RETIRED:
+                return
             self._absorb(lease, conn)
+            self._arm()
             self.host.stats.resumed += 1
             log.info("task %s: lease resumed at revision %d", self.label, lease.revision)
             return

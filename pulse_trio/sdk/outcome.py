@@ -44,6 +44,9 @@ class Outcome:
         return f"{self.status} {self.error_code}{retry}{message}"
 
 
+SUCCEEDED_EMPTY = Outcome("SUCCEEDED", EMPTY)
+
+
 def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -69,6 +72,8 @@ def encode_result(value: Any, max_bytes: int = MAX_RESULT_BYTES) -> str | Outcom
 
 
 def succeeded(value: Any, max_bytes: int = MAX_RESULT_BYTES) -> Outcome:
+    if value is None or (type(value) is dict and not value):
+        return SUCCEEDED_EMPTY  # the common "done, nothing to say": no encoding needed
     encoded = encode_result(value, max_bytes)
     return encoded if isinstance(encoded, Outcome) else Outcome("SUCCEEDED", encoded)
 

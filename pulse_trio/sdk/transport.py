@@ -1,17 +1,20 @@
-"""One WebSocket session with the service: handshake, hello, and a nursery of three tasks.
+"""One session with the service over a :class:`~pulse_trio.sdk.websocket.ClientSocket`: hello, then three tasks.
 
-* the reader: every frame goes through :class:`~pulse_trio.sdk.protocol.ClientProtocol`;
-  answers wake the request that waits for them, pushes go to the worker's
-  ``on_event(connection, event)`` callback (synchronous, so it only starts
-  tasks and sets events, and the reader never waits on the worker);
-* the writer: the only task that sends. A request hands its frame over a
-  zero-size channel, so a cancelled requester can never leave half a
-  frame on the socket;
+* the reader reads a chunk and handles every message in it before it reads
+  again: each goes through :class:`~pulse_trio.sdk.protocol.ClientProtocol`;
+  an answer is handed to the callback its request was submitted with, pushes
+  go to the worker's ``on_event(connection, event)`` callback. Both are
+  synchronous: they only start tasks, set timers and queue frames, so the
+  reader never waits on the worker;
+* the writer is the only task that sends. A request only encodes its frame
+  into the socket's buffer (nobody waits to hand it over), and the writer
+  sends whatever has accumulated, frames and pongs, in one write each time
+  it wakes, so no frame is ever half sent by a cancelled caller;
 * the heartbeat: a ping whose pong is late drops the connection, so a
   half-open TCP connection is noticed well inside a lease's ttl and the
   leases are resumed elsewhere in time.
 
-When the connection ends, every pending request fails with
+When the connection ends, every pending request is answered with
 ``ConnectionLost``: the caller cannot know whether it committed, which is
 why the lease runner resends it with the same revision after reconnecting.
 """
@@ -27,13 +30,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import trio
-import trio_websocket
 
 from pulse_trio.contract import messages as m
-from pulse_trio.contract.encoder import encode
-from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
+from pulse_trio.contract.encoder import encode_bytes
+from pulse_trio.contract.limits import SUBPROTOCOL
 from pulse_trio.sdk import protocol as p
-from pulse_trio.sdk.errors import ConnectionLost, ProtocolViolation, WorkerRefused
+from pulse_trio.sdk.websocket import ClientSocket, HandshakeRejected, SocketClosed, connect
+from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, ProtocolViolation, WorkerRefused
 
 log = logging.getLogger("pulse_trio.sdk")
 
@@ -50,35 +53,37 @@ class Closed:
     reason: str
 
 
-class _Waiter:
-    """One pending request's answer slot."""
+#: What a request's callback is given: the ack's body, the refusal, or ConnectionLost.
+Answer = m.AckBody | CommandRefused | ConnectionLost
 
-    __slots__ = ("done", "value", "error")
+
+class _Waiter:
+    """One awaited request's answer slot (for the few requests a task waits for)."""
+
+    __slots__ = ("done", "answer")
 
     def __init__(self) -> None:
         self.done = trio.Event()
-        self.value: m.AckBody | None = None
-        self.error: BaseException | None = None
+        self.answer: Answer | None = None
 
-    def resolve(self, value: m.AckBody | None = None, error: BaseException | None = None) -> None:
-        if not self.done.is_set():
-            self.value, self.error = value, error
-            self.done.set()
+    def resolve(self, answer: Answer) -> None:
+        self.answer = answer
+        self.done.set()
 
 
 class Connection:
     """A welcomed session: send requests, get typed answers (use :func:`open_connection`)."""
 
-    def __init__(self, ws: trio_websocket.WebSocketConnection, welcome: m.WorkerWelcome,
+    def __init__(self, socket: ClientSocket, welcome: m.WorkerWelcome,
                  protocol: p.ClientProtocol, on_event: Callable[[Connection, p.Event | Closed], None]) -> None:
-        self.ws = ws
+        self.socket = socket
         self.welcome = welcome
         self.protocol = protocol
         self.closed = trio.Event()
         self.close_reason = ""
         self._on_event = on_event
-        self._waiters: dict[str, _Waiter] = {}
-        self._outbox, self._outbox_out = trio.open_memory_channel[str](0)
+        self._callbacks: dict[str, Callable[[Answer], None]] = {}
+        self._wake = trio.Event()
         # Server time minus local wall time at the welcome: lets lease
         # deadlines (server times) be turned into local timers.
         self.clock_offset = welcome.body.server_time - dt.datetime.now(dt.timezone.utc)
@@ -113,86 +118,93 @@ class Connection:
         return trio.current_time() + (expires_at - self.server_now()).total_seconds()
 
     # -- requests ---------------------------------------------------------------
-    async def request(self, cls: type, **fields: Any) -> m.AckBody:
-        """Send one request and wait for its ack body; raises CommandRefused or ConnectionLost."""
+    def submit(self, cls: type, fields: dict[str, Any], on_answer: Callable[[Answer], None]) -> None:
+        """Queue one request; ``on_answer`` is called once with its answer, from the reader or at the close.
+
+        Raises ConnectionLost (and sends nothing) when the connection has ended.
+        """
         if self.closed.is_set():
             raise ConnectionLost(self.close_reason)
         message = self.protocol.request(cls, **fields)
-        waiter = self._waiters[message.id] = _Waiter()
-        try:
-            try:
-                await self._outbox.send(encode(message))
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                self.protocol.forget(message.id)
-                raise ConnectionLost(self.close_reason) from None
-            except trio.Cancelled:
-                self.protocol.forget(message.id)  # never handed to the writer: never sent
-                raise
-            await waiter.done.wait()
-        finally:
-            self._waiters.pop(message.id, None)
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.value is not None
-        return waiter.value
+        self._callbacks[message.id] = on_answer
+        self.socket.send_text(encode_bytes(message))
+        self._wake.set()
+
+    async def request(self, cls: type, **fields: Any) -> m.AckBody:
+        """Send one request and wait for its ack body; raises CommandRefused or ConnectionLost."""
+        waiter = _Waiter()
+        self.submit(cls, fields, waiter.resolve)
+        await waiter.done.wait()
+        answer = waiter.answer
+        if isinstance(answer, (CommandRefused, ConnectionLost)):
+            raise answer
+        assert answer is not None
+        return answer
 
     # -- the three tasks ----------------------------------------------------------
     async def _read_loop(self) -> None:
-        reason = "the server closed the connection"
+        socket, protocol, answer, on_event = self.socket, self.protocol, self._answer, self._on_event
+        reason: str | None = None  # set once nothing more will be read
+        fatal: str | None = None  # a fatal error frame: the server closes next, read until it does
         try:
-            while True:
-                text = await self.ws.get_message()
-                if isinstance(text, bytes):
-                    reason = "the server sent a binary frame"
-                    break
-                event = self.protocol.receive(text)
-                if isinstance(event, p.Answered):
-                    self._resolve(event.request, value=event.body)
-                elif isinstance(event, p.Refused):
-                    self._resolve(event.request, error=p.refusal(event.error))
-                elif isinstance(event, p.Broken):
-                    log.error("protocol violation by the server: %s; reconnecting", event.reason)
-                    if event.request is not None:
-                        self._resolve(event.request, error=ConnectionLost(event.reason))
-                    reason = event.reason
-                    break
-                elif isinstance(event, p.Fatal):
-                    log.warning("server: %s: %s", event.error.code, event.error.message)
-                    reason = f"{event.error.code}: {event.error.message}"
-                else:
-                    if isinstance(event, p.Dropped):
+            while reason is None:
+                for data in await socket.receive():
+                    event = protocol.receive(data)
+                    kind = type(event)
+                    if kind is p.Answered:
+                        answer(event.request, event.body)
+                    elif kind is p.Offered or kind is p.CancelPushed:
+                        on_event(self, event)
+                    elif kind is p.Refused:
+                        answer(event.request, p.refusal(event.error))
+                    elif kind is p.Broken:
+                        log.error("protocol violation by the server: %s; reconnecting", event.reason)
+                        if event.request is not None:
+                            answer(event.request, ConnectionLost(event.reason))
+                        reason = event.reason
+                        break
+                    elif kind is p.Fatal:
+                        log.warning("server: %s: %s", event.error.code, event.error.message)
+                        fatal = f"{event.error.code}: {event.error.message}"
+                    else:
                         log.warning("%s", event.reason)
-                    self._on_event(self, event)
-        except trio_websocket.ConnectionClosed as exc:
-            if exc.reason is not None and exc.reason.reason:
-                reason = f"closed ({exc.reason.code}): {exc.reason.reason}"
-        self._end(reason)
+                        on_event(self, event)
+                if socket.pending:  # pongs, the echo of a close, a close after a framing error
+                    self._wake.set()
+                if reason is None:
+                    reason = socket.ended
+        except SocketClosed as exc:
+            reason = str(exc)
+        self._end(fatal or reason or "the server closed the connection")
 
     async def _write_loop(self) -> None:
+        """The only sender: whatever was buffered since it last woke, in one write."""
+        socket = self.socket
         try:
-            async for frame in self._outbox_out:
-                await self.ws.send_message(frame)
-        except trio_websocket.ConnectionClosed:
-            self._end("the connection closed while sending")
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                await socket.flush()
+        except SocketClosed as exc:
+            self._end(str(exc))
 
     async def _heartbeat(self) -> None:
         interval = min(10.0, max(0.2, self.lease_ttl / 4))
+        socket = self.socket
         while True:
             await trio.sleep(interval)
-            with trio.move_on_after(2 * interval) as late:
-                try:
-                    await self.ws.ping()
-                except trio_websocket.ConnectionClosed:
-                    return
-            if late.cancelled_caught:
-                self._end(f"no pong within {2 * interval:g}s")
-                return
+            answered = socket.ping()
+            self._wake.set()
+            with trio.move_on_after(2 * interval):
+                await answered.wait()
+                continue
+            self._end(f"no pong within {2 * interval:g}s")
+            return
 
-    def _resolve(self, request: m.ClientMessage, *, value: m.AckBody | None = None,
-                 error: BaseException | None = None) -> None:
-        waiter = self._waiters.get(request.id)
-        if waiter is not None:
-            waiter.resolve(value, error)
+    def _answer(self, request: m.ClientMessage, answer: Answer) -> None:
+        callback = self._callbacks.pop(request.id, None)
+        if callback is not None:
+            callback(answer)
 
     def _end(self, reason: str) -> None:
         """Fail every pending request and tell the worker (idempotent)."""
@@ -200,9 +212,10 @@ class Connection:
             return
         self.close_reason = reason
         self.closed.set()
-        self._outbox.close()
-        for waiter in list(self._waiters.values()):
-            waiter.resolve(error=ConnectionLost(reason))
+        callbacks, self._callbacks = self._callbacks, {}
+        lost = ConnectionLost(reason)
+        for callback in callbacks.values():
+            callback(lost)
         self._on_event(self, Closed(reason))
 
 
@@ -216,40 +229,45 @@ async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_even
     (bad token, queue not allowed) and ``ConnectionLost`` for anything a
     reconnect may fix.
     """
-    headers = [(b"authorization", f"Bearer {token}".encode("latin-1"))]
+    headers = [("Authorization", f"Bearer {token}")]
     try:
-        async with trio_websocket.open_websocket_url(
-                url, ssl_context, subprotocols=[SUBPROTOCOL], extra_headers=headers,
-                max_message_size=MAX_FRAME_BYTES, connect_timeout=connect_timeout,
-                disconnect_timeout=CLOSE_TIMEOUT_S) as ws:
-            if ws.subprotocol != SUBPROTOCOL:
-                raise WorkerRefused(f"the server did not select subprotocol {SUBPROTOCOL}")
-            with trio.fail_after(HELLO_TIMEOUT_S):
-                await ws.send_message(encode(hello))
-                text = await ws.get_message()
-            welcome = p.read_welcome(hello, text, strict=strict)
-            conn = Connection(ws, welcome, p.ClientProtocol(welcome, hello, strict=strict), on_event)
-            # The caller's exception is carried past our nursery by hand, so
-            # it comes out as itself rather than wrapped in an ExceptionGroup.
-            failure: Exception | None = None
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(conn._read_loop)
-                nursery.start_soon(conn._write_loop)
-                nursery.start_soon(conn._heartbeat)
-                try:
-                    yield conn
-                except Exception as exc:
-                    failure = exc
-                finally:
-                    conn._end(conn.close_reason or "closed by the worker")
-                    nursery.cancel_scope.cancel()
-            if failure is not None:
-                raise failure
-    except trio_websocket.ConnectionRejected as exc:
-        if exc.status_code in REFUSING_STATUS:
-            body = (exc.body or b"").decode("utf-8", "replace").strip()
-            raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status_code} {body}") from None
-        raise ConnectionLost(f"handshake refused: HTTP {exc.status_code}") from None
-    except (trio_websocket.HandshakeError, trio_websocket.ConnectionClosed, OSError, trio.TooSlowError,
-            ProtocolViolation) as exc:
+        socket = await connect(url, headers, ssl_context=ssl_context, timeout=connect_timeout)
+    except HandshakeRejected as exc:
+        if exc.status in REFUSING_STATUS:
+            body = exc.body.decode("utf-8", "replace").strip()
+            raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status} {body}") from None
+        raise ConnectionLost(f"handshake refused: HTTP {exc.status}") from None
+    except SocketClosed as exc:
+        raise ConnectionLost(str(exc)) from None
+    try:
+        if socket.subprotocol != SUBPROTOCOL:
+            raise WorkerRefused(f"the server did not select subprotocol {SUBPROTOCOL}")
+        with trio.fail_after(HELLO_TIMEOUT_S):
+            socket.send_text(encode_bytes(hello))
+            await socket.flush()
+            messages: list[bytes] = []
+            while not messages:
+                messages = await socket.receive()
+        welcome = p.read_welcome(hello, messages[0], strict=strict)
+        conn = Connection(socket, welcome, p.ClientProtocol(welcome, hello, strict=strict), on_event)
+        socket.unread(messages[1:])
+        # The caller's exception is carried past our nursery by hand, so
+        # it comes out as itself rather than wrapped in an ExceptionGroup.
+        failure: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn._read_loop)
+            nursery.start_soon(conn._write_loop)
+            nursery.start_soon(conn._heartbeat)
+            try:
+                yield conn
+            except Exception as exc:
+                failure = exc
+            finally:
+                conn._end(conn.close_reason or "closed by the worker")
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+    except (SocketClosed, trio.TooSlowError, ProtocolViolation) as exc:
         raise ConnectionLost(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        await socket.close(CLOSE_TIMEOUT_S)

@@ -5,9 +5,11 @@ Structure (every task in a nursery)::
     Worker.run
     ├── signal watcher (optional): 1st SIGINT/SIGTERM drains, 2nd stops hard
     ├── lease clock: one task for every lease's renewal and watchdog timer
-    └── runners nursery: one LeaseRunner per lease (start, handler + renewals, finish)
-        └── connection loop: connect → reattach every lease → declare capacity
-            → serve until the socket ends or the drain is done → back off → again
+    ├── handlers: one task per started lease (its LeaseRunner's commands
+    │   need none: the connection's reader completes them)
+    └── connection loop: connect → reattach every lease → declare capacity
+        → serve until the socket ends or the drain is done → back off → again
+        (the connection's reader, writer and heartbeat: see ``transport``)
 
 Leases belong to the worker, not to a connection: a dropped socket leaves
 every handler running while the loop reconnects with exponential backoff
@@ -25,6 +27,7 @@ import random
 import signal
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -279,16 +282,8 @@ class Worker:
         owner = Credentials(conn.instance_id, conn.instance_secret)
         runner = LeaseRunner(self, offer, handler, conn, owner)
         self.runners[lease_id] = runner
-        self._nursery.start_soon(self._run_runner, runner)
-
-    async def _run_runner(self, runner: LeaseRunner) -> None:
         self.stats.running += 1
-        try:
-            await runner.run()
-        finally:
-            self.stats.running -= 1
-            self.runners.pop(runner.lease_id, None)
-            self._poke()
+        runner.begin()
 
     # -- for the runners ---------------------------------------------------------------
     def ready_connection(self, *, not_: Connection | None = None) -> Connection | None:
@@ -297,6 +292,18 @@ class Worker:
         if conn is not None and conn is not not_ and not conn.closed.is_set():
             return conn
         return None
+
+    def spawn(self, fn: Callable[[], Awaitable[object]]) -> None:
+        """Start a handler's task in the worker's nursery."""
+        assert self._nursery is not None
+        self._nursery.start_soon(fn)
+
+    def retire(self, runner: LeaseRunner) -> None:
+        """The runner is done (finished, lost or never started): forget it."""
+        if self.runners.get(runner.lease_id) is runner:
+            del self.runners[runner.lease_id]
+            self.stats.running -= 1
+            self._poke()
 
     async def connection(self, *, not_: Connection | None = None) -> Connection:
         """The live, ready connection (waits through reconnects); never ``not_``."""
@@ -314,6 +321,8 @@ class Worker:
             self._ready_changed = trio.Event()
             if conn is not None:
                 self._first.set()
+                for runner in list(self.runners.values()):
+                    runner.connected(conn)
 
     def _poke(self) -> None:
         self._changed.set()

@@ -40,11 +40,7 @@ class Proxy:
         return f"ws://127.0.0.1:{self.port}/v1/worker"
 
     async def serve(self, task_status: trio.TaskStatus[Proxy] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started(self)
-            await trio.serve_listeners(self._link, listeners, handler_nursery=nursery)
+        await serve_locally(self, self._link, task_status)
 
     def sever(self) -> None:
         for scope in list(self._scopes):
@@ -96,6 +92,16 @@ class Proxy:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         scope.cancel()
+
+
+async def serve_locally(server: Any, handler: Callable[[trio.SocketStream], Any],
+                        task_status: trio.TaskStatus[Any]) -> None:
+    """Serve ``handler`` on a free port of 127.0.0.1, set as ``server.port``; started with ``server``."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    server.port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        task_status.started(server)
+        await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
 
 
 def url_of(service: Any) -> str:

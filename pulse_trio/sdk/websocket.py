@@ -1,0 +1,278 @@
+"""A client WebSocket over a Trio stream, through ``websockets``' sans-IO ``ClientProtocol``.
+
+The codec does RFC 6455 (the opening handshake with the subprotocol,
+masking, ping answers, the closing handshake, the message size limit); this
+module does the I/O around it, without tasks of its own, so that its owner
+(:mod:`pulse_trio.sdk.transport`) decides who reads and who writes:
+
+* :meth:`ClientSocket.receive` reads one chunk and returns every complete
+  text message in it, reassembled from fragments and checked to be UTF-8,
+  so a chunk full of frames costs one read and no hop per frame;
+* :meth:`ClientSocket.send_text` only encodes a frame into the codec's
+  buffer, and :meth:`ClientSocket.flush` writes everything buffered, frames
+  and automatic pongs alike, in one ``send_all``;
+* :meth:`ClientSocket.close` runs the closing handshake with a time limit.
+
+What no reconnect can fix is raised as :class:`HandshakeRejected` (the HTTP
+status and body); everything else that ends a socket is
+:class:`SocketClosed`, with a reason for the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import ssl
+from collections.abc import AsyncIterator
+
+import trio
+from websockets.client import ClientProtocol
+from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
+from websockets.protocol import CLOSED, OPEN
+from websockets.uri import WebSocketURI, parse_uri
+
+from pulse_trio.contract import errors as e
+from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
+
+_CODEC_LOG = logging.getLogger("pulse_trio.sdk.websocket")
+
+RECEIVE_CHUNK = 65536
+CLOSE_NORMAL = 1000
+
+
+class SocketClosed(Exception):
+    """The socket ended, or never opened: a reconnect may fix it."""
+
+
+class HandshakeRejected(Exception):
+    """The server answered the upgrade request with an HTTP status instead of 101."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+
+
+class ClientSocket:
+    """An open WebSocket: one reader and one writer may use it at a time (see the module docstring)."""
+
+    def __init__(self, stream: trio.abc.Stream, codec: ClientProtocol, early: list[Frame]) -> None:
+        self.stream = stream
+        self.codec = codec
+        self.subprotocol = codec.subprotocol
+        self.ended: str | None = None  # why it ended, once it did
+        self._early = early  # frames that came with the handshake response
+        self._partial: bytearray | None = None  # a fragmented message so far
+        self._unread: list[bytes] = []
+        self._ping: tuple[bytes, trio.Event] | None = None  # the ping awaiting its pong
+
+    # -- reading ---------------------------------------------------------------------
+    async def receive(self) -> list[bytes]:
+        """The complete text messages of the next chunk (maybe none); SocketClosed once the socket ended."""
+        if self._unread:
+            messages, self._unread = self._unread, []
+            return messages
+        if self._early:
+            frames, self._early = self._early, []
+            return self._messages(frames)
+        if self.ended is not None:
+            raise SocketClosed(self.ended)
+        codec = self.codec
+        try:
+            data = await self.stream.receive_some(RECEIVE_CHUNK)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._end(f"the connection broke: {exc.__cause__ or exc}")
+            data = b""
+        if data:
+            codec.receive_data(data)
+        else:
+            codec.receive_eof()
+        return self._messages(codec.events_received())
+
+    def _messages(self, frames: list[Frame]) -> list[bytes]:
+        messages: list[bytes] = []
+        codec = self.codec
+        for frame in frames:
+            opcode = frame.opcode
+            if opcode is Opcode.TEXT or opcode is Opcode.CONT:  # the codec keeps the fragments in order
+                data = frame.data
+                if self._partial is not None:
+                    self._partial += data
+                    if not frame.fin:
+                        continue
+                    data, self._partial = bytes(self._partial), None
+                elif not frame.fin:
+                    self._partial = bytearray(data)
+                    continue
+                if not _is_utf8(data):
+                    self._fail(e.CLOSE_INVALID_PAYLOAD, "text frame is not valid UTF-8")
+                    break
+                messages.append(data)
+            elif opcode is Opcode.BINARY:
+                self._fail(e.CLOSE_UNSUPPORTED_DATA, "binary frames are not part of pulse.worker.v1")
+                break
+            elif opcode is Opcode.PONG and self._ping is not None and frame.data == self._ping[0]:
+                self._ping[1].set()
+                self._ping = None
+        if self.ended is None and codec.state is not OPEN:
+            self._end(self._why_closed())
+        return messages
+
+    def unread(self, messages: list[bytes]) -> None:
+        """Give back messages taken with :meth:`receive` but not handled: the next call returns them."""
+        self._unread = messages + self._unread
+
+    def _why_closed(self) -> str:
+        codec = self.codec
+        if codec.close_rcvd is not None:
+            close = codec.close_rcvd
+            return f"closed ({close.code}): {close.reason}" if close.reason else "the server closed the connection"
+        if codec.parser_exc is not None:
+            sent = codec.close_sent
+            code = f" ({sent.code})" if sent is not None else ""
+            return f"the server broke the WebSocket framing{code}: {codec.parser_exc}"
+        return "the server closed the connection"
+
+    def _fail(self, code: int, reason: str) -> None:
+        self.codec.fail(code, reason)
+        self._end(f"closed ({code}): {reason}")
+
+    def _end(self, reason: str) -> None:
+        if self.ended is None:
+            self.ended = reason
+
+    # -- writing ---------------------------------------------------------------------
+    def send_text(self, data: bytes) -> None:
+        """Encode one text message into the outgoing buffer (:meth:`flush` writes it)."""
+        if self.codec.state is OPEN:
+            self.codec.send_text(data)
+
+    def ping(self) -> trio.Event:
+        """Buffer a ping; the event is set when its pong arrives (a later ping replaces it)."""
+        answered = trio.Event()
+        if self.codec.state is OPEN:
+            payload = os.urandom(4)
+            self.codec.send_ping(payload)
+            self._ping = (payload, answered)
+        return answered
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything waits to be written (frames, pongs, the close)."""
+        return bool(self.codec.writes)
+
+    async def flush(self) -> None:
+        """Write everything buffered in one send; SocketClosed if the stream broke."""
+        chunks = [chunk for chunk in self.codec.data_to_send() if chunk]  # b"" stands for EOF: close() does it
+        if not chunks:
+            return
+        try:
+            await self.stream.send_all(b"".join(chunks))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._end(f"the connection broke while sending: {exc.__cause__ or exc}")
+            raise SocketClosed(self.ended) from None
+
+    # -- closing ---------------------------------------------------------------------
+    async def close(self, timeout: float, code: int = CLOSE_NORMAL, reason: str = "") -> None:
+        """The closing handshake within ``timeout`` seconds (the server closes TCP first), then the stream.
+
+        Shielded, so a worker that is being cancelled still says goodbye; the
+        time limit keeps a vanished server from holding it up.
+        """
+        codec = self.codec
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(timeout):
+                try:
+                    if codec.state is OPEN:
+                        codec.send_close(code, reason)
+                    await self.flush()
+                    while codec.state is not CLOSED:
+                        data = await self.stream.receive_some(RECEIVE_CHUNK)
+                        if data:
+                            codec.receive_data(data)
+                        else:
+                            codec.receive_eof()
+                        codec.events_received()
+                        await self.flush()
+                except (SocketClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+            self._end("closed by the worker")
+            await trio.aclose_forcefully(self.stream)
+
+
+async def connect(url: str, headers: list[tuple[str, str]], *, ssl_context: ssl.SSLContext | None,
+                  timeout: float) -> ClientSocket:
+    """TCP (and TLS for ``wss://``), then the upgrade offering :data:`SUBPROTOCOL`, within ``timeout``."""
+    try:
+        uri = parse_uri(url)
+    except InvalidURI as exc:
+        raise SocketClosed(str(exc)) from None
+    with trio.move_on_after(timeout):
+        try:
+            stream: trio.abc.Stream = await trio.open_tcp_stream(uri.host, uri.port)
+        except OSError as exc:
+            raise SocketClosed(f"cannot connect to {uri.host}:{uri.port}: {exc}") from None
+        if uri.secure:
+            stream = trio.SSLStream(stream, ssl_context or ssl.create_default_context(), server_hostname=uri.host,
+                                    https_compatible=True)
+        async with _closed_on_failure(stream, "the connection broke during the handshake"):
+            if isinstance(stream, trio.SSLStream):
+                await stream.do_handshake()
+            return await _upgrade(stream, uri, headers)
+    raise SocketClosed(f"no connection within {timeout:g}s")
+
+
+async def _upgrade(stream: trio.abc.Stream, uri: WebSocketURI, headers: list[tuple[str, str]]) -> ClientSocket:
+    codec = ClientProtocol(uri, subprotocols=[SUBPROTOCOL], max_size=MAX_FRAME_BYTES, logger=_CODEC_LOG)
+    request = codec.connect()
+    for name, value in headers:
+        request.headers[name] = value
+    codec.send_request(request)
+    await stream.send_all(b"".join(codec.data_to_send()))
+    early: list[Frame] = []
+    response: Response | None = None
+    while response is None:
+        data = await stream.receive_some(RECEIVE_CHUNK)
+        if data:
+            codec.receive_data(data)
+        else:
+            codec.receive_eof()
+        for event in codec.events_received():
+            if isinstance(event, Response):
+                response = event
+            else:
+                early.append(event)
+        if response is None and (not data or codec.handshake_exc is not None):
+            raise SocketClosed(f"no handshake response: {codec.handshake_exc or 'the server closed'}")
+    failure = codec.handshake_exc
+    if isinstance(failure, InvalidStatus):
+        raise HandshakeRejected(failure.response.status_code, bytes(failure.response.body))
+    if isinstance(failure, InvalidHandshake):
+        raise SocketClosed(f"invalid handshake response: {failure}")
+    return ClientSocket(stream, codec, early)
+
+
+@contextlib.asynccontextmanager
+async def _closed_on_failure(stream: trio.abc.Stream, what: str) -> AsyncIterator[None]:
+    """Close ``stream`` if the block fails; a broken stream becomes SocketClosed saying ``what``."""
+    try:
+        yield
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        await trio.aclose_forcefully(stream)
+        raise SocketClosed(f"{what}: {exc.__cause__ or exc}") from None
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+
+
+def _is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
