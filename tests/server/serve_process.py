@@ -24,22 +24,27 @@ async def start(db, port: int, *args: str, http_port: int | None = None, log=Non
                 env: dict[str, str] | None = None) -> trio.Process:
     """``pulse-trio serve`` on ``port`` against ``db``, once it accepts connections.
 
-    ``log``: an open file for its stderr (its log lines), else discarded;
-    ``env``: variables added to this process's environment.
+    With ``http_port`` the HTTP listener is waited for too (it opens after
+    the worker endpoint). ``log``: an open file for its stderr (its log
+    lines), else discarded; ``env``: variables added to this process's
+    environment.
     """
     command = [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
                "--worker-listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{http_port or free_port()}",
                *args]
+    ports = (port, http_port) if http_port else (port,)
     process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL,
                                                stderr=log if log is not None else subprocess.DEVNULL,
                                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     with trio.fail_after(30):
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"pulse-trio serve exited with {process.returncode}")
-            try:
-                stream = await trio.open_tcp_stream("127.0.0.1", port)
-                await stream.aclose()
-                return process
-            except OSError:
-                await trio.sleep(0.05)
+        for listening in ports:
+            while True:
+                if process.poll() is not None:
+                    raise AssertionError(f"pulse-trio serve exited with {process.returncode}")
+                try:
+                    stream = await trio.open_tcp_stream("127.0.0.1", listening)
+                    await stream.aclose()
+                    break
+                except OSError:
+                    await trio.sleep(0.05)
+    return process
