@@ -50,7 +50,7 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-@read_only
+@read_only(takes_locks=False)
 def api_token(tx: Tx, *, token: str) -> tokens.TokenInfo | None:
     """The live token's record, whatever its role (the caller decides what the role allows)."""
     return tokens.lookup(tx.one, token, roles=tokens.ROLES)

@@ -18,8 +18,9 @@ four small ones.
 Three more rules keep claims few (docs/priority-and-fairness.md): a pass
 woken only by finished leases tops a session up once it reaches its
 refill mark (``SessionService.refill_at``), then fills what it took on;
-and over more than ``PROBE_ABOVE`` sessions a pass first asks which
-queues have READY work, so idle sessions cost one statement per poll.
+and a pass the poll woke with nothing new (or any pass over more than
+``PROBE_ABOVE`` sessions) first asks which queues have READY work, so idle
+sessions cost one statement per poll, not a claim transaction each.
 
 Offers are committed before they are pushed; an offer whose push is lost
 (the connection died) simply lapses after the start timeout, costing no
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pulse_trio.server.hub import Wake
 from pulse_trio.store.assign import assign, new_credentials, queues_with_ready_work
 from pulse_trio.store.results import Refusal
 
@@ -61,7 +63,8 @@ class Dispatcher:
     async def run(self) -> None:
         ctx = self.ctx
         while True:
-            news = await ctx.hub.wait_woken(ctx.settings.poll_interval)
+            wake = await ctx.hub.wait_woken(ctx.settings.poll_interval)
+            news = wake is Wake.NEWS
             # Fill every free slot on news, and at least once per poll interval (0.1 s
             # at the fastest) for work other processes submitted; other passes, woken by
             # finishes or the poll, serve sessions that reached their refill mark.
@@ -70,12 +73,12 @@ class Dispatcher:
             if fill_all:
                 self._last_fill_all = trio.current_time()
             try:
-                await self.dispatch_pass(fill_all=fill_all)
+                await self.dispatch_pass(fill_all=fill_all, probe=wake is Wake.TIMEOUT)
             except Exception:
                 log.exception("dispatch pass failed; retrying at the next poll")
                 await trio.sleep(ctx.settings.poll_interval)
 
-    async def dispatch_pass(self, *, fill_all: bool = True) -> int:
+    async def dispatch_pass(self, *, fill_all: bool = True, probe: bool = False) -> int:
         """Fill free capacity until the sessions are full or the queues are dry.
 
         A session is taken on when it has as many free slots as its refill
@@ -84,6 +87,9 @@ class Dispatcher:
         had, round by round. Slots that finishes free during the pass count
         only once they reach the refill mark again, so they do not keep the
         pass going one slot at a time.
+
+        ``probe`` (a pass the poll woke, with no news) and a hub of more than
+        ``PROBE_ABOVE`` sessions first ask which queues have READY work.
         """
         hub = self.ctx.hub
         dry: set[str] = set()
@@ -102,7 +108,7 @@ class Dispatcher:
             return s.free_slots >= (1 if fill_all and first else s.refill_at)
 
         ready: set[str] | None = None
-        if len(hub) > PROBE_ABOVE and not self.backlogged and any(wants_work(s) for s in hub):
+        if (probe or len(hub) > PROBE_ABOVE) and not self.backlogged and any(wants_work(s) for s in hub):
             ready = await self._ready_queues()
             if not ready:
                 return 0  # idle: one statement, and no walk over the sessions

@@ -8,6 +8,7 @@ back to the session (``offers_committed``); it never touches a socket.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,14 @@ import trio
 
 if TYPE_CHECKING:
     from pulse_trio.server.session_service import SessionService
+
+
+class Wake(enum.Enum):
+    """Why the dispatcher runs a pass."""
+
+    NEWS = "news"  # new work or new capacity
+    FREED = "freed"  # only leases that ended
+    TIMEOUT = "timeout"  # the poll: work other processes submitted, if any
 
 
 class SessionHub:
@@ -58,13 +67,14 @@ class SessionHub:
         """Ask for a pass because a lease ended (it tops up sessions past their refill mark)."""
         self._wake.set()
 
-    async def wait_woken(self, timeout: float) -> bool:
-        """Wait for a wake-up or ``timeout``; True when there is news (new work or capacity)."""
+    async def wait_woken(self, timeout: float) -> Wake:
+        """Wait for a wake-up or ``timeout``: what the dispatcher was woken for."""
         with trio.move_on_after(timeout):
             await self._wake.wait()
+        woken = self._wake.is_set()
         self._wake = trio.Event()
         news, self._news = self._news, False
-        return news
+        return Wake.NEWS if news else Wake.FREED if woken else Wake.TIMEOUT
 
     def statistics(self) -> dict[str, int]:
         sessions = list(self._sessions.values())

@@ -108,7 +108,7 @@ def _page(tx: Tx, session: InstanceRow, source: Source, after: TaskRow | None, s
 PROBE_CHUNK = 100  # queues per probe statement
 
 
-@read_only
+@read_only(takes_locks=False)
 def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
     """Which of ``queues`` have at least one READY task: one index dive each, no locks.
 

@@ -7,7 +7,11 @@ is never abandoned half-way. In the thread, :meth:`Store.run_sync`:
 
 * takes a connection from the pool (one thread at a time per connection);
 * runs ``fn(tx, **kwargs)``; commits, or rolls back for a Refusal or when
-  nothing was written;
+  nothing was written. A read-only view that takes no locks
+  (``@read_only(takes_locks=False)``) runs on an autocommit connection of
+  its own pool instead: under READ COMMITTED
+  each statement sees the latest commits either way, and there is no
+  transaction to end, so it costs no ROLLBACK round trip;
 * retries deadlocks (1213) and lock-wait timeouts (1205) with jittered
   exponential backoff, a bounded number of times;
 * replaces a connection lost mid-transaction and runs the function again.
@@ -31,7 +35,7 @@ import trio
 
 from pulse_trio.dburl import DatabaseConfig, connect
 from pulse_trio.store.pool import SERVER_IDLE_TIMEOUT_S, ConnectionPool
-from pulse_trio.store.registry import is_read_only, registration_of
+from pulse_trio.store.registry import is_read_only, registration_of, takes_no_locks
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tx import CasMismatch, InvariantViolation, Tx
 
@@ -77,6 +81,8 @@ class Store:
         #: The serve process whose transactions these are (see :attr:`Tx.node_id`).
         self.node_id = node_id
         self.pool = ConnectionPool(config, pool_size, connector, server_idle_timeout_s=server_idle_timeout_s)
+        self.read_pool = ConnectionPool(config, pool_size, connector, server_idle_timeout_s=server_idle_timeout_s,
+                                        autocommit=True)
         self.limiter = trio.CapacityLimiter(pool_size)
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
@@ -132,7 +138,8 @@ class Store:
     def run_sync(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run ``fn`` as one transaction in the calling thread (CLI, tests, worker threads)."""
         self._check_runnable(fn)
-        return self._transaction(lambda tx: fn(tx, **kwargs), getattr(fn, "__name__", repr(fn)))
+        return self._transaction(lambda tx: fn(tx, **kwargs), getattr(fn, "__name__", repr(fn)),
+                                 reads_only=registration_of(fn) is None and takes_no_locks(fn))
 
     @staticmethod
     def _check_runnable(fn: Callable[..., Any]) -> None:
@@ -142,14 +149,16 @@ class Store:
         if registration is not None and not registration.entry:
             raise TypeError(f"{registration.name} is a step: it runs inside another transition's transaction")
 
-    def _transaction(self, body: Callable[[Tx], T], name: str) -> T:
+    def _transaction(self, body: Callable[[Tx], T], name: str, *, reads_only: bool = False) -> T:
+        """``reads_only``: a view without locks, on an autocommit connection (nothing to end)."""
+        pool = self.read_pool if reads_only else self.pool
         recovering = False
         last_error: BaseException | None = None
         for attempt in range(self.max_attempts):
             if attempt:
                 self._sleep(attempt)
             try:
-                conn = self.pool.acquire()
+                conn = pool.acquire()
             except pymysql.err.MySQLError as exc:  # cannot even connect: the database is away
                 last_error = exc
                 self._count("retries")
@@ -159,38 +168,40 @@ class Store:
                 with conn.cursor() as cur:
                     tx = Tx(cur, recovering=recovering, node_id=self.node_id)
                     result = body(tx)
-                if isinstance(result, Refusal) or not tx.wrote:
+                if reads_only:
+                    pass
+                elif isinstance(result, Refusal) or not tx.wrote:
                     conn.rollback()
                     self._count("rollbacks")
                 else:
                     committing = True
                     conn.commit()
                     self._count("commits")
-                self.pool.release(conn)
+                pool.release(conn)
                 return result
             except (pymysql.err.OperationalError, pymysql.err.InternalError, pymysql.err.InterfaceError) as exc:
                 code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
                 last_error = exc
                 if code in (DEADLOCK, LOCK_WAIT_TIMEOUT):
-                    self._rollback_or_discard(conn)
+                    self._rollback_or_discard(conn, pool)
                     self._count("retries")
                     continue
                 if isinstance(exc, pymysql.err.InterfaceError) or code in CONNECTION_LOST:
-                    self.pool.discard(conn)
+                    pool.discard(conn)
                     if committing:
                         recovering = True
                         self._count("recoveries")
                     self._count("retries")
                     continue
-                self._rollback_or_discard(conn)
+                self._rollback_or_discard(conn, pool)
                 raise
             except CasMismatch as exc:
                 last_error = exc
-                self._rollback_or_discard(conn)
+                self._rollback_or_discard(conn, pool)
                 self._count("retries")
                 continue
             except BaseException:
-                self._rollback_or_discard(conn)
+                self._rollback_or_discard(conn, pool)
                 raise
         raise StoreUnavailable(f"{name} failed after {self.max_attempts} attempts: {last_error!r}") from last_error
 
@@ -198,14 +209,14 @@ class Store:
         ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
         time.sleep(random.uniform(ceiling / 2, ceiling))
 
-    def _rollback_or_discard(self, conn: Any) -> None:
+    def _rollback_or_discard(self, conn: Any, pool: ConnectionPool) -> None:
         try:
             conn.rollback()
         except Exception:
-            self.pool.discard(conn)
+            pool.discard(conn)
             return
         self._count("rollbacks")
-        self.pool.release(conn)
+        pool.release(conn)
 
     def _count(self, name: str) -> None:
         with self._stats_lock:
@@ -217,14 +228,15 @@ class Store:
         return StoreStatistics(
             pool_size=self.pool.size,
             threads_busy=int(self.limiter.borrowed_tokens),
-            connections_opened=self.pool.opened,
-            connections_discarded=self.pool.discarded,
+            connections_opened=self.pool.opened + self.read_pool.opened,
+            connections_discarded=self.pool.discarded + self.read_pool.discarded,
             **counts,
         )
 
     def close(self) -> None:
         """Close idle connections; call after every run has returned."""
         self.pool.close()
+        self.read_pool.close()
 
 
 def _lock_key(kwargs: dict[str, Any]) -> str:

@@ -112,7 +112,7 @@ def active_leases(tx: Tx, session_id: str) -> int:
     return live_lease_counts(tx, session_ids=[session_id]).get(session_id, 0)
 
 
-@read_only
+@read_only(takes_locks=False)
 def live_lease_counts(tx: Tx, *, session_ids: Sequence[str]) -> dict[str, int]:
     """Offered or running leases per session (sessions without any are absent); one indexed query."""
     if not session_ids:

@@ -44,7 +44,7 @@ def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[s
 class ConnectionPool:
     def __init__(self, config: DatabaseConfig, size: int,
                  connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect, *,
-                 server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> None:
+                 server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S, autocommit: bool = False) -> None:
         if size < 1:
             raise ValueError("pool size must be at least 1")
         if server_idle_timeout_s < 2:
@@ -53,6 +53,10 @@ class ConnectionPool:
         self.size = size
         self._connector = connector
         self._setup = session_setup(server_idle_timeout_s)
+        #: Autocommit connections serve read-only views: under READ COMMITTED each of
+        #: their statements sees the latest commits either way, and they need no
+        #: ROLLBACK round trip at the end.
+        self.autocommit = autocommit
         self.max_idle_s = server_idle_timeout_s / 2
         #: (connection, when it was released), most recently released last.
         self._idle: list[tuple[pymysql.connections.Connection, float]] = []
@@ -77,6 +81,8 @@ class ConnectionPool:
                 for statement in self._setup:
                     cur.execute(statement)
             conn.commit()
+            if self.autocommit:
+                conn.autocommit(True)
         except BaseException:
             conn.close()
             raise

@@ -103,14 +103,27 @@ def registration_of(fn: Callable[..., Any]) -> Registration | None:
     return getattr(fn, "__pulse_transition__", None)
 
 
-def read_only(fn: F) -> F:
-    """Mark a function that only reads (task view, listings); the facade may run it."""
-    fn.__pulse_read_only__ = True  # type: ignore[attr-defined]
-    return fn
+def read_only(fn: F | None = None, *, takes_locks: bool = True) -> Any:
+    """Mark a function that only reads (task view, listings); the facade may run it.
+
+    ``@read_only(takes_locks=False)``: none of its reads locks a row, so it
+    can run on an autocommit connection with no transaction to end.
+    """
+    def mark(f: F) -> F:
+        f.__pulse_read_only__ = True  # type: ignore[attr-defined]
+        f.__pulse_takes_locks__ = takes_locks  # type: ignore[attr-defined]
+        return f
+
+    return mark(fn) if fn is not None else mark
 
 
 def is_read_only(fn: Callable[..., Any]) -> bool:
     return bool(getattr(fn, "__pulse_read_only__", False))
+
+
+def takes_no_locks(fn: Callable[..., Any]) -> bool:
+    """A read-only view declared to take no row locks (see :func:`read_only`)."""
+    return is_read_only(fn) and not getattr(fn, "__pulse_takes_locks__", True)
 
 
 def guard(chart: str, name: str, *, code: str | None = None) -> Callable[[F], F]:

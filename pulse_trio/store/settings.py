@@ -78,7 +78,7 @@ def value_ms(tx: Tx, name: str) -> int | None:
     return None if row[0] is None else int(row[0])
 
 
-@read_only
+@read_only(takes_locks=False)
 def read_all(tx: Tx) -> dict[str, StoredSetting]:
     """Every cluster setting, in the order of :data:`pulse_trio.cluster_settings.SETTINGS`."""
     return _rows(tx, lock=False)

@@ -42,7 +42,7 @@ class DueWork:
     cancels: bool  # some lease of the given sessions carries a cancel request (notify decides if it is news)
 
 
-@read_only
+@read_only(takes_locks=False)
 def due_work(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] = ()) -> DueWork:
     """Which timers have rows due at ``now``; ``session_ids``: the opted-in sessions to push cancels to."""
     stamp = db_time(now)
