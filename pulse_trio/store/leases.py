@@ -54,9 +54,8 @@ _LOCK_MANY = (
     " JOIN tasks t ON t.task_id = l.task_id WHERE l.lease_id IN %s ORDER BY l.lease_id FOR UPDATE"
 )
 _RECEIPTS_OF = "SELECT state, revision, start_revision, started_at, finish_digest, ended_at FROM leases WHERE lease_id = %s"
-# A finish writes each lease's own outcome: one UPDATE joined to the batch's values.
-_FINISH_ROW = "SELECT %s AS lease_id, %s AS status, %s AS error_code, %s AS error_message, %s AS retryable," \
-              " %s AS result, %s AS digest"
+#: What a finish records on its lease, column by column.
+_OUTCOME_COLUMNS = ("status", "error_code", "error_message", "retryable", "result", "finish_digest")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,18 +91,32 @@ def renewed_expiry(lease: LeaseRow, now: dt.datetime) -> dt.datetime:
     return expires
 
 
-def content_digest(command: str, cmd: LeaseCommand, report: FinishReport | None = None) -> bytes:
-    """What makes two commands "the same": name, ids, revision and (finish) the exact outcome."""
-    parts = [command, cmd.task_id, cmd.lease_id, str(cmd.revision)]
-    if report is not None:
-        parts += [report.status, report.error_code or "", report.error_message or "",
-                  "1" if report.retryable else "0", report.result_json]
+def outcome_digest(report: FinishReport) -> bytes:
+    """What makes two finishes of one lease at one revision "the same": the exact outcome."""
+    return _digest([report.status, report.error_code or "", report.error_message or "",
+                    "1" if report.retryable else "0", report.result_json])
+
+
+def _digest(parts: Sequence[str]) -> bytes:
     h = hashlib.sha256()
     for part in parts:
         data = part.encode("utf-8")
         h.update(len(data).to_bytes(8, "big"))
         h.update(data)
     return h.digest()
+
+
+def content_digest(command: str, cmd: LeaseCommand, report: FinishReport | None = None) -> bytes:
+    """The digest a receipt row keeps: name, ids, revision and (finish) the exact outcome.
+
+    Renewals are matched by it; finishes recorded before receipts moved
+    into the lease row (migration 0008) carry it too.
+    """
+    parts = [command, cmd.task_id, cmd.lease_id, str(cmd.revision)]
+    if report is not None:
+        parts += [report.status, report.error_code or "", report.error_message or "",
+                  "1" if report.retryable else "0", report.result_json]
+    return _digest(parts)
 
 
 def _holds(lease: LeaseRow, session_id: str, now: dt.datetime) -> bool:
@@ -124,7 +137,14 @@ def _replay(tx: Tx, lease: LeaseRow, cmd: LeaseCommand, command: str, report: Fi
         if row is None:
             return None  # not a replay: the guards say why the revision is stale (lease_expired, ...)
         stored, digest, committed_at = row[0], bytes(row[1]), row[2]
-    same = stored == command and (digest is None or digest == content_digest(command, cmd, report))
+    if stored != command:
+        same = False
+    elif stored == "task.start":
+        same = True  # a start's content is its lease and revision, both matched already
+    elif stored == "task.finish":  # (one recorded before migration 0008 kept the whole command's digest)
+        same = digest in (outcome_digest(report), content_digest(command, cmd, report))
+    else:
+        same = digest == content_digest(command, cmd, report)
     if not same:
         return Refusal(REVISION_CONFLICT, f"revision {cmd.revision} is not the lease's current revision "
                                           f"({lease.revision}) nor a replay of what was committed there")
@@ -276,14 +296,23 @@ def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, rep
 
 
 def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> None:
-    """RUNNING -> FINISHED, each lease with its own outcome and finish digest, in one UPDATE."""
-    args: list = []
-    for _, cmd, _, _, _, r in accepted:
-        args += (cmd.lease_id, r.status, r.error_code or None, r.error_message, r.retryable, r.result_json,
-                 content_digest("task.finish", cmd, r))
-    values = " UNION ALL ".join([_FINISH_ROW] * len(accepted))
-    tx.cas(f"UPDATE leases l JOIN ({values}) v ON v.lease_id = l.lease_id"
-           " SET l.state = 'FINISHED', l.revision = l.revision + 1, l.ended_at = %s, l.status = v.status,"
-           " l.error_code = v.error_code, l.error_message = v.error_message, l.retryable = v.retryable,"
-           " l.result = v.result, l.finish_digest = v.digest WHERE l.state = 'RUNNING'",
-           (*args, db_time(now)), expected=len(accepted))
+    """RUNNING -> FINISHED, each lease with its own outcome and finish digest, in one UPDATE.
+
+    A column every lease of the batch gets the same value for (the status,
+    say, or the result of tasks that return nothing) is one parameter; one
+    whose values differ is a CASE over the lease ids.
+    """
+    ids = [cmd.lease_id for _, cmd, _, _, _, _ in accepted]
+    rows = [(r.status, r.error_code or None, r.error_message, r.retryable, r.result_json, outcome_digest(r))
+            for _, _, _, _, _, r in accepted]
+    sets, args = [], []
+    for column, values in zip(_OUTCOME_COLUMNS, zip(*rows)):
+        if all(v == values[0] for v in values):
+            sets.append(f"{column} = %s")
+            args.append(values[0])
+        else:
+            sets.append(f"{column} = CASE lease_id{' WHEN %s THEN %s' * len(values)} END")
+            for lease_id, value in zip(ids, values):
+                args += (lease_id, value)
+    tx.cas(f"UPDATE leases SET state = 'FINISHED', revision = revision + 1, ended_at = %s, {', '.join(sets)}"
+           " WHERE lease_id IN %s AND state = 'RUNNING'", (db_time(now), *args, tuple(ids)), expected=len(ids))

@@ -251,6 +251,15 @@ def test_a_batch_of_finishes_with_mixed_outcomes(world):
     states = [world.task(o.task.task_id).task.state for o in offers]
     assert states == ["SUCCEEDED", "SCHEDULED", "UNKNOWN", "RUNNING"]
     assert world.sql("SELECT COUNT(*) FROM key_permits WHERE state = 'RELEASED'") == [(3,)]
+    # each lease keeps its own outcome, and each finish replays as itself (and only as itself)
+    attempts = dict(world.sql("SELECT lease_id, CONCAT(status, ' ', COALESCE(error_code, '-'), ' ', result)"
+                              " FROM task_attempts"))
+    assert attempts == {offers[0].lease.lease_id: 'SUCCEEDED - {"i":0}', offers[1].lease.lease_id: "FAILED x {}",
+                        offers[2].lease.lease_id: "UNKNOWN lost {}"}
+    replays = world.run(finish, commands=[(world.command(w, o, 2), r) for o, r in zip(offers[:3], reports[:3])])
+    assert [r.receipt.duplicate for r in replays] == [True, True, True]
+    swapped = world.run(finish, commands=[(world.command(w, offers[0], 2), reports[2])])
+    assert code(swapped[0]) == "revision_conflict"
     renewed = world.run(renew, commands=[world.command(w, offers[3], 2)])
     assert renewed[0].lease.revision == 3
 

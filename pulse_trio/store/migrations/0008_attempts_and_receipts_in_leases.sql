@@ -5,7 +5,8 @@
 -- * the start receipt: the revision task.start carried (start_revision); its
 --   commit time is started_at, and its content is fixed by the lease itself;
 -- * the finish receipt: revision - 1 of a FINISHED lease, committed at
---   ended_at, with the digest of the reported outcome (finish_digest);
+--   ended_at, with the digest of the reported outcome (finish_digest; the
+--   lease and revision are the row's own, so they need not be in it);
 -- * the attempt's outcome: status (SUCCEEDED / FAILED / UNKNOWN / CANCELLED
 --   from a finish, EXPIRED from the timer), error_code, error_message,
 --   retryable and the exact result text;
