@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import trio
 from prometheus_client.parser import text_string_to_metric_families
@@ -11,6 +12,7 @@ NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 RUN_S = 0.2  # how long the task runs between its start and its finish
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 async def _run_one_slowly(worker) -> None:
@@ -76,7 +78,8 @@ async def test_the_exposition_follows_prometheus_conventions_after_a_task_ran(ht
 
     types = lint(text)
     for name, kind in (("pulse_task_queue_wait_seconds", "histogram"), ("pulse_task_run_seconds", "histogram"),
-                       ("pulse_submit_to_assign_seconds", "histogram"), ("pulse_store_transaction_seconds", "histogram"),
+                       ("pulse_submit_to_assign_seconds", "histogram"),
+                       ("pulse_store_transaction_seconds", "histogram"),
                        ("pulse_assignments_total", "counter"), ("pulse_finishes_total", "counter"),
                        ("pulse_lease_expiry_redispatches_total", "counter"),
                        ("pulse_permits_quarantined_total", "counter"),
@@ -106,3 +109,28 @@ async def test_the_exposition_lints_before_anything_happened(http):
     assert types["pulse_store_transaction_seconds"] == "histogram"
     assert samples[("pulse_store_transaction_seconds_count", ())] >= 1  # this scrape's own query
     assert ("pulse_task_run_seconds_count", (("queue", "billing"),)) not in samples
+
+
+async def test_every_metric_is_documented_and_nothing_else(http):
+    text = (await http.get("/metrics")).body.decode()
+    served = {name for name, _ in _declared(text)}
+    section = OPERATIONS.read_text("utf-8").split("\n## 6. Metrics\n", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("| `pulse_"))
+    documented = set(re.findall(r"`(pulse_[a-z_]+)`", table))
+    assert served == documented, (f"not in docs/operations.md §6: {sorted(served - documented)}; "
+                                  f"documented but not served: {sorted(documented - served)}")
+
+
+def test_a_histogram_counts_a_value_on_a_bound_in_that_bound_s_bucket():
+    from pulse_trio.server.metrics import _Histogram
+
+    histogram = _Histogram("pulse_example_seconds", "An example.", (0.1, 1), ["queue"])
+    for value in (0.1, 0.5, 1.0, 7.0):
+        histogram.observe(value, "q")
+    (sample_set,) = [histogram.family()]
+    samples = {(s.name, s.labels.get("le")): s.value for s in sample_set.samples}
+    assert samples[("pulse_example_seconds_bucket", "0.1")] == 1
+    assert samples[("pulse_example_seconds_bucket", "1.0")] == 3
+    assert samples[("pulse_example_seconds_bucket", "+Inf")] == 4
+    assert samples[("pulse_example_seconds_count", None)] == 4 and samples[("pulse_example_seconds_sum", None)] == 8.6
+    assert histogram.count("q") == 4 and histogram.count("other") == 0
