@@ -1,35 +1,43 @@
 """In-process counters the service keeps about itself, and their Prometheus face.
 
 The hot path only bumps plain attributes (``frames_in += 1``, a Counter
-item): no locks, no label lookups. The two latency histograms use
-``prometheus_client.Histogram`` (one short lock per observation, once per
-assignment or transaction). Everything else is turned into metric families
-only when ``/metrics`` is scraped, from these attributes and a
-:class:`Snapshot` the HTTP layer gathers (hub, store statistics, task
-counts from the database).
+item, a bucket of a :class:`_Histogram`): no locks, no label objects, no
+extra SQL. Values from the store (a start's due time, a finish's start
+time, a timer's ended leases) come back in the results the server already
+receives. Everything is turned into metric families only when
+``/metrics`` is scraped, from these attributes and a :class:`Snapshot` the
+HTTP layer gathers (hub, store statistics, task counts from the database).
 
+The exposition follows the Prometheus naming guide: the unit is the suffix
+(``_seconds``, ``_bytes``), every counter ends in ``_total``, each family
+appears once and none has a ``_created`` companion (the histograms are
+built here, not by ``prometheus_client.Histogram``, which adds one).
 Each service instance has its own ``CollectorRegistry``, so several
 instances in one process (tests) never share series.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import datetime as dt
 import functools
+import itertools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
-LATENCY_SAMPLE = 10_000
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-#: Seconds; submit→assign spans "already waiting" (ms) to "queued behind a backlog" (minutes).
-ASSIGN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+#: Seconds; submit→assign and due→start span "already waiting" (ms) to "queued behind a backlog" (minutes).
+WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+#: Seconds; a task's run spans a no-op handler (ms) to batch jobs (hours).
+RUN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400)
 TRANSACTION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 
 
@@ -42,50 +50,110 @@ class Snapshot:
     queues: Mapping[str, Mapping[str, Any]] | None  # queue_depths(); None: the database did not answer
 
 
+class _Histogram:
+    """Cumulative-at-scrape buckets per label value: one bisect and two additions per observation."""
+
+    __slots__ = ("name", "doc", "labels", "bounds", "series")
+
+    def __init__(self, name: str, doc: str, bounds: Sequence[float], labels: Sequence[str] = ()) -> None:
+        self.name, self.doc, self.labels = name, doc, list(labels)
+        self.bounds = tuple(float(b) for b in bounds)
+        #: label values -> [count per bucket (the last is +Inf), sum]
+        self.series: dict[tuple[str, ...], list[Any]] = {}
+
+    def observe(self, value: float, *labels: str) -> None:
+        series = self.series.get(labels)
+        if series is None:
+            series = self.series[labels] = [[0] * (len(self.bounds) + 1), 0.0]
+        series[0][bisect.bisect_left(self.bounds, value)] += 1
+        series[1] += value
+
+    def count(self, *labels: str) -> int:
+        series = self.series.get(labels)
+        return sum(series[0]) if series is not None else 0
+
+    def family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
+        edges = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
+        for labels, (counts, total) in sorted(self.series.items()):
+            family.add_metric(list(labels), list(zip(edges, itertools.accumulate(counts), strict=True)), total)
+        if not self.labels and not self.series:  # an unlabelled histogram is shown before its first observation
+            family.add_metric([], [(edge, 0) for edge in edges], 0.0)
+        return family
+
+
+def _seconds(later: dt.datetime, earlier: dt.datetime | None) -> float | None:
+    if earlier is None:
+        return None
+    seconds = (later - earlier).total_seconds()
+    return seconds if seconds >= 0 else None
+
+
 class ServiceMetrics:
     def __init__(self) -> None:
         self.frames_in = 0
         self.frames_out = 0
         self.frame_bytes_in = 0
         self.frame_bytes_out = 0
-        self.assignments = 0
+        self.assignments: collections.Counter[str] = collections.Counter()  # queue
         self.commands: collections.Counter[str] = collections.Counter()
-        self.finishes: collections.Counter[str] = collections.Counter()
+        self.finishes: collections.Counter[tuple[str, str]] = collections.Counter()  # (queue, status)
         self.lease_ends: collections.Counter[str] = collections.Counter()
+        self.uncertain_redispatches: collections.Counter[str] = collections.Counter()  # queue
+        self.permits_quarantined: collections.Counter[str] = collections.Counter()  # queue
         self.nodes_declared_lost = 0  # other serve processes this one declared lost
         self.lost_node_sessions = 0  # their sessions, disconnected by this one's sweeps
         self.node_rejoins = 0  # times this process found itself declared lost
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()  # (surface, code)
         self.http_requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
-        self.submit_to_assign_s: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLE)
 
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.submit_to_assign = Histogram(
+        self.submit_to_assign = _Histogram(
             "pulse_submit_to_assign_seconds", "Time from a task being due (submitted or promoted) to its offer.",
-            buckets=ASSIGN_BUCKETS, registry=self.registry)
-        self.transaction_seconds = Histogram(
+            WAIT_BUCKETS, ["queue"])
+        self.queue_wait = _Histogram(
+            "pulse_task_queue_wait_seconds", "Time from a task being due to the start of the attempt that ran it.",
+            WAIT_BUCKETS, ["queue"])
+        self.run_time = _Histogram(
+            "pulse_task_run_seconds", "Time from an attempt's task.start to its accepted task.finish.",
+            RUN_BUCKETS, ["queue"])
+        self.transaction_seconds = _Histogram(
             "pulse_store_transaction_seconds",
-            "Time an awaited store transaction took, waiting for a pool thread included.",
-            buckets=TRANSACTION_BUCKETS, registry=self.registry)
+            "Time an awaited store transaction took, waiting for a pool thread included.", TRANSACTION_BUCKETS)
         self._snapshot: Snapshot | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Families(self))
 
     # -- the hot path ----------------------------------------------------------
     def observe_assign(self, offer: Any, now: dt.datetime) -> None:
-        self.assignments += 1
-        waited = (now - max(offer.task.created_at, offer.task.due_at)).total_seconds()
-        if waited >= 0:
-            self.submit_to_assign_s.append(waited)
-            self.submit_to_assign.observe(waited)
+        task = offer.task
+        self.assignments[task.queue] += 1
+        waited = _seconds(now, max(task.created_at, task.due_at))
+        if waited is not None:
+            self.submit_to_assign.observe(waited, task.queue)
 
     def count_command(self, message: Any, result: Any) -> None:
+        """An acked lease command; ``result`` is the store's CommandResult."""
         self.commands[type(message).__name__] += 1
-        status = getattr(message, "status", None)
-        if status is not None and not result.receipt.duplicate:
-            self.finishes[status] += 1
+        receipt = result.receipt
+        if receipt.duplicate or result.queue is None:
+            return
+        if receipt.command == "task.start":
+            waited = _seconds(receipt.committed_at, result.due_at)
+            if waited is not None:
+                self.queue_wait.observe(waited, result.queue)
+        elif receipt.command == "task.finish":
+            self.finishes[(result.queue, message.status)] += 1
+            ran = _seconds(receipt.committed_at, result.started_at)
+            if ran is not None:
+                self.run_time.observe(ran, result.queue)
 
-    def count_lease_end(self, state: str) -> None:
-        self.lease_ends[state] += 1
+    def count_lease_end(self, end: Any) -> None:
+        """A lease a timer ended (a store ``LeaseEnd``)."""
+        self.lease_ends[end.state] += 1
+        if end.state == "EXPIRED" and end.task_state == "READY":  # back to READY, marked effect_uncertain
+            self.uncertain_redispatches[end.queue] += 1
+        if end.permit_quarantined:
+            self.permits_quarantined[end.queue] += 1
 
     def count_frame_in(self, size: int) -> None:
         """One frame read, ``size`` bytes of UTF-8."""
@@ -124,7 +192,7 @@ class ServiceMetrics:
             self._snapshot = None
 
 
-def _timed(run: Any, histogram: Histogram) -> Any:
+def _timed(run: Any, histogram: _Histogram) -> Any:
     @functools.wraps(run)
     async def timed(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -156,27 +224,38 @@ class _Families:
 
     def collect(self) -> Iterator[Metric]:
         m = self.metrics
-        yield _counter("pulse_frames_received", "Worker frames read.", m.frames_in)
-        yield _counter("pulse_frames_sent", "Worker frames sent.", m.frames_out)
-        yield _counter("pulse_frame_bytes_received", "UTF-8 bytes of worker frames read.", m.frame_bytes_in)
-        yield _counter("pulse_frame_bytes_sent", "UTF-8 bytes of worker frames sent.", m.frame_bytes_out)
-        yield _counter("pulse_assignments", "Tasks offered to workers (task.assign).", m.assignments)
-        yield _counter("pulse_lease_expiries", "Started leases that expired without renewal.",
+        yield _counter("pulse_frames_received_total", "Worker frames read.", m.frames_in)
+        yield _counter("pulse_frames_sent_total", "Worker frames sent.", m.frames_out)
+        yield _counter("pulse_frames_received_bytes_total", "UTF-8 bytes of worker frames read.", m.frame_bytes_in)
+        yield _counter("pulse_frames_sent_bytes_total", "UTF-8 bytes of worker frames sent.", m.frame_bytes_out)
+        yield _labelled("pulse_assignments_total", "Tasks offered to workers (task.assign), by queue.", ["queue"],
+                        m.assignments)
+        yield _labelled("pulse_finishes_total", "Accepted task.finish commands, by queue and status.",
+                        ["queue", "status"], m.finishes)
+        yield m.submit_to_assign.family()
+        yield m.queue_wait.family()
+        yield m.run_time.family()
+        yield _counter("pulse_lease_expiries_total", "Started leases that expired without renewal.",
                        m.lease_ends.get("EXPIRED", 0))
-        yield _counter("pulse_lease_lapses", "Offers that lapsed before task.start.", m.lease_ends.get("LAPSED", 0))
-        yield _counter("pulse_nodes_declared_lost", "Other serve processes this one declared lost (heartbeat lapsed).",
-                       m.nodes_declared_lost)
-        yield _counter("pulse_lost_node_sessions", "Sessions of lost serve processes this one disconnected.",
+        yield _labelled("pulse_lease_expiry_redispatches_total", "Expired leases whose task went back to READY "
+                        "marked effect_uncertain, by queue.", ["queue"], m.uncertain_redispatches)
+        yield _labelled("pulse_permits_quarantined_total", "Concurrency-key permits quarantined when their lease "
+                        "expired, by queue.", ["queue"], m.permits_quarantined)
+        yield _counter("pulse_lease_lapses_total", "Offers that lapsed before task.start.",
+                       m.lease_ends.get("LAPSED", 0))
+        yield _counter("pulse_nodes_declared_lost_total",
+                       "Other serve processes this one declared lost (heartbeat lapsed).", m.nodes_declared_lost)
+        yield _counter("pulse_lost_node_sessions_total", "Sessions of lost serve processes this one disconnected.",
                        m.lost_node_sessions)
-        yield _counter("pulse_node_rejoins", "Times this process found itself declared lost, closed its "
+        yield _counter("pulse_node_rejoins_total", "Times this process found itself declared lost, closed its "
                        "connections and rejoined.", m.node_rejoins)
-        yield _labelled("pulse_finishes", "Accepted task.finish commands, by status.", ["status"], m.finishes)
-        yield _labelled("pulse_commands", "Lease commands answered with an ack, by message.", ["command"],
+        yield _labelled("pulse_commands_total", "Lease commands answered with an ack, by message.", ["command"],
                         m.commands)
-        yield _labelled("pulse_errors", "Errors answered, by surface (worker or http) and code.",
+        yield _labelled("pulse_errors_total", "Errors answered, by surface (worker or http) and code.",
                         ["surface", "code"], m.errors)
-        yield _labelled("pulse_http_requests", "HTTP API requests, by method, route and status.",
+        yield _labelled("pulse_http_requests_total", "HTTP API requests, by method, route and status.",
                         ["method", "route", "status"], m.http_requests)
+        yield m.transaction_seconds.family()
         snapshot = m._snapshot
         if snapshot is None:
             return
@@ -192,7 +271,7 @@ class _Families:
                            ("rollbacks", "Store transactions rolled back (refusals, reads)."),
                            ("retries", "Store transaction attempts retried (deadlock, lock wait, lost connection)."),
                            ("recoveries", "Transactions re-run after a COMMIT whose outcome was unknown.")):
-            yield _counter(f"pulse_store_{field}", doc, getattr(store, field))
+            yield _counter(f"pulse_store_{field}_total", doc, getattr(store, field))
         yield GaugeMetricFamily("pulse_store_threads_busy", "Store worker threads running a transaction now.",
                                 value=store.threads_busy)
         yield GaugeMetricFamily("pulse_database_up", "1 if the database answered this scrape's query.",

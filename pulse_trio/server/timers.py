@@ -120,7 +120,7 @@ class Timers:
             return
         hub = self.ctx.hub
         for end in result.ended:
-            self.ctx.metrics.count_lease_end(end.state)
+            self.ctx.metrics.count_lease_end(end)
             session = hub.get(end.session_id)
             if session is not None:
                 session.lease_ended()

@@ -46,7 +46,8 @@ def lapse(tx: Tx, *, now: dt.datetime, limit: int = 200) -> TimerResult:
     task_steps.lapse(tx, tasks=[tasks[l.task_id] for l in ended], now=now)
     permits.release(tx, leases=ended, now=now)
     return TimerResult(len(ended), len(leases) == limit, tuple(
-        LeaseEnd(l.lease_id, l.task_id, l.owner_session_id, "LAPSED", "READY") for l in ended))
+        LeaseEnd(l.lease_id, l.task_id, l.owner_session_id, "LAPSED", "READY", tasks[l.task_id].queue)
+        for l in ended))
 
 
 @transition("lease", "expire")
@@ -66,9 +67,10 @@ def expire(tx: Tx, *, now: dt.datetime, limit: int = 200, permit_quarantine_ms: 
         tx.cas("UPDATE leases SET state = 'EXPIRED', ended_at = %s, status = 'EXPIRED', error_code = %s"
                " WHERE lease_id = %s AND state = 'RUNNING' AND revision = %s",
                (db_time(now), task_steps.expiry_code(task_state), lease.lease_id, lease.revision))
-        if lease.concurrency_token is not None:
-            permits.quarantine(tx, lease=lease, now=now, quarantine_ms=permit_quarantine_ms)
+        quarantined = lease.concurrency_token is not None and permits.quarantine(
+            tx, lease=lease, now=now, quarantine_ms=permit_quarantine_ms)
         if lease.cancel_requested_at is not None:
             cancellation.escalate(tx, task_id=lease.task_id, now=now)
-        ends.append(LeaseEnd(lease.lease_id, lease.task_id, lease.owner_session_id, "EXPIRED", task_state))
+        ends.append(LeaseEnd(lease.lease_id, lease.task_id, lease.owner_session_id, "EXPIRED", task_state,
+                             tasks[lease.task_id].queue, quarantined))
     return TimerResult(len(ends), len(leases) == limit, tuple(ends))

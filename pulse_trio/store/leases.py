@@ -246,9 +246,10 @@ def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
                            "OFFERED", (db_time(now),))
         task_steps.start(tx, items=[(task, lease) for _, _, lease, task, _, _ in accepted], now=now)
         receipts = _receipts("task.start", accepted, now)
-        for i, _, lease, _, dest, _ in accepted:
+        for i, _, lease, task, dest, _ in accepted:
             results[i] = CommandResult(receipts[i], lease_view(lease, state=dest, revision=lease.revision + 1,
-                                                               expires_at=expiries[i]))
+                                                               expires_at=expiries[i]),
+                                       task.queue, max(task.due_at, task.created_at))
     return results[0] if command is not None else results
 
 
@@ -290,8 +291,8 @@ def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, rep
         if cancelled:
             cancellation.resolve(tx, task_ids=cancelled, now=now)
         receipts = _receipts("task.finish", accepted, now)
-        for i, *_ in accepted:
-            results[i] = CommandResult(receipts[i], None)
+        for i, _, lease, task, _, _ in accepted:
+            results[i] = CommandResult(receipts[i], None, task.queue, started_at=lease.started_at)
     return results[0] if command is not None else results
 
 

@@ -87,15 +87,19 @@ def release(tx: Tx, *, leases: Sequence[LeaseRow], now: dt.datetime) -> int:
 
 
 @transition("key_permit", "quarantine", entry=False)
-def quarantine(tx: Tx, *, lease: LeaseRow, now: dt.datetime, quarantine_ms: int | None = None) -> None:
-    """HELD -> QUARANTINED until now + quarantine (default: the lease's ttl): the lost worker may still run."""
+def quarantine(tx: Tx, *, lease: LeaseRow, now: dt.datetime, quarantine_ms: int | None = None) -> bool:
+    """HELD -> QUARANTINED until now + quarantine (default: the lease's ttl): the lost worker may still run.
+
+    True if the lease held a permit (now quarantined).
+    """
     held = _held(tx, [lease.lease_id])
     if not held:
-        return
+        return False
     require("key_permit", "quarantine", "HELD", None)
     until = after_ms(now, quarantine_ms if quarantine_ms is not None else lease.ttl_ms)
     tx.cas("UPDATE key_permits SET state = 'QUARANTINED', quarantine_until = %s WHERE lease_id = %s"
            " AND state = 'HELD'", (db_time(until), lease.lease_id))
+    return True
 
 
 @transition("key_permit", "release_after_quarantine")

@@ -76,10 +76,19 @@ class Receipt:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CommandResult:
-    """Ack body of a lease command: ``lease`` only while the caller still holds one."""
+    """Ack body of a lease command: ``lease`` only while the caller still holds one.
+
+    An accepted (not replayed) start or finish also says, for the service's
+    metrics, its task's queue and when the wait or the run began: ``due_at``
+    (start: when the task became due) and ``started_at`` (finish: the
+    attempt's start), read by the locking SELECT the command runs anyway.
+    """
 
     receipt: Receipt
     lease: LeaseView | None
+    queue: str | None = None
+    due_at: dt.datetime | None = None
+    started_at: dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,6 +135,8 @@ class LeaseEnd:
     session_id: str
     state: str  # LAPSED / EXPIRED
     task_state: str
+    queue: str = ""
+    permit_quarantined: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -257,11 +257,12 @@ NODE_FULL = RowShape(NodeRow, NodeRow.NAMES)
 #: What a lease command reads of its lease (a replay reads the receipt columns apart).
 LEASE_COMMAND = RowShape(LeaseRow, (
     "lease_id", "task_id", "secret_digest", "state", "revision", "attempt", "owner_session_id", "epoch",
-    "expires_at", "ttl_ms", "concurrency_token", "cancel_requested_at", "cancel_deadline"))
-#: What a lease command reads of its task: the state, and what a finish needs for a retry.
+    "expires_at", "ttl_ms", "concurrency_token", "cancel_requested_at", "cancel_deadline", "started_at"))
+#: What a lease command reads of its task: the state, what a finish needs for a retry, and what the
+#: service's metrics label and time (queue, due_at, created_at).
 TASK_COMMAND = RowShape(TaskRow, (
     "task_id", "state", "attempt", "max_attempts", "backoff_initial_ms", "backoff_factor", "backoff_max_ms",
-    "priority_offset_ms"))
+    "priority_offset_ms", "queue", "due_at", "created_at"))
 #: What a claim reads of a READY task: the assignment's fields, and the pick-up order.
 TASK_PICKUP = RowShape(TaskRow, (
     "task_id", "queue", "kind", "state", "payload", "priority", "due_at", "effective_at", "idempotency_key",

@@ -159,19 +159,19 @@ async def test_metrics_after_a_full_flow(http, tokens, token_factory, open_worke
     samples = _samples(reply.body.decode())
     assert samples[("pulse_sessions_connected", ())] == 1
     assert samples[("pulse_session_capacity", ())] == 1
-    assert samples[("pulse_assignments_total", ())] == 1
-    assert samples[("pulse_finishes_total", (("status", "SUCCEEDED"),))] == 1
+    assert samples[("pulse_assignments_total", (("queue", "billing"),))] == 1
+    assert samples[("pulse_finishes_total", (("queue", "billing"), ("status", "SUCCEEDED")))] == 1
     assert samples[("pulse_commands_total", (("command", "TaskFinish"),))] == 1
     assert samples[("pulse_tasks", (("queue", "billing"), ("state", "SUCCEEDED")))] == 1
     assert samples[("pulse_tasks", (("queue", "billing"), ("state", "SCHEDULED")))] == 1
-    assert samples[("pulse_submit_to_assign_seconds_count", ())] == 1
+    assert samples[("pulse_submit_to_assign_seconds_count", (("queue", "billing"),))] == 1
     assert samples[("pulse_store_transaction_seconds_count", ())] > 5
     assert samples[("pulse_store_commits_total", ())] >= 4
     assert samples[("pulse_errors_total", (("code", "task_not_found"), ("surface", "http")))] == 1
     assert samples[("pulse_http_requests_total", (("method", "POST"), ("route", "/v1/tasks"), ("status", "201")))] == 2
     assert samples[("pulse_database_up", ())] == 1
-    for name in ("pulse_frames_received_total", "pulse_frames_sent_total", "pulse_frame_bytes_received_total",
-                 "pulse_frame_bytes_sent_total", "pulse_lease_expiries_total", "pulse_lease_lapses_total",
+    for name in ("pulse_frames_received_total", "pulse_frames_sent_total", "pulse_frames_received_bytes_total",
+                 "pulse_frames_sent_bytes_total", "pulse_lease_expiries_total", "pulse_lease_lapses_total",
                  "pulse_store_retries_total", "pulse_nodes_declared_lost_total", "pulse_lost_node_sessions_total",
                  "pulse_node_rejoins_total"):
         assert (name, ()) in samples, name
