@@ -16,10 +16,20 @@ from pulse_trio.managed_db import ManagedDatabaseError, ManagedMariaDB
 from pulse_trio.store.migrate import MigrationError, code_version, current_version, migrate
 
 
+#: Exit codes of every command (docs/operations.md §7 lists them for users).
+EXIT_OK = 0
+EXIT_REFUSED = 1  # the service or the database refused: a conflict, a rule, a token
+EXIT_USAGE = 2  # bad arguments (argparse's own code too): nothing was written
+EXIT_NOT_FOUND = 3  # the task, token or worker named does not exist
+EXIT_UNREACHABLE = 4  # no database to talk to: unreachable, or no managed database yet
+EXIT_CANNOT_LISTEN = 5  # serve: a listen address is taken or invalid; nothing was recorded
+EXIT_INTERRUPTED = 130  # SIGINT, or a second SIGTERM for `worker run`
+
+
 class CommandFailed(Exception):
     """A refusal to report to the user: message on stderr, exit code."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 

@@ -8,7 +8,7 @@ import os
 
 from pulse_trio import config as cfg
 from pulse_trio import logs
-from pulse_trio.cli.common import CommandFailed, database, run_guarded
+from pulse_trio.cli.common import EXIT_CANNOT_LISTEN, CommandFailed, database, run_guarded
 
 log = logging.getLogger("pulse_trio.serve")
 LEVELS = ("debug", "info", "warning", "error")
@@ -38,7 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     import trio
 
-    from pulse_trio.http.server import HttpListenError
+    from pulse_trio.server.listen import ListenError
     from pulse_trio.server.service import serve
     from pulse_trio.server.settings_sync import SettingsRefused
 
@@ -46,8 +46,8 @@ def _serve(args: argparse.Namespace) -> int:
         log.info("database %s", target.url())
         try:
             trio.run(serve, settings, target)
-        except* HttpListenError as group:
-            raise CommandFailed(str(_first(group))) from None
+        except* ListenError as group:  # bound before the node joins: nothing was recorded
+            raise CommandFailed(str(_first(group)), EXIT_CANNOT_LISTEN) from None
         except* SettingsRefused as group:
             raise CommandFailed(str(_first(group)), 2) from None
     return 0

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 COMMAND = [sys.executable, "-m", "pulse_trio"]
@@ -37,6 +39,19 @@ def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> No
     raise AssertionError(f"nothing listens on {port}")
 
 
+def wait_answering(http_port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Until the HTTP API answers: it serves only once the node has joined (ports are bound earlier)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthz", timeout=5):
+                return
+        except (OSError, urllib.error.URLError):
+            time.sleep(0.05)
+    raise AssertionError(f"the HTTP API on {http_port} does not answer")
+
+
 @contextlib.contextmanager
 def serve(db, *extra: str) -> Iterator[tuple[int, int]]:
     """A `pulse-trio serve` process on ``db``; yields (worker port, HTTP port) once both listen."""
@@ -46,8 +61,7 @@ def serve(db, *extra: str) -> Iterator[tuple[int, int]]:
                              "--http-listen", f"127.0.0.1:{http_port}", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_listening(worker_port, proc)
-        wait_listening(http_port, proc)
+        wait_answering(http_port, proc)
         yield worker_port, http_port
     finally:
         proc.send_signal(signal.SIGTERM)
