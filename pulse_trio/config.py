@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from pulse_trio import cluster_settings as cs
+from pulse_trio.managed_db import default_state_dir
 
 
 def parse_seconds(text: str) -> float:
@@ -75,7 +76,7 @@ class Settings:
     """
 
     database_url: str | None = None
-    state_dir: Path = Path(".pulse-state")
+    state_dir: Path = dataclasses.field(default_factory=default_state_dir)
     worker_listen: tuple[str, int] = ("127.0.0.1", 7380)
     http_listen: tuple[str, int] = ("127.0.0.1", 7381)
     tls_cert: Path | None = None
@@ -132,7 +133,8 @@ class Settings:
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--database-url", "database_url", str, "mysql://user:pass@host:port/db[?unix_socket=PATH]; "
      "without it a managed local MariaDB is started under --state-dir"),
-    ("--state-dir", "state_dir", Path, "folder for the managed database and other local state"),
+    ("--state-dir", "state_dir", Path, "home of the managed database (default $XDG_STATE_HOME/pulse-trio, "
+     "else ~/.local/state/pulse-trio; never the current folder)"),
     ("--worker-listen", "worker_listen", parse_listen, "HOST:PORT for the worker WebSocket endpoint"),
     ("--http-listen", "http_listen", parse_listen, "HOST:PORT for the HTTP API"),
     ("--tls-cert", "tls_cert", Path, "PEM certificate chain: serve WSS instead of WS"),

@@ -90,7 +90,7 @@ def _bench(args: argparse.Namespace) -> int:
     options = BenchOptions(workers=args.workers, capacity=args.capacity, tasks=args.tasks,
                            payload_bytes=args.payload_bytes, backlog=args.backlog, instances=args.instances,
                            keyed_share=args.keyed_share, timeout_s=args.timeout)
-    with database(args, ensure_schema=False) as server:
+    with database(args, ensure_schema=False, create=True) as server:
         print_json(run(server, options))
     return 0
 
@@ -116,7 +116,7 @@ def _connections(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, measure: Callable[..., dict[str, object]]) -> int:
-    with database(args, ensure_schema=False) as server:
+    with database(args, ensure_schema=False, create=True) as server:
         try:
             result = measure(server)
         except RuntimeError as exc:  # a process died or a wait timed out: say which

@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
+import pymysql
+
 from pulse_trio import config as cfg
 from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
-from pulse_trio.managed_db import ManagedDatabaseError, ManagedMariaDB
+from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, ManagedMariaDB
 from pulse_trio.store.migrate import MigrationError, code_version, current_version, migrate
 
 
@@ -41,11 +43,15 @@ def add_database_options(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def database(args: argparse.Namespace, *, ensure_schema: bool = True) -> Iterator[DatabaseConfig]:
+def database(args: argparse.Namespace, *, ensure_schema: bool = True, create: bool = False) -> Iterator[DatabaseConfig]:
     """The configured database, or the managed local MariaDB when none is.
 
-    A managed server that is already running (e.g. under `serve`) is reused
-    and left running; one started here is stopped on exit.
+    Only a command that may create a database (``create=True``: serve,
+    migrate, token create, bench) initialises a managed MariaDB and applies
+    migrations; every other command uses what exists and fails with
+    EXIT_UNREACHABLE when there is none. A managed server that is already
+    running (e.g. under `serve`) is reused and left running; one started
+    here is stopped on exit.
     """
     managed: ManagedMariaDB | None = None
     try:
@@ -53,28 +59,52 @@ def database(args: argparse.Namespace, *, ensure_schema: bool = True) -> Iterato
             try:
                 target = parse_database_url(args.database_url)
             except DatabaseUrlError as exc:
-                raise CommandFailed(str(exc), 2) from None
+                raise CommandFailed(str(exc), EXIT_USAGE) from None
         else:
             managed = ManagedMariaDB(Path(args.state_dir) / "mariadb", port=getattr(args, "managed_db_port", None))
             try:
-                target = managed.start().with_database("pulse")
+                target = managed.start(create=create).with_database("pulse")
+            except ManagedDatabaseMissing:
+                raise CommandFailed(
+                    f"no managed database in {Path(args.state_dir).expanduser()}: `pulse-trio serve` or "
+                    "`pulse-trio migrate` creates one (--state-dir / PULSE_STATE_DIR name another home), "
+                    "or give --database-url", EXIT_UNREACHABLE) from None
             except ManagedDatabaseError as exc:
-                raise CommandFailed(str(exc)) from None
+                raise CommandFailed(str(exc).splitlines()[0] if str(exc) else repr(exc), EXIT_UNREACHABLE) from None
         if ensure_schema:
-            try:
-                if current_version_or_zero(target) != code_version():
-                    migrate(target)  # also refuses, clearly, a database newer than the code
-            except MigrationError as exc:
-                raise CommandFailed(str(exc)) from None
+            _check_schema(target, migrate_it=create)
         yield target
     finally:
         if managed is not None:
             managed.stop()
 
 
-def current_version_or_zero(target: DatabaseConfig) -> int:
-    import pymysql
+def _check_schema(target: DatabaseConfig, *, migrate_it: bool) -> None:
+    """Bring the schema to this code's version (creators), or insist that it is (everyone else)."""
+    try:
+        have = current_version_or_zero(target)
+        if have == code_version():
+            return
+        if migrate_it:
+            migrate(target)  # also refuses, clearly, a database newer than the code
+            return
+    except MigrationError as exc:
+        raise CommandFailed(str(exc)) from None
+    except pymysql.err.MySQLError as exc:
+        raise CommandFailed(f"cannot reach the database {target.url()}: {_reason(exc)}", EXIT_UNREACHABLE) from None
+    if have == 0:
+        raise CommandFailed(f"no pulse-trio schema in the database {target.url()}: `pulse-trio migrate` "
+                            "creates it", EXIT_UNREACHABLE)
+    raise CommandFailed(f"the database {target.url()} has schema version {have}, this code needs "
+                        f"{code_version()}: " + ("run `pulse-trio migrate`" if have < code_version()
+                                                 else "upgrade the code"))
 
+
+def _reason(exc: Exception) -> str:
+    return str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+
+
+def current_version_or_zero(target: DatabaseConfig) -> int:
     try:
         return current_version(target)
     except pymysql.err.OperationalError as exc:
@@ -101,5 +131,8 @@ def run_guarded(fn):
         except CommandFailed as exc:
             sys.stderr.write(f"pulse-trio: {exc}\n")
             return exc.exit_code
+        except pymysql.err.OperationalError as exc:  # the database went away (or never answered) mid-command
+            sys.stderr.write(f"pulse-trio: cannot reach the database: {_reason(exc)}\n")
+            return EXIT_UNREACHABLE
 
     return runner

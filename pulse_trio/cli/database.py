@@ -15,7 +15,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    with database(args, ensure_schema=False) as target:
+    with database(args, ensure_schema=False, create=True) as target:
         try:
             applied = migrate(target)
         except MigrationError as exc:

@@ -42,7 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
     from pulse_trio.server.service import serve
     from pulse_trio.server.settings_sync import SettingsRefused
 
-    with database(args) as target:
+    with database(args, create=True) as target:
         log.info("database %s", target.url())
         try:
             trio.run(serve, settings, target)

@@ -46,7 +46,7 @@ def _create(args: argparse.Namespace) -> int:
             fail(f"invalid queue name {queue!r}", 2)
     if len(args.label) > 128:
         fail("label is longer than 128 characters", 2)
-    with database(args) as target:
+    with database(args, create=True) as target:
         conn = connect(target)
         try:
             token, _info = tokens.create_token(conn, role=args.role, queues=args.queue, label=args.label, now=_now())
