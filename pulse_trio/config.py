@@ -146,7 +146,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--hello-timeout", "hello_timeout", parse_seconds, "seconds a new connection has to send worker.hello"),
     ("--ping-interval", "ping_interval", parse_seconds, "seconds between WebSocket pings"),
     ("--poll-interval", "poll_interval", parse_seconds, "seconds between dispatcher polls for new work"),
-    ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB (default: a free one)"),
+    ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB when this command starts it "
+     "(default: a free one)"),
 )
 
 
@@ -160,7 +161,7 @@ def options_for(*fields: str) -> tuple[tuple[str, str, object, str], ...]:
     return chosen
 
 
-DATABASE_OPTIONS = options_for("database_url", "state_dir")
+DATABASE_OPTIONS = options_for("database_url", "state_dir", "managed_db_port")
 
 
 def env_name(field: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +12,13 @@ from typing import NoReturn
 import pymysql
 
 from pulse_trio import config as cfg
+from pulse_trio.cli.output import print_json  # noqa: F401  (re-exported: every command prints through it)
 from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
 from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, ManagedMariaDB
 from pulse_trio.store.migrate import MigrationError, code_version, current_version, migrate
 
 
-#: Exit codes of every command (docs/operations.md §7 lists them for users).
+#: Exit codes of every command (docs/operations.md §6 lists them for users).
 EXIT_OK = 0
 EXIT_REFUSED = 1  # the service or the database refused: a conflict, a rule, a token
 EXIT_USAGE = 2  # bad arguments (argparse's own code too): nothing was written
@@ -38,8 +38,13 @@ class CommandFailed(Exception):
 
 def add_database_options(parser: argparse.ArgumentParser) -> None:
     cfg.add_options(parser, cfg.DATABASE_OPTIONS)
-    parser.add_argument("--managed-db-port", dest="managed_db_port", type=int, default=None,
-                        help=argparse.SUPPRESS)
+
+
+def add_inherited_database_options(parser: argparse.ArgumentParser) -> None:
+    """The database flags on a sub-action, defaulting to "not given" so the parent's value (or env) stands."""
+    for flag, field, kind, help_text in cfg.DATABASE_OPTIONS:
+        parser.add_argument(flag, dest=field, type=kind, default=argparse.SUPPRESS,
+                            help=f"{help_text}; also accepted before the action's name [env {cfg.env_name(field)}]")
 
 
 @contextlib.contextmanager
@@ -113,9 +118,33 @@ def current_version_or_zero(target: DatabaseConfig) -> int:
         raise
 
 
-def print_json(value: object) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each flag's default, unless there is none to show or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text.lower():
+            return text
+        return f"{text} (default: {_shown(action.default)})".replace("%", "%%").replace("%%(", "%(")
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):  # a listen address
+        host, port = value
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) or "none"
+    return str(value)
+
+
+class CliParser(argparse.ArgumentParser):
+    """Every parser of the command (subcommands inherit the class): defaults shown in ``--help``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def fail(message: str, exit_code: int = 1) -> NoReturn:

@@ -9,7 +9,8 @@ from pulse_trio.store.migrate import MigrationError, code_version, migrate
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("migrate", help="apply pending schema migrations (a no-op when current)")
+    parser = commands.add_parser("migrate", help="apply pending schema migrations (a no-op when current); "
+                                                 "creates the managed database if there is none")
     add_database_options(parser)
     parser.set_defaults(run=run_guarded(_migrate))
 

@@ -20,7 +20,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-format", choices=logs.FORMATS, default=os.environ.get("PULSE_LOG_FORMAT") or "json",
                         help="json: one JSON object per line; text: readable key=value lines [env PULSE_LOG_FORMAT]")
     parser.add_argument("--log-level", default=os.environ.get("PULSE_LOG_LEVEL") or "info",
-                        choices=LEVELS, help="[env PULSE_LOG_LEVEL]")
+                        choices=LEVELS, help="the least severe log lines written [env PULSE_LOG_LEVEL]")
     parser.set_defaults(run=run_guarded(_serve))
 
 

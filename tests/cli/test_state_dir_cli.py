@@ -19,7 +19,7 @@ from pulse_trio.managed_db import default_state_dir
 EXIT_UNREACHABLE = 4
 
 READ_ONLY = [
-    ["queues"], ["workers"], ["nodes"], ["task", "show", "tsk_01M8YHTCDFEKP3A18E63CFJFES"],
+    ["queues"], ["workers"], ["nodes"], ["task", "show", "tsk_01M8YHTCDFEKP3A18E63CFJFES"], ["task", "list"],
     ["settings", "show"], ["token", "list"],
 ]
 
