@@ -27,6 +27,8 @@ EXIT_UNREACHABLE = 4  # no database to talk to: unreachable, or no managed datab
 EXIT_CANNOT_LISTEN = 5  # serve: a listen address is taken or invalid; nothing was recorded
 EXIT_INTERRUPTED = 130  # SIGINT, or a second SIGTERM for `worker run`
 
+LEGACY_STATE_DIR = ".pulse-state"  # where earlier versions put the managed database: the current folder
+
 
 class CommandFailed(Exception):
     """A refusal to report to the user: message on stderr, exit code."""
@@ -66,14 +68,18 @@ def database(args: argparse.Namespace, *, ensure_schema: bool = True, create: bo
             except DatabaseUrlError as exc:
                 raise CommandFailed(str(exc), EXIT_USAGE) from None
         else:
-            managed = ManagedMariaDB(Path(args.state_dir) / "mariadb", port=getattr(args, "managed_db_port", None))
+            home = Path(args.state_dir).expanduser()
+            managed = ManagedMariaDB(home / "mariadb", port=getattr(args, "managed_db_port", None))
+            legacy = _legacy_home(managed)
             try:
+                if legacy and create and not managed.initialised:
+                    sys.stderr.write(f"pulse-trio: {legacy}; creating a new one in {home}\n")
                 target = managed.start(create=create).with_database("pulse")
             except ManagedDatabaseMissing:
                 raise CommandFailed(
-                    f"no managed database in {Path(args.state_dir).expanduser()}: `pulse-trio serve` or "
-                    "`pulse-trio migrate` creates one (--state-dir / PULSE_STATE_DIR name another home), "
-                    "or give --database-url", EXIT_UNREACHABLE) from None
+                    f"no managed database in {home}: `pulse-trio serve` or `pulse-trio migrate` creates one "
+                    "(--state-dir / PULSE_STATE_DIR name another home), or give --database-url"
+                    + (f" ({legacy})" if legacy else ""), EXIT_UNREACHABLE) from None
             except ManagedDatabaseError as exc:
                 raise CommandFailed(str(exc).splitlines()[0] if str(exc) else repr(exc), EXIT_UNREACHABLE) from None
         if ensure_schema:
@@ -82,6 +88,15 @@ def database(args: argparse.Namespace, *, ensure_schema: bool = True, create: bo
     finally:
         if managed is not None:
             managed.stop()
+
+
+def _legacy_home(managed: ManagedMariaDB) -> str:
+    """Earlier versions kept the managed database in ./.pulse-state: say so if one is here and unused."""
+    old = Path(LEGACY_STATE_DIR, "mariadb").resolve()
+    if old != managed.state_dir and (old / "data" / "mysql").is_dir():
+        return (f"a managed database of an earlier version is in {old.parent}: use it with "
+                f"--state-dir {old.parent}, or move that folder to the new home")
+    return ""
 
 
 def _check_schema(target: DatabaseConfig, *, migrate_it: bool) -> None:

@@ -35,6 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
         settings.check()
     except ValueError as exc:
         raise CommandFailed(str(exc), 2) from None
+    if settings.tls_cert is not None:
+        _check_tls(settings.tls_cert, settings.tls_key)
     logs.configure(args.log_format, args.log_level)
     import trio
 
@@ -51,6 +53,17 @@ def _serve(args: argparse.Namespace) -> int:
         except* SettingsRefused as group:
             raise CommandFailed(str(_first(group)), 2) from None
     return 0
+
+
+def _check_tls(cert: object, key: object) -> None:
+    """An unreadable certificate or key is a bad argument, found before anything starts."""
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:
+        raise CommandFailed(f"--tls-cert/--tls-key: cannot load {cert} and {key}: "
+                            f"{getattr(exc, 'strerror', None) or exc}", 2) from None
 
 
 def _first(error: BaseException) -> BaseException:

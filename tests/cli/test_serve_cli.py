@@ -39,3 +39,10 @@ def test_a_taken_port_fails_in_one_line_before_joining(db, taken):
         assert done.stderr.startswith(f"pulse-trio: cannot listen for ") and flag in done.stderr
         assert f"127.0.0.1:{port}" in done.stderr and "in use" in done.stderr
         assert _node_count(db) == 1  # the refused process never recorded itself ALIVE
+
+
+def test_an_unreadable_certificate_is_a_bad_argument(tmp_path):
+    done = run("serve", "--tls-cert", str(tmp_path / "missing.pem"), "--tls-key", str(tmp_path / "key.pem"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done
+    assert "--tls-cert/--tls-key: cannot load" in done.stderr
+    assert not (tmp_path / "state").exists()  # refused before any database was started

@@ -84,3 +84,12 @@ def test_an_unreachable_database_is_one_line():
     done = run("queues", "--database-url", "mysql://root@127.0.0.1:1/pulse")
     assert done.returncode == EXIT_UNREACHABLE, done
     assert done.stderr.count("\n") == 1 and "cannot reach the database" in done.stderr, done.stderr
+
+
+def test_a_database_left_in_the_old_place_is_pointed_out(tmp_path):
+    folder = tmp_path / "project"
+    (folder / ".pulse-state" / "mariadb" / "data" / "mysql").mkdir(parents=True)
+    done = run("queues", cwd=str(folder))
+    assert done.returncode == EXIT_UNREACHABLE and done.stderr.count("\n") == 1, done
+    assert f"an earlier version is in {folder / '.pulse-state'}" in done.stderr
+    assert f"--state-dir {folder / '.pulse-state'}" in done.stderr
