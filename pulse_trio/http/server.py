@@ -6,7 +6,7 @@ worker endpoint. It stops gracefully when the service's stop event is set
 (in-flight requests get ``GRACEFUL_TIMEOUT_S``), and is cancelled with the
 rest of the instance after that. With ``--tls-cert`` the API is HTTPS too.
 Its sockets are bound (:func:`bind_http`) before the node joins the cluster
-(``pulse_trio.server.listen``) and handed to hypercorn.
+and listen once it has (``pulse_trio.server.listen``); hypercorn gets them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
 from pulse_trio.http.app import build_app
-from pulse_trio.server.listen import ListenError, listen_error
+from pulse_trio.server.listen import ListenError, listen_error, start_listening
 
 if TYPE_CHECKING:
     from pulse_trio.server.service import ServiceContext
@@ -60,6 +60,8 @@ async def serve_http(ctx: ServiceContext, stop: trio.Event, sockets: Sockets | N
     config = hypercorn_config(ctx)
     if sockets is None:
         sockets = bind_http(config)
+    start_listening([*sockets.secure_sockets, *sockets.insecure_sockets], "the HTTP API", "--http-listen",
+                    config.bind[0])
     app = wrap_app(build_app(ctx), config.wsgi_max_body_size, "asgi")
 
     async def listening(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -73,11 +75,9 @@ async def serve_http(ctx: ServiceContext, stop: trio.Event, sockets: Sockets | N
 
 
 def bind_http(config: Config) -> Sockets:
-    """Bound and listening sockets for the HTTP API; HttpListenError names the flag, not a hypercorn traceback."""
+    """Sockets bound for the HTTP API, not listening yet; HttpListenError names the flag, not a hypercorn traceback."""
     try:
         sockets = config.create_sockets()
-        for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
-            sock.listen(config.backlog)
     except OSError as exc:
         raise HttpListenError(str(listen_error("the HTTP API", "--http-listen", config.bind[0], exc))) from None
     return sockets

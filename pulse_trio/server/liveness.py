@@ -1,7 +1,7 @@
 """This serve process's liveness record (chart ``node``), and the sweep of dead ones.
 
 Theory of operation. The process is a *node*: ``serve`` binds its ports,
-then records it ALIVE before it accepts connections (:meth:`NodeLiveness.start`) and STOPPED after its last
+then records it ALIVE before they listen (:meth:`NodeLiveness.start`) and STOPPED after its last
 connection closed (:meth:`stop`). A task of its own (:meth:`run_heartbeats`)
 beats every ``--node-heartbeat``, so no timer batch, however long, delays
 it; the timers loop calls :meth:`sweep` on every tick, which declares LOST
@@ -86,7 +86,7 @@ class NodeLiveness:
     async def start(self) -> bool:
         """Record this node ALIVE; False (logged) if the database is away: :meth:`beat` retries.
 
-        ``serve`` calls it before accepting connections, but must come up without a
+        ``serve`` calls it before listening, but must come up without a
         database all the same (``/healthz`` answers, ``/readyz`` says 503);
         until the node is recorded, a ``worker.hello`` is refused with
         ``server_shutting_down`` and the worker tries again.

@@ -108,12 +108,12 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
     ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
     ctx.settings_sync = SettingsSync(ctx, settings.given_ms())
     stop = trio.Event()
-    worker_listeners: list[trio.SocketListener] = []
+    worker_sockets: list[trio.socket.SocketType] = []
     http_sockets: Sockets | None = None
     try:
         # Bound before anything is written: a taken port stops the start with a ListenError
-        # before the cluster's settings or this node are recorded (listen.py).
-        worker_listeners = await bind_workers(settings.worker_listen)
+        # before the cluster's settings or this node are recorded; they listen once it is (listen.py).
+        worker_sockets = await bind_workers(settings.worker_listen)
         http_sockets = bind_http(hypercorn_config(ctx))
         try:
             await ctx.settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
@@ -122,7 +122,7 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
         except Exception:
             log.warning("cluster settings not read yet (database unavailable); the node starts once they are",
                         exc_info=True)
-        # This process is ALIVE (chart node) before it accepts connections: see liveness.py.
+        # This process is ALIVE (chart node) before it listens: see liveness.py.
         ctx.node = NodeLiveness(ctx)
         await ctx.node.start()
         async with trio.open_nursery() as root:
@@ -133,7 +133,7 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
 
                 async def listen(task_status: trio.TaskStatus[int]) -> None:
                     with listening:
-                        await serve_workers(ctx, connections, _ssl_context(settings), worker_listeners,
+                        await serve_workers(ctx, connections, _ssl_context(settings), worker_sockets,
                                             task_status=task_status)
 
                 port = await root.start(listen)
@@ -163,9 +163,8 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
             await ctx.node.stop()
             root.cancel_scope.cancel()
     finally:
-        with trio.CancelScope(shield=True):
-            for listener in worker_listeners:
-                await listener.aclose()
+        for sock in worker_sockets:
+            sock.close()
         for sock in (*http_sockets.secure_sockets, *http_sockets.insecure_sockets) if http_sockets else ():
             sock.close()
         store.close()
