@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from pulse_trio import cluster_settings as cs
+from pulse_trio.managed_db import default_state_dir
 
 
 def parse_seconds(text: str) -> float:
@@ -75,7 +76,7 @@ class Settings:
     """
 
     database_url: str | None = None
-    state_dir: Path = Path(".pulse-state")
+    state_dir: Path = dataclasses.field(default_factory=default_state_dir)
     worker_listen: tuple[str, int] = ("127.0.0.1", 7380)
     http_listen: tuple[str, int] = ("127.0.0.1", 7381)
     tls_cert: Path | None = None
@@ -132,7 +133,8 @@ class Settings:
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--database-url", "database_url", str, "mysql://user:pass@host:port/db[?unix_socket=PATH]; "
      "without it a managed local MariaDB is started under --state-dir"),
-    ("--state-dir", "state_dir", Path, "folder for the managed database and other local state"),
+    ("--state-dir", "state_dir", Path, "home of the managed database (default $XDG_STATE_HOME/pulse-trio, "
+     "else ~/.local/state/pulse-trio; never the current folder)"),
     ("--worker-listen", "worker_listen", parse_listen, "HOST:PORT for the worker WebSocket endpoint"),
     ("--http-listen", "http_listen", parse_listen, "HOST:PORT for the HTTP API"),
     ("--tls-cert", "tls_cert", Path, "PEM certificate chain: serve WSS instead of WS"),
@@ -144,7 +146,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--hello-timeout", "hello_timeout", parse_seconds, "seconds a new connection has to send worker.hello"),
     ("--ping-interval", "ping_interval", parse_seconds, "seconds between WebSocket pings"),
     ("--poll-interval", "poll_interval", parse_seconds, "seconds between dispatcher polls for new work"),
-    ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB (default: a free one)"),
+    ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB when this command starts it "
+     "(default: a free one)"),
 )
 
 
@@ -158,7 +161,7 @@ def options_for(*fields: str) -> tuple[tuple[str, str, object, str], ...]:
     return chosen
 
 
-DATABASE_OPTIONS = options_for("database_url", "state_dir")
+DATABASE_OPTIONS = options_for("database_url", "state_dir", "managed_db_port")
 
 
 def env_name(field: str) -> str:

@@ -5,6 +5,8 @@
 directory (initialised with ``mariadb-install-db`` on first use), its own
 socket and port, and it is stopped when its owner stops. Nothing here
 touches a system-wide MariaDB, so it works whether one is running or not.
+The CLI's one home for it is :func:`default_state_dir` (never the current
+folder), and only the commands that may create a database initialise one.
 """
 
 from __future__ import annotations
@@ -28,8 +30,30 @@ _INSTALL_NAMES = ("mariadb-install-db", "mysql_install_db")
 _SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/bin", "/usr/local/bin")
 
 
+STATE_DIR_ENV = "PULSE_STATE_DIR"
+APP_NAME = "pulse-trio"
+
+
 class ManagedDatabaseError(RuntimeError):
     """The private MariaDB could not be started."""
+
+
+class ManagedDatabaseMissing(ManagedDatabaseError):
+    """No managed MariaDB has been initialised in this state dir (and the caller may not create one)."""
+
+
+def default_state_dir() -> Path:
+    """The one home of the managed database, whatever the current folder.
+
+    ``$PULSE_STATE_DIR`` if set; else ``$XDG_STATE_HOME/pulse-trio``; else
+    ``~/.local/state/pulse-trio`` (for root too: ``/root/.local/state/pulse-trio``).
+    """
+    explicit = os.environ.get(STATE_DIR_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return base / APP_NAME
 
 
 def _find(names: tuple[str, ...]) -> str:
@@ -77,8 +101,17 @@ class ManagedMariaDB:
             port=self.port or 3306, unix_socket=str(self.socket_path),
         )
 
-    def start(self, timeout: float = 60.0) -> DatabaseConfig:
+    @property
+    def initialised(self) -> bool:
+        """A data directory exists here (the server may or may not be running)."""
+        return (self.data_dir / "mysql").is_dir()
+
+    def start(self, timeout: float = 60.0, *, create: bool = True) -> DatabaseConfig:
         """Start the server (or reuse one already serving this state dir).
+
+        With ``create=False`` nothing is created: no state dir, no data
+        directory; ``ManagedDatabaseMissing`` says none has been initialised
+        (an initialised one that is not running is started).
 
         Two locks in the state dir make the server shared safely between
         processes: an exclusive ``start.lock`` around starting and stopping
@@ -87,8 +120,12 @@ class ManagedMariaDB:
         directory), and a shared ``users.lock`` that every user holds while
         it uses the server. Whoever stops last stops the server.
         """
+        if not create and not self.initialised:
+            raise ManagedDatabaseMissing(f"no managed database in {self.state_dir}")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with self._start_lock():
+            if not create and not self.initialised:  # its initialisation failed meanwhile
+                raise ManagedDatabaseMissing(f"no managed database in {self.state_dir}")
             config = self._start_locked(timeout)
             self._users = open(self.state_dir / "users.lock", "w")
             fcntl.flock(self._users, fcntl.LOCK_SH)

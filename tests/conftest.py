@@ -26,6 +26,20 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir_outside_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Commands run by tests keep their managed database in the run's temp folder, never in ~."""
+    previous = os.environ.get("PULSE_STATE_DIR")
+    os.environ["PULSE_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("PULSE_STATE_DIR", None)
+        else:
+            os.environ["PULSE_STATE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def database_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseConfig]:
     """A server to create test databases on (config names no database yet)."""

@@ -1,8 +1,9 @@
 """The `pulse-trio` command line: one sub-module per command group.
 
-Every command that prints a result prints one JSON object (or, for
-`token create`, the token alone) on stdout; messages for people go to
-stderr. Exit codes: 0 done, 1 refused or not found, 2 bad arguments.
+Every command that prints a result prints one compact JSON object (or, for
+`token create`, the token alone; or, with ``--format table``, a table) on
+stdout; messages for people go to stderr, one line per failure. Exit codes
+live in ``common.py`` and docs/operations.md §7.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from collections.abc import Sequence
 
 from pulse_trio import __version__
 from pulse_trio.cli import bench, database, serve, settings, statecharts, tasks, tokens, worker
+from pulse_trio.cli.common import EXIT_INTERRUPTED, EXIT_REFUSED, CliParser
 
 _GROUPS = (serve, database, tokens, tasks, settings, statecharts, bench, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pulse-trio", description="Durable task dispatch over WebSocket leases.")
+    parser = CliParser(prog="pulse-trio", description="Durable task dispatch over WebSocket leases.",
+                       epilog="Exit codes: 0 done, 1 refused, 2 bad arguments, 3 not found, 4 unreachable "
+                              "(no database), 5 serve cannot listen, 130 interrupted (docs/operations.md §7).")
     parser.add_argument("--version", action="version", version=f"pulse-trio {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in _GROUPS:
@@ -32,9 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        return 1
+        return EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import argparse
 from collections.abc import Callable
 
 from pulse_trio import config as cfg
-from pulse_trio.cli.common import CommandFailed, add_database_options, database, print_json, run_guarded
+from pulse_trio.cli.common import (CommandFailed, add_database_options, add_inherited_database_options, database,
+                                   print_json, run_guarded)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -79,9 +80,7 @@ def _positive(kind: Callable[[str], float | int]) -> Callable[[str], float | int
 
 
 def _add_mode_database_options(parser: argparse.ArgumentParser) -> None:
-    """The database flags again, defaulting to "not given" so the parent's value (or env) stands."""
-    for flag, field, kind, help_text in cfg.DATABASE_OPTIONS:
-        parser.add_argument(flag, dest=field, type=kind, default=argparse.SUPPRESS, help=help_text)
+    add_inherited_database_options(parser)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -90,7 +89,7 @@ def _bench(args: argparse.Namespace) -> int:
     options = BenchOptions(workers=args.workers, capacity=args.capacity, tasks=args.tasks,
                            payload_bytes=args.payload_bytes, backlog=args.backlog, instances=args.instances,
                            keyed_share=args.keyed_share, timeout_s=args.timeout)
-    with database(args, ensure_schema=False) as server:
+    with database(args, ensure_schema=False, create=True) as server:
         print_json(run(server, options))
     return 0
 
@@ -116,7 +115,7 @@ def _connections(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, measure: Callable[..., dict[str, object]]) -> int:
-    with database(args, ensure_schema=False) as server:
+    with database(args, ensure_schema=False, create=True) as server:
         try:
             result = measure(server)
         except RuntimeError as exc:  # a process died or a wait timed out: say which

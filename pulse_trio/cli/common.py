@@ -4,38 +4,61 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
+import pymysql
+
 from pulse_trio import config as cfg
+from pulse_trio.cli.output import print_json  # noqa: F401  (re-exported: every command prints through it)
 from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
-from pulse_trio.managed_db import ManagedDatabaseError, ManagedMariaDB
+from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, ManagedMariaDB
 from pulse_trio.store.migrate import MigrationError, code_version, current_version, migrate
+
+
+#: Exit codes of every command (docs/operations.md §7 lists them for users).
+EXIT_OK = 0
+EXIT_REFUSED = 1  # the service or the database refused: a conflict, a rule, a token
+EXIT_USAGE = 2  # bad arguments (argparse's own code too): nothing was written
+EXIT_NOT_FOUND = 3  # the task, token or worker named does not exist
+EXIT_UNREACHABLE = 4  # no database to talk to: unreachable, or no managed database yet
+EXIT_CANNOT_LISTEN = 5  # serve: a listen address is taken or invalid; nothing was recorded
+EXIT_INTERRUPTED = 130  # SIGINT, or a second SIGTERM for `worker run`
+
+LEGACY_STATE_DIR = ".pulse-state"  # where earlier versions put the managed database: the current folder
 
 
 class CommandFailed(Exception):
     """A refusal to report to the user: message on stderr, exit code."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
 
 def add_database_options(parser: argparse.ArgumentParser) -> None:
     cfg.add_options(parser, cfg.DATABASE_OPTIONS)
-    parser.add_argument("--managed-db-port", dest="managed_db_port", type=int, default=None,
-                        help=argparse.SUPPRESS)
+
+
+def add_inherited_database_options(parser: argparse.ArgumentParser) -> None:
+    """The database flags on a sub-action, defaulting to "not given" so the parent's value (or env) stands."""
+    for flag, field, kind, help_text in cfg.DATABASE_OPTIONS:
+        parser.add_argument(flag, dest=field, type=kind, default=argparse.SUPPRESS,
+                            help=f"{help_text}; also accepted before the action's name [env {cfg.env_name(field)}]")
 
 
 @contextlib.contextmanager
-def database(args: argparse.Namespace, *, ensure_schema: bool = True) -> Iterator[DatabaseConfig]:
+def database(args: argparse.Namespace, *, ensure_schema: bool = True, create: bool = False) -> Iterator[DatabaseConfig]:
     """The configured database, or the managed local MariaDB when none is.
 
-    A managed server that is already running (e.g. under `serve`) is reused
-    and left running; one started here is stopped on exit.
+    Only a command that may create a database (``create=True``: serve,
+    migrate, token create, bench) initialises a managed MariaDB and applies
+    migrations; every other command uses what exists and fails with
+    EXIT_UNREACHABLE when there is none. A managed server that is already
+    running (e.g. under `serve`) is reused and left running; one started
+    here is stopped on exit.
     """
     managed: ManagedMariaDB | None = None
     try:
@@ -43,28 +66,65 @@ def database(args: argparse.Namespace, *, ensure_schema: bool = True) -> Iterato
             try:
                 target = parse_database_url(args.database_url)
             except DatabaseUrlError as exc:
-                raise CommandFailed(str(exc), 2) from None
+                raise CommandFailed(str(exc), EXIT_USAGE) from None
         else:
-            managed = ManagedMariaDB(Path(args.state_dir) / "mariadb", port=getattr(args, "managed_db_port", None))
+            home = Path(args.state_dir).expanduser()
+            managed = ManagedMariaDB(home / "mariadb", port=getattr(args, "managed_db_port", None))
+            legacy = _legacy_home(managed)
             try:
-                target = managed.start().with_database("pulse")
+                if legacy and create and not managed.initialised:
+                    sys.stderr.write(f"pulse-trio: {legacy}; creating a new one in {home}\n")
+                target = managed.start(create=create).with_database("pulse")
+            except ManagedDatabaseMissing:
+                raise CommandFailed(
+                    f"no managed database in {home}: `pulse-trio serve` or `pulse-trio migrate` creates one "
+                    "(--state-dir / PULSE_STATE_DIR name another home), or give --database-url"
+                    + (f" ({legacy})" if legacy else ""), EXIT_UNREACHABLE) from None
             except ManagedDatabaseError as exc:
-                raise CommandFailed(str(exc)) from None
+                raise CommandFailed(str(exc).splitlines()[0] if str(exc) else repr(exc), EXIT_UNREACHABLE) from None
         if ensure_schema:
-            try:
-                if current_version_or_zero(target) != code_version():
-                    migrate(target)  # also refuses, clearly, a database newer than the code
-            except MigrationError as exc:
-                raise CommandFailed(str(exc)) from None
+            _check_schema(target, migrate_it=create)
         yield target
     finally:
         if managed is not None:
             managed.stop()
 
 
-def current_version_or_zero(target: DatabaseConfig) -> int:
-    import pymysql
+def _legacy_home(managed: ManagedMariaDB) -> str:
+    """Earlier versions kept the managed database in ./.pulse-state: say so if one is here and unused."""
+    old = Path(LEGACY_STATE_DIR, "mariadb").resolve()
+    if old != managed.state_dir and (old / "data" / "mysql").is_dir():
+        return (f"a managed database of an earlier version is in {old.parent}: use it with "
+                f"--state-dir {old.parent}, or move that folder to the new home")
+    return ""
 
+
+def _check_schema(target: DatabaseConfig, *, migrate_it: bool) -> None:
+    """Bring the schema to this code's version (creators), or insist that it is (everyone else)."""
+    try:
+        have = current_version_or_zero(target)
+        if have == code_version():
+            return
+        if migrate_it:
+            migrate(target)  # also refuses, clearly, a database newer than the code
+            return
+    except MigrationError as exc:
+        raise CommandFailed(str(exc)) from None
+    except pymysql.err.MySQLError as exc:
+        raise CommandFailed(f"cannot reach the database {target.url()}: {_reason(exc)}", EXIT_UNREACHABLE) from None
+    if have == 0:
+        raise CommandFailed(f"no pulse-trio schema in the database {target.url()}: `pulse-trio migrate` "
+                            "creates it", EXIT_UNREACHABLE)
+    raise CommandFailed(f"the database {target.url()} has schema version {have}, this code needs "
+                        f"{code_version()}: " + ("run `pulse-trio migrate`" if have < code_version()
+                                                 else "upgrade the code"))
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+
+
+def current_version_or_zero(target: DatabaseConfig) -> int:
     try:
         return current_version(target)
     except pymysql.err.OperationalError as exc:
@@ -73,9 +133,33 @@ def current_version_or_zero(target: DatabaseConfig) -> int:
         raise
 
 
-def print_json(value: object) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each flag's default, unless there is none to show or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text.lower():
+            return text
+        return f"{text} (default: {_shown(action.default)})".replace("%", "%%").replace("%%(", "%(")
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int):  # a listen address
+        host, port = value
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) or "none"
+    return str(value)
+
+
+class CliParser(argparse.ArgumentParser):
+    """Every parser of the command (subcommands inherit the class): defaults shown in ``--help``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def fail(message: str, exit_code: int = 1) -> NoReturn:
@@ -91,5 +175,8 @@ def run_guarded(fn):
         except CommandFailed as exc:
             sys.stderr.write(f"pulse-trio: {exc}\n")
             return exc.exit_code
+        except pymysql.err.OperationalError as exc:  # the database went away (or never answered) mid-command
+            sys.stderr.write(f"pulse-trio: cannot reach the database: {_reason(exc)}\n")
+            return EXIT_UNREACHABLE
 
     return runner

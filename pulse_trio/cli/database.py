@@ -9,13 +9,14 @@ from pulse_trio.store.migrate import MigrationError, code_version, migrate
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("migrate", help="apply pending schema migrations (a no-op when current)")
+    parser = commands.add_parser("migrate", help="apply pending schema migrations (a no-op when current); "
+                                                 "creates the managed database if there is none")
     add_database_options(parser)
     parser.set_defaults(run=run_guarded(_migrate))
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    with database(args, ensure_schema=False) as target:
+    with database(args, ensure_schema=False, create=True) as target:
         try:
             applied = migrate(target)
         except MigrationError as exc:

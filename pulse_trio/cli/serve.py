@@ -8,7 +8,7 @@ import os
 
 from pulse_trio import config as cfg
 from pulse_trio import logs
-from pulse_trio.cli.common import CommandFailed, database, run_guarded
+from pulse_trio.cli.common import EXIT_CANNOT_LISTEN, CommandFailed, database, run_guarded
 
 log = logging.getLogger("pulse_trio.serve")
 LEVELS = ("debug", "info", "warning", "error")
@@ -20,7 +20,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-format", choices=logs.FORMATS, default=os.environ.get("PULSE_LOG_FORMAT") or "json",
                         help="json: one JSON object per line; text: readable key=value lines [env PULSE_LOG_FORMAT]")
     parser.add_argument("--log-level", default=os.environ.get("PULSE_LOG_LEVEL") or "info",
-                        choices=LEVELS, help="[env PULSE_LOG_LEVEL]")
+                        choices=LEVELS, help="the least severe log lines written [env PULSE_LOG_LEVEL]")
     parser.set_defaults(run=run_guarded(_serve))
 
 
@@ -35,22 +35,35 @@ def _serve(args: argparse.Namespace) -> int:
         settings.check()
     except ValueError as exc:
         raise CommandFailed(str(exc), 2) from None
+    if settings.tls_cert is not None:
+        _check_tls(settings.tls_cert, settings.tls_key)
     logs.configure(args.log_format, args.log_level)
     import trio
 
-    from pulse_trio.http.server import HttpListenError
+    from pulse_trio.server.listen import ListenError
     from pulse_trio.server.service import serve
     from pulse_trio.server.settings_sync import SettingsRefused
 
-    with database(args) as target:
+    with database(args, create=True) as target:
         log.info("database %s", target.url())
         try:
             trio.run(serve, settings, target)
-        except* HttpListenError as group:
-            raise CommandFailed(str(_first(group))) from None
+        except* ListenError as group:  # bound before the node joins: nothing was recorded
+            raise CommandFailed(str(_first(group)), EXIT_CANNOT_LISTEN) from None
         except* SettingsRefused as group:
             raise CommandFailed(str(_first(group)), 2) from None
     return 0
+
+
+def _check_tls(cert: object, key: object) -> None:
+    """An unreadable certificate or key is a bad argument, found before anything starts."""
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:
+        raise CommandFailed(f"--tls-cert/--tls-key: cannot load {cert} and {key}: "
+                            f"{getattr(exc, 'strerror', None) or exc}", 2) from None
 
 
 def _first(error: BaseException) -> BaseException:

@@ -14,7 +14,8 @@ import argparse
 import socket
 
 from pulse_trio import cluster_settings as cs
-from pulse_trio.cli.common import add_database_options, database, fail, print_json, run_guarded
+from pulse_trio.cli.common import add_database_options, database, fail, run_guarded
+from pulse_trio.cli.output import Column, add_format_option, print_json, print_table
 from pulse_trio.client import Client, ClientError
 from pulse_trio.client.producer import parse_settings
 
@@ -23,6 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     group = commands.add_parser("settings", help="show or change the settings every serve process shares")
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
     show = actions.add_parser("show", help="print every cluster setting: value, default, who set it and when")
+    add_format_option(show)
     add_database_options(show)
     show.set_defaults(run=run_guarded(_show))
     change = actions.add_parser("set", help="change cluster settings in one transaction",
@@ -36,8 +38,19 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _show(args: argparse.Namespace) -> int:
     with database(args) as target, Client(target, pool_size=1) as client:
-        print_json({"settings": client.settings()})
+        settings = client.settings()
+    if args.format == "table":
+        print_table(settings.values(), SETTING_COLUMNS)
+    else:
+        print_json({"settings": settings})
     return 0
+
+
+SETTING_COLUMNS: tuple[Column, ...] = (
+    ("NAME", lambda s: s["name"]), ("VALUE_S", lambda s: s["value"]), ("DEFAULT_S", lambda s: s["default"]),
+    ("STATE", lambda s: s["state"]), ("UPDATED_BY", lambda s: s["updated_by"]),
+    ("UPDATED_AT", lambda s: s["updated_at"]),
+)
 
 
 def _set(args: argparse.Namespace) -> int:

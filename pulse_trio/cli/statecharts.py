@@ -13,7 +13,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     render.add_argument("--output", type=Path, default=Path("docs/statecharts"), help="folder for the pages")
     render.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
     render.add_argument("--no-svg", action="store_true", help="skip the Graphviz .svg even if dot is installed")
-    render.add_argument("charts", nargs="*", help="chart names (default: all)")
+    render.add_argument("charts", nargs="*", metavar="CHART", help="chart names (default: all)")
     render.set_defaults(run=_render)
 
 

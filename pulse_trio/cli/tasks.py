@@ -1,8 +1,9 @@
-"""Producer and operator commands: submit, task show|cancel|retry, workers, nodes, queues.
+"""Producer and operator commands: submit, task list|show|cancel|retry, workers [drain], nodes, queues.
 
 Thin faces over :class:`pulse_trio.client.Client`: arguments are checked
-before anything is written (exit 2), refusals exit 1, results are one JSON
-object on stdout.
+before anything is written (exit 2), refusals exit 1, an unknown id exits 3,
+results are one compact JSON object on stdout (or a table with
+``--format table`` for the lists).
 """
 
 from __future__ import annotations
@@ -14,24 +15,25 @@ from collections.abc import Iterator
 
 from pulse_trio import cluster_settings as cs
 from pulse_trio import config as cfg
-from pulse_trio.cli.common import add_database_options, database, fail, print_json, run_guarded
-from pulse_trio.client import Client, ClientError, TaskNotFound
+from pulse_trio.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, add_database_options,
+                                   add_inherited_database_options, database, fail, run_guarded)
+from pulse_trio.cli.output import Column, add_format_option, print_json, print_table, with_field, write_json_text
+from pulse_trio.client import Client, ClientError, TaskNotFound, queries
 from pulse_trio.client.producer import build_task
-from pulse_trio.contract.grammar import parse_time
+from pulse_trio.store.results import INSTANCE_NOT_FOUND
+from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id, parse_time
 
-#: Flags these commands took before the values moved to the cluster: accepted, ignored, warned about.
-DEPRECATED = ("priority_step", "cancel_grace")
+#: Flags two commands took before the values moved to the cluster: accepted there, ignored, warned about.
+DEPRECATED = {"submit": "priority_step", "cancel": "cancel_grace"}
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    add_database_options(parser)
-    for name in DEPRECATED:
-        parser.add_argument(cs.BY_NAME[name].flag, dest=f"deprecated_{name}", metavar="SECONDS",
-                            help=f"deprecated and ignored: the cluster's {name} applies (pulse-trio settings)")
+def _add_deprecated(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument(cs.BY_NAME[name].flag, dest=f"deprecated_{name}", metavar="SECONDS",
+                        help=f"deprecated and ignored: the cluster's {name} applies (pulse-trio settings)")
 
 
 def _warn_deprecated(args: argparse.Namespace) -> None:
-    for name in DEPRECATED:
+    for name in DEPRECATED.values():
         if getattr(args, f"deprecated_{name}", None) is not None:
             sys.stderr.write(f"pulse-trio: {cs.BY_NAME[name].flag} is deprecated and ignored: every writer uses "
                              f"the cluster's {name} (see `pulse-trio settings show`; change it with "
@@ -51,8 +53,8 @@ def _client(args: argparse.Namespace) -> Iterator[Client]:
 
 def register(commands: argparse._SubParsersAction) -> None:
     submit = commands.add_parser("submit", help="submit a task; prints it as JSON")
-    submit.add_argument("--queue", required=True)
-    submit.add_argument("--kind", required=True)
+    submit.add_argument("--queue", required=True, help="the queue workers subscribe to")
+    submit.add_argument("--kind", required=True, help="the kind of task, within the queue")
     payload = submit.add_mutually_exclusive_group()
     payload.add_argument("--payload", metavar="JSON", help="the task input, inline (default {})")
     payload.add_argument("--payload-file", metavar="PATH", help="read the payload from a file ('-' for stdin)")
@@ -62,8 +64,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     when.add_argument("--due-at", metavar="TIME", help="due at this UTC RFC 3339 time")
     submit.add_argument("--idempotency-key", help="business identity; a repeat returns the existing task")
     submit.add_argument("--concurrency-key", help="run while fewer than --concurrency-limit of this key run")
-    submit.add_argument("--concurrency-limit", type=int, default=1)
-    submit.add_argument("--max-attempts", type=int, default=3)
+    submit.add_argument("--concurrency-limit", type=int, default=1,
+                        help="tasks of one --concurrency-key that may run at once")
+    submit.add_argument("--max-attempts", type=int, default=3, help="attempts before the task ends FAILED")
     submit.add_argument("--retry-uncertain", action="store_true",
                         help="the handler is safe to run again after a lost lease")
     submit.add_argument("--lease-ttl", type=cfg.parse_seconds, metavar="SECONDS",
@@ -74,34 +77,68 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="each further retry waits X times longer (default 2)")
     submit.add_argument("--backoff-max", type=cfg.parse_seconds, metavar="SECONDS",
                         help="the longest retry delay (default 300, or --backoff-initial if longer)")
-    _add_common(submit)
+    add_database_options(submit)
+    _add_deprecated(submit, DEPRECATED["submit"])
     submit.set_defaults(run=run_guarded(_submit))
 
-    task = commands.add_parser("task", help="show, cancel or retry one task")
+    task = commands.add_parser("task", help="list tasks, or show, cancel or retry one")
     actions = task.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="a page of tasks, oldest first: the filters of GET /v1/tasks")
+    listing.add_argument("--queue", help="only this queue")
+    listing.add_argument("--state", choices=queries.TASK_STATES, help="only tasks in this state")
+    listing.add_argument("--kind", help="only this kind")
+    listing.add_argument("--idempotency-key", help="the task submitted with this key")
+    listing.add_argument("--order", choices=queries.LIST_ORDERS, default="oldest", help="by creation")
+    listing.add_argument("--cursor", metavar="TASK_ID", help="start after this task: a previous page's `next`")
+    listing.add_argument("--limit", type=_limit, default=100, help="tasks per page, 1..1000")
+    add_format_option(listing)
+    add_database_options(listing)
+    listing.set_defaults(run=run_guarded(_list))
     for name, helptext, fn in (("show", "print the task with attempts, outcome and lineage", _show),
                                ("cancel", "request cancellation (a terminal task is reported as is)", _cancel),
                                ("retry", "manually retry a terminal FAILED/UNKNOWN/CANCELLED task", _retry)):
         action = actions.add_parser(name, help=helptext)
-        action.add_argument("task_id")
+        action.add_argument("task_id", metavar="TASK_ID", help="the task's id (tsk_…)")
         if name == "cancel":
             action.add_argument("--reason", default="operator", help="recorded with the intent, sent to the worker")
-        _add_common(action)
+            _add_deprecated(action, DEPRECATED["cancel"])
+        add_database_options(action)
         action.set_defaults(run=run_guarded(fn))
 
-    workers = commands.add_parser("workers", help="list connected worker instances and their leases")
+    workers = commands.add_parser("workers", help="list worker instances and their leases, or drain one",
+                                  description="Without an action: list the connected worker instances.")
     workers.add_argument("--all", action="store_true", help="include disconnected instances")
-    _add_common(workers)
+    add_format_option(workers)
+    add_database_options(workers)
     workers.set_defaults(run=run_guarded(_workers))
+    worker_actions = workers.add_subparsers(dest="action", metavar="[ACTION]")
+    drain = worker_actions.add_parser(
+        "drain", help="offer a worker instance no new tasks (its leases continue): POST /v1/workers/{id}/drain",
+        description="Until its session ends, the instance gets no new offers; the tasks it runs finish as usual.")
+    drain.add_argument("instance_id", metavar="INSTANCE_ID", help="the worker instance (ins_…, see `workers`)")
+    add_inherited_database_options(drain)
+    drain.set_defaults(run=run_guarded(_drain))
 
     nodes = commands.add_parser("nodes", help="list serve processes: alive, lost (with who noticed), stopped")
     nodes.add_argument("--all", action="store_true", help="include processes that stopped gracefully")
-    _add_common(nodes)
+    add_format_option(nodes)
+    add_database_options(nodes)
     nodes.set_defaults(run=run_guarded(_nodes))
 
     queues = commands.add_parser("queues", help="tasks per state per queue, and the oldest ready age")
-    _add_common(queues)
+    add_format_option(queues)
+    add_database_options(queues)
     queues.set_defaults(run=run_guarded(_queues))
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError("limit must be 1..1000")
+    return value
 
 
 def _read_payload(args: argparse.Namespace) -> str:
@@ -136,23 +173,45 @@ def _submit(args: argparse.Namespace) -> int:
         fail(exc.message, 2)
     with _client(args) as client:
         done = client.submit_many([task])[0]
-        print_json(dict(client.get(done["task_id"]), created=done["created"]))
+        write_json_text(with_field(client.get_json_text(done["task_id"]), "created", done["created"]))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.cursor is not None and not is_resource_id(args.cursor, TASK_PREFIX):
+        fail("--cursor must be the `next` value of a previous page (a task id)", EXIT_USAGE)
+    with _client(args) as client:
+        try:
+            page = client.list(queue=args.queue, state=args.state, kind=args.kind,
+                               idempotency_key=args.idempotency_key, after=args.cursor, limit=args.limit,
+                               order=args.order)
+        except ClientError as exc:
+            fail(exc.message, EXIT_USAGE)
+    if args.format == "table":
+        print_table(page["tasks"], TASK_COLUMNS)
+        if page["next"]:
+            sys.stdout.write(f"more: --cursor {page['next']}\n")
+    else:
+        print_json(page)
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
     with _client(args) as client:
         try:
-            sys.stdout.write(client.get_json_text(args.task_id) + "\n")
+            write_json_text(client.get_json_text(args.task_id))
         except TaskNotFound as exc:
-            fail(exc.message)
+            fail(exc.message, EXIT_NOT_FOUND)
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
         try:
-            print_json(client.cancel(args.task_id, reason=args.reason, requested_by="cli"))
+            changed = client.request_cancel(args.task_id, reason=args.reason, requested_by="cli")
+            write_json_text(with_field(client.get_json_text(args.task_id), "cancel_changed", changed))
+        except TaskNotFound as exc:
+            fail(exc.message, EXIT_NOT_FOUND)
         except ClientError as exc:
             fail(exc.message)
     return 0
@@ -161,7 +220,10 @@ def _cancel(args: argparse.Namespace) -> int:
 def _retry(args: argparse.Namespace) -> int:
     with _client(args) as client:
         try:
-            print_json(client.retry(args.task_id))
+            new_task_id, created = client.request_retry(args.task_id)
+            write_json_text(with_field(client.get_json_text(new_task_id), "created", created))
+        except TaskNotFound as exc:
+            fail(exc.message, EXIT_NOT_FOUND)
         except ClientError as exc:
             fail(exc.message)
     return 0
@@ -169,20 +231,66 @@ def _retry(args: argparse.Namespace) -> int:
 
 def _workers(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print_json({"workers": client.workers(include_disconnected=args.all)})
+        workers = client.workers(include_disconnected=args.all)
+    if args.format == "table":
+        print_table(workers, WORKER_COLUMNS)
+    else:
+        print_json({"workers": workers})
+    return 0
+
+
+def _drain(args: argparse.Namespace) -> int:
+    if not is_resource_id(args.instance_id, INSTANCE_PREFIX):
+        fail(f"not a worker instance id: {args.instance_id!r} (ins_…, see `pulse-trio workers`)", EXIT_USAGE)
+    with _client(args) as client:
+        try:
+            print_json(client.drain(args.instance_id))
+        except ClientError as exc:
+            fail(exc.message, EXIT_NOT_FOUND if exc.code == INSTANCE_NOT_FOUND else EXIT_REFUSED)
     return 0
 
 
 def _nodes(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print_json({"nodes": client.nodes(include_stopped=args.all)})
+        nodes = client.nodes(include_stopped=args.all)
+    if args.format == "table":
+        print_table(nodes, NODE_COLUMNS)
+    else:
+        print_json({"nodes": nodes})
     return 0
 
 
 def _queues(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        print_json({"queues": client.queues()})
+        depths = client.queues()
+    if args.format == "table":
+        print_table([dict(d, queue=q) for q, d in sorted(depths.items())], QUEUE_COLUMNS)
+    else:
+        print_json({"queues": depths})
     return 0
+
+
+TASK_COLUMNS: tuple[Column, ...] = (
+    ("TASK", lambda t: t["task_id"]), ("QUEUE", lambda t: t["queue"]), ("KIND", lambda t: t["kind"]),
+    ("STATE", lambda t: t["state"]), ("PRIORITY", lambda t: t["priority"]), ("ATTEMPT", lambda t: t["attempt"]),
+    ("CREATED", lambda t: t["created_at"]),
+)
+WORKER_COLUMNS: tuple[Column, ...] = (
+    ("INSTANCE", lambda w: w["instance_id"]), ("NAME", lambda w: w["worker_name"]), ("STATE", lambda w: w["state"]),
+    ("CAPACITY", lambda w: w["capacity"]), ("LEASES", lambda w: w["active_leases"]),
+    ("QUEUES", lambda w: [s["queue"] for s in w["subscriptions"]]), ("NODE", lambda w: w["node_id"]),
+    ("REGISTERED", lambda w: w["registered_at"]),
+)
+NODE_COLUMNS: tuple[Column, ...] = (
+    ("NODE", lambda n: n["node_id"]), ("STATE", lambda n: n["state"]), ("HOST", lambda n: n["host"]),
+    ("PID", lambda n: n["pid"]), ("SESSIONS", lambda n: n["open_sessions"]),
+    ("HEARTBEAT", lambda n: n["heartbeat_at"]), ("LOST_BY", lambda n: n["lost_by"]),
+)
+QUEUE_COLUMNS: tuple[Column, ...] = (
+    ("QUEUE", lambda q: q["queue"]),
+    *((state, (lambda q, state=state: q["states"].get(state, 0))) for state in queries.TASK_STATES),
+    ("OLDEST_READY_S", lambda q: q["oldest_ready_age_s"]),
+)
 
 
 __all__ = ["register"]

@@ -8,7 +8,7 @@ import re
 import sys
 
 from pulse_trio import tokens
-from pulse_trio.cli.common import add_database_options, database, fail, print_json, run_guarded
+from pulse_trio.cli.common import EXIT_NOT_FOUND, add_database_options, database, fail, print_json, run_guarded
 from pulse_trio.dburl import connect
 
 _QUEUE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -19,7 +19,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     create = actions.add_parser("create", help="print a new token (shown only once)")
-    create.add_argument("--role", choices=tokens.ROLES, required=True)
+    create.add_argument("--role", choices=tokens.ROLES, required=True,
+                        help="worker: connect to /v1/worker; producer: submit and read; operator: everything")
     create.add_argument("--queue", action="append", default=[], metavar="Q",
                         help="a queue the token may use (repeatable; none means every queue)")
     create.add_argument("--label", default="", help="a note for operators")
@@ -31,7 +32,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     listing.set_defaults(run=run_guarded(_list))
 
     revoke = actions.add_parser("revoke", help="revoke a token by its id")
-    revoke.add_argument("token_id")
+    revoke.add_argument("token_id", metavar="TOKEN_ID", help="the token's id (tok_…, see `token list`), never its secret")
     add_database_options(revoke)
     revoke.set_defaults(run=run_guarded(_revoke))
 
@@ -46,7 +47,7 @@ def _create(args: argparse.Namespace) -> int:
             fail(f"invalid queue name {queue!r}", 2)
     if len(args.label) > 128:
         fail("label is longer than 128 characters", 2)
-    with database(args) as target:
+    with database(args, create=True) as target:
         conn = connect(target)
         try:
             token, _info = tokens.create_token(conn, role=args.role, queues=args.queue, label=args.label, now=_now())
@@ -75,6 +76,6 @@ def _revoke(args: argparse.Namespace) -> int:
         finally:
             conn.close()
     if info is None:
-        fail(f"no token with id {args.token_id!r}")
+        fail(f"no token with id {args.token_id!r}", EXIT_NOT_FOUND)
     print_json(info.as_json())
     return 0

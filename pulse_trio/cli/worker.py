@@ -125,13 +125,44 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         trio.run(main)
-    except WorkerRefused as exc:
-        fail(str(exc))
+    except* WorkerRefused as group:  # trio delivers it inside the nurseries' ExceptionGroups
+        fail(describe_refusal(_first(group), url))
     stats = worker.stats
     sys.stderr.write(f"pulse-trio worker: stopped: {stats.started} started, {stats.succeeded} succeeded, "
                      f"{stats.failed} failed, {stats.unknown} unknown, {stats.cancelled} cancelled, "
                      f"{stats.lost} lost\n")
     return 130 if worker.stopped else 0
+
+
+def _first(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):  # one level per nursery
+        error = error.exceptions[0]
+    return error
+
+
+def describe_refusal(exc: Any, url: str) -> str:
+    """One line naming why the service refused, from what it said (status or code, and its words)."""
+    status, code, detail = getattr(exc, "status", None), getattr(exc, "code", None), getattr(exc, "detail", "")
+    if status == 401:
+        return (f"{url} refused the worker token (HTTP 401): it is unknown, revoked or not a worker token; "
+                "see `pulse-trio token list`, create one with `pulse-trio token create --role worker`")
+    if status is not None and not detail:
+        return (f"{url} refused the WebSocket handshake with HTTP {status} and no reason: it is not a "
+                f"pulse-trio worker endpoint (the HTTP API port?); workers connect to serve's "
+                f"--worker-listen address, by default {_default_url()}")
+    if status == 404:
+        return f"no worker endpoint at {url} (HTTP 404): {detail}"
+    if status is not None:
+        return f"{url} refused the WebSocket handshake (HTTP {status}): {detail}"
+    if code is not None:
+        return f"the service refused this worker ({code}): {detail or code}"
+    return str(exc)
+
+
+def _default_url() -> str:
+    from pulse_trio.sdk import DEFAULT_URL
+
+    return DEFAULT_URL
 
 
 async def _progress(worker: Any) -> None:

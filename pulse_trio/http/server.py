@@ -1,10 +1,12 @@
 """Run the HTTP API with hypercorn's Trio worker, inside the service's nursery.
 
-``hypercorn.trio.serve`` is awaited as one more child of ``serve()``'s root
+Hypercorn's Trio worker is awaited as one more child of ``serve()``'s root
 nursery: the same process, the same Trio run, the same store and hub as the
 worker endpoint. It stops gracefully when the service's stop event is set
 (in-flight requests get ``GRACEFUL_TIMEOUT_S``), and is cancelled with the
 rest of the instance after that. With ``--tls-cert`` the API is HTTPS too.
+Its sockets are bound (:func:`bind_http`) before the node joins the cluster
+and listen once it has (``pulse_trio.server.listen``); hypercorn gets them.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import logging
 from typing import TYPE_CHECKING
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
+from hypercorn.config import Config, Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
 
 from pulse_trio.http.app import build_app
+from pulse_trio.server.listen import ListenError, listen_error, start_listening
 
 if TYPE_CHECKING:
     from pulse_trio.server.service import ServiceContext
@@ -27,7 +31,7 @@ GRACEFUL_TIMEOUT_S = 2.0
 KEEP_ALIVE_TIMEOUT_S = 5.0
 
 
-class HttpListenError(OSError):
+class HttpListenError(ListenError):
     """The HTTP API cannot listen where ``--http-listen`` says (port taken, bad address)."""
 
 
@@ -46,15 +50,22 @@ def hypercorn_config(ctx: ServiceContext) -> Config:
     return config
 
 
-async def serve_http(ctx: ServiceContext, stop: trio.Event, *,
+async def serve_http(ctx: ServiceContext, stop: trio.Event, sockets: Sockets | None = None, *,
                      task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve until ``stop`` is set; ``task_status.started(port)`` once listening."""
+    """Serve until ``stop`` is set; ``task_status.started(port)`` once listening.
+
+    ``sockets`` are bound already (:func:`bind_http`); without them
+    ``--http-listen`` is bound here.
+    """
     config = hypercorn_config(ctx)
-    _check_listen(config)
+    if sockets is None:
+        sockets = bind_http(config)
+    start_listening([*sockets.secure_sockets, *sockets.insecure_sockets], "the HTTP API", "--http-listen",
+                    config.bind[0])
+    app = wrap_app(build_app(ctx), config.wsgi_max_body_size, "asgi")
 
     async def listening(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await serve(build_app(ctx), config, shutdown_trigger=stop.wait, mode="asgi",
-                    task_status=task_status)
+        await worker_serve(app, config, sockets=sockets, shutdown_trigger=stop.wait, task_status=task_status)
 
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(listening)
@@ -63,16 +74,10 @@ async def serve_http(ctx: ServiceContext, stop: trio.Event, *,
         task_status.started(port)
 
 
-def _check_listen(config: Config) -> None:
-    """Fail with a message naming the flag, not a traceback from deep in hypercorn.
-
-    The probe sockets are closed at once and hypercorn binds its own
-    (SO_REUSEADDR), so this only turns the common mistakes into one line.
-    """
+def bind_http(config: Config) -> Sockets:
+    """Sockets bound for the HTTP API, not listening yet; HttpListenError names the flag, not a hypercorn traceback."""
     try:
         sockets = config.create_sockets()
     except OSError as exc:
-        raise HttpListenError(f"cannot listen for the HTTP API on {config.bind[0]} (--http-listen): "
-                              f"{exc.strerror or exc}") from None
-    for sock in (*sockets.secure_sockets, *sockets.insecure_sockets, *sockets.quic_sockets):
-        sock.close()
+        raise HttpListenError(str(listen_error("the HTTP API", "--http-listen", config.bind[0], exc))) from None
+    return sockets

@@ -83,7 +83,19 @@ class WorkerError(Exception):
 
 
 class WorkerRefused(WorkerError):
-    """The service refused this worker for a reason reconnecting cannot fix."""
+    """The service refused this worker for a reason reconnecting cannot fix.
+
+    ``status`` is the HTTP status of a refused handshake, ``code`` the error
+    code of a refused hello, and ``detail`` the service's own words (the
+    response body or the error frame's message), so a caller can say why.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
+                 detail: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.detail = detail
 
 
 class ConnectionLost(WorkerError):

@@ -95,7 +95,8 @@ def read_welcome(hello: m.WorkerHello, text: str | bytes, *, strict: bool) -> m.
         raise ProtocolViolation(f"unreadable answer to worker.hello: {exc}") from None
     if isinstance(message, m.Error):
         if message.code in REFUSING_CODES:
-            raise WorkerRefused(f"the service refused this worker: {message.code}: {message.message}")
+            raise WorkerRefused(f"the service refused this worker: {message.code}: {message.message}",
+                                code=message.code, detail=message.message)
         raise refusal(message)
     if not isinstance(message, m.WorkerWelcome) or message.reply_to != hello.id:
         raise ProtocolViolation(f"expected worker.welcome answering {hello.id!r}, got {type(message).TYPE}")

@@ -235,7 +235,8 @@ async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_even
     except HandshakeRejected as exc:
         if exc.status in REFUSING_STATUS:
             body = exc.body.decode("utf-8", "replace").strip()
-            raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status} {body}") from None
+            raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status} {body}",
+                                status=exc.status, detail=body) from None
         raise ConnectionLost(f"handshake refused: HTTP {exc.status}") from None
     except SocketClosed as exc:
         raise ConnectionLost(str(exc)) from None

@@ -1,7 +1,7 @@
 """This serve process's liveness record (chart ``node``), and the sweep of dead ones.
 
-Theory of operation. The process is a *node*: ``serve`` records it ALIVE
-before it listens (:meth:`NodeLiveness.start`) and STOPPED after its last
+Theory of operation. The process is a *node*: ``serve`` binds its ports,
+then records it ALIVE before they listen (:meth:`NodeLiveness.start`) and STOPPED after its last
 connection closed (:meth:`stop`). A task of its own (:meth:`run_heartbeats`)
 beats every ``--node-heartbeat``, so no timer batch, however long, delays
 it; the timers loop calls :meth:`sweep` on every tick, which declares LOST

@@ -1,6 +1,7 @@
 """One service instance: the worker endpoint, dispatcher and timers in one nursery.
 
-At start the instance writes the cluster settings given by its flags and
+At start the instance binds its listeners (``listen.py``: a taken port stops
+it before anything is written), writes the cluster settings given by its flags and
 reads the cluster's (``settings_sync.py``) before its node is recorded, and
 re-reads them every few seconds while it runs: ``ctx.settings`` is always
 the cluster's values plus this process's own.
@@ -22,14 +23,16 @@ import signal
 import ssl
 
 import trio
+from hypercorn.config import Sockets
 
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.http.server import serve_http
+from pulse_trio.http.server import bind_http, hypercorn_config, serve_http
 from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.dispatcher import Dispatcher
 from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.listen import bind_workers
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
@@ -105,7 +108,13 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
     ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
     ctx.settings_sync = SettingsSync(ctx, settings.given_ms())
     stop = trio.Event()
+    worker_sockets: list[trio.socket.SocketType] = []
+    http_sockets: Sockets | None = None
     try:
+        # Bound before anything is written: a taken port stops the start with a ListenError
+        # before the cluster's settings or this node are recorded; they listen once it is (listen.py).
+        worker_sockets = await bind_workers(settings.worker_listen)
+        http_sockets = bind_http(hypercorn_config(ctx))
         try:
             await ctx.settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
         except SettingsRefused:
@@ -124,7 +133,8 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
 
                 async def listen(task_status: trio.TaskStatus[int]) -> None:
                     with listening:
-                        await serve_workers(ctx, connections, _ssl_context(settings), task_status=task_status)
+                        await serve_workers(ctx, connections, _ssl_context(settings), worker_sockets,
+                                            task_status=task_status)
 
                 port = await root.start(listen)
                 root.start_soon(keepalive, ctx)
@@ -137,7 +147,7 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # -- HTTP API (pulse_trio.http): same nursery, store and hub; stops on `stop` --
                 ctx.metrics.instrument_store(store)
-                http_port = await root.start(serve_http, ctx, stop)
+                http_port = await root.start(serve_http, ctx, stop, http_sockets)
                 # ------------------------------------------------------------------------------
                 task_status.started(ServiceHandle(ctx, port, stop, http_port=http_port))
                 await stop.wait()
@@ -153,6 +163,10 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
             await ctx.node.stop()
             root.cancel_scope.cancel()
     finally:
+        for sock in worker_sockets:
+            sock.close()
+        for sock in (*http_sockets.secure_sockets, *http_sockets.insecure_sockets) if http_sockets else ():
+            sock.close()
         store.close()
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from pulse_trio.contract import errors as e
+from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.grammar import new_id
 from pulse_trio.server import views
@@ -193,7 +194,7 @@ class SessionService:
             self._refuse_internal(hello.id, fatal=True)
             return False
         if isinstance(result, Refusal):
-            reject = self.protocol.refuse(hello.id, result.code, result.message or result.code)
+            reject = self.protocol.refuse(hello.id, result.code, self._hello_refusal(hello, result))
             if reject is not None:
                 self._send_reject(reject)
             return False
@@ -212,6 +213,17 @@ class SessionService:
         ctx.hub.add(self)
         log.info("session registered", extra={"session_id": self.session_id, "instance_id": self.instance_id})
         return True
+
+    def _hello_refusal(self, hello: m.WorkerHello, result: Refusal) -> str:
+        """The refusal's message in the worker's terms: which queues the token leaves out."""
+        allowed = self.token.queues
+        denied = [s.queue for s in hello.subscriptions if allowed and s.queue not in allowed]
+        if result.code == e.PERMISSION_DENIED and denied:
+            names = ", ".join(repr(q) for q in denied)
+            message = (f"token does not allow queue{'s' if len(denied) > 1 else ''} {names}; "
+                       f"it allows: {sorted(allowed)}")
+            return message[:lim.MAX_ERROR_MESSAGE_CHARS]
+        return result.message or result.code
 
     async def _capacity(self, msg: m.WorkerCapacity) -> None:
         ctx = self.ctx

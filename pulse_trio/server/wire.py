@@ -41,6 +41,7 @@ from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.server.auth import worker_token
 from pulse_trio.server.handshake import bearer_token, check_request
+from pulse_trio.server.listen import bind_workers, listen_workers
 from pulse_trio.server.session_service import MAX_IN_FLIGHT, SessionService
 
 if TYPE_CHECKING:
@@ -62,10 +63,16 @@ OUTBOX_FRAMES = MAX_CAPACITY + MAX_IN_FLIGHT + 16
 
 
 async def serve_workers(ctx: ServiceContext, handler_nursery: trio.Nursery, ssl_context: ssl.SSLContext | None,
+                        bound_sockets: list[trio.socket.SocketType] | None = None,
                         *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """Accept worker connections until cancelled; ``task_status`` gets the port."""
-    host, port = ctx.settings.worker_listen
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    """Accept worker connections until cancelled; ``task_status`` gets the port.
+
+    ``bound_sockets`` are bound already (``listen.bind_workers``); without
+    them ``--worker-listen`` is bound here. Either way they listen from now.
+    """
+    if bound_sockets is None:
+        bound_sockets = await bind_workers(ctx.settings.worker_listen)
+    listeners = listen_workers(bound_sockets, ctx.settings.worker_listen)
     bound = listeners[0].socket.getsockname()[1]
     handler = functools.partial(_connection, ctx=ctx, ssl_context=ssl_context)
     await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery,

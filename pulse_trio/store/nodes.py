@@ -74,7 +74,7 @@ def _lock_me(tx: Tx) -> NodeRow | Refusal:
 
 @transition("node", "start")
 def start(tx: Tx, *, now: dt.datetime, lapse_ms: int, host: str, pid: int) -> NodeRow:
-    """A serve process records itself ALIVE before it listens."""
+    """A serve process records itself ALIVE before it listens (its ports are bound already)."""
     me = _me(tx)
     if tx.recovering:
         existing = tx.one(_SELECT + " WHERE n.node_id = %s", (me,))

@@ -89,10 +89,10 @@ def test_payload_over_256_kib_exits_2(db, tmp_path):
     assert done.returncode == 2 and "larger than" in done.stderr and task_count(db) == 0
 
 
-def test_unknown_task_exits_1(db):
+def test_unknown_task_exits_3_not_found(db):
     for action in ("show", "cancel", "retry"):
         done = cli(db, "task", action, "tsk_01ARZ3NDEKTSV4RRFFQ69G5FAV")
-        assert done.returncode == 1 and "no task" in done.stderr
+        assert done.returncode == 3 and "no task" in done.stderr
 
 
 def test_cancel_ready_task_then_retry_it(db):

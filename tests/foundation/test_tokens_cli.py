@@ -49,7 +49,7 @@ def test_list_and_revoke(db):
     assert tokens.authenticate(conn, token) is None
     conn.close()
     missing = cli(db, "token", "revoke", "tok_nope")
-    assert missing.returncode == 1 and "no token" in missing.stderr
+    assert missing.returncode == 3 and "no token" in missing.stderr  # not found (docs/operations.md §7)
 
 
 def test_bad_arguments_exit_2_and_write_nothing(db):

@@ -1,0 +1,58 @@
+"""Conventions every `pulse-trio` command keeps (docs/operations.md §7).
+
+Every flag says what it does and --help shows its default; each command
+takes only the flags it uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pulse_trio.cli import build_parser
+from pulse_trio.cli.common import CliParser
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """Every parser in the tree with its command path (`task list`, `bench latency`, …)."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, (*path, name))
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {action.option_strings[-1] if action.option_strings else action.dest: action
+            for action in parser._actions
+            if not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction))}
+
+
+def test_every_flag_of_every_command_has_help_text():
+    commands = list(_commands(build_parser()))
+    assert len(commands) > 15
+    missing = [f"{' '.join(path)} {flag}" for path, parser in commands for flag, action in _flags(parser).items()
+               if not action.help or action.help is argparse.SUPPRESS or action.help.startswith("[env")]
+    assert missing == []
+
+
+def test_help_shows_defaults():
+    commands = dict(_commands(build_parser()))
+    assert all(isinstance(parser, CliParser) for parser in commands.values())
+    text = commands[("serve",)].format_help()
+    assert "(default: 127.0.0.1:7380)" in text and "(default: json)" in text and "(default: 0.05)" in text
+    text = commands[("task", "list")].format_help()
+    assert "(default: 100)" in text and "(default: oldest)" in text
+
+
+def test_commands_take_only_the_flags_they_use():
+    commands = dict(_commands(build_parser()))
+    read_only = [("queues",), ("workers",), ("nodes",), ("task", "show"), ("task", "list"), ("settings", "show"),
+                 ("token", "list"), ("task", "retry"), ("workers", "drain")]
+    for path in read_only:
+        flags = set(_flags(commands[path]))
+        assert not flags & {"--cancel-grace", "--priority-step", "--lease-ttl", "--worker-listen"}, path
+    assert "--cancel-grace" in _flags(commands[("task", "cancel")])  # deprecated there, and only there
+    assert "--priority-step" in _flags(commands[("submit",)])
+    for path in [("queues",), ("workers",), ("nodes",), ("task", "list"), ("settings", "show")]:
+        assert "--format" in _flags(commands[path]), path
+    assert "--format" not in _flags(commands[("task", "show")])
