@@ -157,10 +157,10 @@ async def _progress(worker: Any) -> None:
     while True:
         await trio.sleep(PROGRESS_INTERVAL_S)
         s = worker.stats
-        now = (s.started, s.finished, s.running, s.lost, s.connects)
+        now = (s.started, s.finished, s.running, s.lost, s.connects, s.unsettled)
         if now != last and (s.running or now[:2] != (last or (0, 0))[:2]):
             state = "connected" if worker.connected else "reconnecting"
             sys.stderr.write(f"pulse-trio worker: {state}; {s.running} running, {s.started} started, "
                              f"{s.succeeded} succeeded, {s.failed} failed, {s.unknown} unknown, "
-                             f"{s.cancelled} cancelled, {s.lost} lost\n")
+                             f"{s.cancelled} cancelled, {s.lost} lost, {s.unsettled} outcome unknown\n")
         last = now
