@@ -183,11 +183,11 @@ async def test_a_handler_is_not_called_with_a_sliver_of_lease_left(scripted, run
     frame, _ = peer.offer()
     await peer.send(frame)
     start = await peer.recv()
-    # The start committed with the full ttl, but its ack arrives with only 80 ms of it left.
-    await peer.send(_ack(peer, start, 0.08, committed_ago=0.9))
+    # The start committed with a 3 s ttl, but its ack arrives with only 0.3 s of it left.
+    await peer.send(_ack(peer, start, 0.3, committed_ago=2.7))
     renew = await peer.recv(timeout=1)
     assert renew["type"] == "task.renew" and renew["body"]["revision"] == "2"
-    assert calls == [], "the handler was called with 80 ms of lease left"
+    assert calls == [], "the handler was called with 0.3 s of a 3 s lease left"
     await peer.send(_ack(peer, renew, 30))
     finish = await peer.recv()
     assert finish["type"] == "task.finish" and finish["body"]["revision"] == "3"
