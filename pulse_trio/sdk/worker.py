@@ -235,6 +235,7 @@ class Worker:
     async def _serve(self, conn: Connection) -> None:
         """Until the socket ends, or the drain is declared and every lease is done."""
         drain_declared = self._declared_drain is conn  # a reconnect while draining declares it at once
+        check_at = trio.current_time() + self._drain_check  # fixed times: a busy worker's events do not defer it
         while True:
             changed = self._changed
             if conn.closed.is_set():
@@ -246,13 +247,14 @@ class Worker:
                 if not self.runners:
                     log.info("drained: %d started, %d finished; closing", self.stats.started, self.stats.finished)
                     return
-            with trio.move_on_after(self._drain_check) as idle:
-                await changed.wait()
-            if idle.cancelled_caught:
+            if trio.current_time() >= check_at:
+                check_at = trio.current_time() + self._drain_check
                 if not self._draining.is_set():
                     await self._check_drain(conn)
                 continue
-            self._changed = trio.Event()
+            with trio.move_on_at(check_at):
+                await changed.wait()
+                self._changed = trio.Event()
 
     async def _declare(self, conn: Connection) -> None:
         """worker.capacity with the next sequence (one at a time, so sequences go out in order)."""

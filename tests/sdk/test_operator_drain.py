@@ -139,3 +139,39 @@ async def test_worker_run_exits_0_after_an_operator_drain(start_service, token_f
     text = stderr.decode()
     assert rc == 0, text
     assert "drained by an operator" in text and "drained:" in text
+
+
+async def test_a_busy_worker_learns_of_the_drain_too(start_service, token_factory, client):
+    """Tasks finishing all the time keep the worker's loop busy; the check still comes on time."""
+    service = await start_service()
+    started: list[str] = []
+    gates = [trio.Event() for _ in range(10)]
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext) -> dict:
+        gate = gates[len(started)]
+        started.append(task.task_id)
+        await gate.wait()
+        return {}
+
+    worker = Worker(url_of(service), token_factory("worker", ["billing"]), registry, capacity=10,
+                    backoff=FAST_BACKOFF, strict=True, drain_check=0.3)
+    async with trio.open_nursery() as nursery:
+        returned = await _run_until_return(nursery, worker)
+        await in_thread(lambda: [client.submit("billing", "invoice.send", {"n": n}) for n in range(10)])
+        await wait_for(lambda: len(started) == 10, what="ten running tasks")
+        await in_thread(client.drain, worker.credentials.instance_id)
+        released = 0
+        for gate in gates:  # a task ends every 0.1 s: the worker is never idle for its check interval
+            if worker.draining:
+                break
+            gate.set()
+            released += 1
+            await trio.sleep(0.1)
+        assert worker.draining and released <= 6, released
+        for gate in gates:
+            gate.set()
+        with trio.fail_after(10):
+            await returned.wait()
+    assert worker.drained_by_operator and worker.stats.succeeded == 10
