@@ -48,9 +48,9 @@ async def test_the_drain_follows_a_lease_to_the_session_that_resumes_it(virtual_
             await second.listen(5)
             assert second.pushed("task.assign") == []
             assert (await held.finish())["type"] == "ack"  # its leases go on
-    workers = await trio.to_thread.run_sync(lambda: client.workers(include_disconnected=True))
-    [view] = [w for w in workers if w["instance_id"] == second.welcome["instance_id"]]
-    assert view["drain"] is True
+            workers = await trio.to_thread.run_sync(client.workers)
+            [view] = [w for w in workers if w["instance_id"] == second.welcome["instance_id"]]
+            assert view["drain"] is True
 
 
 async def test_a_session_that_resumes_nothing_from_a_drained_instance_is_not_drained(
