@@ -519,8 +519,8 @@ class LeaseRunner:
         past half of the time left; a finish is settled past the expiry too.
         """
         delay = max(min(RETRY_MAX_S, RETRY_INITIAL_S * 2 ** min(tries, 16)), (exc.retry_after_ms or 0) / 1000)
-        if not finish:
-            left = self.deadline - trio.current_time()
+        left = self.deadline - trio.current_time()
+        if not finish and left > 0:  # past the expiry (a start being settled) the plain backoff applies
             delay = min(delay, max(MIN_RENEW_INTERVAL_S / 5, left / 2))
         return delay
 

@@ -235,3 +235,21 @@ async def test_a_finish_never_answered_is_outcome_unknown_not_lost(scripted, run
     messages = [r.getMessage() for r in caplog.records]
     assert any("outcome unknown to this worker" in m and finish["body"]["task_id"] in m for m in messages)
     assert not any("lease lost" in m for m in messages)
+
+
+async def test_a_start_answered_internal_past_its_offer_expiry_is_not_hammered(scripted, run_worker):
+    """Before the offer's expiry the retries close in on it; after it, the plain backoff (here 1 s) applies."""
+    calls: list[str] = []
+    worker, peer = await _session(scripted, run_worker, _registry(calls))
+    frame, _ = peer.offer()
+    frame["body"]["lease"]["expires_at"] = later(0.3)
+    await peer.send(frame)
+    starts = 0
+    with trio.move_on_after(2.5):
+        while True:
+            request = await peer.recv(timeout=5)
+            assert request["type"] == "task.start"
+            starts += 1
+            await peer.send(_internal(peer, request, retry_after_ms=1000))
+    assert 3 <= starts <= 12, starts
+    assert calls == [] and worker.stats.started == 0
