@@ -3,7 +3,8 @@
 Progress goes to stderr, for people: the connection, each task started and
 finished (with its result), reconnects and resumes, and a summary line of
 counts while work is going on. SIGTERM or SIGINT drains (finish the
-running tasks, take no more, exit 0); a second one stops at once.
+running tasks, take no more, exit 0), and so does an operator's drain of
+this worker; a second signal stops at once.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--ca-file", type=Path, help="PEM CA bundle to verify a wss:// server with")
     run.add_argument("--strict", action="store_true", help="also refuse unknown fields in server frames")
     run.add_argument("--quiet", action="store_true", help="only warnings and errors on stderr")
+    run.add_argument("--drain-check", type=_seconds, default=None, metavar="SECONDS",
+                     help="how often to ask whether an operator drained this worker (default 10)")
     run.set_defaults(run=run_guarded(_run))
 
 
@@ -53,6 +56,16 @@ def _capacity(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if not 1 <= value <= 10_000:
         raise argparse.ArgumentTypeError("capacity must be 1..10000")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.05 <= value <= 3600:
+        raise argparse.ArgumentTypeError("must be 0.05..3600 seconds")
     return value
 
 
@@ -101,6 +114,7 @@ def _run(args: argparse.Namespace) -> int:
     import trio
 
     from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
+    from pulse_trio.sdk.worker import DRAIN_CHECK_S
 
     if not args.token:
         fail("a worker token is required: --token or PULSE_WORKER_TOKEN", 2)
@@ -112,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     _log_to_stderr(args.quiet)
     worker = Worker(url, args.token, registry, capacity=args.capacity, name=args.name,
                     concurrency_keys=args.concurrency_keys, cancellation_notifications=args.cancel_notifications,
-                    ssl_context=context, strict=args.strict)
+                    ssl_context=context, strict=args.strict, drain_check=args.drain_check or DRAIN_CHECK_S)
     kinds = ", ".join(f"{h.queue}/{h.kind}" for h in registry)
     sys.stderr.write(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
                      f"connecting to {url}\n")
@@ -130,7 +144,8 @@ def _run(args: argparse.Namespace) -> int:
     stats = worker.stats
     sys.stderr.write(f"pulse-trio worker: stopped: {stats.started} started, {stats.succeeded} succeeded, "
                      f"{stats.failed} failed, {stats.unknown} unknown, {stats.cancelled} cancelled, "
-                     f"{stats.lost} lost\n")
+                     f"{stats.lost} lost, {stats.unsettled} outcome unknown to this worker"
+                     f"{'; drained by an operator' if worker.drained_by_operator else ''}\n")
     return 130 if worker.stopped else 0
 
 
@@ -173,10 +188,10 @@ async def _progress(worker: Any) -> None:
     while True:
         await trio.sleep(PROGRESS_INTERVAL_S)
         s = worker.stats
-        now = (s.started, s.finished, s.running, s.lost, s.connects)
+        now = (s.started, s.finished, s.running, s.lost, s.connects, s.unsettled)
         if now != last and (s.running or now[:2] != (last or (0, 0))[:2]):
             state = "connected" if worker.connected else "reconnecting"
             sys.stderr.write(f"pulse-trio worker: {state}; {s.running} running, {s.started} started, "
                              f"{s.succeeded} succeeded, {s.failed} failed, {s.unknown} unknown, "
-                             f"{s.cancelled} cancelled, {s.lost} lost\n")
+                             f"{s.cancelled} cancelled, {s.lost} lost, {s.unsettled} outcome unknown\n")
         last = now

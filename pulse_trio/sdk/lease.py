@@ -37,6 +37,21 @@ parked step, and a command that was not committed goes out again at the new
 revision. The handler is never interrupted by any of this: a dropped socket
 is not a lost lease; only the watchdog, or a refusal saying the lease is
 gone, loses it.
+
+Settling. A finish (or the renewal it waits for, or a start) that is still
+unanswered when the lease's local expiry passes is not written off: the service may
+have committed it, and the contract lets the worker ask again. The runner
+keeps waiting for the answer, re-sends the same command after a reconnect
+(a committed finish replays its receipt) and after an ``internal`` answer
+(with backoff, on the same connection), for up to ``SETTLE_AFTER_EXPIRY_S``.
+A lease is counted *lost* only when the service said it is gone, or its
+expiry passed with nothing of ours in flight that could have kept it; a
+runner that stops asking without an answer counts its task as *outcome
+unknown to this worker* (``stats.unsettled``).
+
+A handler is only called with at least ``min(MIN_HANDLER_LEASE_S, half the
+ttl granted)`` of its lease left; a start acknowledged later than that is
+renewed first, and the handler is called once a renewal gives it the time.
 """
 
 from __future__ import annotations
@@ -68,6 +83,13 @@ GONE = frozenset({"lease_not_found", "lease_expired", "lease_not_owned", "task_c
 #: Finish refusals about the content: resend as a plain FAILED so the task does not hang.
 CONTENT = frozenset({"invalid_result", "result_too_large", "cancel_not_requested"})
 MIN_RENEW_INTERVAL_S = 0.05
+#: A handler is called only with this much lease left (or half the ttl granted, if less); else renew first.
+MIN_HANDLER_LEASE_S = 1.0
+#: How long past its local expiry a runner keeps asking what became of an unanswered finish.
+SETTLE_AFTER_EXPIRY_S = 60.0
+#: A command answered ``internal`` is sent again after RETRY_INITIAL_S, doubling up to RETRY_MAX_S.
+RETRY_INITIAL_S = 0.05
+RETRY_MAX_S = 2.0
 
 # The phases of a runner.
 STARTING = "starting"    # task.start issued; no handler yet
@@ -106,7 +128,7 @@ class LeaseHost(Protocol):
 class _Step:
     """One command of a lease, from issue to its ack; ``answer`` is what the connection calls back."""
 
-    __slots__ = ("runner", "cls", "extra", "done", "refused", "state", "conn", "sent_at")
+    __slots__ = ("runner", "cls", "extra", "done", "refused", "state", "conn", "sent_at", "tries")
 
     def __init__(self, runner: LeaseRunner, cls: type, extra: dict[str, Any],
                  done: Callable[[m.CommandResult], None], refused: Callable[[CommandRefused], None]) -> None:
@@ -118,6 +140,7 @@ class _Step:
         self.state = PARKED
         self.conn: Connection | None = None
         self.sent_at = 0.0
+        self.tries = 0  # answers of ``internal`` so far (the retry backoff's exponent)
 
     def answer(self, result: Answer) -> None:
         self.runner._answered(self, result)
@@ -134,7 +157,9 @@ class LeaseRunner:
         self.lease = offer.lease
         self.deadline = conn.local_deadline(offer.lease.expires_at)
         self._absorbed_at = trio.current_time()
+        self._granted = math.inf  # the ttl the last acknowledged command granted, in the server's clock
         self._can_extend = True
+        self._handler_called = False
         self._max_result_bytes = conn.max_result_bytes
         self.owners: list[Credentials] = [owner]
         self.phase = STARTING
@@ -169,8 +194,28 @@ class LeaseRunner:
         if log.isEnabledFor(logging.INFO):  # the label and outcome text are built per task: skip them when quiet
             log.info("task %s started", self.label)
         self.phase = RUNNING
+        self._call_or_renew()
+
+    def _call_or_renew(self) -> None:
+        """Call the handler if the lease leaves it time enough; else renew first (nothing has happened yet)."""
+        left = self.deadline - trio.current_time()
+        if left >= self.min_handler_lease or not self._can_extend:
+            self._handler_called = True
+            self._arm()
+            self.host.spawn(self._run_handler)
+            return
+        if self.ctx.stop_reason == CANCEL_REQUESTED:  # nothing happened: report the cancel at once
+            self.phase = FINISHING
+            self._finish(oc.cancelled(self.ctx.cancel_reason or "cancelled by request"))
+            return
+        log.info("task %s: %.0f ms of lease left; renewing before the handler is called", self.label,
+                 max(0.0, left) * 1000)
+        self._issue(m.TaskRenew, {}, self._renewed, self._renew_refused)
         self._arm()
-        self.host.spawn(self._run_handler)
+
+    @property
+    def min_handler_lease(self) -> float:
+        return min(MIN_HANDLER_LEASE_S, self._granted / 2)
 
     def _start_refused(self, exc: CommandRefused) -> None:
         log.warning("task %s not started: %s", self.label, exc)
@@ -248,7 +293,32 @@ class LeaseRunner:
     def _count_lost(self) -> None:
         if self.lost is not None:
             self.host.stats.lost += 1
-            log.warning("task %s: lease lost (%s); not finished here", self.label, self.lost)
+            called = "" if self._handler_called else "; the handler was not called"
+            log.warning("task %s: lease lost (%s); not finished here%s", self.label, self.lost, called)
+
+    def _unsettled(self, reason: str) -> None:
+        """Stop asking: the service may have committed what it was sent, and only its record knows."""
+        if self.phase is RETIRED:
+            return
+        self.host.stats.unsettled += 1
+        outcome = self._outcome.status if self._outcome is not None else "outcome"
+        log.warning("task %s: outcome unknown to this worker (%s); the service may have recorded its %s: "
+                    "see pulse-trio task show %s", self.label, reason, outcome, self.task.task_id)
+        self._retire()
+
+    def _settling(self) -> bool:
+        """A command the service may have committed is outstanding, and waiting for it harms nothing.
+
+        The handler's outcome is known and its finish (or the renewal it
+        waits for) is under way; or a start that reached the service is
+        unanswered (no handler runs until it is).
+        """
+        step = self._step
+        if step is None:
+            return False
+        if self.phase is FINISHING:
+            return self._outcome is not None
+        return self.phase is STARTING and (step.state is not PARKED or self.inflight is not None)
 
     def _retire(self) -> None:
         if self.phase is RETIRED:
@@ -281,11 +351,26 @@ class LeaseRunner:
             return
         now = trio.current_time()
         step = self._step
+        if now >= self.deadline and self._settling():
+            assert step is not None
+            # The service decides now: the answer, a replayed receipt or a refusal settles it.
+            limit = self.deadline + SETTLE_AFTER_EXPIRY_S
+            if now < limit:
+                self._timer = self.host.clock.call_at(limit, self._ring)
+            elif self.phase is STARTING:
+                self._lose(f"no answer to {step.cls.TYPE} {SETTLE_AFTER_EXPIRY_S:g}s after the offer's expiry")
+            elif self.inflight is None and step.state is PARKED:
+                self._lose(f"{step.cls.TYPE} never reached the service before the lease expired")
+            else:
+                self._unsettled(f"no answer to {step.cls.TYPE} {SETTLE_AFTER_EXPIRY_S:g}s after the lease's expiry")
+            return
         if now >= self.deadline:
             if step is None:
                 self._lose("its expiry passed without a renewal")
             elif step.state is SENT:
                 self._lose(f"no answer to {step.cls.TYPE} before the lease expired")
+            elif step.state is RETRYING:
+                self._lose(f"{step.cls.TYPE} answered internal until the lease expired")
             else:
                 self._lose("disconnected until its expiry")
             return
@@ -298,6 +383,8 @@ class LeaseRunner:
         self.host.stats.renewals += 1
         if self.phase is FINISHING and self._outcome is not None:
             self._finish(self._outcome)
+        elif self.phase is RUNNING and not self._handler_called:
+            self._call_or_renew()
         else:
             self._arm()
 
@@ -315,7 +402,7 @@ class LeaseRunner:
         if self.phase is STARTING:
             log.warning("task %s not started: %s", self.label, reason)
             self._retire()
-        elif self.phase is FINISHING:
+        elif self.phase is FINISHING or not self._handler_called:
             self._count_lost()
             self._retire()
         # RUNNING: the handler's task retires the runner once the handler has stopped
@@ -325,6 +412,13 @@ class LeaseRunner:
         if self.ctx._halt(CANCEL_REQUESTED, reason):
             log.info("task %s: cancel requested%s", self.label, f" ({reason})" if reason else "")
             self._handler_scope.cancel()
+            if self.phase is RUNNING and not self._handler_called:  # started, handler not called: no effect
+                self.phase = FINISHING
+                outcome = oc.cancelled(reason or "cancelled by request")
+                if self._step is None:
+                    self._finish(outcome)
+                else:
+                    self._outcome = outcome  # issued at the renewal's ack
 
     def _absorb(self, lease: m.Lease | None, conn: Connection, *, renewed: bool = False,
                 granted_since: tuple[float, m.Receipt] | None = None) -> None:
@@ -349,6 +443,7 @@ class LeaseRunner:
             sent, receipt = granted_since
             granted = (lease.expires_at - receipt.committed_at).total_seconds()
             self.deadline = min(self.deadline, sent + granted)
+            self._granted = granted
         self._absorbed_at = trio.current_time()
         if lease.cancel_requested_at is not None:
             self.request_cancel("")
@@ -386,10 +481,12 @@ class LeaseRunner:
         if isinstance(result, ConnectionLost):
             step.state = PARKED  # ``inflight`` stays: reattach settles it on the next connection
             return
-        self.inflight = None
         if isinstance(result, CommandRefused):
+            if not retryable(result):  # an ``internal`` answer leaves it unknown whether it committed
+                self.inflight = None
             self._refused(step, result)
             return
+        self.inflight = None
         assert isinstance(result, m.CommandResult) and step.conn is not None
         if result.receipt.duplicate:
             self.host.stats.duplicates += 1
@@ -402,9 +499,11 @@ class LeaseRunner:
         if exc.fatal:
             step.state = PARKED  # the connection is ending; nothing was committed
             return
-        if exc.code == "internal" or exc.retry_after_ms is not None:
+        if retryable(exc):
+            # Same revision, same content, a new request id: replay-safe (docs/protocol.md §4.5).
             step.state = RETRYING
-            delay = (exc.retry_after_ms or 1000) / 1000
+            delay = self._retry_delay(step.tries, exc, finish=step.cls is m.TaskFinish)
+            step.tries += 1
             self._retry = self.host.clock.call_at(trio.current_time() + delay, self._resend)
             return
         self._step = None
@@ -412,6 +511,18 @@ class LeaseRunner:
             self._lose(f"{step.cls.TYPE} refused: {exc.code}")
             return
         step.refused(exc)
+
+    def _retry_delay(self, tries: int, exc: CommandRefused, *, finish: bool) -> float:
+        """Backoff for a command answered ``internal``: doubling, at least ``retry_after_ms``.
+
+        A start or renewal must land while the lease lasts, so it never waits
+        past half of the time left; a finish is settled past the expiry too.
+        """
+        delay = max(min(RETRY_MAX_S, RETRY_INITIAL_S * 2 ** min(tries, 16)), (exc.retry_after_ms or 0) / 1000)
+        left = self.deadline - trio.current_time()
+        if not finish and left > 0:  # past the expiry (a start being settled) the plain backoff applies
+            delay = min(delay, max(MIN_RENEW_INTERVAL_S / 5, left / 2))
+        return delay
 
     def _resend(self) -> None:
         self._retry = None
@@ -438,8 +549,10 @@ class LeaseRunner:
         if self.inflight is not None:
             cls, fields = self.inflight
             try:
-                body = await conn.request(cls, **fields)
-            except CommandRefused:
+                body = await self._ask(conn, cls, fields, finish=cls is m.TaskFinish)
+            except CommandRefused as exc:
+                if exc.fatal or retryable(exc):
+                    return  # still unknown: asked again on the next connection
                 self.inflight = None  # not committed: sent again at the new revision once connected
             except ConnectionLost:
                 return
@@ -456,16 +569,39 @@ class LeaseRunner:
         if self.lost is None and self.phase is not RETIRED:
             await self._resume(conn, owner)
 
+    async def _ask(self, conn: Connection, cls: type, fields: dict[str, Any], *, finish: bool) -> m.AckBody:
+        """One request on ``conn``, sent again (new id, same content) after each ``internal`` answer.
+
+        It gives up (raising the last refusal) once the lease is lost, or its
+        expiry passed (for a finish: the settling time after it).
+        """
+        tries = 0
+        while True:
+            try:
+                return await conn.request(cls, **fields)
+            except CommandRefused as exc:
+                limit = self.deadline + (SETTLE_AFTER_EXPIRY_S if finish else 0.0)
+                if not retryable(exc) or self.lost is not None or self.phase is RETIRED:
+                    raise
+                delay = self._retry_delay(tries, exc, finish=finish)
+                if trio.current_time() + delay >= limit:
+                    raise
+                tries += 1
+                await trio.sleep(delay)
+
     async def _resume(self, conn: Connection, owner: Credentials) -> None:
         for candidate in reversed(list(self.owners)):
+            fields = dict(instance_id=candidate.instance_id, instance_secret=candidate.instance_secret,
+                          task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret)
             try:
-                lease = await conn.request(
-                    m.WorkerResume, instance_id=candidate.instance_id, instance_secret=candidate.instance_secret,
-                    task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret)
+                lease = await self._ask(conn, m.WorkerResume, fields, finish=False)
             except ConnectionLost:
                 self.owners.append(owner)  # the resume may have committed: the next try may need these
                 return
             except CommandRefused as exc:
+                if exc.fatal or retryable(exc):
+                    self.owners.append(owner)  # unknown whether it committed, as above
+                    return
                 if exc.code in ("lease_not_owned", "lease_not_found") and candidate is not self.owners[0]:
                     continue
                 self._lose(f"resume refused: {exc.code}")
@@ -479,6 +615,11 @@ class LeaseRunner:
             self.host.stats.resumed += 1
             log.info("task %s: lease resumed at revision %d", self.label, lease.revision)
             return
+
+
+def retryable(exc: CommandRefused) -> bool:
+    """A refusal that says nothing about the lease: a storage failure, try again (docs/protocol.md §4.8)."""
+    return not exc.fatal and (exc.code == "internal" or exc.retry_after_ms is not None)
 
 
 def renew_due(absorbed_at: float, deadline: float) -> float:

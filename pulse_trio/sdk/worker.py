@@ -44,6 +44,8 @@ from pulse_trio.sdk.transport import Closed, Connection, open_connection
 log = logging.getLogger("pulse_trio.sdk")
 
 DEFAULT_URL = "ws://127.0.0.1:7380/v1/worker"
+#: Seconds between two asks whether an operator drained this worker (docs/worker.md §9).
+DRAIN_CHECK_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class WorkerStats:
     lost: int = 0
     renewals: int = 0
     resumed: int = 0
+    unsettled: int = 0
     duplicates: int = 0
     running: int = 0
 
@@ -103,17 +106,21 @@ class Worker:
     def __init__(self, url: str, token: str, registry: Registry, *, capacity: int = 1, name: str | None = None,
                  concurrency_keys: bool = False, cancellation_notifications: bool = True,
                  ssl_context: ssl.SSLContext | None = None, strict: bool = False,
-                 backoff: Backoff | None = None, connect_timeout: float = 10.0) -> None:
+                 backoff: Backoff | None = None, connect_timeout: float = 10.0,
+                 drain_check: float = DRAIN_CHECK_S) -> None:
         if not len(registry):
             raise ValueError("the registry has no handlers")
         if not 0 <= capacity <= lim.MAX_CAPACITY:
             raise ValueError(f"capacity must be 0..{lim.MAX_CAPACITY}")
+        if not drain_check > 0:
+            raise ValueError("drain_check must be a positive number of seconds")
         self.url, self._token, self.registry, self.capacity = url, token, registry, capacity
         self.hello = m.WorkerHello(
             id="h1", worker_name=name or default_name(), subscriptions=registry.subscriptions(),
             cancellation_notifications=cancellation_notifications, concurrency_keys=concurrency_keys,
             client=m.ClientInfo("pulse-trio-sdk", __version__))
         self._ssl, self._strict, self._connect_timeout = ssl_context, strict, connect_timeout
+        self._drain_check = drain_check
         self.backoff = backoff or Backoff()
         self.stats = WorkerStats()
         self.thread_limiter = trio.CapacityLimiter(max(1, capacity))
@@ -131,6 +138,7 @@ class Worker:
         self._root: trio.CancelScope | None = None
         self._first = trio.Event()
         self.stopped = False  # stop() was called: run() returned without draining
+        self.drained_by_operator = False  # the service said an operator drained this worker
 
     # -- public controls -----------------------------------------------------------
     def drain(self) -> None:
@@ -227,6 +235,7 @@ class Worker:
     async def _serve(self, conn: Connection) -> None:
         """Until the socket ends, or the drain is declared and every lease is done."""
         drain_declared = self._declared_drain is conn  # a reconnect while draining declares it at once
+        check_at = trio.current_time() + self._drain_check  # fixed times: a busy worker's events do not defer it
         while True:
             changed = self._changed
             if conn.closed.is_set():
@@ -238,8 +247,14 @@ class Worker:
                 if not self.runners:
                     log.info("drained: %d started, %d finished; closing", self.stats.started, self.stats.finished)
                     return
-            await changed.wait()
-            self._changed = trio.Event()
+            if trio.current_time() >= check_at:
+                check_at = trio.current_time() + self._drain_check
+                if not self._draining.is_set():
+                    await self._check_drain(conn)
+                continue
+            with trio.move_on_at(check_at):
+                await changed.wait()
+                self._changed = trio.Event()
 
     async def _declare(self, conn: Connection) -> None:
         """worker.capacity with the next sequence (one at a time, so sequences go out in order)."""
@@ -253,6 +268,36 @@ class Worker:
                 self._declared_drain = conn
             if body.sequence != self._sequence:
                 log.warning("capacity %d was stale (server holds sequence %s)", self._sequence, body.sequence)
+            self._learn(body, conn)
+
+    async def _check_drain(self, conn: Connection) -> None:
+        """Ask for the session's stored state: worker.capacity repeating the last sequence changes nothing.
+
+        Its ack shows ``drain: true`` once an operator drained this instance
+        (or the instance whose leases this session resumed).
+        """
+        async with self._capacity_lock:
+            if self._sequence == 0 or conn.closed.is_set():
+                return
+            try:
+                body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=self.capacity,
+                                          drain=self._draining.is_set())
+            except CommandRefused as exc:
+                if exc.fatal:
+                    raise
+                log.info("drain check refused (%s); asking again later", exc.code)
+                return
+            assert isinstance(body, m.Welcome)
+            self._learn(body, conn)
+
+    def _learn(self, body: m.Welcome, conn: Connection) -> None:
+        """The service shows drain although this worker never declared it: an operator drained it."""
+        if body.drain and not self._draining.is_set():
+            self.drained_by_operator = True
+            log.warning("instance %s was drained by an operator: no new tasks; finishing %d running, then "
+                        "stopping", conn.instance_id, len(self.runners))
+            self._draining.set()
+            self._poke()
 
     def _done(self) -> bool:
         return self._draining.is_set() and not self.runners

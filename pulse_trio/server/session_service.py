@@ -239,6 +239,10 @@ class SessionService:
             self.capacity, self.drain = msg.capacity, result.instance.drain
             self.active_leases = result.instance.active_leases
             ctx.hub.wake()
+        elif result.instance.drain:
+            # A repeated sequence asks for the stored state (the SDK's drain check): an
+            # operator's drain made through another instance reaches this session here.
+            self.drain = True
         body = views.welcome(result.instance, lease_ttl_s=ctx.settings.lease_ttl,
                              start_timeout_s=ctx.settings.start_timeout, now=ctx.clock.now())
         self._send(self.protocol.ack(msg.id, body))

@@ -210,6 +210,25 @@ def operator_drain(tx: Tx, *, instance_id: str, now: dt.datetime) -> InstanceVie
     return view(tx, dataclasses.replace(current, state=dest, operator_drained_at=current.operator_drained_at or now))
 
 
+@transition("instance", "inherit_drain", entry=False)
+def inherit_drain(tx: Tx, *, row: InstanceRow, drained_at: dt.datetime, now: dt.datetime) -> None:
+    """A resume moved a lease here from an operator-drained instance: this instance is drained too.
+
+    A worker that reconnects is a new instance; without this its operator's
+    drain would end with the old session. The resume has ``row`` locked.
+    """
+    if row.operator_drained_at is not None:
+        return
+    dest = decide("instance", "inherit_drain", row.state, SimpleNamespace(row=row))
+    if isinstance(dest, Refusal):  # a session that is already disconnected takes nothing over
+        return
+    tx.cas(
+        "UPDATE worker_instances SET state = %s, operator_drained_at = %s, updated_at = %s"
+        " WHERE session_id = %s AND state = %s AND operator_drained_at IS NULL",
+        (dest, db_time(drained_at), db_time(now), row.session_id, row.state),
+    )
+
+
 @transition("instance", "disconnect")
 def disconnect(tx: Tx, *, session_id: str, now: dt.datetime) -> InstanceView | Refusal:
     """The connection closed; leases stay valid until they expire (resume elsewhere)."""
@@ -278,5 +297,5 @@ def subscriptions_from(items: Sequence[tuple[str, Collection[str] | None]]) -> t
     return tuple(Subscription(q, None if k is None else frozenset(k)) for q, k in items)
 
 
-__all__ = ["NewInstance", "Subscription", "disconnect", "load_session", "node_gone", "operator_drain", "register",
+__all__ = ["NewInstance", "Subscription", "disconnect", "inherit_drain", "load_session", "node_gone", "operator_drain", "register",
            "set_capacity", "subscriptions_from", "view"]

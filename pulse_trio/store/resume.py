@@ -64,5 +64,7 @@ def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms
         (session.instance_id, session.session_id, session.epoch, db_time(expires), lease.lease_id,
          lease.revision, lease.owner_session_id, lease.state),
     )
+    if old_instance.operator_drained_at is not None:  # an operator's drain follows the worker (docs/worker.md §9)
+        instances.inherit_drain(tx, row=session, drained_at=old_instance.operator_drained_at, now=now)
     return lease_view(lease, state=dest, revision=lease.revision + 1, epoch=session.epoch, expires_at=expires,
                       owner_instance_id=session.instance_id, owner_session_id=session.session_id)

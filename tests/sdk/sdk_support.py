@@ -6,7 +6,8 @@ server sees its peer vanish); ``retarget(port)`` points new links at a
 restarted service; ``freeze()`` holds every byte (a partition: the sockets
 stay open, nothing arrives); ``drop_when(predicate)`` severs a link instead
 of forwarding a server→worker chunk the predicate matches (server frames
-are unmasked, so an ack can be recognised on the wire: a lost ack).
+are unmasked, so an ack can be recognised on the wire: a lost ack), optionally freezing every link from
+then on (the worker cannot come back until the test thaws the proxy).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Proxy:
         self._thawed = trio.Event()
         self._thawed.set()
         self._drop_when: Callable[[bytes], bool] | None = None
+        self._freeze_on_drop = False
         self.dropped_chunks: list[bytes] = []
 
     @property
@@ -55,8 +57,10 @@ class Proxy:
     def thaw(self) -> None:
         self._thawed.set()
 
-    def drop_when(self, predicate: Callable[[bytes], bool] | None) -> None:
+    def drop_when(self, predicate: Callable[[bytes], bool] | None, *, then_freeze: bool = False) -> None:
+        """Sever the link instead of forwarding the first matching chunk; ``then_freeze`` also holds new links."""
         self._drop_when = predicate
+        self._freeze_on_drop = then_freeze
 
     async def _link(self, client: trio.SocketStream) -> None:
         self.links += 1
@@ -87,6 +91,8 @@ class Proxy:
                 if inspect is not None and self._drop_when is not None and self._drop_when(data):
                     self.dropped_chunks.append(data)
                     self._drop_when = None
+                    if self._freeze_on_drop:
+                        self.freeze()
                     break
                 await sink.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
