@@ -359,6 +359,16 @@ def run_celery_rabbitmq(args: argparse.Namespace, pool: str, log_dir: Path) -> d
               " rpc result backend (each result a message to the client's reply queue);"
               f" submit: group(noop.s() x {SUBMIT_BATCH}).apply_async() per batch, then the client collects"
               " every result (ResultSet over all of them, iter_native)")
+    task_queue = app.amqp.queues[queue]
+    celery_settings = {  # as the app that the workers also load says, not as this script hopes
+        "queue_durable": task_queue.durable,
+        "queue_type": (task_queue.queue_arguments or {}).get("x-queue-type", "classic"),
+        "task_delivery_mode": app.conf.task_default_delivery_mode,
+        "publisher_confirms": bool((app.conf.broker_transport_options or {}).get("confirm_publish")),
+        "task_acks_late": app.conf.task_acks_late,
+        "task_reject_on_worker_lost": app.conf.task_reject_on_worker_lost,
+        "prefetch_multiplier": app.conf.worker_prefetch_multiplier,
+    }
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1)
@@ -407,9 +417,8 @@ def run_celery_rabbitmq(args: argparse.Namespace, pool: str, log_dir: Path) -> d
         "database": "rabbitmq (broker; results travel through it as messages)",
         "database_cpu_s_per_task": (round((cpu_after[1] - cpu_before[1]) / args.tasks, 6)
                                     if rabbit_pid else None),
-        "durability": {"rabbitmq": facts, "queue": "classic, durable", "task_delivery_mode": 2,
-                       "publisher_confirms": False, "task_acks_late": True, "task_reject_on_worker_lost": True,
-                       "prefetch_multiplier": 1, "results_stored": "sent to the client (rpc), not persisted"},
+        "durability": {"rabbitmq": facts, **celery_settings,
+                       "results_stored": "sent to the client (rpc), not persisted"},
         "versions": _versions("celery", "kombu", "amqp"),
         "machine": machine(),
     }
