@@ -1,20 +1,24 @@
 """Run the competitors' equivalent of `pulse-trio bench` and print one JSON object per system.
 
 Started by scripts/compare/run inside the compare virtualenv (celery, redis,
-procrastinate and psycopg pinned there; none of them is a pulse-trio
-dependency). See README.md beside this file for what is measured and why.
+procrastinate, pgqueuer, asyncpg and psycopg pinned there; none of them is a
+pulse-trio dependency). See README.md beside this file for what is measured
+and why.
 
 Every child process is started in a session of its own and stopped
 (SIGTERM, then SIGKILL after a bounded wait) when the system's run ends,
-whether it succeeded, failed or was interrupted. The Redis databases and
-the Postgres database used are this script's own: the Redis ones are
-checked to be empty before use and flushed after, the Postgres one is
-created fresh and dropped.
+whether it succeeded, failed or was interrupted. The Redis databases, the
+RabbitMQ queues and the Postgres databases used are this script's own: the
+Redis ones are checked to be empty before use and flushed after; the
+RabbitMQ task queue and exchange carry a random name and are deleted after,
+with the client's reply queue; each Postgres database is created fresh and
+dropped.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -33,6 +37,7 @@ POLL_INTERVAL_S = 0.1  # at most 10 polls a second, as `pulse-trio bench`
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 HZ = os.sysconf("SC_CLK_TCK")
+SYSTEMS = ["pulse-trio", "celery", "celery-rabbitmq", "procrastinate", "pgqueuer"]  # --only's names, run order
 
 
 def progress(message: str) -> None:
@@ -190,19 +195,43 @@ def redis_facts(client) -> dict[str, object]:
     return facts
 
 
+def celery_app_for(env: dict[str, str]):
+    """A fresh Celery app configured like the workers started with *env*."""
+    for key in ("COMPARE_CELERY_BROKER", "COMPARE_BROKER_URL", "COMPARE_RESULT_URL", "COMPARE_CELERY_QUEUE"):
+        if key in env:
+            os.environ[key] = env[key]
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from celery_app import make_app
+    return make_app(env["COMPARE_CELERY_BROKER"])
+
+
+def spawn_celery_workers(fleet: Fleet, args: argparse.Namespace, pool: str, concurrency: int,
+                         env: dict[str, str], ready_dir: Path) -> list[subprocess.Popen]:
+    """W `celery worker` processes, returned once each has said it is ready (its consumer is up)."""
+    workers = [fleet.spawn(f"worker{i}", [
+        str(VENV_BIN / "celery"), "-A", "celery_app", "worker", "--pool", pool,
+        *(["--concurrency", str(concurrency)] if pool == "threads" else []),
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--loglevel", "WARNING", "-n", f"compare{i}@%h"], env) for i in range(args.workers)]
+    wait_for(lambda: len(list(ready_dir.iterdir())) >= args.workers,
+             f"{args.workers} Celery workers to be ready", fleet, READY_TIMEOUT_S)
+    return workers
+
+
 def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, object]:
     broker_db, result_db = args.redis_dbs
     broker, results = redis_client(args, broker_db), redis_client(args, result_db)
     facts = redis_facts(broker)
     redis_pid = facts["pid"] if isinstance(facts["pid"], int) and Path(f"/proc/{facts['pid']}").exists() else None
     ready_dir = Path(tempfile.mkdtemp(prefix="ready-", dir=log_dir))
-    env = child_env(COMPARE_BROKER_URL=f"redis://{args.redis_host}:{args.redis_port}/{broker_db}",
+    env = child_env(COMPARE_CELERY_BROKER="redis",
+                    COMPARE_BROKER_URL=f"redis://{args.redis_host}:{args.redis_port}/{broker_db}",
                     COMPARE_RESULT_URL=f"redis://{args.redis_host}:{args.redis_port}/{result_db}",
                     COMPARE_READY_DIR=str(ready_dir))
-    os.environ.update({k: env[k] for k in ("COMPARE_BROKER_URL", "COMPARE_RESULT_URL")})
-    sys.path.insert(0, str(HERE))
+    app = celery_app_for(env)
+    noop = app.tasks["compare.noop"]
     from celery import group
-    from celery_app import app, noop
 
     concurrency = args.concurrency if pool == "threads" else 1
     config = (f"{args.workers} x `celery worker --pool {pool}"
@@ -215,13 +244,7 @@ def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, 
         results.flushdb()
         (log_dir / f"celery-{pool}").mkdir()
         with Fleet(log_dir / f"celery-{pool}") as fleet:
-            workers = [fleet.spawn(f"worker{i}", [
-                str(VENV_BIN / "celery"), "-A", "celery_app", "worker", "--pool", pool,
-                *(["--concurrency", str(concurrency)] if pool == "threads" else []),
-                "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "--loglevel", "WARNING", "-n", f"compare{i}@%h"], env) for i in range(args.workers)]
-            wait_for(lambda: len(list(ready_dir.iterdir())) >= args.workers,
-                     f"{args.workers} Celery workers to be ready", fleet, READY_TIMEOUT_S)
+            workers = spawn_celery_workers(fleet, args, pool, concurrency, env, ready_dir)
             progress(f"celery/{pool}: {args.workers} worker(s) ready")
 
             worker_pids = [w.pid for w in workers]
@@ -249,6 +272,7 @@ def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, 
     return {
         "system": "celery",
         "config": config,
+        "broker": "redis",
         "pool": pool,
         "tasks": args.tasks,
         "end_to_end_tasks_per_s": round(args.tasks / span, 1),
@@ -282,9 +306,160 @@ def _celery_results(results) -> tuple[list[dt.datetime], dict[str, int]]:
     return done, statuses
 
 
+# --- Celery with RabbitMQ -----------------------------------------------------
+
+def listening_pid(port: int) -> int | None:
+    """The pid of the local process listening on TCP *port*, when /proc lets us see it (root, or its owner)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # local_address is HEXIP:HEXPORT; st 0A is LISTEN; field 9 is the socket's inode.
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in os.scandir(f"/proc/{entry.name}/fd"):
+                if os.readlink(fd.path) in inodes:
+                    return int(entry.name)
+        except OSError:
+            continue  # gone, or not ours to read
+    return None
+
+
+def rabbitmq_url(args: argparse.Namespace) -> str:
+    return f"amqp://guest:guest@{args.rabbitmq_host}:{args.rabbitmq_port}//"
+
+
+def run_celery_rabbitmq(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, object]:
+    from celery import group
+    from celery.result import ResultSet
+
+    queue = f"compare_{secrets.token_hex(4)}"  # the queue (and its direct exchange) this run declares and deletes
+    ready_dir = Path(tempfile.mkdtemp(prefix="ready-", dir=log_dir))
+    env = child_env(COMPARE_CELERY_BROKER="rabbitmq", COMPARE_BROKER_URL=rabbitmq_url(args),
+                    COMPARE_CELERY_QUEUE=queue, COMPARE_READY_DIR=str(ready_dir))
+    app = celery_app_for(env)
+    noop = app.tasks["compare.noop"]
+    rabbit_pid = listening_pid(args.rabbitmq_port) if args.rabbitmq_host in ("127.0.0.1", "localhost") else None
+    concurrency = args.concurrency if pool == "threads" else 1
+    name = f"celery-rabbitmq/{pool}"
+    config = (f"{args.workers} x `celery worker --pool {pool}"
+              f"{f' --concurrency {concurrency}' if pool == 'threads' else ''}"
+              " --without-gossip --without-mingle --without-heartbeat`; RabbitMQ broker, durable classic queue,"
+              " persistent messages (delivery_mode 2), acks_late, reject_on_worker_lost, prefetch multiplier 1;"
+              " rpc result backend (each result a message to the client's reply queue);"
+              f" submit: group(noop.s() x {SUBMIT_BATCH}).apply_async() per batch, then the client collects"
+              " every result (ResultSet over all of them, iter_native)")
+    task_queue = app.amqp.queues[queue]
+    celery_settings = {  # as the app that the workers also load says, not as this script hopes
+        "queue_durable": task_queue.durable,
+        "queue_type": (task_queue.queue_arguments or {}).get("x-queue-type", "classic"),
+        "task_delivery_mode": app.conf.task_default_delivery_mode,
+        "publisher_confirms": bool((app.conf.broker_transport_options or {}).get("confirm_publish")),
+        "task_acks_late": app.conf.task_acks_late,
+        "task_reject_on_worker_lost": app.conf.task_reject_on_worker_lost,
+        "prefetch_multiplier": app.conf.worker_prefetch_multiplier,
+    }
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1)
+            server = conn.connection.server_properties
+        facts = {"version": _text(server.get("version")), "product": _text(server.get("product"))}
+        (log_dir / name.replace("/", "-")).mkdir()
+        with Fleet(log_dir / name.replace("/", "-")) as fleet:
+            workers = spawn_celery_workers(fleet, args, pool, concurrency, env, ready_dir)
+            progress(f"{name}: {args.workers} worker(s) ready")
+
+            worker_pids = [w.pid for w in workers]
+            cpu_before = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([rabbit_pid]) if rabbit_pid else 0.0)
+            groups = []
+            with app.producer_or_acquire() as producer:
+                first_submit = time.time()
+                started = time.perf_counter()
+                for start in range(0, args.tasks, SUBMIT_BATCH):
+                    count = min(SUBMIT_BATCH, args.tasks - start)
+                    groups.append(group(noop.s() for _ in range(count)).apply_async(producer=producer))
+                submit_s = time.perf_counter() - started
+            progress(f"{name}: {args.tasks} tasks submitted in {submit_s:.2f}s")
+            everything = ResultSet([r for g in groups for r in g.results], app=app)
+            metas = [meta for _, meta in app.backend.iter_native(
+                everything, timeout=args.timeout, on_interval=fleet.check_alive)]
+            cpu_after = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([rabbit_pid]) if rabbit_pid else 0.0)
+    finally:
+        _delete_rabbitmq_objects(app, queue)
+    statuses: dict[str, int] = {}
+    done = []
+    for meta in metas:
+        statuses[meta["status"]] = statuses.get(meta["status"], 0) + 1
+        when = dt.datetime.fromisoformat(meta["date_done"])
+        done.append(when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc))
+    span = (max(done) - dt.datetime.fromtimestamp(first_submit, dt.timezone.utc)).total_seconds()
+    return {
+        "system": "celery-rabbitmq",
+        "config": config,
+        "broker": "rabbitmq",
+        "pool": pool,
+        "tasks": args.tasks,
+        "end_to_end_tasks_per_s": round(args.tasks / span, 1),
+        "submit_tasks_per_s": round(args.tasks / submit_s, 1),
+        "end_to_end_from": "client clock before the first submit -> latest date_done in the result messages",
+        "outcomes": statuses,
+        "workers_cpu_s_per_task": round((cpu_after[0] - cpu_before[0]) / args.tasks, 6),
+        "database": "rabbitmq (broker; results travel through it as messages)",
+        "database_cpu_s_per_task": (round((cpu_after[1] - cpu_before[1]) / args.tasks, 6)
+                                    if rabbit_pid else None),
+        "durability": {"rabbitmq": facts, **celery_settings,
+                       "results_stored": "sent to the client (rpc), not persisted"},
+        "versions": _versions("celery", "kombu", "amqp"),
+        "machine": machine(),
+    }
+
+
+def _text(value: object) -> str | None:
+    return value.decode() if isinstance(value, bytes) else (None if value is None else str(value))
+
+
+def _delete_rabbitmq_objects(app, queue: str) -> None:
+    """Delete the run's task queue and exchange and the client's reply queue, whatever state they are in."""
+    try:
+        app.backend.result_consumer.stop()  # stops consuming: the auto-delete reply queue goes with it
+    except Exception:
+        pass
+    reply_queue = app.backend.oid
+    try:
+        with app.connection_for_write() as conn:
+            for kind, target in (("queue", queue), ("exchange", queue), ("queue", reply_queue)):
+                channel = conn.channel()  # a refused delete closes the channel, so one each
+                try:
+                    if kind == "queue":
+                        channel.queue_delete(target)
+                    else:
+                        channel.exchange_delete(target)
+                except Exception as exc:
+                    progress(f"rabbitmq: {kind} {target} not deleted: {exc.__class__.__name__}: {exc}")
+                finally:
+                    try:
+                        channel.close()
+                    except Exception:
+                        pass
+    finally:
+        app.close()
+
+
 # --- procrastinate ----------------------------------------------------------
 
-def run_procrastinate(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
+@contextlib.contextmanager
+def fresh_pg_database(args: argparse.Namespace, label: str):
+    """A new database of this run's own, dropped afterwards: yields (dbname, conninfo, settings, postmaster pid)."""
     import psycopg
 
     base = ""  # libpq's defaults and PG* variables (PGHOST, PGPORT, PGUSER): the local socket as this user
@@ -297,14 +472,19 @@ def run_procrastinate(args: argparse.Namespace, log_dir: Path) -> dict[str, obje
                     for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")}
         pg_pid = _postmaster_pid(admin)
         admin.execute(f'CREATE DATABASE "{dbname}"')
-        progress(f"procrastinate: fresh database {dbname}")
+        progress(f"{label}: fresh database {dbname}")
         try:
-            return _run_procrastinate(args, log_dir, conninfo, settings, pg_pid)
+            yield dbname, conninfo, settings, pg_pid
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-            progress(f"procrastinate: dropped database {dbname}")
+            progress(f"{label}: dropped database {dbname}")
     finally:
         admin.close()
+
+
+def run_procrastinate(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
+    with fresh_pg_database(args, "procrastinate") as (_, conninfo, settings, pg_pid):
+        return _run_procrastinate(args, log_dir, conninfo, settings, pg_pid)
 
 
 def _postmaster_pid(admin) -> int | None:
@@ -391,6 +571,98 @@ def _run_procrastinate(args, log_dir: Path, conninfo: str, settings: dict, pg_pi
     }
 
 
+# --- pgqueuer ----------------------------------------------------------------
+
+def run_pgqueuer(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
+    with fresh_pg_database(args, "pgqueuer") as (dbname, conninfo, settings, pg_pid):
+        return _run_pgqueuer(args, log_dir, dbname, conninfo, settings, pg_pid)
+
+
+def _run_pgqueuer(args, log_dir: Path, dbname: str, conninfo: str, settings: dict, pg_pid: int | None) -> dict:
+    import asyncio
+
+    import psycopg
+
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from pgqueuer_app import ENTRYPOINT
+
+    ready_dir = Path(tempfile.mkdtemp(prefix="ready-", dir=log_dir))
+    env = child_env(PGDATABASE=dbname, COMPARE_PG_DBNAME=dbname, COMPARE_READY_DIR=str(ready_dir))
+    installed = subprocess.run([str(VENV_BIN / "pgq"), "install"], env=env, cwd=HERE, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=READY_TIMEOUT_S)
+    if installed.returncode != 0:
+        raise RuntimeError(f"pgq install exited with {installed.returncode}: {installed.stderr.strip()}")
+    config = (f"{args.workers} x pgqueuer.run(main, max_concurrent_tasks={args.concurrency}) (as `pgq run`)"
+              " (batch size 10, the default; asyncpg driver; uvloop; LISTEN/NOTIFY); async no-op entrypoint;"
+              " schema from `pgq install` (durability durable: every table logged);"
+              f" submit: Queries.enqueue([...] x {SUBMIT_BATCH}) per batch (one statement per batch)")
+    (log_dir / "pgqueuer").mkdir()
+    with psycopg.connect(conninfo, autocommit=True) as probe, Fleet(log_dir / "pgqueuer") as fleet:
+        persistence = dict(probe.execute(
+            "SELECT relname::text, CASE relpersistence WHEN 'p' THEN 'logged' WHEN 'u' THEN 'unlogged'"
+            " ELSE relpersistence::text END FROM pg_class WHERE relname IN ('pgqueuer', 'pgqueuer_log')"
+            " AND relkind = 'r'").fetchall())
+        workers = [fleet.spawn(f"worker{i}", [
+            sys.executable, str(HERE / "pgqueuer_app.py"), "--max-concurrent-tasks", str(args.concurrency)], env)
+            for i in range(args.workers)]
+        wait_for(lambda: len(list(ready_dir.iterdir())) >= args.workers,
+                 f"{args.workers} pgqueuer workers to listen", fleet, READY_TIMEOUT_S)
+        progress(f"pgqueuer: {args.workers} worker(s) listening")
+
+        worker_pids = [w.pid for w in workers]
+        cpu_before = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([pg_pid]) if pg_pid else 0.0)
+        submit_s = asyncio.run(_pgqueuer_submit(dbname, ENTRYPOINT, args.tasks))
+        progress(f"pgqueuer: {args.tasks} tasks submitted in {submit_s:.2f}s")
+        # A job's row leaves the queue table in the statement that logs its outcome.
+        wait_for(lambda: probe.execute("SELECT 1 FROM pgqueuer LIMIT 1").fetchone() is None,
+                 f"{args.tasks} pgqueuer jobs to finish", fleet, args.timeout)
+        cpu_after = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([pg_pid]) if pg_pid else 0.0)
+
+        statuses = dict(probe.execute("SELECT status::text, count(*) FROM pgqueuer_log"
+                                      " WHERE status NOT IN ('queued', 'picked') GROUP BY 1").fetchall())
+        first, last = probe.execute(
+            "SELECT min(created) FILTER (WHERE status = 'queued'), max(created) FILTER (WHERE status = 'successful')"
+            " FROM pgqueuer_log").fetchone()
+    span = (last - first).total_seconds()
+    return {
+        "system": "pgqueuer",
+        "config": config,
+        "tasks": args.tasks,
+        "end_to_end_tasks_per_s": round(args.tasks / span, 1),
+        "submit_tasks_per_s": round(args.tasks / submit_s, 1),
+        "end_to_end_from": "first 'queued' -> last 'successful' row of pgqueuer_log (created,"
+                           " i.e. now() of the recording transaction)",
+        "outcomes": statuses,
+        "workers_cpu_s_per_task": round((cpu_after[0] - cpu_before[0]) / args.tasks, 6),
+        "database": "postgresql (whole server process tree)",
+        "database_cpu_s_per_task": (round((cpu_after[1] - cpu_before[1]) / args.tasks, 6)
+                                    if pg_pid else None),
+        "durability": {"postgres": {k: v for k, v in settings.items() if k != "server_version"},
+                       "tables": persistence, "results_stored": False, "status_stored": True},
+        "versions": {**_versions("pgqueuer", "asyncpg", "uvloop"), "postgres": settings["server_version"]},
+        "machine": machine(),
+    }
+
+
+async def _pgqueuer_submit(dbname: str, entrypoint: str, tasks: int) -> float:
+    """Enqueue *tasks* jobs in batches through pgqueuer's own API; the seconds the loop took."""
+    import asyncpg
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.queries import Queries
+
+    connection = await asyncpg.connect(database=dbname)
+    try:
+        queries = Queries(AsyncpgDriver(connection))
+        started = time.perf_counter()
+        for start in range(0, tasks, SUBMIT_BATCH):
+            count = min(SUBMIT_BATCH, tasks - start)
+            await queries.enqueue([entrypoint] * count, [None] * count, [0] * count)
+        return time.perf_counter() - started
+    finally:
+        await connection.close()
+
+
 # --- pulse-trio (our own bench, for the same run) ---------------------------
 
 def run_pulse_trio(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
@@ -432,12 +704,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--only", choices=["celery", "procrastinate", "pulse-trio"], action="append")
+    parser.add_argument("--only", choices=SYSTEMS, action="append")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds to wait for all tasks of one system to finish")
     parser.add_argument("--redis-host", default="127.0.0.1")
     parser.add_argument("--redis-port", type=int, default=6379)
     parser.add_argument("--redis-dbs", type=int, nargs=2, default=[14, 15], metavar=("BROKER", "RESULTS"))
+    parser.add_argument("--rabbitmq-host", default="127.0.0.1")
+    parser.add_argument("--rabbitmq-port", type=int, default=5672)
     parser.add_argument("--pg-admin-db", default=os.environ.get("COMPARE_PG_ADMIN_DB", "postgres"))
     parser.add_argument("--pulse-trio-bin", default=None)
     parser.add_argument("--project-root", default=str(HERE.parent.parent))
@@ -446,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tasks, --workers and --concurrency must be positive")
     if args.pulse_trio_bin is None:
         args.pulse_trio_bin = str(Path(args.project_root, ".venv", "bin", "pulse-trio"))
-    systems = args.only or ["pulse-trio", "celery", "procrastinate"]
+    systems = args.only or SYSTEMS
 
     # Also SIGINT: a shell starts background jobs with it ignored, and Python then keeps it ignored.
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -470,8 +744,14 @@ def main(argv: list[str] | None = None) -> int:
             if system == "celery":
                 runs += [("celery/threads", lambda: run_celery(args, "threads", log_dir)),
                          ("celery/solo", lambda: run_celery(args, "solo", log_dir))]
+            elif system == "celery-rabbitmq":
+                # No solo row: with prefetch 1 a solo worker holds one message and waits on its event
+                # loop between a task and its ack (README), so it measures that wait, not the queue.
+                runs.append(("celery-rabbitmq/threads", lambda: run_celery_rabbitmq(args, "threads", log_dir)))
             elif system == "procrastinate":
                 runs.append(("procrastinate", lambda: run_procrastinate(args, log_dir)))
+            elif system == "pgqueuer":
+                runs.append(("pgqueuer", lambda: run_pgqueuer(args, log_dir)))
             else:
                 runs.append(("pulse-trio", lambda: run_pulse_trio(args, log_dir)))
         for name, run in runs:
