@@ -23,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pulse_trio import cluster_settings
-from pulse_trio.client import queries
+from pulse_trio.client import queries, ranges
+from pulse_trio.contract.grammar import TASK_PREFIX, is_queue, is_resource_id
 from pulse_trio.contract.jsontext import JsonText
-from pulse_trio.contract.limits import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
+from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store import Store
@@ -57,6 +58,43 @@ class TaskNotFound(ClientError):
 class InvalidRequest(ClientError):
     def __init__(self, message: str) -> None:
         super().__init__("invalid_request", message)
+
+
+#: The rule of queue and kind names, for messages (the grammar itself is pulse_trio.contract.grammar).
+NAME_RULE = "1-64 of a-z 0-9 _ . -, starting with a letter or digit"
+
+
+def check_name(what: str, value: Any) -> str:
+    """A queue or kind name by the protocol's grammar; InvalidRequest before any SQL sees it."""
+    if type(value) is not str or not is_queue(value):
+        shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
+        raise InvalidRequest(f"{what} {shown} is not a {what} name ({NAME_RULE})")
+    return value
+
+
+def check_list_filters(*, queue: str | None, state: str | None, kind: str | None, idempotency_key: str | None,
+                       cursor: str | None, limit: int, order: str) -> None:
+    """The filters of a task listing, each by its rule (InvalidRequest): what the HTTP query and ``list`` share."""
+    if queue is not None:
+        check_name("queue", queue)
+    if kind is not None:
+        check_name("kind", kind)
+    if state is not None and state not in queries.TASK_STATES:
+        raise InvalidRequest(f"state must be one of {', '.join(queries.TASK_STATES)}")
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidRequest(f"idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} characters")
+    if cursor is not None and (type(cursor) is not str or not is_resource_id(cursor, TASK_PREFIX)):
+        raise InvalidRequest("cursor must be the `next` value of a previous page")
+    if order not in queries.LIST_ORDERS:
+        raise InvalidRequest(f"order must be one of {', '.join(queries.LIST_ORDERS)}")
+    _in_range(ranges.LIST_LIMIT, limit)
+
+
+def _in_range(field: ranges.Range, value: Any) -> Any:
+    try:
+        return field.check(value)
+    except ranges.OutOfRange as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 def canonical_payload(payload: Any = None, *, payload_json: str | None = None) -> str:
@@ -203,22 +241,26 @@ class Client:
         return json.loads(self.get_json_text(task_id))
 
     def list(self, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
-             idempotency_key: str | None = None, after: str | None = None, limit: int = 100,
-             queues: Sequence[str] | None = None, order: str = "oldest") -> dict[str, Any]:
-        """A page of tasks, oldest first (``order="newest"``: newest first); ``next`` is the following page's cursor.
+             idempotency_key: str | None = None, cursor: str | None = None, limit: int = ranges.DEFAULT_PAGE,
+             queues: Sequence[str] | None = None, order: str = "oldest", after: str | None = None) -> dict[str, Any]:
+        """A page of tasks, oldest first (``order="newest"``: newest first); ``next`` is the following page's ``cursor``.
 
         ``queues`` narrows the listing to those queues (a queue-scoped token's).
+        ``after`` is the old name of ``cursor``: deprecated, still accepted.
         """
-        if state is not None and state not in queries.TASK_STATES:
-            raise InvalidRequest(f"state must be one of {', '.join(queries.TASK_STATES)}")
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
-            raise InvalidRequest("idempotency_key must be 1-255 characters")
-        if order not in queries.LIST_ORDERS:
-            raise InvalidRequest(f"order must be one of {', '.join(queries.LIST_ORDERS)}")
-        if not 1 <= limit <= 1000:
-            raise InvalidRequest("limit must be 1..1000")
+        if after is not None:
+            warnings.warn("Client.list(after=...) is deprecated: pass cursor=, the name the HTTP API uses",
+                          DeprecationWarning, stacklevel=2)
+            if cursor is not None and cursor != after:
+                raise InvalidRequest("give cursor or after (its deprecated name), not both")
+            cursor = after
+        check_list_filters(queue=queue, state=state, kind=kind, idempotency_key=idempotency_key, cursor=cursor,
+                           limit=limit, order=order)
+        for name in queues or ():
+            if not is_queue(name):
+                raise InvalidRequest(f"queue {name[:80]!r} is not a queue name ({NAME_RULE})")
         rows = self.store.run_sync(queries.list_tasks, queue=queue, state=state, kind=kind,
-                                   idempotency_key=idempotency_key, after=after, limit=limit + 1, queues=queues,
+                                   idempotency_key=idempotency_key, after=cursor, limit=limit + 1, queues=queues,
                                    order=order)
         page = rows[:limit]
         return {

@@ -2,8 +2,9 @@
 
 Every handler runs inside :func:`_guarded`, the one place where failures
 become answers: an :class:`ApiError` or a client refusal is its own
-status, a database failure is 503, anything else is logged with its
-traceback and answered 500 without details. Unknown paths and methods get
+status, a lost database connection is 503 (nothing else is), a value the
+database refuses is 400, anything else is logged with its traceback and
+answered 500 without details. Unknown paths and methods get
 the same JSON error shape through Starlette's HTTPException handler.
 """
 
@@ -27,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pulse_trio.client import ClientError
 from pulse_trio.http.api import TaskApi
 from pulse_trio.http.dashboard import DashboardApi
-from pulse_trio.http.errors import ApiError, database_unavailable, error_response, from_client_error, is_database_failure
+from pulse_trio.http.errors import ApiError, database_error, error_response, from_client_error
 from pulse_trio.http.ops import OpsApi
 from pulse_trio.http.settings_api import SettingsApi
 from pulse_trio.http.security import SecurityHeaders
@@ -54,12 +55,11 @@ def _guarded(handler: Handler, metrics: ServiceMetrics) -> Handler:
         except ClientError as exc:
             failure = from_client_error(exc)
         except Exception as exc:
-            if is_database_failure(exc):
+            failure = database_error(exc) or ApiError(500, "internal", "internal error; it has been logged")
+            if failure.status == 503:
                 log.warning("database unavailable: %s", exc)
-                failure = database_unavailable()
             else:
-                log.exception("request failed")
-                failure = ApiError(500, "internal", "internal error; it has been logged")
+                log.error("request failed (%s)", failure.code, exc_info=exc)
         metrics.count_error(failure.code, "http")
         return failure.response()
 

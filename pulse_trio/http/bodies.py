@@ -19,6 +19,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from pulse_trio.client import ranges
+from pulse_trio.client.producer import check_name
 from pulse_trio.contract.grammar import is_resource_id, parse_time
 from pulse_trio.contract.jsontext import dumps
 from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES, MAX_INT32, MAX_REASON_CHARS
@@ -170,7 +172,7 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
         backoff_initial=_seconds(body, "backoff_initial"), backoff_factor=_seconds(body, "backoff_factor", "a number"),
         backoff_max=_seconds(body, "backoff_max"),
     )
-    return Submission(_string(body, "queue", optional=False), _string(body, "kind", optional=False), options)
+    return Submission(check_name("queue", body["queue"]), check_name("kind", body["kind"]), options)
 
 
 def no_fields(body: dict[str, Any]) -> None:
@@ -231,13 +233,15 @@ def query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
     return dict(items)
 
 
-def query_int(params: dict[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    text = params.get(name)
+def query_number(params: dict[str, str], field: ranges.Range) -> Any:
+    """A numeric query parameter by its range (the default when absent)."""
+    text = params.get(field.name)
     if text is None:
-        return default
-    if not text.isdigit() or not lo <= int(text) <= hi:
-        raise bad_request(f"{name} must be an integer {lo}..{hi}")
-    return int(text)
+        return field.default
+    try:
+        return field.check_text(text)
+    except ranges.OutOfRange as exc:
+        raise bad_request(str(exc)) from None
 
 
 def query_bool(params: dict[str, str], name: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pulse_trio.client import Client, ClientError, TaskNotFound
+from pulse_trio.client.producer import InvalidRequest
 
 
 def test_submit_and_get(client: Client):
@@ -105,3 +106,10 @@ def test_invalid_submissions_are_refused_before_writing(client: Client):
         with pytest.raises(ClientError):
             client.submit("billing", "invoice.send", {}, **bad)
     assert client.list()["tasks"] == []
+
+
+@pytest.mark.parametrize("filters", [dict(queue="Ã"), dict(kind="Ã"), dict(queue=""), dict(kind=""),
+                                     dict(queues=["billing", "Ã"]), dict(after="42"), dict(cursor="tsk_x")])
+def test_list_refuses_names_outside_the_grammar_before_any_sql(client: Client, filters):
+    with pytest.raises(InvalidRequest):
+        client.list(**filters)
