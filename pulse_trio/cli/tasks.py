@@ -13,9 +13,9 @@ import sys
 from collections.abc import Iterator
 
 from pulse_trio import cluster_settings as cs
-from pulse_trio import config as cfg
 from pulse_trio.cli.common import add_database_options, database, fail, print_json, run_guarded
 from pulse_trio.client import Client, ClientError, TaskNotFound
+from pulse_trio.client import ranges
 from pulse_trio.client.producer import build_task
 from pulse_trio.contract.grammar import parse_time
 
@@ -56,23 +56,28 @@ def register(commands: argparse._SubParsersAction) -> None:
     payload = submit.add_mutually_exclusive_group()
     payload.add_argument("--payload", metavar="JSON", help="the task input, inline (default {})")
     payload.add_argument("--payload-file", metavar="PATH", help="read the payload from a file ('-' for stdin)")
-    submit.add_argument("--priority", type=int, default=0, help="0-9, higher first (default 0)")
+    submit.add_argument("--priority", type=ranges.PRIORITY.argparse_type(), default=0,
+                        help=f"{ranges.PRIORITY.spelled}, higher first (default 0)")
     when = submit.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=float, metavar="SECONDS", help="due this many seconds from now")
+    when.add_argument("--delay", type=ranges.DELAY.argparse_type(), metavar="SECONDS",
+                      help=f"due this many seconds from now ({ranges.DELAY.spelled})")
     when.add_argument("--due-at", metavar="TIME", help="due at this UTC RFC 3339 time")
     submit.add_argument("--idempotency-key", help="business identity; a repeat returns the existing task")
     submit.add_argument("--concurrency-key", help="run while fewer than --concurrency-limit of this key run")
-    submit.add_argument("--concurrency-limit", type=int, default=1)
-    submit.add_argument("--max-attempts", type=int, default=3)
+    submit.add_argument("--concurrency-limit", type=ranges.CONCURRENCY_LIMIT.argparse_type(), default=1,
+                        help=f"{ranges.CONCURRENCY_LIMIT.spelled} (default 1)")
+    submit.add_argument("--max-attempts", type=ranges.MAX_ATTEMPTS.argparse_type(), default=3,
+                        help=f"{ranges.MAX_ATTEMPTS.spelled} (default 3)")
     submit.add_argument("--retry-uncertain", action="store_true",
                         help="the handler is safe to run again after a lost lease")
-    submit.add_argument("--lease-ttl", type=cfg.parse_seconds, metavar="SECONDS",
-                        help="this task's lease ttl (default: the cluster's lease_ttl)")
-    submit.add_argument("--backoff-initial", type=cfg.parse_seconds, metavar="SECONDS",
-                        help="first retry delay after a retryable failure (default 1)")
-    submit.add_argument("--backoff-factor", type=float, metavar="X",
-                        help="each further retry waits X times longer (default 2)")
-    submit.add_argument("--backoff-max", type=cfg.parse_seconds, metavar="SECONDS",
+    submit.add_argument("--lease-ttl", type=ranges.LEASE_TTL.argparse_type(), metavar="SECONDS",
+                        help=f"this task's lease ttl, {ranges.LEASE_TTL.spelled} (default: the cluster's lease_ttl)")
+    submit.add_argument("--backoff-initial", type=ranges.BACKOFF_INITIAL.argparse_type(), metavar="SECONDS",
+                        help=f"first retry delay after a retryable failure, {ranges.BACKOFF_INITIAL.spelled} "
+                             "(default 1)")
+    submit.add_argument("--backoff-factor", type=ranges.BACKOFF_FACTOR.argparse_type(), metavar="X",
+                        help=f"each further retry waits X times longer, {ranges.BACKOFF_FACTOR.spelled} (default 2)")
+    submit.add_argument("--backoff-max", type=ranges.BACKOFF_MAX.argparse_type(), metavar="SECONDS",
                         help="the longest retry delay (default 300, or --backoff-initial if longer)")
     _add_common(submit)
     submit.set_defaults(run=run_guarded(_submit))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,6 +38,8 @@ from pulse_trio.store.tx import Tx
 from pulse_trio.store.views import get_task
 
 UTC = dt.timezone.utc
+#: NewTask's default first backoff step, in milliseconds.
+DEFAULT_BACKOFF_INITIAL_MS = next(f.default for f in dataclasses.fields(NewTask) if f.name == "backoff_initial_ms")
 
 
 class ClientError(Exception):
@@ -118,46 +119,58 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
              now: dt.datetime | None = None) -> NewTask:
     """A validated task to submit; raises InvalidRequest before anything is written.
 
-    The retry backoff (``backoff_initial`` and ``backoff_max`` in seconds,
-    ``backoff_factor`` a multiplier; defaults 1 s, ×2, 300 s) spaces the
-    attempts of a task whose handler fails with ``retryable: true``.
+    Every number is held to its range in :mod:`pulse_trio.client.ranges`
+    (the same the HTTP API and its OpenAPI document use). The retry backoff
+    (``backoff_initial`` and ``backoff_max`` in seconds, ``backoff_factor`` a
+    multiplier; defaults 1 s, ×2, 300 s) spaces the attempts of a task whose
+    handler fails with ``retryable: true``.
     """
     now = now or dt.datetime.now(UTC)
+    check_name("queue", queue)
+    check_name("kind", kind)
     if delay is not None and due_at is not None:
         raise InvalidRequest("give delay or due_at, not both")
     if delay is not None:
-        if delay < 0:
-            raise InvalidRequest("delay must not be negative")
-        due_at = now + dt.timedelta(seconds=delay)
-    if due_at is not None and due_at.tzinfo is None:
-        raise InvalidRequest("due_at must carry a time zone (UTC)")
+        due_at = now + dt.timedelta(seconds=_in_range(ranges.DELAY, delay))
+    if due_at is not None:
+        if due_at.tzinfo is None:
+            raise InvalidRequest("due_at must carry a time zone (UTC)")
+        if due_at < ranges.EARLIEST_DUE_AT:
+            raise InvalidRequest(f"due_at must not be before {ranges.EARLIEST_DUE_AT:%Y-%m-%d} (UTC)")
     try:
         return NewTask(
             queue=queue, kind=kind, payload_json=canonical_payload(payload, payload_json=payload_json),
-            priority=priority, due_at=due_at, idempotency_key=idempotency_key,
-            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, max_attempts=max_attempts,
-            retry_uncertain=retry_uncertain,
-            lease_ttl_ms=None if lease_ttl is None else max(1, round(lease_ttl * 1000)),
+            priority=_in_range(ranges.PRIORITY, priority), due_at=due_at, idempotency_key=idempotency_key,
+            concurrency_key=concurrency_key, concurrency_limit=_in_range(ranges.CONCURRENCY_LIMIT, concurrency_limit),
+            max_attempts=_in_range(ranges.MAX_ATTEMPTS, max_attempts), retry_uncertain=retry_uncertain,
+            lease_ttl_ms=None if lease_ttl is None else _milliseconds(ranges.LEASE_TTL, lease_ttl),
             **_backoff(backoff_initial, backoff_factor, backoff_max),
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
 
 
+def _milliseconds(field: ranges.Range, seconds: Any) -> int:
+    try:
+        return field.milliseconds(seconds)
+    except ranges.OutOfRange as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
 def _backoff(initial: float | None, factor: float | None, maximum: float | None) -> dict[str, Any]:
     """The given backoff settings as NewTask fields (milliseconds); the rest keep NewTask's defaults."""
     fields: dict[str, Any] = {}
-    for name, seconds in (("backoff_initial_ms", initial), ("backoff_max_ms", maximum)):
+    for name, field, seconds in (("backoff_initial_ms", ranges.BACKOFF_INITIAL, initial),
+                                 ("backoff_max_ms", ranges.BACKOFF_MAX, maximum)):
         if seconds is not None:
-            if not math.isfinite(seconds) or seconds < 0:
-                raise ValueError(f"{name[:-3]} must be a finite, non-negative number of seconds")
-            fields[name] = round(seconds * 1000)
+            fields[name] = _milliseconds(field, seconds)
     if factor is not None:
-        if not math.isfinite(factor):
-            raise ValueError("backoff_factor must be a finite number")
-        fields["backoff_factor"] = float(factor)
+        fields["backoff_factor"] = float(_in_range(ranges.BACKOFF_FACTOR, factor))
     if "backoff_max_ms" not in fields and fields.get("backoff_initial_ms", 0) > DEFAULT_BACKOFF_MAX_MS:
         fields["backoff_max_ms"] = fields["backoff_initial_ms"]  # a long first step raises the default cap
+    if "backoff_initial_ms" not in fields and fields.get("backoff_max_ms", DEFAULT_BACKOFF_INITIAL_MS) < \
+            DEFAULT_BACKOFF_INITIAL_MS:
+        fields["backoff_initial_ms"] = fields["backoff_max_ms"]  # a short cap shortens the default first step
     return fields
 
 

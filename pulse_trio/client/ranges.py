@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
+import datetime as dt
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
@@ -32,6 +32,11 @@ MAX_DURATION_S: Final = Decimal(MAX_INT32) / 1000
 MIN_LEASE_TTL_S: Final = Decimal("0.5")
 #: The furthest ahead ``delay`` may put a task: ten years (3650 days).
 MAX_DELAY_S: Final = Decimal(3650 * 86400)
+#: The earliest ``due_at``: a task's pick-up time lies up to nine priority steps
+#: before it, and must stay within what a DATETIME column and Python hold.
+EARLIEST_DUE_AT: Final = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+#: ``due_at`` on the wire: UTC RFC 3339 ending in ``Z``, years 1970..9999.
+DUE_AT_PATTERN: Final = r"^(19[7-9][0-9]|[2-9][0-9]{3})-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z$"
 #: A page of ``GET /v1/tasks`` / ``Client.list``.
 MAX_PAGE: Final = 1000
 DEFAULT_PAGE: Final = 100
@@ -74,7 +79,8 @@ class Range:
     def check(self, value: Any) -> int | float:
         """The value if it is of the right kind and within bounds; else OutOfRange."""
         if self.integer:
-            if type(value) is not int:
+            whole = isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value()
+            if type(value) is not int and not whole:
                 raise OutOfRange(f"{self.name} must be {self.spelled}")
             number = Decimal(value)
         else:
@@ -83,19 +89,26 @@ class Range:
             number = Decimal(value) if not isinstance(value, float) else Decimal(repr(value))
             if not number.is_finite():
                 raise OutOfRange(f"{self.name} must be a finite number: {self.spelled}")
+        if number < self.lo and self.lo == 0:
+            raise OutOfRange(f"{self.name} must not be negative: {self.spelled}")
         if not self.lo <= number <= self.hi:
-            raise OutOfRange(f"{self.name} must be {self.spelled} (got {_plain(number)[:40]})")
+            bounds = f"{_plain(self.lo)}..{_plain(self.hi)}" if self.integer else self.spelled
+            raise OutOfRange(f"{self.name} must be {bounds} (got {_plain(number)[:40]})")
         return int(number) if self.integer else float(number)
 
     def check_text(self, text: str) -> int | float:
         """A command-line or query-string value: decimal text, then :meth:`check`."""
         text = text.strip()
         if self.integer:
-            if not (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())) or len(text) > 40:
+            digits = text[1:] if text[:1] == "-" else text
+            if not digits.isascii() or not digits.isdigit() or len(digits) > 40:
                 raise OutOfRange(f"{self.name} must be {self.spelled}")
-            return self.check(int(text))
+            try:
+                return self.check(int(text))
+            except OutOfRange:
+                raise OutOfRange(f"{self.name} must be {self.spelled} (got {text[:40]})") from None
         try:
-            number = Decimal(text)
+            number = Decimal(text) if text.isascii() else Decimal("nan")
         except InvalidOperation:
             raise OutOfRange(f"{self.name} must be a number: {self.spelled}") from None
         return self.check(number)
@@ -143,6 +156,3 @@ LIST_LIMIT: Final = Range("limit", Decimal(1), Decimal(MAX_PAGE), integer=True, 
 SUBMIT: Final = {r.name: r for r in (PRIORITY, DELAY, CONCURRENCY_LIMIT, MAX_ATTEMPTS, LEASE_TTL, BACKOFF_INITIAL,
                                      BACKOFF_FACTOR, BACKOFF_MAX)}
 
-
-def finite(value: float) -> bool:
-    return math.isfinite(value)

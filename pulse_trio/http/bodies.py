@@ -23,7 +23,7 @@ from pulse_trio.client import ranges
 from pulse_trio.client.producer import check_name
 from pulse_trio.contract.grammar import is_resource_id, parse_time
 from pulse_trio.contract.jsontext import dumps
-from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES, MAX_INT32, MAX_REASON_CHARS
+from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES, MAX_REASON_CHARS
 from pulse_trio.contract.scanner import JsonNumber, ScanError, scan
 from pulse_trio.http.errors import ApiError, bad_request
 
@@ -92,28 +92,21 @@ def _string(body: dict[str, Any], name: str, *, optional: bool = True) -> str | 
     return value
 
 
-def _integer(body: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    value = body.get(name)
-    if value is None:
-        return default
-    if type(value) is not int:
-        raise bad_request(f"{name} must be a JSON integer (no fraction, no exponent)")
-    if not lo <= value <= hi:
-        raise bad_request(f"{name} must be {lo}..{hi}")
-    return value
-
-
-def _seconds(body: dict[str, Any], name: str, what: str = "a number of seconds") -> float | None:
-    value = body.get(name)
+def _number(body: dict[str, Any], field: ranges.Range) -> int | float | None:
+    """A numeric field held to its range (:mod:`pulse_trio.client.ranges`); None when not given."""
+    value = body.get(field.name)
     if value is None:
         return None
-    if type(value) is int:
-        return float(value)
     if isinstance(value, JsonNumber):
-        number = Decimal(value.text)
-        if number.is_finite() and abs(number) < Decimal(10) ** 9:
-            return float(number)
-    raise bad_request(f"{name} must be {what}")
+        if field.integer and not value.is_integer_token:
+            raise bad_request(f"{field.name} must be a JSON integer (no fraction, no exponent): {field.spelled}")
+        value = Decimal(value.text)  # a fraction, an exponent, or a long integer: exact, then judged by range
+    elif field.integer and type(value) is not int:
+        raise bad_request(f"{field.name} must be a JSON integer (no fraction, no exponent): {field.spelled}")
+    try:
+        return field.check(value)
+    except ranges.OutOfRange as exc:
+        raise bad_request(str(exc)) from None
 
 
 def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -160,17 +153,13 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
             due_at = parse_time(due)
         except ValueError as exc:
             raise bad_request(f"due_at: {exc}") from None
-    lease_ttl = _seconds(body, "lease_ttl")
-    if lease_ttl is not None and lease_ttl <= 0:
-        raise bad_request("lease_ttl must be a positive number of seconds")
+    numbers = {name: _number(body, field) for name, field in ranges.SUBMIT.items()}
+    for name in ("priority", "concurrency_limit", "max_attempts"):
+        if numbers[name] is None:
+            numbers[name] = ranges.SUBMIT[name].default
     options = dict(
-        payload_json=payload_json, priority=_integer(body, "priority", 0, 0, 9), delay=_seconds(body, "delay"),
-        due_at=due_at, idempotency_key=key, concurrency_key=_string(body, "concurrency_key"),
-        concurrency_limit=_integer(body, "concurrency_limit", 1, 1, MAX_INT32),
-        max_attempts=_integer(body, "max_attempts", 3, 1, MAX_INT32),
-        retry_uncertain=_boolean(body, "retry_uncertain", False), lease_ttl=lease_ttl,
-        backoff_initial=_seconds(body, "backoff_initial"), backoff_factor=_seconds(body, "backoff_factor", "a number"),
-        backoff_max=_seconds(body, "backoff_max"),
+        payload_json=payload_json, due_at=due_at, idempotency_key=key, concurrency_key=_string(body, "concurrency_key"),
+        retry_uncertain=_boolean(body, "retry_uncertain", False), **numbers,
     )
     return Submission(check_name("queue", body["queue"]), check_name("kind", body["kind"]), options)
 

@@ -16,10 +16,12 @@ from typing import Any
 
 from pulse_trio import __version__ as VERSION
 from pulse_trio import cluster_settings as cs
+from pulse_trio.client import ranges
 from pulse_trio.http.auth import PERMISSIONS
 from pulse_trio.http.throughput import WINDOW_MINUTES
 from pulse_trio.store.dashboard import FINISHED_STATUSES
 
+DUE_AT = {"type": "string", "format": "date-time", "pattern": ranges.DUE_AT_PATTERN}
 TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
 NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$"}
 TASK_ID = {"type": "string", "pattern": r"^tsk_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
@@ -58,30 +60,30 @@ SCHEMAS: dict[str, Any] = {
         "kind": NAME,
         "payload": {"description": "Any JSON (default `{}`), at most 256 KiB as compact UTF-8; stored and "
                                    "delivered digit for digit."},
-        "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9, "default": 0,
-                               "description": "Higher first; each level is worth the cluster's "
-                                              "priority_step of waiting."}),
-        "delay": _nullable({"type": "number", "minimum": 0, "description": "Due this many seconds from now."}),
-        "due_at": _nullable(TIME | {"description": "Due at this UTC time (not with delay)."}),
+        "priority": _nullable(ranges.PRIORITY.schema("Higher first; each level is worth the cluster's "
+                                                     "priority_step of waiting.")),
+        "delay": _nullable(ranges.DELAY.schema("Due this many seconds from now (not with due_at).")),
+        "due_at": _nullable(DUE_AT | {"description": "Due at this UTC time (not with delay)."}),
         "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
                                       "description": "Business identity within the queue; the "
                                                      "`Idempotency-Key` header is the same field."}),
         "concurrency_key": _nullable({"type": "string", "pattern": r"^[!-~]{1,128}$"}),
-        "concurrency_limit": _nullable({"type": "integer", "minimum": 1, "default": 1}),
-        "max_attempts": _nullable({"type": "integer", "minimum": 1, "default": 3}),
+        "concurrency_limit": _nullable(ranges.CONCURRENCY_LIMIT.schema()),
+        "max_attempts": _nullable(ranges.MAX_ATTEMPTS.schema()),
         "retry_uncertain": _nullable({"type": "boolean", "default": False,
                                       "description": "The handler is safe to run again after a lost lease."}),
-        "lease_ttl": _nullable({"type": "number", "exclusiveMinimum": 0,
-                                "description": "This task's lease ttl in seconds (default: the cluster's "
-                                               "lease_ttl)."}),
-        "backoff_initial": _nullable({"type": "number", "minimum": 0.001, "default": 1,
-                                      "description": "Seconds before the first retry of a retryable failure."}),
-        "backoff_factor": _nullable({"type": "number", "minimum": 1, "maximum": 100, "default": 2,
-                                     "description": "Each further retry waits this many times longer."}),
-        "backoff_max": _nullable({"type": "number", "minimum": 0.001, "default": 300,
-                                  "description": "The longest retry delay in seconds (default 300, or "
-                                                 "backoff_initial when that is longer)."}),
-    }, ["queue", "kind"]),
+        "lease_ttl": _nullable(ranges.LEASE_TTL.schema(
+            "This task's lease ttl in seconds, kept to the millisecond (default: the cluster's lease_ttl). "
+            f"At least {ranges.MIN_LEASE_TTL_S} s, so that a worker can renew it.")),
+        "backoff_initial": _nullable(ranges.BACKOFF_INITIAL.schema(
+            "Seconds before the first retry of a retryable failure, kept to the millisecond.")),
+        "backoff_factor": _nullable(ranges.BACKOFF_FACTOR.schema("Each further retry waits this many times longer.")),
+        "backoff_max": _nullable(ranges.BACKOFF_MAX.schema(
+            "The longest retry delay in seconds (default 300, or backoff_initial when that is longer); "
+            "given with backoff_initial, at least backoff_initial.")),
+    }, ["queue", "kind"]) | {"not": {"required": ["delay", "due_at"],
+                                       "properties": {"delay": {"type": "number"}, "due_at": {"type": "string"}}},
+                             "description": "delay and due_at exclude each other (either may be null)."},
     "CancelRequest": _obj({"reason": {"type": "string", "maxLength": 1024}}, []),
     "Attempt": _obj({
         "attempt": {"type": "integer", "minimum": 1},
@@ -329,8 +331,7 @@ PATHS: dict[str, Any] = {
                                                             "default": "oldest"}},
                 {"name": "cursor", "in": "query", "schema": TASK_ID,
                  "description": "The `next` of the previous page, with the same filters and order."},
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000,
-                                                            "default": 100}},
+                {"name": "limit", "in": "query", "schema": ranges.LIST_LIMIT.schema()},
             ]),
     },
     "/v1/tasks/{task_id}": {
