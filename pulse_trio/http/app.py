@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pulse_trio.client import ClientError
 from pulse_trio.http.api import TaskApi
+from pulse_trio.http.connections import EndRefusedConnections
 from pulse_trio.http.dashboard import DashboardApi
 from pulse_trio.http.errors import ApiError, database_error, error_response, from_client_error
 from pulse_trio.http.ops import OpsApi
@@ -113,8 +114,11 @@ def build_app(ctx: ServiceContext) -> Starlette:
                    405: f"{request.method} is not allowed here"}.get(exc.status_code, str(exc.detail))
         return error_response(exc.status_code, code, message, dict(exc.headers or {}))
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     middleware=[Middleware(_AccessLog, metrics=metrics), Middleware(SecurityHeaders)])
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error},
+                    middleware=[Middleware(EndRefusedConnections, drain_timeout=ctx.settings.http_body_timeout),
+                                Middleware(_AccessLog, metrics=metrics), Middleware(SecurityHeaders)])
+    app.state.body_timeout = ctx.settings.http_body_timeout
+    return app
 
 
 class _AccessLog:

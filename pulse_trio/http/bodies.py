@@ -17,7 +17,8 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
-from starlette.requests import Request
+import trio
+from starlette.requests import ClientDisconnect, Request
 
 from pulse_trio.client import ranges
 from pulse_trio.client.producer import check_name
@@ -28,6 +29,8 @@ from pulse_trio.contract.scanner import JsonNumber, ScanError, scan
 from pulse_trio.http.errors import ApiError, bad_request
 
 MAX_BODY_BYTES = MAX_FRAME_BYTES
+#: When the application does not say (``app.state.body_timeout``, from ``--http-body-timeout``).
+DEFAULT_BODY_TIMEOUT_S = 10.0
 _JSON_TYPES = ("application/json",)
 
 
@@ -47,11 +50,18 @@ async def read_json(request: Request, *, optional: bool = False) -> dict[str, An
             raise _too_large()
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise _too_large()
-        chunks.append(chunk)
+    timeout = getattr(request.app.state, "body_timeout", DEFAULT_BODY_TIMEOUT_S)
+    with trio.move_on_after(timeout) as reading:
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise _too_large()
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise bad_request("the connection closed before the body was complete", "request_incomplete") from None
+    if reading.cancelled_caught:
+        raise ApiError(408, "request_timeout", f"the request body did not arrive within {timeout:g} s")
     raw = b"".join(chunks)
     if not raw.strip() and optional:
         return {}

@@ -7,6 +7,7 @@
 404    ``not_found``, ``task_not_found``, ``instance_not_found``, ``setting_not_found``
 405    ``method_not_allowed``
 409    conflict with the resource's state: ``not_retryable``, ``setting_conflict``, or a store refusal
+408    ``request_timeout``: the body did not arrive within ``--http-body-timeout``
 413    ``request_too_large`` (body), ``payload_too_large`` (task payload)
 415    ``unsupported_media_type``: a body that says it is not JSON
 500    ``internal``: a defect, logged with its traceback

@@ -270,6 +270,7 @@ _ERRORS = {
     404: "No such resource, or one in a queue the token cannot see.",
     409: "The request conflicts with the resource's state (`not_retryable`, `instance_disconnected`, "
          "`setting_conflict`, ...).",
+    408: "The body did not arrive within the server's body timeout (`request_timeout`); the connection is closed.",
     413: "The body is over 512 KiB (`request_too_large`) or the payload over 256 KiB (`payload_too_large`).",
     415: "The body is declared as something other than JSON (`unsupported_media_type`).",
     501: "Not available in this version (`not_implemented`).",
@@ -310,7 +311,7 @@ PATHS: dict[str, Any] = {
             "Producer (in its queues) or operator. The same fields as `pulse-trio submit`. A known "
             "idempotency key in the same queue returns the existing task with 200 and `created: false`.",
             _responses({201: ("Task", "Created."), 200: ("Task", "Already submitted with this idempotency key.")},
-                       (*_AUTH, 413, 415)),
+                       (*_AUTH, 408, 413, 415)),
             parameters=[{"name": "Idempotency-Key", "in": "header", "required": False,
                          "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
             requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitRequest")}}}),
@@ -345,7 +346,7 @@ PATHS: dict[str, Any] = {
                     "Operator. Saves a cancel intent (a task not yet started is cancelled at once; a running "
                     "one is told and given the cancel grace). A terminal task is reported as it is, with "
                     "`cancel_changed: false`.",
-                    _responses({200: ("Task", "The task after the request.")}, (*_AUTH, 404, 409, 413, 415)),
+                    _responses({200: ("Task", "The task after the request.")}, (*_AUTH, 404, 409, 408, 413, 415)),
                     parameters=[_TASK_ID_PARAM],
                     requestBody={"required": False,
                                  "content": {"application/json": {"schema": _ref("CancelRequest")}}}),
@@ -355,7 +356,7 @@ PATHS: dict[str, Any] = {
                     "Operator. Creates a new task (`retry_of` = this one) from a FAILED, UNKNOWN or CANCELLED "
                     "task; asking again returns the same new task with 200.",
                     _responses({201: ("Task", "The new task."), 200: ("Task", "The retry made before.")},
-                               (*_AUTH, 404, 409, 413, 415)),
+                               (*_AUTH, 404, 409, 408, 413, 415)),
                     parameters=[_TASK_ID_PARAM]),
     },
     "/v1/workers": {
@@ -398,7 +399,7 @@ PATHS: dict[str, Any] = {
                      "together. Running instances apply the change within their refresh interval "
                      "(docs/operations.md).",
                      _responses({200: ("SettingMap", "Every cluster setting after the change.")},
-                                (*_AUTH, 409, 413, 415)),
+                                (*_AUTH, 409, 408, 413, 415)),
                      requestBody={"required": True,
                                   "content": {"application/json": {"schema": _ref("SettingsChange")}}}),
     },
@@ -408,7 +409,7 @@ PATHS: dict[str, Any] = {
         "put": _op("setSetting", "Change one cluster setting",
                    "Operator without `--queue`. 409 `setting_conflict` when node_lapse would be under twice "
                    "node_heartbeat.",
-                   _responses({200: ("Setting", "The setting after the change.")}, (*_AUTH, 404, 409, 413, 415)),
+                   _responses({200: ("Setting", "The setting after the change.")}, (*_AUTH, 404, 409, 408, 413, 415)),
                    parameters=[_SETTING_PARAM],
                    requestBody={"required": True,
                                 "content": {"application/json": {"schema": _ref("SettingChange")}}}),
