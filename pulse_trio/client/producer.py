@@ -23,7 +23,7 @@ from typing import Any
 
 from pulse_trio import cluster_settings
 from pulse_trio.client import queries, ranges
-from pulse_trio.contract.grammar import TASK_PREFIX, is_queue, is_resource_id
+from pulse_trio.contract.grammar import TASK_PREFIX, is_queue, is_resource_id, is_text
 from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
@@ -311,6 +311,10 @@ class Client:
     def request_cancel(self, task_id: str, *, reason: str = "", requested_by: str = "",
                        now: dt.datetime | None = None) -> bool:
         """:meth:`cancel` without reading the task back; True if this call saved the intent."""
+        if type(reason) is not str or len(reason) > ranges.MAX_CANCEL_REASON_CHARS:
+            raise InvalidRequest(f"reason must be text of at most {ranges.MAX_CANCEL_REASON_CHARS} characters")
+        if not is_text(reason, ranges.MAX_CANCEL_REASON_CHARS):
+            raise InvalidRequest("reason must not hold lone surrogates")
         result = self.store.run_sync(request_cancel, task_id=task_id, now=now or self.now(), reason=reason,
                                      requested_by=requested_by)
         if isinstance(result, Refusal):

@@ -37,6 +37,9 @@ MAX_DELAY_S: Final = Decimal(3650 * 86400)
 EARLIEST_DUE_AT: Final = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 #: ``due_at`` on the wire: UTC RFC 3339 ending in ``Z``, years 1970..9999.
 DUE_AT_PATTERN: Final = r"^(19[7-9][0-9]|[2-9][0-9]{3})-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z$"
+#: A cancel's reason, in characters: what ``cancel_intents.reason`` holds, so
+#: the reason shown afterwards is the one given (a longer one is refused, not cut).
+MAX_CANCEL_REASON_CHARS: Final = 255
 #: A page of ``GET /v1/tasks`` / ``Client.list``.
 MAX_PAGE: Final = 1000
 DEFAULT_PAGE: Final = 100

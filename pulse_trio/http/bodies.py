@@ -24,7 +24,7 @@ from pulse_trio.client import ranges
 from pulse_trio.client.producer import check_name
 from pulse_trio.contract.grammar import is_resource_id, parse_time
 from pulse_trio.contract.jsontext import dumps
-from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES, MAX_REASON_CHARS
+from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES
 from pulse_trio.contract.scanner import JsonNumber, ScanError, scan
 from pulse_trio.http.errors import ApiError, bad_request
 
@@ -84,10 +84,15 @@ def _too_large() -> ApiError:
 
 # -- typed fields -----------------------------------------------------------------------------
 
+def _allowed(names: frozenset[str], what: str) -> str:
+    """The names a refusal offers instead; never an empty list."""
+    return f"allowed: {', '.join(sorted(names))}" if names else f"this takes no {what}s"
+
+
 def _closed(body: dict[str, Any], allowed: frozenset[str], required: tuple[str, ...] = ()) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise bad_request(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise bad_request(f"unknown field(s): {', '.join(unknown)}; {_allowed(allowed, 'field')}")
     missing = [name for name in required if name not in body]
     if missing:
         raise bad_request(f"missing required field(s): {', '.join(missing)}")
@@ -182,8 +187,8 @@ def no_fields(body: dict[str, Any]) -> None:
 def cancel_reason(body: dict[str, Any]) -> str:
     _closed(body, frozenset({"reason"}))
     reason = _string(body, "reason") or ""
-    if len(reason) > MAX_REASON_CHARS:
-        raise bad_request(f"reason is longer than {MAX_REASON_CHARS} characters")
+    if len(reason) > ranges.MAX_CANCEL_REASON_CHARS:
+        raise bad_request(f"reason is longer than {ranges.MAX_CANCEL_REASON_CHARS} characters")
     return reason
 
 
@@ -225,7 +230,7 @@ def query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
     names = [k for k, _ in items]
     unknown = sorted(set(names) - allowed)
     if unknown:
-        raise bad_request(f"unknown query parameter(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise bad_request(f"unknown query parameter(s): {', '.join(unknown)}; {_allowed(allowed, 'query parameter')}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise bad_request(f"query parameter(s) given twice: {', '.join(repeated)}")

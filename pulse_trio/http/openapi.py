@@ -84,7 +84,8 @@ SCHEMAS: dict[str, Any] = {
     }, ["queue", "kind"]) | {"not": {"required": ["delay", "due_at"],
                                        "properties": {"delay": {"type": "number"}, "due_at": {"type": "string"}}},
                              "description": "delay and due_at exclude each other (either may be null)."},
-    "CancelRequest": _obj({"reason": {"type": "string", "maxLength": 1024}}, []),
+    "CancelRequest": _obj({"reason": {"type": "string", "maxLength": ranges.MAX_CANCEL_REASON_CHARS,
+                                      "description": "Stored with the intent and shown as `cancel.reason`."}}, []),
     "Attempt": _obj({
         "attempt": {"type": "integer", "minimum": 1},
         "lease_id": {"type": "string"},

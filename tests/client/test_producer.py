@@ -89,7 +89,7 @@ def test_list_filters_and_pages(client: Client):
     page = client.list(queue="billing", limit=2)
     seen = [t["task_id"] for t in page["tasks"]]
     while page["next"] is not None:
-        page = client.list(queue="billing", limit=2, after=page["next"])
+        page = client.list(queue="billing", limit=2, cursor=page["next"])
         seen += [t["task_id"] for t in page["tasks"]]
     assert seen == ids
 
@@ -110,6 +110,25 @@ def test_invalid_submissions_are_refused_before_writing(client: Client):
 
 @pytest.mark.parametrize("filters", [dict(queue="Ã"), dict(kind="Ã"), dict(queue=""), dict(kind=""),
                                      dict(queues=["billing", "Ã"]), dict(after="42"), dict(cursor="tsk_x")])
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_list_refuses_names_outside_the_grammar_before_any_sql(client: Client, filters):
     with pytest.raises(InvalidRequest):
         client.list(**filters)
+
+
+def test_after_is_the_deprecated_name_of_cursor(client: Client):
+    ids = [client.submit("billing", "k", {"n": n})["task_id"] for n in range(3)]
+    with pytest.warns(DeprecationWarning, match="cursor="):
+        page = client.list(limit=1, after=ids[0])
+    assert [t["task_id"] for t in page["tasks"]] == [ids[1]]
+    with pytest.raises(InvalidRequest), pytest.warns(DeprecationWarning):
+        client.list(after=ids[0], cursor=ids[1])
+
+
+def test_the_cancel_reason_shown_is_the_one_given(client: Client):
+    task_id = client.submit("billing", "k", {})["task_id"]
+    with pytest.raises(InvalidRequest, match="255"):
+        client.cancel(task_id, reason="r" * 256)
+    reason = "customer asked: " + "é" * 239  # 255 characters, not 255 bytes
+    assert client.cancel(task_id, reason=reason)["cancel"]["reason"] == reason
+    assert client.get(task_id)["cancel"]["reason"] == reason

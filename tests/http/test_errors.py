@@ -229,3 +229,30 @@ def test_only_a_lost_connection_is_an_outage():
         failure = database_error(defect)
         assert failure is not None and failure.status == 500 and failure.code == "internal"
     assert database_error(ValueError("not a database error")) is None
+
+
+async def test_a_refusal_never_offers_an_empty_list_of_names(http, tokens):
+    task_id = (await http.post("/v1/tasks", token=tokens["operator"], json_body=OK)).json()["task_id"]
+    retry = await http.post(f"/v1/tasks/{task_id}/retry", token=tokens["operator"], json_body={"now": True})
+    queues = await http.get("/v1/queues?colour=red", token=tokens["operator"])
+    for reply, text in ((retry, "this takes no fields"), (queues, "this takes no query parameters")):
+        assert reply.status == 400 and text in reply.error["message"], reply.error
+        assert not reply.error["message"].rstrip().endswith("allowed:"), reply.error
+
+
+async def test_the_cancel_reason_shown_by_get_and_task_show_is_the_one_given(http, tokens, db):
+    import subprocess
+    import sys
+
+    task_id = (await http.post("/v1/tasks", token=tokens["operator"], json_body=OK)).json()["task_id"]
+    too_long = await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"], json_body={"reason": "r" * 256})
+    assert too_long.status == 400 and "255" in too_long.error["message"]
+    reason = "customer asked: " + "ü" * 239
+    cancelled = await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"], json_body={"reason": reason})
+    assert cancelled.status == 200 and cancelled.json()["cancel"]["reason"] == reason
+    shown = await http.get(f"/v1/tasks/{task_id}", token=tokens["operator"])
+    assert shown.json()["cancel"]["reason"] == reason
+    cli = await trio.to_thread.run_sync(lambda: subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "task", "show", task_id, "--database-url", db.url(redact=False)],
+        capture_output=True, text=True, timeout=60))
+    assert cli.returncode == 0 and json.loads(cli.stdout)["cancel"]["reason"] == reason
