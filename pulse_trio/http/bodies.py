@@ -5,7 +5,9 @@ from ``Content-Length`` and again while reading, before any parsing. It
 must be UTF-8 and strict JSON as the worker contract's scanner defines it
 (no duplicate keys, no NaN, no lone surrogates, bounded depth); objects are
 closed: an unknown field is an error, not something silently ignored.
-JSON types are exact: ``1.0`` or ``true`` is not an integer. An optional
+An integer field takes what JSON Schema calls an integer: any number
+without a fractional part (``1``, ``1.0`` and ``1e0`` are the same), never
+``true``. An optional
 field given as ``null`` counts as not given (``payload`` excepted: ``null``
 is a payload like any other JSON value).
 """
@@ -113,11 +115,11 @@ def _number(body: dict[str, Any], field: ranges.Range) -> int | float | None:
     if value is None:
         return None
     if isinstance(value, JsonNumber):
-        if field.integer and not value.is_integer_token:
-            raise bad_request(f"{field.name} must be a JSON integer (no fraction, no exponent): {field.spelled}")
         value = Decimal(value.text)  # a fraction, an exponent, or a long integer: exact, then judged by range
+        if field.integer and value != value.to_integral_value():
+            raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
     elif field.integer and type(value) is not int:
-        raise bad_request(f"{field.name} must be a JSON integer (no fraction, no exponent): {field.spelled}")
+        raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
     try:
         return field.check(value)
     except ranges.OutOfRange as exc:

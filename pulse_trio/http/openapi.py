@@ -28,6 +28,9 @@ TASK_ID = {"type": "string", "pattern": r"^tsk_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
 INSTANCE_ID = {"type": "string", "pattern": r"^ins_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
 SETTING_NAME = {"type": "string", "enum": list(cs.NAMES)}
 SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS / 1000}
+#: A cluster setting's value as sent: the same bounds, to the millisecond (stated; JSON Schema's
+#: multipleOf cannot say it exactly for decimals).
+SECONDS_IN = SECONDS | {"description": "Seconds, to the millisecond (a finer value is refused)."}
 TASK_STATES = ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]
 FINISHED = list(FINISHED_STATUSES)
 
@@ -212,8 +215,11 @@ SCHEMAS: dict[str, Any] = {
     }),
     "SettingMap": _obj({"settings": {"type": "object", "additionalProperties": _ref("Setting"),
                                      "propertyNames": SETTING_NAME}}),
-    "SettingChange": _obj({"value": _nullable(SECONDS)}),
-    "SettingsChange": _obj({name: _nullable(SECONDS) for name in cs.NAMES}, [], closed=True)
+    "SettingChange": _obj({"value": _nullable(SECONDS_IN | {"description": (
+        "Seconds, to the millisecond (a finer value is refused); null only for permit_quarantine, where it "
+        "means the task's own lease ttl (for another setting it is refused).")})}),
+    "SettingsChange": _obj({name: _nullable(SECONDS_IN) if cs.BY_NAME[name].nullable else SECONDS_IN
+                            for name in cs.NAMES}, [], closed=True)
                       | {"minProperties": 1},
     "Whoami": _obj({
         "token_id": {"type": "string"},
@@ -314,7 +320,9 @@ PATHS: dict[str, Any] = {
             _responses({201: ("Task", "Created."), 200: ("Task", "Already submitted with this idempotency key.")},
                        (*_AUTH, 408, 413, 415)),
             parameters=[{"name": "Idempotency-Key", "in": "header", "required": False,
-                         "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                         "description": "The same as the `idempotency_key` field; given both, they must agree.",
+                         "schema": {"type": "string", "minLength": 1, "maxLength": 255,
+                                    "pattern": r"^[!-~]([ -~]*[!-~])?$"}}],
             requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitRequest")}}}),
         "get": _op(
             "listTasks", "List tasks",

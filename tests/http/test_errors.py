@@ -30,7 +30,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
     ('{"kind":"k"}', "invalid_request", "missing required field(s): queue"),
     ('{"queue":"billing","kind":"k","colour":"red"}', "invalid_request", "unknown field(s): colour"),
     ('{"queue":"Billing!","kind":"k"}', "invalid_request", "queue"),
-    ('{"queue":"billing","kind":"k","priority":1.0}', "invalid_request", "priority must be a JSON integer"),
+    ('{"queue":"billing","kind":"k","priority":1.5}', "invalid_request", "priority must be a JSON integer"),
     ('{"queue":"billing","kind":"k","priority":true}', "invalid_request", "priority must be a JSON integer"),
     ('{"queue":"billing","kind":"k","priority":10}', "invalid_request", "priority must be 0..9"),
     ('{"queue":"billing","kind":"k","max_attempts":0}', "invalid_request", "max_attempts"),

@@ -77,3 +77,11 @@ async def test_an_exponent_is_a_number_like_any_other(http, tokens):
     reply = await http.post("/v1/tasks", token=tokens["operator"], body='{"queue":"billing","kind":"k","delay":1e3}',
                             headers=JSON_HEADERS)
     assert reply.status == 201 and reply.json()["state"] == "SCHEDULED", reply.body
+
+
+async def test_an_integer_is_what_json_schema_calls_one(http, tokens):
+    """The document says ``"type": "integer"``, which 1.0 and 1e0 satisfy: so does the server."""
+    for text in ("1.0", "1e0", "10E-1"):
+        reply = await http.post("/v1/tasks", token=tokens["operator"], headers=JSON_HEADERS,
+                                body='{"queue":"billing","kind":"k","priority":' + text + ',"max_attempts":2.0}')
+        assert reply.status == 201 and reply.json()["priority"] == 1 and reply.json()["max_attempts"] == 2, reply.body
