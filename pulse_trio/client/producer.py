@@ -23,7 +23,7 @@ from typing import Any
 
 from pulse_trio import cluster_settings
 from pulse_trio.client import queries, ranges
-from pulse_trio.contract.grammar import TASK_PREFIX, is_queue, is_resource_id, is_text
+from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_queue, is_resource_id, is_text
 from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
@@ -71,6 +71,12 @@ def check_name(what: str, value: Any) -> str:
         shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
         raise InvalidRequest(f"{what} {shown} is not a {what} name ({NAME_RULE})")
     return value
+
+
+def _task_id(task_id: Any) -> None:
+    """A string that cannot be a task id names no task (TaskNotFound), and never reaches SQL."""
+    if type(task_id) is not str or not is_resource_id(task_id, TASK_PREFIX):
+        raise TaskNotFound(str(task_id)[:80])
 
 
 def check_list_filters(*, queue: str | None, state: str | None, kind: str | None, idempotency_key: str | None,
@@ -245,6 +251,7 @@ class Client:
     # -- reading -----------------------------------------------------------------
     def get_json_text(self, task_id: str) -> str:
         """The task view as JSON text (payload and result embedded verbatim)."""
+        _task_id(task_id)
         view = self.store.run_sync(get_task, task_id=task_id)
         if view is None:
             raise TaskNotFound(task_id)
@@ -295,6 +302,8 @@ class Client:
 
     def drain(self, instance_id: str, *, now: dt.datetime | None = None) -> dict[str, Any]:
         """Operator drain: no new tasks for this instance (its leases continue) until its session ends."""
+        if type(instance_id) is not str or not is_resource_id(instance_id, INSTANCE_PREFIX):
+            raise ClientError(INSTANCE_NOT_FOUND, f"no worker instance {str(instance_id)[:80]}")
         result = self.store.run_sync(operator_drain, instance_id=instance_id, now=now or self.now())
         if isinstance(result, Refusal):
             if result.code == INSTANCE_NOT_FOUND:
@@ -311,6 +320,7 @@ class Client:
     def request_cancel(self, task_id: str, *, reason: str = "", requested_by: str = "",
                        now: dt.datetime | None = None) -> bool:
         """:meth:`cancel` without reading the task back; True if this call saved the intent."""
+        _task_id(task_id)
         if type(reason) is not str or len(reason) > ranges.MAX_CANCEL_REASON_CHARS:
             raise InvalidRequest(f"reason must be text of at most {ranges.MAX_CANCEL_REASON_CHARS} characters")
         if not is_text(reason, ranges.MAX_CANCEL_REASON_CHARS):
@@ -328,6 +338,7 @@ class Client:
 
     def request_retry(self, task_id: str, *, now: dt.datetime | None = None) -> tuple[str, bool]:
         """:meth:`retry` without reading the new task back: its id, and whether this call made it."""
+        _task_id(task_id)
         result = self.store.run_sync(retry_task, source_task_id=task_id, now=now or self.now())
         if isinstance(result, Refusal):
             if result.code == TASK_NOT_FOUND:

@@ -132,3 +132,14 @@ def test_the_cancel_reason_shown_is_the_one_given(client: Client):
     reason = "customer asked: " + "é" * 239  # 255 characters, not 255 bytes
     assert client.cancel(task_id, reason=reason)["cancel"]["reason"] == reason
     assert client.get(task_id)["cancel"]["reason"] == reason
+
+
+@pytest.mark.parametrize("task_id", ["Ã", "", "tsk_" + "é" * 26, "tsk_01J00000000000000000000000\n"])
+def test_a_string_that_cannot_be_a_task_id_names_no_task(client: Client, task_id):
+    """Not a database error (a collation clash with the ascii id column): simply no such task."""
+    for call in (client.get, client.cancel, client.retry):
+        with pytest.raises(TaskNotFound):
+            call(task_id)
+    with pytest.raises(ClientError) as refused:
+        client.drain("ins_Ã")
+    assert refused.value.code == "instance_not_found"
