@@ -116,7 +116,9 @@ SCHEMAS: dict[str, Any] = {
         "status": {"type": "string", "enum": FINISHED},
         "error_code": _nullable({"type": "string"}),
         "error_message": _nullable({"type": "string"}),
-        "result": {"description": "The handler's result (any JSON) or null."},
+        "result": {"description": "The handler's result (any JSON). A CANCELLED task no handler finished "
+                                  "(cancelled before start, or its grace ran out) shows {}, what a handler that "
+                                  "stops on request reports; any other outcome no handler produced shows null."},
         "retryable": {"type": "boolean"},
         "effect_uncertain": {"type": "boolean"},
     }),
