@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Final
 
 from pulse_trio.contract.limits import MAX_INT32, MAX_PRIORITY, MIN_PRIORITY
@@ -96,7 +96,7 @@ class Range:
             raise OutOfRange(f"{self.name} must not be negative: {self.spelled}")
         if not self.lo <= number <= self.hi:
             bounds = f"{_plain(self.lo)}..{_plain(self.hi)}" if self.integer else self.spelled
-            raise OutOfRange(f"{self.name} must be {bounds} (got {_plain(number)[:40]})")
+            raise OutOfRange(f"{self.name} must be {bounds} (got {_shown(number)})")
         return int(number) if self.integer else float(number)
 
     def check_text(self, text: str) -> int | float:
@@ -112,7 +112,7 @@ class Range:
                 raise OutOfRange(f"{self.name} must be {self.spelled} (got {text[:40]})") from None
         try:
             number = Decimal(text) if text.isascii() else Decimal("nan")
-        except InvalidOperation:
+        except ArithmeticError:  # InvalidOperation, or an exponent beyond what Decimal holds
             raise OutOfRange(f"{self.name} must be a number: {self.spelled}") from None
         return self.check(number)
 
@@ -135,6 +135,12 @@ class Range:
 
 def _number(value: Decimal) -> int | float:
     return int(value) if value == value.to_integral_value() else float(value)
+
+
+def _shown(value: Decimal) -> str:
+    """A refused value for a message: plain digits when short enough, else scientific; at most 40 characters."""
+    text = format(value, "f") if value.is_finite() and -12 <= value.adjusted() <= 30 else str(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _plain(value: Decimal) -> str:

@@ -114,16 +114,18 @@ def _number(body: dict[str, Any], field: ranges.Range) -> int | float | None:
     value = body.get(field.name)
     if value is None:
         return None
-    if isinstance(value, JsonNumber):
-        value = Decimal(value.text)  # a fraction, an exponent, or a long integer: exact, then judged by range
-        if field.integer and value != value.to_integral_value():
-            raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
-    elif field.integer and type(value) is not int:
-        raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
     try:
+        if isinstance(value, JsonNumber):
+            value = Decimal(value.text)  # a fraction, an exponent, or a long integer: exact, then judged by range
+            if field.integer and value != value.to_integral_value():
+                raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
+        elif field.integer and type(value) is not int:
+            raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
         return field.check(value)
     except ranges.OutOfRange as exc:
         raise bad_request(str(exc)) from None
+    except ArithmeticError:  # an exponent beyond what Decimal holds: far outside any range
+        raise bad_request(f"{field.name} must be {field.spelled}") from None
 
 
 def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:

@@ -30,6 +30,10 @@ JSON_HEADERS = {"Content-Type": "application/json"}
     ('{"backoff_factor": 1e308}', "backoff_factor must be 1..100"),
     ('{"due_at": "0001-01-01T00:00:00Z", "priority": 9}', "due_at must not be before 1970-01-01"),
     ('{"delay": 5, "due_at": "2099-01-01T00:00:00Z"}', "not both"),
+    ('{"delay": 1e999999999999}', "delay must be 0..315360000 seconds (got 1E+999999999999)"),
+    ('{"priority": 1e99999999999999999999}', "priority must be an integer 0..9"),
+    ('{"lease_ttl": -1e99999999999999999999}', "lease_ttl must be"),
+    ('{"max_attempts": 1e-99999999999999999999}', "max_attempts must be"),
 ])
 async def test_out_of_range_numbers_are_400_never_5xx(http, tokens, body, fragment):
     text = '{"queue":"billing","kind":"k",' + body[1:]
