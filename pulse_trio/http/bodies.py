@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -137,6 +138,11 @@ def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
+#: What the ``Idempotency-Key`` header may hold: printable ASCII, blanks only inside (HTTP strips them at
+#: the ends, so a key that began or ended with one could not arrive intact).
+IDEMPOTENCY_HEADER_PATTERN = r"^[!-~]([\t -~]*[!-~])?$"
+IDEMPOTENCY_HEADER = re.compile(IDEMPOTENCY_HEADER_PATTERN)
+
 SUBMIT_FIELDS = frozenset({
     "queue", "kind", "payload", "priority", "delay", "due_at", "idempotency_key", "concurrency_key",
     "concurrency_limit", "max_attempts", "retry_uncertain", "lease_ttl", "backoff_initial", "backoff_factor",
@@ -158,6 +164,9 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
     _closed(body, SUBMIT_FIELDS, ("queue", "kind"))
     key = _string(body, "idempotency_key")
     if idempotency_header is not None:
+        if IDEMPOTENCY_HEADER.fullmatch(idempotency_header) is None or len(idempotency_header) > 255:
+            raise bad_request("the Idempotency-Key header must be 1-255 printable ASCII characters (tabs and spaces "
+                              "only inside); send any other key as the idempotency_key field")
         if key is not None and key != idempotency_header:
             raise bad_request("the Idempotency-Key header and the idempotency_key field disagree")
         key = idempotency_header

@@ -17,7 +17,9 @@ from typing import Any
 from pulse_trio import __version__ as VERSION
 from pulse_trio import cluster_settings as cs
 from pulse_trio.client import ranges
+from pulse_trio.contract import limits as lim
 from pulse_trio.http.auth import PERMISSIONS
+from pulse_trio.http.bodies import IDEMPOTENCY_HEADER_PATTERN
 from pulse_trio.http.throughput import WINDOW_MINUTES
 from pulse_trio.store.dashboard import FINISHED_STATUSES
 
@@ -61,8 +63,11 @@ SCHEMAS: dict[str, Any] = {
     "SubmitRequest": _obj({
         "queue": NAME,
         "kind": NAME,
-        "payload": {"description": "Any JSON (default `{}`), at most 256 KiB as compact UTF-8; stored and "
-                                   "delivered digit for digit."},
+        "payload": {"description": f"Any JSON (default `{{}}`), at most {lim.MAX_PAYLOAD_BYTES // 1024} KiB as "
+                                   f"compact UTF-8 (else 413) and {lim.MAX_PAYLOAD_DEPTH} levels deep; every "
+                                   f"number with a decimal exponent within ±{lim.MAX_NUMBER_EXPONENT} and at most "
+                                   f"{lim.MAX_INTEGER_DIGITS} integer digits, so that any consumer can read it "
+                                   "(else 400). Stored and delivered digit for digit."},
         "priority": _nullable(ranges.PRIORITY.schema("Higher first; each level is worth the cluster's "
                                                      "priority_step of waiting.")),
         "delay": _nullable(ranges.DELAY.schema("Due this many seconds from now (not with due_at).")),
@@ -324,7 +329,7 @@ PATHS: dict[str, Any] = {
             parameters=[{"name": "Idempotency-Key", "in": "header", "required": False,
                          "description": "The same as the `idempotency_key` field; given both, they must agree.",
                          "schema": {"type": "string", "minLength": 1, "maxLength": 255,
-                                    "pattern": r"^[!-~]([ -~]*[!-~])?$"}}],
+                                    "pattern": IDEMPOTENCY_HEADER_PATTERN}}],
             requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitRequest")}}}),
         "get": _op(
             "listTasks", "List tasks",

@@ -256,3 +256,11 @@ async def test_the_cancel_reason_shown_by_get_and_task_show_is_the_one_given(htt
         [sys.executable, "-m", "pulse_trio", "task", "show", task_id, "--database-url", db.url(redact=False)],
         capture_output=True, text=True, timeout=60))
     assert cli.returncode == 0 and json.loads(cli.stdout)["cancel"]["reason"] == reason
+
+
+async def test_an_idempotency_key_header_outside_its_documented_pattern_is_400(http, tokens):
+    inside = await http.post("/v1/tasks", token=tokens["operator"], json_body=OK, headers={"Idempotency-Key": "a\tb c"})
+    assert inside.status == 201 and inside.json()["idempotency_key"] == "a\tb c", inside.body
+    for value in ("caf\xe9", "x" * 256):
+        reply = await http.post("/v1/tasks", token=tokens["operator"], json_body=OK, headers={"Idempotency-Key": value})
+        assert reply.status == 400 and "Idempotency-Key header" in reply.error["message"], (value[:10], reply.body)
