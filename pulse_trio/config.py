@@ -87,6 +87,11 @@ class Settings:
     permit_quarantine: float | None = _default("permit_quarantine")  # None: the task's own lease ttl
     priority_step: float = _default("priority_step")
     hello_timeout: float = 10.0
+    # HTTP API connections: an idle one (no request under way, or a request
+    # whose headers have not all arrived) is closed after http_idle_timeout; a
+    # request body must arrive within http_body_timeout (else 408, closed).
+    http_idle_timeout: float = 5.0
+    http_body_timeout: float = 10.0
     ping_interval: float = 20.0
     poll_interval: float = 0.05
     # Server-process liveness: heartbeat this often; another instance declares
@@ -144,6 +149,10 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
        + "; given, it is written to the cluster at start, else the cluster's value applies")
       for s in cs.SETTINGS),
     ("--hello-timeout", "hello_timeout", parse_seconds, "seconds a new connection has to send worker.hello"),
+    ("--http-idle-timeout", "http_idle_timeout", parse_seconds,
+     "seconds an HTTP connection may stay open without a request under way, or take to send a request's headers"),
+    ("--http-body-timeout", "http_body_timeout", parse_seconds,
+     "seconds an HTTP request's body may take to arrive (else 408 and the connection is closed)"),
     ("--ping-interval", "ping_interval", parse_seconds, "seconds between WebSocket pings"),
     ("--poll-interval", "poll_interval", parse_seconds, "seconds between dispatcher polls for new work"),
     ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB when this command starts it "

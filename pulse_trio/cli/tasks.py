@@ -14,11 +14,11 @@ import sys
 from collections.abc import Iterator
 
 from pulse_trio import cluster_settings as cs
-from pulse_trio import config as cfg
 from pulse_trio.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, add_database_options,
                                    add_inherited_database_options, database, fail, run_guarded)
 from pulse_trio.cli.output import Column, add_format_option, print_json, print_table, with_field, write_json_text
 from pulse_trio.client import Client, ClientError, TaskNotFound, queries
+from pulse_trio.client import ranges
 from pulse_trio.client.producer import build_task
 from pulse_trio.store.results import INSTANCE_NOT_FOUND
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id, parse_time
@@ -58,24 +58,28 @@ def register(commands: argparse._SubParsersAction) -> None:
     payload = submit.add_mutually_exclusive_group()
     payload.add_argument("--payload", metavar="JSON", help="the task input, inline (default {})")
     payload.add_argument("--payload-file", metavar="PATH", help="read the payload from a file ('-' for stdin)")
-    submit.add_argument("--priority", type=int, default=0, help="0-9, higher first (default 0)")
+    submit.add_argument("--priority", type=ranges.PRIORITY.argparse_type(), default=0,
+                        help=f"{ranges.PRIORITY.spelled}, higher first (default 0)")
     when = submit.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=float, metavar="SECONDS", help="due this many seconds from now")
+    when.add_argument("--delay", type=ranges.DELAY.argparse_type(), metavar="SECONDS",
+                      help=f"due this many seconds from now ({ranges.DELAY.spelled})")
     when.add_argument("--due-at", metavar="TIME", help="due at this UTC RFC 3339 time")
     submit.add_argument("--idempotency-key", help="business identity; a repeat returns the existing task")
     submit.add_argument("--concurrency-key", help="run while fewer than --concurrency-limit of this key run")
-    submit.add_argument("--concurrency-limit", type=int, default=1,
-                        help="tasks of one --concurrency-key that may run at once")
-    submit.add_argument("--max-attempts", type=int, default=3, help="attempts before the task ends FAILED")
+    submit.add_argument("--concurrency-limit", type=ranges.CONCURRENCY_LIMIT.argparse_type(), default=1,
+                        help=f"{ranges.CONCURRENCY_LIMIT.spelled} (default 1)")
+    submit.add_argument("--max-attempts", type=ranges.MAX_ATTEMPTS.argparse_type(), default=3,
+                        help=f"{ranges.MAX_ATTEMPTS.spelled} (default 3)")
     submit.add_argument("--retry-uncertain", action="store_true",
                         help="the handler is safe to run again after a lost lease")
-    submit.add_argument("--lease-ttl", type=cfg.parse_seconds, metavar="SECONDS",
-                        help="this task's lease ttl (default: the cluster's lease_ttl)")
-    submit.add_argument("--backoff-initial", type=cfg.parse_seconds, metavar="SECONDS",
-                        help="first retry delay after a retryable failure (default 1)")
-    submit.add_argument("--backoff-factor", type=float, metavar="X",
-                        help="each further retry waits X times longer (default 2)")
-    submit.add_argument("--backoff-max", type=cfg.parse_seconds, metavar="SECONDS",
+    submit.add_argument("--lease-ttl", type=ranges.LEASE_TTL.argparse_type(), metavar="SECONDS",
+                        help=f"this task's lease ttl, {ranges.LEASE_TTL.spelled} (default: the cluster's lease_ttl)")
+    submit.add_argument("--backoff-initial", type=ranges.BACKOFF_INITIAL.argparse_type(), metavar="SECONDS",
+                        help=f"first retry delay after a retryable failure, {ranges.BACKOFF_INITIAL.spelled} "
+                             "(default 1)")
+    submit.add_argument("--backoff-factor", type=ranges.BACKOFF_FACTOR.argparse_type(), metavar="X",
+                        help=f"each further retry waits X times longer, {ranges.BACKOFF_FACTOR.spelled} (default 2)")
+    submit.add_argument("--backoff-max", type=ranges.BACKOFF_MAX.argparse_type(), metavar="SECONDS",
                         help="the longest retry delay (default 300, or --backoff-initial if longer)")
     add_database_options(submit)
     _add_deprecated(submit, DEPRECATED["submit"])
@@ -90,7 +94,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     listing.add_argument("--idempotency-key", help="the task submitted with this key")
     listing.add_argument("--order", choices=queries.LIST_ORDERS, default="oldest", help="by creation")
     listing.add_argument("--cursor", metavar="TASK_ID", help="start after this task: a previous page's `next`")
-    listing.add_argument("--limit", type=_limit, default=100, help="tasks per page, 1..1000")
+    listing.add_argument("--limit", type=ranges.LIST_LIMIT.argparse_type(), default=ranges.LIST_LIMIT.default,
+                         help=f"tasks per page, {ranges.LIST_LIMIT.spelled}")
     add_format_option(listing)
     add_database_options(listing)
     listing.set_defaults(run=run_guarded(_list))
@@ -129,16 +134,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_format_option(queues)
     add_database_options(queues)
     queues.set_defaults(run=run_guarded(_queues))
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= value <= 1000:
-        raise argparse.ArgumentTypeError("limit must be 1..1000")
-    return value
 
 
 def _read_payload(args: argparse.Namespace) -> str:

@@ -17,15 +17,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pulse_trio import cluster_settings
-from pulse_trio.client import queries
+from pulse_trio.client import queries, ranges
+from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_queue, is_resource_id, is_text
 from pulse_trio.contract.jsontext import JsonText
-from pulse_trio.contract.limits import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
+from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store import Store
@@ -38,6 +38,8 @@ from pulse_trio.store.tx import Tx
 from pulse_trio.store.views import get_task
 
 UTC = dt.timezone.utc
+#: NewTask's default first backoff step, in milliseconds.
+DEFAULT_BACKOFF_INITIAL_MS = next(f.default for f in dataclasses.fields(NewTask) if f.name == "backoff_initial_ms")
 
 
 class ClientError(Exception):
@@ -57,6 +59,49 @@ class TaskNotFound(ClientError):
 class InvalidRequest(ClientError):
     def __init__(self, message: str) -> None:
         super().__init__("invalid_request", message)
+
+
+#: The rule of queue and kind names, for messages (the grammar itself is pulse_trio.contract.grammar).
+NAME_RULE = "1-64 of a-z 0-9 _ . -, starting with a letter or digit"
+
+
+def check_name(what: str, value: Any) -> str:
+    """A queue or kind name by the protocol's grammar; InvalidRequest before any SQL sees it."""
+    if type(value) is not str or not is_queue(value):
+        shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
+        raise InvalidRequest(f"{what} {shown} is not a {what} name ({NAME_RULE})")
+    return value
+
+
+def _task_id(task_id: Any) -> None:
+    """A string that cannot be a task id names no task (TaskNotFound), and never reaches SQL."""
+    if type(task_id) is not str or not is_resource_id(task_id, TASK_PREFIX):
+        raise TaskNotFound(str(task_id)[:80])
+
+
+def check_list_filters(*, queue: str | None, state: str | None, kind: str | None, idempotency_key: str | None,
+                       cursor: str | None, limit: int, order: str) -> None:
+    """The filters of a task listing, each by its rule (InvalidRequest): what the HTTP query and ``list`` share."""
+    if queue is not None:
+        check_name("queue", queue)
+    if kind is not None:
+        check_name("kind", kind)
+    if state is not None and state not in queries.TASK_STATES:
+        raise InvalidRequest(f"state must be one of {', '.join(queries.TASK_STATES)}")
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidRequest(f"idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} characters")
+    if cursor is not None and (type(cursor) is not str or not is_resource_id(cursor, TASK_PREFIX)):
+        raise InvalidRequest("cursor must be the `next` value of a previous page")
+    if order not in queries.LIST_ORDERS:
+        raise InvalidRequest(f"order must be one of {', '.join(queries.LIST_ORDERS)}")
+    _in_range(ranges.LIST_LIMIT, limit)
+
+
+def _in_range(field: ranges.Range, value: Any) -> Any:
+    try:
+        return field.check(value)
+    except ranges.OutOfRange as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 def canonical_payload(payload: Any = None, *, payload_json: str | None = None) -> str:
@@ -80,46 +125,58 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
              now: dt.datetime | None = None) -> NewTask:
     """A validated task to submit; raises InvalidRequest before anything is written.
 
-    The retry backoff (``backoff_initial`` and ``backoff_max`` in seconds,
-    ``backoff_factor`` a multiplier; defaults 1 s, ×2, 300 s) spaces the
-    attempts of a task whose handler fails with ``retryable: true``.
+    Every number is held to its range in :mod:`pulse_trio.client.ranges`
+    (the same the HTTP API and its OpenAPI document use). The retry backoff
+    (``backoff_initial`` and ``backoff_max`` in seconds, ``backoff_factor`` a
+    multiplier; defaults 1 s, ×2, 300 s) spaces the attempts of a task whose
+    handler fails with ``retryable: true``.
     """
     now = now or dt.datetime.now(UTC)
+    check_name("queue", queue)
+    check_name("kind", kind)
     if delay is not None and due_at is not None:
         raise InvalidRequest("give delay or due_at, not both")
     if delay is not None:
-        if delay < 0:
-            raise InvalidRequest("delay must not be negative")
-        due_at = now + dt.timedelta(seconds=delay)
-    if due_at is not None and due_at.tzinfo is None:
-        raise InvalidRequest("due_at must carry a time zone (UTC)")
+        due_at = now + dt.timedelta(seconds=_in_range(ranges.DELAY, delay))
+    if due_at is not None:
+        if due_at.tzinfo is None:
+            raise InvalidRequest("due_at must carry a time zone (UTC)")
+        if due_at < ranges.EARLIEST_DUE_AT:
+            raise InvalidRequest(f"due_at must not be before {ranges.EARLIEST_DUE_AT:%Y-%m-%d} (UTC)")
     try:
         return NewTask(
             queue=queue, kind=kind, payload_json=canonical_payload(payload, payload_json=payload_json),
-            priority=priority, due_at=due_at, idempotency_key=idempotency_key,
-            concurrency_key=concurrency_key, concurrency_limit=concurrency_limit, max_attempts=max_attempts,
-            retry_uncertain=retry_uncertain,
-            lease_ttl_ms=None if lease_ttl is None else max(1, round(lease_ttl * 1000)),
+            priority=_in_range(ranges.PRIORITY, priority), due_at=due_at, idempotency_key=idempotency_key,
+            concurrency_key=concurrency_key, concurrency_limit=_in_range(ranges.CONCURRENCY_LIMIT, concurrency_limit),
+            max_attempts=_in_range(ranges.MAX_ATTEMPTS, max_attempts), retry_uncertain=retry_uncertain,
+            lease_ttl_ms=None if lease_ttl is None else _milliseconds(ranges.LEASE_TTL, lease_ttl),
             **_backoff(backoff_initial, backoff_factor, backoff_max),
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
 
 
+def _milliseconds(field: ranges.Range, seconds: Any) -> int:
+    try:
+        return field.milliseconds(seconds)
+    except ranges.OutOfRange as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
 def _backoff(initial: float | None, factor: float | None, maximum: float | None) -> dict[str, Any]:
     """The given backoff settings as NewTask fields (milliseconds); the rest keep NewTask's defaults."""
     fields: dict[str, Any] = {}
-    for name, seconds in (("backoff_initial_ms", initial), ("backoff_max_ms", maximum)):
+    for name, field, seconds in (("backoff_initial_ms", ranges.BACKOFF_INITIAL, initial),
+                                 ("backoff_max_ms", ranges.BACKOFF_MAX, maximum)):
         if seconds is not None:
-            if not math.isfinite(seconds) or seconds < 0:
-                raise ValueError(f"{name[:-3]} must be a finite, non-negative number of seconds")
-            fields[name] = round(seconds * 1000)
+            fields[name] = _milliseconds(field, seconds)
     if factor is not None:
-        if not math.isfinite(factor):
-            raise ValueError("backoff_factor must be a finite number")
-        fields["backoff_factor"] = float(factor)
+        fields["backoff_factor"] = float(_in_range(ranges.BACKOFF_FACTOR, factor))
     if "backoff_max_ms" not in fields and fields.get("backoff_initial_ms", 0) > DEFAULT_BACKOFF_MAX_MS:
         fields["backoff_max_ms"] = fields["backoff_initial_ms"]  # a long first step raises the default cap
+    if "backoff_initial_ms" not in fields and fields.get("backoff_max_ms", DEFAULT_BACKOFF_INITIAL_MS) < \
+            DEFAULT_BACKOFF_INITIAL_MS:
+        fields["backoff_initial_ms"] = fields["backoff_max_ms"]  # a short cap shortens the default first step
     return fields
 
 
@@ -194,6 +251,7 @@ class Client:
     # -- reading -----------------------------------------------------------------
     def get_json_text(self, task_id: str) -> str:
         """The task view as JSON text (payload and result embedded verbatim)."""
+        _task_id(task_id)
         view = self.store.run_sync(get_task, task_id=task_id)
         if view is None:
             raise TaskNotFound(task_id)
@@ -203,22 +261,26 @@ class Client:
         return json.loads(self.get_json_text(task_id))
 
     def list(self, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
-             idempotency_key: str | None = None, after: str | None = None, limit: int = 100,
-             queues: Sequence[str] | None = None, order: str = "oldest") -> dict[str, Any]:
-        """A page of tasks, oldest first (``order="newest"``: newest first); ``next`` is the following page's cursor.
+             idempotency_key: str | None = None, cursor: str | None = None, limit: int = ranges.DEFAULT_PAGE,
+             queues: Sequence[str] | None = None, order: str = "oldest", after: str | None = None) -> dict[str, Any]:
+        """A page of tasks, oldest first (``order="newest"``: newest first); ``next`` is the following page's ``cursor``.
 
         ``queues`` narrows the listing to those queues (a queue-scoped token's).
+        ``after`` is the old name of ``cursor``: deprecated, still accepted.
         """
-        if state is not None and state not in queries.TASK_STATES:
-            raise InvalidRequest(f"state must be one of {', '.join(queries.TASK_STATES)}")
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
-            raise InvalidRequest("idempotency_key must be 1-255 characters")
-        if order not in queries.LIST_ORDERS:
-            raise InvalidRequest(f"order must be one of {', '.join(queries.LIST_ORDERS)}")
-        if not 1 <= limit <= 1000:
-            raise InvalidRequest("limit must be 1..1000")
+        if after is not None:
+            warnings.warn("Client.list(after=...) is deprecated: pass cursor=, the name the HTTP API uses",
+                          DeprecationWarning, stacklevel=2)
+            if cursor is not None and cursor != after:
+                raise InvalidRequest("give cursor or after (its deprecated name), not both")
+            cursor = after
+        check_list_filters(queue=queue, state=state, kind=kind, idempotency_key=idempotency_key, cursor=cursor,
+                           limit=limit, order=order)
+        for name in queues or ():
+            if not is_queue(name):
+                raise InvalidRequest(f"queue {name[:80]!r} is not a queue name ({NAME_RULE})")
         rows = self.store.run_sync(queries.list_tasks, queue=queue, state=state, kind=kind,
-                                   idempotency_key=idempotency_key, after=after, limit=limit + 1, queues=queues,
+                                   idempotency_key=idempotency_key, after=cursor, limit=limit + 1, queues=queues,
                                    order=order)
         page = rows[:limit]
         return {
@@ -240,6 +302,8 @@ class Client:
 
     def drain(self, instance_id: str, *, now: dt.datetime | None = None) -> dict[str, Any]:
         """Operator drain: no new tasks for this instance (its leases continue) until its session ends."""
+        if type(instance_id) is not str or not is_resource_id(instance_id, INSTANCE_PREFIX):
+            raise ClientError(INSTANCE_NOT_FOUND, f"no worker instance {str(instance_id)[:80]}")
         result = self.store.run_sync(operator_drain, instance_id=instance_id, now=now or self.now())
         if isinstance(result, Refusal):
             if result.code == INSTANCE_NOT_FOUND:
@@ -256,6 +320,11 @@ class Client:
     def request_cancel(self, task_id: str, *, reason: str = "", requested_by: str = "",
                        now: dt.datetime | None = None) -> bool:
         """:meth:`cancel` without reading the task back; True if this call saved the intent."""
+        _task_id(task_id)
+        if type(reason) is not str or len(reason) > ranges.MAX_CANCEL_REASON_CHARS:
+            raise InvalidRequest(f"reason must be text of at most {ranges.MAX_CANCEL_REASON_CHARS} characters")
+        if not is_text(reason, ranges.MAX_CANCEL_REASON_CHARS):
+            raise InvalidRequest("reason must not hold lone surrogates")
         result = self.store.run_sync(request_cancel, task_id=task_id, now=now or self.now(), reason=reason,
                                      requested_by=requested_by)
         if isinstance(result, Refusal):
@@ -269,6 +338,7 @@ class Client:
 
     def request_retry(self, task_id: str, *, now: dt.datetime | None = None) -> tuple[str, bool]:
         """:meth:`retry` without reading the new task back: its id, and whether this call made it."""
+        _task_id(task_id)
         result = self.store.run_sync(retry_task, source_task_id=task_id, now=now or self.now())
         if isinstance(result, Refusal):
             if result.code == TASK_NOT_FOUND:

@@ -26,10 +26,11 @@ from starlette.responses import Response
 
 from pulse_trio import tokens
 from pulse_trio.client import Client
-from pulse_trio.client.producer import ClientError, build_task
-from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id
+from pulse_trio.client import ranges
+from pulse_trio.client.producer import ClientError, build_task, check_list_filters
+from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX
 from pulse_trio.http import auth, bodies
-from pulse_trio.http.errors import JSON, ApiError, bad_request, not_found, unauthenticated
+from pulse_trio.http.errors import JSON, ApiError, not_found, unauthenticated
 from pulse_trio.store.views import TaskView, get_task
 
 if TYPE_CHECKING:
@@ -115,17 +116,16 @@ class TaskApi:
     async def list(self, request: Request) -> Response:
         info = await self.authenticate(request, "list")
         params = bodies.query(request, LIST_PARAMS)
-        queue = params.get("queue")
+        queue, cursor, order = params.get("queue"), params.get("cursor"), params.get("order", "oldest")
+        limit = bodies.query_number(params, ranges.LIST_LIMIT)
+        filters = dict(queue=queue, state=params.get("state"), kind=params.get("kind"),
+                       idempotency_key=params.get("idempotency_key"))
+        # Every filter by its rule before the token's queues are judged, and before any SQL.
+        check_list_filters(**filters, cursor=cursor, limit=limit, order=order)
         if queue is not None:
             auth.require_queue(info, queue)
-        cursor = params.get("cursor")
-        if cursor is not None and not is_resource_id(cursor, TASK_PREFIX):
-            raise bad_request("cursor must be the `next` value of a previous page")
-        page = await self.blocking(
-            self.client.list, queue=queue, state=params.get("state"), kind=params.get("kind"),
-            idempotency_key=params.get("idempotency_key"), after=cursor,
-            limit=bodies.query_int(params, "limit", 100, 1, 1000), order=params.get("order", "oldest"),
-            queues=auth.visible_queues(info) if queue is None else None)
+        page = await self.blocking(self.client.list, **filters, cursor=cursor, limit=limit, order=order,
+                                   queues=auth.visible_queues(info) if queue is None else None)
         return json_value(page)
 
     async def cancel(self, request: Request) -> Response:

@@ -2,8 +2,9 @@
 
 Every handler runs inside :func:`_guarded`, the one place where failures
 become answers: an :class:`ApiError` or a client refusal is its own
-status, a database failure is 503, anything else is logged with its
-traceback and answered 500 without details. Unknown paths and methods get
+status, a lost database connection is 503 (nothing else is), a value the
+database refuses is 400, anything else is logged with its traceback and
+answered 500 without details. Unknown paths and methods get
 the same JSON error shape through Starlette's HTTPException handler.
 """
 
@@ -26,8 +27,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pulse_trio.client import ClientError
 from pulse_trio.http.api import TaskApi
+from pulse_trio.http.connections import EndRefusedConnections
 from pulse_trio.http.dashboard import DashboardApi
-from pulse_trio.http.errors import ApiError, database_unavailable, error_response, from_client_error, is_database_failure
+from pulse_trio.http.errors import ApiError, database_error, error_response, from_client_error
 from pulse_trio.http.ops import OpsApi
 from pulse_trio.http.settings_api import SettingsApi
 from pulse_trio.http.security import SecurityHeaders
@@ -54,12 +56,11 @@ def _guarded(handler: Handler, metrics: ServiceMetrics) -> Handler:
         except ClientError as exc:
             failure = from_client_error(exc)
         except Exception as exc:
-            if is_database_failure(exc):
+            failure = database_error(exc) or ApiError(500, "internal", "internal error; it has been logged")
+            if failure.status == 503:
                 log.warning("database unavailable: %s", exc)
-                failure = database_unavailable()
             else:
-                log.exception("request failed")
-                failure = ApiError(500, "internal", "internal error; it has been logged")
+                log.error("request failed (%s)", failure.code, exc_info=exc)
         metrics.count_error(failure.code, "http")
         return failure.response()
 
@@ -113,8 +114,11 @@ def build_app(ctx: ServiceContext) -> Starlette:
                    405: f"{request.method} is not allowed here"}.get(exc.status_code, str(exc.detail))
         return error_response(exc.status_code, code, message, dict(exc.headers or {}))
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                     middleware=[Middleware(_AccessLog, metrics=metrics), Middleware(SecurityHeaders)])
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error},
+                    middleware=[Middleware(EndRefusedConnections, drain_timeout=ctx.settings.http_body_timeout),
+                                Middleware(_AccessLog, metrics=metrics), Middleware(SecurityHeaders)])
+    app.state.body_timeout = ctx.settings.http_body_timeout
+    return app
 
 
 class _AccessLog:

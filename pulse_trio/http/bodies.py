@@ -5,7 +5,9 @@ from ``Content-Length`` and again while reading, before any parsing. It
 must be UTF-8 and strict JSON as the worker contract's scanner defines it
 (no duplicate keys, no NaN, no lone surrogates, bounded depth); objects are
 closed: an unknown field is an error, not something silently ignored.
-JSON types are exact: ``1.0`` or ``true`` is not an integer. An optional
+An integer field takes what JSON Schema calls an integer: any number
+without a fractional part (``1``, ``1.0`` and ``1e0`` are the same), never
+``true``. An optional
 field given as ``null`` counts as not given (``payload`` excepted: ``null``
 is a payload like any other JSON value).
 """
@@ -14,18 +16,24 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from decimal import Decimal
 from typing import Any
 
-from starlette.requests import Request
+import trio
+from starlette.requests import ClientDisconnect, Request
 
+from pulse_trio.client import ranges
+from pulse_trio.client.producer import check_name
 from pulse_trio.contract.grammar import is_resource_id, parse_time
 from pulse_trio.contract.jsontext import dumps
-from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES, MAX_INT32, MAX_REASON_CHARS
+from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES
 from pulse_trio.contract.scanner import JsonNumber, ScanError, scan
 from pulse_trio.http.errors import ApiError, bad_request
 
 MAX_BODY_BYTES = MAX_FRAME_BYTES
+#: When the application does not say (``app.state.body_timeout``, from ``--http-body-timeout``).
+DEFAULT_BODY_TIMEOUT_S = 10.0
 _JSON_TYPES = ("application/json",)
 
 
@@ -45,11 +53,18 @@ async def read_json(request: Request, *, optional: bool = False) -> dict[str, An
             raise _too_large()
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise _too_large()
-        chunks.append(chunk)
+    timeout = getattr(request.app.state, "body_timeout", DEFAULT_BODY_TIMEOUT_S)
+    with trio.move_on_after(timeout) as reading:
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise _too_large()
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise bad_request("the connection closed before the body was complete", "request_incomplete") from None
+    if reading.cancelled_caught:
+        raise ApiError(408, "request_timeout", f"the request body did not arrive within {timeout:g} s")
     raw = b"".join(chunks)
     if not raw.strip() and optional:
         return {}
@@ -72,10 +87,15 @@ def _too_large() -> ApiError:
 
 # -- typed fields -----------------------------------------------------------------------------
 
+def _allowed(names: frozenset[str], what: str) -> str:
+    """The names a refusal offers instead; never an empty list."""
+    return f"allowed: {', '.join(sorted(names))}" if names else f"this takes no {what}s"
+
+
 def _closed(body: dict[str, Any], allowed: frozenset[str], required: tuple[str, ...] = ()) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise bad_request(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise bad_request(f"unknown field(s): {', '.join(unknown)}; {_allowed(allowed, 'field')}")
     missing = [name for name in required if name not in body]
     if missing:
         raise bad_request(f"missing required field(s): {', '.join(missing)}")
@@ -90,28 +110,23 @@ def _string(body: dict[str, Any], name: str, *, optional: bool = True) -> str | 
     return value
 
 
-def _integer(body: dict[str, Any], name: str, default: int, lo: int, hi: int) -> int:
-    value = body.get(name)
-    if value is None:
-        return default
-    if type(value) is not int:
-        raise bad_request(f"{name} must be a JSON integer (no fraction, no exponent)")
-    if not lo <= value <= hi:
-        raise bad_request(f"{name} must be {lo}..{hi}")
-    return value
-
-
-def _seconds(body: dict[str, Any], name: str, what: str = "a number of seconds") -> float | None:
-    value = body.get(name)
+def _number(body: dict[str, Any], field: ranges.Range) -> int | float | None:
+    """A numeric field held to its range (:mod:`pulse_trio.client.ranges`); None when not given."""
+    value = body.get(field.name)
     if value is None:
         return None
-    if type(value) is int:
-        return float(value)
-    if isinstance(value, JsonNumber):
-        number = Decimal(value.text)
-        if number.is_finite() and abs(number) < Decimal(10) ** 9:
-            return float(number)
-    raise bad_request(f"{name} must be {what}")
+    try:
+        if isinstance(value, JsonNumber):
+            value = Decimal(value.text)  # a fraction, an exponent, or a long integer: exact, then judged by range
+            if field.integer and value != value.to_integral_value():
+                raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
+        elif field.integer and type(value) is not int:
+            raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
+        return field.check(value)
+    except ranges.OutOfRange as exc:
+        raise bad_request(str(exc)) from None
+    except ArithmeticError:  # an exponent beyond what Decimal holds: far outside any range
+        raise bad_request(f"{field.name} must be {field.spelled}") from None
 
 
 def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -122,6 +137,11 @@ def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
         raise bad_request(f"{name} must be true or false")
     return value
 
+
+#: What the ``Idempotency-Key`` header may hold: printable ASCII, blanks only inside (HTTP strips them at
+#: the ends, so a key that began or ended with one could not arrive intact).
+IDEMPOTENCY_HEADER_PATTERN = r"^[!-~]([\t -~]*[!-~])?$"
+IDEMPOTENCY_HEADER = re.compile(IDEMPOTENCY_HEADER_PATTERN)
 
 SUBMIT_FIELDS = frozenset({
     "queue", "kind", "payload", "priority", "delay", "due_at", "idempotency_key", "concurrency_key",
@@ -144,6 +164,9 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
     _closed(body, SUBMIT_FIELDS, ("queue", "kind"))
     key = _string(body, "idempotency_key")
     if idempotency_header is not None:
+        if IDEMPOTENCY_HEADER.fullmatch(idempotency_header) is None or len(idempotency_header) > 255:
+            raise bad_request("the Idempotency-Key header must be 1-255 printable ASCII characters (tabs and spaces "
+                              "only inside); send any other key as the idempotency_key field")
         if key is not None and key != idempotency_header:
             raise bad_request("the Idempotency-Key header and the idempotency_key field disagree")
         key = idempotency_header
@@ -158,19 +181,15 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
             due_at = parse_time(due)
         except ValueError as exc:
             raise bad_request(f"due_at: {exc}") from None
-    lease_ttl = _seconds(body, "lease_ttl")
-    if lease_ttl is not None and lease_ttl <= 0:
-        raise bad_request("lease_ttl must be a positive number of seconds")
+    numbers = {name: _number(body, field) for name, field in ranges.SUBMIT.items()}
+    for name in ("priority", "concurrency_limit", "max_attempts"):
+        if numbers[name] is None:
+            numbers[name] = ranges.SUBMIT[name].default
     options = dict(
-        payload_json=payload_json, priority=_integer(body, "priority", 0, 0, 9), delay=_seconds(body, "delay"),
-        due_at=due_at, idempotency_key=key, concurrency_key=_string(body, "concurrency_key"),
-        concurrency_limit=_integer(body, "concurrency_limit", 1, 1, MAX_INT32),
-        max_attempts=_integer(body, "max_attempts", 3, 1, MAX_INT32),
-        retry_uncertain=_boolean(body, "retry_uncertain", False), lease_ttl=lease_ttl,
-        backoff_initial=_seconds(body, "backoff_initial"), backoff_factor=_seconds(body, "backoff_factor", "a number"),
-        backoff_max=_seconds(body, "backoff_max"),
+        payload_json=payload_json, due_at=due_at, idempotency_key=key, concurrency_key=_string(body, "concurrency_key"),
+        retry_uncertain=_boolean(body, "retry_uncertain", False), **numbers,
     )
-    return Submission(_string(body, "queue", optional=False), _string(body, "kind", optional=False), options)
+    return Submission(check_name("queue", body["queue"]), check_name("kind", body["kind"]), options)
 
 
 def no_fields(body: dict[str, Any]) -> None:
@@ -181,8 +200,8 @@ def no_fields(body: dict[str, Any]) -> None:
 def cancel_reason(body: dict[str, Any]) -> str:
     _closed(body, frozenset({"reason"}))
     reason = _string(body, "reason") or ""
-    if len(reason) > MAX_REASON_CHARS:
-        raise bad_request(f"reason is longer than {MAX_REASON_CHARS} characters")
+    if len(reason) > ranges.MAX_CANCEL_REASON_CHARS:
+        raise bad_request(f"reason is longer than {ranges.MAX_CANCEL_REASON_CHARS} characters")
     return reason
 
 
@@ -224,20 +243,22 @@ def query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
     names = [k for k, _ in items]
     unknown = sorted(set(names) - allowed)
     if unknown:
-        raise bad_request(f"unknown query parameter(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise bad_request(f"unknown query parameter(s): {', '.join(unknown)}; {_allowed(allowed, 'query parameter')}")
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise bad_request(f"query parameter(s) given twice: {', '.join(repeated)}")
     return dict(items)
 
 
-def query_int(params: dict[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    text = params.get(name)
+def query_number(params: dict[str, str], field: ranges.Range) -> Any:
+    """A numeric query parameter by its range (the default when absent)."""
+    text = params.get(field.name)
     if text is None:
-        return default
-    if not text.isdigit() or not lo <= int(text) <= hi:
-        raise bad_request(f"{name} must be an integer {lo}..{hi}")
-    return int(text)
+        return field.default
+    try:
+        return field.check_text(text)
+    except ranges.OutOfRange as exc:
+        raise bad_request(str(exc)) from None
 
 
 def query_bool(params: dict[str, str], name: str) -> bool:

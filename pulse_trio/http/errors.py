@@ -7,10 +7,18 @@
 404    ``not_found``, ``task_not_found``, ``instance_not_found``, ``setting_not_found``
 405    ``method_not_allowed``
 409    conflict with the resource's state: ``not_retryable``, ``setting_conflict``, or a store refusal
+408    ``request_timeout``: the body did not arrive within ``--http-body-timeout``
 413    ``request_too_large`` (body), ``payload_too_large`` (task payload)
 415    ``unsupported_media_type``: a body that says it is not JSON
-503    ``database_unavailable`` (with ``Retry-After``)
+500    ``internal``: a defect, logged with its traceback
+503    ``database_unavailable`` (with ``Retry-After``): the database cannot be reached, nothing else
 =====  ===============================================================
+
+A database error is an outage only when the connection is gone (the store's
+retries ran out, or the driver lost the server): that is the one failure a
+client should retry, so it alone is 503. A value the database refuses (out
+of a column's range, a character set the column cannot hold) is bad input
+the validation missed: 400. Anything else is a defect: 500.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from starlette.responses import Response
 
 from pulse_trio.client import ClientError
 from pulse_trio.cluster_settings import UNKNOWN_SETTING
-from pulse_trio.store.facade import StoreUnavailable
+from pulse_trio.store.facade import CONNECTION_LOST, StoreUnavailable
 from pulse_trio.store.results import TASK_NOT_FOUND
 
 RETRY_AFTER_S = 1
@@ -81,6 +89,19 @@ def from_client_error(exc: ClientError) -> ApiError:
     return ApiError(_CLIENT_STATUS.get(exc.code, 409), exc.code, exc.message)
 
 
-def is_database_failure(exc: BaseException) -> bool:
-    """The store gave up (retries exhausted) or the driver lost the server: answer 503."""
-    return isinstance(exc, (StoreUnavailable, pymysql.err.OperationalError, pymysql.err.InterfaceError))
+#: Server errors that say a value does not fit a column (range, length, character set, collation, date).
+INPUT_REFUSED = frozenset({1264, 1265, 1266, 1267, 1270, 1271, 1292, 1300, 1366, 1406, 1690})
+
+
+def database_error(exc: BaseException) -> ApiError | None:
+    """The answer for a database error (None: not one). Only a lost connection is 503."""
+    if isinstance(exc, (StoreUnavailable, pymysql.err.InterfaceError)):
+        return database_unavailable()
+    if not isinstance(exc, pymysql.err.MySQLError):
+        return None
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    if isinstance(exc, pymysql.err.OperationalError) and code in CONNECTION_LOST:
+        return database_unavailable()
+    if isinstance(exc, pymysql.err.DataError) or code in INPUT_REFUSED:
+        return bad_request("a value does not fit what the database stores for it")
+    return ApiError(500, "internal", "internal error; it has been logged")

@@ -16,16 +16,23 @@ from typing import Any
 
 from pulse_trio import __version__ as VERSION
 from pulse_trio import cluster_settings as cs
+from pulse_trio.client import ranges
+from pulse_trio.contract import limits as lim
 from pulse_trio.http.auth import PERMISSIONS
+from pulse_trio.http.bodies import IDEMPOTENCY_HEADER_PATTERN
 from pulse_trio.http.throughput import WINDOW_MINUTES
 from pulse_trio.store.dashboard import FINISHED_STATUSES
 
+DUE_AT = {"type": "string", "format": "date-time", "pattern": ranges.DUE_AT_PATTERN}
 TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
 NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$"}
 TASK_ID = {"type": "string", "pattern": r"^tsk_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
 INSTANCE_ID = {"type": "string", "pattern": r"^ins_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
 SETTING_NAME = {"type": "string", "enum": list(cs.NAMES)}
 SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS / 1000}
+#: A cluster setting's value as sent: the same bounds, to the millisecond (stated; JSON Schema's
+#: multipleOf cannot say it exactly for decimals).
+SECONDS_IN = SECONDS | {"description": "Seconds, to the millisecond (a finer value is refused)."}
 TASK_STATES = ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]
 FINISHED = list(FINISHED_STATUSES)
 
@@ -56,33 +63,37 @@ SCHEMAS: dict[str, Any] = {
     "SubmitRequest": _obj({
         "queue": NAME,
         "kind": NAME,
-        "payload": {"description": "Any JSON (default `{}`), at most 256 KiB as compact UTF-8; stored and "
-                                   "delivered digit for digit."},
-        "priority": _nullable({"type": "integer", "minimum": 0, "maximum": 9, "default": 0,
-                               "description": "Higher first; each level is worth the cluster's "
-                                              "priority_step of waiting."}),
-        "delay": _nullable({"type": "number", "minimum": 0, "description": "Due this many seconds from now."}),
-        "due_at": _nullable(TIME | {"description": "Due at this UTC time (not with delay)."}),
+        "payload": {"description": f"Any JSON (default `{{}}`), at most {lim.MAX_PAYLOAD_BYTES // 1024} KiB as "
+                                   f"compact UTF-8 (else 413) and {lim.MAX_PAYLOAD_DEPTH} levels deep; every "
+                                   f"number with a decimal exponent within ±{lim.MAX_NUMBER_EXPONENT} and at most "
+                                   f"{lim.MAX_INTEGER_DIGITS} integer digits, so that any consumer can read it "
+                                   "(else 400). Stored and delivered digit for digit."},
+        "priority": _nullable(ranges.PRIORITY.schema("Higher first; each level is worth the cluster's "
+                                                     "priority_step of waiting.")),
+        "delay": _nullable(ranges.DELAY.schema("Due this many seconds from now (not with due_at).")),
+        "due_at": _nullable(DUE_AT | {"description": "Due at this UTC time (not with delay)."}),
         "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
                                       "description": "Business identity within the queue; the "
                                                      "`Idempotency-Key` header is the same field."}),
         "concurrency_key": _nullable({"type": "string", "pattern": r"^[!-~]{1,128}$"}),
-        "concurrency_limit": _nullable({"type": "integer", "minimum": 1, "default": 1}),
-        "max_attempts": _nullable({"type": "integer", "minimum": 1, "default": 3}),
+        "concurrency_limit": _nullable(ranges.CONCURRENCY_LIMIT.schema()),
+        "max_attempts": _nullable(ranges.MAX_ATTEMPTS.schema()),
         "retry_uncertain": _nullable({"type": "boolean", "default": False,
                                       "description": "The handler is safe to run again after a lost lease."}),
-        "lease_ttl": _nullable({"type": "number", "exclusiveMinimum": 0,
-                                "description": "This task's lease ttl in seconds (default: the cluster's "
-                                               "lease_ttl)."}),
-        "backoff_initial": _nullable({"type": "number", "minimum": 0.001, "default": 1,
-                                      "description": "Seconds before the first retry of a retryable failure."}),
-        "backoff_factor": _nullable({"type": "number", "minimum": 1, "maximum": 100, "default": 2,
-                                     "description": "Each further retry waits this many times longer."}),
-        "backoff_max": _nullable({"type": "number", "minimum": 0.001, "default": 300,
-                                  "description": "The longest retry delay in seconds (default 300, or "
-                                                 "backoff_initial when that is longer)."}),
-    }, ["queue", "kind"]),
-    "CancelRequest": _obj({"reason": {"type": "string", "maxLength": 1024}}, []),
+        "lease_ttl": _nullable(ranges.LEASE_TTL.schema(
+            "This task's lease ttl in seconds, kept to the millisecond (default: the cluster's lease_ttl). "
+            f"At least {ranges.MIN_LEASE_TTL_S} s, so that a worker can renew it.")),
+        "backoff_initial": _nullable(ranges.BACKOFF_INITIAL.schema(
+            "Seconds before the first retry of a retryable failure, kept to the millisecond.")),
+        "backoff_factor": _nullable(ranges.BACKOFF_FACTOR.schema("Each further retry waits this many times longer.")),
+        "backoff_max": _nullable(ranges.BACKOFF_MAX.schema(
+            "The longest retry delay in seconds (default 300, or backoff_initial when that is longer); "
+            "given with backoff_initial, at least backoff_initial.")),
+    }, ["queue", "kind"]) | {"not": {"required": ["delay", "due_at"],
+                                       "properties": {"delay": {"type": "number"}, "due_at": {"type": "string"}}},
+                             "description": "delay and due_at exclude each other (either may be null)."},
+    "CancelRequest": _obj({"reason": {"type": "string", "maxLength": ranges.MAX_CANCEL_REASON_CHARS,
+                                      "description": "Stored with the intent and shown as `cancel.reason`."}}, []),
     "Attempt": _obj({
         "attempt": {"type": "integer", "minimum": 1},
         "lease_id": {"type": "string"},
@@ -110,7 +121,9 @@ SCHEMAS: dict[str, Any] = {
         "status": {"type": "string", "enum": FINISHED},
         "error_code": _nullable({"type": "string"}),
         "error_message": _nullable({"type": "string"}),
-        "result": {"description": "The handler's result (any JSON) or null."},
+        "result": {"description": "The handler's result (any JSON). A CANCELLED task no handler finished "
+                                  "(cancelled before start, or its grace ran out) shows {}, what a handler that "
+                                  "stops on request reports; any other outcome no handler produced shows null."},
         "retryable": {"type": "boolean"},
         "effect_uncertain": {"type": "boolean"},
     }),
@@ -209,8 +222,11 @@ SCHEMAS: dict[str, Any] = {
     }),
     "SettingMap": _obj({"settings": {"type": "object", "additionalProperties": _ref("Setting"),
                                      "propertyNames": SETTING_NAME}}),
-    "SettingChange": _obj({"value": _nullable(SECONDS)}),
-    "SettingsChange": _obj({name: _nullable(SECONDS) for name in cs.NAMES}, [], closed=True)
+    "SettingChange": _obj({"value": _nullable(SECONDS_IN | {"description": (
+        "Seconds, to the millisecond (a finer value is refused); null only for permit_quarantine, where it "
+        "means the task's own lease ttl (for another setting it is refused).")})}),
+    "SettingsChange": _obj({name: _nullable(SECONDS_IN) if cs.BY_NAME[name].nullable else SECONDS_IN
+                            for name in cs.NAMES}, [], closed=True)
                       | {"minProperties": 1},
     "Whoami": _obj({
         "token_id": {"type": "string"},
@@ -268,6 +284,7 @@ _ERRORS = {
     404: "No such resource, or one in a queue the token cannot see.",
     409: "The request conflicts with the resource's state (`not_retryable`, `instance_disconnected`, "
          "`setting_conflict`, ...).",
+    408: "The body did not arrive within the server's body timeout (`request_timeout`); the connection is closed.",
     413: "The body is over 512 KiB (`request_too_large`) or the payload over 256 KiB (`payload_too_large`).",
     415: "The body is declared as something other than JSON (`unsupported_media_type`).",
     501: "Not available in this version (`not_implemented`).",
@@ -308,9 +325,11 @@ PATHS: dict[str, Any] = {
             "Producer (in its queues) or operator. The same fields as `pulse-trio submit`. A known "
             "idempotency key in the same queue returns the existing task with 200 and `created: false`.",
             _responses({201: ("Task", "Created."), 200: ("Task", "Already submitted with this idempotency key.")},
-                       (*_AUTH, 413, 415)),
+                       (*_AUTH, 408, 413, 415)),
             parameters=[{"name": "Idempotency-Key", "in": "header", "required": False,
-                         "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                         "description": "The same as the `idempotency_key` field; given both, they must agree.",
+                         "schema": {"type": "string", "minLength": 1, "maxLength": 255,
+                                    "pattern": IDEMPOTENCY_HEADER_PATTERN}}],
             requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitRequest")}}}),
         "get": _op(
             "listTasks", "List tasks",
@@ -329,8 +348,7 @@ PATHS: dict[str, Any] = {
                                                             "default": "oldest"}},
                 {"name": "cursor", "in": "query", "schema": TASK_ID,
                  "description": "The `next` of the previous page, with the same filters and order."},
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000,
-                                                            "default": 100}},
+                {"name": "limit", "in": "query", "schema": ranges.LIST_LIMIT.schema()},
             ]),
     },
     "/v1/tasks/{task_id}": {
@@ -344,7 +362,7 @@ PATHS: dict[str, Any] = {
                     "Operator. Saves a cancel intent (a task not yet started is cancelled at once; a running "
                     "one is told and given the cancel grace). A terminal task is reported as it is, with "
                     "`cancel_changed: false`.",
-                    _responses({200: ("Task", "The task after the request.")}, (*_AUTH, 404, 409, 413, 415)),
+                    _responses({200: ("Task", "The task after the request.")}, (*_AUTH, 404, 409, 408, 413, 415)),
                     parameters=[_TASK_ID_PARAM],
                     requestBody={"required": False,
                                  "content": {"application/json": {"schema": _ref("CancelRequest")}}}),
@@ -354,7 +372,7 @@ PATHS: dict[str, Any] = {
                     "Operator. Creates a new task (`retry_of` = this one) from a FAILED, UNKNOWN or CANCELLED "
                     "task; asking again returns the same new task with 200.",
                     _responses({201: ("Task", "The new task."), 200: ("Task", "The retry made before.")},
-                               (*_AUTH, 404, 409, 413, 415)),
+                               (*_AUTH, 404, 409, 408, 413, 415)),
                     parameters=[_TASK_ID_PARAM]),
     },
     "/v1/workers": {
@@ -397,7 +415,7 @@ PATHS: dict[str, Any] = {
                      "together. Running instances apply the change within their refresh interval "
                      "(docs/operations.md).",
                      _responses({200: ("SettingMap", "Every cluster setting after the change.")},
-                                (*_AUTH, 409, 413, 415)),
+                                (*_AUTH, 409, 408, 413, 415)),
                      requestBody={"required": True,
                                   "content": {"application/json": {"schema": _ref("SettingsChange")}}}),
     },
@@ -407,7 +425,7 @@ PATHS: dict[str, Any] = {
         "put": _op("setSetting", "Change one cluster setting",
                    "Operator without `--queue`. 409 `setting_conflict` when node_lapse would be under twice "
                    "node_heartbeat.",
-                   _responses({200: ("Setting", "The setting after the change.")}, (*_AUTH, 404, 409, 413, 415)),
+                   _responses({200: ("Setting", "The setting after the change.")}, (*_AUTH, 404, 409, 408, 413, 415)),
                    parameters=[_SETTING_PARAM],
                    requestBody={"required": True,
                                 "content": {"application/json": {"schema": _ref("SettingChange")}}}),

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulse_trio.http")
 
 GRACEFUL_TIMEOUT_S = 2.0
-KEEP_ALIVE_TIMEOUT_S = 5.0
 
 
 class HttpListenError(ListenError):
@@ -45,7 +44,8 @@ def hypercorn_config(ctx: ServiceContext) -> Config:
     config.accesslog = None  # pulse_trio.http.access writes one structured line per request
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = GRACEFUL_TIMEOUT_S
-    config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_S
+    # Also bounds a connection's wait for a request's headers (hypercorn's idle timer runs until they are in).
+    config.keep_alive_timeout = settings.http_idle_timeout
     config.include_server_header = False
     return config
 

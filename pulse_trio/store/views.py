@@ -104,9 +104,14 @@ class TaskView:
         }
         if self.outcome is not None:
             o = self.outcome
+            result = o.result_json
+            if result is None and o.status == "CANCELLED":
+                # No handler finished it (cancelled before start, or the grace ran out): the same
+                # "no result" a handler that stops on request reports, whoever cancelled.
+                result = "{}"
             doc["outcome"] = {
                 "status": o.status, "error_code": o.error_code, "error_message": o.error_message,
-                "result": _placeholder(raw, "result", o.result_json) if o.result_json is not None else None,
+                "result": _placeholder(raw, "result", result) if result is not None else None,
                 "retryable": o.retryable, "effect_uncertain": o.effect_uncertain,
             }
         text = json.dumps(doc, ensure_ascii=False)

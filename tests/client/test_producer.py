@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pulse_trio.client import Client, ClientError, TaskNotFound
+from pulse_trio.client.producer import InvalidRequest
 
 
 def test_submit_and_get(client: Client):
@@ -88,7 +89,7 @@ def test_list_filters_and_pages(client: Client):
     page = client.list(queue="billing", limit=2)
     seen = [t["task_id"] for t in page["tasks"]]
     while page["next"] is not None:
-        page = client.list(queue="billing", limit=2, after=page["next"])
+        page = client.list(queue="billing", limit=2, cursor=page["next"])
         seen += [t["task_id"] for t in page["tasks"]]
     assert seen == ids
 
@@ -105,3 +106,40 @@ def test_invalid_submissions_are_refused_before_writing(client: Client):
         with pytest.raises(ClientError):
             client.submit("billing", "invoice.send", {}, **bad)
     assert client.list()["tasks"] == []
+
+
+@pytest.mark.parametrize("filters", [dict(queue="Ã"), dict(kind="Ã"), dict(queue=""), dict(kind=""),
+                                     dict(queues=["billing", "Ã"]), dict(after="42"), dict(cursor="tsk_x")])
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_list_refuses_names_outside_the_grammar_before_any_sql(client: Client, filters):
+    with pytest.raises(InvalidRequest):
+        client.list(**filters)
+
+
+def test_after_is_the_deprecated_name_of_cursor(client: Client):
+    ids = [client.submit("billing", "k", {"n": n})["task_id"] for n in range(3)]
+    with pytest.warns(DeprecationWarning, match="cursor="):
+        page = client.list(limit=1, after=ids[0])
+    assert [t["task_id"] for t in page["tasks"]] == [ids[1]]
+    with pytest.raises(InvalidRequest), pytest.warns(DeprecationWarning):
+        client.list(after=ids[0], cursor=ids[1])
+
+
+def test_the_cancel_reason_shown_is_the_one_given(client: Client):
+    task_id = client.submit("billing", "k", {})["task_id"]
+    with pytest.raises(InvalidRequest, match="255"):
+        client.cancel(task_id, reason="r" * 256)
+    reason = "customer asked: " + "é" * 239  # 255 characters, not 255 bytes
+    assert client.cancel(task_id, reason=reason)["cancel"]["reason"] == reason
+    assert client.get(task_id)["cancel"]["reason"] == reason
+
+
+@pytest.mark.parametrize("task_id", ["Ã", "", "tsk_" + "é" * 26, "tsk_01J00000000000000000000000\n"])
+def test_a_string_that_cannot_be_a_task_id_names_no_task(client: Client, task_id):
+    """Not a database error (a collation clash with the ascii id column): simply no such task."""
+    for call in (client.get, client.cancel, client.retry):
+        with pytest.raises(TaskNotFound):
+            call(task_id)
+    with pytest.raises(ClientError) as refused:
+        client.drain("ins_Ã")
+    assert refused.value.code == "instance_not_found"

@@ -30,7 +30,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
     ('{"kind":"k"}', "invalid_request", "missing required field(s): queue"),
     ('{"queue":"billing","kind":"k","colour":"red"}', "invalid_request", "unknown field(s): colour"),
     ('{"queue":"Billing!","kind":"k"}', "invalid_request", "queue"),
-    ('{"queue":"billing","kind":"k","priority":1.0}', "invalid_request", "priority must be a JSON integer"),
+    ('{"queue":"billing","kind":"k","priority":1.5}', "invalid_request", "priority must be a JSON integer"),
     ('{"queue":"billing","kind":"k","priority":true}', "invalid_request", "priority must be a JSON integer"),
     ('{"queue":"billing","kind":"k","priority":10}', "invalid_request", "priority must be 0..9"),
     ('{"queue":"billing","kind":"k","max_attempts":0}', "invalid_request", "max_attempts"),
@@ -186,3 +186,81 @@ async def test_503_when_the_database_is_unavailable(service_without_database, to
     assert (await http.get("/healthz")).status == 200
     metrics = (await http.get("/metrics")).body.decode()
     assert "pulse_database_up 0.0" in metrics
+
+
+@pytest.mark.parametrize("query", ["?queue=%C3%83", "?kind=%C3%83", "?queue=", "?kind=", "?queue=billing%00",
+                                   "?queue=" + "q" * 65, "?idempotency_key=", "?state="])
+async def test_400_names_outside_the_grammar_are_refused_before_any_sql(http, tokens, query):
+    """A name the schema forbids is bad input (400), never a database outage (503 with Retry-After)."""
+    for token in (tokens["operator"], tokens["producer"]):
+        reply = await http.get(f"/v1/tasks{query}", token=token)
+        assert reply.status == 400, (query, reply.status, reply.body)
+        assert reply.error["code"] == "invalid_request" and "retry-after" not in reply.headers
+    metrics = (await http.get("/metrics")).body.decode()
+    assert 'code="database_unavailable"' not in metrics
+
+
+async def test_400_a_submit_to_a_queue_outside_the_grammar_even_with_a_scoped_token(http, tokens):
+    for body in ({"queue": "Ã", "kind": "k"}, {"queue": "billing", "kind": "Ã"}, {"queue": "", "kind": "k"}):
+        reply = await http.post("/v1/tasks", token=tokens["producer"], json_body=body)
+        assert reply.status == 400 and reply.error["code"] == "invalid_request", (body, reply.body)
+
+
+def test_only_a_lost_connection_is_an_outage():
+    """503 means "the database is away, retry"; any other database error is a defect or bad input."""
+    import pymysql
+
+    from pulse_trio.http.errors import database_error
+    from pulse_trio.store.facade import StoreUnavailable
+
+    for outage in (StoreUnavailable("gone"), pymysql.err.OperationalError(2003, "Can't connect"),
+                   pymysql.err.OperationalError(2013, "Lost connection"), pymysql.err.InterfaceError(0, "")):
+        failure = database_error(outage)
+        assert failure is not None and failure.status == 503 and failure.headers["Retry-After"] == "1"
+    for bad_input in (pymysql.err.OperationalError(1267, "Illegal mix of collations"),
+                      pymysql.err.DataError(1264, "Out of range value for column 'lease_ttl_ms'"),
+                      pymysql.err.DataError(1406, "Data too long"),
+                      pymysql.err.OperationalError(1366, "Incorrect string value")):
+        failure = database_error(bad_input)
+        assert failure is not None and failure.status == 400 and failure.code == "invalid_request"
+        assert "Retry-After" not in failure.headers
+    for defect in (pymysql.err.ProgrammingError(1064, "syntax"), pymysql.err.OperationalError(1054, "Unknown column"),
+                   pymysql.err.InternalError(1105, "unknown")):
+        failure = database_error(defect)
+        assert failure is not None and failure.status == 500 and failure.code == "internal"
+    assert database_error(ValueError("not a database error")) is None
+
+
+async def test_a_refusal_never_offers_an_empty_list_of_names(http, tokens):
+    task_id = (await http.post("/v1/tasks", token=tokens["operator"], json_body=OK)).json()["task_id"]
+    retry = await http.post(f"/v1/tasks/{task_id}/retry", token=tokens["operator"], json_body={"now": True})
+    queues = await http.get("/v1/queues?colour=red", token=tokens["operator"])
+    for reply, text in ((retry, "this takes no fields"), (queues, "this takes no query parameters")):
+        assert reply.status == 400 and text in reply.error["message"], reply.error
+        assert not reply.error["message"].rstrip().endswith("allowed:"), reply.error
+
+
+async def test_the_cancel_reason_shown_by_get_and_task_show_is_the_one_given(http, tokens, db):
+    import subprocess
+    import sys
+
+    task_id = (await http.post("/v1/tasks", token=tokens["operator"], json_body=OK)).json()["task_id"]
+    too_long = await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"], json_body={"reason": "r" * 256})
+    assert too_long.status == 400 and "255" in too_long.error["message"]
+    reason = "customer asked: " + "ü" * 239
+    cancelled = await http.post(f"/v1/tasks/{task_id}/cancel", token=tokens["operator"], json_body={"reason": reason})
+    assert cancelled.status == 200 and cancelled.json()["cancel"]["reason"] == reason
+    shown = await http.get(f"/v1/tasks/{task_id}", token=tokens["operator"])
+    assert shown.json()["cancel"]["reason"] == reason
+    cli = await trio.to_thread.run_sync(lambda: subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "task", "show", task_id, "--database-url", db.url(redact=False)],
+        capture_output=True, text=True, timeout=60))
+    assert cli.returncode == 0 and json.loads(cli.stdout)["cancel"]["reason"] == reason
+
+
+async def test_an_idempotency_key_header_outside_its_documented_pattern_is_400(http, tokens):
+    inside = await http.post("/v1/tasks", token=tokens["operator"], json_body=OK, headers={"Idempotency-Key": "a\tb c"})
+    assert inside.status == 201 and inside.json()["idempotency_key"] == "a\tb c", inside.body
+    for value in ("caf\xe9", "x" * 256):
+        reply = await http.post("/v1/tasks", token=tokens["operator"], json_body=OK, headers={"Idempotency-Key": value})
+        assert reply.status == 400 and "Idempotency-Key header" in reply.error["message"], (value[:10], reply.body)

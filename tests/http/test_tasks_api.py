@@ -216,3 +216,20 @@ async def test_nodes_list_the_serve_processes_and_the_sessions_they_hold(http, t
     assert [n["state"] for n in every] == ["ALIVE", "STOPPED"]  # newest first
     assert every[1]["stopped_at"] == "2026-12-01T11:00:01.000000Z" and every[1]["open_sessions"] == 0
     assert (await http.get("/v1/nodes?all=maybe", token=tokens["operator"])).status == 400
+
+
+async def test_a_cancelled_task_has_one_result_whoever_cancelled_it(http, tokens, token_factory, open_worker):
+    """Cancelled before start (by an operator) or stopped by its handler on request: ``{}`` either way."""
+    early = (await http.post("/v1/tasks", token=tokens["operator"], json_body={"queue": "billing", "kind": "k"})).json()
+    await http.post(f"/v1/tasks/{early['task_id']}/cancel", token=tokens["operator"], json_body={"reason": "early"})
+    worker = await open_worker(token_factory("worker", ("billing",)), "billing")
+    running = (await http.post("/v1/tasks", token=tokens["operator"], json_body={"queue": "billing", "kind": "k"})).json()
+    lease = (await worker.next_assignment())["lease"]
+    command = {"task_id": lease["task_id"], "lease_id": lease["lease_id"], "lease_secret": lease["lease_secret"],
+               "revision": lease["revision"]}
+    command["revision"] = (await worker.request("task.start", command))["lease"]["revision"]
+    await http.post(f"/v1/tasks/{running['task_id']}/cancel", token=tokens["operator"], json_body={"reason": "late"})
+    await worker.request("task.finish", {**command, "status": "CANCELLED", "error_code": "cancelled", "result": {}})
+    for task_id in (early["task_id"], running["task_id"]):
+        view = (await http.get(f"/v1/tasks/{task_id}", token=tokens["operator"])).json()
+        assert view["state"] == "CANCELLED" and view["outcome"]["result"] == {}, view["outcome"]

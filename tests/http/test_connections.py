@@ -1,0 +1,194 @@
+"""A refused or stalled request never holds a server socket: counted from /proc, on real connections."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import pytest
+import trio
+
+from pulse_trio.http.bodies import MAX_BODY_BYTES
+from socket_support import open_server_sockets, settle_to
+
+OVERSIZED = 600 * 1024
+
+
+def _oversized_post(port: int, token: str) -> bytes:
+    """A 600 KiB body with Content-Length, sent in full; the answer, read until the server closes."""
+    head = (f"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Length: {OVERSIZED}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head)
+        try:
+            s.sendall(b"x" * OVERSIZED)
+        except OSError:
+            pass  # the server answered and closed before taking it all
+        answer = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not chunk:
+                break
+            answer += chunk
+        return answer
+
+
+async def test_oversized_bodies_are_refused_and_their_connections_closed(http, tokens, caplog):
+    caplog.set_level(logging.INFO, logger="pulse_trio.http.access")
+    baseline = open_server_sockets(http.port)
+    async with trio.open_nursery() as nursery:
+        answers: list[bytes] = []
+
+        async def one() -> None:
+            answers.append(await trio.to_thread.run_sync(_oversized_post, http.port, tokens["operator"]))
+
+        for _ in range(10):
+            nursery.start_soon(one)
+    assert len(answers) == 10
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert b"connection: close" in answer.lower() and b'"request_too_large"' in answer
+    assert await settle_to(http.port, baseline, within=5) == baseline
+    refused = [r for r in caplog.records if r.name == "pulse_trio.http.access" and getattr(r, "status", 0) == 413]
+    assert len(refused) == 10
+
+
+def _read_until_closed(s: socket.socket) -> bytes:
+    answer = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            return answer
+        answer += chunk
+    return answer
+
+
+@pytest.fixture
+async def quick(start_service):
+    """A service whose HTTP timeouts are short, so that the bounds are seen quickly."""
+    return await start_service(http_idle_timeout=0.5, http_body_timeout=0.5)
+
+
+async def test_a_body_that_stalls_is_answered_408_and_its_connection_closed(quick, token_factory):
+    token = token_factory("operator")
+    port = quick.http_port
+    baseline = open_server_sockets(port)
+
+    def stalled() -> tuple[bytes, float]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(f"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      f"Authorization: Bearer {token}\r\nContent-Length: 100\r\n\r\n{{\"queue\"".encode())
+            started = time.monotonic()
+            answer = _read_until_closed(s)
+            return answer, time.monotonic() - started
+
+    answer, took = await trio.to_thread.run_sync(stalled)
+    assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer, answer[:300]
+    assert b"connection: close" in answer.lower()
+    assert took < 5, took
+    assert await settle_to(port, baseline, within=3) == baseline
+
+
+async def test_a_body_that_trickles_is_cut_off_at_the_body_timeout(quick, token_factory):
+    token = token_factory("operator")
+    port = quick.http_port
+
+    def trickle() -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(f"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      f"Authorization: Bearer {token}\r\nContent-Length: 1000\r\n\r\n".encode())
+            s.settimeout(0.1)
+            for _ in range(100):  # a byte every 0.1 s: never silent for long, never done
+                try:
+                    s.sendall(b" ")
+                    answer = s.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return b""
+                s.settimeout(10)
+                return answer + _read_until_closed(s)
+            return b"no answer"
+
+    answer = await trio.to_thread.run_sync(trickle)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert await settle_to(port, 0, within=3) == 0
+
+
+async def test_headers_that_never_end_are_cut_off_at_the_idle_timeout(quick):
+    port = quick.http_port
+
+    def slowloris() -> float:
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            s.settimeout(0.1)
+            for n in range(100):  # one header line every 0.1 s, never the blank line
+                try:
+                    s.sendall(b"X-Slow-%d: 1\r\n" % n)
+                    if s.recv(65536) == b"":
+                        return time.monotonic() - started
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return time.monotonic() - started
+        return float("inf")
+
+    took = await trio.to_thread.run_sync(slowloris)
+    assert took < 3, took
+    assert await settle_to(port, 0, within=3) == 0
+
+
+async def test_an_idle_keep_alive_connection_is_closed_at_the_idle_timeout(quick):
+    port = quick.http_port
+
+    def idle() -> tuple[bytes, float]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            first = s.recv(65536)
+            started = time.monotonic()
+            rest = _read_until_closed(s)  # nothing more is asked: the server ends it
+            return first + rest, time.monotonic() - started
+
+    answer, took = await trio.to_thread.run_sync(idle)
+    assert answer.startswith(b"HTTP/1.1 200") and took < 3, (answer[:100], took)
+    assert await settle_to(port, 0, within=3) == 0
+
+
+async def test_a_request_whose_body_was_read_keeps_its_connection(http, tokens):
+    """Closing is for answers given before the body arrived: a normal request keeps keep-alive."""
+
+    def two_on_one() -> list[int]:
+        import http.client as httpclient
+        conn = httpclient.HTTPConnection("127.0.0.1", http.port, timeout=10)
+        statuses = []
+        try:
+            for _ in range(2):
+                conn.request("POST", "/v1/tasks", body=b'{"queue":"billing","kind":"k"}',
+                             headers={"Authorization": f"Bearer {tokens['operator']}",
+                                      "Content-Type": "application/json"})
+                response = conn.getresponse()
+                response.read()
+                assert response.getheader("connection") is None
+                statuses.append(response.status)
+            return statuses
+        finally:
+            conn.close()
+
+    assert await trio.to_thread.run_sync(two_on_one) == [201, 201]
+
+
+async def test_a_request_refused_before_its_body_is_read_ends_the_connection(http):
+    """401 (no token) on a POST with an unread body: the same close as 413."""
+    baseline = open_server_sockets(http.port)
+    answers = await trio.to_thread.run_sync(lambda: [_oversized_post(http.port, "") for _ in range(3)])
+    for answer in answers:
+        assert answer.startswith(b"HTTP/1.1 401") and b"connection: close" in answer.lower(), answer[:200]
+    assert await settle_to(http.port, baseline, within=3) == baseline
