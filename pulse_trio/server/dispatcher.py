@@ -9,7 +9,9 @@ share proportional to its free slots, so a large worker cannot starve the
 small ones. Each claim takes a whole batch for one session, and the claims
 of one round share a transaction (up to ``CLAIMS_PER_TRANSACTION``).
 
-Rounds only matter when work is scarce. When the previous pass ended with
+Rounds only matter when work is scarce and several sessions want it: a
+round with a single hungry session claims all that session's free slots
+at once. When the previous pass ended with
 every session full and none of them short of work, the queues are deep:
 the next pass lets each session claim all its free slots at once, which
 under steady load is one claim per session per pass instead of three or
@@ -84,9 +86,10 @@ class Dispatcher:
         A session is taken on when it has as many free slots as its refill
         mark, or any free slot in the first round of a ``fill_all`` pass
         (new work, new capacity, the poll); the pass then fills the slots it
-        had, round by round. Slots that finishes free during the pass count
-        only once they reach the refill mark again, so they do not keep the
-        pass going one slot at a time.
+        had, round by round, and takes it on no more. Slots that finishes
+        free during the pass wait for the next pass: under a steady stream
+        of finishes the pass still ends, and its end is what lets the next
+        pass see deep queues and claim in full.
 
         ``probe`` (a pass the poll woke, with no news) and a hub of more than
         ``PROBE_ABOVE`` sessions first ask which queues have READY work.
@@ -103,8 +106,8 @@ class Dispatcher:
         def wants_work(s: SessionService) -> bool:
             if s.free_slots < 1:
                 return False
-            if owed.get(s.session_id, 0) > 0:  # still being filled, round by round
-                return True
+            if s.session_id in owed:  # taken on: filled round by round, then it waits for the next pass
+                return owed[s.session_id] > 0
             return s.free_slots >= (1 if fill_all and first else s.refill_at)
 
         ready: set[str] | None = None
@@ -125,9 +128,12 @@ class Dispatcher:
                     self.backlogged = not dry
                 return offered
             for session in hungry:
-                if owed.get(session.session_id, 0) <= 0:
-                    owed[session.session_id] = session.free_slots
-            counts = await self._claim(hungry, round_share, dry)
+                owed.setdefault(session.session_id, session.free_slots)
+            # Fairness is between sessions that want work at the same time: one hungry
+            # session has nobody to share with, so it claims all it wants at once. A
+            # second chance keeps its share: the others are still hungry.
+            alone = len(hungry) == 1 and not retrying
+            counts = await self._claim(hungry, 1 if alone else round_share, dry)
             claimed = sum(counts.values())
             offered += claimed
             for sid, count in counts.items():

@@ -282,7 +282,7 @@ async def test_a_deep_queue_refills_a_busy_session_in_one_claim(start_service, c
     dispatcher = service.ctx.dispatcher
     client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(40)])
     w = await connect(service, worker_token)
-    await w.register(["billing"], capacity=16)  # proportional rounds of 4, 3, 3, 2, ... fill it
+    await w.register(["billing"], capacity=16)  # one claim fills it: the session is alone
     held = [await w.expect_assign() for _ in range(16)]
     with trio.fail_after(10):
         while not dispatcher.backlogged:
@@ -293,4 +293,18 @@ async def test_a_deep_queue_refills_a_busy_session_in_one_claim(start_service, c
         await w.ok(w.finish(h))
     refilled = [await w.expect_assign() for _ in range(4)]
     assert len({h.task_id for h in refilled + held}) == 20
+    assert dispatcher.statistics()["claims"] - before == 1
+
+
+async def test_a_session_alone_in_a_pass_claims_all_its_free_slots_at_once(start_service, connect, worker_token,
+                                                                           client):
+    """Rounds share scarce work between sessions; a lone hungry session has nobody to share with."""
+    service = await start_service(poll_interval=60)  # no poll passes: only what wakes the dispatcher runs
+    dispatcher = service.ctx.dispatcher
+    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(40)])
+    before = dispatcher.statistics()["claims"]
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=16)  # before: proportional rounds of 4, 3, 3, 2, ...
+    held = [await w.expect_assign() for _ in range(16)]
+    assert len({h.task_id for h in held}) == 16
     assert dispatcher.statistics()["claims"] - before == 1
