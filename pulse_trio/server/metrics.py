@@ -55,6 +55,7 @@ class ServiceMetrics:
         self.nodes_declared_lost = 0  # other serve processes this one declared lost
         self.lost_node_sessions = 0  # their sessions, disconnected by this one's sweeps
         self.node_rejoins = 0  # times this process found itself declared lost
+        self.node_fenced = 0  # times this process ended its sessions, cut off from the database
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()  # (surface, code)
         self.http_requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
         self.submit_to_assign_s: collections.deque[float] = collections.deque(maxlen=LATENCY_SAMPLE)
@@ -170,6 +171,8 @@ class _Families:
                        m.lost_node_sessions)
         yield _counter("pulse_node_rejoins", "Times this process found itself declared lost, closed its "
                        "connections and rejoined.", m.node_rejoins)
+        yield _counter("pulse_node_fenced", "Times this process could not record a heartbeat for over a lapse "
+                       "and ended its sessions.", m.node_fenced)
         yield _labelled("pulse_finishes", "Accepted task.finish commands, by status.", ["status"], m.finishes)
         yield _labelled("pulse_commands", "Lease commands answered with an ack, by message.", ["command"],
                         m.commands)
