@@ -178,3 +178,27 @@ def test_losing_the_writer_under_load_loses_nothing(cluster, database_name, tmp_
         assert cur.fetchone()[0] == len(ids)
     print(f"\ngalera {fault}: {len(ids)} tasks, {done_at_fault} done at the fault, settled {settled_in:.1f}s after it; "
           f"rejoin {rejoined_in:.1f}s; {summary}")
+
+
+def test_an_instance_cut_off_from_every_writer_fences_and_its_workers_go_elsewhere(cluster, database_name, tmp_path):
+    """Instance 0 can reach only node 1; node 1 is isolated: instance 0 ends its sessions, work goes on via 1."""
+    n1, n2, _ = cluster.nodes
+    db, token = _prepare(cluster, database_name, tmp_path)
+    fleet = ClusterFleet(db, token, tmp_path / "executions.jsonl",
+                         [cluster.url(database_name, [n1]), cluster.url(database_name, [n2])])
+    with Client(db) as client:
+        try:
+            for i in (0, 1):
+                fleet.start_server(i)
+            fleet.start_all_url_worker(0, capacity=8)  # instance 0's URL first
+            tasks = [build_task("chaos", "work", {"n": n, "sleep": 0.1}, retry_uncertain=True, max_attempts=10)
+                     for n in range(200)]
+            ids = {t["task_id"] for t in client.submit_many(tasks)}
+            time.sleep(0.5)
+            n1.isolate()
+            states = _settle(db, len(ids), timeout=90)
+        finally:
+            fleet.stop_all()
+        assert fleet.server_log_count(0, "the database writer is unreachable; ending 1 session(s)") >= 1, fleet.logs
+        summary = _check(db, client, fleet, ids, states)
+    print(f"\ngalera fencing: {summary}")
