@@ -11,15 +11,17 @@ same list of nodes:
   server without Galera (``wsrep_on`` off or unknown) is always ready;
 * the choice is sticky: it stands until the writer fails (a connection to
   it is lost, or it answers "not ready"), and then it is re-checked first,
-  so a blip on a healthy writer changes nothing. A node that comes back
-  after a failure does not pull writers back to it, since nobody re-elects
-  while their writer works;
-* when the writer has failed, every process walks the list from the top
-  again, so they all land on the same node.
+  so a blip on a healthy writer changes nothing;
+* the choice is recorded in the database (table ``db_writer``, one row), so
+  processes agree even when they choose at different times: a process that
+  starts, or whose writer failed, takes the recorded node when it is ready
+  (and is not the one that just failed); otherwise the first ready node in
+  list order, which it records. So a node that comes back after a failure
+  does not pull writers back to it, not even newly started ones: the record
+  names the node everyone moved to, and it stands until that node fails.
 
-A process that starts after a failover walks the list too and may pick a
-node that has come back since: that only makes two writers for a while,
-which stays correct (certification) and is documented (docs/deployment.md §2).
+Recording is best effort (a database not migrated yet has no table): the
+rule then falls back to list order, which every process applies alike.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
+import socket
 import threading
 import time
 
@@ -98,17 +102,24 @@ class WriterSelector:
             self._choose(previous=node)
 
     def _choose(self, previous: tuple[str, int] | None) -> None:
-        for node in self.config.hosts:
-            if node != previous and _ready(self.config.for_node(*node)):
-                if previous is not None:
-                    log.warning("database writer %s:%s failed; writing to %s:%s now", *previous, *node)
-                    self.changes += 1
-                self._writer = node
-                self._checked_at = time.monotonic()
-                return
-        self._writer = None
-        names = ", ".join(f"{h}:{p}" for h, p in self.config.hosts)
-        raise pymysql.err.OperationalError(NO_WRITER, f"no database node is synced and ready among {names}")
+        first = next((node for node in self.config.hosts
+                      if node != previous and _ready(self.config.for_node(*node))), None)
+        if first is None:
+            self._writer = None
+            names = ", ".join(f"{h}:{p}" for h, p in self.config.hosts)
+            raise pymysql.err.OperationalError(NO_WRITER, f"no database node is synced and ready among {names}")
+        chosen = first
+        recorded = _read_record(self.config.for_node(*first))
+        if (recorded is not None and recorded != first and recorded != previous and recorded in self.config.hosts
+                and _ready(self.config.for_node(*recorded))):
+            chosen = recorded  # the node the others moved to: stay with them
+        if recorded != chosen:
+            _write_record(self.config.for_node(*chosen), chosen)
+        if previous is not None:
+            log.warning("database writer %s:%s failed; writing to %s:%s now", *previous, *chosen)
+            self.changes += 1
+        self._writer = chosen
+        self._checked_at = time.monotonic()
 
 
 def _ready(node: DatabaseConfig) -> bool:
@@ -138,13 +149,62 @@ def _ready(node: DatabaseConfig) -> bool:
             conn.close()
 
 
+def _node_text(node: tuple[str, int]) -> str:
+    return f"{node[0]}:{node[1]}"
+
+
+def _read_record(node: DatabaseConfig) -> tuple[str, int] | None:
+    """The writer recorded in ``db_writer``, read causally on a ready node; None if none or unreadable."""
+    try:
+        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)))
+    except (pymysql.err.MySQLError, OSError):
+        return None
+    try:
+        with conn.cursor() as cur:
+            with contextlib.suppress(pymysql.err.MySQLError):
+                cur.execute("SET SESSION wsrep_sync_wait = 1")
+            cur.execute("SELECT node FROM db_writer WHERE id = 1")
+            row = cur.fetchone()
+        conn.rollback()
+    except (pymysql.err.MySQLError, OSError):
+        return None  # not migrated yet, or the node went away: list order decides
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+    if row is None:
+        return None
+    host, _, port = str(row[0]).rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def _write_record(node: DatabaseConfig, writer: tuple[str, int]) -> None:
+    """Record ``writer`` for the processes that choose later; a failure only leaves list order to decide."""
+    try:
+        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)))
+    except (pymysql.err.MySQLError, OSError):
+        return
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO db_writer (id, node, chosen_at, chosen_by) VALUES (1, %s, UTC_TIMESTAMP(6), %s) "
+                "ON DUPLICATE KEY UPDATE node = VALUES(node), chosen_at = VALUES(chosen_at), "
+                "chosen_by = VALUES(chosen_by)",
+                (_node_text(writer), f"{socket.gethostname()}:{os.getpid()}"[:128]))
+        conn.commit()
+    except (pymysql.err.MySQLError, OSError) as exc:
+        log.debug("writer %s not recorded: %s", _node_text(writer), exc)
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
 _selectors: dict[tuple, WriterSelector] = {}
 _selectors_lock = threading.Lock()
 
 
 def writer_for(config: DatabaseConfig) -> WriterSelector:
-    """The process's selector for this list of nodes and login: one choice shared by every pool and command."""
-    key = (config.hosts, config.user, config.password, config.connect_timeout)
+    """The process's selector for this list of nodes, login and database: one choice shared by its pools."""
+    key = (config.hosts, config.user, config.password, config.connect_timeout, config.database)
     with _selectors_lock:
         selector = _selectors.get(key)
         if selector is None:

@@ -129,16 +129,7 @@ class _Lock:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
     def _commit_one(self, sql: str, args: tuple) -> int:
-        cur = self.conn.cursor()
-        try:
-            changed = cur.execute(sql, args)
-            self.conn.commit()
-            return changed
-        except pymysql.err.MySQLError:
-            self.conn.rollback()
-            raise
-        finally:
-            cur.close()
+        return _commit_statement(self.conn, sql, args)
 
     def try_take(self) -> bool:
         try:
@@ -178,6 +169,66 @@ class _Lock:
         self._commit_one("DELETE FROM schema_lock WHERE name = %s AND owner = %s", (LOCK_NAME, self.owner))
 
 
+def _commit_statement(conn, sql: str, args: tuple, attempts: int = 5) -> int:
+    """One statement in its own transaction; a conflict at COMMIT (a cluster's certification) runs it again."""
+    for attempt in range(attempts):
+        cur = conn.cursor()
+        try:
+            changed = cur.execute(sql, args)
+            conn.commit()
+            return changed
+        except pymysql.err.MySQLError as exc:
+            conn.rollback()
+            if _error_code(exc) not in _CONFLICT or attempt == attempts - 1:
+                raise
+            time.sleep(_LOCK_POLL_S)
+        finally:
+            cur.close()
+    raise AssertionError("unreachable")
+
+
+#: Tables of the migration machinery itself, created before any file runs.
+_MACHINERY = {
+    "schema_lock": (
+        "CREATE TABLE IF NOT EXISTS schema_lock ("
+        " name VARCHAR(64) NOT NULL PRIMARY KEY,"
+        " owner VARCHAR(128) NOT NULL,"
+        " expires_at DATETIME(6) NOT NULL"
+        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"),
+    # The writer every process of a multi-host URL writes through (``dbwriter.py``):
+    # outside the versioned files, like the lock, since it serves the connection layer.
+    "db_writer": (
+        "CREATE TABLE IF NOT EXISTS db_writer ("
+        " id TINYINT NOT NULL PRIMARY KEY,"
+        " node VARCHAR(255) NOT NULL,"
+        " chosen_at DATETIME(6) NOT NULL,"
+        " chosen_by VARCHAR(128) NOT NULL"
+        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"),
+    "schema_migrations": (
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version INT NOT NULL PRIMARY KEY,"
+        " name VARCHAR(128) NOT NULL,"
+        " applied_at DATETIME(6) NOT NULL"
+        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"),
+}
+
+
+def _create_machinery(cur) -> None:
+    """Create the machinery tables that are missing, and only those.
+
+    On a Galera cluster every DDL statement, even ``CREATE TABLE IF NOT
+    EXISTS`` of a table that exists, is replicated in total order and aborts
+    any transaction that touches its table on any node: a second run must not
+    abort the first one's recording of a file.
+    """
+    cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+                " AND table_name IN %s", (tuple(_MACHINERY),))
+    present = {row[0] for row in cur.fetchall()}
+    for name, ddl in _MACHINERY.items():
+        if name not in present:
+            cur.execute(ddl)
+
+
 def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int | None = None,
             lock_timeout_s: float = LOCK_TIMEOUT_S) -> list[Migration]:
     """Bring the database up to the code's version (or ``upto``); return what was applied.
@@ -193,21 +244,7 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
     try:
         with conn.cursor() as cur:
             _wait_for_causality(cur)
-            # DDL: idempotent, and committed implicitly (a replicated, ordered event on a cluster).
-            cur.execute(
-                "CREATE TABLE IF NOT EXISTS schema_lock ("
-                " name VARCHAR(64) NOT NULL PRIMARY KEY,"
-                " owner VARCHAR(128) NOT NULL,"
-                " expires_at DATETIME(6) NOT NULL"
-                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
-            )
-            cur.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version INT NOT NULL PRIMARY KEY,"
-                " name VARCHAR(128) NOT NULL,"
-                " applied_at DATETIME(6) NOT NULL"
-                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
-            )
+            _create_machinery(cur)  # DDL: committed implicitly (a replicated, ordered event on a cluster)
         conn.commit()
         lock = _Lock(conn)
         lock.take(lock_timeout_s)
@@ -246,11 +283,11 @@ def apply_file(conn, migration: Migration, applied_at: dt.datetime) -> bool:
         with conn.cursor() as cur:
             for statement in migration.statements():
                 cur.execute(statement)
-            cur.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
-                (migration.version, migration.name, applied_at),
-            )
         conn.commit()
+        # Recorded in a transaction of its own: a conflict there (another node's DDL on the
+        # table, a certification failure) is retried without running the file again.
+        _commit_statement(conn, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                          (migration.version, migration.name, applied_at))
         return True
     except pymysql.err.MySQLError as exc:
         conn.rollback()

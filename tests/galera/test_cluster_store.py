@@ -64,6 +64,13 @@ def test_every_process_picks_the_first_synced_node_and_sticks_to_it(cluster, dat
     n1.wait_synced(60, cluster_size=3)
     selector.failed(("127.0.0.1", n2.port))  # a blip on the writer: it is re-checked, and kept
     assert selector.current() == ("127.0.0.1", n2.port), "a node that came back does not pull the writer back"
+    selector.reset()  # a process that starts now reads the recorded writer
+    assert selector.current() == ("127.0.0.1", n2.port), "nor does it pull a newly started process"
+    for fresh in (cluster.config(database_name), cluster.config(database_name, [n1, n2])):
+        script = ("from pulse_trio.dburl import parse_database_url, connect; "
+                  f"print(connect(parse_database_url({fresh.url(redact=False)!r})).port)")
+        port = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert port.stdout.strip() == str(n2.port), port.stderr
 
 
 @read_only
