@@ -242,6 +242,9 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
     migrations = available_migrations()
     conn = connect(config)
     try:
+        # Each statement commits as it runs, as if typed by hand: a file's seed rows are there
+        # the moment its table is (an instance already running may write to the table at once).
+        conn.autocommit(True)
         with conn.cursor() as cur:
             _wait_for_causality(cur)
             _create_machinery(cur)  # DDL: committed implicitly (a replicated, ordered event on a cluster)

@@ -30,3 +30,29 @@ def test_one_host_is_not_a_cluster():
 def test_malformed_multi_host_urls_are_refused(url, message):
     with pytest.raises(DatabaseUrlError, match=message):
         parse_database_url(url)
+
+
+def test_a_multi_host_url_writes_through_the_first_node_that_answers(database_server):
+    """A plain server (no Galera) counts as ready; a node that refuses connections is passed over."""
+    import contextlib
+    import socket
+
+    from pulse_trio.dburl import connect, connect_node, create_database, drop_database
+    from pulse_trio.dbwriter import writer_for
+
+    with contextlib.closing(connect_node(database_server, database=False)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@port")
+        (port,) = cur.fetchone()
+        cur.execute("CREATE USER IF NOT EXISTS 'pulse_tcp'@'127.0.0.1' IDENTIFIED BY 'tcp'")
+        cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'pulse_tcp'@'127.0.0.1'")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    config = parse_database_url(f"mysql://pulse_tcp:tcp@127.0.0.1:{dead},127.0.0.1:{port}/pulse_multi_host")
+    create_database(config)
+    try:
+        with contextlib.closing(connect(config)) as conn:
+            assert conn.port == port
+        assert writer_for(config).current() == ("127.0.0.1", port)
+    finally:
+        drop_database(config)

@@ -46,6 +46,30 @@ def test_two_migrate_processes_on_two_nodes_both_succeed(cluster, database_name)
     assert current_version(cluster.config(database_name)) == code_version()
 
 
+def test_two_serve_processes_started_together_on_two_nodes_both_come_up(cluster, database_name, tmp_path):
+    """``serve`` migrates at start: two on two nodes of a fresh database must not crash one another."""
+    import signal
+
+    from chaos_fleet import free_port, wait_port
+
+    ports = [free_port(), free_port()]
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "pulse_trio", "serve", "--database-url", cluster.url(database_name, [node]),
+         "--worker-listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for node, port in zip(cluster.nodes[:2], ports)]
+    try:
+        for port, proc in zip(ports, procs):
+            wait_port(port, timeout=90)
+            assert proc.poll() is None
+        assert current_version(cluster.config(database_name)) == code_version()
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=30) for proc in procs]
+    assert codes == [0, 0], [proc.stderr.read()[-2000:] for proc in procs]
+
+
 def test_every_process_picks_the_first_synced_node_and_sticks_to_it(cluster, database_name):
     config = cluster.config(database_name)
     migrate(config)
