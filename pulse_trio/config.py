@@ -131,7 +131,7 @@ class Settings:
 # (flag, field, type, help). The env variable is PULSE_ + the field in capitals.
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--database-url", "database_url", str, "mysql://user:pass@host:port/db[?unix_socket=PATH]; "
-     "without it a managed local MariaDB is started under --state-dir"),
+     "several nodes of a Galera cluster as host1:port,host2:port,...; without it a managed local MariaDB is started under --state-dir"),
     ("--state-dir", "state_dir", Path, "folder for the managed database and other local state"),
     ("--worker-listen", "worker_listen", parse_listen, "HOST:PORT for the worker WebSocket endpoint"),
     ("--http-listen", "http_listen", parse_listen, "HOST:PORT for the HTTP API"),

@@ -46,6 +46,20 @@ PROBE_TIMEOUT_S = 2.0
 RECHECK_AFTER_S = 0.5
 #: CR_CONN_HOST_ERROR: what a caller sees when no node is ready.
 NO_WRITER = 2003
+#: ER_UNKNOWN_SYSTEM_VARIABLE: a server built without Galera (MySQL) has no ``wsrep_*``.
+UNKNOWN_VARIABLE = 1193
+#: Makes each read on a Galera node wait until the node has applied every commit the
+#: cluster acknowledged before it (docs/storage.md §10).
+CAUSAL_READS = "SET SESSION wsrep_sync_wait = 1"
+
+
+def set_causal_reads(cur) -> None:
+    """Run :data:`CAUSAL_READS` on ``cur``'s session; a server without the variable needs none."""
+    try:
+        cur.execute(CAUSAL_READS)
+    except pymysql.err.MySQLError as exc:
+        if not (exc.args and exc.args[0] == UNKNOWN_VARIABLE):
+            raise
 
 
 class WriterSelector:
@@ -136,7 +150,7 @@ def _ready(node: DatabaseConfig) -> bool:
                 if not cur.fetchone()[0]:
                     return True
             except pymysql.err.MySQLError as exc:
-                if exc.args and exc.args[0] == 1193:  # no such variable: not a Galera build
+                if exc.args and exc.args[0] == UNKNOWN_VARIABLE:
                     return True
                 raise
             cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_local_state', 'wsrep_ready')")
@@ -161,8 +175,7 @@ def _read_record(node: DatabaseConfig) -> tuple[str, int] | None:
         return None
     try:
         with conn.cursor() as cur:
-            with contextlib.suppress(pymysql.err.MySQLError):
-                cur.execute("SET SESSION wsrep_sync_wait = 1")
+            set_causal_reads(cur)
             cur.execute("SELECT node FROM db_writer WHERE id = 1")
             row = cur.fetchone()
         conn.rollback()

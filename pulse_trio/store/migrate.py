@@ -31,6 +31,8 @@ from importlib import resources
 import pymysql
 
 from pulse_trio.dburl import DatabaseConfig, connect, create_database
+from pulse_trio.dbwriter import set_causal_reads
+from pulse_trio.store.pool import CONFLICT, classify
 
 LOCK_NAME = "pulse_trio.migrate"
 #: How long to wait for another run's lock before giving up.
@@ -43,8 +45,6 @@ _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 #: "Already exists" / "does not exist" answers to DDL that another run has applied
 #: already: table, column, index, constraint, and a recorded version.
 _ALREADY_DONE = frozenset({1050, 1060, 1061, 1062, 1826, 1091})
-#: A conflict a cluster reports at COMMIT (Galera certification) or a lock wait: try again.
-_CONFLICT = frozenset({1213, 1205})
 
 
 class MigrationError(RuntimeError):
@@ -90,7 +90,7 @@ def current_version(config: DatabaseConfig) -> int:
     conn = connect(config)
     try:
         with conn.cursor() as cur:
-            _wait_for_causality(cur)
+            set_causal_reads(cur)
             return _read_version(cur)
     finally:
         conn.close()
@@ -105,15 +105,6 @@ def _read_version(cur) -> int:
         return 0
     cur.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
     return int(cur.fetchone()[0])
-
-
-def _wait_for_causality(cur) -> None:
-    """On a Galera node, make reads see every commit the cluster acknowledged (no-op elsewhere)."""
-    try:
-        cur.execute("SET SESSION wsrep_sync_wait = 1")
-    except pymysql.err.MySQLError as exc:
-        if not (exc.args and exc.args[0] == 1193):  # unknown system variable: not a Galera-capable server
-            raise
 
 
 def _error_code(exc: BaseException) -> int:
@@ -139,7 +130,7 @@ class _Lock:
                 (LOCK_NAME, self.owner, int(self.ttl_s * 1e6)))
             return True
         except pymysql.err.MySQLError as exc:
-            if _error_code(exc) not in (1062, *_CONFLICT):
+            if _error_code(exc) != 1062 and classify(exc) != CONFLICT:
                 raise
         try:  # held: take it only if its holder let it expire
             return self._commit_one(
@@ -147,7 +138,7 @@ class _Lock:
                 "WHERE name = %s AND expires_at < UTC_TIMESTAMP(6)",
                 (self.owner, int(self.ttl_s * 1e6), LOCK_NAME)) == 1
         except pymysql.err.MySQLError as exc:
-            if _error_code(exc) in _CONFLICT:
+            if classify(exc) == CONFLICT:
                 return False
             raise
 
@@ -179,7 +170,7 @@ def _commit_statement(conn, sql: str, args: tuple, attempts: int = 5) -> int:
             return changed
         except pymysql.err.MySQLError as exc:
             conn.rollback()
-            if _error_code(exc) not in _CONFLICT or attempt == attempts - 1:
+            if classify(exc) != CONFLICT or attempt == attempts - 1:
                 raise
             time.sleep(_LOCK_POLL_S)
         finally:
@@ -246,7 +237,7 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
         # the moment its table is (an instance already running may write to the table at once).
         conn.autocommit(True)
         with conn.cursor() as cur:
-            _wait_for_causality(cur)
+            set_causal_reads(cur)
             _create_machinery(cur)  # DDL: committed implicitly (a replicated, ordered event on a cluster)
         conn.commit()
         lock = _Lock(conn)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pymysql
 
 from pulse_trio.dburl import DatabaseConfig, connect
-from pulse_trio.dbwriter import writer_for
+from pulse_trio.dbwriter import set_causal_reads, writer_for
 
 # -- what a failed statement means --------------------------------------------------
 DEADLOCK = 1213  # also a Galera certification failure, reported at COMMIT: nothing was committed
@@ -70,12 +70,11 @@ def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[s
     )
 
 
-#: On a cluster, a read that must see every commit the cluster has acknowledged waits for
-#: the node to apply them first. Autocommit views need it: they may follow a commit made
-#: through another node (an instance that has not failed over yet, or just has). Writes
-#: do not: a transaction that read a row older than a commit it conflicts with fails
-#: certification at COMMIT (1213) and runs again (docs/deployment.md §3).
-CAUSAL_READS = "SET SESSION wsrep_sync_wait = 1"
+# On a cluster, a read that must see every commit the cluster has acknowledged waits for
+# the node to apply them first (``dbwriter.CAUSAL_READS``). Autocommit views need it: they
+# may follow a commit made through another node (an instance that has not failed over yet,
+# or just has). Writes do not: a transaction that read a row older than a commit it
+# conflicts with fails certification at COMMIT (1213) and runs again (docs/storage.md §10).
 
 
 class ConnectionPool:
@@ -132,7 +131,7 @@ class ConnectionPool:
                 for statement in self._setup:
                     cur.execute(statement)
                 if self.autocommit and self._writer is not None:
-                    _set_causal_reads(cur)
+                    set_causal_reads(cur)
             conn.commit()
             if self.autocommit:
                 conn.autocommit(True)
@@ -178,14 +177,6 @@ class ConnectionPool:
 
 def _node_of(conn: pymysql.connections.Connection) -> tuple[str, int]:
     return conn.host, conn.port
-
-
-def _set_causal_reads(cur) -> None:
-    try:
-        cur.execute(CAUSAL_READS)
-    except pymysql.err.MySQLError as exc:
-        if not (exc.args and exc.args[0] == 1193):  # unknown variable: a server without wsrep
-            raise
 
 
 def _close_quietly(conn: pymysql.connections.Connection) -> None:
