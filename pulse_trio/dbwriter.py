@@ -103,7 +103,11 @@ class WriterSelector:
             self._writer = None
 
     def failed(self, node: tuple[str, int]) -> None:
-        """A connection to ``node`` was lost or refused as not ready: re-check, and fail over if needed."""
+        """A connection to ``node`` was lost or refused as not ready: re-check, and fail over if needed.
+
+        Never raises: with no node ready the choice is left empty, and the
+        next connection (:meth:`current`) tries again and reports it.
+        """
         with self._lock:
             if node != self._writer:
                 return  # an older writer's connection; the choice has moved already
@@ -113,7 +117,8 @@ class WriterSelector:
                 self._checked_at = time.monotonic()
                 return  # the writer is fine: a blip on one connection
             self._writer = None
-            self._choose(previous=node)
+            with contextlib.suppress(pymysql.err.OperationalError):
+                self._choose(previous=node)
 
     def _choose(self, previous: tuple[str, int] | None) -> None:
         first = next((node for node in self.config.hosts

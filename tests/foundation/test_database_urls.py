@@ -56,3 +56,23 @@ def test_a_multi_host_url_writes_through_the_first_node_that_answers(database_se
         assert writer_for(config).current() == ("127.0.0.1", port)
     finally:
         drop_database(config)
+
+
+def test_no_node_answering_is_a_connection_error_naming_the_nodes():
+    import socket
+
+    import pymysql
+
+    from pulse_trio.dburl import connect
+    from pulse_trio.dbwriter import writer_for
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    config = parse_database_url(f"mysql://u@127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/pulse?connect_timeout=1")
+    with pytest.raises(pymysql.err.OperationalError, match="no database node is synced and ready among"):
+        connect(config)
+    writer_for(config).failed(("127.0.0.1", ports[0]))  # a failure report never raises
+    assert writer_for(config).writer is None
