@@ -175,12 +175,16 @@ def test_a_commit_cut_off_by_isolation_is_re_checked_before_answering(cluster, d
         store.close()
     assert result.instance.instance_id == instance.instance_id
     assert seen, "the commit on the isolated node failed"
+    from pulse_trio.store.pool import LOST, classify
+
+    assert classify(seen[0]) == LOST, f"{seen[0]!r} is a lost connection: the outcome is unknown"
     assert selector.current() != ("127.0.0.1", n1.port)
     n1.isolate(False)
     n1.wait_synced(60, cluster_size=3)
     assert _count(n2, database_name, "worker_instances") == 1
     stats = store.statistics()
-    assert stats.retries >= 1
+    assert stats.retries >= 1 and stats.recoveries == 1, "the re-run re-read its outcome first"
+    print(f"\ncommit on an isolated node failed with {seen[0]!r}")
 
 
 def test_certification_failures_are_retried_like_deadlocks(cluster, database_name):
