@@ -160,6 +160,8 @@ def test_losing_the_writer_under_load_loses_nothing(cluster, database_name, tmp_
         moved = f"writing to 127.0.0.1:{n2.port} now"
         for i in (0, 1):  # every instance moved to the next node in list order
             assert fleet.server_log_count(i, moved) >= 1, f"server {i} did not fail over; logs in {fleet.logs}"
+            # and no lease command (a finish among them) that reached it was answered ``internal``
+            assert fleet.server_log_count(i, "failed in the store") == 0, f"logs in {fleet.logs}"
         summary = _check(db, client, fleet, ids, states)
 
     if fault == "sigkill":  # the killed node rejoins by IST and holds the same rows
