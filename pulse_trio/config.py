@@ -137,7 +137,8 @@ class Settings:
 # (flag, field, type, help). The env variable is PULSE_ + the field in capitals.
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--database-url", "database_url", str, "mysql://user:pass@host:port/db[?unix_socket=PATH]; "
-     "without it a managed local MariaDB is started under --state-dir"),
+     "several nodes of a Galera cluster as host1:port,host2:port,...; without it a managed local MariaDB is "
+     "started under --state-dir"),
     ("--state-dir", "state_dir", Path, "home of the managed database (default $XDG_STATE_HOME/pulse-trio, "
      "else ~/.local/state/pulse-trio; never the current folder)"),
     ("--worker-listen", "worker_listen", parse_listen, "HOST:PORT for the worker WebSocket endpoint"),

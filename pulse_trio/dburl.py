@@ -4,6 +4,10 @@ One parser for every entry point (serve, migrate, CLI, tests) so that
 ``mysql://user:pass@host:port/db?unix_socket=/path`` means the same thing
 everywhere. Connections are always utf8mb4, UTC, autocommit off: the
 transaction functions rely on all three.
+
+A URL may name several nodes of one cluster
+(``mysql://u:p@h1:3306,h2:3306,h3:3306/db``): :func:`connect` then opens a
+connection to the cluster's writer, which ``dbwriter.py`` chooses.
 """
 
 from __future__ import annotations
@@ -64,6 +68,18 @@ class DatabaseConfig:
     port: int = 3306
     unix_socket: str | None = None
     connect_timeout: float = 10.0
+    #: Every node of a multi-host URL, in the URL's order (empty for one host);
+    #: ``host``/``port`` are then the first of them.
+    hosts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def clustered(self) -> bool:
+        """Several nodes were named: connections go to the writer ``dbwriter.py`` picks."""
+        return len(self.hosts) > 1
+
+    def for_node(self, host: str, port: int) -> DatabaseConfig:
+        """The same login on one node of the cluster."""
+        return dataclasses.replace(self, host=host, port=port, hosts=())
 
     def with_database(self, name: str) -> DatabaseConfig:
         return dataclasses.replace(self, database=name)
@@ -92,11 +108,12 @@ class DatabaseConfig:
         password = "***" if (redact and self.password) else self.password
         auth = self.user + (f":{password}" if password else "")
         query = f"?unix_socket={self.unix_socket}" if self.unix_socket else ""
-        return f"mysql://{auth}@{self.host}:{self.port}/{self.database}{query}"
+        where = ",".join(f"{h}:{p}" for h, p in self.hosts) if self.hosts else f"{self.host}:{self.port}"
+        return f"mysql://{auth}@{where}/{self.database}{query}"
 
 
 def parse_database_url(url: str) -> DatabaseConfig:
-    """Parse ``mysql://user:pass@host:port/db[?unix_socket=/path]``."""
+    """Parse ``mysql://user:pass@host:port[,host:port...]/db[?unix_socket=/path]``."""
     parts = urlsplit(url)
     if parts.scheme not in _SCHEMES:
         raise DatabaseUrlError(f"unsupported database URL scheme {parts.scheme!r}; use mysql://")
@@ -107,25 +124,56 @@ def parse_database_url(url: str) -> DatabaseConfig:
     unknown = set(query) - {"unix_socket", "connect_timeout"}
     if unknown:
         raise DatabaseUrlError(f"unknown database URL option(s): {', '.join(sorted(unknown))}")
+    auth, _, where = parts.netloc.rpartition("@")
+    user, _, password = auth.partition(":")
+    hosts = tuple(_host_port(item) for item in where.split(",")) if where else (("localhost", 3306),)
+    if len(set(hosts)) != len(hosts):
+        raise DatabaseUrlError("the database URL names one node twice")
+    if len(hosts) > 1 and "unix_socket" in query:
+        raise DatabaseUrlError("unix_socket names one server; it cannot go with several hosts")
+    config = DatabaseConfig(
+        database=database,
+        user=unquote(user) if user else "root",
+        password=unquote(password) if password else "",
+        host=hosts[0][0],
+        port=hosts[0][1],
+        unix_socket=query["unix_socket"][-1] if "unix_socket" in query else None,
+        hosts=hosts if len(hosts) > 1 else (),
+    )
+    if "connect_timeout" in query:
+        try:
+            timeout = float(query["connect_timeout"][-1])
+        except ValueError:
+            raise DatabaseUrlError("connect_timeout must be a number of seconds") from None
+        config = dataclasses.replace(config, connect_timeout=timeout)
+    return config
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6]:port`` -> (host, port); 3306 when no port is given."""
+    if not item:
+        raise DatabaseUrlError("empty host in the database URL")
+    parts = urlsplit(f"//{item}")
     try:
         port = parts.port or 3306
     except ValueError as exc:
         raise DatabaseUrlError(f"bad port in database URL: {exc}") from None
-    config = DatabaseConfig(
-        database=database,
-        user=unquote(parts.username) if parts.username else "root",
-        password=unquote(parts.password) if parts.password else "",
-        host=parts.hostname or "localhost",
-        port=port,
-        unix_socket=query["unix_socket"][-1] if "unix_socket" in query else None,
-    )
-    if "connect_timeout" in query:
-        config = dataclasses.replace(config, connect_timeout=float(query["connect_timeout"][-1]))
-    return config
+    if not parts.hostname:
+        raise DatabaseUrlError(f"bad host in the database URL: {item!r}")
+    return parts.hostname, port
 
 
 def connect(config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
-    """Open one connection; the caller owns it and must close it."""
+    """Open one connection (to the writer, for several nodes); the caller owns it and must close it."""
+    if config.clustered:
+        from pulse_trio.dbwriter import writer_for  # beside this module; it connects through connect_node
+
+        return writer_for(config).connect(config, database=database)
+    return connect_node(config, database=database)
+
+
+def connect_node(config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
+    """Open one connection to exactly the host ``config`` names."""
     return pymysql.connect(**config.connect_kwargs(database=database))
 
 

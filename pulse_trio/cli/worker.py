@@ -32,7 +32,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                                          "with the current folder on sys.path (or give a path to a .py file).")
     run.add_argument("target", metavar="MODULE:REGISTRY", help="e.g. examples.billing_worker:registry")
     run.add_argument("--url", default=os.environ.get("PULSE_WORKER_URL") or None,
-                     help="ws:// or wss:// endpoint [env PULSE_WORKER_URL; default ws://127.0.0.1:7380/v1/worker]")
+                     help="ws:// or wss:// endpoint; several, comma-separated, are tried in turn on each "
+                          "reconnect [env PULSE_WORKER_URL; default ws://127.0.0.1:7380/v1/worker]")
     run.add_argument("--token", default=os.environ.get("PULSE_WORKER_TOKEN") or None,
                      help="worker bearer token (pulse-trio token create --role worker) [env PULSE_WORKER_TOKEN]")
     run.add_argument("--capacity", type=_capacity, default=1, help="tasks run at once (default 1)")
@@ -119,12 +120,14 @@ def _run(args: argparse.Namespace) -> int:
     if not args.token:
         fail("a worker token is required: --token or PULSE_WORKER_TOKEN", 2)
     url = args.url or DEFAULT_URL
-    if not url.startswith(("ws://", "wss://")):
-        fail(f"--url must be ws:// or wss://, got {url!r}", 2)
+    urls = [u.strip() for u in url.split(",")]
+    for one in urls:
+        if not one.startswith(("ws://", "wss://")):
+            fail(f"--url must be ws:// or wss://, got {one!r}", 2)
     registry = load_registry(args.target)
     context = ssl.create_default_context(cafile=str(args.ca_file)) if args.ca_file else None
     _log_to_stderr(args.quiet)
-    worker = Worker(url, args.token, registry, capacity=args.capacity, name=args.name,
+    worker = Worker(urls, args.token, registry, capacity=args.capacity, name=args.name,
                     concurrency_keys=args.concurrency_keys, cancellation_notifications=args.cancel_notifications,
                     ssl_context=context, strict=args.strict, drain_check=args.drain_check or DRAIN_CHECK_S)
     kinds = ", ".join(f"{h.queue}/{h.kind}" for h in registry)

@@ -30,7 +30,8 @@ from starlette.responses import Response
 
 from pulse_trio.client import ClientError
 from pulse_trio.cluster_settings import UNKNOWN_SETTING
-from pulse_trio.store.facade import CONNECTION_LOST, StoreUnavailable
+from pulse_trio.store.facade import StoreUnavailable
+from pulse_trio.store.pool import LOST, classify
 from pulse_trio.store.results import TASK_NOT_FOUND
 
 RETRY_AFTER_S = 1
@@ -95,13 +96,11 @@ INPUT_REFUSED = frozenset({1264, 1265, 1266, 1267, 1270, 1271, 1292, 1300, 1366,
 
 def database_error(exc: BaseException) -> ApiError | None:
     """The answer for a database error (None: not one). Only a lost connection is 503."""
-    if isinstance(exc, (StoreUnavailable, pymysql.err.InterfaceError)):
+    if isinstance(exc, StoreUnavailable) or classify(exc) == LOST:  # the store's one reading of it
         return database_unavailable()
     if not isinstance(exc, pymysql.err.MySQLError):
         return None
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-    if isinstance(exc, pymysql.err.OperationalError) and code in CONNECTION_LOST:
-        return database_unavailable()
     if isinstance(exc, pymysql.err.DataError) or code in INPUT_REFUSED:
         return bad_request("a value does not fit what the database stores for it")
     return ApiError(500, "internal", "internal error; it has been logged")

@@ -27,7 +27,7 @@ import random
 import signal
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -103,7 +103,7 @@ class Worker:
     default they are ignored, for forward compatibility).
     """
 
-    def __init__(self, url: str, token: str, registry: Registry, *, capacity: int = 1, name: str | None = None,
+    def __init__(self, url: str | Sequence[str], token: str, registry: Registry, *, capacity: int = 1, name: str | None = None,
                  concurrency_keys: bool = False, cancellation_notifications: bool = True,
                  ssl_context: ssl.SSLContext | None = None, strict: bool = False,
                  backoff: Backoff | None = None, connect_timeout: float = 10.0,
@@ -114,7 +114,12 @@ class Worker:
             raise ValueError(f"capacity must be 0..{lim.MAX_CAPACITY}")
         if not drain_check > 0:
             raise ValueError("drain_check must be a positive number of seconds")
-        self.url, self._token, self.registry, self.capacity = url, token, registry, capacity
+        #: Every server URL this worker may use, tried in turn: the next one after each
+        #: failed connect or lost session (instances of one service, any of them will do).
+        self.urls: tuple[str, ...] = (url,) if isinstance(url, str) else tuple(url)
+        if not self.urls:
+            raise ValueError("give at least one server URL")
+        self.url, self._token, self.registry, self.capacity = self.urls[0], token, registry, capacity
         self.hello = m.WorkerHello(
             id="h1", worker_name=name or default_name(), subscriptions=registry.subscriptions(),
             cancellation_notifications=cancellation_notifications, concurrency_keys=concurrency_keys,
@@ -213,6 +218,7 @@ class Worker:
                 self._publish(None)
             if self._done():
                 return
+            self.url = self.urls[(self.urls.index(self.url) + 1) % len(self.urls)]
             delay = max(retry_after, self.backoff.delay(attempt))
             attempt += 1
             log.info("reconnecting in %.2fs (%d running)", delay, len(self.runners))

@@ -27,6 +27,12 @@ if it had not been:
   a beat later than its node will send one. Each row is judged by the lapse
   it carries, so nodes that have not noticed a change yet are judged by the
   values they still beat by.
+* Fencing: when no heartbeat has landed for longer than a lapse (the writer
+  is unreachable, or every node of the cluster refuses), the other instances
+  are about to declare this node lost, and its sessions can do nothing
+  useful: every lease command would fail. Each is told
+  ``server_shutting_down`` at once, so its worker goes to another instance
+  (or retries here) instead of idling on a dead path.
 * A heartbeat refused with ``node_lost`` means another instance has already
   disconnected this node's sessions. Their connections are still open here,
   so each is told ``server_shutting_down`` (the workers reconnect and resume
@@ -69,6 +75,8 @@ class NodeLiveness:
         self._steady_since: float | None = None
         self._started = False
         self._stopping = False
+        self._landed_at: float | None = None  # Trio time of the last heartbeat recorded
+        self.fenced = False  # cut off from the database for over a lapse; sessions ended
 
     @property
     def heartbeat_s(self) -> float:
@@ -111,6 +119,32 @@ class NodeLiveness:
 
     async def run_heartbeats(self) -> None:
         """Beat every ``--node-heartbeat`` until cancelled; a failure is logged and retried soon."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_for_cut_off)
+            await self._heartbeats()
+
+    async def _watch_for_cut_off(self) -> None:
+        """Fence (see the module docstring) even while a heartbeat hangs on an unreachable database."""
+        while True:
+            await trio.sleep(min(MAX_RETRY_S, self.heartbeat_s))
+            self.check_cut_off()
+
+    def check_cut_off(self) -> None:
+        if self._landed_at is None or self._stopping or self.fenced:
+            return
+        away = trio.current_time() - self._landed_at
+        if away <= self.lapse_s:
+            return
+        self.fenced = True
+        self.ctx.metrics.node_fenced += 1
+        connections = list(self.ctx.connections)
+        log.warning("node %s: no heartbeat recorded for %.1fs (over the %gs lapse): the database writer is "
+                    "unreachable; ending %d session(s) so their workers go elsewhere",
+                    self.node_id, away, self.lapse_s, len(connections))
+        for connection in connections:
+            connection.shutdown()
+
+    async def _heartbeats(self) -> None:
         while True:
             try:
                 await self.beat()
@@ -204,6 +238,7 @@ class NodeLiveness:
         beat is due by its interval, which is at most half that lapse.
         """
         landed = trio.current_time() if landed is None else landed
+        self._landed_at, self.fenced = landed, False
         settings = settings or self.ctx.settings
         lapse_s, heartbeat_s = settings.node_lapse, settings.node_heartbeat
         away = self._last_beat is not None and sent - self._last_beat > lapse_s

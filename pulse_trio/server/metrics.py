@@ -104,6 +104,7 @@ class ServiceMetrics:
         self.nodes_declared_lost = 0  # other serve processes this one declared lost
         self.lost_node_sessions = 0  # their sessions, disconnected by this one's sweeps
         self.node_rejoins = 0  # times this process found itself declared lost
+        self.node_fenced = 0  # times this process ended its sessions, cut off from the database
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()  # (surface, code)
         self.http_requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
 
@@ -249,6 +250,8 @@ class _Families:
                        m.lost_node_sessions)
         yield _counter("pulse_node_rejoins_total", "Times this process found itself declared lost, closed its "
                        "connections and rejoined.", m.node_rejoins)
+        yield _counter("pulse_node_fenced_total", "Times this process could not record a heartbeat for over a "
+                       "lapse and ended its sessions.", m.node_fenced)
         yield _labelled("pulse_commands_total", "Lease commands answered with an ack, by message.", ["command"],
                         m.commands)
         yield _labelled("pulse_errors_total", "Errors answered, by surface (worker or http) and code.",

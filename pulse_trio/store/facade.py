@@ -14,7 +14,9 @@ is never abandoned half-way. In the thread, :meth:`Store.run_sync`:
   transaction to end, so it costs no ROLLBACK round trip;
 * retries deadlocks (1213) and lock-wait timeouts (1205) with jittered
   exponential backoff, a bounded number of times;
-* replaces a connection lost mid-transaction and runs the function again.
+* replaces a connection lost mid-transaction, or whose cluster node stopped
+  being ready (1047, 1180: ``pool.classify``), and runs the function again;
+  on a cluster the writer is re-checked first (``dbwriter.py``).
   If the loss happened during COMMIT the outcome is unknown, so the re-run
   gets ``tx.recovering = True``: every entry function then re-reads what it
   may already have committed (receipts, pre-made ids) instead of guessing.
@@ -34,17 +36,13 @@ import pymysql
 import trio
 
 from pulse_trio.dburl import DatabaseConfig, connect
-from pulse_trio.store.pool import SERVER_IDLE_TIMEOUT_S, ConnectionPool
+from pulse_trio.store.pool import CONFLICT, LOST, SERVER_IDLE_TIMEOUT_S, ConnectionPool, classify
 from pulse_trio.store.registry import is_read_only, registration_of, takes_no_locks
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tx import CasMismatch, InvariantViolation, Tx
 
 T = TypeVar("T")
 
-DEADLOCK = 1213
-LOCK_WAIT_TIMEOUT = 1205
-# Client-side "the connection is gone" codes (CR_*), and server shutdown.
-CONNECTION_LOST = frozenset({2003, 2006, 2013, 2014, 2045, 2055, 1053, 1927})
 
 
 class StoreUnavailable(RuntimeError):
@@ -179,15 +177,15 @@ class Store:
                     self._count("commits")
                 pool.release(conn)
                 return result
-            except (pymysql.err.OperationalError, pymysql.err.InternalError, pymysql.err.InterfaceError) as exc:
-                code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+            except pymysql.err.MySQLError as exc:
+                kind = classify(exc)
                 last_error = exc
-                if code in (DEADLOCK, LOCK_WAIT_TIMEOUT):
+                if kind == CONFLICT:  # deadlock, lock wait, or a cluster's certification failure
                     self._rollback_or_discard(conn, pool)
                     self._count("retries")
                     continue
-                if isinstance(exc, pymysql.err.InterfaceError) or code in CONNECTION_LOST:
-                    pool.discard(conn)
+                if kind == LOST:  # the connection, or its node's readiness, is gone
+                    pool.lost(conn)
                     if committing:
                         recovering = True
                         self._count("recoveries")

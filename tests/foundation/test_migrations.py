@@ -129,3 +129,67 @@ def test_attempts_and_receipts_move_into_their_lease(database_server):
         assert store.run_sync(finish, command=commands[3], report=other, now=now).code == "revision_conflict"
     finally:
         store.close()
+
+
+def test_two_migrate_processes_started_together_both_succeed(database_server):
+    """The lock is a committed row, so two processes (on one server or two cluster nodes) serialise."""
+    import subprocess
+    import sys
+
+    config = _fresh(database_server, "procs")
+    url = config.url(redact=False)
+    procs = [subprocess.Popen([sys.executable, "-m", "pulse_trio", "migrate", "--database-url", url],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert current_version(config) == code_version()
+    conn = connect(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM schema_migrations")
+        assert cur.fetchone()[0] == code_version()
+        cur.execute("SELECT COUNT(*) FROM schema_lock")
+        assert cur.fetchone()[0] == 0  # released
+    conn.close()
+
+
+def test_a_lock_left_by_a_dead_run_is_taken_once_it_expires(database_server):
+    import time
+
+    from pulse_trio.store.migrate import LOCK_NAME
+
+    config = _fresh(database_server, "stale")
+    migrate(config, upto=1)
+    conn = connect(config)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO schema_lock (name, owner, expires_at) "
+                    "VALUES (%s, 'dead:1', UTC_TIMESTAMP(6) + INTERVAL 1 SECOND)", (LOCK_NAME,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(MigrationError, match="could not take the migration lock"):
+        migrate(config, lock_timeout_s=0.2)
+    started = time.monotonic()
+    assert [m.version for m in migrate(config)][-1] == code_version()
+    assert time.monotonic() - started < 5
+
+
+def test_already_exists_rereads_the_version(database_server):
+    """A file another run applied meanwhile is skipped; a half-applied one stays a loud error."""
+    import datetime as dt
+
+    from pulse_trio.store.migrate import apply_file
+
+    config = _fresh(database_server, "exists")
+    migrate(config)
+    last = available_migrations()[-1]
+    first = available_migrations()[0]
+    conn = connect(config)
+    try:
+        assert apply_file(conn, first, dt.datetime(2026, 1, 1)) is False  # recorded: someone else's work
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM schema_migrations WHERE version = %s", (first.version,))
+        conn.commit()
+        with pytest.raises(MigrationError, match="not recorded"):
+            apply_file(conn, first, dt.datetime(2026, 1, 1))
+    finally:
+        conn.close()
+    assert last.version == code_version()

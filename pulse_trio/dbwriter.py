@@ -1,0 +1,230 @@
+"""Which node of a multi-host database URL this process writes to.
+
+pulse-trio runs on a Galera cluster as a *single writer*: row locks, and so
+``SKIP LOCKED`` pick-up, are local to one node, so two instances writing
+through two nodes would claim the same rows and settle it by certification
+failures at COMMIT. Every process therefore applies the same rule to the
+same list of nodes:
+
+* the writer is the first node, in the URL's order, that reports itself
+  ready: ``wsrep_local_state = 4`` (Synced) and ``wsrep_ready = ON``. A
+  server without Galera (``wsrep_on`` off or unknown) is always ready;
+* the choice is sticky: it stands until the writer fails (a connection to
+  it is lost, or it answers "not ready"), and then it is re-checked first,
+  so a blip on a healthy writer changes nothing;
+* the choice is recorded in the database (table ``db_writer``, one row), so
+  processes agree even when they choose at different times: a process that
+  starts, or whose writer failed, takes the recorded node when it is ready
+  (and is not the one that just failed); otherwise the first ready node in
+  list order, which it records. So a node that comes back after a failure
+  does not pull writers back to it, not even newly started ones: the record
+  names the node everyone moved to, and it stands until that node fails.
+
+Recording is best effort (a database not migrated yet has no table): the
+rule then falls back to list order, which every process applies alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+
+import pymysql
+
+from pulse_trio.dburl import DatabaseConfig, connect_node
+
+log = logging.getLogger("pulse_trio.dbwriter")
+
+#: A probe gives a node this long to answer (capped by the URL's connect_timeout).
+PROBE_TIMEOUT_S = 2.0
+#: A writer re-checked within this long is not re-checked again for the next failure.
+RECHECK_AFTER_S = 0.5
+#: CR_CONN_HOST_ERROR: what a caller sees when no node is ready.
+NO_WRITER = 2003
+#: ER_UNKNOWN_SYSTEM_VARIABLE: a server built without Galera (MySQL) has no ``wsrep_*``.
+UNKNOWN_VARIABLE = 1193
+#: Makes each read on a Galera node wait until the node has applied every commit the
+#: cluster acknowledged before it (docs/storage.md §10).
+CAUSAL_READS = "SET SESSION wsrep_sync_wait = 1"
+
+
+def set_causal_reads(cur) -> None:
+    """Run :data:`CAUSAL_READS` on ``cur``'s session; a server without the variable needs none."""
+    try:
+        cur.execute(CAUSAL_READS)
+    except pymysql.err.MySQLError as exc:
+        if not (exc.args and exc.args[0] == UNKNOWN_VARIABLE):
+            raise
+
+
+class WriterSelector:
+    """The writer choice for one list of nodes (one per process and list: see :func:`writer_for`)."""
+
+    def __init__(self, config: DatabaseConfig) -> None:
+        if not config.clustered:
+            raise ValueError("a writer is chosen among several hosts")
+        self.config = config
+        self._lock = threading.Lock()
+        self._writer: tuple[str, int] | None = None
+        self._checked_at = 0.0
+        #: How many times the writer failed over, for logs and tests.
+        self.changes = 0
+
+    @property
+    def writer(self) -> tuple[str, int] | None:
+        """The current choice, if one was made (without probing)."""
+        return self._writer
+
+    def connect(self, config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
+        """A connection to the writer (``config``'s database and login); on a failure, re-choose once."""
+        target = self.current()
+        try:
+            return connect_node(config.for_node(*target), database=database)
+        except (pymysql.err.MySQLError, OSError):
+            self.failed(target)
+            return connect_node(config.for_node(*self.current()), database=database)
+
+    def current(self) -> tuple[str, int]:
+        """The writer, choosing one first if there is none."""
+        with self._lock:
+            if self._writer is None:
+                self._choose(previous=None)
+            assert self._writer is not None
+            return self._writer
+
+    def reset(self) -> None:
+        """Forget the choice: the next connection walks the list from the top (a fresh process's view)."""
+        with self._lock:
+            self._writer = None
+
+    def failed(self, node: tuple[str, int]) -> None:
+        """A connection to ``node`` was lost or refused as not ready: re-check, and fail over if needed.
+
+        Never raises: with no node ready the choice is left empty, and the
+        next connection (:meth:`current`) tries again and reports it.
+        """
+        with self._lock:
+            if node != self._writer:
+                return  # an older writer's connection; the choice has moved already
+            if time.monotonic() - self._checked_at < RECHECK_AFTER_S:
+                return  # re-checked a moment ago, by the failure of a sibling connection
+            if _ready(self.config.for_node(*node)):
+                self._checked_at = time.monotonic()
+                return  # the writer is fine: a blip on one connection
+            self._writer = None
+            with contextlib.suppress(pymysql.err.OperationalError):
+                self._choose(previous=node)
+
+    def _choose(self, previous: tuple[str, int] | None) -> None:
+        first = next((node for node in self.config.hosts
+                      if node != previous and _ready(self.config.for_node(*node))), None)
+        if first is None:
+            self._writer = None
+            names = ", ".join(f"{h}:{p}" for h, p in self.config.hosts)
+            raise pymysql.err.OperationalError(NO_WRITER, f"no database node is synced and ready among {names}")
+        chosen = first
+        recorded = _read_record(self.config.for_node(*first))
+        if (recorded is not None and recorded != first and recorded != previous and recorded in self.config.hosts
+                and _ready(self.config.for_node(*recorded))):
+            chosen = recorded  # the node the others moved to: stay with them
+        if recorded != chosen:
+            _write_record(self.config.for_node(*chosen), chosen)
+        if previous is not None:
+            log.warning("database writer %s:%s failed; writing to %s:%s now", *previous, *chosen)
+            self.changes += 1
+        self._writer = chosen
+        self._checked_at = time.monotonic()
+
+
+def _ready(node: DatabaseConfig) -> bool:
+    """The node answers and reports itself Synced and ready (a server without Galera is ready)."""
+    probe = dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout))
+    try:
+        conn = connect_node(probe, database=False)
+    except (pymysql.err.MySQLError, OSError):
+        return False
+    try:
+        with conn.cursor() as cur:
+            try:
+                cur.execute("SELECT @@wsrep_on")
+                if not cur.fetchone()[0]:
+                    return True
+            except pymysql.err.MySQLError as exc:
+                if exc.args and exc.args[0] == UNKNOWN_VARIABLE:
+                    return True
+                raise
+            cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_local_state', 'wsrep_ready')")
+            status = {name.lower(): value for name, value in cur.fetchall()}
+        return status.get("wsrep_local_state") == "4" and status.get("wsrep_ready") == "ON"
+    except (pymysql.err.MySQLError, OSError):
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def _node_text(node: tuple[str, int]) -> str:
+    return f"{node[0]}:{node[1]}"
+
+
+def _read_record(node: DatabaseConfig) -> tuple[str, int] | None:
+    """The writer recorded in ``db_writer``, read causally on a ready node; None if none or unreadable."""
+    try:
+        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)))
+    except (pymysql.err.MySQLError, OSError):
+        return None
+    try:
+        with conn.cursor() as cur:
+            set_causal_reads(cur)
+            cur.execute("SELECT node FROM db_writer WHERE id = 1")
+            row = cur.fetchone()
+        conn.rollback()
+    except (pymysql.err.MySQLError, OSError):
+        return None  # not migrated yet, or the node went away: list order decides
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+    if row is None:
+        return None
+    host, _, port = str(row[0]).rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def _write_record(node: DatabaseConfig, writer: tuple[str, int]) -> None:
+    """Record ``writer`` for the processes that choose later; a failure only leaves list order to decide."""
+    try:
+        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)))
+    except (pymysql.err.MySQLError, OSError):
+        return
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO db_writer (id, node, chosen_at, chosen_by) VALUES (1, %s, UTC_TIMESTAMP(6), %s) "
+                "ON DUPLICATE KEY UPDATE node = VALUES(node), chosen_at = VALUES(chosen_at), "
+                "chosen_by = VALUES(chosen_by)",
+                (_node_text(writer), f"{socket.gethostname()}:{os.getpid()}"[:128]))
+        conn.commit()
+    except (pymysql.err.MySQLError, OSError) as exc:
+        log.debug("writer %s not recorded: %s", _node_text(writer), exc)
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+_selectors: dict[tuple, WriterSelector] = {}
+_selectors_lock = threading.Lock()
+
+
+def writer_for(config: DatabaseConfig) -> WriterSelector:
+    """The process's selector for this list of nodes, login and database: one choice shared by its pools."""
+    key = (config.hosts, config.user, config.password, config.connect_timeout, config.database)
+    with _selectors_lock:
+        selector = _selectors.get(key)
+        if selector is None:
+            selector = _selectors[key] = WriterSelector(config)
+        return selector

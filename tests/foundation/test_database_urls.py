@@ -1,0 +1,78 @@
+"""Multi-host database URLs: parsed once, the same everywhere, refused clearly when malformed."""
+
+from __future__ import annotations
+
+import pytest
+
+from pulse_trio.dburl import DatabaseUrlError, parse_database_url
+
+
+def test_several_hosts_keep_their_order_and_default_port():
+    config = parse_database_url("mysql://u:p@db1:3306,db2:3307,db3/pulse")
+    assert config.hosts == (("db1", 3306), ("db2", 3307), ("db3", 3306))
+    assert config.clustered and (config.host, config.port) == ("db1", 3306)
+    assert config.url(redact=False) == "mysql://u:p@db1:3306,db2:3307,db3:3306/pulse"
+    assert config.for_node("db2", 3307).hosts == () and config.for_node("db2", 3307).port == 3307
+
+
+def test_one_host_is_not_a_cluster():
+    config = parse_database_url("mysql://u@db1/pulse")
+    assert config.hosts == () and not config.clustered
+
+
+@pytest.mark.parametrize("url, message", [
+    ("mysql://u@db1,db1/pulse", "names one node twice"),
+    ("mysql://u@db1,,db2/pulse", "empty host"),
+    ("mysql://u@db1:x,db2/pulse", "bad port"),
+    ("mysql://u@db1,db2/pulse?unix_socket=/s", "cannot go with several hosts"),
+    ("mysql://u@db1/pulse?connect_timeout=soon", "connect_timeout"),
+])
+def test_malformed_multi_host_urls_are_refused(url, message):
+    with pytest.raises(DatabaseUrlError, match=message):
+        parse_database_url(url)
+
+
+def test_a_multi_host_url_writes_through_the_first_node_that_answers(database_server):
+    """A plain server (no Galera) counts as ready; a node that refuses connections is passed over."""
+    import contextlib
+    import socket
+
+    from pulse_trio.dburl import connect, connect_node, create_database, drop_database
+    from pulse_trio.dbwriter import writer_for
+
+    with contextlib.closing(connect_node(database_server, database=False)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@port")
+        (port,) = cur.fetchone()
+        cur.execute("CREATE USER IF NOT EXISTS 'pulse_tcp'@'127.0.0.1' IDENTIFIED BY 'tcp'")
+        cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'pulse_tcp'@'127.0.0.1'")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    config = parse_database_url(f"mysql://pulse_tcp:tcp@127.0.0.1:{dead},127.0.0.1:{port}/pulse_multi_host")
+    create_database(config)
+    try:
+        with contextlib.closing(connect(config)) as conn:
+            assert conn.port == port
+        assert writer_for(config).current() == ("127.0.0.1", port)
+    finally:
+        drop_database(config)
+
+
+def test_no_node_answering_is_a_connection_error_naming_the_nodes():
+    import socket
+
+    import pymysql
+
+    from pulse_trio.dburl import connect
+    from pulse_trio.dbwriter import writer_for
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    config = parse_database_url(f"mysql://u@127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/pulse?connect_timeout=1")
+    with pytest.raises(pymysql.err.OperationalError, match="no database node is synced and ready among"):
+        connect(config)
+    writer_for(config).failed(("127.0.0.1", ports[0]))  # a failure report never raises
+    assert writer_for(config).writer is None
