@@ -330,3 +330,19 @@ def _plus_seconds(stamp: str, seconds: float) -> str:
 
     moment = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ") + dt.timedelta(seconds=seconds)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def test_commands_sent_back_to_back_on_one_lease_apply_in_the_order_sent(start_service, connect,
+                                                                              worker_token, client):
+    """Commands that reach the batcher together run one batch at a time per lease, in the order sent."""
+    service = await start_service()
+    w, held = await take(service, connect, worker_token, client)
+    await w.ok(w.start(held))
+    first = held.revision
+    ids = [await w.send(w.frame("task.renew", held.body(first + i))) for i in range(6)]
+    ids.append(await w.send(w.frame("task.finish", held.body(first + 6, status="SUCCEEDED", result={"n": 7}))))
+    replies = [await w.reply(i) for i in ids]
+    assert [r["type"] for r in replies] == ["ack"] * 7, replies
+    assert [int(r["body"]["lease"]["revision"]) for r in replies[:-1]] == [first + 1 + i for i in range(6)]
+    assert client.get(held.task_id)["outcome"]["result"] == {"n": 7}
+
