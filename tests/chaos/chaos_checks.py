@@ -380,5 +380,17 @@ def check_guarantees(db, ids: set[str], executions: dict[str, list[Execution]], 
     }
 
 
+def check_run(db, client, fleet, ids: set[str], states: collections.Counter[str]) -> dict:
+    """Every task SUCCEEDED once settled, and the run kept every guarantee (``check_guarantees``)."""
+    assert states == {"SUCCEEDED": len(ids)}, f"{states}; logs in {fleet.logs}"  # nothing lost
+    executions = read_executions(fleet.log)
+    assert set(executions) == ids
+    try:
+        return check_guarantees(db, ids, executions, worker_keys=fleet.worker_keys,
+                                killed_at=fleet.killed_at, views=collect_views(client, ids))
+    except AssertionError as exc:
+        raise AssertionError(f"logs in {fleet.logs}\n{exc}") from None
+
+
 def collect_views(client, ids: set[str]) -> dict[str, dict]:
     return {task_id: client.get(task_id) for task_id in ids}

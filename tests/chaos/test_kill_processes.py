@@ -43,17 +43,6 @@ def _workload(unkeyed: int, keyed: dict[str, tuple[int, int]]) -> list:
                     for n in range(unkeyed)]
 
 
-def _check(db, client, fleet, ids, states) -> dict:
-    assert states == {"SUCCEEDED": len(ids)}, states  # nothing lost, every outcome recorded
-    executions = chaos_checks.read_executions(fleet.log)
-    assert set(executions) == ids
-    try:
-        return chaos_checks.check_guarantees(db, ids, executions, worker_keys=fleet.worker_keys,
-                                             killed_at=fleet.killed_at, views=chaos_checks.collect_views(client, ids))
-    except AssertionError as exc:
-        raise AssertionError(f"logs in {fleet.logs}\n{exc}") from None
-
-
 def _open_sessions_on_killed_servers(db, pids: list[int]) -> int:
     """Sessions still recorded open on a serve process that was SIGKILLed (its node row names its pid)."""
     import socket
@@ -94,7 +83,7 @@ def test_sigkill_servers_and_workers_loses_nothing(db, token_factory, tmp_path):
                 ghosts = _open_sessions_on_killed_servers(db, killed_servers)
         finally:
             fleet.stop_all()
-        summary = _check(db, client, fleet, ids, states)
+        summary = chaos_checks.check_run(db, client, fleet, ids, states)
     assert not sampler.violations, sampler.violations[:10]
     assert ghosts == 0, f"{ghosts} session(s) still open on killed instances"
     print(f"\nchaos: {summary}")
@@ -132,7 +121,7 @@ def test_restarting_mariadb_under_load_loses_nothing(tmp_path):
         finally:
             fleet.stop_all()
         with Client(db) as client:
-            summary = _check(db, client, fleet, ids, states)
+            summary = chaos_checks.check_run(db, client, fleet, ids, states)
     finally:
         server.stop()
     print(f"\nchaos: {summary}")

@@ -97,17 +97,6 @@ def _settle(db, count: int, timeout: float) -> collections.Counter[str]:
     return states
 
 
-def _check(db, client, fleet, ids, states) -> dict:
-    assert states == {"SUCCEEDED": len(ids)}, f"{states}; logs in {fleet.logs}"
-    executions = chaos_checks.read_executions(fleet.log)
-    assert set(executions) == ids
-    try:
-        return chaos_checks.check_guarantees(db, ids, executions, worker_keys=fleet.worker_keys,
-                                             killed_at=fleet.killed_at, views=chaos_checks.collect_views(client, ids))
-    except AssertionError as exc:
-        raise AssertionError(f"logs in {fleet.logs}\n{exc}") from None
-
-
 def test_two_thousand_tasks_through_instances_on_two_nodes_run_once_each(cluster, database_name, tmp_path):
     """Each instance writes through its own node (two writers): slower, never wrong."""
     n1, n2, _ = cluster.nodes
@@ -125,7 +114,7 @@ def test_two_thousand_tasks_through_instances_on_two_nodes_run_once_each(cluster
             states = _settle(db, len(ids), timeout=120)
         finally:
             fleet.stop_all()
-        summary = _check(db, client, fleet, ids, states)
+        summary = chaos_checks.check_run(db, client, fleet, ids, states)
     executions = chaos_checks.read_executions(fleet.log)
     assert all(len(runs) == 1 for runs in executions.values()), "a task ran twice with no lease lost"
     print(f"\ngalera two writers: 2000 tasks in {time.monotonic() - started:.1f}s; {summary}")
@@ -162,7 +151,7 @@ def test_losing_the_writer_under_load_loses_nothing(cluster, database_name, tmp_
             assert fleet.server_log_count(i, moved) >= 1, f"server {i} did not fail over; logs in {fleet.logs}"
             # and no lease command (a finish among them) that reached it was answered ``internal``
             assert fleet.server_log_count(i, "failed in the store") == 0, f"logs in {fleet.logs}"
-        summary = _check(db, client, fleet, ids, states)
+        summary = chaos_checks.check_run(db, client, fleet, ids, states)
 
     if fault == "sigkill":  # the killed node rejoins by IST and holds the same rows
         rejoin_started = time.monotonic()
@@ -202,5 +191,5 @@ def test_an_instance_cut_off_from_every_writer_fences_and_its_workers_go_elsewhe
         finally:
             fleet.stop_all()
         assert fleet.server_log_count(0, "the database writer is unreachable; ending 1 session(s)") >= 1, fleet.logs
-        summary = _check(db, client, fleet, ids, states)
+        summary = chaos_checks.check_run(db, client, fleet, ids, states)
     print(f"\ngalera fencing: {summary}")

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from pulse_trio.client import Client
-from pulse_trio.sdk import Backoff
+from pulse_trio.sdk import Backoff, Registry, TaskContext
 
 FAST_POLL_S = 0.02
 FAST_BACKOFF = Backoff(initial=0.05, factor=2.0, maximum=0.4)
@@ -145,3 +145,17 @@ async def wait_state(client: Client, task_id: str, states: set[str] | str, *, ti
                 return view
             await trio.sleep(FAST_POLL_S * 2)
     raise AssertionError(f"task {task_id} never reached {wanted}: {json.dumps(view)[:600]}")
+
+
+def gated_registry(started: trio.Event, release: trio.Event, calls: list[str]) -> Registry:
+    """billing/invoice.send handlers that record their task, say they started, then wait for ``release``."""
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext) -> dict:
+        calls.append(task.task_id)
+        started.set()
+        await release.wait()
+        return {"sent": True}
+
+    return registry

@@ -9,29 +9,15 @@ from __future__ import annotations
 import pytest
 import trio
 
-from sdk_support import ack_of, in_thread, wait_for, wait_state
+from sdk_support import ack_of, gated_registry, in_thread, wait_for, wait_state
 
-from pulse_trio.sdk import Registry, TaskContext
-
-
-def _gated_registry(started: trio.Event, release: trio.Event, calls: list[str]) -> Registry:
-    registry = Registry()
-
-    @registry.handler("billing", "invoice.send")
-    async def send(task: TaskContext) -> dict:
-        calls.append(task.task_id)
-        started.set()
-        await release.wait()
-        return {"sent": True}
-
-    return registry
 
 
 async def test_socket_drop_mid_task_resumes_the_lease(start_service, proxy_for, run_worker, client):
     service = await start_service(lease_ttl=1.5)
     proxy = await proxy_for(service)
     started, release, calls = trio.Event(), trio.Event(), []
-    worker = await run_worker(proxy.url, _gated_registry(started, release, calls))
+    worker = await run_worker(proxy.url, gated_registry(started, release, calls))
     task = await in_thread(client.submit, "billing", "invoice.send", {})
     with trio.fail_after(10):
         await started.wait()
@@ -53,7 +39,7 @@ async def test_service_restart_mid_task_resumes_on_the_new_instance(start_servic
     service = await start_service()
     proxy = await proxy_for(service)
     started, release, calls = trio.Event(), trio.Event(), []
-    worker = await run_worker(proxy.url, _gated_registry(started, release, calls))
+    worker = await run_worker(proxy.url, gated_registry(started, release, calls))
     task = await in_thread(client.submit, "billing", "invoice.send", {})
     with trio.fail_after(10):
         await started.wait()
@@ -77,7 +63,7 @@ async def test_lost_ack_is_answered_from_the_receipt(start_service, proxy_for, r
     service = await start_service(lease_ttl=0.9)
     proxy = await proxy_for(service)
     started, release, calls = trio.Event(), trio.Event(), []
-    worker = await run_worker(proxy.url, _gated_registry(started, release, calls))
+    worker = await run_worker(proxy.url, gated_registry(started, release, calls))
     if command != "task.finish":
         proxy.drop_when(ack_of(command))
     task = await in_thread(client.submit, "billing", "invoice.send", {})
