@@ -382,7 +382,8 @@ class LeaseRunner:
     def _renewed(self, body: m.CommandResult) -> None:
         self.host.stats.renewals += 1
         if self.phase is FINISHING and self._outcome is not None:
-            self._finish(self._outcome)
+            if self._step is None:  # else the ack's own cancel has already issued the finish
+                self._finish(self._outcome)
         elif self.phase is RUNNING and not self._handler_called:
             self._call_or_renew()
         else:
@@ -530,6 +531,13 @@ class LeaseRunner:
         if step is not None and step.state is RETRYING and self.lost is None:
             self._send()
 
+    def _park_retry(self) -> None:
+        """The reattach settled the command a retry timer was waiting to send: ``connected`` takes it from here."""
+        self.host.clock.cancel(self._retry)
+        self._retry = None
+        if self._step is not None and self._step.state is RETRYING:
+            self._step.state = PARKED
+
     def connected(self, conn: Connection) -> None:
         """The worker has a ready connection again: complete or send the parked step."""
         step = self._step
@@ -554,11 +562,13 @@ class LeaseRunner:
                 if exc.fatal or retryable(exc):
                     return  # still unknown: asked again on the next connection
                 self.inflight = None  # not committed: sent again at the new revision once connected
+                self._park_retry()
             except ConnectionLost:
                 return
             else:
                 assert isinstance(body, m.CommandResult)
                 self.inflight = None
+                self._park_retry()
                 self.replayed = body
                 if body.receipt.duplicate:
                     self.host.stats.duplicates += 1

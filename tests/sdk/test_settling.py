@@ -253,3 +253,56 @@ async def test_a_start_answered_internal_past_its_offer_expiry_is_not_hammered(s
             await peer.send(_internal(peer, request, retry_after_ms=1000))
     assert 3 <= starts <= 12, starts
     assert calls == [] and worker.stats.started == 0
+
+
+async def test_a_cancel_in_the_ack_of_the_renewal_before_the_handler_finishes_once(scripted, run_worker):
+    """The renewal that replaces a sliver of lease comes back with a cancel: one CANCELLED finish, no crash."""
+    calls: list[str] = []
+    worker, peer = await _session(scripted, run_worker, _registry(calls))
+    frame, _ = peer.offer()
+    await peer.send(frame)
+    start = await peer.recv()
+    await peer.send(_ack(peer, start, 0.3, committed_ago=2.7))
+    renew = await peer.recv(timeout=1)
+    assert renew["type"] == "task.renew"
+    ack = _ack(peer, renew, 30)
+    ack["body"]["lease"]["cancel_requested_at"] = format_time(dt.datetime.now(dt.timezone.utc))
+    await peer.send(ack)
+    finish = await peer.recv()
+    assert (finish["type"], finish["body"]["status"], finish["body"]["revision"]) == ("task.finish", "CANCELLED", "3")
+    await peer.send(peer.command_result(finish, lease=False))
+    await wait_for(lambda: worker.stats.cancelled == 1, timeout=5, what="the cancelled finish")
+    assert calls == [] and worker.stats.lost == 0
+    with trio.move_on_after(0.5):
+        extra = await peer.recv(timeout=0.5)
+        raise AssertionError(f"a second command after the finish: {extra}")
+
+
+async def test_a_command_waiting_to_retry_is_settled_by_the_reattach_not_sent_again(scripted, run_worker):
+    """A start answered internal, then a drop: the new connection settles it, and the retry timer sends nothing."""
+    calls: list[str] = []
+    worker, peer = await _session(scripted, run_worker, _registry(calls))
+    frame, lease = peer.offer()
+    await peer.send(frame)
+    start = await peer.recv()
+    await peer.send(_internal(peer, start, retry_after_ms=3000))
+    await trio.sleep(0.05)
+    await peer.ws.aclose()
+    peer.done.set()
+
+    peer2 = await scripted.next_peer()
+    await peer2.welcome()
+    replay = await peer2.recv()
+    assert replay["type"] == "task.start" and replay["body"] == start["body"]
+    await peer2.send(peer2.command_result(replay))
+    resume = await peer2.recv()
+    assert resume["type"] == "worker.resume"
+    body = {"lease_id": lease["lease_id"], "task_id": lease["task_id"], "revision": "2", "epoch": str(peer2.epoch),
+            "state": "RUNNING", "expires_at": later(30)}
+    await peer2.send(peer2.frame("ack", body, reply_to=resume["id"]))
+    await peer2.accept_capacity()
+    finish = await peer2.recv(timeout=5)  # past the 3 s retry: no task.start at revision 2 came first
+    assert finish["type"] == "task.finish" and finish["body"]["revision"] == "2", finish
+    await peer2.send(peer2.command_result(finish, lease=False))
+    await wait_for(lambda: worker.stats.succeeded == 1, timeout=5, what="the finish")
+    assert len(calls) == 1 and worker.stats.started == 1 and worker.stats.lost == 0
