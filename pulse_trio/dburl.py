@@ -172,9 +172,18 @@ def connect(config: DatabaseConfig, *, database: bool = True) -> pymysql.connect
     return connect_node(config, database=database)
 
 
-def connect_node(config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
-    """Open one connection to exactly the host ``config`` names."""
-    return pymysql.connect(**config.connect_kwargs(database=database))
+def connect_node(config: DatabaseConfig, *, database: bool = True,
+                 io_timeout: float | None = None) -> pymysql.connections.Connection:
+    """Open one connection to exactly the host ``config`` names.
+
+    ``io_timeout`` bounds every read and write on it, the server's greeting
+    included: ``connect_timeout`` alone covers only the TCP connect, so a
+    node that accepts and then says nothing would block the caller for good.
+    """
+    kwargs = config.connect_kwargs(database=database)
+    if io_timeout is not None:
+        kwargs["read_timeout"] = kwargs["write_timeout"] = io_timeout
+    return pymysql.connect(**kwargs)
 
 
 def create_database(config: DatabaseConfig) -> None:

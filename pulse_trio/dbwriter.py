@@ -40,7 +40,8 @@ from pulse_trio.dburl import DatabaseConfig, connect_node
 
 log = logging.getLogger("pulse_trio.dbwriter")
 
-#: A probe gives a node this long to answer (capped by the URL's connect_timeout).
+#: A probe gives a node this long to connect (capped by the URL's connect_timeout) and
+#: then this long for each read or write: a node that accepts and hangs is not ready.
 PROBE_TIMEOUT_S = 2.0
 #: A writer re-checked within this long is not re-checked again for the next failure.
 RECHECK_AFTER_S = 0.5
@@ -145,7 +146,7 @@ def _ready(node: DatabaseConfig) -> bool:
     """The node answers and reports itself Synced and ready (a server without Galera is ready)."""
     probe = dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout))
     try:
-        conn = connect_node(probe, database=False)
+        conn = connect_node(probe, database=False, io_timeout=PROBE_TIMEOUT_S)
     except (pymysql.err.MySQLError, OSError):
         return False
     try:
@@ -175,7 +176,8 @@ def _node_text(node: tuple[str, int]) -> str:
 def _read_record(node: DatabaseConfig) -> tuple[str, int] | None:
     """The writer recorded in ``db_writer``, read causally on a ready node; None if none or unreadable."""
     try:
-        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)))
+        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)),
+                            io_timeout=PROBE_TIMEOUT_S)
     except (pymysql.err.MySQLError, OSError):
         return None
     try:
@@ -198,7 +200,8 @@ def _read_record(node: DatabaseConfig) -> tuple[str, int] | None:
 def _write_record(node: DatabaseConfig, writer: tuple[str, int]) -> None:
     """Record ``writer`` for the processes that choose later; a failure only leaves list order to decide."""
     try:
-        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)))
+        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)),
+                            io_timeout=PROBE_TIMEOUT_S)
     except (pymysql.err.MySQLError, OSError):
         return
     try:

@@ -76,3 +76,20 @@ def test_no_node_answering_is_a_connection_error_naming_the_nodes():
         connect(config)
     writer_for(config).failed(("127.0.0.1", ports[0]))  # a failure report never raises
     assert writer_for(config).writer is None
+
+
+def test_a_node_that_accepts_and_never_answers_is_not_ready_and_does_not_block():
+    """connect_timeout covers only the TCP connect; the probe bounds the greeting too."""
+    import socket
+    import time
+
+    from pulse_trio.dbwriter import PROBE_TIMEOUT_S, _ready
+
+    with socket.socket() as hung:  # the kernel completes the handshake; nobody ever writes a greeting
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)
+        port = hung.getsockname()[1]
+        node = parse_database_url(f"mysql://u:p@127.0.0.1:{port}/db")
+        began = time.monotonic()
+        assert _ready(node) is False
+        assert time.monotonic() - began < PROBE_TIMEOUT_S * 3
