@@ -51,9 +51,11 @@ class StoreUnavailable(RuntimeError):
     The server answers ``internal`` with ``retry_after_ms`` (docs/protocol.md §4.8).
     """
 
-    def __init__(self, message: str, retry_after_ms: int = 1000) -> None:
+    def __init__(self, message: str, retry_after_ms: int = 1000, *, commit_lost: bool = False) -> None:
         super().__init__(message)
         self.retry_after_ms = retry_after_ms
+        #: A COMMIT's answer was lost on the way: what ran may have committed.
+        self.commit_lost = commit_lost
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,20 +126,27 @@ class Store:
 
         try:
             return self._transaction(body, "batch")
-        except (StoreUnavailable, InvariantViolation, pymysql.err.IntegrityError):
-            return [self._safely(fn, kwargs) for fn, kwargs in calls]
+        except (StoreUnavailable, InvariantViolation, pymysql.err.IntegrityError) as exc:
+            # The batch may have committed before its answer was lost: each call then
+            # re-reads what it may already have done, as a retry of its own would.
+            lost = isinstance(exc, StoreUnavailable) and exc.commit_lost
+            return [self._safely(fn, kwargs, recovering=lost) for fn, kwargs in calls]
 
-    def _safely(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    def _safely(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool) -> Any:
         try:
-            return self.run_sync(fn, **kwargs)
+            return self._run_one(fn, kwargs, recovering=recovering)
         except (StoreUnavailable, InvariantViolation, pymysql.err.IntegrityError) as exc:
             return exc
 
     def run_sync(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run ``fn`` as one transaction in the calling thread (CLI, tests, worker threads)."""
         self._check_runnable(fn)
+        return self._run_one(fn, kwargs, recovering=False)
+
+    def _run_one(self, fn: Callable[..., T], kwargs: dict[str, Any], *, recovering: bool) -> T:
         return self._transaction(lambda tx: fn(tx, **kwargs), getattr(fn, "__name__", repr(fn)),
-                                 reads_only=registration_of(fn) is None and takes_no_locks(fn))
+                                 reads_only=registration_of(fn) is None and takes_no_locks(fn),
+                                 recovering=recovering)
 
     @staticmethod
     def _check_runnable(fn: Callable[..., Any]) -> None:
@@ -147,10 +156,14 @@ class Store:
         if registration is not None and not registration.entry:
             raise TypeError(f"{registration.name} is a step: it runs inside another transition's transaction")
 
-    def _transaction(self, body: Callable[[Tx], T], name: str, *, reads_only: bool = False) -> T:
-        """``reads_only``: a view without locks, on an autocommit connection (nothing to end)."""
+    def _transaction(self, body: Callable[[Tx], T], name: str, *, reads_only: bool = False,
+                     recovering: bool = False) -> T:
+        """``reads_only``: a view without locks, on an autocommit connection (nothing to end).
+
+        ``recovering``: an earlier run of the same work may have committed (its
+        COMMIT's answer was lost), so the body re-reads before it writes.
+        """
         pool = self.read_pool if reads_only else self.pool
-        recovering = False
         last_error: BaseException | None = None
         for attempt in range(self.max_attempts):
             if attempt:
@@ -201,7 +214,8 @@ class Store:
             except BaseException:
                 self._rollback_or_discard(conn, pool)
                 raise
-        raise StoreUnavailable(f"{name} failed after {self.max_attempts} attempts: {last_error!r}") from last_error
+        raise StoreUnavailable(f"{name} failed after {self.max_attempts} attempts: {last_error!r}",
+                               commit_lost=recovering) from last_error
 
     def _sleep(self, attempt: int) -> None:
         ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)

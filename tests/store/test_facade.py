@@ -233,3 +233,25 @@ def test_the_pool_replaces_a_connection_idle_for_half_the_server_timeout(db):
         assert first[0] == 1
     finally:
         store.close()
+
+
+def test_a_batch_whose_commit_was_lost_falls_back_to_calls_that_re_read(world, db):
+    """The batch's COMMIT landed but its answer was lost and the retries ran out: each call recovers its own."""
+    _CommitThenDrop.armed = False
+    s = Store(db, pool_size=2, max_attempts=1, connector=lambda config: _CommitThenDrop(connect(config)))
+    try:
+        s.run_sync(_ping, value=0)
+        a, b = world.worker("q"), world.worker("q")
+        for _ in range(6):
+            world.submit()
+        mine = {w.session_id: new_credentials(2) for w in (a, b)}
+        calls = [(assign, {"session_id": sid, "credentials": creds, "now": world.now, "start_timeout_ms": 30_000,
+                           "default_lease_ttl_ms": 30_000}) for sid, creds in mine.items()]
+        _CommitThenDrop.armed = True
+        results = s.run_batch_sync(calls)
+    finally:
+        s.close()
+    assert [type(r).__name__ for r in results] == ["AssignResult", "AssignResult"], results
+    for result, creds in zip(results, mine.values()):
+        assert {o.lease_secret for o in result.offers} == {c.lease_secret for c in creds}
+    assert world.sql("SELECT COUNT(*) FROM leases") == [(4,)], "the committed claims, and no second one"
