@@ -28,8 +28,8 @@ LOCK_WAIT_TIMEOUT = 1205
 #: Client-side "the connection is gone" codes (CR_*), and server shutdown.
 CONNECTION_LOST = frozenset({2003, 2006, 2013, 2014, 2045, 2055, 1053, 1927})
 #: A cluster node that is up but may not serve: 1047 "WSREP has not yet prepared node for
-#: application use", 1180 "Got error 6 'Not connected to Primary Component' during COMMIT",
-#: and 4078 (MySQL's wsrep builds) for the same. Handled like a lost connection: the
+#: application use" and 1180 "Got error 6 'Not connected to Primary Component' during COMMIT".
+#: Handled like a lost connection: the
 #: connection is dropped, the writer re-checked, and a COMMIT hit by it re-checked.
 NODE_NOT_READY = frozenset({1047, 1180})
 
