@@ -321,7 +321,13 @@ class SessionService:
 
         Only ever lowered: a higher count read here may predate a finish
         counted since, and a too-low hint is corrected by the next claim.
+        Not while this session's own lease commands are in flight: the count
+        may already hold a finish whose answer has not come back, and that
+        finish lowers the count itself when it does (twice would offer a
+        slot early).
         """
+        if self._in_flight:
+            return False
         if actual < self.active_leases:
             self.active_leases = actual
             return True
