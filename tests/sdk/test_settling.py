@@ -83,6 +83,15 @@ async def _started(peer, expires_in: float) -> dict:
     return await peer.recv(timeout=3)
 
 
+async def _renewal_for_a_sliver(peer) -> dict:
+    """Offer one task and ack its start with 0.3 s left of a 3 s lease; returns what the worker sends next."""
+    frame, _ = peer.offer()
+    await peer.send(frame)
+    start = await peer.recv()
+    await peer.send(_ack(peer, start, 0.3, committed_ago=2.7))
+    return await peer.recv(timeout=1)
+
+
 async def test_a_finish_acknowledged_after_the_local_expiry_is_counted_as_finished(scripted, run_worker, caplog):
     caplog.set_level(logging.INFO, logger="pulse_trio.sdk")
     calls: list[str] = []
@@ -180,12 +189,7 @@ async def test_an_internal_answer_to_a_resume_is_retried(scripted, run_worker):
 async def test_a_handler_is_not_called_with_a_sliver_of_lease_left(scripted, run_worker):
     calls: list[str] = []
     worker, peer = await _session(scripted, run_worker, _registry(calls))
-    frame, _ = peer.offer()
-    await peer.send(frame)
-    start = await peer.recv()
-    # The start committed with a 3 s ttl, but its ack arrives with only 0.3 s of it left.
-    await peer.send(_ack(peer, start, 0.3, committed_ago=2.7))
-    renew = await peer.recv(timeout=1)
+    renew = await _renewal_for_a_sliver(peer)
     assert renew["type"] == "task.renew" and renew["body"]["revision"] == "2"
     assert calls == [], "the handler was called with 0.3 s of a 3 s lease left"
     await peer.send(_ack(peer, renew, 30))
@@ -259,11 +263,7 @@ async def test_a_cancel_in_the_ack_of_the_renewal_before_the_handler_finishes_on
     """The renewal that replaces a sliver of lease comes back with a cancel: one CANCELLED finish, no crash."""
     calls: list[str] = []
     worker, peer = await _session(scripted, run_worker, _registry(calls))
-    frame, _ = peer.offer()
-    await peer.send(frame)
-    start = await peer.recv()
-    await peer.send(_ack(peer, start, 0.3, committed_ago=2.7))
-    renew = await peer.recv(timeout=1)
+    renew = await _renewal_for_a_sliver(peer)
     assert renew["type"] == "task.renew"
     ack = _ack(peer, renew, 30)
     ack["body"]["lease"]["cancel_requested_at"] = format_time(dt.datetime.now(dt.timezone.utc))
