@@ -37,4 +37,7 @@ class LiveInstance(Protocol):
         """One HTTP error answered, by its code."""
 
     def metrics_exposition(self, queues: Mapping[str, Mapping[str, Any]] | None) -> tuple[bytes, str]:
-        """Every metric in the Prometheus text format, and its media type; ``queues``: None if the database did not answer."""
+        """Every metric in the Prometheus text format, and its media type.
+
+        ``queues``: the queue depths this scrape read, None if the database did not answer.
+        """

@@ -51,7 +51,8 @@ def _create(args: argparse.Namespace) -> int:
     with database(args, create=True) as target:
         conn = connect(target)
         try:
-            token, _info = stored_tokens.create_token(conn, role=args.role, queues=args.queue, label=args.label, now=_now())
+            token, _info = stored_tokens.create_token(conn, role=args.role, queues=args.queue, label=args.label,
+                                                      now=_now())
         finally:
             conn.close()
     sys.stdout.write(token + "\n")

@@ -28,12 +28,12 @@ from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.facade import SyncStore
-from pulse_trio.store.cancellation import request as request_cancel
 from pulse_trio.store import queries
 from pulse_trio.store import settings as stored_settings
-from pulse_trio.store.instances import operator_drain
+from pulse_trio.store.cancellation import request as request_cancel
 from pulse_trio.store.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
+from pulse_trio.store.facade import SyncStore
+from pulse_trio.store.instances import operator_drain
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
 from pulse_trio.store.tx import Tx
