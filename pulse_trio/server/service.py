@@ -56,7 +56,7 @@ DEFAULT_POOL_SIZE = 8
 
 @dataclasses.dataclass(eq=False)
 class ServiceContext:
-    """What every part of the service shares; built once per instance.
+    """What the worker service's own parts share; built once per instance (the HTTP API never sees it).
 
     ``settings`` is replaced (never mutated) when the cluster's values change:
     read it at each decision, not once.

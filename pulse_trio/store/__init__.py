@@ -7,7 +7,16 @@ trigger), and imports no Trio. The server and the producer surfaces use:
   and from a Trio program :class:`pulse_trio.store.trio_bridge.Store`
   (``await store.run(fn, **kwargs)``), the one module here that imports Trio;
 * the entry functions below, grouped by chart;
-* the value types in :mod:`pulse_trio.store.results`.
+* the read-only views: :mod:`~pulse_trio.store.views` (a task),
+  :mod:`~pulse_trio.store.queries` (the producer's listings and queue
+  depths), :mod:`~pulse_trio.store.dashboard`, :mod:`~pulse_trio.store.tokens`
+  (the token lookup of both endpoints, and the CLI's token statements);
+* the value types in :mod:`pulse_trio.store.results`, and the refusal codes
+  in :mod:`pulse_trio.store.codes`.
+
+The service's SQL lives in this package; outside it only ``dbwriter.py``
+(which node of a cluster every process writes through) and the bench's
+own measurements speak SQL.
 
 See ``docs/statecharts/README.md`` for how composite transactions keep the
 one-function-per-transition rule.
