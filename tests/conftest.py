@@ -142,7 +142,7 @@ def start_service(db: DatabaseConfig, nursery):
     flags would be: the cluster settings among them are written to the
     cluster when the instance starts.
     """
-    from pulse_trio.server.service import serve
+    from pulse_trio.serve import serve
 
     async def start(clock=None, **overrides):
         settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0)).override(**overrides)

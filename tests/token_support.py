@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pulse_trio import tokens
+from pulse_trio.store import tokens
 from pulse_trio.dburl import DatabaseConfig, connect
 
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from pulse_trio.dburl import DatabaseConfig, connect, drop_database
 from pulse_trio.store.migrate import migrate
-from pulse_trio.tokens import create_token
+from pulse_trio.store.tokens import create_token
 
 T = TypeVar("T")
 

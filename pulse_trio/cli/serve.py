@@ -40,8 +40,8 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     import trio
 
-    from pulse_trio.server.listen import ListenError
-    from pulse_trio.server.service import serve
+    from pulse_trio.listen import ListenError
+    from pulse_trio.serve import serve
     from pulse_trio.server.settings_sync import SettingsRefused
 
     with database(args, create=True) as target:

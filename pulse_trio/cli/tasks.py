@@ -17,10 +17,11 @@ from pulse_trio import cluster_settings as cs
 from pulse_trio.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, add_database_options,
                                    add_inherited_database_options, database, fail, run_guarded)
 from pulse_trio.cli.output import Column, add_format_option, print_json, print_table, with_field, write_json_text
-from pulse_trio.client import Client, ClientError, TaskNotFound, queries
+from pulse_trio.client import Client, ClientError, TaskNotFound
 from pulse_trio.client import ranges
 from pulse_trio.client.producer import build_task
-from pulse_trio.store.results import INSTANCE_NOT_FOUND
+from pulse_trio.store import queries
+from pulse_trio.store.codes import INSTANCE_NOT_FOUND
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id, parse_time
 
 #: Flags two commands took before the values moved to the cluster: accepted there, ignored, warned about.

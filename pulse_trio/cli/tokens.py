@@ -8,6 +8,7 @@ import re
 import sys
 
 from pulse_trio import tokens
+from pulse_trio.store import tokens as stored_tokens
 from pulse_trio.cli.common import EXIT_NOT_FOUND, add_database_options, database, fail, print_json, run_guarded
 from pulse_trio.dburl import connect
 
@@ -50,7 +51,8 @@ def _create(args: argparse.Namespace) -> int:
     with database(args, create=True) as target:
         conn = connect(target)
         try:
-            token, _info = tokens.create_token(conn, role=args.role, queues=args.queue, label=args.label, now=_now())
+            token, _info = stored_tokens.create_token(conn, role=args.role, queues=args.queue, label=args.label,
+                                                      now=_now())
         finally:
             conn.close()
     sys.stdout.write(token + "\n")
@@ -61,7 +63,7 @@ def _list(args: argparse.Namespace) -> int:
     with database(args) as target:
         conn = connect(target)
         try:
-            found = tokens.list_tokens(conn)
+            found = stored_tokens.list_tokens(conn)
         finally:
             conn.close()
     print_json({"tokens": [t.as_json() for t in found]})
@@ -72,7 +74,7 @@ def _revoke(args: argparse.Namespace) -> int:
     with database(args) as target:
         conn = connect(target)
         try:
-            info = tokens.revoke_token(conn, args.token_id, now=_now())
+            info = stored_tokens.revoke_token(conn, args.token_id, now=_now())
         finally:
             conn.close()
     if info is None:

@@ -22,17 +22,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pulse_trio import cluster_settings
-from pulse_trio.client import queries, ranges
+from pulse_trio.client import ranges
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_queue, is_resource_id, is_text
 from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store import Store
-from pulse_trio.store.cancellation import request as request_cancel
+from pulse_trio.store import queries
 from pulse_trio.store import settings as stored_settings
+from pulse_trio.store.cancellation import request as request_cancel
+from pulse_trio.store.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
+from pulse_trio.store.facade import SyncStore
 from pulse_trio.store.instances import operator_drain
-from pulse_trio.store.results import INSTANCE_NOT_FOUND, TASK_NOT_FOUND, Refusal
+from pulse_trio.store.results import Refusal
 from pulse_trio.store.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
 from pulse_trio.store.tx import Tx
 from pulse_trio.store.views import get_task
@@ -191,7 +193,7 @@ class Client:
     cancel_grace: float | None = None
     pool_size: int = 2
     #: An existing store to share (the service's, for the HTTP API); None: the client opens its own.
-    store: Store | None = dataclasses.field(default=None, repr=False)
+    store: SyncStore | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("priority_step", "cancel_grace"):
@@ -200,7 +202,7 @@ class Client:
                               f"(pulse-trio settings set {name} SECONDS)", DeprecationWarning, stacklevel=3)
         self._owns_store = self.store is None
         if self.store is None:
-            self.store = Store(self.database, pool_size=self.pool_size)
+            self.store = SyncStore(self.database, pool_size=self.pool_size)
 
     def close(self) -> None:
         if self._owns_store:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import trio
 from starlette.requests import Request
@@ -31,10 +31,10 @@ from pulse_trio.client.producer import ClientError, build_task, check_list_filte
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX
 from pulse_trio.http import auth, bodies
 from pulse_trio.http.errors import JSON, ApiError, not_found, unauthenticated
+from pulse_trio.live_instance import LiveInstance
+from pulse_trio.store.tokens import live_token
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.views import TaskView, get_task
-
-if TYPE_CHECKING:
-    from pulse_trio.server.service import ServiceContext
 
 T = TypeVar("T")
 
@@ -56,24 +56,25 @@ def json_value(value: Any, status: int = 200) -> Response:
 class TaskApi:
     """Handlers for tasks, workers and queues; one per service instance."""
 
-    def __init__(self, ctx: ServiceContext) -> None:
-        self.ctx = ctx
-        self.client = Client(ctx.store.config, store=ctx.store)
+    def __init__(self, instance: LiveInstance, store: Store) -> None:
+        self.instance = instance
+        self.store = store
+        self.client = Client(store.config, store=store)
         # At most half the store's threads serve HTTP; the rest stay free for workers.
-        self.limiter = trio.CapacityLimiter(max(1, ctx.store.limiter.total_tokens // 2))
+        self.limiter = trio.CapacityLimiter(max(1, store.limiter.total_tokens // 2))
 
     async def blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run a client call in a worker thread under both limiters."""
         async with self.limiter:
             return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs),
-                                                 limiter=self.ctx.store.limiter)
+                                                 limiter=self.store.limiter)
 
     async def authenticate(self, request: Request, action: str | None) -> tokens.TokenInfo:
         """The live token behind the request, allowed ``action`` (None: any role; the caller decides)."""
         token = auth.bearer(request)
         if token is None:
             raise unauthenticated()
-        info = await self.ctx.store.run(auth.api_token, token=token)
+        info = await self.store.run(live_token, token=token)
         if info is None:
             raise unauthenticated("the bearer token is unknown or revoked")
         request.scope.setdefault("pulse", {})["token_id"] = info.token_id
@@ -84,7 +85,7 @@ class TaskApi:
     async def visible_task(self, info: tokens.TokenInfo, task_id: str) -> TaskView:
         """The task, if it exists in a queue the token may see (else 404 either way)."""
         bodies.resource_id(task_id, TASK_PREFIX, "task", "task_not_found")
-        view = await self.ctx.store.run(get_task, task_id=task_id)
+        view = await self.store.run(get_task, task_id=task_id)
         if view is None or not info.allows_queue(view.task.queue):
             raise not_found("task_not_found", f"no task {task_id}")
         return view
@@ -95,13 +96,13 @@ class TaskApi:
         body = await bodies.read_json(request)
         sub = bodies.submission(body, request.headers.get("idempotency-key"))
         auth.require_queue(info, sub.queue)
-        now = self.ctx.clock.now()
+        now = self.instance.now()
         task = build_task(sub.queue, sub.kind, now=now, **sub.options)  # InvalidRequest -> 400
 
         def submit_and_read() -> tuple[str, str, bool]:
             done = self.client.submit_many([task], now=now)[0]
             if done["created"]:  # committed: dispatch it while the answer is read back
-                trio.from_thread.run_sync(self.ctx.hub.wake)
+                trio.from_thread.run_sync(self.instance.wake_dispatcher)
             return done["task_id"], self.client.get_json_text(done["task_id"]), done["created"]
 
         task_id, text, created = await self.blocking(submit_and_read)
@@ -132,7 +133,7 @@ class TaskApi:
         info = await self.authenticate(request, "cancel")
         reason = bodies.cancel_reason(await bodies.read_json(request, optional=True))
         task_id = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
-        now = self.ctx.clock.now()
+        now = self.instance.now()
 
         def cancel_and_read() -> tuple[str, bool]:
             changed = self.client.request_cancel(task_id, reason=reason, requested_by=f"http:{info.token_id}",
@@ -146,7 +147,7 @@ class TaskApi:
         info = await self.authenticate(request, "retry")
         bodies.no_fields(await bodies.read_json(request, optional=True))
         source = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
-        now = self.ctx.clock.now()
+        now = self.instance.now()
 
         def retry_and_read() -> tuple[str, bool]:
             new_id, created = self.client.request_retry(source, now=now)
@@ -154,7 +155,7 @@ class TaskApi:
 
         text, created = await self.blocking(retry_and_read)
         if created:
-            self.ctx.hub.wake()
+            self.instance.wake_dispatcher()
         return json_text(text, 201 if created else 200, created=created)
 
     # -- workers and queues ------------------------------------------------------------------
@@ -175,21 +176,18 @@ class TaskApi:
         instance_id = bodies.resource_id(request.path_params["instance_id"], INSTANCE_PREFIX, "worker instance",
                                          "instance_not_found")
         try:
-            drained = await self.blocking(self.client.drain, instance_id, now=self.ctx.clock.now())
+            drained = await self.blocking(self.client.drain, instance_id, now=self.instance.now())
         except ClientError as exc:
             if exc.code == "instance_not_found":
                 raise not_found("instance_not_found", exc.message) from None
             raise ApiError(409, exc.code, exc.message) from None
-        # The session may live here: stop offering to it now, not at the next refusal.
-        live = self.ctx.hub.get(drained["session_id"])
-        if live is not None:
-            live.drain = True
+        self.instance.drain_hint(drained["session_id"])  # the session may live here
         return json_value(drained)
 
     async def queues(self, request: Request) -> Response:
         info = await self.authenticate(request, "queues")
         bodies.query(request, frozenset())
-        depths = await self.blocking(self.client.queues, now=self.ctx.clock.now())
+        depths = await self.blocking(self.client.queues, now=self.instance.now())
         visible = auth.visible_queues(info)
         if visible is not None:
             depths = {q: d for q, d in depths.items() if q in visible}

@@ -15,7 +15,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,6 +25,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pulse_trio.client import ClientError
+from pulse_trio.config import Settings
 from pulse_trio.http.api import TaskApi
 from pulse_trio.http.connections import EndRefusedConnections
 from pulse_trio.http.dashboard import DashboardApi
@@ -34,11 +34,9 @@ from pulse_trio.http.ops import OpsApi
 from pulse_trio.http.settings_api import SettingsApi
 from pulse_trio.http.security import SecurityHeaders
 from pulse_trio.http.ui import Dashboard
+from pulse_trio.live_instance import LiveInstance
 from pulse_trio.logs import bind
-
-if TYPE_CHECKING:
-    from pulse_trio.server.metrics import ServiceMetrics
-    from pulse_trio.server.service import ServiceContext
+from pulse_trio.store.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.http")
 access_log = logging.getLogger("pulse_trio.http.access")
@@ -46,7 +44,7 @@ access_log = logging.getLogger("pulse_trio.http.access")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _guarded(handler: Handler, metrics: ServiceMetrics) -> Handler:
+def _guarded(handler: Handler, instance: LiveInstance) -> Handler:
     @functools.wraps(handler)
     async def endpoint(request: Request) -> Response:
         try:
@@ -61,21 +59,21 @@ def _guarded(handler: Handler, metrics: ServiceMetrics) -> Handler:
                 log.warning("database unavailable: %s", exc)
             else:
                 log.error("request failed (%s)", failure.code, exc_info=exc)
-        metrics.count_error(failure.code, "http")
+        instance.count_http_error(failure.code)
         return failure.response()
 
     return endpoint
 
 
-def build_app(ctx: ServiceContext) -> Starlette:
-    tasks, ops, ui = TaskApi(ctx), OpsApi(ctx), Dashboard()
-    settings = SettingsApi(tasks)
+def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starlette:
+    """The API over ``store`` (through the producer client) and the few things only ``instance`` can do."""
+    tasks, ops, ui = TaskApi(instance, store), OpsApi(instance, store), Dashboard()
+    cluster_settings = SettingsApi(tasks)
     dashboard = DashboardApi(tasks)
-    metrics = ctx.metrics
 
     def route(path: str, **handlers: Handler) -> Route:
         """One route per path, so a wrong method gets 405 with the full ``Allow`` list."""
-        by_method = {method.upper(): _guarded(handler, metrics) for method, handler in handlers.items()}
+        by_method = {method.upper(): _guarded(handler, instance) for method, handler in handlers.items()}
         if "GET" in by_method:
             by_method["HEAD"] = by_method["GET"]
 
@@ -93,8 +91,8 @@ def build_app(ctx: ServiceContext) -> Starlette:
         route("/v1/workers/{instance_id}/drain", post=tasks.drain),
         route("/v1/nodes", get=tasks.nodes),
         route("/v1/queues", get=tasks.queues),
-        route("/v1/settings", get=settings.list, patch=settings.patch),
-        route("/v1/settings/{name}", get=settings.get, put=settings.put),
+        route("/v1/settings", get=cluster_settings.list, patch=cluster_settings.patch),
+        route("/v1/settings/{name}", get=cluster_settings.get, put=cluster_settings.put),
         route("/v1/whoami", get=dashboard.whoami),
         route("/v1/overview", get=dashboard.overview),
         route("/", get=ui.root),
@@ -109,24 +107,24 @@ def build_app(ctx: ServiceContext) -> Starlette:
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        metrics.count_error(code, "http")
+        instance.count_http_error(code)
         message = {404: f"no such resource: {request.url.path[:200]}",
                    405: f"{request.method} is not allowed here"}.get(exc.status_code, str(exc.detail))
         return error_response(exc.status_code, code, message, dict(exc.headers or {}))
 
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error},
-                    middleware=[Middleware(EndRefusedConnections, drain_timeout=ctx.settings.http_body_timeout),
-                                Middleware(_AccessLog, metrics=metrics), Middleware(SecurityHeaders)])
-    app.state.body_timeout = ctx.settings.http_body_timeout
+                    middleware=[Middleware(EndRefusedConnections, drain_timeout=settings.http_body_timeout),
+                                Middleware(_AccessLog, instance=instance), Middleware(SecurityHeaders)])
+    app.state.body_timeout = settings.http_body_timeout
     return app
 
 
 class _AccessLog:
     """One log line and one counter per request; binds a request id for the lines in between."""
 
-    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+    def __init__(self, app: ASGIApp, instance: LiveInstance) -> None:
         self.app = app
-        self.metrics = metrics
+        self.instance = instance
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -151,7 +149,7 @@ class _AccessLog:
             finally:
                 route = scope.get("route")
                 template = getattr(route, "path", None) or "unmatched"
-                self.metrics.count_http(scope["method"], template, status)
+                self.instance.count_http(scope["method"], template, status)
                 access_log.info("%s %s %s", scope["method"], scope["path"][:200], status, extra={
                     "method": scope["method"], "route": template, "status": status,
                     "duration_ms": round((time.perf_counter() - started) * 1000, 2), **info})

@@ -25,8 +25,6 @@ from starlette.requests import Request
 
 from pulse_trio import tokens
 from pulse_trio.http.errors import forbidden
-from pulse_trio.store.registry import read_only
-from pulse_trio.store.tx import Tx
 
 PRODUCER = "producer"
 OPERATOR = "operator"
@@ -48,12 +46,6 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "settings": (READERS, "read the cluster settings"),
     "configure": ((OPERATOR,), "change the cluster settings"),
 }
-
-
-@read_only(takes_locks=False)
-def api_token(tx: Tx, *, token: str) -> tokens.TokenInfo | None:
-    """The live token's record, whatever its role (the caller decides what the role allows)."""
-    return tokens.lookup(tx.one, token, roles=tokens.ROLES)
 
 
 def bearer(request: Request) -> str | None:
@@ -92,5 +84,5 @@ def visible_queues(info: tokens.TokenInfo) -> tuple[str, ...] | None:
     return info.queues or None
 
 
-__all__ = ["OPERATOR", "PERMISSIONS", "PRODUCER", "READERS", "allowed_actions", "api_token", "bearer", "require",
+__all__ = ["OPERATOR", "PERMISSIONS", "PRODUCER", "READERS", "allowed_actions", "bearer", "require",
            "require_queue", "require_role", "visible_queues"]

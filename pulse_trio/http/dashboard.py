@@ -32,8 +32,9 @@ RECENT = dt.timedelta(minutes=5)
 class DashboardApi:
     def __init__(self, tasks: TaskApi) -> None:
         self.tasks = tasks
-        self.ctx = tasks.ctx
-        self.per_minute = FinishesPerMinute(self.ctx.store)
+        self.store = tasks.store
+        self.instance = tasks.instance
+        self.per_minute = FinishesPerMinute(self.store)
 
     async def whoami(self, request: Request) -> Response:
         info = await self.tasks.authenticate(request, None)
@@ -44,10 +45,10 @@ class DashboardApi:
     async def overview(self, request: Request) -> Response:
         info = await self.tasks.authenticate(request, "overview")
         bodies.query(request, frozenset())
-        now = self.ctx.clock.now()
+        now = self.instance.now()
         visible = auth.visible_queues(info)
-        queues = await self.ctx.store.run(queue_states, now=now, queues=visible)
-        recent = await self.ctx.store.run(finishes_since, since=now - RECENT)
+        queues = await self.store.run(queue_states, now=now, queues=visible)
+        recent = await self.store.run(finishes_since, since=now - RECENT)
         first, series = await self.per_minute.read(now)
         zeros = [0] * self.per_minute.minutes
         for name, entry in queues.items():

@@ -7,29 +7,26 @@ address only your network reaches.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pymysql
 import trio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pulse_trio.client import queries
 from pulse_trio.http.api import json_value
 from pulse_trio.http.errors import JSON, RETRY_AFTER_S, error_response
 from pulse_trio.http import openapi
-from pulse_trio.server.metrics import CONTENT_TYPE, Snapshot
+from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.migrate import code_version, current_version
-
-if TYPE_CHECKING:
-    from pulse_trio.server.service import ServiceContext
+from pulse_trio.store.queries import queue_depths
+from pulse_trio.store.trio_bridge import Store
 
 READY_TIMEOUT_S = 5.0
 
 
 class OpsApi:
-    def __init__(self, ctx: ServiceContext) -> None:
-        self.ctx = ctx
+    def __init__(self, instance: LiveInstance, store: Store) -> None:
+        self.instance = instance
+        self.store = store
         self._openapi = openapi.text()
 
     async def healthz(self, request: Request) -> Response:
@@ -49,7 +46,7 @@ class OpsApi:
             try:
                 # A fresh connection on purpose: "can a new connection be made" is the question.
                 # Only a read, so a probe that times out may leave its thread behind.
-                have = await trio.to_thread.run_sync(current_version, self.ctx.store.config,
+                have = await trio.to_thread.run_sync(current_version, self.store.config,
                                                      abandon_on_cancel=True)
             except pymysql.err.MySQLError:
                 have = None
@@ -60,23 +57,20 @@ class OpsApi:
             return error_response(503, "migrations_pending",
                                   f"the database schema is version {have}; this code needs {want}", retry)
         ready: dict[str, object] = {"status": "ready", "schema_version": have, "code_version": want}
-        sync = self.ctx.settings_sync
-        conflicts = sync.conflicts() if sync is not None else []
+        conflicts = self.instance.settings_conflicts()
         if conflicts:  # still ready: the instance runs on the cluster's values, but operators should know
-            ready["settings_conflicts"] = [c.as_json() for c in conflicts]
+            ready["settings_conflicts"] = conflicts
         return json_value(ready)
 
     async def metrics(self, request: Request) -> Response:
-        ctx = self.ctx
         depths = None
         with trio.move_on_after(READY_TIMEOUT_S):
             try:
-                depths = await ctx.store.run(queries.queue_depths, now=ctx.clock.now())
+                depths = await self.store.run(queue_depths, now=self.instance.now())
             except Exception:  # the scrape still reports the process; pulse_database_up says 0
                 depths = None
-        body = ctx.metrics.exposition(Snapshot(hub=ctx.hub.statistics(), store=ctx.store.statistics(),
-                                               queues=depths))
-        return Response(body, media_type=CONTENT_TYPE)
+        body, media_type = self.instance.metrics_exposition(depths)
+        return Response(body, media_type=media_type)
 
     async def openapi(self, request: Request) -> Response:
         return Response(self._openapi, media_type=JSON)

@@ -1,29 +1,30 @@
-"""Run the HTTP API with hypercorn's Trio worker, inside the service's nursery.
+"""Run the HTTP API with hypercorn's Trio worker, beside the worker service.
 
-Hypercorn's Trio worker is awaited as one more child of ``serve()``'s root
-nursery: the same process, the same Trio run, the same store and hub as the
-worker endpoint. It stops gracefully when the service's stop event is set
-(in-flight requests get ``GRACEFUL_TIMEOUT_S``), and is cancelled with the
-rest of the instance after that. With ``--tls-cert`` the API is HTTPS too.
-Its sockets are bound (:func:`bind_http`) before the node joins the cluster
-and listen once it has (``pulse_trio.server.listen``); hypercorn gets them.
+``pulse_trio.serve`` hands an :class:`HttpApi` to the service, which runs it
+as one more child of its root nursery: the same process, the same Trio
+run and the same store as the worker endpoint, and the running instance
+through :class:`~pulse_trio.live_instance.LiveInstance` only. Its sockets
+are bound (:meth:`HttpApi.bind`) before the node joins the cluster and
+listen once it has (``pulse_trio.listen``); hypercorn gets them. It stops
+gracefully when the service's stop event is set (in-flight requests get
+``GRACEFUL_TIMEOUT_S``), and is cancelled with the rest of the instance
+after that. With ``--tls-cert`` the API is HTTPS too.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import trio
 from hypercorn.config import Config, Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
+from pulse_trio.config import Settings
 from pulse_trio.http.app import build_app
-from pulse_trio.server.listen import ListenError, listen_error, start_listening
-
-if TYPE_CHECKING:
-    from pulse_trio.server.service import ServiceContext
+from pulse_trio.listen import ListenError, listen_error, start_listening
+from pulse_trio.live_instance import LiveInstance
+from pulse_trio.store.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.http")
 
@@ -34,8 +35,7 @@ class HttpListenError(ListenError):
     """The HTTP API cannot listen where ``--http-listen`` says (port taken, bad address)."""
 
 
-def hypercorn_config(ctx: ServiceContext) -> Config:
-    settings = ctx.settings
+def hypercorn_config(settings: Settings) -> Config:
     host, port = settings.http_listen
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
@@ -50,34 +50,45 @@ def hypercorn_config(ctx: ServiceContext) -> Config:
     return config
 
 
-async def serve_http(ctx: ServiceContext, stop: trio.Event, sockets: Sockets | None = None, *,
-                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve until ``stop`` is set; ``task_status.started(port)`` once listening.
+class HttpApi:
+    """The HTTP API of one serve process: bound first, served once the instance has joined."""
 
-    ``sockets`` are bound already (:func:`bind_http`); without them
-    ``--http-listen`` is bound here.
-    """
-    config = hypercorn_config(ctx)
-    if sockets is None:
-        sockets = bind_http(config)
-    start_listening([*sockets.secure_sockets, *sockets.insecure_sockets], "the HTTP API", "--http-listen",
-                    config.bind[0])
-    app = wrap_app(build_app(ctx), config.wsgi_max_body_size, "asgi")
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.config = hypercorn_config(settings)
+        self.sockets: Sockets | None = None
 
-    async def listening(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await worker_serve(app, config, sockets=sockets, shutdown_trigger=stop.wait, task_status=task_status)
+    def bind(self) -> None:
+        """Bind ``--http-listen`` (not listening yet); HttpListenError names the flag, not a hypercorn traceback."""
+        try:
+            self.sockets = self.config.create_sockets()
+        except OSError as exc:
+            raise HttpListenError(str(listen_error("the HTTP API", "--http-listen", self.config.bind[0],
+                                                   exc))) from None
 
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(listening)
-        port = int(binds[0].rsplit(":", 1)[1])
-        log.info("HTTP API on %s", binds[0], extra={"http_port": port})
-        task_status.started(port)
+    async def serve(self, instance: LiveInstance, store: Store, stop: trio.Event, *,
+                    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``stop`` is set; ``task_status.started(port)`` once listening."""
+        if self.sockets is None:
+            self.bind()
+        sockets = self.sockets
+        assert sockets is not None
+        config = self.config
+        start_listening([*sockets.secure_sockets, *sockets.insecure_sockets], "the HTTP API", "--http-listen",
+                        config.bind[0])
+        app = wrap_app(build_app(instance, store, self.settings), config.wsgi_max_body_size, "asgi")
 
+        async def listening(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+            await worker_serve(app, config, sockets=sockets, shutdown_trigger=stop.wait, task_status=task_status)
 
-def bind_http(config: Config) -> Sockets:
-    """Sockets bound for the HTTP API, not listening yet; HttpListenError names the flag, not a hypercorn traceback."""
-    try:
-        sockets = config.create_sockets()
-    except OSError as exc:
-        raise HttpListenError(str(listen_error("the HTTP API", "--http-listen", config.bind[0], exc))) from None
-    return sockets
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(listening)
+            port = int(binds[0].rsplit(":", 1)[1])
+            log.info("HTTP API on %s", binds[0], extra={"http_port": port})
+            task_status.started(port)
+
+    def close(self) -> None:
+        """Close the bound sockets (after the service has stopped, or when its start failed)."""
+        sockets, self.sockets = self.sockets, None
+        for sock in (*sockets.secure_sockets, *sockets.insecure_sockets) if sockets else ():
+            sock.close()

@@ -32,7 +32,7 @@ class SettingsApi:
 
     def __init__(self, tasks: TaskApi) -> None:
         self.tasks = tasks
-        self.ctx = tasks.ctx
+        self.instance = tasks.instance
 
     async def list(self, request: Request) -> Response:
         await self.tasks.authenticate(request, "settings")
@@ -64,14 +64,13 @@ class SettingsApi:
         return info
 
     async def _set(self, token_id: str, values: dict) -> dict[str, dict[str, object]]:
-        now = self.ctx.clock.now()
+        now = self.instance.now()
         changed = await self.tasks.blocking(self.tasks.client.set_settings, values,
                                             updated_by=f"http:{token_id}", now=now)
-        if self.ctx.settings_sync is not None:  # this instance at once; the others within their interval
-            try:
-                await self.ctx.settings_sync.refresh()
-            except Exception:
-                log.warning("cluster settings changed but not re-read here yet", exc_info=True)
+        try:  # this instance at once; the others within their interval
+            await self.instance.refresh_settings()
+        except Exception:
+            log.warning("cluster settings changed but not re-read here yet", exc_info=True)
         return changed
 
 

@@ -20,7 +20,7 @@ import trio
 from pulse_trio.store.dashboard import finishes_by_minute
 
 if TYPE_CHECKING:
-    from pulse_trio.store import Store
+    from pulse_trio.store.trio_bridge import Store
 
 MINUTE = dt.timedelta(minutes=1)
 WINDOW_MINUTES = 60

@@ -33,7 +33,7 @@ from typing import Any
 import trio
 
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.store import Store
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.leases import LeaseCommand, finish, renew, start
 from pulse_trio.store.task_steps import FinishReport
 

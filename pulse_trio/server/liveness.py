@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from pulse_trio.store import nodes
-from pulse_trio.store.results import NODE_LOST, Refusal
+from pulse_trio.store.codes import NODE_LOST
+from pulse_trio.store.results import Refusal
 
 if TYPE_CHECKING:
     from pulse_trio.config import Settings

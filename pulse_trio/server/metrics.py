@@ -22,9 +22,7 @@ import bisect
 import collections
 import dataclasses
 import datetime as dt
-import functools
 import itertools
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -172,16 +170,9 @@ class ServiceMetrics:
     def count_http(self, method: str, route: str, status: int) -> None:
         self.http_requests[(method, route, status)] += 1
 
-    def instrument_store(self, store: Any) -> None:
-        """Time every awaited transaction of ``store`` into ``pulse_store_transaction_seconds``.
-
-        Wraps the instance's async entry points (``run``, and ``run_batch``
-        where the store has it), so the facade itself stays free of metrics.
-        """
-        for name in ("run", "run_batch"):
-            original = getattr(store, name, None)
-            if original is not None and not getattr(original, "__pulse_timed__", False):
-                setattr(store, name, _timed(original, self.transaction_seconds))
+    def observe_transaction(self, seconds: float) -> None:
+        """An awaited store transaction took ``seconds`` (the store's ``on_transaction`` hook)."""
+        self.transaction_seconds.observe(seconds)
 
     # -- scraping ----------------------------------------------------------------
     def exposition(self, snapshot: Snapshot) -> bytes:
@@ -191,19 +182,6 @@ class ServiceMetrics:
             return generate_latest(self.registry)
         finally:
             self._snapshot = None
-
-
-def _timed(run: Any, histogram: _Histogram) -> Any:
-    @functools.wraps(run)
-    async def timed(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return await run(*args, **kwargs)
-        finally:
-            histogram.observe(time.perf_counter() - started)
-
-    timed.__pulse_timed__ = True  # type: ignore[attr-defined]
-    return timed
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

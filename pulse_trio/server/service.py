@@ -1,6 +1,12 @@
 """One service instance: the worker endpoint, dispatcher and timers in one nursery.
 
-At start the instance binds its listeners (``listen.py``: a taken port stops
+What runs beside it in the same process (the HTTP API) is handed in as a
+:class:`Beside` by ``pulse_trio.serve``, the one module that composes the
+two: nothing here imports ``pulse_trio.http``. The surface beside gets the
+store and a :class:`~pulse_trio.server.live.LiveService`, never the
+:class:`ServiceContext`.
+
+At start the instance binds its listeners (``pulse_trio.listen``: a taken port stops
 it before anything is written), writes the cluster settings given by its flags and
 reads the cluster's (``settings_sync.py``) before its node is recorded, and
 re-reads them every few seconds while it runs: ``ctx.settings`` is always
@@ -21,24 +27,25 @@ import dataclasses
 import logging
 import signal
 import ssl
+from typing import Protocol
 
 import trio
-from hypercorn.config import Sockets
 
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.http.server import bind_http, hypercorn_config, serve_http
+from pulse_trio.listen import bind_workers
+from pulse_trio.live_instance import LiveInstance
 from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.dispatcher import Dispatcher
 from pulse_trio.server.hub import SessionHub
-from pulse_trio.server.listen import bind_workers
+from pulse_trio.server.live import LiveService
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
 from pulse_trio.server.wire import WireConnection, keepalive, serve_workers
-from pulse_trio.store.facade import Store
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.ids import new_node_id
 
 log = logging.getLogger("pulse_trio.service")
@@ -49,7 +56,7 @@ DEFAULT_POOL_SIZE = 8
 
 @dataclasses.dataclass(eq=False)
 class ServiceContext:
-    """What every part of the service shares; built once per instance.
+    """What the worker service's own parts share; built once per instance (the HTTP API never sees it).
 
     ``settings`` is replaced (never mutated) when the cluster's values change:
     read it at each decision, not once.
@@ -75,14 +82,30 @@ class ServiceContext:
         return max(1, round(self.settings.start_timeout * 1000))
 
 
+class Beside(Protocol):
+    """A surface the same process serves beside the worker endpoint (the HTTP API: ``pulse_trio.serve``)."""
+
+    def bind(self) -> None:
+        """Bind its sockets, not listening yet; a ListenError stops the start before anything is written."""
+
+    async def serve(self, instance: LiveInstance, store: Store, stop: trio.Event, *,
+                    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen once the node has joined, ``task_status.started(port)``; stop gracefully once ``stop`` is set."""
+
+    def close(self) -> None:
+        """Close its sockets once the service has stopped (or failed to start)."""
+
+
 @dataclasses.dataclass(eq=False)
 class ServiceHandle:
-    """Returned by ``nursery.start(serve, ...)``: where it listens, and a way to stop it."""
+    """Returned by ``nursery.start(run_service, ...)``: where it listens, and a way to stop it."""
 
     ctx: ServiceContext
     worker_port: int
     _stop: trio.Event
     http_port: int = 0
+    #: What the surface beside the service (the HTTP API) may ask of it.
+    instance: LiveService | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -97,24 +120,27 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
-async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals: bool = True,
-                clock: ServiceClock | None = None, pool_size: int = DEFAULT_POOL_SIZE,
-                task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run one instance until stopped (the database must already be migrated)."""
+async def run_service(settings: Settings, database: DatabaseConfig, *, beside: Beside | None = None,
+                      handle_signals: bool = True, clock: ServiceClock | None = None,
+                      pool_size: int = DEFAULT_POOL_SIZE,
+                      task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run one instance, and ``beside`` with it, until stopped (the database must already be migrated)."""
     settings.check()
-    store = Store(database, pool_size=pool_size, node_id=new_node_id())
+    metrics = ServiceMetrics()
+    store = Store(database, pool_size=pool_size, node_id=new_node_id(), on_transaction=metrics.observe_transaction)
     clock = clock or ServiceClock()  # the wall clock; scenario tests pass a virtual one
     batcher = LeaseCommandBatcher(store, clock)
-    ctx = ServiceContext(settings=settings, store=store, clock=clock, batcher=batcher)
+    ctx = ServiceContext(settings=settings, store=store, clock=clock, metrics=metrics, batcher=batcher)
     ctx.settings_sync = SettingsSync(ctx, settings.given_ms())
+    live = LiveService(clock=clock, hub=ctx.hub, metrics=metrics, store=store, settings_sync=ctx.settings_sync)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
-    http_sockets: Sockets | None = None
     try:
         # Bound before anything is written: a taken port stops the start with a ListenError
-        # before the cluster's settings or this node are recorded; they listen once it is (listen.py).
+        # before the cluster's settings or this node are recorded; they listen once it is (pulse_trio.listen).
         worker_sockets = await bind_workers(settings.worker_listen)
-        http_sockets = bind_http(hypercorn_config(ctx))
+        if beside is not None:
+            beside.bind()
         try:
             await ctx.settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
         except SettingsRefused:
@@ -145,11 +171,9 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
                 root.start_soon(ctx.settings_sync.run)
                 root.start_soon(Timers(ctx).run)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
-                # -- HTTP API (pulse_trio.http): same nursery, store and hub; stops on `stop` --
-                ctx.metrics.instrument_store(store)
-                http_port = await root.start(serve_http, ctx, stop, http_sockets)
-                # ------------------------------------------------------------------------------
-                task_status.started(ServiceHandle(ctx, port, stop, http_port=http_port))
+                # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
+                http_port = await root.start(beside.serve, live, store, stop) if beside is not None else 0
+                task_status.started(ServiceHandle(ctx, port, stop, http_port=http_port, instance=live))
                 await stop.wait()
                 log.info("shutting down: %d session(s)", len(ctx.connections))
                 listening.cancel()
@@ -165,8 +189,8 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
     finally:
         for sock in worker_sockets:
             sock.close()
-        for sock in (*http_sockets.secure_sockets, *http_sockets.insecure_sockets) if http_sockets else ():
-            sock.close()
+        if beside is not None:
+            beside.close()
         store.close()
 
 

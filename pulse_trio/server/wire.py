@@ -39,10 +39,10 @@ from websockets.server import ServerProtocol
 
 from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
-from pulse_trio.server.auth import worker_token
 from pulse_trio.server.handshake import bearer_token, check_request
-from pulse_trio.server.listen import bind_workers, listen_workers
+from pulse_trio.listen import bind_workers, listen_workers
 from pulse_trio.server.session_service import MAX_IN_FLIGHT, SessionService
+from pulse_trio.store.tokens import WORKER, live_token
 
 if TYPE_CHECKING:
     from pulse_trio.server.service import ServiceContext
@@ -236,7 +236,7 @@ class WireConnection:
         info = None
         if refusal is None:
             token = bearer_token(headers)
-            info = await self.ctx.store.run(worker_token, token=token) if token else None
+            info = await self.ctx.store.run(live_token, token=token, roles=WORKER) if token else None
         if refusal is not None or info is None:
             if refusal is not None:
                 response = self.ws.reject(refusal.status, refusal.reason + "\n")

@@ -1,11 +1,22 @@
 """The transactional store: one MySQL transaction function per statechart transition.
 
 Importing this package registers every function against its (chart,
-trigger). The server and the producer surfaces use:
+trigger), and imports no Trio. The server and the producer surfaces use:
 
-* :class:`Store` (``await store.run(fn, **kwargs)`` / ``store.run_sync``);
+* :class:`~pulse_trio.store.facade.SyncStore` (``store.run_sync(fn, **kwargs)``),
+  and from a Trio program :class:`pulse_trio.store.trio_bridge.Store`
+  (``await store.run(fn, **kwargs)``), the one module here that imports Trio;
 * the entry functions below, grouped by chart;
-* the value types in :mod:`pulse_trio.store.results`.
+* the read-only views: :mod:`~pulse_trio.store.views` (a task),
+  :mod:`~pulse_trio.store.queries` (the producer's listings and queue
+  depths), :mod:`~pulse_trio.store.dashboard`, :mod:`~pulse_trio.store.tokens`
+  (the token lookup of both endpoints, and the CLI's token statements);
+* the value types in :mod:`pulse_trio.store.results`, and the refusal codes
+  in :mod:`pulse_trio.store.codes`.
+
+The service's SQL lives in this package; outside it only ``dbwriter.py``
+(which node of a cluster every process writes through) and the bench's
+own measurements speak SQL.
 
 See ``docs/statecharts/README.md`` for how composite transactions keep the
 one-function-per-transition rule.
@@ -20,7 +31,7 @@ from pulse_trio.store import (  # noqa: F401  (registration side effects, in dep
 from pulse_trio.store.assign import LeaseCredential, assign, new_credentials, pickup_sql
 from pulse_trio.store.cancellation import notify as notify_cancellations
 from pulse_trio.store.cancellation import request as request_cancel
-from pulse_trio.store.facade import Store, StoreStatistics, StoreUnavailable
+from pulse_trio.store.facade import StoreStatistics, StoreUnavailable, SyncStore
 from pulse_trio.store.instances import NewInstance, Subscription, disconnect, node_gone, register, set_capacity
 from pulse_trio.store.lease_timers import expire, lapse
 from pulse_trio.store.leases import LeaseCommand, finish, renew, start
@@ -38,7 +49,7 @@ TIMERS = (lapse, expire, promote, release_after_quarantine, nodes.lose)
 
 __all__ = [
     "GUARDS", "REGISTRY", "TIMERS", "FinishReport", "LeaseCommand", "LeaseCredential", "NewInstance", "NewTask",
-    "Refusal", "Registration", "ResumeRequest", "Store", "StoreStatistics", "StoreUnavailable", "Subscription",
+    "Refusal", "Registration", "ResumeRequest", "StoreStatistics", "StoreUnavailable", "Subscription", "SyncStore",
     "TaskView", "Tx", "assign", "decide", "disconnect", "expire", "finish", "get_task", "lapse", "new_credentials",
     "node_gone", "nodes",
     "notify_cancellations", "pickup_sql", "promote", "register", "release_after_quarantine", "renew",

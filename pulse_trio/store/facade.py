@@ -1,9 +1,8 @@
-"""The async face of the store: ``await store.run(fn, **kwargs)``.
+"""The store's blocking core: ``store.run_sync(fn, **kwargs)`` runs one transaction function.
 
-``run`` sends one transaction function to a worker thread through
-``trio.to_thread.run_sync`` with a CapacityLimiter sized to the pool. Trio
-cancellation waits for the thread (``abandon_on_cancel=False``), so a COMMIT
-is never abandoned half-way. In the thread, :meth:`Store.run_sync`:
+It has no event loop in it (the Trio side is :mod:`pulse_trio.store.trio_bridge`),
+so the CLI, the producer client and worker threads use it as is, and
+importing the store never imports Trio. :meth:`SyncStore.run_sync`:
 
 * takes a connection from the pool (one thread at a time per connection);
 * runs ``fn(tx, **kwargs)``; commits, or rolls back for a Refusal or when
@@ -25,7 +24,6 @@ is never abandoned half-way. In the thread, :meth:`Store.run_sync`:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import random
 import threading
 import time
@@ -33,7 +31,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import pymysql
-import trio
 
 from pulse_trio.dburl import DatabaseConfig, connect
 from pulse_trio.store.pool import CONFLICT, LOST, SERVER_IDLE_TIMEOUT_S, ConnectionPool, classify
@@ -42,7 +39,6 @@ from pulse_trio.store.results import Refusal
 from pulse_trio.store.tx import CasMismatch, InvariantViolation, Tx
 
 T = TypeVar("T")
-
 
 
 class StoreUnavailable(RuntimeError):
@@ -70,8 +66,8 @@ class StoreStatistics:
     recoveries: int
 
 
-class Store:
-    """Pooled connections + worker threads + bounded retries for transaction functions."""
+class SyncStore:
+    """Pooled connections + bounded retries for transaction functions, run in the calling thread."""
 
     def __init__(self, config: DatabaseConfig, pool_size: int = 8, *, max_attempts: int = 10,
                  backoff_s: float = 0.002, max_backoff_s: float = 0.2,
@@ -83,19 +79,14 @@ class Store:
         self.pool = ConnectionPool(config, pool_size, connector, server_idle_timeout_s=server_idle_timeout_s)
         self.read_pool = ConnectionPool(config, pool_size, connector, server_idle_timeout_s=server_idle_timeout_s,
                                         autocommit=True)
-        self.limiter = trio.CapacityLimiter(pool_size)
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._stats_lock = threading.Lock()
         self._counts = {"commits": 0, "rollbacks": 0, "retries": 0, "recoveries": 0}
 
-    async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """Run ``fn`` as one transaction in a worker thread; cancellation waits for it."""
-        return await trio.to_thread.run_sync(functools.partial(self.run_sync, fn, **kwargs), limiter=self.limiter)
-
-    async def run_batch(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]]) -> list[Any]:
-        """Run several entry functions in ONE transaction (one COMMIT), results in order.
+    def run_batch_sync(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]]) -> list[Any]:
+        """Several entry functions in ONE transaction (one COMMIT), results in order.
 
         For the server to coalesce concurrent lease commands: each function is
         still exactly one transition and refuses without writing, so the
@@ -104,9 +95,6 @@ class Store:
         a bug in one call), it falls back to one transaction per call so one
         bad command cannot take its neighbours down.
         """
-        return await trio.to_thread.run_sync(functools.partial(self.run_batch_sync, calls), limiter=self.limiter)
-
-    def run_batch_sync(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]]) -> list[Any]:
         for fn, _ in calls:
             self._check_runnable(fn)
         if len(calls) == 1:
@@ -239,11 +227,15 @@ class Store:
             counts = dict(self._counts)
         return StoreStatistics(
             pool_size=self.pool.size,
-            threads_busy=int(self.limiter.borrowed_tokens),
+            threads_busy=self.threads_busy(),
             connections_opened=self.pool.opened + self.read_pool.opened,
             connections_discarded=self.pool.discarded + self.read_pool.discarded,
             **counts,
         )
+
+    def threads_busy(self) -> int:
+        """Threads running a transaction now; only the Trio bridge hands work to threads of its own."""
+        return 0
 
     def close(self) -> None:
         """Close idle connections; call after every run has returned."""

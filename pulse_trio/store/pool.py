@@ -2,8 +2,9 @@
 
 A connection is handed to one thread at a time and returned (or discarded
 after an error) by that thread: PyMySQL connections are never shared. The
-facade's CapacityLimiter keeps concurrent users at or below ``size``, so the
-pool never opens more than that many connections for it.
+Trio bridge's CapacityLimiter (``trio_bridge.py``) keeps concurrent users at
+or below ``size``, so the pool never opens more than that many connections
+for it.
 
 On a multi-host URL every connection goes to the process's writer
 (``dbwriter.py``): a connection that is lost or whose node stops being ready

@@ -2,39 +2,23 @@
 
 A :class:`Refusal` means the transaction changed nothing; ``code`` is the
 spec's stable error code (docs/protocol.md §4.8), so the server can put it
-on the wire as is. Internal codes that never reach a worker are listed in
-``INTERNAL_CODES``. Everything here is a frozen value object.
+on the wire as is (the codes themselves: ``codes.py``). Everything here is a
+frozen value object.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Final
 
-# Wire codes (docs/protocol.md §4.8) the store can refuse with: the contract
-# layer owns their spelling.
-from pulse_trio.contract.errors import (  # noqa: E402
-    CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, INVALID_TRANSITION, LEASE_EXPIRED, LEASE_NOT_FOUND,
-    LEASE_NOT_OWNED, PERMISSION_DENIED, REVISION_CONFLICT, SERVER_SHUTTING_DOWN, TASK_CANCELLED,
+# The refusal codes are defined in codes.py, the store's one door to the contract's error codes;
+# they are importable from here too, with the results that carry them.
+from pulse_trio.store.codes import (  # noqa: F401
+    CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, INSTANCE_NOT_FOUND, INTERNAL_CODES, INVALID_TRANSITION,
+    LEASE_EXPIRED, LEASE_NOT_FOUND, LEASE_NOT_OWNED, NODE_LOST, PERMISSION_DENIED, REVISION_CONFLICT,
+    SERVER_SHUTTING_DOWN, SESSION_NOT_FOUND, SETTING_CONFLICT, STALE_SEQUENCE, TASK_CANCELLED, TASK_NOT_FOUND,
+    WIRE_CODES,
 )
-
-from pulse_trio.cluster_settings import SETTING_CONFLICT  # noqa: E402  (settings that cannot go together)
-
-# Producer / operator surfaces (CLI, HTTP), and guards the function itself absorbs.
-TASK_NOT_FOUND: Final = "task_not_found"
-SESSION_NOT_FOUND: Final = "session_not_found"
-INSTANCE_NOT_FOUND: Final = "instance_not_found"
-STALE_SEQUENCE: Final = "stale_sequence"
-NODE_LOST: Final = "node_lost"  # a heartbeat after another instance declared this node lost
-
-WIRE_CODES: Final = frozenset({
-    LEASE_NOT_FOUND, LEASE_EXPIRED, LEASE_NOT_OWNED, REVISION_CONFLICT, INVALID_TRANSITION,
-    TASK_CANCELLED, CANCEL_NOT_REQUESTED, CONCURRENCY_KEYS_NOT_DECLARED, PERMISSION_DENIED,
-    SERVER_SHUTTING_DOWN,  # worker.hello on a node that is not ALIVE: reconnect (to another instance)
-})
-INTERNAL_CODES: Final = frozenset({TASK_NOT_FOUND, SESSION_NOT_FOUND, INSTANCE_NOT_FOUND, STALE_SEQUENCE,
-                                   NODE_LOST, SETTING_CONFLICT})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

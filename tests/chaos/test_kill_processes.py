@@ -96,7 +96,7 @@ def test_restarting_mariadb_under_load_loses_nothing(tmp_path):
     from pulse_trio.dburl import connect
     from pulse_trio.managed_db import ManagedMariaDB
     from pulse_trio.store.migrate import migrate
-    from pulse_trio.tokens import create_token
+    from pulse_trio.store.tokens import create_token
 
     server = ManagedMariaDB(tmp_path / "mariadb", fast=True)
     db = server.start().with_database("pulse_chaos")

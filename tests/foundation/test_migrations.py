@@ -80,7 +80,8 @@ def test_attempts_and_receipts_move_into_their_lease(database_server):
     """0008: an attempt row and its three receipts, written by the old schema, read back the same."""
     import datetime as dt
 
-    from pulse_trio.store import FinishReport, LeaseCommand, Store, finish, renew, start
+    from pulse_trio.store import FinishReport, LeaseCommand, finish, renew, start
+    from pulse_trio.store.trio_bridge import Store
     from pulse_trio.store.ids import new_secret, secret_digest
     from pulse_trio.store.leases import content_digest
 

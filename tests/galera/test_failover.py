@@ -27,7 +27,7 @@ from pulse_trio.client.producer import build_task
 from pulse_trio.dburl import connect
 from pulse_trio.dbwriter import writer_for
 from pulse_trio.store.migrate import migrate
-from pulse_trio.tokens import create_token
+from pulse_trio.store.tokens import create_token
 
 pytestmark = pytest.mark.galera
 

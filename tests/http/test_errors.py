@@ -11,7 +11,7 @@ import trio
 
 from pulse_trio.config import Settings
 from pulse_trio.http.bodies import MAX_BODY_BYTES
-from pulse_trio.server.service import serve
+from pulse_trio.serve import serve
 
 from http_support import Http  # noqa: I001  (beside this file; see conftest)
 

@@ -16,7 +16,7 @@ from referencing.jsonschema import DRAFT202012
 from pulse_trio.config import Settings
 from pulse_trio.dburl import create_database, drop_database
 from pulse_trio.http.app import build_app
-from pulse_trio.server.service import serve
+from pulse_trio.serve import serve
 from pulse_trio.store.migrate import code_version
 
 from http_support import Http, RawWorker  # noqa: I001  (beside this file; see conftest)
@@ -35,7 +35,7 @@ async def test_the_committed_document_is_the_one_served(http):
 
 
 async def test_every_route_is_documented_and_nothing_else(service):
-    app = build_app(service.ctx)
+    app = build_app(service.instance, service.ctx.store, service.ctx.settings)
     served = {(route.path, method.lower()) for route in app.routes for method in route.methods if method != "HEAD"}
     documented = {(path, method) for path, ops in json.loads(COMMITTED.read_text())["paths"].items() for method in ops}
     assert served == documented

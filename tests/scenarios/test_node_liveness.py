@@ -20,8 +20,9 @@ from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.service import ServiceContext
 from pulse_trio.store import (
-    LeaseCommand, NewInstance, Store, Subscription, assign, new_credentials, nodes, register, set_capacity, start,
+    LeaseCommand, NewInstance, Subscription, assign, new_credentials, nodes, register, set_capacity, start,
 )
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.tx import db_time
 
 from scenario_support import eventually, running

@@ -16,7 +16,8 @@ from pulse_trio.config import Settings
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.service import ServiceContext
-from pulse_trio.store import Store, nodes
+from pulse_trio.store import nodes
+from pulse_trio.store.trio_bridge import Store
 from sql_support import rows as sql_rows
 
 HEARTBEAT = 1.0

@@ -273,7 +273,7 @@ async def test_changing_heartbeat_and_lapse_never_makes_a_live_instance_look_los
 async def test_flags_given_while_the_schema_is_missing_are_written_once_it_is_there(database_server, nursery):
     from pulse_trio.config import Settings
     from pulse_trio.dburl import create_database, drop_database
-    from pulse_trio.server.service import serve
+    from pulse_trio.serve import serve
     from pulse_trio.store.migrate import migrate
 
     config = database_server.with_database("pulse_settings_late")

@@ -15,9 +15,10 @@ import pytest
 
 from pulse_trio.dburl import DatabaseConfig, connect
 from pulse_trio.store import (
-    FinishReport, LeaseCommand, NewInstance, NewTask, Refusal, ResumeRequest, Store, Subscription, assign,
+    FinishReport, LeaseCommand, NewInstance, NewTask, Refusal, ResumeRequest, Subscription, assign,
     finish, get_task, new_credentials, register, renew, set_capacity, start, submit,
 )
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.results import Offer, Registered
 
 T0 = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.timezone.utc)

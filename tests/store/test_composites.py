@@ -76,7 +76,8 @@ def test_cancel_request_of_an_offer_and_of_a_running_task(world, keyed):
 
 
 def test_node_lose_and_stop_end_the_nodes_sessions_in_their_own_transaction(world):
-    from pulse_trio.store import NewInstance, Store, Subscription, nodes, register
+    from pulse_trio.store import NewInstance, Subscription, nodes, register
+    from pulse_trio.store.trio_bridge import Store
 
     def on(node_id: str):
         store = Store(world.db, pool_size=1, node_id=node_id)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from pulse_trio.store import Store, StoreUnavailable
+from pulse_trio.store import StoreUnavailable
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.pool import CONFLICT, LOST, classify
 from pulse_trio.store.registry import read_only
 

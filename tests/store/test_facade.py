@@ -11,7 +11,8 @@ import pytest
 import trio
 
 from pulse_trio.dburl import connect
-from pulse_trio.store import Store, StoreUnavailable, assign, new_credentials, register, start
+from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, start
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.instances import NewInstance, Subscription
 from pulse_trio.store.registry import read_only
 

@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from pulse_trio.store import (
-    NewTask, Refusal, Store, assign, expire, lapse, new_credentials, register, request_cancel, retry, submit,
+    NewTask, Refusal, assign, expire, lapse, new_credentials, register, request_cancel, retry, submit,
 )
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.instances import NewInstance, Subscription
 
 ROUNDS = 12

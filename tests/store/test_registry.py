@@ -6,7 +6,8 @@ import pytest
 
 import pulse_trio.store as store_pkg
 from pulse_trio.charts import CHARTS, ChartError, persistent_charts
-from pulse_trio.store import REGISTRY, Store, Tx
+from pulse_trio.store import REGISTRY, Tx
+from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.registry import GUARDS, decide, guard, transition
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tx import UnregisteredWrite

@@ -1,4 +1,8 @@
-"""Read-only queries behind `list` and queue depths (no transitions: nothing writes)."""
+"""The producer client's named read-only queries: task listings, queue depths, workers, nodes.
+
+No transitions: nothing here writes. The client, the CLI and the HTTP API
+(``/metrics`` reads the queue depths too) run them through the store.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,59 @@
+"""The running instance as the HTTP API sees it: :class:`~pulse_trio.live_instance.LiveInstance`.
+
+Built once by ``serve()`` from the parts it names, so the API beside the
+service reaches its dispatcher, sessions, settings and metrics only
+through these few methods.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.metrics import CONTENT_TYPE, ServiceMetrics, Snapshot
+from pulse_trio.server.settings_sync import SettingsSync
+from pulse_trio.store.facade import SyncStore
+
+
+class LiveService:
+    """This process's worker service, behind the narrow interface the HTTP API uses."""
+
+    def __init__(self, *, clock: ServiceClock, hub: SessionHub, metrics: ServiceMetrics, store: SyncStore,
+                 settings_sync: SettingsSync | None) -> None:
+        self._clock = clock
+        self._hub = hub
+        self._metrics = metrics
+        self._store = store
+        self._settings_sync = settings_sync
+
+    def now(self) -> dt.datetime:
+        return self._clock.now()
+
+    def wake_dispatcher(self) -> None:
+        self._hub.wake()
+
+    def drain_hint(self, session_id: str) -> None:
+        live = self._hub.get(session_id)
+        if live is not None:
+            live.drain = True
+
+    async def refresh_settings(self) -> None:
+        if self._settings_sync is not None:
+            await self._settings_sync.refresh()
+
+    def settings_conflicts(self) -> list[dict[str, object]]:
+        sync = self._settings_sync
+        return [c.as_json() for c in sync.conflicts()] if sync is not None else []
+
+    def count_http(self, method: str, route: str, status: int) -> None:
+        self._metrics.count_http(method, route, status)
+
+    def count_http_error(self, code: str) -> None:
+        self._metrics.count_error(code, "http")
+
+    def metrics_exposition(self, queues: Mapping[str, Mapping[str, Any]] | None) -> tuple[bytes, str]:
+        snapshot = Snapshot(hub=self._hub.statistics(), store=self._store.statistics(), queues=queues)
+        return self._metrics.exposition(snapshot), CONTENT_TYPE
