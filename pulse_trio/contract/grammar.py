@@ -17,11 +17,18 @@ from datetime import datetime, timezone
 
 from .limits import MAX_COUNTER
 
+#: Queue and kind names; error codes; concurrency keys. The patterns are
+#: public for documents that spell them (OpenAPI, messages); code asks the
+#: ``is_*`` predicates below.
+NAME_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,63}"
+ERROR_CODE_PATTERN = r"[a-z][a-z0-9_.]{0,63}"
+CONCURRENCY_KEY_PATTERN = r"[!-~]{1,128}"
+
 # fullmatch everywhere: ``$`` would also accept a trailing newline.
 _MESSAGE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
-_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
-_ERROR_CODE = re.compile(r"[a-z][a-z0-9_.]{0,63}")
-_CONCURRENCY_KEY = re.compile(r"[!-~]{1,128}")
+_NAME = re.compile(NAME_PATTERN)
+_ERROR_CODE = re.compile(ERROR_CODE_PATTERN)
+_CONCURRENCY_KEY = re.compile(CONCURRENCY_KEY_PATTERN)
 _COUNTER = re.compile(r"[1-9][0-9]{0,19}")
 _SECRET = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"

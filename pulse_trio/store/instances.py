@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import re
 from collections.abc import Collection, Sequence
 from types import SimpleNamespace
 
+from pulse_trio.contract.grammar import is_kind, is_queue
+from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER
 from pulse_trio.store import ids
 from pulse_trio.store.registry import decide, guard, read_only, require, transition
 from pulse_trio.store.results import (
@@ -29,10 +30,6 @@ from pulse_trio.store.results import (
 from pulse_trio.store.rows import InstanceRow
 from pulse_trio.store.tx import Tx, db_time
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-MAX_CAPACITY = 10_000
-UINT64_MAX = 2**64 - 1
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Subscription:
@@ -40,9 +37,9 @@ class Subscription:
     kinds: frozenset[str] | None = None  # None: every kind of the queue
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.queue):
+        if not is_queue(self.queue):
             raise ValueError(f"bad queue name {self.queue!r}")
-        if self.kinds is not None and not all(_NAME_RE.match(k) for k in self.kinds):
+        if self.kinds is not None and not all(is_kind(k) for k in self.kinds):
             raise ValueError(f"bad kind in {sorted(self.kinds)!r}")
 
     def as_json(self) -> dict[str, object]:
@@ -172,7 +169,7 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
 def set_capacity(tx: Tx, *, session_id: str, sequence: int, capacity: int, drain: bool,
                  now: dt.datetime) -> CapacityResult | Refusal:
     """worker.capacity: apply capacity/drain if the sequence is newer; else report the current state."""
-    if not 0 <= capacity <= MAX_CAPACITY or not 1 <= sequence <= UINT64_MAX:
+    if not 0 <= capacity <= MAX_CAPACITY or not 1 <= sequence <= MAX_COUNTER:
         raise ValueError("capacity must be 0..10000 and sequence a uint64 counter")
     row = load_session(tx, session_id, lock=True)
     if row is None:
