@@ -24,6 +24,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from pulse_trio import tokens
+from pulse_trio.bearer import parse_bearer
 from pulse_trio.http.errors import forbidden
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.tx import Tx
@@ -58,12 +59,7 @@ def api_token(tx: Tx, *, token: str) -> tokens.TokenInfo | None:
 
 def bearer(request: Request) -> str | None:
     header = request.headers.get("authorization")
-    if header is None:
-        return None
-    scheme, _, credentials = header.partition(" ")
-    if scheme.lower() != "bearer" or not credentials.strip():
-        return None
-    return credentials.strip()
+    return None if header is None else parse_bearer(header)
 
 
 def require_role(info: tokens.TokenInfo, roles: tuple[str, ...], action: str) -> None:
