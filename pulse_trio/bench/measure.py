@@ -16,6 +16,11 @@ from pulse_trio.bench.noop_worker import QUEUE
 from pulse_trio.dburl import DatabaseConfig, connect
 
 
+def ms(seconds: float | None) -> float | None:
+    """Seconds as the reports' milliseconds, to two decimals (None stays None)."""
+    return None if seconds is None else round(seconds * 1000, 2)
+
+
 def percentile(values: list[float], fraction: float) -> float | None:
     if not values:
         return None
@@ -194,7 +199,6 @@ def task_timings(config: DatabaseConfig, kind: str) -> dict[str, object]:
         conn.close()
     to_assign = [r[0] / 1e6 for r in rows if r[0] is not None]
     to_finish = [r[1] / 1e6 for r in rows if r[1] is not None]
-    ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
     return {
         "submit_to_assign_ms": {"p50": ms(percentile(to_assign, 0.5)), "p95": ms(percentile(to_assign, 0.95)),
                                 "p99": ms(percentile(to_assign, 0.99))},

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pulse_trio.cluster_settings import milliseconds
 from pulse_trio.store import nodes
 from pulse_trio.store.results import NODE_LOST, Refusal
 
@@ -254,4 +255,4 @@ class NodeLiveness:
 
 
 def _lapse_ms(settings: Settings) -> int:
-    return max(1, round(settings.node_lapse * 1000))
+    return milliseconds(settings.node_lapse)

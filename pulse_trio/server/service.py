@@ -25,6 +25,7 @@ import ssl
 import trio
 from hypercorn.config import Sockets
 
+from pulse_trio.cluster_settings import milliseconds
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.http.server import bind_http, hypercorn_config, serve_http
@@ -68,11 +69,11 @@ class ServiceContext:
 
     @property
     def lease_ttl_ms(self) -> int:
-        return max(1, round(self.settings.lease_ttl * 1000))
+        return milliseconds(self.settings.lease_ttl)
 
     @property
     def start_timeout_ms(self) -> int:
-        return max(1, round(self.settings.start_timeout * 1000))
+        return milliseconds(self.settings.start_timeout)
 
 
 @dataclasses.dataclass(eq=False)

@@ -198,9 +198,8 @@ class SessionService:
             if reject is not None:
                 self._send_reject(reject)
             return False
-        body = views.welcome(result.instance, lease_ttl_s=ctx.settings.lease_ttl,
-                             start_timeout_s=ctx.settings.start_timeout, now=ctx.clock.now(),
-                             secret=result.instance_secret)
+        body = views.welcome(result.instance, lease_ttl_ms=ctx.lease_ttl_ms, start_timeout_ms=ctx.start_timeout_ms,
+                             now=ctx.clock.now(), secret=result.instance_secret)
         frame = self.protocol.welcome(hello.id, body)
         if frame is None:
             return False
@@ -243,8 +242,8 @@ class SessionService:
             # A repeated sequence asks for the stored state (the SDK's drain check): an
             # operator's drain made through another instance reaches this session here.
             self.drain = True
-        body = views.welcome(result.instance, lease_ttl_s=ctx.settings.lease_ttl,
-                             start_timeout_s=ctx.settings.start_timeout, now=ctx.clock.now())
+        body = views.welcome(result.instance, lease_ttl_ms=ctx.lease_ttl_ms, start_timeout_ms=ctx.start_timeout_ms,
+                             now=ctx.clock.now())
         self._send(self.protocol.ack(msg.id, body))
 
     async def _resume(self, msg: m.WorkerResume) -> None:
