@@ -21,7 +21,7 @@ from pulse_trio.store.assign import LeaseCredential, assign, new_credentials, pi
 from pulse_trio.store.cancellation import notify as notify_cancellations
 from pulse_trio.store.cancellation import request as request_cancel
 from pulse_trio.store.facade import Store, StoreStatistics, StoreUnavailable
-from pulse_trio.store.instances import NewInstance, Subscription, disconnect, node_gone, register, set_capacity
+from pulse_trio.store.instances import NewInstance, SubscribedQueue, disconnect, node_gone, register, set_capacity
 from pulse_trio.store.lease_timers import expire, lapse
 from pulse_trio.store.leases import LeaseCommand, finish, renew, start
 from pulse_trio.store.permits import release_after_quarantine
@@ -38,7 +38,7 @@ TIMERS = (lapse, expire, promote, release_after_quarantine, nodes.lose)
 
 __all__ = [
     "GUARDS", "REGISTRY", "TIMERS", "FinishReport", "LeaseCommand", "LeaseCredential", "NewInstance", "NewTask",
-    "Refusal", "Registration", "ResumeRequest", "Store", "StoreStatistics", "StoreUnavailable", "Subscription",
+    "Refusal", "Registration", "ResumeRequest", "Store", "StoreStatistics", "StoreUnavailable", "SubscribedQueue",
     "TaskView", "Tx", "assign", "decide", "disconnect", "expire", "finish", "get_task", "lapse", "new_credentials",
     "node_gone", "nodes",
     "notify_cancellations", "pickup_sql", "promote", "register", "release_after_quarantine", "renew",

@@ -32,7 +32,9 @@ from pulse_trio.store.tx import Tx, db_time
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Subscription:
+class SubscribedQueue:
+    """One queue of a registration, and the kinds taken from it."""
+
     queue: str
     kinds: frozenset[str] | None = None  # None: every kind of the queue
 
@@ -55,7 +57,7 @@ class NewInstance:
     """
 
     worker_name: str
-    subscriptions: tuple[Subscription, ...]
+    subscriptions: tuple[SubscribedQueue, ...]
     cancellation_notifications: bool = False
     concurrency_keys: bool = False
     client_json: str | None = None
@@ -289,10 +291,10 @@ def node_gone(tx: Tx, *, node_id: str, now: dt.datetime, limit: int | None = Non
     return tuple(r[0] for r in rows), int(left)
 
 
-def subscriptions_from(items: Sequence[tuple[str, Collection[str] | None]]) -> tuple[Subscription, ...]:
+def subscriptions_from(items: Sequence[tuple[str, Collection[str] | None]]) -> tuple[SubscribedQueue, ...]:
     """Helper for callers: ``[(queue, kinds | None), ...]`` -> subscriptions."""
-    return tuple(Subscription(q, None if k is None else frozenset(k)) for q, k in items)
+    return tuple(SubscribedQueue(q, None if k is None else frozenset(k)) for q, k in items)
 
 
-__all__ = ["NewInstance", "Subscription", "disconnect", "inherit_drain", "load_session", "node_gone", "operator_drain", "register",
+__all__ = ["NewInstance", "SubscribedQueue", "disconnect", "inherit_drain", "load_session", "node_gone", "operator_drain", "register",
            "set_capacity", "subscriptions_from", "view"]

@@ -33,7 +33,7 @@ def assigned_task(task: r.TaskSnapshot) -> m.AssignedTask:
     )
 
 
-def command_result(result: r.CommandResult) -> m.CommandResult:
+def command_result(result: r.CommandAck) -> m.CommandResult:
     receipt = result.receipt
     return m.CommandResult(
         receipt=m.Receipt(command=receipt.command, task_id=receipt.task_id, lease_id=receipt.lease_id,
