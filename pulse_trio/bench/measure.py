@@ -136,12 +136,12 @@ class Progress:
     - :meth:`all_finished` looks for one task still waiting, through
       ``tasks_pickup_kind (queue, pick_state, kind, …)``, and for one live
       lease through ``leases_due``: a handful of index dives, whatever the size
-      of the run or of the READY backlog. Counting the finished tasks instead read
-      every finished row on every poll (130 index reads per task over a
-      10 000-task run, all of it load on the database being measured);
+      of the run or of the READY backlog. Counting the finished tasks instead
+      read every finished row on every poll, all of it load on the database
+      being measured;
     - it keeps its connection: PyMySQL builds a fresh TLS context for every
-      connect (about 16 ms of CPU), which at ten polls a second was a fifth of
-      a core taken from the server and the workers.
+      connect, CPU taken from the server and the workers at every poll
+      (docs/performance.md, "What was done about it").
 
     The connection is in autocommit, so each poll sees the latest commits.
     Call it once every task has been submitted.
