@@ -33,7 +33,7 @@ _COUNTER = re.compile(r"[1-9][0-9]{0,19}")
 _SECRET = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 #: 26 chars of 5 bits hold 130 bits; a 128-bit ULID starts with 0-7.
-_ULID = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"
+ULID_PATTERN = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"
 _TEXT_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TIME = re.compile(
@@ -46,7 +46,7 @@ INSTANCE_PREFIX = "ins_"
 TASK_PREFIX = "tsk_"
 LEASE_PREFIX = "lse_"
 _RESOURCE_IDS = {
-    prefix: re.compile(re.escape(prefix) + _ULID)
+    prefix: re.compile(re.escape(prefix) + ULID_PATTERN)
     for prefix in (SESSION_PREFIX, INSTANCE_PREFIX, TASK_PREFIX, LEASE_PREFIX)
 }
 

@@ -27,8 +27,8 @@ from pulse_trio.store.dashboard import FINISHED_STATUSES
 DUE_AT = {"type": "string", "format": "date-time", "pattern": ranges.DUE_AT_PATTERN}
 TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
 NAME = {"type": "string", "pattern": f"^{g.NAME_PATTERN}$"}
-TASK_ID = {"type": "string", "pattern": r"^tsk_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
-INSTANCE_ID = {"type": "string", "pattern": r"^ins_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
+TASK_ID = {"type": "string", "pattern": f"^{g.TASK_PREFIX}{g.ULID_PATTERN}$"}
+INSTANCE_ID = {"type": "string", "pattern": f"^{g.INSTANCE_PREFIX}{g.ULID_PATTERN}$"}
 SETTING_NAME = {"type": "string", "enum": list(cs.NAMES)}
 SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS / 1000}
 #: A cluster setting's value as sent: the same bounds, to the millisecond (stated; JSON Schema's
