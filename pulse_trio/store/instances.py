@@ -20,7 +20,7 @@ from collections.abc import Collection, Sequence
 from types import SimpleNamespace
 
 from pulse_trio.contract.grammar import is_kind, is_queue
-from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER
+from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTIONS
 from pulse_trio.store import ids
 from pulse_trio.store.registry import decide, guard, read_only, require, transition
 from pulse_trio.store.results import (
@@ -67,8 +67,8 @@ class NewInstance:
     instance_secret: str = dataclasses.field(default_factory=ids.new_secret, repr=False)
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.subscriptions) <= 64:
-            raise ValueError("1 to 64 subscriptions")
+        if not 1 <= len(self.subscriptions) <= MAX_SUBSCRIPTIONS:
+            raise ValueError(f"1 to {MAX_SUBSCRIPTIONS} subscriptions")
         if len({s.queue for s in self.subscriptions}) != len(self.subscriptions):
             raise ValueError("a queue is subscribed twice")
 
@@ -172,7 +172,7 @@ def set_capacity(tx: Tx, *, session_id: str, sequence: int, capacity: int, drain
                  now: dt.datetime) -> CapacityResult | Refusal:
     """worker.capacity: apply capacity/drain if the sequence is newer; else report the current state."""
     if not 0 <= capacity <= MAX_CAPACITY or not 1 <= sequence <= MAX_COUNTER:
-        raise ValueError("capacity must be 0..10000 and sequence a uint64 counter")
+        raise ValueError(f"capacity must be 0..{MAX_CAPACITY} and sequence a uint64 counter")
     row = load_session(tx, session_id, lock=True)
     if row is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
