@@ -234,7 +234,7 @@ class SessionService:
             return
         if result.applied:
             # The stored state decides drain: an operator's drain outlives drain=false frames.
-            self.protocol.capacity_applied(msg.sequence, result.instance.drain)
+            self.protocol.capacity_applied(result.instance.drain)
             self.capacity, self.drain = msg.capacity, result.instance.drain
             self.active_leases = result.instance.active_leases
             ctx.hub.wake()

@@ -224,7 +224,7 @@ class ServerSession:
         return encode_bytes(m.WorkerWelcome(id=self._new_frame_id(), session_id=self.session_id,
                                             reply_to=reply_to, body=body))
 
-    def capacity_applied(self, sequence: int, drain: bool) -> None:
+    def capacity_applied(self, drain: bool) -> None:
         """Record a capacity frame the store committed (stale ones are not applied)."""
         self._model.drain = drain
         if not self.ending:
