@@ -63,7 +63,7 @@ class World:
         self.db = db
         self.now = T0
         self._sequence = 0
-        self._conn = None  # one inspection connection: connecting costs ~20 ms
+        self._conn = None  # one inspection connection, kept: a connect per query would be slow
 
     def close(self) -> None:
         if self._conn is not None:
