@@ -114,6 +114,14 @@ def seconds_text(ms: int) -> str:
     return format((Decimal(ms) / _MS).normalize(), "f")
 
 
+def milliseconds(seconds: float) -> int:
+    """A duration held in seconds (``Settings``) as the whole milliseconds that rows and frames carry.
+
+    Rounded, and never below ``MIN_MS``: no cluster setting is shorter.
+    """
+    return max(MIN_MS, round(seconds * 1000))
+
+
 def json_seconds(ms: int | None) -> int | float | None:
     """Milliseconds as a JSON number of seconds: an integer when whole."""
     if ms is None:

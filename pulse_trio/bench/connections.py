@@ -38,7 +38,7 @@ from pulse_trio.bench import measure
 from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.noop_worker import KIND, QUEUE
 from pulse_trio.bench.processes import (
-    Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress, raise_fd_limit, wait_until,
+    Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress, raise_fd_limit, wait_until, worker_url,
 )
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
@@ -117,8 +117,8 @@ def _run(db: DatabaseConfig, options: ConnectionOptions, fleet: Fleet) -> dict[s
         "errors": [e for r in reports for e in r["errors"]][:5],
         "register_s": round(register_s, 2),
         "registrations_per_s": round(count / register_s, 1) if register_s > 0 else None,
-        "register_ms": {"p50": _ms(measure.percentile(durations, 0.5)),
-                        "p99": _ms(measure.percentile(durations, 0.99))},
+        "register_ms": {"p50": measure.ms(measure.percentile(durations, 0.5)),
+                        "p99": measure.ms(measure.percentile(durations, 0.99))},
         "sessions_connected_metric": connected_metric,
         "sessions_connected_db": connected_db,
         "server_rss_mib": {"before": round(before.rss_bytes / MIB, 1), "after": round(registered.rss_bytes / MIB, 1),
@@ -137,7 +137,7 @@ def _start_holders(fleet: Fleet, env: dict[str, str], options: ConnectionOptions
     shares = [options.sessions // options.holders + (1 if i < options.sessions % options.holders else 0)
               for i in range(options.holders)]
     return [fleet.spawn(
-        [sys.executable, "-m", "pulse_trio.bench.idle_sessions", "--url", f"ws://127.0.0.1:{worker_port}/v1/worker",
+        [sys.executable, "-m", "pulse_trio.bench.idle_sessions", "--url", worker_url(worker_port),
          "--sessions", str(share), "--capacity", str(options.capacity), "--queue", IDLE_QUEUE,
          "--name", f"idle-{i}", "--in-flight", str(options.in_flight)],
         env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True)
@@ -171,7 +171,3 @@ def _health(db: DatabaseConfig, fleet: Fleet, env: dict[str, str], api: Instance
         wait_until(progress.all_finished, 120, "the health-check task finishing", interval=0.02)
     return {"readyz_status": status, "readyz_ms": ready_ms, "worker_connect_s": round(connect_s, 3),
             "task_run_s": round(time.monotonic() - started, 3)}
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 2)

@@ -11,6 +11,8 @@ import http.client
 import json
 import time
 
+from pulse_trio.bench.measure import ms
+
 
 class InstanceHttp:
     """One keep-alive HTTP/1.1 connection to ``127.0.0.1:port``; reconnects if the server closed it."""
@@ -63,7 +65,7 @@ class InstanceHttp:
         """GET /readyz: its status and how long it took to answer (ms)."""
         started = time.perf_counter()
         status, _ = self.request("GET", "/readyz")
-        return status, round((time.perf_counter() - started) * 1000, 2)
+        return status, ms(time.perf_counter() - started)
 
     def gauge(self, name: str) -> float | None:
         """One unlabelled gauge from GET /metrics (None if absent)."""

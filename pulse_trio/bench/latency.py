@@ -105,8 +105,8 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
             timings.pop("span_s", None)
             report[path] = {
                 **timings,
-                "producer_call_ms": {"p50": _ms(measure.percentile(calls, 0.5)),
-                                     "p99": _ms(measure.percentile(calls, 0.99))},
+                "producer_call_ms": {"p50": measure.ms(measure.percentile(calls, 0.5)),
+                                     "p99": measure.ms(measure.percentile(calls, 0.99))},
                 "achieved_rate_per_s": round(achieved, 1),
             }
             progress(f"{path}: {options.tasks} tasks at {report[path]['achieved_rate_per_s']}/s, "
@@ -148,7 +148,3 @@ def _paced(submit: Callable[[str], object], kind: str, rate: float, count: int) 
 def _wait_finished(db: DatabaseConfig, kind: str, count: int, timeout: float) -> None:
     with measure.Progress(db, kind) as progress:
         wait_until(progress.all_finished, timeout, f"{count} {kind} tasks finishing", interval=0.05)
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 2)

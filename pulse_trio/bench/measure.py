@@ -16,6 +16,11 @@ from pulse_trio.bench.noop_worker import QUEUE
 from pulse_trio.dburl import DatabaseConfig, connect
 
 
+def ms(seconds: float | None) -> float | None:
+    """Seconds as the reports' milliseconds, to two decimals (None stays None)."""
+    return None if seconds is None else round(seconds * 1000, 2)
+
+
 def percentile(values: list[float], fraction: float) -> float | None:
     if not values:
         return None
@@ -131,12 +136,12 @@ class Progress:
     - :meth:`all_finished` looks for one task still waiting, through
       ``tasks_pickup_kind (queue, pick_state, kind, …)``, and for one live
       lease through ``leases_due``: a handful of index dives, whatever the size
-      of the run or of the READY backlog. Counting the finished tasks instead read
-      every finished row on every poll (130 index reads per task over a
-      10 000-task run, all of it load on the database being measured);
+      of the run or of the READY backlog. Counting the finished tasks instead
+      read every finished row on every poll, all of it load on the database
+      being measured;
     - it keeps its connection: PyMySQL builds a fresh TLS context for every
-      connect (about 16 ms of CPU), which at ten polls a second was a fifth of
-      a core taken from the server and the workers.
+      connect, CPU taken from the server and the workers at every poll
+      (docs/performance.md, "What was done about it").
 
     The connection is in autocommit, so each poll sees the latest commits.
     Call it once every task has been submitted.
@@ -194,7 +199,6 @@ def task_timings(config: DatabaseConfig, kind: str) -> dict[str, object]:
         conn.close()
     to_assign = [r[0] / 1e6 for r in rows if r[0] is not None]
     to_finish = [r[1] / 1e6 for r in rows if r[1] is not None]
-    ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
     return {
         "submit_to_assign_ms": {"p50": ms(percentile(to_assign, 0.5)), "p95": ms(percentile(to_assign, 0.95)),
                                 "p99": ms(percentile(to_assign, 0.99))},

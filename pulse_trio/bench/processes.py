@@ -18,6 +18,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from pulse_trio.contract.limits import ENDPOINT_PATH
 from pulse_trio.dburl import DatabaseConfig, connect, drop_database
 from pulse_trio.store.migrate import migrate
 from pulse_trio.store.tokens import create_token
@@ -29,6 +30,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def worker_url(port: int) -> str:
+    """The worker endpoint of an instance on this host."""
+    return f"ws://127.0.0.1:{port}{ENDPOINT_PATH}"
 
 
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -129,7 +135,7 @@ class Fleet:
         """One `pulse-trio worker run` of a bench registry (no-op handlers)."""
         return self.spawn(
             [sys.executable, "-m", "pulse_trio", "worker", "run", registry,
-             "--url", f"ws://127.0.0.1:{worker_port}/v1/worker", "--capacity", str(capacity), "--quiet",
+             "--url", worker_url(worker_port), "--capacity", str(capacity), "--quiet",
              *(["--concurrency-keys"] if concurrency_keys else [])], env)
 
     def stop_all(self) -> None:

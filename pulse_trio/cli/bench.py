@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pulse_trio import config as cfg
 from pulse_trio.cli.common import (CommandFailed, add_database_options, add_inherited_database_options, database,
                                    print_json, run_guarded)
+from pulse_trio.contract.limits import MAX_CAPACITY
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -106,8 +107,8 @@ def _latency(args: argparse.Namespace) -> int:
 def _connections(args: argparse.Namespace) -> int:
     from pulse_trio.bench.connections import ConnectionOptions, run
 
-    if not 0 <= args.capacity <= 10_000:
-        raise CommandFailed("--capacity must be 0..10000", 2)
+    if not 0 <= args.capacity <= MAX_CAPACITY:
+        raise CommandFailed(f"--capacity must be 0..{MAX_CAPACITY}", 2)
     options = ConnectionOptions(sessions=args.sessions, processes=args.processes or 0, capacity=args.capacity,
                                 in_flight=args.in_flight, idle_s=args.idle, poll_interval=args.poll_interval,
                                 timeout_s=args.timeout)

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import re
 import sys
 
 from pulse_trio import tokens
 from pulse_trio.store import tokens as stored_tokens
 from pulse_trio.cli.common import EXIT_NOT_FOUND, add_database_options, database, fail, print_json, run_guarded
+from pulse_trio.contract.grammar import is_queue
 from pulse_trio.dburl import connect
-
-_QUEUE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("token", help="create, list and revoke bearer tokens")
@@ -44,7 +41,7 @@ def _now() -> dt.datetime:
 
 def _create(args: argparse.Namespace) -> int:
     for queue in args.queue:
-        if not _QUEUE.match(queue):
+        if not is_queue(queue):
             fail(f"invalid queue name {queue!r}", 2)
     if len(args.label) > 128:
         fail("label is longer than 128 characters", 2)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pulse_trio.cli.common import fail, run_guarded
+from pulse_trio.contract.limits import MAX_CAPACITY
 
 PROGRESS_INTERVAL_S = 10.0
 
@@ -55,8 +56,8 @@ def _capacity(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= value <= 10_000:
-        raise argparse.ArgumentTypeError("capacity must be 1..10000")
+    if not 1 <= value <= MAX_CAPACITY:
+        raise argparse.ArgumentTypeError(f"capacity must be 1..{MAX_CAPACITY}")
     return value
 
 

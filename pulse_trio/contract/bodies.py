@@ -17,7 +17,7 @@ from . import limits as lim
 
 Status = Literal["SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]
 LeaseState = Literal["OFFERED", "RUNNING"]
-LeaseCommand = Literal["task.start", "task.renew", "task.finish"]
+LeaseCommandName = Literal["task.start", "task.renew", "task.finish"]
 
 STATUSES: frozenset[str] = frozenset(("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"))
 LEASE_STATES: frozenset[str] = frozenset(("OFFERED", "RUNNING"))
@@ -121,7 +121,7 @@ class Lease:
 class Receipt:
     """The durable record of a committed lease command (never a right to run)."""
 
-    command: LeaseCommand
+    command: LeaseCommandName
     task_id: str
     lease_id: str
     revision: int

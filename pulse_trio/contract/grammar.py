@@ -17,16 +17,23 @@ from datetime import datetime, timezone
 
 from .limits import MAX_COUNTER
 
+#: Queue and kind names; error codes; concurrency keys. The patterns are
+#: public for documents that spell them (OpenAPI, messages); code asks the
+#: ``is_*`` predicates below.
+NAME_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,63}"
+ERROR_CODE_PATTERN = r"[a-z][a-z0-9_.]{0,63}"
+CONCURRENCY_KEY_PATTERN = r"[!-~]{1,128}"
+
 # fullmatch everywhere: ``$`` would also accept a trailing newline.
 _MESSAGE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
-_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
-_ERROR_CODE = re.compile(r"[a-z][a-z0-9_.]{0,63}")
-_CONCURRENCY_KEY = re.compile(r"[!-~]{1,128}")
+_NAME = re.compile(NAME_PATTERN)
+_ERROR_CODE = re.compile(ERROR_CODE_PATTERN)
+_CONCURRENCY_KEY = re.compile(CONCURRENCY_KEY_PATTERN)
 _COUNTER = re.compile(r"[1-9][0-9]{0,19}")
 _SECRET = re.compile(r"[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 #: 26 chars of 5 bits hold 130 bits; a 128-bit ULID starts with 0-7.
-_ULID = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"
+ULID_PATTERN = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"
 _TEXT_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TIME = re.compile(
@@ -39,7 +46,7 @@ INSTANCE_PREFIX = "ins_"
 TASK_PREFIX = "tsk_"
 LEASE_PREFIX = "lse_"
 _RESOURCE_IDS = {
-    prefix: re.compile(re.escape(prefix) + _ULID)
+    prefix: re.compile(re.escape(prefix) + ULID_PATTERN)
     for prefix in (SESSION_PREFIX, INSTANCE_PREFIX, TASK_PREFIX, LEASE_PREFIX)
 }
 

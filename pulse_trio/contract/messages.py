@@ -19,14 +19,14 @@ from . import _checks as c
 from . import grammar as g
 from . import limits as lim
 from .bodies import (
-    LEASE_COMMANDS, LEASE_STATES, STATUSES, AssignedTask, ClientInfo, CommandResult, Lease, LeaseCommand,
+    LEASE_COMMANDS, LEASE_STATES, STATUSES, AssignedTask, ClientInfo, CommandResult, Lease, LeaseCommandName,
     LeaseState, Receipt, ServerLimits, Status, Subscription, Welcome,
 )
 from .errors import InvalidMessage
 from .jsontext import utf8_size
 
 __all__ = [
-    "AssignedTask", "ClientInfo", "CommandResult", "Lease", "LeaseCommand", "LeaseState", "Receipt",
+    "AssignedTask", "ClientInfo", "CommandResult", "Lease", "LeaseCommandName", "LeaseState", "Receipt",
     "ServerLimits", "Status", "Subscription", "Welcome", "LEASE_COMMANDS", "LEASE_STATES", "STATUSES",
     "WorkerHello", "WorkerCapacity", "WorkerResume", "TaskStart", "TaskRenew", "TaskFinish",
     "WorkerWelcome", "TaskAssign", "TaskCancel", "Ack", "Error", "AckBody",

@@ -24,6 +24,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from pulse_trio import tokens
+from pulse_trio.bearer import parse_bearer
 from pulse_trio.http.errors import forbidden
 
 PRODUCER = "producer"
@@ -50,12 +51,7 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
 
 def bearer(request: Request) -> str | None:
     header = request.headers.get("authorization")
-    if header is None:
-        return None
-    scheme, _, credentials = header.partition(" ")
-    if scheme.lower() != "bearer" or not credentials.strip():
-        return None
-    return credentials.strip()
+    return None if header is None else parse_bearer(header)
 
 
 def require_role(info: tokens.TokenInfo, roles: tuple[str, ...], action: str) -> None:

@@ -27,7 +27,7 @@ from pulse_trio.client import ranges
 from pulse_trio.client.producer import check_name
 from pulse_trio.contract.grammar import is_resource_id, parse_time
 from pulse_trio.contract.jsontext import dumps
-from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES
+from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES, MAX_IDEMPOTENCY_KEY_CHARS
 from pulse_trio.contract.scanner import JsonNumber, ScanError, scan
 from pulse_trio.http.errors import ApiError, bad_request
 
@@ -164,9 +164,11 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
     _closed(body, SUBMIT_FIELDS, ("queue", "kind"))
     key = _string(body, "idempotency_key")
     if idempotency_header is not None:
-        if IDEMPOTENCY_HEADER.fullmatch(idempotency_header) is None or len(idempotency_header) > 255:
-            raise bad_request("the Idempotency-Key header must be 1-255 printable ASCII characters (tabs and spaces "
-                              "only inside); send any other key as the idempotency_key field")
+        if (IDEMPOTENCY_HEADER.fullmatch(idempotency_header) is None
+                or len(idempotency_header) > MAX_IDEMPOTENCY_KEY_CHARS):
+            raise bad_request(f"the Idempotency-Key header must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} printable ASCII "
+                              "characters (tabs and spaces only inside); send any other key as the "
+                              "idempotency_key field")
         if key is not None and key != idempotency_header:
             raise bad_request("the Idempotency-Key header and the idempotency_key field disagree")
         key = idempotency_header

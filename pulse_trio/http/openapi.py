@@ -17,6 +17,7 @@ from typing import Any
 from pulse_trio import __version__ as VERSION
 from pulse_trio import cluster_settings as cs
 from pulse_trio.client import ranges
+from pulse_trio.contract import grammar as g
 from pulse_trio.contract import limits as lim
 from pulse_trio.http.auth import PERMISSIONS
 from pulse_trio.http.bodies import IDEMPOTENCY_HEADER_PATTERN
@@ -25,9 +26,9 @@ from pulse_trio.store.dashboard import FINISHED_STATUSES
 
 DUE_AT = {"type": "string", "format": "date-time", "pattern": ranges.DUE_AT_PATTERN}
 TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
-NAME = {"type": "string", "pattern": r"^[a-z0-9][a-z0-9_.-]{0,63}$"}
-TASK_ID = {"type": "string", "pattern": r"^tsk_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
-INSTANCE_ID = {"type": "string", "pattern": r"^ins_[0-7][0-9A-HJKMNP-TV-Z]{25}$"}
+NAME = {"type": "string", "pattern": f"^{g.NAME_PATTERN}$"}
+TASK_ID = {"type": "string", "pattern": f"^{g.TASK_PREFIX}{g.ULID_PATTERN}$"}
+INSTANCE_ID = {"type": "string", "pattern": f"^{g.INSTANCE_PREFIX}{g.ULID_PATTERN}$"}
 SETTING_NAME = {"type": "string", "enum": list(cs.NAMES)}
 SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS / 1000}
 #: A cluster setting's value as sent: the same bounds, to the millisecond (stated; JSON Schema's
@@ -55,7 +56,7 @@ def _obj(properties: dict[str, Any], required: list[str] | None = None, *, close
 
 SCHEMAS: dict[str, Any] = {
     "Error": _obj({"error": _obj({
-        "code": {"type": "string", "pattern": r"^[a-z][a-z0-9_.]{0,63}$",
+        "code": {"type": "string", "pattern": f"^{g.ERROR_CODE_PATTERN}$",
                  "description": "Stable, machine-readable."},
         "message": {"type": "string", "description": "For people."},
     })}),
@@ -72,10 +73,10 @@ SCHEMAS: dict[str, Any] = {
                                                      "priority_step of waiting.")),
         "delay": _nullable(ranges.DELAY.schema("Due this many seconds from now (not with due_at).")),
         "due_at": _nullable(DUE_AT | {"description": "Due at this UTC time (not with delay)."}),
-        "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
+        "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": lim.MAX_IDEMPOTENCY_KEY_CHARS,
                                       "description": "Business identity within the queue; the "
                                                      "`Idempotency-Key` header is the same field."}),
-        "concurrency_key": _nullable({"type": "string", "pattern": r"^[!-~]{1,128}$"}),
+        "concurrency_key": _nullable({"type": "string", "pattern": f"^{g.CONCURRENCY_KEY_PATTERN}$"}),
         "concurrency_limit": _nullable(ranges.CONCURRENCY_LIMIT.schema()),
         "max_attempts": _nullable(ranges.MAX_ATTEMPTS.schema()),
         "retry_uncertain": _nullable({"type": "boolean", "default": False,
@@ -328,7 +329,7 @@ PATHS: dict[str, Any] = {
                        (*_AUTH, 408, 413, 415)),
             parameters=[{"name": "Idempotency-Key", "in": "header", "required": False,
                          "description": "The same as the `idempotency_key` field; given both, they must agree.",
-                         "schema": {"type": "string", "minLength": 1, "maxLength": 255,
+                         "schema": {"type": "string", "minLength": 1, "maxLength": lim.MAX_IDEMPOTENCY_KEY_CHARS,
                                     "pattern": IDEMPOTENCY_HEADER_PATTERN}}],
             requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitRequest")}}}),
         "get": _op(
@@ -342,7 +343,7 @@ PATHS: dict[str, Any] = {
                 {"name": "state", "in": "query", "schema": {"type": "string", "enum": TASK_STATES}},
                 {"name": "kind", "in": "query", "schema": NAME},
                 {"name": "idempotency_key", "in": "query", "schema": {"type": "string", "minLength": 1,
-                                                                      "maxLength": 255},
+                                                                      "maxLength": lim.MAX_IDEMPOTENCY_KEY_CHARS},
                  "description": "The task submitted with this key (one per queue)."},
                 {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["oldest", "newest"],
                                                             "default": "oldest"}},

@@ -23,15 +23,14 @@ reconnecting cannot help (a bad token, a queue the token does not allow).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-_ERROR_CODE = re.compile(r"[a-z][a-z0-9_.]{0,63}")
+from pulse_trio.contract.grammar import ERROR_CODE_PATTERN, is_error_code
 
 
 def _code(code: str) -> str:
-    if not _ERROR_CODE.fullmatch(code):
-        raise ValueError(f"error codes are [a-z][a-z0-9_.]{{0,63}}, got {code!r}")
+    if not is_error_code(code):
+        raise ValueError(f"error codes are {ERROR_CODE_PATTERN}, got {code!r}")
     return code
 
 

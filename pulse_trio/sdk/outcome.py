@@ -52,7 +52,7 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 def clean_message(text: str) -> str:
-    """At most 4096 chars and no lone surrogates (the finish grammar)."""
+    """At most MAX_ERROR_MESSAGE_CHARS and no lone surrogates (the finish grammar)."""
     text = text.encode("utf-8", "replace").decode("utf-8")
     return text[:MAX_ERROR_MESSAGE_CHARS]
 

@@ -66,9 +66,9 @@ class Registry:
     def add(self, queue: str, kind: str, fn: Callable[[Any], Any], *, sync: bool = False) -> Handler:
         """Register without a decorator; refuses duplicates and mismatched function colours."""
         if not g.is_queue(queue):
-            raise ValueError(f"queue names are [a-z0-9][a-z0-9_.-]{{0,63}}, got {queue!r}")
+            raise ValueError(f"queue names are {g.NAME_PATTERN}, got {queue!r}")
         if not g.is_kind(kind):
-            raise ValueError(f"kind names are [a-z0-9][a-z0-9_.-]{{0,63}}, got {kind!r}")
+            raise ValueError(f"kind names are {g.NAME_PATTERN}, got {kind!r}")
         if (queue, kind) in self._handlers:
             raise ValueError(f"a handler for {queue}/{kind} is already registered")
         is_async = inspect.iscoroutinefunction(fn)

@@ -112,7 +112,7 @@ class ClientSocket:
                     break
                 messages.append(data)
             elif opcode is Opcode.BINARY:
-                self._fail(e.CLOSE_UNSUPPORTED_DATA, "binary frames are not part of pulse.worker.v1")
+                self._fail(e.CLOSE_UNSUPPORTED_DATA, f"binary frames are not part of {SUBPROTOCOL}")
                 break
             elif opcode is Opcode.PONG and self._ping is not None and frame.data == self._ping[0]:
                 self._ping[1].set()

@@ -43,7 +43,7 @@ from pulse_trio.sdk.transport import Closed, Connection, open_connection
 
 log = logging.getLogger("pulse_trio.sdk")
 
-DEFAULT_URL = "ws://127.0.0.1:7380/v1/worker"
+DEFAULT_URL = f"ws://127.0.0.1:7380{lim.ENDPOINT_PATH}"
 #: Seconds between two asks whether an operator drained this worker (docs/worker.md §9).
 DRAIN_CHECK_S = 10.0
 

@@ -43,7 +43,7 @@ MAX_BATCH = 256
 _FUNCTIONS = {"start": start, "renew": renew, "finish": finish}
 _ORDER = ("start", "renew", "finish")
 
-#: A command's outcome: a CommandResult, a Refusal, or the exception that failed its batch.
+#: A command's outcome: a CommandAck, a Refusal, or the exception that failed its batch.
 Done = Callable[[Any], None]
 
 

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 
-WORKER_PATH = "/v1/worker"
-SUBPROTOCOL = "pulse.worker.v1"
+from pulse_trio.bearer import parse_bearer
+from pulse_trio.contract.limits import ENDPOINT_PATH, SUBPROTOCOL
+
 MAX_TOKEN_CHARS = 512
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Refusal:
+class HandshakeRefusal:
+    """An HTTP answer instead of an upgrade: its status and its one-line reason."""
+
     status: int
     reason: str
-
-    def body(self) -> bytes:
-        return (self.reason + "\n").encode()
 
 
 def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
@@ -33,18 +33,15 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
     if raw is None or len(raw) > MAX_TOKEN_CHARS:
         return None
     try:
-        scheme, _, token = raw.decode("ascii").strip().partition(" ")
+        return parse_bearer(raw.decode("ascii"))
     except UnicodeDecodeError:
         return None
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
 
 
-def check_request(path: str, subprotocols: tuple[str, ...]) -> Refusal | None:
+def check_request(path: str, subprotocols: tuple[str, ...]) -> HandshakeRefusal | None:
     """What can be refused without touching the database."""
-    if path.split("?", 1)[0] != WORKER_PATH:
-        return Refusal(404, f"no WebSocket endpoint at {path!r}; workers connect to {WORKER_PATH}")
+    if path.split("?", 1)[0] != ENDPOINT_PATH:
+        return HandshakeRefusal(404, f"no WebSocket endpoint at {path!r}; workers connect to {ENDPOINT_PATH}")
     if SUBPROTOCOL not in subprotocols:
-        return Refusal(400, f"the {SUBPROTOCOL} subprotocol must be offered (Sec-WebSocket-Protocol)")
+        return HandshakeRefusal(400, f"the {SUBPROTOCOL} subprotocol must be offered (Sec-WebSocket-Protocol)")
     return None

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pulse_trio.cluster_settings import milliseconds
 from pulse_trio.store import nodes
 from pulse_trio.store.codes import NODE_LOST
 from pulse_trio.store.results import Refusal
@@ -255,4 +256,4 @@ class NodeLiveness:
 
 
 def _lapse_ms(settings: Settings) -> int:
-    return max(1, round(settings.node_lapse * 1000))
+    return milliseconds(settings.node_lapse)

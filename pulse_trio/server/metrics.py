@@ -131,7 +131,7 @@ class ServiceMetrics:
             self.submit_to_assign.observe(waited, task.queue)
 
     def count_command(self, message: Any, result: Any) -> None:
-        """An acked lease command; ``result`` is the store's CommandResult."""
+        """An acked lease command; ``result`` is the store's CommandAck."""
         self.commands[type(message).__name__] += 1
         receipt = result.receipt
         if receipt.duplicate or result.queue is None:

@@ -31,6 +31,7 @@ from typing import Protocol
 
 import trio
 
+from pulse_trio.cluster_settings import milliseconds
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.listen import bind_workers
@@ -75,11 +76,11 @@ class ServiceContext:
 
     @property
     def lease_ttl_ms(self) -> int:
-        return max(1, round(self.settings.lease_ttl * 1000))
+        return milliseconds(self.settings.lease_ttl)
 
     @property
     def start_timeout_ms(self) -> int:
-        return max(1, round(self.settings.start_timeout * 1000))
+        return milliseconds(self.settings.start_timeout)
 
 
 class Beside(Protocol):

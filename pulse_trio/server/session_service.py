@@ -34,7 +34,7 @@ from pulse_trio.contract import errors as e
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.grammar import new_id
-from pulse_trio.server import views
+from pulse_trio.server import to_wire
 from pulse_trio.session import Close, Reject, Request, ServerSession
 from pulse_trio.store import instances, leases
 from pulse_trio.store.results import AssignResult, CancelNotice, Refusal
@@ -198,9 +198,8 @@ class SessionService:
             if reject is not None:
                 self._send_reject(reject)
             return False
-        body = views.welcome(result.instance, lease_ttl_s=ctx.settings.lease_ttl,
-                             start_timeout_s=ctx.settings.start_timeout, now=ctx.clock.now(),
-                             secret=result.instance_secret)
+        body = to_wire.welcome(result.instance, lease_ttl_ms=ctx.lease_ttl_ms, start_timeout_ms=ctx.start_timeout_ms,
+                             now=ctx.clock.now(), secret=result.instance_secret)
         frame = self.protocol.welcome(hello.id, body)
         if frame is None:
             return False
@@ -235,7 +234,7 @@ class SessionService:
             return
         if result.applied:
             # The stored state decides drain: an operator's drain outlives drain=false frames.
-            self.protocol.capacity_applied(msg.sequence, result.instance.drain)
+            self.protocol.capacity_applied(result.instance.drain)
             self.capacity, self.drain = msg.capacity, result.instance.drain
             self.active_leases = result.instance.active_leases
             ctx.hub.wake()
@@ -243,8 +242,8 @@ class SessionService:
             # A repeated sequence asks for the stored state (the SDK's drain check): an
             # operator's drain made through another instance reaches this session here.
             self.drain = True
-        body = views.welcome(result.instance, lease_ttl_s=ctx.settings.lease_ttl,
-                             start_timeout_s=ctx.settings.start_timeout, now=ctx.clock.now())
+        body = to_wire.welcome(result.instance, lease_ttl_ms=ctx.lease_ttl_ms, start_timeout_ms=ctx.start_timeout_ms,
+                             now=ctx.clock.now())
         self._send(self.protocol.ack(msg.id, body))
 
     async def _resume(self, msg: m.WorkerResume) -> None:
@@ -264,7 +263,7 @@ class SessionService:
         for previous in ctx.hub:
             if previous.instance_id == msg.instance_id and previous is not self:
                 previous.lease_ended()
-        self._send(self.protocol.ack(msg.id, views.lease(result)))
+        self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
 
     def _submit(self, kind: str, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
         command = leases.LeaseCommand(session_id=self.session_id, task_id=msg.task_id, lease_id=msg.lease_id,
@@ -293,7 +292,7 @@ class SessionService:
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
             self.lease_ended()
         self.ctx.metrics.count_command(msg, outcome)
-        self._send(self.protocol.ack(msg.id, views.command_result(outcome)))
+        self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
 
     # -- what the dispatcher and the timers tell the session --------------------
     def offers_committed(self, result: AssignResult, want: int) -> bool:
@@ -303,8 +302,8 @@ class SessionService:
         now = self.ctx.clock.now()
         metrics = self.ctx.metrics
         for offer in offers:
-            frame = self.protocol.assign(views.assigned_task(offer.task),
-                                         views.lease(offer.lease, secret=offer.lease_secret))
+            frame = self.protocol.assign(to_wire.assigned_task(offer.task),
+                                         to_wire.lease(offer.lease, secret=offer.lease_secret))
             if frame is None or not self.outbox.send(frame):
                 log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
             metrics.observe_assign(offer, now)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pulse_trio.cluster_settings import milliseconds
 from pulse_trio.store import cancellation, instances, lease_timers, permits, tasks
 from pulse_trio.store.results import TimerResult
 from pulse_trio.store.timer_probe import due_work
@@ -79,7 +80,7 @@ class Timers:
             await self._drain(lambda: ctx.store.run(lease_timers.lapse, now=ctx.clock.now()))
         if due.expire:
             quarantine = ctx.settings.permit_quarantine
-            quarantine_ms = None if quarantine is None else round(quarantine * 1000)
+            quarantine_ms = None if quarantine is None else milliseconds(quarantine)
             await self._drain(lambda: ctx.store.run(lease_timers.expire, now=ctx.clock.now(),
                                                     permit_quarantine_ms=quarantine_ms))
         if due.promote and await self._drain(lambda: ctx.store.run(tasks.promote, now=ctx.clock.now())):

@@ -340,7 +340,7 @@ class WireConnection:
                 if not await service.receive(data):
                     return False
             elif opcode is Opcode.BINARY:
-                self.close(e.CLOSE_UNSUPPORTED_DATA, "binary frames are not part of pulse.worker.v1")
+                self.close(e.CLOSE_UNSUPPORTED_DATA, f"binary frames are not part of {SUBPROTOCOL}")
                 return False
         return True
 

@@ -46,7 +46,7 @@ from pulse_trio.contract.codec import decode_client, scan_frame
 from pulse_trio.contract.encoder import encode_bytes
 from pulse_trio.contract.errors import FrameTooLarge, ProtocolError
 from pulse_trio.contract.fast_client import try_decode_client
-from pulse_trio.contract.limits import MAX_FRAME_BYTES, MAX_INVALID_FRAMES
+from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_FRAME_BYTES, MAX_INVALID_FRAMES
 
 _SESSION_CHART = chart("session")
 _QUIET = _SESSION_CHART.unguarded_self_loops()
@@ -224,7 +224,7 @@ class ServerSession:
         return encode_bytes(m.WorkerWelcome(id=self._new_frame_id(), session_id=self.session_id,
                                             reply_to=reply_to, body=body))
 
-    def capacity_applied(self, sequence: int, drain: bool) -> None:
+    def capacity_applied(self, drain: bool) -> None:
         """Record a capacity frame the store committed (stale ones are not applied)."""
         self._model.drain = drain
         if not self.ending:
@@ -306,7 +306,7 @@ class ServerSession:
 
     def _error_frame(self, exc: ProtocolError, *, retry_after_ms: int | None = None) -> bytes:
         return encode_bytes(m.Error(
-            id=self._new_frame_id(), code=exc.code, message=exc.message[:4096], fatal=exc.fatal,
+            id=self._new_frame_id(), code=exc.code, message=exc.message[:MAX_ERROR_MESSAGE_CHARS], fatal=exc.fatal,
             retry_after_ms=retry_after_ms, session_id=self.session_id if self.registered else None,
             reply_to=exc.reply_to,
         ))

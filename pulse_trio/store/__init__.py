@@ -32,7 +32,7 @@ from pulse_trio.store.assign import LeaseCredential, assign, new_credentials, pi
 from pulse_trio.store.cancellation import notify as notify_cancellations
 from pulse_trio.store.cancellation import request as request_cancel
 from pulse_trio.store.facade import StoreStatistics, StoreUnavailable, SyncStore
-from pulse_trio.store.instances import NewInstance, Subscription, disconnect, node_gone, register, set_capacity
+from pulse_trio.store.instances import NewInstance, SubscribedQueue, disconnect, node_gone, register, set_capacity
 from pulse_trio.store.lease_timers import expire, lapse
 from pulse_trio.store.leases import LeaseCommand, finish, renew, start
 from pulse_trio.store.permits import release_after_quarantine
@@ -49,7 +49,7 @@ TIMERS = (lapse, expire, promote, release_after_quarantine, nodes.lose)
 
 __all__ = [
     "GUARDS", "REGISTRY", "TIMERS", "FinishReport", "LeaseCommand", "LeaseCredential", "NewInstance", "NewTask",
-    "Refusal", "Registration", "ResumeRequest", "StoreStatistics", "StoreUnavailable", "Subscription", "SyncStore",
+    "Refusal", "Registration", "ResumeRequest", "StoreStatistics", "StoreUnavailable", "SubscribedQueue", "SyncStore",
     "TaskView", "Tx", "assign", "decide", "disconnect", "expire", "finish", "get_task", "lapse", "new_credentials",
     "node_gone", "nodes",
     "notify_cancellations", "pickup_sql", "promote", "register", "release_after_quarantine", "renew",

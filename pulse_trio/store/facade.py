@@ -101,16 +101,8 @@ class SyncStore:
             fn, kwargs = calls[0]
             return [self.run_sync(fn, **kwargs)]
 
-        # Lease commands lock their lease first: taking leases in id order keeps two
-        # concurrent batches from locking the same pair in opposite orders.
-        order = sorted(range(len(calls)), key=lambda i: _lock_key(calls[i][1]))
-
         def body(tx: Tx) -> list[Any]:
-            results: list[Any] = [None] * len(calls)
-            for i in order:
-                fn, kwargs = calls[i]
-                results[i] = fn(tx, **kwargs)
-            return results
+            return [fn(tx, **kwargs) for fn, kwargs in calls]
 
         try:
             return self._transaction(body, "batch")
@@ -241,11 +233,3 @@ class SyncStore:
         """Close idle connections; call after every run has returned."""
         self.pool.close()
         self.read_pool.close()
-
-
-def _lock_key(kwargs: dict[str, Any]) -> str:
-    for name in ("command", "request"):
-        value = kwargs.get(name)
-        if value is not None and hasattr(value, "lease_id"):
-            return value.lease_id
-    return ""

@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import re
 from collections.abc import Collection, Sequence
 from types import SimpleNamespace
 
+from pulse_trio.contract.grammar import is_kind, is_queue
+from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTIONS
 from pulse_trio.store import ids
 from pulse_trio.store.registry import decide, guard, read_only, require, transition
 from pulse_trio.store.results import (
@@ -29,20 +30,18 @@ from pulse_trio.store.results import (
 from pulse_trio.store.rows import InstanceRow
 from pulse_trio.store.tx import Tx, db_time
 
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-MAX_CAPACITY = 10_000
-UINT64_MAX = 2**64 - 1
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Subscription:
+class SubscribedQueue:
+    """One queue of a registration, and the kinds taken from it."""
+
     queue: str
     kinds: frozenset[str] | None = None  # None: every kind of the queue
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.queue):
+        if not is_queue(self.queue):
             raise ValueError(f"bad queue name {self.queue!r}")
-        if self.kinds is not None and not all(_NAME_RE.match(k) for k in self.kinds):
+        if self.kinds is not None and not all(is_kind(k) for k in self.kinds):
             raise ValueError(f"bad kind in {sorted(self.kinds)!r}")
 
     def as_json(self) -> dict[str, object]:
@@ -58,7 +57,7 @@ class NewInstance:
     """
 
     worker_name: str
-    subscriptions: tuple[Subscription, ...]
+    subscriptions: tuple[SubscribedQueue, ...]
     cancellation_notifications: bool = False
     concurrency_keys: bool = False
     client_json: str | None = None
@@ -68,8 +67,8 @@ class NewInstance:
     instance_secret: str = dataclasses.field(default_factory=ids.new_secret, repr=False)
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.subscriptions) <= 64:
-            raise ValueError("1 to 64 subscriptions")
+        if not 1 <= len(self.subscriptions) <= MAX_SUBSCRIPTIONS:
+            raise ValueError(f"1 to {MAX_SUBSCRIPTIONS} subscriptions")
         if len({s.queue for s in self.subscriptions}) != len(self.subscriptions):
             raise ValueError("a queue is subscribed twice")
 
@@ -172,8 +171,8 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
 def set_capacity(tx: Tx, *, session_id: str, sequence: int, capacity: int, drain: bool,
                  now: dt.datetime) -> CapacityResult | Refusal:
     """worker.capacity: apply capacity/drain if the sequence is newer; else report the current state."""
-    if not 0 <= capacity <= MAX_CAPACITY or not 1 <= sequence <= UINT64_MAX:
-        raise ValueError("capacity must be 0..10000 and sequence a uint64 counter")
+    if not 0 <= capacity <= MAX_CAPACITY or not 1 <= sequence <= MAX_COUNTER:
+        raise ValueError(f"capacity must be 0..{MAX_CAPACITY} and sequence a uint64 counter")
     row = load_session(tx, session_id, lock=True)
     if row is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
@@ -292,10 +291,10 @@ def node_gone(tx: Tx, *, node_id: str, now: dt.datetime, limit: int | None = Non
     return tuple(r[0] for r in rows), int(left)
 
 
-def subscriptions_from(items: Sequence[tuple[str, Collection[str] | None]]) -> tuple[Subscription, ...]:
+def subscriptions_from(items: Sequence[tuple[str, Collection[str] | None]]) -> tuple[SubscribedQueue, ...]:
     """Helper for callers: ``[(queue, kinds | None), ...]`` -> subscriptions."""
-    return tuple(Subscription(q, None if k is None else frozenset(k)) for q, k in items)
+    return tuple(SubscribedQueue(q, None if k is None else frozenset(k)) for q, k in items)
 
 
-__all__ = ["NewInstance", "Subscription", "disconnect", "inherit_drain", "load_session", "node_gone", "operator_drain", "register",
+__all__ = ["NewInstance", "SubscribedQueue", "disconnect", "inherit_drain", "load_session", "node_gone", "operator_drain", "register",
            "set_capacity", "subscriptions_from", "view"]

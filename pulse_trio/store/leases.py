@@ -39,7 +39,7 @@ from types import SimpleNamespace
 from pulse_trio.store import cancellation, lease_guards, permits, task_steps  # noqa: F401  (guards)
 from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import (
-    LEASE_NOT_FOUND, REVISION_CONFLICT, CommandResult, LeaseView, Receipt, Refusal,
+    LEASE_NOT_FOUND, REVISION_CONFLICT, CommandAck, CommandReceipt, LeaseView, Refusal,
 )
 from pulse_trio.store.rows import LEASE_COMMAND, LEASE_FULL, TASK_COMMAND, TASK_LEAN, LeaseRow, TaskRow
 from pulse_trio.store.task_steps import FinishReport
@@ -124,7 +124,7 @@ def _holds(lease: LeaseRow, session_id: str, now: dt.datetime) -> bool:
 
 
 def _replay(tx: Tx, lease: LeaseRow, cmd: LeaseCommand, command: str, report: FinishReport | None,
-            now: dt.datetime) -> CommandResult | Refusal | None:
+            now: dt.datetime) -> CommandAck | Refusal | None:
     """The stored receipt at ``cmd.revision``, if there is one (see the module docstring)."""
     state, revision, start_revision, started_at, finish_digest, ended_at = tx.one(_RECEIPTS_OF, (cmd.lease_id,))
     if cmd.revision == start_revision:
@@ -149,8 +149,8 @@ def _replay(tx: Tx, lease: LeaseRow, cmd: LeaseCommand, command: str, report: Fi
         return Refusal(REVISION_CONFLICT, f"revision {cmd.revision} is not the lease's current revision "
                                           f"({lease.revision}) nor a replay of what was committed there")
     # A re-run after our own lost COMMIT finds our receipt: it is not the caller's duplicate.
-    receipt = Receipt(command, cmd.task_id, cmd.lease_id, cmd.revision, py_time(committed_at), not tx.recovering)
-    return CommandResult(receipt, lease_view(lease) if _holds(lease, cmd.session_id, now) else None)
+    receipt = CommandReceipt(command, cmd.task_id, cmd.lease_id, cmd.revision, py_time(committed_at), not tx.recovering)
+    return CommandAck(receipt, lease_view(lease) if _holds(lease, cmd.session_id, now) else None)
 
 
 def lock_leases(tx: Tx, lease_ids: Sequence[str]) -> dict[str, tuple[LeaseRow, TaskRow]]:
@@ -162,7 +162,19 @@ def lock_leases(tx: Tx, lease_ids: Sequence[str]) -> dict[str, tuple[LeaseRow, T
     return {r[0]: (LEASE_COMMAND.build(r[:width]), TASK_COMMAND.build(r[width:])) for r in rows}
 
 
-Accepted = tuple  # (index, command, lease, task, dest, report)
+@dataclasses.dataclass(slots=True)
+class Accepted:
+    """A command of a batch that passed the guards: what its writes and its answer need.
+
+    Not frozen: one is made per command, and a frozen dataclass's ``__init__`` costs more.
+    """
+
+    index: int  # its place in the batch, and so in the results
+    command: LeaseCommand
+    lease: LeaseRow
+    task: TaskRow
+    dest: str  # the lease state the chart's transition leads to
+    report: FinishReport | None
 
 
 def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Sequence[FinishReport | None],
@@ -188,22 +200,22 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
         if isinstance(dest, Refusal):
             results[i] = dest
             continue
-        accepted.append((i, cmd, lease, task, dest, report))
+        accepted.append(Accepted(i, cmd, lease, task, dest, report))
     return results, accepted
 
 
-def _renew_receipts(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, Receipt]:
+def _renew_receipts(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, CommandReceipt]:
     tx.write_many(
         "INSERT INTO renew_receipts (lease_id, revision, command, task_id, content_digest, committed_at)"
         " VALUES (%s, %s, %s, %s, %s, %s)",
-        [(cmd.lease_id, cmd.revision, "task.renew", cmd.task_id, content_digest("task.renew", cmd), db_time(now))
-         for _, cmd, _, _, _, _ in accepted])
+        [(a.command.lease_id, a.command.revision, "task.renew", a.command.task_id,
+          content_digest("task.renew", a.command), db_time(now)) for a in accepted])
     return _receipts("task.renew", accepted, now)
 
 
-def _receipts(command: str, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, Receipt]:
-    return {i: Receipt(command, cmd.task_id, cmd.lease_id, cmd.revision, now, False)
-            for i, cmd, _, _, _, _ in accepted}
+def _receipts(command: str, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, CommandReceipt]:
+    return {a.index: CommandReceipt(command, a.command.task_id, a.command.lease_id, a.command.revision, now, False)
+            for a in accepted}
 
 
 def _batch(command: LeaseCommand | None, commands: Sequence[LeaseCommand] | None) -> list[LeaseCommand]:
@@ -220,9 +232,9 @@ def _extend(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime, set_sql: str
     """revision + 1 and a new expires_at (grouped: leases with the same expiry share one UPDATE)."""
     expiries: dict[int, dt.datetime] = {}
     groups: dict[dt.datetime, list[str]] = collections.defaultdict(list)
-    for i, cmd, lease, _, _, _ in accepted:
-        expiries[i] = renewed_expiry(lease, now)
-        groups[expiries[i]].append(lease.lease_id)
+    for a in accepted:
+        expiries[a.index] = renewed_expiry(a.lease, now)
+        groups[expiries[a.index]].append(a.lease.lease_id)
     for expires, ids in groups.items():
         tx.cas(f"UPDATE leases SET {set_sql}revision = revision + 1, expires_at = %s"
                f" WHERE lease_id IN %s AND state = '{where_state}'",
@@ -232,7 +244,7 @@ def _extend(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime, set_sql: str
 
 @transition("lease", "start")
 def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
-          commands: Sequence[LeaseCommand] | None = None) -> CommandResult | Refusal | list[CommandResult | Refusal]:
+          commands: Sequence[LeaseCommand] | None = None) -> CommandAck | Refusal | list[CommandAck | Refusal]:
     """task.start: OFFERED -> RUNNING; the ack authorizes execution.
 
     ``command=`` answers one command; ``commands=`` a batch that shares the
@@ -244,34 +256,36 @@ def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
         # start_revision takes the revision before revision + 1 does (SET runs left to right).
         expiries = _extend(tx, accepted, now, "state = 'RUNNING', started_at = %s, start_revision = revision, ",
                            "OFFERED", (db_time(now),))
-        task_steps.start(tx, items=[(task, lease) for _, _, lease, task, _, _ in accepted], now=now)
+        task_steps.start(tx, items=[(a.task, a.lease) for a in accepted], now=now)
         receipts = _receipts("task.start", accepted, now)
-        for i, _, lease, task, dest, _ in accepted:
-            results[i] = CommandResult(receipts[i], lease_view(lease, state=dest, revision=lease.revision + 1,
-                                                               expires_at=expiries[i]),
-                                       task.queue, max(task.due_at, task.created_at))
+        for a in accepted:
+            results[a.index] = CommandAck(
+                receipts[a.index],
+                lease_view(a.lease, state=a.dest, revision=a.lease.revision + 1, expires_at=expiries[a.index]),
+                a.task.queue, max(a.task.due_at, a.task.created_at))
     return results[0] if command is not None else results
 
 
 @transition("lease", "renew")
 def renew(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
-          commands: Sequence[LeaseCommand] | None = None) -> CommandResult | Refusal | list[CommandResult | Refusal]:
+          commands: Sequence[LeaseCommand] | None = None) -> CommandAck | Refusal | list[CommandAck | Refusal]:
     """task.renew: expires at now + ttl (capped by the cancel grace deadline), revision + 1."""
     batch = _batch(command, commands)
     results, accepted = _screen(tx, "renew", batch, [None] * len(batch), now)
     if accepted:
         expiries = _extend(tx, accepted, now, "", "RUNNING")
         receipts = _renew_receipts(tx, accepted, now)
-        for i, _, lease, _, dest, _ in accepted:
-            results[i] = CommandResult(receipts[i], lease_view(lease, state=dest, revision=lease.revision + 1,
-                                                               expires_at=expiries[i]))
+        for a in accepted:
+            results[a.index] = CommandAck(
+                receipts[a.index],
+                lease_view(a.lease, state=a.dest, revision=a.lease.revision + 1, expires_at=expiries[a.index]))
     return results[0] if command is not None else results
 
 
 @transition("lease", "finish")
 def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, report: FinishReport | None = None,
            commands: Sequence[tuple[LeaseCommand, FinishReport]] | None = None,
-           ) -> CommandResult | Refusal | list[CommandResult | Refusal]:
+           ) -> CommandAck | Refusal | list[CommandAck | Refusal]:
     """task.finish: outcome recorded, permit released, cancel intent resolved, retry scheduled if allowed.
 
     ``command=`` + ``report=`` for one; ``commands=[(command, report), ...]`` for a batch.
@@ -283,16 +297,16 @@ def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, rep
     results, accepted = _screen(tx, "finish", batch, [r for _, r in pairs], now)
     if accepted:
         _record_outcomes(tx, accepted, now)
-        task_steps.finish(tx, items=[(task, lease, rep) for _, _, lease, task, _, rep in accepted], now=now)
-        keyed = [lease for _, _, lease, _, _, _ in accepted if lease.concurrency_token is not None]
+        task_steps.finish(tx, items=[(a.task, a.lease, a.report) for a in accepted], now=now)
+        keyed = [a.lease for a in accepted if a.lease.concurrency_token is not None]
         if keyed:
             permits.release(tx, leases=keyed, now=now)
-        cancelled = [lease.task_id for _, _, lease, _, _, _ in accepted if lease.cancel_requested_at is not None]
+        cancelled = [a.lease.task_id for a in accepted if a.lease.cancel_requested_at is not None]
         if cancelled:
             cancellation.resolve(tx, task_ids=cancelled, now=now)
         receipts = _receipts("task.finish", accepted, now)
-        for i, _, lease, task, _, _ in accepted:
-            results[i] = CommandResult(receipts[i], None, task.queue, started_at=lease.started_at)
+        for a in accepted:
+            results[a.index] = CommandAck(receipts[a.index], None, a.task.queue, started_at=a.lease.started_at)
     return results[0] if command is not None else results
 
 
@@ -303,9 +317,10 @@ def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> 
     say, or the result of tasks that return nothing) is one parameter; one
     whose values differ is a CASE over the lease ids.
     """
-    ids = [cmd.lease_id for _, cmd, _, _, _, _ in accepted]
+    ids = [a.command.lease_id for a in accepted]
+    reports = [a.report for a in accepted]
     rows = [(r.status, r.error_code or None, r.error_message, r.retryable, r.result_json, outcome_digest(r))
-            for _, _, _, _, _, r in accepted]
+            for r in reports]
     sets, args = [], []
     for column, values in zip(_OUTCOME_COLUMNS, zip(*rows)):
         if all(v == values[0] for v in values):

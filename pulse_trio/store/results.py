@@ -47,7 +47,7 @@ class LeaseView:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Receipt:
+class CommandReceipt:
     """The durable record of a committed start/renew/finish."""
 
     command: str  # "task.start" | "task.renew" | "task.finish"
@@ -59,7 +59,7 @@ class Receipt:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CommandResult:
+class CommandAck:
     """Ack body of a lease command: ``lease`` only while the caller still holds one.
 
     An accepted (not replayed) start or finish also says, for the service's
@@ -68,7 +68,7 @@ class CommandResult:
     attempt's start), read by the locking SELECT the command runs anyway.
     """
 
-    receipt: Receipt
+    receipt: CommandReceipt
     lease: LeaseView | None
     queue: str | None = None
     due_at: dt.datetime | None = None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
 from collections.abc import Sequence
 from types import SimpleNamespace
 
 import pymysql
 
+from pulse_trio.contract import limits as lim
+from pulse_trio.contract.grammar import NAME_PATTERN, is_concurrency_key, is_kind, is_queue
 from pulse_trio.store import ids, settings
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import (
@@ -22,13 +23,10 @@ from pulse_trio.store.results import (
 from pulse_trio.store.rows import TaskRow
 from pulse_trio.store.tx import Tx, db_time
 
-MAX_PAYLOAD_BYTES = 256 * 1024
 #: The longest retry backoff step: 24.8 days, so every value fits the INT columns.
-MAX_BACKOFF_MS = 2**31 - 1
+MAX_BACKOFF_MS = lim.MAX_INT32
 MAX_BACKOFF_FACTOR = 100.0
 DEFAULT_BACKOFF_MAX_MS = 300_000
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-_KEY_RE = re.compile(r"^[!-~]{1,128}$")
 RECOVERABLE_STATES = frozenset({"FAILED", "UNKNOWN", "CANCELLED"})
 DUPLICATE_KEY = 1062
 
@@ -59,18 +57,18 @@ class NewTask:
 
     def __post_init__(self) -> None:
         problems = []
-        if not _NAME_RE.match(self.queue):
-            problems.append(f"queue {self.queue!r} does not match {_NAME_RE.pattern}")
-        if not _NAME_RE.match(self.kind):
-            problems.append(f"kind {self.kind!r} does not match {_NAME_RE.pattern}")
-        if len(self.payload_json.encode("utf-8")) > MAX_PAYLOAD_BYTES:
-            problems.append("payload is larger than 256 KiB")
-        if type(self.priority) is not int or not 0 <= self.priority <= 9:
-            problems.append("priority must be an integer 0-9")
-        if self.idempotency_key is not None and not 1 <= len(self.idempotency_key) <= 255:
-            problems.append("idempotency_key must be 1-255 characters")
-        if self.concurrency_key is not None and not _KEY_RE.match(self.concurrency_key):
-            problems.append("concurrency_key must be 1-128 printable ASCII characters")
+        if not is_queue(self.queue):
+            problems.append(f"queue {self.queue!r} does not match {NAME_PATTERN}")
+        if not is_kind(self.kind):
+            problems.append(f"kind {self.kind!r} does not match {NAME_PATTERN}")
+        if len(self.payload_json.encode("utf-8")) > lim.MAX_PAYLOAD_BYTES:
+            problems.append(f"payload is larger than {lim.MAX_PAYLOAD_BYTES // 1024} KiB")
+        if type(self.priority) is not int or not lim.MIN_PRIORITY <= self.priority <= lim.MAX_PRIORITY:
+            problems.append(f"priority must be an integer {lim.MIN_PRIORITY}-{lim.MAX_PRIORITY}")
+        if self.idempotency_key is not None and not 1 <= len(self.idempotency_key) <= lim.MAX_IDEMPOTENCY_KEY_CHARS:
+            problems.append(f"idempotency_key must be 1-{lim.MAX_IDEMPOTENCY_KEY_CHARS} characters")
+        if self.concurrency_key is not None and not is_concurrency_key(self.concurrency_key):
+            problems.append(f"concurrency_key must be 1-{lim.MAX_CONCURRENCY_KEY_CHARS} printable ASCII characters")
         if self.concurrency_limit < 1 or self.max_attempts < 1:
             problems.append("concurrency_limit and max_attempts must be at least 1")
         if not (1 <= self.backoff_initial_ms <= self.backoff_max_ms <= MAX_BACKOFF_MS

@@ -33,7 +33,9 @@ class AttemptView:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Outcome:
+class OutcomeView:
+    """How a terminal task ended: the outcome of its deciding attempt."""
+
     status: str
     error_code: str | None
     error_message: str | None
@@ -64,7 +66,7 @@ class CancelIntent:
 class TaskView:
     task: TaskRow
     attempts: tuple[AttemptView, ...]
-    outcome: Outcome | None
+    outcome: OutcomeView | None
     retried_by: str | None
     cancel: CancelIntent | None
     lease: LeaseRow | None  # the live lease, if any
@@ -147,8 +149,8 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
     outcome = None
     if task.state in TERMINAL_TASK_STATES and task.outcome_status:
         result = next((a.result_json for a in attempts if a.attempt == task.outcome_attempt), None)
-        outcome = Outcome(task.outcome_status, task.outcome_error_code, task.outcome_error_message, result,
-                          bool(task.outcome_retryable), bool(task.outcome_uncertain))
+        outcome = OutcomeView(task.outcome_status, task.outcome_error_code, task.outcome_error_message, result,
+                              bool(task.outcome_retryable), bool(task.outcome_uncertain))
     retried = tx.one("SELECT task_id FROM tasks WHERE retry_of = %s", (task_id,))
     intent = tx.one("SELECT state, requested_at, grace_expires_at, reason, requested_by, resolved_at"
                     " FROM cancel_intents WHERE task_id = %s", (task_id,))

@@ -16,7 +16,7 @@ from pulse_trio.dburl import connect, connect_node
 from pulse_trio.dbwriter import writer_for
 from pulse_trio.store import register
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.instances import NewInstance, Subscription
+from pulse_trio.store.instances import NewInstance, SubscribedQueue
 from pulse_trio.store.migrate import code_version, current_version, migrate
 from pulse_trio.store.registry import read_only
 
@@ -169,7 +169,7 @@ def test_a_commit_cut_off_by_isolation_is_re_checked_before_answering(cluster, d
             return self._real.commit()
 
     store = Store(config, pool_size=2, connector=lambda c: IsolateBeforeCommit(connect(c)))
-    instance = NewInstance("galera-worker", (Subscription("q"),))
+    instance = NewInstance("galera-worker", (SubscribedQueue("q"),))
     try:
         result = store.run_sync(register, instance=instance, now=NOW)
     finally:

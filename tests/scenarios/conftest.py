@@ -17,6 +17,7 @@ an offer and its start.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -40,7 +41,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from scenario_support import eventually  # noqa: E402
+from scenario_support import eventually, offered, running  # noqa: E402
 
 
 def settled_clock(threshold: float = AUTOJUMP_THRESHOLD_S) -> trio.testing.MockClock:
@@ -202,6 +203,22 @@ def connect_worker(token_factory):
 
 
 @pytest.fixture
+def holding(connect_worker):
+    """``async with holding(service, **hello) as (worker, held)``: a worker of capacity 1 and its first lease.
+
+    The lease is started (the start acked); ``start=False`` leaves it offered.
+    """
+
+    @contextlib.asynccontextmanager
+    async def hold(service, start=True, **hello):
+        async with connect_worker(service, **hello) as worker:
+            await worker.capacity(1)
+            yield worker, await (running if start else offered)(worker)
+
+    return hold
+
+
+@pytest.fixture
 def submit(db):
     """``await submit(service, queue, kind, **options)``: a task submitted at the service's virtual now.
 
@@ -225,6 +242,17 @@ def submit(db):
     run.many = many
     yield run
     client.close()
+
+
+@pytest.fixture
+def one_task(scenario_service, operator, submit):
+    """``service, ops, task = await one_task(settings, **task_options)``: an instance, its operator and one task."""
+
+    async def start(settings, **task_options):
+        service = await scenario_service(**settings)
+        return service, operator(service), await submit(service, **task_options)
+
+    return start
 
 
 @pytest.fixture

@@ -37,14 +37,9 @@ async def test_cancel_scheduled_and_ready_tasks_at_once(virtual_clock, scenario_
     assert (await ops.state(scheduled["task_id"])) == "CANCELLED"
 
 
-async def test_cancel_of_an_offer_revokes_it_and_tells_an_opted_in_holder(
-        virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service, cancellation_notifications=True) as worker:
-        await worker.capacity(1)
-        held = await offered(worker)
+async def test_cancel_of_an_offer_revokes_it_and_tells_an_opted_in_holder(virtual_clock, one_task, holding, submit):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service, start=False, cancellation_notifications=True) as (worker, held):
         view = await ops.cancel(task["task_id"], reason="not needed")
         assert view["state"] == "CANCELLED" and view["cancel_changed"] is True
         push = (await worker.push("task.cancel"))["body"]
@@ -58,14 +53,9 @@ async def test_cancel_of_an_offer_revokes_it_and_tells_an_opted_in_holder(
     assert (await ops.get(task["task_id"]))["attempts"] == []
 
 
-async def test_cancel_of_an_offer_without_notifications(virtual_clock, scenario_service, connect_worker, submit,
-                                                        operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        held = await offered(worker)
+async def test_cancel_of_an_offer_without_notifications(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service, start=False) as (worker, held):
         await ops.cancel(task["task_id"])
         await worker.listen(3)
         assert not worker.pushed("task.cancel")  # not opted in: never pushed
@@ -75,14 +65,9 @@ async def test_cancel_of_an_offer_without_notifications(virtual_clock, scenario_
 
 # -- while running -------------------------------------------------------------------
 
-async def test_cancel_while_running_notifies_caps_renewals_and_accepts_cancelled(
-        virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service, cancellation_notifications=True) as worker:
-        await worker.capacity(1)
-        held = await running(worker)
+async def test_cancel_while_running_notifies_caps_renewals_and_accepts_cancelled(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service, cancellation_notifications=True) as (worker, held):
         view = await ops.cancel(task["task_id"], reason="operator")
         assert view["state"] == "RUNNING" and view["cancel_changed"] is True
         push = (await worker.push("task.cancel"))["body"]
@@ -109,14 +94,9 @@ async def test_cancel_while_running_notifies_caps_renewals_and_accepts_cancelled
     assert view["attempts"][0]["status"] == "CANCELLED"
 
 
-async def test_cancel_while_running_without_notifications_shows_on_renew(
-        virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        held = await running(worker)
+async def test_cancel_while_running_without_notifications_shows_on_renew(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service) as (worker, held):
         assert "cancel_requested_at" not in (await held.renew())["body"]["lease"]
         view = await ops.cancel(task["task_id"])
         await worker.listen(3)
@@ -129,14 +109,9 @@ async def test_cancel_while_running_without_notifications_shows_on_renew(
     assert (await ops.state(task["task_id"])) == "SUCCEEDED"
 
 
-async def test_cancel_reaches_the_new_owner_after_a_resume(virtual_clock, scenario_service, connect_worker, submit,
-                                                           operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service, cancellation_notifications=True) as old:
-        await old.capacity(1)
-        held = await running(old)
+async def test_cancel_reaches_the_new_owner_after_a_resume(virtual_clock, one_task, connect_worker, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service, cancellation_notifications=True) as (old, held):
         await ops.cancel(task["task_id"], reason="stop")
         first = (await old.push("task.cancel"))["body"]
     # the old connection is gone; the worker comes back and resumes
@@ -151,13 +126,10 @@ async def test_cancel_reaches_the_new_owner_after_a_resume(virtual_clock, scenar
     assert (await ops.state(task["task_id"])) == "CANCELLED"
 
 
-async def test_cancel_after_grace_escalates(virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service, retry_uncertain=True)  # escalation is terminal even for retry_uncertain
-    async with connect_worker(service, cancellation_notifications=True) as worker:
-        await worker.capacity(1)
-        held = await running(worker)
+async def test_cancel_after_grace_escalates(virtual_clock, one_task, holding):
+    # escalation is terminal even for retry_uncertain
+    service, ops, task = await one_task(SETTINGS, retry_uncertain=True)
+    async with holding(service, cancellation_notifications=True) as (worker, held):
         await ops.cancel(task["task_id"])
         deadline = (await worker.push("task.cancel"))["body"]["grace_expires_at"]
         # the worker keeps renewing but cannot outlive the grace
@@ -178,28 +150,18 @@ async def test_cancel_after_grace_escalates(virtual_clock, scenario_service, con
     assert view["attempts"][0]["status"] == "EXPIRED" and view["attempts"][0]["error_code"] == "cancel_timeout"
 
 
-async def test_a_retryable_failure_after_a_cancel_is_not_retried(virtual_clock, scenario_service, connect_worker,
-                                                                  submit, operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service, max_attempts=5)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        held = await running(worker)
+async def test_a_retryable_failure_after_a_cancel_is_not_retried(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS, max_attempts=5)
+    async with holding(service) as (worker, held):
         await ops.cancel(task["task_id"])
         assert (await held.finish("FAILED", error_code="boom", retryable=True))["type"] == "ack"
     view = await ops.get(task["task_id"])
     assert view["state"] == "FAILED" and view["attempt"] == 1
 
 
-async def test_cancel_of_a_task_waiting_out_its_backoff(virtual_clock, scenario_service, connect_worker, submit,
-                                                        operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service, max_attempts=5)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        held = await running(worker)
+async def test_cancel_of_a_task_waiting_out_its_backoff(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS, max_attempts=5)
+    async with holding(service) as (worker, held):
         await held.finish("FAILED", error_code="boom", retryable=True)
         assert (await ops.state(task["task_id"])) == "SCHEDULED"
         view = await ops.cancel(task["task_id"])
@@ -210,14 +172,9 @@ async def test_cancel_of_a_task_waiting_out_its_backoff(virtual_clock, scenario_
 
 # -- CANCELLED needs an intent; races are decided by commit order ----------------------
 
-async def test_cancelled_finish_without_an_intent_is_refused(virtual_clock, scenario_service, connect_worker,
-                                                             submit, operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        held = await running(worker)
+async def test_cancelled_finish_without_an_intent_is_refused(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service) as (worker, held):
         assert error_code(await held.finish("CANCELLED", error_code="cancelled")) == "cancel_not_requested"
         assert (await ops.state(task["task_id"])) == "RUNNING"  # nothing changed; the lease still holds
         await ops.cancel(task["task_id"])
@@ -276,14 +233,9 @@ async def test_cancel_racing_a_finish_is_decided_by_commit_order(virtual_clock, 
     assert seen  # whichever orders happened, each was consistent
 
 
-async def test_cancel_of_a_terminal_task_reports_it_and_changes_nothing(
-        virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        held = await running(worker)
+async def test_cancel_of_a_terminal_task_reports_it_and_changes_nothing(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service) as (worker, held):
         await held.finish("SUCCEEDED", {"n": 1})
     before = await ops.get(task["task_id"])
     after = await ops.cancel(task["task_id"])
@@ -291,14 +243,10 @@ async def test_cancel_of_a_terminal_task_reports_it_and_changes_nothing(
     assert after == before and after["state"] == "SUCCEEDED" and after["cancel_requested_at"] is None
 
 
-async def test_resume_of_a_revoked_offer_is_task_cancelled(virtual_clock, scenario_service, connect_worker, submit,
-                                                           operator):
-    service = await scenario_service(**SETTINGS)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as old:
-        await old.capacity(1)
-        held = await offered(old)
+async def test_resume_of_a_revoked_offer_is_task_cancelled(virtual_clock, one_task, connect_worker, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service, start=False) as (_, held):
+        pass  # the worker goes away holding it
     await ops.cancel(task["task_id"])
     async with connect_worker(service) as new:
         assert error_code(await held.resume_on(new)) == "task_cancelled"

@@ -8,6 +8,7 @@ from scenario_support import error_code, offered, running, sleep_until_wire
 
 TTL = 5
 START_TIMEOUT = 5
+SETTINGS = dict(start_timeout=START_TIMEOUT, lease_ttl=TTL)
 
 
 async def test_offer_lapses_without_costing_an_attempt(virtual_clock, scenario_service, connect_worker, submit):
@@ -24,14 +25,9 @@ async def test_offer_lapses_without_costing_an_attempt(virtual_clock, scenario_s
     assert second["body"]["lease"]["lease_id"] != first["body"]["lease"]["lease_id"]
 
 
-async def test_start_after_the_offer_lapsed_is_refused(virtual_clock, scenario_service, connect_worker, submit,
-                                                       operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        held = await offered(worker)
+async def test_start_after_the_offer_lapsed_is_refused(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service, start=False) as (worker, held):
         await sleep_until_wire(service, held.lease["expires_at"])
         assert error_code(await held.start()) == "lease_expired"
         again = await offered(worker)  # READY again, offered again
@@ -43,14 +39,9 @@ async def test_start_after_the_offer_lapsed_is_refused(virtual_clock, scenario_s
     assert view["effect_uncertain"] is False and view["outcome"]["effect_uncertain"] is False
 
 
-async def test_expiry_after_start_with_retry_uncertain_redispatches_uncertain(
-        virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service, retry_uncertain=True, max_attempts=3)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        lost = await running(worker)
+async def test_expiry_after_start_with_retry_uncertain_redispatches_uncertain(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS, retry_uncertain=True, max_attempts=3)
+    async with holding(service) as (worker, lost):
         assert lost.task["attempt"] == 1 and "effect_uncertain" not in lost.task
         # the worker goes silent: no renew, no finish
         again = await offered(worker)
@@ -68,14 +59,9 @@ async def test_expiry_after_start_with_retry_uncertain_redispatches_uncertain(
     assert [a["effect_uncertain"] for a in view["attempts"]] == [False, True]
 
 
-async def test_expiry_after_start_without_retry_uncertain_is_terminal_unknown(
-        virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service, max_attempts=3)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        lost = await running(worker)
+async def test_expiry_after_start_without_retry_uncertain_is_terminal_unknown(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS, max_attempts=3)
+    async with holding(service) as (worker, lost):
         await sleep_until_wire(service, lost.lease["expires_at"], 3)
         view = await ops.wait_state(task["task_id"], "UNKNOWN")
         assert error_code(await lost.finish()) == "lease_expired"  # too late: the outcome is decided
@@ -86,11 +72,8 @@ async def test_expiry_after_start_without_retry_uncertain_is_terminal_unknown(
     assert (await ops.get(task["task_id"]))["state"] == "UNKNOWN"
 
 
-async def test_retry_uncertain_with_no_attempts_left_is_terminal_unknown(
-        virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service, retry_uncertain=True, max_attempts=2)
+async def test_retry_uncertain_with_no_attempts_left_is_terminal_unknown(virtual_clock, one_task, connect_worker):
+    service, ops, task = await one_task(SETTINGS, retry_uncertain=True, max_attempts=2)
     async with connect_worker(service) as worker:
         await worker.capacity(1)
         await running(worker)          # attempt 1, lost
@@ -100,14 +83,9 @@ async def test_retry_uncertain_with_no_attempts_left_is_terminal_unknown(
     assert view["outcome"]["error_code"] == "lease_expired" and view["attempt"] == 2
 
 
-async def test_renewals_keep_a_lease_alive_past_its_ttl(virtual_clock, scenario_service, connect_worker, submit,
-                                                        operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as worker:
-        await worker.capacity(1)
-        held = await running(worker)
+async def test_renewals_keep_a_lease_alive_past_its_ttl(virtual_clock, one_task, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service) as (worker, held):
         revisions = [int(held.revision)]
         for _ in range(6):  # 6 × (ttl - 1) s: well past one ttl
             await sleep_until_wire(service, held.lease["expires_at"], -1)
@@ -121,7 +99,7 @@ async def test_renewals_keep_a_lease_alive_past_its_ttl(virtual_clock, scenario_
 
 async def test_renew_racing_expiry(virtual_clock, scenario_service, connect_worker, submit, operator):
     """A renew just before expires_at wins; at or after it, the lease is gone, whether or not the timer ran."""
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
+    service = await scenario_service(**SETTINGS)
     ops = operator(service)
     early, late = await submit(service, idempotency_key="early"), await submit(service, idempotency_key="late")
     async with connect_worker(service) as worker:
@@ -142,13 +120,9 @@ async def test_renew_racing_expiry(virtual_clock, scenario_service, connect_work
 
 
 async def test_resume_before_expiry_moves_the_lease_and_fences_the_old_session(
-        virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as old:
-        await old.capacity(1)
-        held = await running(old)
+        virtual_clock, one_task, connect_worker, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service) as (old, held):
         old_epoch, old_revision = int(held.lease["epoch"]), int(held.revision)
         old_credentials = dict(held.credentials)
         await trio.sleep(TTL - 2)
@@ -170,14 +144,10 @@ async def test_resume_before_expiry_moves_the_lease_and_fences_the_old_session(
     assert view["state"] == "SUCCEEDED" and view["attempt"] == 1 and len(view["attempts"]) == 1
 
 
-async def test_resume_of_an_offer_then_start_on_the_new_session(virtual_clock, scenario_service, connect_worker,
-                                                                 submit, operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as old:
-        await old.capacity(1)
-        held = await offered(old)
+async def test_resume_of_an_offer_then_start_on_the_new_session(virtual_clock, one_task, connect_worker, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service, start=False) as (_, held):
+        pass  # the worker goes away holding it
     async with connect_worker(service) as new:
         reply = await held.resume_on(new)
         assert reply["type"] == "ack" and reply["body"]["state"] == "OFFERED"
@@ -186,13 +156,10 @@ async def test_resume_of_an_offer_then_start_on_the_new_session(virtual_clock, s
     assert (await ops.get(task["task_id"]))["state"] == "SUCCEEDED"
 
 
-async def test_resume_after_expiry_is_refused(virtual_clock, scenario_service, connect_worker, submit, operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as old:
-        await old.capacity(1)
-        held = await running(old)
+async def test_resume_after_expiry_is_refused(virtual_clock, one_task, connect_worker, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service) as (_, held):
+        pass  # the worker goes away holding it
     await sleep_until_wire(service, held.lease["expires_at"], 0.001)
     async with connect_worker(service) as new:
         assert error_code(await held.resume_on(new)) == "lease_expired"
@@ -200,14 +167,9 @@ async def test_resume_after_expiry_is_refused(virtual_clock, scenario_service, c
     assert view["outcome"]["error_code"] == "lease_expired"
 
 
-async def test_resume_by_a_stale_epoch_is_not_owned(virtual_clock, scenario_service, connect_worker, submit,
-                                                     operator):
-    service = await scenario_service(start_timeout=START_TIMEOUT, lease_ttl=TTL)
-    ops = operator(service)
-    task = await submit(service)
-    async with connect_worker(service) as first:
-        await first.capacity(1)
-        held = await running(first)
+async def test_resume_by_a_stale_epoch_is_not_owned(virtual_clock, one_task, connect_worker, holding):
+    service, ops, task = await one_task(SETTINGS)
+    async with holding(service) as (first, held):
         credentials = dict(held.credentials)
         async with connect_worker(service) as older, connect_worker(service) as newest:
             assert int(older.welcome["epoch"]) < int(newest.welcome["epoch"])

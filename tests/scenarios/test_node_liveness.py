@@ -20,7 +20,7 @@ from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.service import ServiceContext
 from pulse_trio.store import (
-    LeaseCommand, NewInstance, Subscription, assign, new_credentials, nodes, register, set_capacity, start,
+    LeaseCommand, NewInstance, SubscribedQueue, assign, new_credentials, nodes, register, set_capacity, start,
 )
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.tx import db_time
@@ -51,7 +51,7 @@ class DeadProcess:
 
         def work():
             self.run(nodes.start, now, lapse_ms=round(LAPSE * 1000), host="gone", pid=1)
-            reg = self.run(register, now, instance=NewInstance("ghost", (Subscription("q"),)))
+            reg = self.run(register, now, instance=NewInstance("ghost", (SubscribedQueue("q"),)))
             session = reg.instance.session_id
             self.run(set_capacity, now, session_id=session, sequence=1, capacity=1, drain=False)
             result = self.run(assign, now, session_id=session, credentials=new_credentials(1),

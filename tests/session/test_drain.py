@@ -13,7 +13,7 @@ def _capacity(session: ServerSession, sequence: int, drain: bool) -> m.Ack:
     frame = cs.put(cs.put(ss.with_id(cs.capacity(), f"c{sequence}"), "body.sequence", str(sequence)),
                    "body.drain", drain)
     reply_to = ss.request(session, ss.compact(frame)).id
-    session.capacity_applied(sequence, drain)
+    session.capacity_applied(drain)
     body = ss.welcome_body(secret=False, capacity=8, drain=drain, sequence=sequence)
     ack = ss.sent(session.ack(reply_to, body), ack_for="worker.capacity")
     assert (ack.reply_to, ack.body.drain, ack.body.sequence) == (reply_to, drain, sequence)
@@ -71,7 +71,7 @@ def test_a_stale_capacity_frame_is_acked_with_the_current_state() -> None:
     session = ss.registered()
     _capacity(session, 5, True)
     reply_to = ss.request(session, ss.compact(cs.capacity())).id  # sequence 1 < 5: stale
-    session.capacity_applied(5, True)
+    session.capacity_applied(True)
     ack = ss.sent(session.ack(reply_to, ss.welcome_body(secret=False, capacity=8, drain=True, sequence=5)),
                   ack_for="worker.capacity")
     assert ack.body.sequence == 5 and session.state == "draining"
@@ -81,5 +81,5 @@ def test_no_push_before_the_welcome() -> None:
     session = ss.fresh()
     assert _assign(session) is None
     assert session.cancel(cs.TASK, cs.LEASE, ss.T0, ss.T1, None) is None
-    session.capacity_applied(1, True)  # nothing to apply to: the chart has no capacity before hello
+    session.capacity_applied(True)  # nothing to apply to: the chart has no capacity before hello
     assert session.state == "awaiting_hello"

@@ -146,8 +146,8 @@ def test_nothing_goes_out_after_the_session_ended(ending: str) -> None:
     assert session.cancel(cs.TASK, cs.LEASE, ss.T0, ss.T1, "operator") is None
     assert session.fail(e.INTERNAL, "late") is None
     assert session.shutdown() is None
-    session.capacity_applied(7, True)  # a graceful stop's last capacity frame
-    session.capacity_applied(8, False)
+    session.capacity_applied(True)  # a graceful stop's last capacity frame
+    session.capacity_applied(False)
     assert session.receive(ss.compact(ss.with_id(cs.renew(), "after"))) == Close(1000, "session is closing")
     assert session.receive("{") == Close(1000, "session is closing")
     assert session.state == state
@@ -201,7 +201,7 @@ def test_answering_twice_is_a_caller_bug() -> None:
 
 def _draining() -> ServerSession:
     session = ss.registered()
-    session.capacity_applied(1, True)
+    session.capacity_applied(True)
     return session
 
 

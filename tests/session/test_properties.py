@@ -177,7 +177,7 @@ class Run:
             self.session.ack("nobody", ss.ack_body("task.renew"))
 
     def capacity(self, drain: bool) -> None:
-        self.session.capacity_applied(1, drain)
+        self.session.capacity_applied(drain)
         if self.model.state in ("active", "draining"):
             self.model.state = "draining" if drain else "active"
 

@@ -15,7 +15,7 @@ import pytest
 
 from pulse_trio.dburl import DatabaseConfig, connect
 from pulse_trio.store import (
-    FinishReport, LeaseCommand, NewInstance, NewTask, Refusal, ResumeRequest, Subscription, assign,
+    FinishReport, LeaseCommand, NewInstance, NewTask, Refusal, ResumeRequest, SubscribedQueue, assign,
     finish, get_task, new_credentials, register, renew, set_capacity, start, submit,
 )
 from pulse_trio.store.trio_bridge import Store
@@ -64,7 +64,7 @@ class World:
         self.db = db
         self.now = T0
         self._sequence = 0
-        self._conn = None  # one inspection connection: connecting costs ~20 ms
+        self._conn = None  # one inspection connection, kept: a connect per query would be slow
 
     def close(self) -> None:
         if self._conn is not None:
@@ -81,7 +81,7 @@ class World:
     # -- workers ------------------------------------------------------------
     def worker(self, *queues: str, capacity: int = 10, keys: bool = False, notify: bool = False,
                kinds: dict[str, list[str]] | None = None) -> Worker:
-        subs = tuple(Subscription(q, frozenset(kinds[q]) if kinds and q in kinds else None) for q in (queues or ("q",)))
+        subs = tuple(SubscribedQueue(q, frozenset(kinds[q]) if kinds and q in kinds else None) for q in (queues or ("q",)))
         reg = self.run(register, instance=NewInstance("w", subs, cancellation_notifications=notify,
                                                       concurrency_keys=keys))
         assert not isinstance(reg, Refusal), reg

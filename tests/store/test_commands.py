@@ -82,14 +82,19 @@ def test_renew_extends_and_increments(world):
     assert renewed.receipt.command == "task.renew" and renewed.receipt.revision == 2
 
 
-def test_renew_refusals(world):
+def _check_refusals(world, send, *, wrong_secret: str, wrong_revision: int, expire_ms: int) -> None:
+    """What a running lease's command is refused for: a wrong secret, another session, a wrong revision, expiry."""
     w = world.worker("q")
     offer = world.running(w)
-    assert code(world.renew(w, offer, 2, secret="B" * 43)) == "lease_not_found"
-    assert code(world.renew(world.worker("q"), offer, 2)) == "lease_not_owned"
-    assert code(world.renew(w, offer, 3)) == "revision_conflict"
-    world.advance(30_000)
-    assert code(world.renew(w, offer, 2)) == "lease_expired"
+    assert code(send(w, offer, 2, secret=wrong_secret)) == "lease_not_found"
+    assert code(send(world.worker("q"), offer, 2)) == "lease_not_owned"
+    assert code(send(w, offer, wrong_revision)) == "revision_conflict"
+    world.advance(expire_ms)
+    assert code(send(w, offer, 2)) == "lease_expired"
+
+
+def test_renew_refusals(world):
+    _check_refusals(world, world.renew, wrong_secret="B" * 43, wrong_revision=3, expire_ms=30_000)
 
 
 def test_finish_succeeded_records_the_outcome_and_ends_the_lease(world):
@@ -157,13 +162,7 @@ def test_finish_cancelled_without_an_intent_is_refused(world):
 
 
 def test_finish_refusals(world):
-    w = world.worker("q")
-    offer = world.running(w)
-    assert code(world.finish(w, offer, 2, secret="C" * 43)) == "lease_not_found"
-    assert code(world.finish(world.worker("q"), offer, 2)) == "lease_not_owned"
-    assert code(world.finish(w, offer, 5)) == "revision_conflict"
-    world.advance(30_001)
-    assert code(world.finish(w, offer, 2)) == "lease_expired"
+    _check_refusals(world, world.finish, wrong_secret="C" * 43, wrong_revision=5, expire_ms=30_001)
 
 
 # -- replay -----------------------------------------------------------------------

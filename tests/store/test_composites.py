@@ -76,13 +76,13 @@ def test_cancel_request_of_an_offer_and_of_a_running_task(world, keyed):
 
 
 def test_node_lose_and_stop_end_the_nodes_sessions_in_their_own_transaction(world):
-    from pulse_trio.store import NewInstance, Subscription, nodes, register
+    from pulse_trio.store import NewInstance, SubscribedQueue, nodes, register
     from pulse_trio.store.trio_bridge import Store
 
     def on(node_id: str):
         store = Store(world.db, pool_size=1, node_id=node_id)
         store.run_sync(nodes.start, now=world.now, lapse_ms=1000, host="h", pid=1)
-        store.run_sync(register, instance=NewInstance("w", (Subscription("q"),)), now=world.now)
+        store.run_sync(register, instance=NewInstance("w", (SubscribedQueue("q"),)), now=world.now)
         return store
 
     lost, sweeper, stopping = (on(f"nod_{c * 26}") for c in "ABC")

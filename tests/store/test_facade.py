@@ -13,7 +13,7 @@ import trio
 from pulse_trio.dburl import connect
 from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, start
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.instances import NewInstance, Subscription
+from pulse_trio.store.instances import NewInstance, SubscribedQueue
 from pulse_trio.store.registry import read_only
 
 
@@ -165,7 +165,7 @@ def test_lost_commit_is_re_read_for_a_batch_assign(world, lossy):
 
 def test_lost_commit_is_re_read_for_a_registration(world, lossy):
     _CommitThenDrop.armed = True
-    instance = NewInstance("w", (Subscription("q"),))
+    instance = NewInstance("w", (SubscribedQueue("q"),))
     result = lossy.run_sync(register, instance=instance, now=world.now)
     assert result.instance.instance_id == instance.instance_id
     assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(1,)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pulse_trio.store import NewInstance, Refusal, Subscription, disconnect, register, set_capacity
+from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, disconnect, register, set_capacity
 from pulse_trio.store.ids import secret_digest
 
 
@@ -20,7 +20,7 @@ def test_register_gives_new_ids_a_secret_digest_and_increasing_epochs(world):
 
 
 def test_register_refuses_a_queue_the_token_does_not_allow(world):
-    instance = NewInstance("w", (Subscription("billing"), Subscription("other")))
+    instance = NewInstance("w", (SubscribedQueue("billing"), SubscribedQueue("other")))
     result = world.run(register, instance=instance, allowed_queues={"billing"})
     assert isinstance(result, Refusal) and result.code == "permission_denied"
     assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(0,)]
@@ -65,7 +65,7 @@ def test_register_is_idempotent_when_a_commit_was_cut_off(world):
     from pulse_trio.dburl import connect
     from pulse_trio.store.tx import Tx
 
-    instance = NewInstance("w", (Subscription("q"),))
+    instance = NewInstance("w", (SubscribedQueue("q"),))
     first = world.run(register, instance=instance)
     conn = connect(world.db)
     try:

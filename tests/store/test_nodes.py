@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from pulse_trio.dburl import connect
-from pulse_trio.store import NewInstance, Refusal, Subscription, assign, new_credentials, nodes, register, start
+from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, assign, new_credentials, nodes, register, start
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.results import NODE_LOST, SERVER_SHUTTING_DOWN
 from pulse_trio.store.tx import Tx, db_time
@@ -36,7 +36,7 @@ class Node:
         return self.run(nodes.start, lapse_ms=lapse_ms, host="test-host", pid=4242)
 
     def register(self, *, drain: bool = False) -> str:
-        reg = self.run(register, instance=NewInstance("w", (Subscription("q"),)))
+        reg = self.run(register, instance=NewInstance("w", (SubscribedQueue("q"),)))
         assert not isinstance(reg, Refusal), reg
         if drain:
             self.world._sequence += 1
@@ -251,25 +251,25 @@ def test_a_registration_in_flight_is_either_swept_or_refused(world, node):
     b.run(nodes.heartbeat)
     conn, tx = _open_tx(world, a.node_id)
     try:
-        reg = register(tx, instance=NewInstance("w", (Subscription("q"),)), now=world.now)
+        reg = register(tx, instance=NewInstance("w", (SubscribedQueue("q"),)), now=world.now)
         assert b.run(nodes.lose).lost_nodes == ()  # the node row is share-locked: skipped
         conn.commit()
     finally:
         conn.close()
     assert b.run(nodes.lose).lost_nodes == (a.node_id,)
     assert states(world, reg.instance.session_id) == {reg.instance.session_id: "DISCONNECTED"}
-    refused = a.run(register, instance=NewInstance("w", (Subscription("q"),)))
+    refused = a.run(register, instance=NewInstance("w", (SubscribedQueue("q"),)))
     assert isinstance(refused, Refusal) and refused.code == SERVER_SHUTTING_DOWN
     assert world.sql("SELECT COUNT(*) FROM worker_instances")[0][0] == 1  # nothing written
 
 
 def test_a_session_on_a_node_that_is_not_alive_is_refused(world, node):
     ghost = node("ghost", started=False)  # a node id without a row
-    refused = ghost.run(register, instance=NewInstance("w", (Subscription("q"),)))
+    refused = ghost.run(register, instance=NewInstance("w", (SubscribedQueue("q"),)))
     assert isinstance(refused, Refusal) and refused.code == SERVER_SHUTTING_DOWN
     a = node("a")
     a.run(nodes.stop)
-    refused = a.run(register, instance=NewInstance("w", (Subscription("q"),)))
+    refused = a.run(register, instance=NewInstance("w", (SubscribedQueue("q"),)))
     assert isinstance(refused, Refusal) and refused.code == SERVER_SHUTTING_DOWN
 
 

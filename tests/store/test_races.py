@@ -17,7 +17,7 @@ from pulse_trio.store import (
     NewTask, Refusal, assign, expire, lapse, new_credentials, register, request_cancel, retry, submit,
 )
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.instances import NewInstance, Subscription
+from pulse_trio.store.instances import NewInstance, SubscribedQueue
 
 ROUNDS = 12
 
@@ -206,7 +206,7 @@ def test_cancel_racing_finish_is_decided_by_commit_order(world, stores):
 
 def test_concurrent_registrations_get_distinct_increasing_epochs(world, stores):
     def reg(i):
-        return [stores[i].run_sync(register, instance=NewInstance("w", (Subscription("q"),)), now=world.now)
+        return [stores[i].run_sync(register, instance=NewInstance("w", (SubscribedQueue("q"),)), now=world.now)
                 .instance.epoch for _ in range(10)]
 
     per_thread = together(4, reg)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 import pulse_trio.store as store_pkg
 from pulse_trio.charts import CHARTS, ChartError, persistent_charts
+from pulse_trio.dburl import connect
 from pulse_trio.store import REGISTRY, Tx
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.registry import GUARDS, decide, guard, transition
@@ -75,39 +78,35 @@ def test_steps_cannot_run_as_transactions_and_plain_functions_are_refused(db):
         s.close()
 
 
-def test_writes_outside_a_transition_are_refused(db):
-    from pulse_trio.dburl import connect
-
+@contextlib.contextmanager
+def _bare_tx(db):
+    """A Tx and its cursor on a connection of their own, outside any transition; rolled back after."""
     conn = connect(db)
     try:
         with conn.cursor() as cur:
-            tx = Tx(cur)
-            with pytest.raises(UnregisteredWrite):
-                tx.write("UPDATE tasks SET state = 'READY'")
+            yield Tx(cur), cur
     finally:
         conn.rollback()
         conn.close()
+
+
+def test_writes_outside_a_transition_are_refused(db):
+    with _bare_tx(db) as (tx, _):
+        with pytest.raises(UnregisteredWrite):
+            tx.write("UPDATE tasks SET state = 'READY'")
 
 
 def test_a_multi_row_insert_that_would_go_row_by_row_is_refused(db):
     """write_many refuses VALUES with a literal: PyMySQL would send one INSERT per row."""
-    from pulse_trio.dburl import connect
-
-    conn = connect(db)
-    try:
-        with conn.cursor() as cur:
-            tx = Tx(cur)
-            tx.enter("test.write_many")
-            with pytest.raises(ValueError, match="placeholders only"):
-                tx.write_many("INSERT INTO key_counters (concurrency_key, last_token, outstanding)"
-                              " VALUES (%s, 0, 0)", [("a",), ("b",)])
-            assert tx.write_many("INSERT INTO key_counters (concurrency_key, last_token, outstanding)"
-                                 " VALUES (%s, %s, %s)", [("a", 0, 0), ("b", 0, 0)]) == 2
-            cur.execute("SELECT COUNT(*) FROM key_counters")
-            assert cur.fetchone() == (2,)
-    finally:
-        conn.rollback()
-        conn.close()
+    with _bare_tx(db) as (tx, cur):
+        tx.enter("test.write_many")
+        with pytest.raises(ValueError, match="placeholders only"):
+            tx.write_many("INSERT INTO key_counters (concurrency_key, last_token, outstanding)"
+                          " VALUES (%s, 0, 0)", [("a",), ("b",)])
+        assert tx.write_many("INSERT INTO key_counters (concurrency_key, last_token, outstanding)"
+                             " VALUES (%s, %s, %s)", [("a", 0, 0), ("b", 0, 0)]) == 2
+        cur.execute("SELECT COUNT(*) FROM key_counters")
+        assert cur.fetchone() == (2,)
 
 
 def test_decide_checks_refusing_guards_before_the_source_state():

@@ -33,7 +33,7 @@ def assigned_task(task: r.TaskSnapshot) -> m.AssignedTask:
     )
 
 
-def command_result(result: r.CommandResult) -> m.CommandResult:
+def command_result(result: r.CommandAck) -> m.CommandResult:
     receipt = result.receipt
     return m.CommandResult(
         receipt=m.Receipt(command=receipt.command, task_id=receipt.task_id, lease_id=receipt.lease_id,
@@ -43,11 +43,11 @@ def command_result(result: r.CommandResult) -> m.CommandResult:
     )
 
 
-def welcome(instance: r.InstanceView, *, lease_ttl_s: float, start_timeout_s: float, now: dt.datetime,
+def welcome(instance: r.InstanceView, *, lease_ttl_ms: int, start_timeout_ms: int, now: dt.datetime,
             secret: str | None = None) -> m.Welcome:
     return m.Welcome(
         instance_id=instance.instance_id, epoch=instance.epoch, capacity=instance.capacity,
         drain=instance.drain, active_leases=instance.active_leases,
-        lease_ttl_ms=max(1, round(lease_ttl_s * 1000)), start_timeout_ms=max(1, round(start_timeout_s * 1000)),
+        lease_ttl_ms=lease_ttl_ms, start_timeout_ms=start_timeout_ms,
         limits=m.ServerLimits(), server_time=now, instance_secret=secret, sequence=instance.sequence,
     )
