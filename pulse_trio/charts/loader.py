@@ -1,17 +1,18 @@
-"""Statechart declarations (``statecharts/*.json``) in, ``transitions`` machines out.
+"""Statechart declarations (``statecharts/*.json``) in, charts out.
 
 Theory of operation: a chart file is the only place a state or a transition
-is written down. This module validates it, builds exactly one
-``transitions.Machine`` per chart (``auto_transitions=False`` so nothing can
-bypass a guard), and offers two ways to use it:
+is written down. This module validates it and offers it two ways:
 
-* in-memory charts (``session``): the owner attaches its model objects with
-  :meth:`Chart.attach` / :meth:`Chart.detach` and fires triggers on them from
-  the Trio thread only; the guards are methods of the model.
-* persistent charts (``task``, ``lease``, ...): transaction functions running
-  in worker threads never fire triggers (a ``Machine`` is not thread-safe, and
-  the database row, not a Python object, holds the state). They consult the
-  machine's own event table, read-only, through :meth:`Chart.candidates`.
+* persistent charts (``task``, ``lease``, ...) are plain data, a
+  :class:`Chart`: transaction functions running in worker threads never fire
+  triggers (the database row, not a Python object, holds the state). They
+  read the chart's index by (trigger, source), and every state change they
+  write comes from it (``pulse_trio.store.chart_write``).
+* in-memory charts (``session``) are a :class:`MachineChart`: the same data
+  plus one ``transitions.Machine`` (``auto_transitions=False`` so nothing can
+  bypass a guard); the owner attaches its model objects with
+  :meth:`MachineChart.attach` / :meth:`MachineChart.detach` and fires
+  triggers on them from the Trio thread only.
 
 A guard named ``"!x"`` is the negation of guard ``x`` (``unless`` in
 ``transitions``).
@@ -147,30 +148,32 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
 
 
 class Chart:
-    """One declaration and its one ``Machine``."""
+    """A persistent chart as plain data: its states, its transitions, an index by (trigger, source).
+
+    Transaction functions run in worker threads and the database row holds
+    the state, so nothing here is fired or mutated: the store reads the
+    index (through ``decide`` in ``pulse_trio.store.registry`` and the one
+    writer in ``pulse_trio.store.chart_write``) to learn where a trigger
+    leads and which guards choose.
+    """
 
     def __init__(self, spec: ChartSpec) -> None:
         self.spec = spec
         self.name = spec.name
-        # model=None: the machine starts with no models; they are attached on demand.
-        self.machine = Machine(model=None, name=spec.name, **spec.machine_config())
+        self.states = spec.states
+        self.transitions = spec.transitions
         self._by_trigger: dict[str, tuple[Transition, ...]] = {
             trigger: tuple(t for t in spec.transitions if t.trigger == trigger) for trigger in spec.triggers
         }
+        index: dict[tuple[str, str], list[Transition]] = {}
+        for t in spec.transitions:
+            index.setdefault((t.trigger, t.source), []).append(t)
+        #: (trigger, source) -> its transitions in declaration order (several: guards choose).
+        self.index: dict[tuple[str, str], tuple[Transition, ...]] = {k: tuple(v) for k, v in index.items()}
 
     def __repr__(self) -> str:
         return f"<Chart {self.name} persistent={self.spec.persistent}>"
 
-    # -- in-memory use (Trio thread only) ---------------------------------
-    def attach(self, model: object) -> None:
-        """Put ``model`` under this chart in the initial state."""
-        self.machine.add_model(model, initial=self.spec.initial)
-
-    def detach(self, model: object) -> None:
-        """Forget ``model`` (on disconnect), so the machine does not grow."""
-        self.machine.remove_model(model)
-
-    # -- read-only use (any thread) ----------------------------------------
     def transitions_for(self, trigger: str) -> tuple[Transition, ...]:
         """Every declared transition of ``trigger``, in declaration order."""
         try:
@@ -178,19 +181,27 @@ class Chart:
         except KeyError:
             raise ChartError(f"chart {self.name!r} has no trigger {trigger!r}") from None
 
-    def candidates(self, trigger: str, state: str) -> list[tuple[str, tuple[tuple[str, bool], ...]]]:
-        """``(dest, ((guard, expected), ...))`` for ``trigger`` from ``state``, from the machine.
-
-        Read from the ``Machine``'s event table so that what the store does is
-        what the machine would do; no trigger is fired and nothing is mutated.
-        """
+    def declared(self, trigger: str, source: str) -> tuple[Transition, ...]:
+        """The transitions of ``trigger`` from ``source`` (empty: the pair is not declared)."""
         self.transitions_for(trigger)
-        event = self.machine.events[trigger]
-        found = []
-        for transition in event.transitions.get(state, ()):
-            conditions = tuple((c.func, bool(c.target)) for c in transition.conditions)
-            found.append((transition.dest or state, conditions))
-        return found
+        return self.index.get((trigger, source), ())
+
+    def dests(self, trigger: str, source: str) -> frozenset[str]:
+        """Where ``trigger`` can lead from ``source``, whichever guards hold."""
+        return frozenset(t.dest for t in self.declared(trigger, source))
+
+    def candidates(self, trigger: str, state: str) -> list[tuple[str, tuple[tuple[str, bool], ...]]]:
+        """``(dest, ((guard, expected), ...))`` for ``trigger`` from ``state``, in declaration order.
+
+        ``"!x"`` reads as guard ``x`` expected False.
+        """
+        return [(t.dest, tuple((g.lstrip("!"), not g.startswith("!")) for g in t.guards))
+                for t in self.declared(trigger, state)]
+
+    def refusal_order(self, trigger: str) -> tuple[str, ...]:
+        """The trigger's positive guard names, first declaration first, whatever the source."""
+        return tuple(dict.fromkeys(g for t in self.transitions_for(trigger) for g in t.guards
+                                   if not g.startswith("!")))
 
     def unguarded_self_loops(self) -> frozenset[tuple[str, str]]:
         """``(trigger, state)`` pairs whose one transition is a guardless ``state -> state``.
@@ -200,16 +211,40 @@ class Chart:
         machine, where it costs as much as a real transition.
         """
         pairs = set()
-        for trigger, transitions in self._by_trigger.items():
-            for state in self.spec.states:
-                here = [t for t in transitions if t.source == state]
-                if len(here) == 1 and here[0].dest == state and not here[0].guards:
-                    pairs.add((trigger, state))
+        for (trigger, state), here in self.index.items():
+            if len(here) == 1 and here[0].dest == state and not here[0].guards:
+                pairs.add((trigger, state))
         return frozenset(pairs)
 
     def can(self, trigger: str, state: str) -> bool:
         """Whether ``trigger`` is declared from ``state`` (guards aside)."""
-        return trigger in self._by_trigger and bool(self.machine.events[trigger].transitions.get(state))
+        return (trigger, state) in self.index
+
+
+class MachineChart(Chart):
+    """An in-memory chart (``session``): the same data plus the one ``Machine`` that fires it.
+
+    The owner attaches its model objects and fires triggers on them from the
+    Trio thread only; the guards are methods of the model.
+    """
+
+    def __init__(self, spec: ChartSpec) -> None:
+        super().__init__(spec)
+        # model=None: the machine starts with no models; they are attached on demand.
+        self.machine = Machine(model=None, name=spec.name, **spec.machine_config())
+
+    def attach(self, model: object) -> None:
+        """Put ``model`` under this chart in the initial state."""
+        self.machine.add_model(model, initial=self.spec.initial)
+
+    def detach(self, model: object) -> None:
+        """Forget ``model`` (on disconnect), so the machine does not grow."""
+        self.machine.remove_model(model)
+
+
+def build(spec: ChartSpec) -> Chart:
+    """A persistent chart is data; an in-memory one also gets its ``Machine``."""
+    return Chart(spec) if spec.persistent else MachineChart(spec)
 
 
 def load_specs(names: Iterable[str] | None = None) -> dict[str, ChartSpec]:

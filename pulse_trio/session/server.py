@@ -39,7 +39,7 @@ from datetime import datetime
 
 from transitions import MachineError
 
-from pulse_trio.charts import chart
+from pulse_trio.charts import machine_chart
 from pulse_trio.contract import errors as e
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.codec import decode_client, scan_frame
@@ -48,7 +48,7 @@ from pulse_trio.contract.errors import FrameTooLarge, ProtocolError
 from pulse_trio.contract.fast_client import try_decode_client
 from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_FRAME_BYTES, MAX_INVALID_FRAMES
 
-_SESSION_CHART = chart("session")
+_SESSION_CHART = machine_chart("session")
 _QUIET = _SESSION_CHART.unguarded_self_loops()
 _ENDING = ("closing", "closed")
 

@@ -151,15 +151,12 @@ def _guard(chart: str, name: str) -> Guard:
 @functools.lru_cache(maxsize=None)
 def _refusal_guards(chart: str, trigger: str) -> tuple[Guard, ...]:
     """The trigger's refusing guards, first declaration first, whatever the source."""
-    names = dict.fromkeys(
-        g for t in CHARTS[chart].transitions_for(trigger) for g in t.guards if not g.startswith("!")
-    )
-    return tuple(g for g in (_guard(chart, n) for n in names) if g.code is not None)
+    return tuple(g for g in (_guard(chart, n) for n in CHARTS[chart].refusal_order(trigger)) if g.code is not None)
 
 
 @functools.lru_cache(maxsize=None)
 def _candidates(chart: str, trigger: str, state: str) -> tuple[tuple[str, tuple[tuple[Guard, bool], ...]], ...]:
-    """The machine's transitions from ``state``, with their selector guards resolved."""
+    """The chart's transitions from ``state``, with their selector guards resolved."""
     return tuple(
         (dest, tuple((_guard(chart, n), e) for n, e in conditions if _guard(chart, n).code is None))
         for dest, conditions in CHARTS[chart].candidates(trigger, state)
@@ -177,7 +174,7 @@ def decide(chart: str, trigger: str, state: str, ctx: Any) -> str | Refusal:
     First every refusing guard of the trigger is checked in declaration order
     (whatever the source state, so a lapsed lease answers ``lease_expired``
     rather than a bare ``invalid_transition``); the first that fails gives
-    the refusal. Then the machine's transitions from ``state`` are tried in
+    the refusal. Then the chart's transitions from ``state`` are tried in
     order and the first whose selector guards hold wins. None: the trigger
     is not allowed from ``state`` -> ``invalid_transition``.
     """
