@@ -16,6 +16,7 @@ from typing import Any
 
 from pulse_trio import __version__ as VERSION
 from pulse_trio import cluster_settings as cs
+from pulse_trio.charts import states
 from pulse_trio.client import ranges
 from pulse_trio.contract import grammar as g
 from pulse_trio.contract import limits as lim
@@ -34,7 +35,7 @@ SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS /
 #: A cluster setting's value as sent: the same bounds, to the millisecond (stated; JSON Schema's
 #: multipleOf cannot say it exactly for decimals).
 SECONDS_IN = SECONDS | {"description": "Seconds, to the millisecond (a finer value is refused)."}
-TASK_STATES = ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]
+TASK_STATES = list(states.TASK_STATES)
 FINISHED = list(FINISHED_STATUSES)
 
 

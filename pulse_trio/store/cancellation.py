@@ -20,6 +20,7 @@ import datetime as dt
 from collections.abc import Sequence
 from types import SimpleNamespace
 
+from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
 from pulse_trio.store import lease_steps, settings, task_steps
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
@@ -72,7 +73,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
     # Lock order lease -> task, as every lease command does: the task's live
     # lease (if any) first, through the leases_task index.
     live = tx.all(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
-                  " AND l.state IN ('OFFERED', 'RUNNING') FOR UPDATE", (task_id,))
+                  f" AND l.state IN {sql_list(LIVE_LEASE_STATES)} FOR UPDATE", (task_id,))
     row = tx.one(f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (task_id,))
     if row is None:
         return Refusal(TASK_NOT_FOUND, f"no task {task_id}")

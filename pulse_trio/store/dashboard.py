@@ -25,8 +25,8 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 
 from pulse_trio.charts import CHARTS
+from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list
 from pulse_trio.store.registry import read_only
-from pulse_trio.store.rows import TERMINAL_TASK_STATES
 from pulse_trio.store.tx import Tx, db_time, py_time
 
 #: A (queue, state) count stops here; the answer says which counts reached it.
@@ -52,7 +52,7 @@ _COUNT_ONE = {
     "ended": "SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_finished)"
              " WHERE queue = %s AND outcome_status = %s LIMIT %s) c)",
 }
-_WAITING = ("READY", "SCHEDULED")
+_WAITING = frozenset(WAITING_TASK_STATES)
 
 
 def capped_counts(tx: Tx, pairs: Sequence[tuple[str, str]], cap: int = COUNT_CAP) -> dict[tuple[str, str], int]:
@@ -69,7 +69,7 @@ def capped_counts(tx: Tx, pairs: Sequence[tuple[str, str]], cap: int = COUNT_CAP
 def running_counts(tx: Tx) -> dict[tuple[str, str], int]:
     """OFFERED and RUNNING tasks per queue, exactly: one per live lease."""
     rows = tx.all("SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
-                  " JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN ('OFFERED', 'RUNNING')"
+                  f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)}"
                   " GROUP BY t.queue, l.state")
     return {(queue, state): int(count) for queue, state, count in rows}
 

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 from pulse_trio.contract.grammar import is_kind, is_queue
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTIONS
+from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.store import ids
 from pulse_trio.store.registry import decide, guard, read_only, require, transition
 from pulse_trio.store.results import (
@@ -118,7 +119,7 @@ def live_lease_counts(tx: Tx, *, session_ids: Sequence[str]) -> dict[str, int]:
         return {}
     marks = ", ".join(["%s"] * len(session_ids))
     rows = tx.all(f"SELECT owner_session_id, COUNT(*) FROM leases WHERE owner_session_id IN ({marks})"
-                  " AND state IN ('OFFERED', 'RUNNING') GROUP BY owner_session_id", tuple(session_ids))
+                  f" AND state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY owner_session_id", tuple(session_ids))
     return {row[0]: int(row[1]) for row in rows}
 
 
@@ -258,7 +259,7 @@ def _node_state(tx: Tx) -> str | None:
     return row[0] if row else "NONE"
 
 
-_LIVE = "('ACTIVE', 'DRAINING')"
+_LIVE = sql_list(LIVE_SESSION_STATES)
 
 
 @transition("instance", "node_gone", entry=False)

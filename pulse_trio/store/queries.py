@@ -10,12 +10,12 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
+from pulse_trio.charts.states import LIVE_LEASE_STATES, TASK_STATES, WAITING_TASK_STATES, sql_list
 from pulse_trio.store.dashboard import oldest_ready_age_s
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.rows import TaskRow
 from pulse_trio.store.tx import Tx, rfc3339
 
-TASK_STATES = ("SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
 
 
 #: ``GET /v1/tasks?order=``: by id ascending (oldest first, the default) or descending.
@@ -72,9 +72,9 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     counts = tx.all(
         "SELECT queue, pick_state, COUNT(*) FROM tasks FORCE INDEX (tasks_due)"
-        " WHERE pick_state IN ('READY', 'SCHEDULED') GROUP BY queue, pick_state"
+        f" WHERE pick_state IN {sql_list(WAITING_TASK_STATES)} GROUP BY queue, pick_state"
         " UNION ALL SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
-        " JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN ('OFFERED', 'RUNNING') GROUP BY t.queue, l.state"
+        f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY t.queue, l.state"
         " UNION ALL SELECT queue, outcome_status, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
         " WHERE finished_at IS NOT NULL GROUP BY queue, outcome_status")
     for queue, state, count in counts:
@@ -93,7 +93,7 @@ def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 100
            " i.sequence, i.concurrency_keys, i.cancellation_notifications, i.registered_at, i.disconnected_at,"
            " i.node_id,"
            " (SELECT COUNT(*) FROM leases l WHERE l.owner_session_id = i.session_id"
-           "  AND l.state IN ('OFFERED', 'RUNNING')) AS held"
+           f"  AND l.state IN {sql_list(LIVE_LEASE_STATES)}) AS held"
            " FROM worker_instances i")
     if not include_disconnected:
         sql += " WHERE i.state <> 'DISCONNECTED'"

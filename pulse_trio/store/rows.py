@@ -12,6 +12,7 @@ import datetime as dt
 import json
 from typing import ClassVar
 
+from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES
 from pulse_trio.store.tx import UTC
 
 # What lease commands, timers and cancellation never read: the (up to
@@ -20,8 +21,6 @@ from pulse_trio.store.tx import UTC
 _NOT_LEAN = frozenset({"payload", "idempotency_key", "retry_of", "created_at", "updated_at", "finished_at",
                        "outcome_status", "outcome_error_code", "outcome_error_message", "outcome_retryable",
                        "outcome_uncertain", "outcome_attempt"})
-TERMINAL_TASK_STATES = frozenset({"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"})
-LIVE_LEASE_STATES = ("OFFERED", "RUNNING")
 
 
 def _columns(prefix: str, names: tuple[str, ...]) -> str:

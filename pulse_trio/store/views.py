@@ -12,7 +12,8 @@ import datetime as dt
 import json
 
 from pulse_trio.store.registry import read_only
-from pulse_trio.store.rows import TERMINAL_TASK_STATES, LeaseRow, TaskRow
+from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES, sql_list
+from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import Tx, py_time, rfc3339
 
 
@@ -144,7 +145,7 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
             " retryable, effect_uncertain, concurrency_token, result FROM leases WHERE task_id = %s"
             " AND started_at IS NOT NULL ORDER BY attempt", (task_id,)))
     lease = tx.one(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
-                   " AND l.state IN ('OFFERED', 'RUNNING')", (task_id,))
+                   f" AND l.state IN {sql_list(LIVE_LEASE_STATES)}", (task_id,))
     live = LeaseRow.from_row(lease) if lease else None
     outcome = None
     if task.state in TERMINAL_TASK_STATES and task.outcome_status:

@@ -1,0 +1,41 @@
+"""The state sets the store filters on are exactly what the chart files declare."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pulse_trio.charts import states
+
+ROOT = Path(__file__).parents[2]
+
+
+def _declared(name: str) -> tuple[list[str], set[str]]:
+    """(states other than NONE, states some transition leaves), straight from the JSON."""
+    data = json.loads((ROOT / "statecharts" / f"{name}.json").read_text())
+    sources: set[str] = set()
+    for t in data["transitions"]:
+        sources.update(t["source"] if isinstance(t["source"], list) else [t["source"]])
+    return [s for s in data["states"] if s != "NONE"], sources
+
+
+def test_task_sets_match_the_task_chart():
+    declared, sources = _declared("task")
+    assert list(states.TASK_STATES) == declared
+    assert states.TERMINAL_TASK_STATES == {s for s in declared if s not in sources}
+    assert states.TERMINAL_TASK_STATES == {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"}
+    submit = {t["dest"] for t in json.loads((ROOT / "statecharts" / "task.json").read_text())["transitions"]
+              if t["trigger"] == "submit"}
+    assert set(states.WAITING_TASK_STATES) == submit == {"READY", "SCHEDULED"}
+
+
+def test_live_lease_and_session_sets_match_their_charts():
+    for name, live in (("lease", states.LIVE_LEASE_STATES), ("instance", states.LIVE_SESSION_STATES)):
+        declared, sources = _declared(name)
+        assert list(live) == [s for s in declared if s in sources]
+    assert states.LIVE_LEASE_STATES == ("OFFERED", "RUNNING")
+    assert states.LIVE_SESSION_STATES == ("ACTIVE", "DRAINING")
+
+
+def test_sql_list_quotes_each_name():
+    assert states.sql_list(("OFFERED", "RUNNING")) == "('OFFERED', 'RUNNING')"
