@@ -22,6 +22,7 @@ from types import SimpleNamespace
 
 from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
 from pulse_trio.store import lease_steps, settings, task_steps
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
 from pulse_trio.store.rows import LeaseRow, TaskRow
@@ -144,9 +145,9 @@ def notify(tx: Tx, *, session_ids: Sequence[str], now: dt.datetime, limit: int =
         dest = decide("cancellation", "notify", state, ctx)
         if isinstance(dest, Refusal):
             continue
-        tx.cas("UPDATE cancel_intents SET state = %s, notified_session_id = %s, notified_at = %s"
-               " WHERE task_id = %s AND state = %s AND notified_session_id <=> %s",
-               (dest, holder, stamp, task_id, state, notified))
+        move(tx, "cancellation", "notify", [task_id], source=state, dest=dest,
+             sets="notified_session_id = %s, notified_at = %s", args=(holder, stamp),
+             where="notified_session_id <=> %s", where_args=(notified,))
         notices.append(CancelNotice(holder, task_id, lease_id, py_time(requested_at), py_time(grace), reason))
     return tuple(notices)
 
@@ -169,5 +170,5 @@ def _close(tx: Tx, trigger: str, task_id: str, now: dt.datetime) -> None:
     if row is None:
         return  # a lease cancel without an intent row cannot happen; nothing to close
     dest = require("cancellation", trigger, row[0], None)
-    tx.cas("UPDATE cancel_intents SET state = %s, resolved_at = %s WHERE task_id = %s AND state = %s",
-           (dest, db_time(now), task_id, row[0]))
+    move(tx, "cancellation", trigger, [task_id], source=row[0], dest=dest, sets="resolved_at = %s",
+         args=(db_time(now),))

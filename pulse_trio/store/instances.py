@@ -13,6 +13,7 @@ connections' own disconnects, ``node_gone`` ends its sessions in bulk.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import json
@@ -23,6 +24,7 @@ from pulse_trio.contract.grammar import is_kind, is_queue
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTIONS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.store import ids
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import decide, guard, read_only, require, transition
 from pulse_trio.store.results import (
     INSTANCE_NOT_FOUND, PERMISSION_DENIED, SERVER_SHUTTING_DOWN, SESSION_NOT_FOUND, STALE_SEQUENCE,
@@ -183,11 +185,9 @@ def set_capacity(tx: Tx, *, session_id: str, sequence: int, capacity: int, drain
         if dest.code == STALE_SEQUENCE:
             return CapacityResult(view(tx, row), applied=False)
         return dest
-    tx.cas(
-        "UPDATE worker_instances SET state = %s, capacity = %s, sequence = %s, updated_at = %s"
-        " WHERE session_id = %s AND state = %s AND sequence <=> %s",
-        (dest, capacity, sequence, db_time(now), session_id, row.state, row.sequence),
-    )
+    move(tx, "instance", "set_capacity", [session_id], source=row.state, dest=dest,
+         sets="capacity = %s, sequence = %s, updated_at = %s", args=(capacity, sequence, db_time(now)),
+         where="sequence <=> %s", where_args=(row.sequence,))
     updated = dataclasses.replace(row, state=dest, capacity=capacity, sequence=sequence)
     return CapacityResult(view(tx, updated), applied=True)
 
@@ -202,11 +202,9 @@ def operator_drain(tx: Tx, *, instance_id: str, now: dt.datetime) -> InstanceVie
     dest = decide("instance", "operator_drain", current.state, SimpleNamespace(row=current))
     if isinstance(dest, Refusal):
         return dest
-    tx.cas(
-        "UPDATE worker_instances SET state = %s, operator_drained_at = COALESCE(operator_drained_at, %s),"
-        " updated_at = %s WHERE instance_id = %s AND state = %s",
-        (dest, db_time(now), db_time(now), instance_id, current.state),
-    )
+    move(tx, "instance", "operator_drain", [instance_id], source=current.state, dest=dest, key="instance_id",
+         sets="operator_drained_at = COALESCE(operator_drained_at, %s), updated_at = %s",
+         args=(db_time(now), db_time(now)))
     return view(tx, dataclasses.replace(current, state=dest, operator_drained_at=current.operator_drained_at or now))
 
 
@@ -222,11 +220,9 @@ def inherit_drain(tx: Tx, *, row: InstanceRow, drained_at: dt.datetime, now: dt.
     dest = decide("instance", "inherit_drain", row.state, SimpleNamespace(row=row))
     if isinstance(dest, Refusal):  # a session that is already disconnected takes nothing over
         return
-    tx.cas(
-        "UPDATE worker_instances SET state = %s, operator_drained_at = %s, updated_at = %s"
-        " WHERE session_id = %s AND state = %s AND operator_drained_at IS NULL",
-        (dest, db_time(drained_at), db_time(now), row.session_id, row.state),
-    )
+    move(tx, "instance", "inherit_drain", [row.session_id], source=row.state, dest=dest,
+         sets="operator_drained_at = %s, updated_at = %s", args=(db_time(drained_at), db_time(now)),
+         where="operator_drained_at IS NULL")
 
 
 @transition("instance", "disconnect")
@@ -238,11 +234,8 @@ def disconnect(tx: Tx, *, session_id: str, now: dt.datetime) -> InstanceView | R
     dest = decide("instance", "disconnect", row.state, SimpleNamespace(row=row))
     if isinstance(dest, Refusal):
         return dest
-    tx.cas(
-        "UPDATE worker_instances SET state = %s, updated_at = %s, disconnected_at = %s"
-        " WHERE session_id = %s AND state = %s",
-        (dest, db_time(now), db_time(now), session_id, row.state),
-    )
+    move(tx, "instance", "disconnect", [session_id], source=row.state, dest=dest,
+         sets="updated_at = %s, disconnected_at = %s", args=(db_time(now), db_time(now)))
     return view(tx, dataclasses.replace(row, state=dest))
 
 
@@ -280,13 +273,17 @@ def node_gone(tx: Tx, *, node_id: str, now: dt.datetime, limit: int | None = Non
         sql += " LIMIT %s"
         args += (limit,)
     rows = tx.all(sql + (" FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"), args)
-    by_dest: dict[str, list[str]] = {}
+    # Every live state leads to the same place: one UPDATE over all the sources seen.
+    sources_of: dict[str, list[str]] = collections.defaultdict(list)
+    ids_of: dict[str, list[str]] = collections.defaultdict(list)
     for session_id, state in rows:
-        by_dest.setdefault(require("instance", "node_gone", state, SimpleNamespace()), []).append(session_id)
-    for dest, session_ids in by_dest.items():
-        tx.cas(f"UPDATE worker_instances SET state = %s, updated_at = %s, disconnected_at = %s"
-               f" WHERE session_id IN %s AND state IN {_LIVE}",
-               (dest, db_time(now), db_time(now), tuple(session_ids)), expected=len(session_ids))
+        dest = require("instance", "node_gone", state, SimpleNamespace())
+        if state not in sources_of[dest]:
+            sources_of[dest].append(state)
+        ids_of[dest].append(session_id)
+    for dest, session_ids in ids_of.items():
+        move(tx, "instance", "node_gone", session_ids, source=sources_of[dest], dest=dest,
+             sets="updated_at = %s, disconnected_at = %s", args=(db_time(now), db_time(now)))
     (left,) = tx.one(f"SELECT COUNT(*) FROM worker_instances FORCE INDEX (worker_instances_node)"
                      f" WHERE node_id = %s AND state IN {_LIVE}", (node_id,))
     return tuple(r[0] for r in rows), int(left)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from pulse_trio.store import permits
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import require, transition
 from pulse_trio.store.rows import LeaseRow
 from pulse_trio.store.tx import Tx, db_time
@@ -23,9 +24,9 @@ def revoke(tx: Tx, *, lease: LeaseRow, now: dt.datetime) -> str:
     """
     dest = require("lease", "revoke", lease.state, lease)
     stamp = db_time(now)
-    tx.cas("UPDATE leases SET state = %s, ended_at = %s, cancel_requested_at = %s"
-           " WHERE lease_id = %s AND state = 'OFFERED' AND revision = %s",
-           (dest, stamp, stamp, lease.lease_id, lease.revision))
+    move(tx, "lease", "revoke", [lease.lease_id], source=lease.state, dest=dest,
+         sets="ended_at = %s, cancel_requested_at = %s", args=(stamp, stamp),
+         where="revision = %s", where_args=(lease.revision,))
     if lease.concurrency_token is not None:
         permits.release(tx, leases=[lease], now=now)
     return dest
@@ -38,9 +39,9 @@ def cancel(tx: Tx, *, lease: LeaseRow, now: dt.datetime, deadline: dt.datetime) 
     The cap is what makes the ordinary expiry timer escalate exactly when the
     grace runs out, and renewals never move it (``renewed_expiry``).
     """
-    require("lease", "cancel", lease.state, lease)
+    dest = require("lease", "cancel", lease.state, lease)
     expires = min(lease.expires_at, deadline)
-    tx.cas("UPDATE leases SET cancel_requested_at = %s, cancel_deadline = %s, expires_at = %s"
-           " WHERE lease_id = %s AND state = 'RUNNING' AND cancel_requested_at IS NULL",
-           (db_time(now), db_time(deadline), db_time(expires), lease.lease_id))
+    move(tx, "lease", "cancel", [lease.lease_id], source=lease.state, dest=dest,
+         sets="cancel_requested_at = %s, cancel_deadline = %s, expires_at = %s",
+         args=(db_time(now), db_time(deadline), db_time(expires)), where="cancel_requested_at IS NULL")
     return expires

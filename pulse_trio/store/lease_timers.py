@@ -13,6 +13,7 @@ import datetime as dt
 from types import SimpleNamespace
 
 from pulse_trio.store import cancellation, lease_guards, permits, task_steps  # noqa: F401  (guards)
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import LeaseEnd, Refusal, TimerResult
 from pulse_trio.store.rows import LeaseRow, TaskRow
@@ -41,8 +42,7 @@ def lapse(tx: Tx, *, now: dt.datetime, limit: int = 200) -> TimerResult:
     if not ended:
         return TimerResult(0, False)
     ids = tuple(l.lease_id for l in ended)
-    tx.cas("UPDATE leases SET state = 'LAPSED', ended_at = %s"
-           " WHERE lease_id IN %s AND state = 'OFFERED'", (db_time(now), ids), expected=len(ids))
+    move(tx, "lease", "lapse", ids, source="OFFERED", sets="ended_at = %s", args=(db_time(now),))
     task_steps.lapse(tx, tasks=[tasks[l.task_id] for l in ended], now=now)
     permits.release(tx, leases=ended, now=now)
     return TimerResult(len(ended), len(leases) == limit, tuple(
@@ -64,9 +64,10 @@ def expire(tx: Tx, *, now: dt.datetime, limit: int = 200, permit_quarantine_ms: 
         if isinstance(decide("lease", "expire", lease.state, SimpleNamespace(lease=lease, now=now)), Refusal):
             continue
         task_state = task_steps.expire(tx, task=tasks[lease.task_id], lease=lease, now=now)
-        tx.cas("UPDATE leases SET state = 'EXPIRED', ended_at = %s, status = 'EXPIRED', error_code = %s"
-               " WHERE lease_id = %s AND state = 'RUNNING' AND revision = %s",
-               (db_time(now), task_steps.expiry_code(task_state), lease.lease_id, lease.revision))
+        move(tx, "lease", "expire", [lease.lease_id], source=lease.state,
+             sets="ended_at = %s, status = 'EXPIRED', error_code = %s",
+             args=(db_time(now), task_steps.expiry_code(task_state)), where="revision = %s",
+             where_args=(lease.revision,))
         quarantined = lease.concurrency_token is not None and permits.quarantine(
             tx, lease=lease, now=now, quarantine_ms=permit_quarantine_ms)
         if lease.cancel_requested_at is not None:

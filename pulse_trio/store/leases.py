@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 
 from pulse_trio.store import cancellation, lease_guards, permits, task_steps  # noqa: F401  (guards)
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import (
     LEASE_NOT_FOUND, REVISION_CONFLICT, CommandAck, CommandReceipt, LeaseView, Refusal,
@@ -227,18 +228,21 @@ def _batch(command: LeaseCommand | None, commands: Sequence[LeaseCommand] | None
     return batch
 
 
-def _extend(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime, set_sql: str, where_state: str,
+def _extend(tx: Tx, trigger: str, accepted: Sequence[Accepted], now: dt.datetime, sets: str = "",
             extra: tuple = ()) -> dict[int, dt.datetime]:
-    """revision + 1 and a new expires_at (grouped: leases with the same expiry share one UPDATE)."""
+    """The chart's move, revision + 1 and a new expires_at.
+
+    Grouped by (source, destination, expiry): leases that change the same
+    way share one UPDATE.
+    """
     expiries: dict[int, dt.datetime] = {}
-    groups: dict[dt.datetime, list[str]] = collections.defaultdict(list)
+    groups: dict[tuple[str, str, dt.datetime], list[str]] = collections.defaultdict(list)
     for a in accepted:
         expiries[a.index] = renewed_expiry(a.lease, now)
-        groups[expiries[a.index]].append(a.lease.lease_id)
-    for expires, ids in groups.items():
-        tx.cas(f"UPDATE leases SET {set_sql}revision = revision + 1, expires_at = %s"
-               f" WHERE lease_id IN %s AND state = '{where_state}'",
-               (*extra, db_time(expires), tuple(ids)), expected=len(ids))
+        groups[(a.lease.state, a.dest, expiries[a.index])].append(a.lease.lease_id)
+    for (source, dest, expires), ids in groups.items():
+        move(tx, "lease", trigger, ids, source=source, dest=dest,
+             sets=f"{sets}revision = revision + 1, expires_at = %s", args=(*extra, db_time(expires)))
     return expiries
 
 
@@ -254,8 +258,8 @@ def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
     results, accepted = _screen(tx, "start", batch, [None] * len(batch), now)
     if accepted:
         # start_revision takes the revision before revision + 1 does (SET runs left to right).
-        expiries = _extend(tx, accepted, now, "state = 'RUNNING', started_at = %s, start_revision = revision, ",
-                           "OFFERED", (db_time(now),))
+        expiries = _extend(tx, "start", accepted, now, "started_at = %s, start_revision = revision, ",
+                           (db_time(now),))
         task_steps.start(tx, items=[(a.task, a.lease) for a in accepted], now=now)
         receipts = _receipts("task.start", accepted, now)
         for a in accepted:
@@ -273,7 +277,7 @@ def renew(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
     batch = _batch(command, commands)
     results, accepted = _screen(tx, "renew", batch, [None] * len(batch), now)
     if accepted:
-        expiries = _extend(tx, accepted, now, "", "RUNNING")
+        expiries = _extend(tx, "renew", accepted, now)
         receipts = _renew_receipts(tx, accepted, now)
         for a in accepted:
             results[a.index] = CommandAck(
@@ -311,7 +315,7 @@ def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, rep
 
 
 def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> None:
-    """RUNNING -> FINISHED, each lease with its own outcome and finish digest, in one UPDATE.
+    """The chart's move (RUNNING -> FINISHED), each lease with its own outcome and finish digest, in one UPDATE.
 
     A column every lease of the batch gets the same value for (the status,
     say, or the result of tasks that return nothing) is one parameter; one
@@ -330,5 +334,6 @@ def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> 
             sets.append(f"{column} = CASE lease_id{' WHEN %s THEN %s' * len(values)} END")
             for lease_id, value in zip(ids, values):
                 args += (lease_id, value)
-    tx.cas(f"UPDATE leases SET state = 'FINISHED', revision = revision + 1, ended_at = %s, {', '.join(sets)}"
-           " WHERE lease_id IN %s AND state = 'RUNNING'", (db_time(now), *args, tuple(ids)), expected=len(ids))
+    (dest,) = {a.dest for a in accepted}  # finish has one destination: the guards only refuse
+    move(tx, "lease", "finish", ids, source=tuple(sorted({a.lease.state for a in accepted})), dest=dest,
+         sets=f"revision = revision + 1, ended_at = %s, {', '.join(sets)}", args=(db_time(now), *args))

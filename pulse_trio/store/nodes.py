@@ -34,6 +34,7 @@ import datetime as dt
 from types import SimpleNamespace
 
 from pulse_trio.store import instances
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import decide, guard, transition
 from pulse_trio.store.results import INVALID_TRANSITION, NODE_LOST, Refusal, TimerResult
 from pulse_trio.store.rows import NodeRow
@@ -106,7 +107,7 @@ def heartbeat(tx: Tx, *, now: dt.datetime, lapse_ms: int | None = None) -> NodeR
         return dest
     if db_time(now) <= db_time(node.heartbeat_at):
         return node  # no time has passed (or the clock stepped back): never shorten expires_at
-    return _beat(tx, node, dest, now, lapse_ms)
+    return _beat(tx, "heartbeat", node, dest, now, lapse_ms)
 
 
 @transition("node", "rejoin")
@@ -120,18 +121,17 @@ def rejoin(tx: Tx, *, now: dt.datetime, lapse_ms: int | None = None) -> NodeRow 
     dest = decide("node", "rejoin", node.state, SimpleNamespace(node=node))
     if isinstance(dest, Refusal):
         return dest
-    return _beat(tx, node, dest, now, lapse_ms)
+    return _beat(tx, "rejoin", node, dest, now, lapse_ms)
 
 
-def _beat(tx: Tx, node: NodeRow, dest: str, now: dt.datetime, lapse_ms: int | None) -> NodeRow:
+def _beat(tx: Tx, trigger: str, node: NodeRow, dest: str, now: dt.datetime, lapse_ms: int | None) -> NodeRow:
     """``dest`` with a fresh heartbeat: heartbeat_at = now, expires_at = now + the node's (new) lapse."""
     if lapse_ms is not None and lapse_ms < 1:
         raise ValueError("lapse_ms must be positive")
     lapse = node.lapse_ms if lapse_ms is None else lapse_ms
     expires = after_ms(now, lapse)
-    tx.cas("UPDATE server_nodes SET state = %s, lapse_ms = %s, heartbeat_at = %s, expires_at = %s"
-           " WHERE node_id = %s AND state = %s",
-           (dest, lapse, db_time(now), db_time(expires), node.node_id, node.state))
+    move(tx, "node", trigger, [node.node_id], source=node.state, dest=dest,
+         sets="lapse_ms = %s, heartbeat_at = %s, expires_at = %s", args=(lapse, db_time(now), db_time(expires)))
     return NodeRow(node.node_id, dest, node.host, node.pid, lapse, node.started_at, now, expires,
                    node.lost_at, node.lost_by, node.stopped_at)
 
@@ -148,8 +148,8 @@ def stop(tx: Tx, *, now: dt.datetime) -> int | Refusal:
     if isinstance(dest, Refusal):
         return dest
     gone, _ = instances.node_gone(tx, node_id=node.node_id, now=now, skip_locked=False)
-    tx.cas("UPDATE server_nodes SET state = %s, stopped_at = %s, expires_at = NULL WHERE node_id = %s AND state = %s",
-           (dest, db_time(now), node.node_id, node.state))
+    move(tx, "node", "stop", [node.node_id], source=node.state, dest=dest, sets="stopped_at = %s, expires_at = NULL",
+         args=(db_time(now),))
     return len(gone)
 
 
@@ -179,13 +179,12 @@ def lose(tx: Tx, *, now: dt.datetime, limit: int = 500, max_nodes: int = 16) -> 
         count += len(gone)
         expires = node.expires_at if left else None
         if node.state == "ALIVE":
-            tx.cas("UPDATE server_nodes SET state = %s, lost_at = %s, lost_by = %s, expires_at = %s"
-                   " WHERE node_id = %s AND state = 'ALIVE'",
-                   (dest, db_time(now), me, db_time(expires) if expires else None, node.node_id))
+            move(tx, "node", "lose", [node.node_id], source=node.state, dest=dest,
+                 sets="lost_at = %s, lost_by = %s, expires_at = %s",
+                 args=(db_time(now), me, db_time(expires) if expires else None))
             lost.append(node.node_id)
         elif expires is None:
-            tx.cas("UPDATE server_nodes SET expires_at = NULL WHERE node_id = %s AND state = %s",
-                   (node.node_id, node.state))
+            move(tx, "node", "lose", [node.node_id], source=node.state, dest=dest, sets="expires_at = NULL")
     return TimerResult(count, budget <= 0, lost_nodes=tuple(lost))
 
 

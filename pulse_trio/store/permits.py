@@ -17,6 +17,7 @@ import datetime as dt
 from collections.abc import Sequence
 from types import SimpleNamespace
 
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TimerResult
 from pulse_trio.store.rows import LeaseRow, TaskRow
@@ -80,8 +81,8 @@ def release(tx: Tx, *, leases: Sequence[LeaseRow], now: dt.datetime) -> int:
         return 0
     for _ in held:
         require("key_permit", "release", "HELD", None)
-    tx.cas("UPDATE key_permits SET state = 'RELEASED', released_at = %s WHERE lease_id IN %s AND state = 'HELD'",
-           (db_time(now), tuple(h[0] for h in held)), expected=len(held))
+    move(tx, "key_permit", "release", [h[0] for h in held], source="HELD", sets="released_at = %s",
+         args=(db_time(now),))
     _decrement(tx, [h[1] for h in held])
     return len(held)
 
@@ -97,8 +98,8 @@ def quarantine(tx: Tx, *, lease: LeaseRow, now: dt.datetime, quarantine_ms: int 
         return False
     require("key_permit", "quarantine", "HELD", None)
     until = after_ms(now, quarantine_ms if quarantine_ms is not None else lease.ttl_ms)
-    tx.cas("UPDATE key_permits SET state = 'QUARANTINED', quarantine_until = %s WHERE lease_id = %s"
-           " AND state = 'HELD'", (db_time(until), lease.lease_id))
+    move(tx, "key_permit", "quarantine", [lease.lease_id], source="HELD", sets="quarantine_until = %s",
+         args=(db_time(until),))
     return True
 
 
@@ -115,8 +116,7 @@ def release_after_quarantine(tx: Tx, *, now: dt.datetime, limit: int = 500) -> T
     for _, _, until in rows:
         require("key_permit", "release_after_quarantine", "QUARANTINED",
                 SimpleNamespace(quarantine_until=until, now=now))
-    lease_ids = tuple(r[0] for r in rows)
-    tx.cas("UPDATE key_permits SET state = 'RELEASED', released_at = %s WHERE lease_id IN %s"
-           " AND state = 'QUARANTINED'", (db_time(now), lease_ids), expected=len(lease_ids))
+    move(tx, "key_permit", "release_after_quarantine", [r[0] for r in rows], source="QUARANTINED",
+         sets="released_at = %s", args=(db_time(now),))
     _decrement(tx, [r[1] for r in rows])
     return TimerResult(len(rows), len(rows) == limit)

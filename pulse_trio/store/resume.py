@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 from pulse_trio.store import instances, lease_guards  # noqa: F401  (guards)
 from pulse_trio.store.leases import lease_view, lock_lease, renewed_expiry
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import LEASE_NOT_FOUND, SESSION_NOT_FOUND, LeaseView, Refusal
 from pulse_trio.store.rows import InstanceRow
@@ -58,12 +59,10 @@ def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms
     if isinstance(dest, Refusal):
         return dest
     expires = after_ms(now, start_timeout_ms) if lease.state == "OFFERED" else renewed_expiry(lease, now)
-    tx.cas(
-        "UPDATE leases SET owner_instance_id = %s, owner_session_id = %s, epoch = %s, revision = revision + 1,"
-        " expires_at = %s WHERE lease_id = %s AND revision = %s AND owner_session_id = %s AND state = %s",
-        (session.instance_id, session.session_id, session.epoch, db_time(expires), lease.lease_id,
-         lease.revision, lease.owner_session_id, lease.state),
-    )
+    move(tx, "lease", "resume", [lease.lease_id], source=lease.state, dest=dest,
+         sets="owner_instance_id = %s, owner_session_id = %s, epoch = %s, revision = revision + 1, expires_at = %s",
+         args=(session.instance_id, session.session_id, session.epoch, db_time(expires)),
+         where="revision = %s AND owner_session_id = %s", where_args=(lease.revision, lease.owner_session_id))
     if old_instance.operator_drained_at is not None:  # an operator's drain follows the worker (docs/worker.md §9)
         instances.inherit_drain(tx, row=session, drained_at=old_instance.operator_drained_at, now=now)
     return lease_view(lease, state=dest, revision=lease.revision + 1, epoch=session.epoch, expires_at=expires,

@@ -16,6 +16,7 @@ import hashlib
 from collections.abc import Sequence
 from types import SimpleNamespace
 
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import guard, require, transition
 from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import InvariantViolation, Tx, after_ms, db_time
@@ -105,9 +106,8 @@ def offer(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """READY -> OFFERED for a batch picked by lease.assign, in one guarded UPDATE."""
     for task in tasks:
         require("task", "offer", task.state, task)
-    ids = tuple(t.task_id for t in tasks)
-    tx.cas("UPDATE tasks SET state = 'OFFERED', updated_at = %s WHERE task_id IN %s AND state = 'READY'",
-           (db_time(now), ids), expected=len(ids))
+    move(tx, "task", "offer", [t.task_id for t in tasks], source="READY", sets="updated_at = %s",
+         args=(db_time(now),))
 
 
 @transition("task", "start", entry=False)
@@ -121,9 +121,8 @@ def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime
         require("task", "start", task.state, task)
         if lease.attempt != task.attempt + 1:
             raise InvariantViolation(f"lease {lease.lease_id} is attempt {lease.attempt}, task is at {task.attempt}")
-    ids = tuple(task.task_id for task, _ in items)
-    tx.cas("UPDATE tasks SET state = 'RUNNING', attempt = attempt + 1, updated_at = %s"
-           " WHERE task_id IN %s AND state = 'OFFERED'", (db_time(now), ids), expected=len(ids))
+    move(tx, "task", "start", [task.task_id for task, _ in items], source="OFFERED",
+         sets="attempt = attempt + 1, updated_at = %s", args=(db_time(now),))
 
 
 @transition("task", "lapse", entry=False)
@@ -131,9 +130,8 @@ def lapse(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """OFFERED -> READY: the offer was never started; no attempt consumed."""
     for task in tasks:
         require("task", "lapse", task.state, task)
-    ids = tuple(t.task_id for t in tasks)
-    tx.cas("UPDATE tasks SET state = 'READY', updated_at = %s WHERE task_id IN %s AND state = 'OFFERED'",
-           (db_time(now), ids), expected=len(ids))
+    move(tx, "task", "lapse", [t.task_id for t in tasks], source="OFFERED", sets="updated_at = %s",
+         args=(db_time(now),))
 
 
 @transition("task", "cancel", entry=False)
@@ -145,13 +143,11 @@ def cancel(tx: Tx, *, task: TaskRow, now: dt.datetime) -> str:
     """
     dest = require("task", "cancel", task.state, task)
     stamp = db_time(now)
-    tx.cas(
-        "UPDATE tasks SET state = %s, updated_at = %s, finished_at = %s, outcome_status = 'CANCELLED',"
-        " outcome_error_code = 'cancelled', outcome_error_message = NULL, outcome_retryable = FALSE,"
-        " outcome_uncertain = %s, outcome_attempt = NULL WHERE task_id = %s AND state = %s",
-        (dest, stamp, stamp, task.effect_uncertain, task.task_id, task.state),
-    )
-    return dest
+    return move(tx, "task", "cancel", [task.task_id], source=task.state, dest=dest,
+                sets="updated_at = %s, finished_at = %s, outcome_status = 'CANCELLED',"
+                     " outcome_error_code = 'cancelled', outcome_error_message = NULL, outcome_retryable = FALSE,"
+                     " outcome_uncertain = %s, outcome_attempt = NULL",
+                args=(stamp, stamp, task.effect_uncertain))
 
 
 @transition("task", "finish", entry=False)
@@ -171,22 +167,19 @@ def finish(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow, FinishReport]], n
         dests.append(dest)
         if dest == "SCHEDULED":
             due = db_time(after_ms(now, backoff_ms(task, lease.attempt)))
-            tx.cas(
-                "UPDATE tasks SET state = %s, due_at = %s, effective_at = %s, updated_at = %s"
-                " WHERE task_id = %s AND state = 'RUNNING'",
-                (dest, due, due - dt.timedelta(milliseconds=task.priority_offset_ms), stamp, task.task_id),
-            )
+            move(tx, "task", "finish", [task.task_id], source=task.state, dest=dest,
+                 sets="due_at = %s, effective_at = %s, updated_at = %s",
+                 args=(due, due - dt.timedelta(milliseconds=task.priority_offset_ms), stamp))
         else:
-            key = (dest, report.status, report.error_code or None, report.error_message, report.retryable,
-                   report.status == "UNKNOWN")
+            key = (task.state, dest, report.status, report.error_code or None, report.error_message,
+                   report.retryable, report.status == "UNKNOWN")
             groups[key].append(task.task_id)
-    for (dest, status, code, message, retryable, uncertain), ids in groups.items():
-        tx.cas(
-            "UPDATE tasks SET state = %s, updated_at = %s, finished_at = %s, outcome_status = %s,"
-            " outcome_error_code = %s, outcome_error_message = %s, outcome_retryable = %s, outcome_uncertain = %s,"
-            " outcome_attempt = attempt WHERE task_id IN %s AND state = 'RUNNING'",
-            (dest, stamp, stamp, status, code, message, retryable, uncertain, tuple(ids)), expected=len(ids),
-        )
+    for (source, dest, status, code, message, retryable, uncertain), ids in groups.items():
+        move(tx, "task", "finish", ids, source=source, dest=dest,
+             sets="updated_at = %s, finished_at = %s, outcome_status = %s, outcome_error_code = %s,"
+                  " outcome_error_message = %s, outcome_retryable = %s, outcome_uncertain = %s,"
+                  " outcome_attempt = attempt",
+             args=(stamp, stamp, status, code, message, retryable, uncertain))
     return dests
 
 
@@ -202,13 +195,10 @@ def expire(tx: Tx, *, task: TaskRow, lease: LeaseRow, now: dt.datetime) -> str:
     code = expiry_code(dest)
     stamp = db_time(now)
     if dest == "READY":
-        tx.cas("UPDATE tasks SET state = %s, effect_uncertain = TRUE, updated_at = %s"
-               " WHERE task_id = %s AND state = 'RUNNING'", (dest, stamp, task.task_id))
-        return dest
-    tx.cas(
-        "UPDATE tasks SET state = %s, updated_at = %s, finished_at = %s, outcome_status = %s,"
-        " outcome_error_code = %s, outcome_error_message = NULL, outcome_retryable = FALSE,"
-        " outcome_uncertain = TRUE, outcome_attempt = NULL WHERE task_id = %s AND state = 'RUNNING'",
-        (dest, stamp, stamp, dest, code, task.task_id),
-    )
-    return dest
+        return move(tx, "task", "expire", [task.task_id], source=task.state, dest=dest,
+                    sets="effect_uncertain = TRUE, updated_at = %s", args=(stamp,))
+    return move(tx, "task", "expire", [task.task_id], source=task.state, dest=dest,
+                sets="updated_at = %s, finished_at = %s, outcome_status = %s, outcome_error_code = %s,"
+                     " outcome_error_message = NULL, outcome_retryable = FALSE, outcome_uncertain = TRUE,"
+                     " outcome_attempt = NULL",
+                args=(stamp, stamp, dest, code))

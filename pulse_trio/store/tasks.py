@@ -16,6 +16,7 @@ import pymysql
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract.grammar import NAME_PATTERN, is_concurrency_key, is_kind, is_queue
 from pulse_trio.store import ids, settings
+from pulse_trio.store.chart_write import move
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import (
     INVALID_TRANSITION, TASK_NOT_FOUND, Refusal, RetryCreated, Submitted, TimerResult,
@@ -195,8 +196,7 @@ def promote(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
     for _, due_at in rows:
         require("task", "promote", "SCHEDULED", SimpleNamespace(due_at=due_at, now=now))
     task_ids = tuple(r[0] for r in rows)
-    tx.cas("UPDATE tasks SET state = 'READY', updated_at = %s WHERE task_id IN %s AND state = 'SCHEDULED'",
-           (db_time(now), task_ids), expected=len(task_ids))
+    move(tx, "task", "promote", task_ids, source="SCHEDULED", sets="updated_at = %s", args=(db_time(now),))
     return TimerResult(len(task_ids), len(rows) == limit, task_ids=task_ids)
 
 

@@ -1,0 +1,99 @@
+"""The one writer of a persistent state change: a guarded compare-and-set taken from the chart.
+
+Every UPDATE that moves a row of a persistent chart goes through :func:`move`.
+Its ``SET state = %s`` is the destination the chart declares for
+(trigger, source) and its ``WHERE state IN (...)`` are the sources being
+moved, so a transaction function cannot write a state name of its own:
+an undeclared (trigger, source), or a destination the chart does not name
+for it, raises :class:`UndeclaredTransition` before anything is sent. The
+caller adds the columns the transition changes besides the state (``sets``)
+and any further compare-and-set condition (``where``).
+
+It runs only inside the transition's own transaction function (the
+``@transition`` of the same chart and trigger is on the stack), and a batch
+is one statement per group of rows that share (source, destination) and
+the same extra values: callers group before they call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from pulse_trio.charts import CHARTS, ChartError
+from pulse_trio.store.tx import InvariantViolation, Tx, UnregisteredWrite
+
+#: The table and key column behind each persistent chart's rows.
+TABLES: dict[str, tuple[str, str]] = {
+    "task": ("tasks", "task_id"),
+    "lease": ("leases", "lease_id"),
+    "key_permit": ("key_permits", "lease_id"),
+    "cancellation": ("cancel_intents", "task_id"),
+    "instance": ("worker_instances", "session_id"),
+    "node": ("server_nodes", "node_id"),
+}
+
+
+class UndeclaredTransition(InvariantViolation):
+    """The chart declares no such (trigger, source) -> dest; nothing was written."""
+
+
+@functools.lru_cache(maxsize=None)
+def destination(chart: str, trigger: str, source: str, dest: str | None = None) -> str:
+    """Where ``trigger`` takes a row in ``source``, as the chart declares it.
+
+    ``dest`` is the one :func:`~pulse_trio.store.registry.decide` chose when
+    guards select among several; it must be one the chart names for the
+    pair. Without it the pair must lead to exactly one state.
+    """
+    try:
+        dests = CHARTS[chart].dests(trigger, source)
+    except (KeyError, ChartError) as exc:
+        raise UndeclaredTransition(f"{chart}.{trigger}: {exc}") from None
+    if not dests:
+        raise UndeclaredTransition(f"{chart}.{trigger} is not declared from {source}")
+    if dest is None:
+        if len(dests) != 1:
+            raise UndeclaredTransition(f"{chart}.{trigger} from {source} leads to {sorted(dests)}: name one")
+        (dest,) = dests
+    elif dest not in dests:
+        raise UndeclaredTransition(f"{chart}.{trigger} does not lead from {source} to {dest}")
+    return dest
+
+
+def _dest_of(chart: str, trigger: str, sources: tuple[str, ...], dest: str | None) -> str:
+    found = {destination(chart, trigger, s, dest) for s in sources}
+    if len(found) != 1:
+        raise UndeclaredTransition(f"{chart}.{trigger} from {list(sources)} leads to {sorted(found)}: one group each")
+    return found.pop()
+
+
+@functools.lru_cache(maxsize=None)
+def statement(chart: str, sets: str = "", where: str = "", key: str | None = None) -> str:
+    """``UPDATE <table> SET state = %s[, sets] WHERE <key> IN %s AND state IN %s[ AND where]``."""
+    table, default_key = TABLES[chart]
+    return (f"UPDATE {table} SET state = %s{', ' + sets if sets else ''}"
+            f" WHERE {key or default_key} IN %s AND state IN %s{' AND ' + where if where else ''}")
+
+
+def move(tx: Tx, chart: str, trigger: str, ids: Collection[Any], *, source: str | Sequence[str],
+         dest: str | None = None, sets: str = "", args: Sequence[Any] = (), where: str = "",
+         where_args: Sequence[Any] = (), key: str | None = None, expected: int | None = None) -> str:
+    """Move the rows ``ids`` (all in ``source``) by ``trigger``; return the state they are in now.
+
+    One guarded UPDATE that must change ``expected`` rows (default: one per
+    id), else :class:`~pulse_trio.store.tx.CasMismatch` rolls back.
+    """
+    name = f"{chart}.{trigger}"
+    if tx.current != name:
+        raise UnregisteredWrite(f"{name} is written only by its own transaction function, not {tx.current}")
+    sources = (source,) if isinstance(source, str) else tuple(source)
+    state = _dest_of(chart, trigger, sources, dest)
+    keys = tuple(ids)
+    tx.cas(statement(chart, sets, where, key), (state, *args, keys, sources, *where_args),
+           expected=len(keys) if expected is None else expected)
+    return state
+
+
+__all__ = ["TABLES", "UndeclaredTransition", "destination", "move", "statement"]

@@ -1,0 +1,156 @@
+"""Every declared (trigger, source) of every persistent chart ends in the state the chart names.
+
+A row of each chart is made the ordinary way, put into each source state,
+and moved with the one writer (``chart_write.move``) inside its trigger's
+transaction: the row must end in the chart's destination. Every pair the
+chart does not declare is refused with ``UndeclaredTransition`` and the row
+is left as it was. Transitions from ``NONE`` insert their row; the
+functions that do so are checked against the chart at the end.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pymysql
+import pytest
+from pymysql.constants import CLIENT
+
+from pulse_trio.charts import CHARTS, persistent_charts
+from pulse_trio.dburl import connect
+from pulse_trio.store import NewTask, request_cancel, retry, submit
+from pulse_trio.store.chart_write import TABLES, UndeclaredTransition, move
+from pulse_trio.store.tx import Tx, UnregisteredWrite
+
+ROOT = Path(__file__).parents[2]
+NODE_ID = "nod_" + "C" * 26
+#: cluster_setting is written by one upsert (INSERT ... ON DUPLICATE KEY UPDATE), not by move.
+WRITTEN_BY_MOVE = sorted(name for name in TABLES)
+
+
+def _pairs() -> list[tuple[str, str]]:
+    return [(c.name, trigger) for c in persistent_charts() if c.name in TABLES for trigger in c.spec.triggers]
+
+
+def test_every_persistent_chart_but_the_settings_upsert_has_a_table():
+    assert sorted(c.name for c in persistent_charts()) == sorted([*WRITTEN_BY_MOVE, "cluster_setting"])
+
+
+def _specimen(world, chart: str) -> str:
+    """The key of one row of ``chart``, made through the store's own functions where it can be."""
+    if chart == "node":
+        world.sql("INSERT INTO server_nodes (node_id, state, host, pid, lapse_ms, started_at, heartbeat_at,"
+                  " expires_at) VALUES (%s, 'ALIVE', 'h', 1, 1000, %s, %s, %s)", (NODE_ID, world.now, world.now,
+                                                                                 world.now))
+        return NODE_ID
+    w = world.worker("q", keys=True)
+    if chart == "instance":
+        return w.session_id
+    offer = world.offer(w, concurrency_key="key-1")
+    if chart in ("task", "cancellation"):
+        task_id = offer.task.task_id
+        if chart == "cancellation":
+            world.start(w, offer)
+            world.run(request_cancel, task_id=task_id)
+        return task_id
+    return offer.lease.lease_id  # lease and key_permit share the key
+
+
+def _state(world, chart: str, key: str) -> str:
+    table, column = TABLES[chart]
+    ((state,),) = world.sql(f"SELECT state FROM {table} WHERE {column} = %s", (key,))
+    return state
+
+
+def _move(world, chart: str, trigger: str, key: str, source: str, dest: str | None) -> str:
+    # FOUND_ROWS: a self-loop that changes no other column still counts its row as matched.
+    conn = pymysql.connect(**world.db.connect_kwargs(), client_flag=CLIENT.FOUND_ROWS)
+    try:
+        with conn.cursor() as cur:
+            tx = Tx(cur)
+            tx.enter(f"{chart}.{trigger}")
+            try:
+                return move(tx, chart, trigger, [key], source=source, dest=dest)
+            finally:
+                tx.leave()
+                conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("chart,trigger", _pairs())
+def test_declared_pairs_end_in_the_charts_destination_and_others_are_refused(world, chart, trigger):
+    c = CHARTS[chart]
+    table, column = TABLES[chart]
+    key = _specimen(world, chart)
+    for source in (s for s in c.spec.states if s != "NONE"):
+        dests = sorted(c.dests(trigger, source))
+        world.sql(f"UPDATE {table} SET state = %s WHERE {column} = %s", (source, key))
+        if not dests:
+            with pytest.raises(UndeclaredTransition):
+                _move(world, chart, trigger, key, source, None)
+            assert _state(world, chart, key) == source, (trigger, source)
+            continue
+        for dest in dests:
+            world.sql(f"UPDATE {table} SET state = %s WHERE {column} = %s", (source, key))
+            # With one destination the chart supplies it; with several the caller names decide's choice.
+            assert _move(world, chart, trigger, key, source, None if len(dests) == 1 else dest) == dest
+            assert _state(world, chart, key) == dest, (trigger, source)
+        for other in (s for s in c.spec.states if s not in dests):
+            world.sql(f"UPDATE {table} SET state = %s WHERE {column} = %s", (source, key))
+            with pytest.raises(UndeclaredTransition):
+                _move(world, chart, trigger, key, source, other)
+            assert _state(world, chart, key) == source, (trigger, source, other)
+
+
+def test_an_undeclared_trigger_is_refused(world):
+    key = _specimen(world, "task")
+    before = _state(world, "task", key)
+    with pytest.raises(UndeclaredTransition):
+        _move(world, "task", "no_such_trigger", key, before, None)
+    assert _state(world, "task", key) == before
+
+
+def test_move_runs_only_inside_its_own_transition(world):
+    key = _specimen(world, "task")
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            tx = Tx(cur)
+            tx.enter("lease.start")
+            with pytest.raises(UnregisteredWrite):
+                move(tx, "task", "lapse", [key], source="OFFERED")
+        conn.rollback()
+    finally:
+        conn.close()
+    assert _state(world, "task", key) == "OFFERED"
+
+
+def test_the_functions_that_insert_a_row_write_the_charts_destination(world):
+    """Transitions from NONE insert; the state they insert is the chart's destination."""
+    w = world.worker("q", keys=True)
+    assert _state(world, "instance", w.session_id) in CHARTS["instance"].dests("register", "NONE")
+    offer = world.offer(w, concurrency_key="key-2")
+    assert _state(world, "lease", offer.lease.lease_id) in CHARTS["lease"].dests("assign", "NONE")
+    assert _state(world, "key_permit", offer.lease.lease_id) in CHARTS["key_permit"].dests("acquire", "NONE")
+    world.start(w, offer)
+    world.run(request_cancel, task_id=offer.task.task_id)
+    assert _state(world, "cancellation", offer.task.task_id) in CHARTS["cancellation"].dests("request", "NONE")
+    due, later = (NewTask("q", "k"), NewTask("q", "k", due_at=world.now.replace(year=world.now.year + 1)))
+    results = world.run(submit, tasks=[due, later])
+    assert [r.state for r in results] == ["READY", "SCHEDULED"]
+    assert {_state(world, "task", r.task_id) for r in results} == CHARTS["task"].dests("submit", "NONE")
+    world.run(request_cancel, task_id=results[1].task_id)
+    copy = world.run(retry, source_task_id=results[1].task_id)
+    assert _state(world, "task", copy.task_id) in CHARTS["task"].dests("retry", "NONE")
+
+
+def test_no_store_module_but_the_writer_sets_a_state():
+    """State changes are written by chart_write.move alone (inserts from NONE and the settings upsert aside)."""
+    pattern = re.compile(r"UPDATE\s+\w+\s+SET[^\"']*\bstate\s*=", re.IGNORECASE)
+    for path in sorted((ROOT / "pulse_trio" / "store").glob("*.py")):
+        if path.name == "chart_write.py":
+            continue
+        text = re.sub(r"\"\s*\n\s*f?\"", "", path.read_text())  # join implicitly concatenated strings
+        assert not pattern.search(text), f"{path.name} writes a state outside chart_write.move"
