@@ -26,11 +26,11 @@ import dataclasses
 import datetime as dt
 import heapq
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 from pulse_trio.store import ids, instances, permits, task_steps
 from pulse_trio.store.leases import lease_view
-from pulse_trio.store.registry import check, decide, read_only, transition
+from pulse_trio.store.guard_context import LeaseContext
+from pulse_trio.store.registry import decide, read_only, screen, transition
 from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
 from pulse_trio.store.rows import TASK_PICKUP, InstanceRow, LeaseRow, TaskRow
 from pulse_trio.store.tx import Tx, after_ms, db_time
@@ -157,7 +157,7 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
         recovered = _recover(tx, credentials)
         if recovered:
             return AssignResult(recovered, len(recovered))
-    if not check("lease", "session_dispatchable", SimpleNamespace(session=session)):
+    if screen("lease", "assign", LeaseContext(session=session), through="session_dispatchable") is not None:
         return AssignResult((), 0)
     free = max(0, session.capacity - instances.active_leases(tx, session_id))
     want = min(free, len(credentials))
@@ -220,7 +220,7 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
 def _take(tx: Tx, session: InstanceRow, task: TaskRow, credential: LeaseCredential,
           now: dt.datetime) -> tuple[TaskRow, LeaseCredential, int | None] | None:
     """The task for this offer if the guards allow it and (keyed) a permit is free; else None (skip)."""
-    ctx = SimpleNamespace(session=session, task=task)
+    ctx = LeaseContext(session=session, task=task)
     if isinstance(decide("lease", "assign", "NONE", ctx), Refusal):
         return None
     token = None

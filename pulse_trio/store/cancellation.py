@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
 from pulse_trio.store import lease_steps, settings, task_steps
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import CancellationContext
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
 from pulse_trio.store.rows import LeaseRow, TaskRow
@@ -84,7 +84,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
     if intent is not None or task.terminal:
         return _result(task_id, task.state, intent, False)
     lease = LeaseRow.from_row(live[0]) if live else None
-    dest = decide("cancellation", "request", "NONE", SimpleNamespace(task=task, lease=lease))
+    dest = decide("cancellation", "request", "NONE", CancellationContext(task=task, lease=lease))
     if isinstance(dest, Refusal):
         return dest
     grace = after_ms(now, settings.value_ms(tx, "cancel_grace")) if task.state == "RUNNING" else now
@@ -140,7 +140,7 @@ def notify(tx: Tx, *, session_ids: Sequence[str], now: dt.datetime, limit: int =
     stamp = db_time(now)
     for task_id, state, requested_at, grace, reason, notified in intents:
         _, lease_id, holder, lease_state = by_task[task_id]
-        ctx = SimpleNamespace(opted_in=holder in opted, notified_session_id=notified, holder_session_id=holder,
+        ctx = CancellationContext(opted_in=holder in opted, notified_session_id=notified, holder_session_id=holder,
                               lease_state=lease_state)
         dest = decide("cancellation", "notify", state, ctx)
         if isinstance(dest, Refusal):
@@ -169,6 +169,6 @@ def _close(tx: Tx, trigger: str, task_id: str, now: dt.datetime) -> None:
     row = tx.one("SELECT state FROM cancel_intents WHERE task_id = %s FOR UPDATE", (task_id,))
     if row is None:
         return  # a lease cancel without an intent row cannot happen; nothing to close
-    dest = require("cancellation", trigger, row[0], None)
+    dest = require("cancellation", trigger, row[0], CancellationContext())
     move(tx, "cancellation", trigger, [task_id], source=row[0], dest=dest, sets="resolved_at = %s",
          args=(db_time(now),))

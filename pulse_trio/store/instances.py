@@ -18,13 +18,13 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Collection, Sequence
-from types import SimpleNamespace
 
 from pulse_trio.contract.grammar import is_kind, is_queue
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTIONS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.store import ids
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import InstanceContext
 from pulse_trio.store.registry import decide, guard, read_only, require, transition
 from pulse_trio.store.results import (
     INSTANCE_NOT_FOUND, PERMISSION_DENIED, SERVER_SHUTTING_DOWN, SESSION_NOT_FOUND, STALE_SEQUENCE,
@@ -146,7 +146,7 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
         existing = tx.one(_SELECT + " WHERE i.instance_id = %s", (instance.instance_id,))
         if existing:
             return Registered(view(tx, InstanceRow.from_row(existing)), instance.instance_secret)
-    ctx = SimpleNamespace(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues),
+    ctx = InstanceContext(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues),
                           node_id=tx.node_id, node_state=_node_state(tx))
     dest = decide("instance", "register", "NONE", ctx)
     if isinstance(dest, Refusal):
@@ -179,7 +179,7 @@ def set_capacity(tx: Tx, *, session_id: str, sequence: int, capacity: int, drain
     row = load_session(tx, session_id, lock=True)
     if row is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
-    ctx = SimpleNamespace(row=row, sequence=sequence, drain=drain)
+    ctx = InstanceContext(row=row, sequence=sequence, drain=drain)
     dest = decide("instance", "set_capacity", row.state, ctx)
     if isinstance(dest, Refusal):
         if dest.code == STALE_SEQUENCE:
@@ -199,7 +199,7 @@ def operator_drain(tx: Tx, *, instance_id: str, now: dt.datetime) -> InstanceVie
     if row is None:
         return Refusal(INSTANCE_NOT_FOUND, f"no worker instance {instance_id}")
     current = InstanceRow.from_row(row)
-    dest = decide("instance", "operator_drain", current.state, SimpleNamespace(row=current))
+    dest = decide("instance", "operator_drain", current.state, InstanceContext(row=current))
     if isinstance(dest, Refusal):
         return dest
     move(tx, "instance", "operator_drain", [instance_id], source=current.state, dest=dest, key="instance_id",
@@ -217,7 +217,7 @@ def inherit_drain(tx: Tx, *, row: InstanceRow, drained_at: dt.datetime, now: dt.
     """
     if row.operator_drained_at is not None:
         return
-    dest = decide("instance", "inherit_drain", row.state, SimpleNamespace(row=row))
+    dest = decide("instance", "inherit_drain", row.state, InstanceContext(row=row))
     if isinstance(dest, Refusal):  # a session that is already disconnected takes nothing over
         return
     move(tx, "instance", "inherit_drain", [row.session_id], source=row.state, dest=dest,
@@ -231,7 +231,7 @@ def disconnect(tx: Tx, *, session_id: str, now: dt.datetime) -> InstanceView | R
     row = load_session(tx, session_id, lock=True)
     if row is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
-    dest = decide("instance", "disconnect", row.state, SimpleNamespace(row=row))
+    dest = decide("instance", "disconnect", row.state, InstanceContext(row=row))
     if isinstance(dest, Refusal):
         return dest
     move(tx, "instance", "disconnect", [session_id], source=row.state, dest=dest,
@@ -277,7 +277,7 @@ def node_gone(tx: Tx, *, node_id: str, now: dt.datetime, limit: int | None = Non
     sources_of: dict[str, list[str]] = collections.defaultdict(list)
     ids_of: dict[str, list[str]] = collections.defaultdict(list)
     for session_id, state in rows:
-        dest = require("instance", "node_gone", state, SimpleNamespace())
+        dest = require("instance", "node_gone", state, InstanceContext())
         if state not in sources_of[dest]:
             sources_of[dest].append(state)
         ids_of[dest].append(session_id)

@@ -1,8 +1,9 @@
 """The guards of chart ``lease``, evaluated against rows locked by the caller.
 
-The context object a lease function passes carries ``lease`` (LeaseRow),
-``task`` (TaskRow), ``now`` and, depending on the trigger, the command,
-the calling session and the resuming instance. The order in which a
+Each reads a :class:`~pulse_trio.store.guard_context.LeaseContext`:
+``lease`` (LeaseRow), ``task`` (TaskRow), ``now`` and, depending on the
+trigger, the command, the calling session and the resuming instance. They
+are evaluated by ``registry.decide`` only. The order in which a
 trigger lists its guards in ``statecharts/lease.json`` is the order in
 which their refusal codes win (docs/protocol.md §4.5, §4.6).
 """

@@ -10,6 +10,7 @@ import datetime as dt
 
 from pulse_trio.store import permits
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import require, transition
 from pulse_trio.store.rows import LeaseRow
 from pulse_trio.store.tx import Tx, db_time
@@ -22,7 +23,7 @@ def revoke(tx: Tx, *, lease: LeaseRow, now: dt.datetime) -> str:
     ``cancel_requested_at`` is kept on the revoked lease so the holder's
     instance can find it and push ``task.cancel`` (cancellation.notify).
     """
-    dest = require("lease", "revoke", lease.state, lease)
+    dest = require("lease", "revoke", lease.state, LeaseContext(lease=lease))
     stamp = db_time(now)
     move(tx, "lease", "revoke", [lease.lease_id], source=lease.state, dest=dest,
          sets="ended_at = %s, cancel_requested_at = %s", args=(stamp, stamp),
@@ -39,7 +40,7 @@ def cancel(tx: Tx, *, lease: LeaseRow, now: dt.datetime, deadline: dt.datetime) 
     The cap is what makes the ordinary expiry timer escalate exactly when the
     grace runs out, and renewals never move it (``renewed_expiry``).
     """
-    dest = require("lease", "cancel", lease.state, lease)
+    dest = require("lease", "cancel", lease.state, LeaseContext(lease=lease))
     expires = min(lease.expires_at, deadline)
     move(tx, "lease", "cancel", [lease.lease_id], source=lease.state, dest=dest,
          sets="cancel_requested_at = %s, cancel_deadline = %s, expires_at = %s",

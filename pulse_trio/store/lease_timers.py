@@ -10,10 +10,10 @@ locked after the leases (the same order as every lease command).
 from __future__ import annotations
 
 import datetime as dt
-from types import SimpleNamespace
 
 from pulse_trio.store import cancellation, lease_guards, permits, task_steps  # noqa: F401  (guards)
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import LeaseEnd, Refusal, TimerResult
 from pulse_trio.store.rows import LeaseRow, TaskRow
@@ -37,7 +37,7 @@ def _due(tx: Tx, state: str, now: dt.datetime, limit: int) -> tuple[list[LeaseRo
 def lapse(tx: Tx, *, now: dt.datetime, limit: int = 200) -> TimerResult:
     """Offers not started before their start timeout: LAPSED; tasks READY again; permits released."""
     leases, tasks = _due(tx, "OFFERED", now, limit)
-    ended = [l for l in leases if not isinstance(decide("lease", "lapse", l.state, SimpleNamespace(lease=l, now=now)),
+    ended = [l for l in leases if not isinstance(decide("lease", "lapse", l.state, LeaseContext(lease=l, now=now)),
                                                  Refusal)]
     if not ended:
         return TimerResult(0, False)
@@ -61,7 +61,7 @@ def expire(tx: Tx, *, now: dt.datetime, limit: int = 200, permit_quarantine_ms: 
     leases, tasks = _due(tx, "RUNNING", now, limit)
     ends = []
     for lease in leases:
-        if isinstance(decide("lease", "expire", lease.state, SimpleNamespace(lease=lease, now=now)), Refusal):
+        if isinstance(decide("lease", "expire", lease.state, LeaseContext(lease=lease, now=now)), Refusal):
             continue
         task_state = task_steps.expire(tx, task=tasks[lease.task_id], lease=lease, now=now)
         move(tx, "lease", "expire", [lease.lease_id], source=lease.state,

@@ -34,10 +34,10 @@ import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 from pulse_trio.store import cancellation, lease_guards, permits, task_steps  # noqa: F401  (guards)
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import (
     LEASE_NOT_FOUND, REVISION_CONFLICT, CommandAck, CommandReceipt, LeaseView, Refusal,
@@ -187,19 +187,18 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
     name = "task." + trigger
     for i, (cmd, report) in enumerate(zip(commands, reports, strict=True)):
         lease, task = locked.get(cmd.lease_id, (None, None))
-        ctx = SimpleNamespace(lease=lease, task=task, task_id=cmd.task_id, lease_secret=cmd.lease_secret,
-                              session_id=cmd.session_id, revision=cmd.revision, report=report, now=now)
-        if not lease_guards.lease_secret_matches(ctx):
-            results[i] = Refusal(LEASE_NOT_FOUND, "no such lease for this task, or the secret does not match")
-            continue
-        if cmd.revision < lease.revision:
-            replayed = _replay(tx, lease, cmd, name, report, now)
-            if replayed is not None:
-                results[i] = replayed
-                continue
-        dest = decide("lease", trigger, lease.state, ctx)
+        ctx = LeaseContext(lease=lease, task=task, task_id=cmd.task_id, lease_secret=cmd.lease_secret,
+                           session_id=cmd.session_id, revision=cmd.revision, report=report, now=now)
+        dest = decide("lease", trigger, lease.state if lease is not None else "NONE", ctx)
         if isinstance(dest, Refusal):
-            results[i] = dest
+            # lease_secret_matches comes first and is the trigger's only lease_not_found: an unknown
+            # lease or a wrong secret is refused before a replay can tell that the lease exists.
+            if dest.code == LEASE_NOT_FOUND:
+                results[i] = Refusal(LEASE_NOT_FOUND, "no such lease for this task, or the secret does not match")
+                continue
+            # A stale revision always fails revision_current (or an earlier guard): it may be a replay.
+            replayed = _replay(tx, lease, cmd, name, report, now) if cmd.revision < lease.revision else None
+            results[i] = replayed if replayed is not None else dest
             continue
         accepted.append(Accepted(i, cmd, lease, task, dest, report))
     return results, accepted

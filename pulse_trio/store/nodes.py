@@ -31,10 +31,10 @@ commits before a sweep reads the node's sessions or is refused after it.
 from __future__ import annotations
 
 import datetime as dt
-from types import SimpleNamespace
 
 from pulse_trio.store import instances
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import NodeContext
 from pulse_trio.store.registry import decide, guard, transition
 from pulse_trio.store.results import INVALID_TRANSITION, NODE_LOST, Refusal, TimerResult
 from pulse_trio.store.rows import NodeRow
@@ -83,7 +83,7 @@ def start(tx: Tx, *, now: dt.datetime, lapse_ms: int, host: str, pid: int) -> No
             return NodeRow.from_row(existing)
     if lapse_ms < 1:
         raise ValueError("lapse_ms must be positive")
-    dest = decide("node", "start", "NONE", SimpleNamespace())
+    dest = decide("node", "start", "NONE", NodeContext())
     assert isinstance(dest, str), dest
     expires = after_ms(now, lapse_ms)
     tx.write("INSERT INTO server_nodes (node_id, state, host, pid, lapse_ms, started_at, heartbeat_at, expires_at)"
@@ -102,7 +102,7 @@ def heartbeat(tx: Tx, *, now: dt.datetime, lapse_ms: int | None = None) -> NodeR
     node = _lock_me(tx)
     if isinstance(node, Refusal):
         return node
-    dest = decide("node", "heartbeat", node.state, SimpleNamespace(node=node))
+    dest = decide("node", "heartbeat", node.state, NodeContext(node=node))
     if isinstance(dest, Refusal):
         return dest
     if db_time(now) <= db_time(node.heartbeat_at):
@@ -118,7 +118,7 @@ def rejoin(tx: Tx, *, now: dt.datetime, lapse_ms: int | None = None) -> NodeRow 
         return node
     if tx.recovering and node.state == "ALIVE":
         return node
-    dest = decide("node", "rejoin", node.state, SimpleNamespace(node=node))
+    dest = decide("node", "rejoin", node.state, NodeContext(node=node))
     if isinstance(dest, Refusal):
         return dest
     return _beat(tx, "rejoin", node, dest, now, lapse_ms)
@@ -144,7 +144,7 @@ def stop(tx: Tx, *, now: dt.datetime) -> int | Refusal:
         return node
     if tx.recovering and node.state == "STOPPED":
         return 0
-    dest = decide("node", "stop", node.state, SimpleNamespace(node=node))
+    dest = decide("node", "stop", node.state, NodeContext(node=node))
     if isinstance(dest, Refusal):
         return dest
     gone, _ = instances.node_gone(tx, node_id=node.node_id, now=now, skip_locked=False)
@@ -171,7 +171,7 @@ def lose(tx: Tx, *, now: dt.datetime, limit: int = 500, max_nodes: int = 16) -> 
     for node in nodes:
         if budget <= 0:
             break
-        dest = decide("node", "lose", node.state, SimpleNamespace(node=node, now=now, declared_by=me))
+        dest = decide("node", "lose", node.state, NodeContext(node=node, now=now, declared_by=me))
         if isinstance(dest, Refusal):
             continue
         gone, left = instances.node_gone(tx, node_id=node.node_id, now=now, limit=budget)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import collections
 import datetime as dt
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import KeyPermitContext
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TimerResult
 from pulse_trio.store.rows import LeaseRow, TaskRow
@@ -46,7 +46,7 @@ def acquire(tx: Tx, *, task: TaskRow, lease_id: str, now: dt.datetime) -> int | 
     if row is None:
         return None  # another assigner holds the key right now (the row exists from submit)
     last, outstanding = int(row[0]), int(row[1])
-    dest = decide("key_permit", "acquire", "NONE", SimpleNamespace(task=task, outstanding=outstanding))
+    dest = decide("key_permit", "acquire", "NONE", KeyPermitContext(task=task, outstanding=outstanding))
     if not isinstance(dest, str):
         return None
     token = last + 1
@@ -80,7 +80,7 @@ def release(tx: Tx, *, leases: Sequence[LeaseRow], now: dt.datetime) -> int:
     if not held:
         return 0
     for _ in held:
-        require("key_permit", "release", "HELD", None)
+        require("key_permit", "release", "HELD", KeyPermitContext())
     move(tx, "key_permit", "release", [h[0] for h in held], source="HELD", sets="released_at = %s",
          args=(db_time(now),))
     _decrement(tx, [h[1] for h in held])
@@ -96,7 +96,7 @@ def quarantine(tx: Tx, *, lease: LeaseRow, now: dt.datetime, quarantine_ms: int 
     held = _held(tx, [lease.lease_id])
     if not held:
         return False
-    require("key_permit", "quarantine", "HELD", None)
+    require("key_permit", "quarantine", "HELD", KeyPermitContext())
     until = after_ms(now, quarantine_ms if quarantine_ms is not None else lease.ttl_ms)
     move(tx, "key_permit", "quarantine", [lease.lease_id], source="HELD", sets="quarantine_until = %s",
          args=(db_time(until),))
@@ -115,7 +115,7 @@ def release_after_quarantine(tx: Tx, *, now: dt.datetime, limit: int = 500) -> T
         return TimerResult(0, False)
     for _, _, until in rows:
         require("key_permit", "release_after_quarantine", "QUARANTINED",
-                SimpleNamespace(quarantine_until=until, now=now))
+                KeyPermitContext(quarantine_until=until, now=now))
     move(tx, "key_permit", "release_after_quarantine", [r[0] for r in rows], source="QUARANTINED",
          sets="released_at = %s", args=(db_time(now),))
     _decrement(tx, [r[1] for r in rows])

@@ -14,8 +14,10 @@ argument is the open :class:`~pulse_trio.store.tx.Tx`.
 ``@guard(chart, name, code=...)`` implements a guard named in a chart. Guards
 with a ``code`` refuse (that code goes on the wire); guards without one only
 select between transitions of the same trigger (``"!name"`` negates).
-:func:`decide` is the one place that reads the chart to choose the
-destination state, so the data in ``statecharts/`` is what the store enforces.
+:func:`decide` is the one place guards are evaluated (against the chart's
+typed context, :mod:`pulse_trio.store.guard_context`) and the chart read to
+choose the destination state, so the data in ``statecharts/`` is what the
+store enforces; :func:`~pulse_trio.store.chart_write.move` then writes it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pulse_trio.charts import CHARTS, ChartError
+from pulse_trio.store.guard_context import CONTEXTS
 from pulse_trio.store.results import INVALID_TRANSITION, Refusal
 from pulse_trio.store.tx import Tx
 
@@ -163,14 +166,39 @@ def _candidates(chart: str, trigger: str, state: str) -> tuple[tuple[str, tuple[
     )
 
 
-def check(chart: str, name: str, ctx: Any) -> bool:
-    """Evaluate one guard (for batch functions that pre-filter rows)."""
-    return bool(_guard(chart, name).check(ctx))
+def _context(chart: str, ctx: Any) -> None:
+    expected = CONTEXTS[chart]
+    if type(ctx) is not expected:
+        raise TypeError(f"{chart} guards read a {expected.__name__}, not {type(ctx).__name__}")
+
+
+def _first_refusal(chart: str, trigger: str, ctx: Any, through: str | None = None) -> Refusal | None:
+    for g in _refusal_guards(chart, trigger):
+        if not g.check(ctx):
+            return Refusal(g.code or INVALID_TRANSITION, f"{chart}.{trigger}: {g.name} does not hold")
+        if g.name == through:
+            break
+    return None
+
+
+def screen(chart: str, trigger: str, ctx: Any, *, through: str) -> Refusal | None:
+    """:func:`decide`'s first pass, stopped after guard ``through``: the refusal, or None.
+
+    For a batch function that can rule out the whole batch before it reads
+    the rows the later guards need (a draining session is offered nothing,
+    so no task is locked for it). The same guards, in the same order, as
+    :func:`decide`.
+    """
+    _context(chart, ctx)
+    if through not in CHARTS[chart].refusal_order(trigger):
+        raise ChartError(f"{chart}.{trigger} names no guard {through!r}")
+    return _first_refusal(chart, trigger, ctx, through)
 
 
 def decide(chart: str, trigger: str, state: str, ctx: Any) -> str | Refusal:
     """The destination of ``trigger`` from ``state`` for the locked rows in ``ctx``.
 
+    ``ctx`` is the chart's context type (:mod:`pulse_trio.store.guard_context`).
     First every refusing guard of the trigger is checked in declaration order
     (whatever the source state, so a lapsed lease answers ``lease_expired``
     rather than a bare ``invalid_transition``); the first that fails gives
@@ -178,9 +206,10 @@ def decide(chart: str, trigger: str, state: str, ctx: Any) -> str | Refusal:
     order and the first whose selector guards hold wins. None: the trigger
     is not allowed from ``state`` -> ``invalid_transition``.
     """
-    for g in _refusal_guards(chart, trigger):
-        if not g.check(ctx):
-            return Refusal(g.code or INVALID_TRANSITION, f"{chart}.{trigger}: {g.name} does not hold")
+    _context(chart, ctx)
+    refused = _first_refusal(chart, trigger, ctx)
+    if refused is not None:
+        return refused
     for dest, selectors in _candidates(chart, trigger, state):
         if all(bool(g.check(ctx)) == expected for g, expected in selectors):
             return dest

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from types import SimpleNamespace
 
 from pulse_trio.store import instances, lease_guards  # noqa: F401  (guards)
 from pulse_trio.store.leases import lease_view, lock_lease, renewed_expiry
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import LEASE_NOT_FOUND, SESSION_NOT_FOUND, LeaseView, Refusal
 from pulse_trio.store.rows import InstanceRow
@@ -48,14 +48,15 @@ def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms
     old_instance = InstanceRow.from_row(old) if old else None
     locked = lock_lease(tx, request.lease_id)
     lease, task = locked if locked else (None, None)
-    ctx = SimpleNamespace(lease=lease, task=task, task_id=request.task_id, lease_secret=request.lease_secret,
+    ctx = LeaseContext(lease=lease, task=task, task_id=request.task_id, lease_secret=request.lease_secret,
                           instance_secret=request.instance_secret, old_instance=old_instance, session=session,
                           session_id=request.session_id, now=now)
-    if not (lease_guards.instance_secret_matches(ctx) and lease_guards.lease_secret_matches(ctx)):
+    dest = decide("lease", "resume", lease.state if lease is not None else "NONE", ctx)
+    # instance_secret_matches and lease_secret_matches come first and are resume's only lease_not_found.
+    if isinstance(dest, Refusal) and dest.code == LEASE_NOT_FOUND:
         return Refusal(LEASE_NOT_FOUND, "no such lease, or a secret does not match")
     if tx.recovering and lease.owner_session_id == session.session_id and lease.live:
         return lease_view(lease)  # our own COMMIT landed before the connection was lost
-    dest = decide("lease", "resume", lease.state, ctx)
     if isinstance(dest, Refusal):
         return dest
     expires = after_ms(now, start_timeout_ms) if lease.state == "OFFERED" else renewed_expiry(lease, now)

@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from types import SimpleNamespace
 
 from pulse_trio import cluster_settings as cs
+from pulse_trio.store.guard_context import SettingContext
 from pulse_trio.store.registry import decide, guard, read_only, transition
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tx import Tx, db_time, py_time
@@ -98,7 +98,7 @@ def set_values(tx: Tx, *, values: Mapping[str, int | None], now: dt.datetime,
         cs.lookup(name).from_seconds(cs.json_seconds(ms))  # a caller that skipped the check fails here
     before = _rows(tx, lock=True)
     merged = {name: values[name] if name in values else row.value_ms for name, row in before.items()}
-    context = SimpleNamespace(values=merged)
+    context = SettingContext(values=merged)
     decided = {}
     for name in values:
         dest = decide("cluster_setting", "set", before[name].state, context)

@@ -14,9 +14,9 @@ import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import TaskContext
 from pulse_trio.store.registry import guard, require, transition
 from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import InvariantViolation, Tx, after_ms, db_time
@@ -105,7 +105,7 @@ def _retry_uncertain_allowed(c) -> bool:
 def offer(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """READY -> OFFERED for a batch picked by lease.assign, in one guarded UPDATE."""
     for task in tasks:
-        require("task", "offer", task.state, task)
+        require("task", "offer", task.state, TaskContext(task=task))
     move(tx, "task", "offer", [t.task_id for t in tasks], source="READY", sets="updated_at = %s",
          args=(db_time(now),))
 
@@ -118,7 +118,7 @@ def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime
     or expire), so no attempt row is written here or later.
     """
     for task, lease in items:
-        require("task", "start", task.state, task)
+        require("task", "start", task.state, TaskContext(task=task))
         if lease.attempt != task.attempt + 1:
             raise InvariantViolation(f"lease {lease.lease_id} is attempt {lease.attempt}, task is at {task.attempt}")
     move(tx, "task", "start", [task.task_id for task, _ in items], source="OFFERED",
@@ -129,7 +129,7 @@ def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime
 def lapse(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """OFFERED -> READY: the offer was never started; no attempt consumed."""
     for task in tasks:
-        require("task", "lapse", task.state, task)
+        require("task", "lapse", task.state, TaskContext(task=task))
     move(tx, "task", "lapse", [t.task_id for t in tasks], source="OFFERED", sets="updated_at = %s",
          args=(db_time(now),))
 
@@ -141,7 +141,7 @@ def cancel(tx: Tx, *, task: TaskRow, now: dt.datetime) -> str:
     The outcome is uncertain only if an earlier attempt was lost after start
     (the task carries effect_uncertain), since this cancel ran nothing.
     """
-    dest = require("task", "cancel", task.state, task)
+    dest = require("task", "cancel", task.state, TaskContext(task=task))
     stamp = db_time(now)
     return move(tx, "task", "cancel", [task.task_id], source=task.state, dest=dest,
                 sets="updated_at = %s, finished_at = %s, outcome_status = 'CANCELLED',"
@@ -161,7 +161,7 @@ def finish(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow, FinishReport]], n
     dests = []
     groups: dict[tuple, list[str]] = collections.defaultdict(list)
     for task, lease, report in items:
-        dest = require("task", "finish", task.state, SimpleNamespace(task=task, lease=lease, report=report))
+        dest = require("task", "finish", task.state, TaskContext(task=task, lease=lease, report=report))
         if task.attempt != lease.attempt:
             raise InvariantViolation(f"task {task.task_id} runs attempt {task.attempt}, lease has {lease.attempt}")
         dests.append(dest)
@@ -191,7 +191,7 @@ def expiry_code(task_state: str) -> str:
 @transition("task", "expire", entry=False)
 def expire(tx: Tx, *, task: TaskRow, lease: LeaseRow, now: dt.datetime) -> str:
     """RUNNING, lease lost after start: CANCELLED (cancel_timeout), READY again (uncertain) or UNKNOWN."""
-    dest = require("task", "expire", task.state, SimpleNamespace(task=task, lease=lease))
+    dest = require("task", "expire", task.state, TaskContext(task=task, lease=lease))
     code = expiry_code(dest)
     stamp = db_time(now)
     if dest == "READY":

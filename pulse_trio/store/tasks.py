@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 import pymysql
 
@@ -17,6 +16,7 @@ from pulse_trio.contract import limits as lim
 from pulse_trio.contract.grammar import NAME_PATTERN, is_concurrency_key, is_kind, is_queue
 from pulse_trio.store import ids, settings
 from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import TaskContext
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import (
     INVALID_TRANSITION, TASK_NOT_FOUND, Refusal, RetryCreated, Submitted, TimerResult,
@@ -153,7 +153,7 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
     assert priority_step_ms is not None
     prepared = []
     for task in tasks:
-        state = decide("task", "submit", "NONE", SimpleNamespace(due_at=task.due_at or now, now=now))
+        state = decide("task", "submit", "NONE", TaskContext(due_at=task.due_at or now, now=now))
         assert isinstance(state, str)
         prepared.append((task, state, _row_for(task, state, now, priority_step_ms)))
     ensure_key_counters(tx, {t.concurrency_key for t in tasks if t.concurrency_key})
@@ -194,7 +194,7 @@ def promote(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
     if not rows:
         return TimerResult(0, False)
     for _, due_at in rows:
-        require("task", "promote", "SCHEDULED", SimpleNamespace(due_at=due_at, now=now))
+        require("task", "promote", "SCHEDULED", TaskContext(due_at=due_at, now=now))
     task_ids = tuple(r[0] for r in rows)
     move(tx, "task", "promote", task_ids, source="SCHEDULED", sets="updated_at = %s", args=(db_time(now),))
     return TimerResult(len(task_ids), len(rows) == limit, task_ids=task_ids)
@@ -214,7 +214,7 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
         if existing:
             mine = tx.recovering and existing[0] == new_task_id
             return RetryCreated(existing[0], source_task_id, mine, bool(existing[1]))
-    dest = decide("task", "retry", "NONE", SimpleNamespace(source=source))
+    dest = decide("task", "retry", "NONE", TaskContext(source=source))
     if isinstance(dest, Refusal):
         return dest
     assert source is not None

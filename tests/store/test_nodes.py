@@ -174,10 +174,11 @@ def test_a_node_never_declares_itself_lost(world, node):
     from types import SimpleNamespace
 
     from pulse_trio.store import decide
+    from pulse_trio.store.guard_context import NodeContext
     row = SimpleNamespace(node_id=a.node_id, state="ALIVE", expires_at=world.now - dt.timedelta(seconds=1))
-    assert isinstance(decide("node", "lose", "ALIVE", SimpleNamespace(node=row, now=world.now,
-                                                                      declared_by=a.node_id)), Refusal)
-    assert decide("node", "lose", "ALIVE", SimpleNamespace(node=row, now=world.now, declared_by="nod_other")) == "LOST"
+    assert isinstance(decide("node", "lose", "ALIVE", NodeContext(node=row, now=world.now,
+                                                                  declared_by=a.node_id)), Refusal)
+    assert decide("node", "lose", "ALIVE", NodeContext(node=row, now=world.now, declared_by="nod_other")) == "LOST"
 
 
 def test_the_sweep_goes_in_batches_and_the_node_leaves_it_when_done(world, node):

@@ -113,7 +113,9 @@ def test_decide_checks_refusing_guards_before_the_source_state():
     from types import SimpleNamespace
 
     lapsed = SimpleNamespace(state="LAPSED", task_id="tsk_1", secret_digest=None)
-    ctx = SimpleNamespace(lease=lapsed, task_id="tsk_1", lease_secret="x", session_id="s", revision=1, now=None)
+    from pulse_trio.store.guard_context import LeaseContext
+
+    ctx = LeaseContext(lease=lapsed, task_id="tsk_1", lease_secret="x", session_id="s", revision=1, now=None)
     # wrong secret first: lease_not_found, even on a lapsed lease
     assert decide("lease", "start", "LAPSED", ctx) == Refusal("lease_not_found", decide(
         "lease", "start", "LAPSED", ctx).message)
@@ -122,15 +124,16 @@ def test_decide_checks_refusing_guards_before_the_source_state():
 def test_decide_picks_the_first_transition_whose_selectors_hold():
     from types import SimpleNamespace
 
+    from pulse_trio.store.guard_context import TaskContext
     from pulse_trio.store.task_steps import FinishReport
 
     lease = SimpleNamespace(attempt=1, cancel_requested_at=None)
     task = SimpleNamespace(max_attempts=3)
     failed = FinishReport("FAILED", "{}", "x", None, True)
-    assert decide("task", "finish", "RUNNING", SimpleNamespace(report=failed, lease=lease, task=task)) == "SCHEDULED"
+    assert decide("task", "finish", "RUNNING", TaskContext(report=failed, lease=lease, task=task)) == "SCHEDULED"
     final = FinishReport("FAILED", "{}", "x", None, False)
-    assert decide("task", "finish", "RUNNING", SimpleNamespace(report=final, lease=lease, task=task)) == "FAILED"
-    assert isinstance(decide("task", "finish", "READY", SimpleNamespace(report=final, lease=lease, task=task)),
+    assert decide("task", "finish", "RUNNING", TaskContext(report=final, lease=lease, task=task)) == "FAILED"
+    assert isinstance(decide("task", "finish", "READY", TaskContext(report=final, lease=lease, task=task)),
                       Refusal)
 
 
