@@ -17,14 +17,16 @@ from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, transition
 from pulse_trio.store.results import LeaseEnd, Refusal, TimerResult
 from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.timer_scan import DueScan, claim
 from pulse_trio.store.tx import Tx, db_time
 
 
-def _due(tx: Tx, state: str, now: dt.datetime, limit: int) -> tuple[list[LeaseRow], dict[str, TaskRow]]:
-    leases = [LeaseRow.from_row(r) for r in tx.all(
-        f"SELECT {LeaseRow.columns()} FROM leases l FORCE INDEX (leases_due) WHERE l.state = %s"
-        " AND l.expires_at <= %s ORDER BY l.expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
-        (state, db_time(now), limit))]
+_LAPSE, _EXPIRE = (DueScan("lease", trigger, f"SELECT {LeaseRow.columns()} FROM leases l FORCE INDEX (leases_due)",
+                           "l.state", "l.expires_at") for trigger in ("lapse", "expire"))
+
+
+def _due(tx: Tx, scan: DueScan, now: dt.datetime, limit: int) -> tuple[list[LeaseRow], dict[str, TaskRow]]:
+    leases = [LeaseRow.from_row(r) for r in claim(tx, scan, now=now, limit=limit)]
     if not leases:
         return [], {}
     tasks = {t.task_id: t for t in (TaskRow.from_lean_row(r) for r in tx.all(
@@ -36,7 +38,7 @@ def _due(tx: Tx, state: str, now: dt.datetime, limit: int) -> tuple[list[LeaseRo
 @transition("lease", "lapse")
 def lapse(tx: Tx, *, now: dt.datetime, limit: int = 200) -> TimerResult:
     """Offers not started before their start timeout: LAPSED; tasks READY again; permits released."""
-    leases, tasks = _due(tx, "OFFERED", now, limit)
+    leases, tasks = _due(tx, _LAPSE, now, limit)
     ended = [l for l in leases if not isinstance(decide("lease", "lapse", l.state, LeaseContext(lease=l, now=now)),
                                                  Refusal)]
     if not ended:
@@ -58,7 +60,7 @@ def expire(tx: Tx, *, now: dt.datetime, limit: int = 200, permit_quarantine_ms: 
     (lease.cancel capped it): the task becomes CANCELLED (cancel_timeout) and
     the intent is escalated.
     """
-    leases, tasks = _due(tx, "RUNNING", now, limit)
+    leases, tasks = _due(tx, _EXPIRE, now, limit)
     ends = []
     for lease in leases:
         if isinstance(decide("lease", "expire", lease.state, LeaseContext(lease=lease, now=now)), Refusal):

@@ -38,6 +38,7 @@ from pulse_trio.store.guard_context import NodeContext
 from pulse_trio.store.registry import decide, guard, transition
 from pulse_trio.store.results import INVALID_TRANSITION, NODE_LOST, Refusal, TimerResult
 from pulse_trio.store.rows import NodeRow
+from pulse_trio.store.timer_scan import DueScan, claim
 from pulse_trio.store.tx import Tx, after_ms, db_time
 
 _SELECT = f"SELECT {NodeRow.columns()} FROM server_nodes n"
@@ -153,6 +154,11 @@ def stop(tx: Tx, *, now: dt.datetime) -> int | Refusal:
     return len(gone)
 
 
+#: No ORDER BY: lapsed ALIVE nodes come before LOST ones with sessions left, in index order.
+_LAPSED = DueScan("node", "lose", _SELECT + " FORCE INDEX (server_nodes_due)", "n.state", "n.expires_at",
+                  ordered=False, where="n.node_id <> %s")
+
+
 @transition("node", "lose")
 def lose(tx: Tx, *, now: dt.datetime, limit: int = 500, max_nodes: int = 16) -> TimerResult:
     """Timer: declare lapsed nodes LOST and disconnect their sessions, at most ``limit`` sessions per batch.
@@ -164,9 +170,7 @@ def lose(tx: Tx, *, now: dt.datetime, limit: int = 500, max_nodes: int = 16) -> 
     full. Leases are not touched.
     """
     me = _me(tx)
-    nodes = [NodeRow.from_row(r) for r in tx.all(
-        _SELECT + " FORCE INDEX (server_nodes_due) WHERE n.state IN ('ALIVE', 'LOST') AND n.expires_at <= %s"
-        " AND n.node_id <> %s LIMIT %s FOR UPDATE SKIP LOCKED", (db_time(now), me, max_nodes))]
+    nodes = [NodeRow.from_row(r) for r in claim(tx, _LAPSED, now=now, limit=max_nodes, where_args=(me,))]
     budget, count, lost = limit, 0, []
     for node in nodes:
         if budget <= 0:

@@ -21,6 +21,7 @@ from pulse_trio.store.guard_context import KeyPermitContext
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TimerResult
 from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.timer_scan import DueScan, claim
 from pulse_trio.store.tx import Tx, after_ms, db_time
 
 
@@ -103,14 +104,15 @@ def quarantine(tx: Tx, *, lease: LeaseRow, now: dt.datetime, quarantine_ms: int 
     return True
 
 
+_QUARANTINE_OVER = DueScan("key_permit", "release_after_quarantine",
+                           "SELECT lease_id, concurrency_key, quarantine_until FROM key_permits", "state",
+                           "quarantine_until")
+
+
 @transition("key_permit", "release_after_quarantine")
 def release_after_quarantine(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
     """Timer: quarantines that ran out are released (SKIP LOCKED: instances share it)."""
-    rows = tx.all(
-        "SELECT lease_id, concurrency_key, quarantine_until FROM key_permits WHERE state = 'QUARANTINED'"
-        " AND quarantine_until <= %s ORDER BY quarantine_until LIMIT %s FOR UPDATE SKIP LOCKED",
-        (db_time(now), limit),
-    )
+    rows = claim(tx, _QUARANTINE_OVER, now=now, limit=limit)
     if not rows:
         return TimerResult(0, False)
     for _, _, until in rows:

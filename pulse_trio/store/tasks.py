@@ -22,6 +22,7 @@ from pulse_trio.store.results import (
     INVALID_TRANSITION, TASK_NOT_FOUND, Refusal, RetryCreated, Submitted, TimerResult,
 )
 from pulse_trio.store.rows import TaskRow
+from pulse_trio.store.timer_scan import DueScan, claim
 from pulse_trio.store.tx import Tx, db_time
 
 #: The longest retry backoff step: 24.8 days, so every value fits the INT columns.
@@ -183,14 +184,13 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
     return tuple(results)
 
 
+_PROMOTE = DueScan("task", "promote", "SELECT task_id, due_at FROM tasks", "pick_state", "due_at")
+
+
 @transition("task", "promote")
 def promote(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
     """Timer: SCHEDULED tasks whose due_at has come become READY (SKIP LOCKED: instances share it)."""
-    rows = tx.all(
-        "SELECT task_id, due_at FROM tasks WHERE pick_state = 'SCHEDULED' AND due_at <= %s"
-        " ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED",
-        (db_time(now), limit),
-    )
+    rows = claim(tx, _PROMOTE, now=now, limit=limit)
     if not rows:
         return TimerResult(0, False)
     for _, due_at in rows:

@@ -1,0 +1,25 @@
+"""The shared timers claim their due rows through one scaffold, in the states their chart names."""
+
+from __future__ import annotations
+
+from pulse_trio.store import lease_timers, nodes, permits, tasks
+from pulse_trio.store.timer_scan import sources, statement
+
+SCANS = [lease_timers._LAPSE, lease_timers._EXPIRE, tasks._PROMOTE, permits._QUARANTINE_OVER, nodes._LAPSED]
+
+
+def test_each_timer_looks_at_the_sources_of_its_trigger():
+    assert {(s.chart, s.trigger): sources(s.chart, s.trigger) for s in SCANS} == {
+        ("lease", "lapse"): ("OFFERED",), ("lease", "expire"): ("RUNNING",), ("task", "promote"): ("SCHEDULED",),
+        ("key_permit", "release_after_quarantine"): ("QUARANTINED",), ("node", "lose"): ("ALIVE", "LOST"),
+    }
+
+
+def test_every_claim_skips_locked_rows_up_to_a_limit():
+    for scan in SCANS:
+        sql = statement(scan)
+        assert sql.endswith(" LIMIT %s FOR UPDATE SKIP LOCKED"), sql
+        assert f"{scan.due_column} <= %s" in sql
+    assert "ORDER BY" not in statement(nodes._LAPSED)  # reads only the rows it returns
+    assert "n.state IN ('ALIVE', 'LOST')" in statement(nodes._LAPSED)
+    assert "WHERE pick_state = 'SCHEDULED' AND due_at <= %s ORDER BY due_at" in statement(tasks._PROMOTE)
