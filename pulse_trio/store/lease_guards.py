@@ -10,6 +10,7 @@ which their refusal codes win (docs/protocol.md §4.5, §4.6).
 
 from __future__ import annotations
 
+from pulse_trio.charts.states import LIVE_LEASE_STATES
 from pulse_trio.store import ids
 from pulse_trio.store.registry import guard
 from pulse_trio.store.results import (
@@ -20,7 +21,7 @@ from pulse_trio.store.tx import db_time
 
 
 def _expired(lease, now) -> bool:
-    return lease.state in ("OFFERED", "RUNNING") and db_time(lease.expires_at) <= db_time(now)
+    return lease.state in LIVE_LEASE_STATES and db_time(lease.expires_at) <= db_time(now)
 
 
 @guard("lease", "lease_secret_matches", code=LEASE_NOT_FOUND)

@@ -18,14 +18,18 @@ import datetime as dt
 from collections.abc import Sequence
 
 from pulse_trio.store.registry import read_only
+from pulse_trio.store.timer_scan import due_states
 from pulse_trio.store.tx import Tx, db_time
 
 _PROBE = (
-    "SELECT EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due) WHERE state = 'OFFERED' AND expires_at <= %s),"
-    " EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due) WHERE state = 'RUNNING' AND expires_at <= %s),"
-    " EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_due) WHERE pick_state = 'SCHEDULED' AND due_at <= %s),"
+    "SELECT EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due)"
+    f" WHERE {due_states('lease', 'lapse', 'state')} AND expires_at <= %s),"
+    " EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due)"
+    f" WHERE {due_states('lease', 'expire', 'state')} AND expires_at <= %s),"
+    " EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_due)"
+    f" WHERE {due_states('task', 'promote', 'pick_state')} AND due_at <= %s),"
     " EXISTS (SELECT 1 FROM key_permits FORCE INDEX (key_permits_due)"
-    "         WHERE state = 'QUARANTINED' AND quarantine_until <= %s)"
+    f" WHERE {due_states('key_permit', 'release_after_quarantine', 'state')} AND quarantine_until <= %s)"
 )
 _CANCELS = (
     ", EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_owner) WHERE owner_session_id IN %s"

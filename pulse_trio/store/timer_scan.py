@@ -42,11 +42,16 @@ def sources(chart: str, trigger: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(t.source for t in CHARTS[chart].transitions_for(trigger)))
 
 
+def due_states(chart: str, trigger: str, column: str) -> str:
+    """``column = 'A'`` or ``column IN ('A', 'B')``: the states a timer of ``trigger`` looks at."""
+    states = sources(chart, trigger)
+    return f"{column} = '{states[0]}'" if len(states) == 1 else f"{column} IN {sql_list(states)}"
+
+
 @functools.lru_cache(maxsize=None)
 def statement(scan: DueScan) -> str:
-    states = sources(scan.chart, scan.trigger)
-    state = f"= '{states[0]}'" if len(states) == 1 else f"IN {sql_list(states)}"
-    return (f"{scan.select} WHERE {scan.state_column} {state} AND {scan.due_column} <= %s"
+    return (f"{scan.select} WHERE {due_states(scan.chart, scan.trigger, scan.state_column)}"
+            f" AND {scan.due_column} <= %s"
             f"{' AND ' + scan.where if scan.where else ''}"
             f"{' ORDER BY ' + scan.due_column if scan.ordered else ''} LIMIT %s FOR UPDATE SKIP LOCKED")
 
@@ -56,4 +61,4 @@ def claim(tx: Tx, scan: DueScan, *, now: dt.datetime, limit: int, where_args: Se
     return tx.all(statement(scan), (db_time(now), *where_args, limit))
 
 
-__all__ = ["DueScan", "claim", "sources", "statement"]
+__all__ = ["DueScan", "claim", "due_states", "sources", "statement"]
