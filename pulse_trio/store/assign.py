@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 from pulse_trio.store import ids, instances, permits, task_steps
 from pulse_trio.store.leases import lease_view
+from pulse_trio.store.chart_write import destination
 from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, read_only, screen, transition
 from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
@@ -133,6 +134,10 @@ def _snapshot(task: TaskRow, attempt: int, token: int | None) -> TaskSnapshot:
                         token, task.effect_uncertain, task.retry_of)
 
 
+#: Where lease.assign puts the lease it inserts (the chart's one transition from NONE).
+_OFFERED = destination("lease", "assign", "NONE")
+
+
 def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...]:
     secrets = {c.lease_id: c.lease_secret for c in credentials}
     rows = tx.all(f"SELECT {LeaseRow.columns()}, {TaskRow.columns()} FROM leases l JOIN tasks t"
@@ -142,7 +147,7 @@ def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...
     for row in rows:
         lease, task = LeaseRow.from_row(row[:n]), TaskRow.from_row(row[n:])
         offers.append(Offer(_snapshot(task, lease.attempt, lease.concurrency_token),
-                            lease_view(lease, state="OFFERED", revision=1), secrets[lease.lease_id]))
+                            lease_view(lease, state=_OFFERED, revision=1), secrets[lease.lease_id]))
     return tuple(offers)
 
 
@@ -177,9 +182,10 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
         rows += (credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), attempt,
                  task.lease_ttl_ms or default_lease_ttl_ms, task.effect_uncertain, token)
         offers.append(Offer(_snapshot(task, attempt, token),
-                            LeaseView(credential.lease_id, task.task_id, 1, session.epoch, "OFFERED", expires),
+                            LeaseView(credential.lease_id, task.task_id, 1, session.epoch, _OFFERED, expires),
                             credential.lease_secret))
-    values = ", ".join([f"(%s, %s, %s, 'OFFERED', 1, %s, {shared}, %s, %s, %s)"] * len(chosen))
+    state = tx.literal(_OFFERED)
+    values = ", ".join([f"(%s, %s, %s, {state}, 1, %s, {shared}, %s, %s, %s)"] * len(chosen))
     tx.write(
         "INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id,"
         " owner_session_id, epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token)"

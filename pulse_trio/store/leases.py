@@ -1,17 +1,20 @@
 """Chart ``lease``: the worker's commands ``task.start``, ``task.renew``, ``task.finish``.
 
-Each command locks its lease and task rows (one join, lease first), then:
+Each command locks its lease and task rows (one join, lease first), then
+the chart's guards decide (``decide``, the only place they are evaluated):
 
-1. an unknown lease, another task's lease or a wrong secret -> ``lease_not_found``;
-2. a revision older than the lease's with a receipt is a replay: the stored
-   receipt comes back with ``duplicate=true`` if the content matches (and the
-   lease only if the caller still holds it), else ``revision_conflict``.
-   Every accepted command increments the revision, so the current revision
-   can never have a receipt and the hot path skips this lookup. Timers and
-   revoke do not touch the revision: a worker still holding revision N of a
-   lapsed or revoked lease is told ``lease_expired`` / ``task_cancelled``;
-3. the chart's guards decide (``decide``), then guarded UPDATEs and the
-   steps of the other charts, all in this one transaction.
+1. an unknown lease, another task's lease or a wrong secret -> ``lease_not_found``
+   (the trigger's first guard);
+2. a refused command whose revision is older than the lease's, if a receipt
+   is stored there, is a replay: the stored receipt comes back with
+   ``duplicate=true`` if the content matches (and the lease only if the
+   caller still holds it), else ``revision_conflict``. Every accepted
+   command increments the revision, so the current revision can never have
+   a receipt and the hot path skips this lookup. Timers and revoke do not
+   touch the revision: a worker still holding revision N of a lapsed or
+   revoked lease is told ``lease_expired`` / ``task_cancelled``;
+3. otherwise the refusal stands, or the chart's move (``chart_write.move``)
+   and the steps of the other charts run, all in this one transaction.
 
 Receipts are durable without rows of their own on the hot path: the lease
 row holds the start's (the revision it carried; its content is the lease
@@ -38,7 +41,7 @@ from collections.abc import Sequence
 from pulse_trio.store import cancellation, lease_guards, permits, task_steps  # noqa: F401  (guards)
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import LeaseContext
-from pulse_trio.store.registry import decide, transition
+from pulse_trio.store.registry import decide, screen, transition
 from pulse_trio.store.results import (
     LEASE_NOT_FOUND, REVISION_CONFLICT, CommandAck, CommandReceipt, LeaseView, Refusal,
 )
@@ -120,13 +123,17 @@ def content_digest(command: str, cmd: LeaseCommand, report: FinishReport | None 
     return _digest(parts)
 
 
-def _holds(lease: LeaseRow, session_id: str, now: dt.datetime) -> bool:
-    return lease.live and lease.owner_session_id == session_id and db_time(lease.expires_at) > db_time(now)
+def _holds(trigger: str, ctx: LeaseContext) -> bool:
+    """The caller still holds the lease: it is live and the trigger's guards up to not_revoked hold.
+
+    (Ownership and time, judged by the chart's own guards through ``screen``.)
+    """
+    return ctx.lease.live and screen("lease", trigger, ctx, through="not_revoked") is None
 
 
-def _replay(tx: Tx, lease: LeaseRow, cmd: LeaseCommand, command: str, report: FinishReport | None,
-            now: dt.datetime) -> CommandAck | Refusal | None:
+def _replay(tx: Tx, trigger: str, ctx: LeaseContext, cmd: LeaseCommand) -> CommandAck | Refusal | None:
     """The stored receipt at ``cmd.revision``, if there is one (see the module docstring)."""
+    lease, report, command = ctx.lease, ctx.report, "task." + trigger
     state, revision, start_revision, started_at, finish_digest, ended_at = tx.one(_RECEIPTS_OF, (cmd.lease_id,))
     if cmd.revision == start_revision:
         stored, digest, committed_at = "task.start", None, started_at
@@ -151,7 +158,7 @@ def _replay(tx: Tx, lease: LeaseRow, cmd: LeaseCommand, command: str, report: Fi
                                           f"({lease.revision}) nor a replay of what was committed there")
     # A re-run after our own lost COMMIT finds our receipt: it is not the caller's duplicate.
     receipt = CommandReceipt(command, cmd.task_id, cmd.lease_id, cmd.revision, py_time(committed_at), not tx.recovering)
-    return CommandAck(receipt, lease_view(lease) if _holds(lease, cmd.session_id, now) else None)
+    return CommandAck(receipt, lease_view(lease) if _holds(trigger, ctx) else None)
 
 
 def lock_leases(tx: Tx, lease_ids: Sequence[str]) -> dict[str, tuple[LeaseRow, TaskRow]]:
@@ -184,7 +191,6 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
     locked = lock_leases(tx, [c.lease_id for c in commands])
     results: list = [None] * len(commands)
     accepted: list[Accepted] = []
-    name = "task." + trigger
     for i, (cmd, report) in enumerate(zip(commands, reports, strict=True)):
         lease, task = locked.get(cmd.lease_id, (None, None))
         ctx = LeaseContext(lease=lease, task=task, task_id=cmd.task_id, lease_secret=cmd.lease_secret,
@@ -197,7 +203,7 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
                 results[i] = Refusal(LEASE_NOT_FOUND, "no such lease for this task, or the secret does not match")
                 continue
             # A stale revision always fails revision_current (or an earlier guard): it may be a replay.
-            replayed = _replay(tx, lease, cmd, name, report, now) if cmd.revision < lease.revision else None
+            replayed = _replay(tx, trigger, ctx, cmd) if cmd.revision < lease.revision else None
             results[i] = replayed if replayed is not None else dest
             continue
         accepted.append(Accepted(i, cmd, lease, task, dest, report))
