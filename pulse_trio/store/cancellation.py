@@ -29,6 +29,8 @@ from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
 OPEN_STATES = ("REQUESTED", "NOTIFIED")
+#: resolve and escalate have no guard: the lease transition that runs them decided.
+_UNGUARDED = CancellationContext()
 
 
 @guard("cancellation", "task_not_started")
@@ -169,6 +171,6 @@ def _close(tx: Tx, trigger: str, task_id: str, now: dt.datetime) -> None:
     row = tx.one("SELECT state FROM cancel_intents WHERE task_id = %s FOR UPDATE", (task_id,))
     if row is None:
         return  # a lease cancel without an intent row cannot happen; nothing to close
-    dest = require("cancellation", trigger, row[0], CancellationContext())
+    dest = require("cancellation", trigger, row[0], _UNGUARDED)
     move(tx, "cancellation", trigger, [task_id], source=row[0], dest=dest, sets="resolved_at = %s",
          args=(db_time(now),))

@@ -13,7 +13,36 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+C = TypeVar("C", bound=type)
+
+
+def _set_slots(cls: C) -> C:
+    """Give a frozen slots dataclass an ``__init__`` that sets the slots through their descriptors.
+
+    The dataclass ``__init__`` of a frozen class sets each field through
+    ``object.__setattr__``; a lease command, a claim's candidate row and a
+    task step each build a context, so the store pays that per row. The
+    instance is as frozen afterwards, and the signature (names, defaults,
+    refusal of unknown keywords) is the dataclass's own.
+    """
+    namespace: dict[str, object] = {}
+    params, body = [], []
+    for f in dataclasses.fields(cls):
+        namespace[f"_set_{f.name}"] = getattr(cls, f.name).__set__
+        if f.default is not dataclasses.MISSING:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        else:
+            params.append(f.name)
+        body.append(f"    _set_{f.name}(self, {f.name})")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n", namespace)  # noqa: S102
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
 
 if TYPE_CHECKING:  # the rows and the report are read, never built, here
     from pulse_trio.store.instances import NewInstance
@@ -21,6 +50,7 @@ if TYPE_CHECKING:  # the rows and the report are read, never built, here
     from pulse_trio.store.task_steps import FinishReport
 
 
+@_set_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class LeaseContext:
     """A lease command, timer or assignment: the locked lease and task, and who is asking."""
@@ -38,6 +68,7 @@ class LeaseContext:
     instance_secret: str = dataclasses.field(default="", repr=False)
 
 
+@_set_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class TaskContext:
     """A task step, submit, promote or retry."""
@@ -50,6 +81,7 @@ class TaskContext:
     source: TaskRow | None = None  # retry: the task being copied (None: not found)
 
 
+@_set_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class KeyPermitContext:
     """A permit's acquisition (its key's count) or its quarantine's end."""
@@ -60,6 +92,7 @@ class KeyPermitContext:
     now: dt.datetime | None = None
 
 
+@_set_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class CancellationContext:
     """A cancel request (task and live lease) or a notice to the lease's holder."""
@@ -72,6 +105,7 @@ class CancellationContext:
     lease_state: str | None = None
 
 
+@_set_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class InstanceContext:
     """A registration (the new instance and where it registers) or a change of a locked session."""
@@ -85,6 +119,7 @@ class InstanceContext:
     node_state: str | None = None
 
 
+@_set_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeContext:
     """A node's own row, or another node's judged by the declaring one."""
@@ -94,11 +129,12 @@ class NodeContext:
     declared_by: str | None = None
 
 
+@_set_slots
 @dataclasses.dataclass(frozen=True, slots=True)
 class SettingContext:
     """The cluster's settings as a change would leave them."""
 
-    values: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
+    values: Mapping[str, int | None]
 
 
 #: The one context type each persistent chart's guards are evaluated against.

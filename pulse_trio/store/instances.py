@@ -253,6 +253,8 @@ def _node_state(tx: Tx) -> str | None:
 
 
 _LIVE = sql_list(LIVE_SESSION_STATES)
+#: node_gone has no guard: the node transition that runs it decided.
+_UNGUARDED = InstanceContext()
 
 
 @transition("instance", "node_gone", entry=False)
@@ -277,7 +279,7 @@ def node_gone(tx: Tx, *, node_id: str, now: dt.datetime, limit: int | None = Non
     sources_of: dict[str, list[str]] = collections.defaultdict(list)
     ids_of: dict[str, list[str]] = collections.defaultdict(list)
     for session_id, state in rows:
-        dest = require("instance", "node_gone", state, InstanceContext())
+        dest = require("instance", "node_gone", state, _UNGUARDED)
         if state not in sources_of[dest]:
             sources_of[dest].append(state)
         ids_of[dest].append(session_id)

@@ -15,6 +15,9 @@ from pulse_trio.store.registry import require, transition
 from pulse_trio.store.rows import LeaseRow
 from pulse_trio.store.tx import Tx, db_time
 
+#: revoke and cancel have no guard: their caller, cancellation.request, decided.
+_UNGUARDED = LeaseContext()
+
 
 @transition("lease", "revoke", entry=False)
 def revoke(tx: Tx, *, lease: LeaseRow, now: dt.datetime) -> str:
@@ -23,7 +26,7 @@ def revoke(tx: Tx, *, lease: LeaseRow, now: dt.datetime) -> str:
     ``cancel_requested_at`` is kept on the revoked lease so the holder's
     instance can find it and push ``task.cancel`` (cancellation.notify).
     """
-    dest = require("lease", "revoke", lease.state, LeaseContext(lease=lease))
+    dest = require("lease", "revoke", lease.state, _UNGUARDED)
     stamp = db_time(now)
     move(tx, "lease", "revoke", [lease.lease_id], source=lease.state, dest=dest,
          sets="ended_at = %s, cancel_requested_at = %s", args=(stamp, stamp),
@@ -40,7 +43,7 @@ def cancel(tx: Tx, *, lease: LeaseRow, now: dt.datetime, deadline: dt.datetime) 
     The cap is what makes the ordinary expiry timer escalate exactly when the
     grace runs out, and renewals never move it (``renewed_expiry``).
     """
-    dest = require("lease", "cancel", lease.state, LeaseContext(lease=lease))
+    dest = require("lease", "cancel", lease.state, _UNGUARDED)
     expires = min(lease.expires_at, deadline)
     move(tx, "lease", "cancel", [lease.lease_id], source=lease.state, dest=dest,
          sets="cancel_requested_at = %s, cancel_deadline = %s, expires_at = %s",

@@ -22,6 +22,8 @@ from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import InvariantViolation, Tx, after_ms, db_time
 
 FINISH_STATUSES = ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
+#: For the steps whose transitions have no guard (offer, start, lapse, cancel): nothing to read.
+_UNGUARDED = TaskContext()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,7 +107,7 @@ def _retry_uncertain_allowed(c) -> bool:
 def offer(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """READY -> OFFERED for a batch picked by lease.assign, in one guarded UPDATE."""
     for task in tasks:
-        require("task", "offer", task.state, TaskContext(task=task))
+        require("task", "offer", task.state, _UNGUARDED)
     move(tx, "task", "offer", [t.task_id for t in tasks], source="READY", sets="updated_at = %s",
          args=(db_time(now),))
 
@@ -118,7 +120,7 @@ def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime
     or expire), so no attempt row is written here or later.
     """
     for task, lease in items:
-        require("task", "start", task.state, TaskContext(task=task))
+        require("task", "start", task.state, _UNGUARDED)
         if lease.attempt != task.attempt + 1:
             raise InvariantViolation(f"lease {lease.lease_id} is attempt {lease.attempt}, task is at {task.attempt}")
     move(tx, "task", "start", [task.task_id for task, _ in items], source="OFFERED",
@@ -129,7 +131,7 @@ def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime
 def lapse(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """OFFERED -> READY: the offer was never started; no attempt consumed."""
     for task in tasks:
-        require("task", "lapse", task.state, TaskContext(task=task))
+        require("task", "lapse", task.state, _UNGUARDED)
     move(tx, "task", "lapse", [t.task_id for t in tasks], source="OFFERED", sets="updated_at = %s",
          args=(db_time(now),))
 
@@ -141,7 +143,7 @@ def cancel(tx: Tx, *, task: TaskRow, now: dt.datetime) -> str:
     The outcome is uncertain only if an earlier attempt was lost after start
     (the task carries effect_uncertain), since this cancel ran nothing.
     """
-    dest = require("task", "cancel", task.state, TaskContext(task=task))
+    dest = require("task", "cancel", task.state, _UNGUARDED)
     stamp = db_time(now)
     return move(tx, "task", "cancel", [task.task_id], source=task.state, dest=dest,
                 sets="updated_at = %s, finished_at = %s, outcome_status = 'CANCELLED',"

@@ -43,3 +43,25 @@ def test_screen_stops_after_the_named_guard():
     assert refused is not None and "session_dispatchable" in refused.message
     active = types.SimpleNamespace(state="ACTIVE")  # no task: the later guards are never read
     assert screen("lease", "assign", LeaseContext(session=active), through="session_dispatchable") is None
+
+
+@pytest.mark.parametrize("chart,trigger", [
+    ("task", "offer"), ("task", "start"), ("task", "lapse"), ("task", "cancel"), ("lease", "revoke"),
+    ("lease", "cancel"), ("key_permit", "release"), ("key_permit", "quarantine"), ("instance", "node_gone"),
+    ("cancellation", "resolve"), ("cancellation", "escalate"),
+])
+def test_the_steps_that_pass_an_empty_context_have_no_guard(chart, trigger):
+    from pulse_trio.charts import chart as get
+
+    assert not any(t.guards for t in get(chart).transitions_for(trigger))
+
+
+def test_contexts_stay_frozen_and_refuse_unknown_fields():
+    import dataclasses
+
+    ctx = LeaseContext(revision=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.revision = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        LeaseContext(nope=1)  # type: ignore[call-arg]
+    assert dataclasses.replace(ctx, revision=3).revision == 3 and ctx.lease is None
