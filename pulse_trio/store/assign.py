@@ -196,7 +196,11 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
 def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentials: Sequence[LeaseCredential],
             max_scan: int) -> list[tuple[TaskRow, LeaseCredential, int | None]]:
     """Merge the subscribed sources (queues, or queue and kind) in pick-up order; skip what a guard or a permit refuses."""
-    page = want if not session.concurrency_keys else min(max(want * 2, 8), max_scan)
+    # A session without keys takes every task it reads. A keyed one may skip
+    # some (key at its limit): it reads at least a few rows, and its next
+    # page only if it must; a larger first page would lock rows FOR UPDATE
+    # that it then leaves, and every row read costs a decode.
+    page = want if not session.concurrency_keys else min(max(want, 8), max_scan)
     pages: dict[Source, list[TaskRow]] = {src: _page(tx, session, src, None, page) for src in _sources(session)}
     heap = [((t.effective_at, t.task_id), i, src) for src, rows in pages.items() for i, t in enumerate(rows)]
     heapq.heapify(heap)

@@ -209,6 +209,11 @@ class RowShape:
     field descriptor per statement and a decode per row); the fields not
     read are None. The conversions (aware UTC times, booleans) are worked
     out once per shape, not per value.
+
+    Row objects are built without the dataclass ``__init__``: a frozen
+    dataclass sets each field through ``object.__setattr__``, and claims and
+    lease commands build many rows per task. The shape sets the slots
+    through their descriptors instead; the object is as frozen afterwards.
     """
 
     def __init__(self, cls: type, names: tuple[str, ...]) -> None:
@@ -220,8 +225,9 @@ class RowShape:
         self.width = len(names)
         self._times = tuple(i for i, n in enumerate(names) if n in cls._TIMES)
         self._bools = tuple(i for i, n in enumerate(names) if n in getattr(cls, "_BOOLS", ()))
-        self._full = names == cls.NAMES
-        self._positions = tuple(names.index(n) if n in names else None for n in cls.NAMES)
+        slots = {n: getattr(cls, n) for n in cls.NAMES}
+        self._setters = tuple(slots[n].__set__ for n in names)
+        self._unread = tuple(slots[n].__set__ for n in cls.NAMES if n not in names)
 
     def columns(self, prefix: str) -> str:
         return _columns(prefix, self.names)
@@ -234,9 +240,12 @@ class RowShape:
         for i in self._bools:
             if values[i] is not None:
                 values[i] = bool(values[i])
-        if self._full:
-            return self.cls(*values)
-        return self.cls(*[None if p is None else values[p] for p in self._positions])
+        row_object = object.__new__(self.cls)
+        for set_slot, value in zip(self._setters, values, strict=True):
+            set_slot(row_object, value)
+        for set_slot in self._unread:
+            set_slot(row_object, None)
+        return row_object
 
 
 def _field_names(cls) -> tuple[str, ...]:

@@ -1,0 +1,43 @@
+"""Row objects built by a shape equal the dataclass's own, and stay frozen."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from pulse_trio.store.rows import LEASE_COMMAND, TASK_FULL, TASK_PICKUP, LeaseRow, TaskRow
+
+_NAIVE = dt.datetime(2026, 12, 4, 12, 0, 0, 250000)
+
+
+def _db_row(names: tuple[str, ...], cls: type) -> tuple:
+    """What PyMySQL hands over: naive datetimes, 0/1 for booleans, text otherwise."""
+    return tuple(_NAIVE if n in cls._TIMES else 1 if n in cls._BOOLS else f"v-{n}" for n in names)
+
+
+@pytest.mark.parametrize("shape", [TASK_FULL, TASK_PICKUP, LEASE_COMMAND], ids=["task-full", "pickup", "lease-cmd"])
+def test_a_shape_builds_what_the_dataclass_would_with_unread_columns_none(shape):
+    built = shape.build(_db_row(shape.names, shape.cls))
+    expected = {n: None for n in shape.cls.NAMES}
+    for n in shape.names:
+        if n in shape.cls._TIMES:
+            expected[n] = _NAIVE.replace(tzinfo=dt.timezone.utc)
+        elif n in shape.cls._BOOLS:
+            expected[n] = True
+        else:
+            expected[n] = f"v-{n}"
+    assert built == shape.cls(**expected)
+    assert type(built) is shape.cls
+
+
+def test_a_built_row_is_frozen():
+    built = TASK_PICKUP.build(_db_row(TASK_PICKUP.names, TaskRow))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.state = "RUNNING"  # type: ignore[misc]
+
+
+def test_a_row_of_the_wrong_width_is_refused_not_shifted():
+    with pytest.raises((ValueError, IndexError)):
+        LEASE_COMMAND.build(_db_row(LEASE_COMMAND.names, LeaseRow)[:-1])
