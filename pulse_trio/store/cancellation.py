@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
 from pulse_trio.store import lease_steps, settings, task_steps
 from pulse_trio.store.chart_write import move
@@ -29,6 +30,8 @@ from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
 OPEN_STATES = ("REQUESTED", "NOTIFIED")
+#: The task states task.cancel leaves: what a request cancels at once.
+_CANCELLABLE_AT_ONCE = frozenset(t.source for t in CHARTS["task"].transitions_for("cancel"))
 #: resolve and escalate have no guard: the lease transition that runs them decided.
 _UNGUARDED = CancellationContext()
 
@@ -36,7 +39,7 @@ _UNGUARDED = CancellationContext()
 @guard("cancellation", "task_not_started")
 def _task_not_started(c) -> bool:
     """The task is SCHEDULED, READY or OFFERED: nothing has run, cancel at once."""
-    return c.task.state in ("SCHEDULED", "READY", "OFFERED")
+    return c.task.state in _CANCELLABLE_AT_ONCE
 
 
 @guard("cancellation", "task_running")
