@@ -79,11 +79,11 @@ def statement(chart: str, sets: str = "", where: str = "", key: str | None = Non
 
 def move(tx: Tx, chart: str, trigger: str, ids: Collection[Any], *, source: str | Sequence[str],
          dest: str | None = None, sets: str = "", args: Sequence[Any] = (), where: str = "",
-         where_args: Sequence[Any] = (), key: str | None = None, expected: int | None = None) -> str:
+         where_args: Sequence[Any] = (), key: str | None = None) -> str:
     """Move the rows ``ids`` (all in ``source``) by ``trigger``; return the state they are in now.
 
-    One guarded UPDATE that must change ``expected`` rows (default: one per
-    id), else :class:`~pulse_trio.store.tx.CasMismatch` rolls back.
+    One guarded UPDATE that must change one row per id, else
+    :class:`~pulse_trio.store.tx.CasMismatch` rolls the transaction back.
     """
     name = f"{chart}.{trigger}"
     if tx.current != name:
@@ -91,8 +91,7 @@ def move(tx: Tx, chart: str, trigger: str, ids: Collection[Any], *, source: str 
     sources = (source,) if isinstance(source, str) else tuple(source)
     state = _dest_of(chart, trigger, sources, dest)
     keys = tuple(ids)
-    tx.cas(statement(chart, sets, where, key), (state, *args, keys, sources, *where_args),
-           expected=len(keys) if expected is None else expected)
+    tx.cas(statement(chart, sets, where, key), (state, *args, keys, sources, *where_args), expected=len(keys))
     return state
 
 

@@ -19,9 +19,9 @@ import datetime as dt
 import json
 from collections.abc import Collection, Sequence
 
+from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.contract.grammar import is_kind, is_queue
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTIONS
-from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.store import ids
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import InstanceContext
