@@ -166,7 +166,12 @@ async def test_a_live_instance_declared_lost_closes_its_connections_and_rejoins(
         with trio.fail_after(HEARTBEAT + TICK + 5):
             shutdown = await old.push("error")
         assert shutdown["error"]["code"] == "server_shutting_down"
-    state, expires_at, _, lost_by = await _node(db, me)
+
+    async def rejoined():  # the connections are told before the rejoin commits: wait for the rejoin itself
+        row = await _node(db, me)
+        return row if row[0] == "ALIVE" and service.metrics.node_rejoins else None
+
+    state, expires_at, _, lost_by = await eventually(rejoined, timeout=5, step=0.1)
     assert state == "ALIVE" and lost_by == "nod_" + "S" * 26
     assert expires_at > db_time(service.clock.now())
     assert service.metrics.node_rejoins == 1
