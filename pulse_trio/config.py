@@ -10,9 +10,9 @@ interval, the hello timeout, the ping interval) shape this process only.
 every process, so they live in the database: one given by flag or variable
 is written to the cluster when ``serve`` starts (``Settings.explicit`` names
 them); one not given takes the cluster's stored value. ``Settings`` carries
-either kind as the attribute the server reads (``ctx.settings.lease_ttl``);
-a running instance replaces its copy whenever the cluster's values change
-(``pulse_trio.server.settings_sync``).
+either kind as the attribute the server reads (``settings.current.lease_ttl``,
+``pulse_trio.server.live_settings``); a running instance replaces its copy
+whenever the cluster's values change (``pulse_trio.server.settings_sync``).
 """
 
 from __future__ import annotations

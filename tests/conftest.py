@@ -138,7 +138,8 @@ def start_service(db: DatabaseConfig, nursery):
 
     Each call starts one more instance on the same database (for multi-
     instance tests); all are stopped with the test's nursery. ``handle``
-    has ``worker_port``, ``ctx`` and ``stop()``. The settings are given as
+    has ``worker_port``, the instance's parts (``settings``, ``store``,
+    ``dispatcher`` ...) and ``stop()``. The settings are given as
     flags would be: the cluster settings among them are written to the
     cluster when the instance starts.
     """

@@ -37,12 +37,14 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from pulse_trio.server.hub import Wake
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.hub import SessionHub, Wake
+from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.store.assign import assign, new_credentials, queues_with_ready_work
 from pulse_trio.store.results import Refusal
+from pulse_trio.store.trio_bridge import Store
 
 if TYPE_CHECKING:
-    from pulse_trio.server.service import ServiceContext
     from pulse_trio.server.session_service import SessionService
 
 log = logging.getLogger("pulse_trio.dispatcher")
@@ -55,30 +57,30 @@ CLAIMS_PER_TRANSACTION = 16  # sessions whose claims share one transaction (and 
 
 
 class Dispatcher:
-    def __init__(self, ctx: ServiceContext) -> None:
-        self.ctx = ctx
+    def __init__(self, *, store: Store, clock: ServiceClock, hub: SessionHub, settings: LiveSettings) -> None:
+        self.store, self.clock, self.hub, self.settings = store, clock, hub, settings
         self.backlogged = False  # the last pass filled every session and nobody came up short
         self.claims = 0
         self.probes = 0
         self._last_fill_all = -math.inf
 
     async def run(self) -> None:
-        ctx = self.ctx
+        hub, settings = self.hub, self.settings
         while True:
-            wake = await ctx.hub.wait_woken(ctx.settings.poll_interval)
+            wake = await hub.wait_woken(settings.current.poll_interval)
             news = wake is Wake.NEWS
             # Fill every free slot on news, and at least once per poll interval (0.1 s
             # at the fastest) for work other processes submitted; other passes, woken by
             # finishes or the poll, serve sessions that reached their refill mark.
             fill_all = news or trio.current_time() >= self._last_fill_all + max(FILL_ALL_FLOOR_S,
-                                                                                ctx.settings.poll_interval)
+                                                                                settings.current.poll_interval)
             if fill_all:
                 self._last_fill_all = trio.current_time()
             try:
                 await self.dispatch_pass(fill_all=fill_all, probe=wake is Wake.TIMEOUT)
             except Exception:
                 log.exception("dispatch pass failed; retrying at the next poll")
-                await trio.sleep(ctx.settings.poll_interval)
+                await trio.sleep(settings.current.poll_interval)
 
     async def dispatch_pass(self, *, fill_all: bool = True, probe: bool = False) -> int:
         """Fill free capacity until the sessions are full or the queues are dry.
@@ -94,7 +96,7 @@ class Dispatcher:
         ``probe`` (a pass the poll woke, with no news) and a hub of more than
         ``PROBE_ABOVE`` sessions first ask which queues have READY work.
         """
-        hub = self.ctx.hub
+        hub = self.hub
         dry: set[str] = set()
         second_chance: set[str] = set()
         retrying: set[str] = set()  # second-chance sessions: they claim alone in the next round
@@ -162,20 +164,21 @@ class Dispatcher:
         claim transaction each on every poll, and a walk over all of them.
         """
         self.probes += 1
-        return await self.ctx.store.run(queues_with_ready_work, queues=self.ctx.hub.subscribed_queues())
+        return await self.store.run(queues_with_ready_work, queues=self.hub.subscribed_queues())
 
     async def _claim(self, hungry: list[SessionService], round_share: int, dry: set[str]) -> dict[str, int]:
         """One round: each hungry session claims its share, all in one transaction (one thread hand-off)."""
-        ctx = self.ctx
-        now = ctx.clock.now()
+        store, settings = self.store, self.settings
+        now = self.clock.now()
+        start_timeout_ms, lease_ttl_ms = settings.start_timeout_ms, settings.lease_ttl_ms
         wants = [min(MAX_BATCH, max(1, math.ceil(s.free_slots / round_share))) for s in hungry]
         calls = [(assign, {"session_id": s.session_id, "credentials": new_credentials(want), "now": now,
-                           "start_timeout_ms": ctx.start_timeout_ms, "default_lease_ttl_ms": ctx.lease_ttl_ms})
+                           "start_timeout_ms": start_timeout_ms, "default_lease_ttl_ms": lease_ttl_ms})
                  for s, want in zip(hungry, wants)]
         self.claims += len(calls)
         results: list = []
         for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
-            results += await ctx.store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
+            results += await store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
         counts: dict[str, int] = {}
         for session, want, result in zip(hungry, wants, results, strict=True):
             if isinstance(result, (Refusal, BaseException)):

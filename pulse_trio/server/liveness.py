@@ -45,18 +45,24 @@ import logging
 import math
 import os
 import socket
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import trio
 
 from pulse_trio.cluster_settings import milliseconds
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.live_settings import LiveSettings
+from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.store import nodes
 from pulse_trio.store.codes import NODE_LOST
 from pulse_trio.store.results import Refusal
+from pulse_trio.store.trio_bridge import Store
 
 if TYPE_CHECKING:
     from pulse_trio.config import Settings
-    from pulse_trio.server.service import ServiceContext
+    from pulse_trio.server.settings_sync import SettingsSync
+    from pulse_trio.server.wire import WireConnection
 
 log = logging.getLogger("pulse_trio.liveness")
 
@@ -67,11 +73,16 @@ MAX_RETRY_S = 1.0  # a failed heartbeat is tried again this soon (or at the hear
 class NodeLiveness:
     """Start, heartbeat, sweep and stop for the node whose id the service's Store carries."""
 
-    def __init__(self, ctx: ServiceContext) -> None:
-        if ctx.store.node_id is None:
+    def __init__(self, *, store: Store, clock: ServiceClock, settings: LiveSettings, metrics: ServiceMetrics,
+                 connections: Collection[WireConnection], settings_sync: SettingsSync | None = None) -> None:
+        if store.node_id is None:
             raise ValueError("the service's Store must carry its node id")
-        self.ctx = ctx
-        self.node_id: str = ctx.store.node_id
+        self.store, self.clock, self.settings, self.metrics = store, clock, settings, metrics
+        #: This node's open connections: shut down when it is fenced or finds itself declared lost.
+        self.connections = connections
+        #: Loaded before the node is recorded, so its first row carries the cluster's lapse (None: as given).
+        self.settings_sync = settings_sync
+        self.node_id: str = store.node_id
         self._next_beat = -math.inf
         self._last_beat: float | None = None
         self._steady_since: float | None = None
@@ -82,11 +93,11 @@ class NodeLiveness:
 
     @property
     def heartbeat_s(self) -> float:
-        return self.ctx.settings.node_heartbeat
+        return self.settings.current.node_heartbeat
 
     @property
     def lapse_s(self) -> float:
-        return self.ctx.settings.node_lapse
+        return self.settings.current.node_lapse
 
     @property
     def may_sweep(self) -> bool:
@@ -101,14 +112,13 @@ class NodeLiveness:
         until the node is recorded, a ``worker.hello`` is refused with
         ``server_shutting_down`` and the worker tries again.
         """
-        ctx = self.ctx
         sent = trio.current_time()
         try:
-            if ctx.settings_sync is not None:  # the cluster's settings (this node's lapse among them) first
-                await ctx.settings_sync.load()
-            settings = ctx.settings
-            await ctx.store.run(nodes.start, now=ctx.clock.now(), lapse_ms=_lapse_ms(settings),
-                                host=socket.gethostname(), pid=os.getpid())
+            if self.settings_sync is not None:  # the cluster's settings (this node's lapse among them) first
+                await self.settings_sync.load()
+            settings = self.settings.current
+            await self.store.run(nodes.start, now=self.clock.now(), lapse_ms=_lapse_ms(settings),
+                                 host=socket.gethostname(), pid=os.getpid())
         except Exception:
             log.warning("node %s not recorded yet (database unavailable); retrying at the next heartbeat",
                         self.node_id, exc_info=True)
@@ -138,8 +148,8 @@ class NodeLiveness:
         if away <= self.lapse_s:
             return
         self.fenced = True
-        self.ctx.metrics.node_fenced += 1
-        connections = list(self.ctx.connections)
+        self.metrics.node_fenced += 1
+        connections = list(self.connections)
         log.warning("node %s: no heartbeat recorded for %.1fs (over the %gs lapse): the database writer is "
                     "unreachable; ending %d session(s) so their workers go elsewhere",
                     self.node_id, away, self.lapse_s, len(connections))
@@ -164,11 +174,10 @@ class NodeLiveness:
         if not self._started:
             await self.start()
             return
-        ctx = self.ctx
-        settings = ctx.settings  # one snapshot: the lapse written and the next beat go together
+        settings = self.settings.current  # one snapshot: the lapse written and the next beat go together
         sent = trio.current_time()
         try:
-            result = await ctx.store.run(nodes.heartbeat, now=ctx.clock.now(), lapse_ms=_lapse_ms(settings))
+            result = await self.store.run(nodes.heartbeat, now=self.clock.now(), lapse_ms=_lapse_ms(settings))
         except BaseException:
             self._steady_since = None  # a missed heartbeat: start counting again
             raise
@@ -187,13 +196,13 @@ class NodeLiveness:
         """Declare lapsed nodes lost and disconnect their sessions (SKIP LOCKED, shared by every node)."""
         if not self.may_sweep:
             return
-        ctx = self.ctx
+        metrics = self.metrics
         for _ in range(MAX_SWEEP_ROUNDS):
-            result = await ctx.store.run(nodes.lose, now=ctx.clock.now())
+            result = await self.store.run(nodes.lose, now=self.clock.now())
             for node_id in result.lost_nodes:
                 log.warning("node %s declared lost: its heartbeat lapsed; disconnecting its sessions", node_id)
-            ctx.metrics.nodes_declared_lost += len(result.lost_nodes)
-            ctx.metrics.lost_node_sessions += result.count
+            metrics.nodes_declared_lost += len(result.lost_nodes)
+            metrics.lost_node_sessions += result.count
             if result.count:
                 log.info("disconnected %d session(s) of lost node(s)", result.count)
             if not result.more:
@@ -204,9 +213,8 @@ class NodeLiveness:
         self._stopping = True
         if not self._started:
             return
-        ctx = self.ctx
         try:
-            result = await ctx.store.run(nodes.stop, now=ctx.clock.now())
+            result = await self.store.run(nodes.stop, now=self.clock.now())
         except Exception:
             log.warning("node %s: stop not recorded; other instances will declare it lost after %gs",
                         self.node_id, self.lapse_s, exc_info=True)
@@ -218,18 +226,17 @@ class NodeLiveness:
                         self.node_id, result)
 
     async def _rejoin(self) -> None:
-        ctx = self.ctx
-        connections = list(ctx.connections)
+        connections = list(self.connections)
         log.warning("node %s was declared lost by another instance (paused or cut off for over %gs); "
                     "closing its %d connection(s), then rejoining", self.node_id, self.lapse_s, len(connections))
         for connection in connections:
             connection.shutdown()  # their sessions are DISCONNECTED already; the workers reconnect and resume
-        settings = ctx.settings
+        settings = self.settings.current
         sent = trio.current_time()
-        result = await ctx.store.run(nodes.rejoin, now=ctx.clock.now(), lapse_ms=_lapse_ms(settings))
+        result = await self.store.run(nodes.rejoin, now=self.clock.now(), lapse_ms=_lapse_ms(settings))
         if isinstance(result, Refusal):
             raise RuntimeError(f"node {self.node_id} could not rejoin: {result.code} ({result.message})")
-        ctx.metrics.node_rejoins += 1
+        self.metrics.node_rejoins += 1
         self._steady_since = None
         self._landed(sent, settings=settings)
 
@@ -241,7 +248,7 @@ class NodeLiveness:
         """
         landed = trio.current_time() if landed is None else landed
         self._landed_at, self.fenced = landed, False
-        settings = settings or self.ctx.settings
+        settings = settings or self.settings.current
         lapse_s, heartbeat_s = settings.node_lapse, settings.node_heartbeat
         away = self._last_beat is not None and sent - self._last_beat > lapse_s
         slow = landed - sent > lapse_s - heartbeat_s

@@ -1,15 +1,22 @@
 """One service instance: the worker endpoint, dispatcher and timers in one nursery.
 
+This module is the composition: it builds each part of the instance with
+the few parts it uses, named in the part's constructor (the store, the
+clock, the session hub, the :class:`~pulse_trio.server.live_settings.LiveSettings`,
+the metrics), and runs them. No other server module imports it
+(``tests/foundation/test_import_graph.py``): a part never reaches back
+into the whole. Worker connections share one
+:class:`~pulse_trio.server.endpoint.WorkerEndpoint`.
+
 What runs beside it in the same process (the HTTP API) is handed in as a
 :class:`Beside` by ``pulse_trio.serve``, the one module that composes the
 two: nothing here imports ``pulse_trio.http``. The surface beside gets the
-store and a :class:`~pulse_trio.server.live.LiveService`, never the
-:class:`ServiceContext`.
+store and a :class:`~pulse_trio.server.live.LiveService`, never the parts.
 
 At start the instance binds its listeners (``pulse_trio.listen``: a taken port stops
 it before anything is written), writes the cluster settings given by its flags and
 reads the cluster's (``settings_sync.py``) before its node is recorded, and
-re-reads them every few seconds while it runs: ``ctx.settings`` is always
+re-reads them every few seconds while it runs: its live settings are always
 the cluster's values plus this process's own.
 
 Shutdown (SIGINT/SIGTERM, or :meth:`ServiceHandle.stop`) is orderly: stop
@@ -31,7 +38,6 @@ from typing import Protocol
 
 import trio
 
-from pulse_trio.cluster_settings import milliseconds
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.listen import bind_workers
@@ -39,8 +45,10 @@ from pulse_trio.live_instance import LiveInstance
 from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.dispatcher import Dispatcher
+from pulse_trio.server.endpoint import WorkerEndpoint
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.live import LiveService
+from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
@@ -53,34 +61,6 @@ log = logging.getLogger("pulse_trio.service")
 
 SHUTDOWN_GRACE_S = 5.0
 DEFAULT_POOL_SIZE = 8
-
-
-@dataclasses.dataclass(eq=False)
-class ServiceContext:
-    """What the worker service's own parts share; built once per instance (the HTTP API never sees it).
-
-    ``settings`` is replaced (never mutated) when the cluster's values change:
-    read it at each decision, not once.
-    """
-
-    settings: Settings
-    store: Store
-    clock: ServiceClock
-    hub: SessionHub = dataclasses.field(default_factory=SessionHub)
-    metrics: ServiceMetrics = dataclasses.field(default_factory=ServiceMetrics)
-    connections: set[WireConnection] = dataclasses.field(default_factory=set)
-    batcher: LeaseCommandBatcher | None = None
-    dispatcher: Dispatcher | None = None
-    node: NodeLiveness | None = None
-    settings_sync: SettingsSync | None = None
-
-    @property
-    def lease_ttl_ms(self) -> int:
-        return milliseconds(self.settings.lease_ttl)
-
-    @property
-    def start_timeout_ms(self) -> int:
-        return milliseconds(self.settings.start_timeout)
 
 
 class Beside(Protocol):
@@ -97,16 +77,32 @@ class Beside(Protocol):
         """Close its sockets once the service has stopped (or failed to start)."""
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, kw_only=True)
 class ServiceHandle:
-    """Returned by ``nursery.start(run_service, ...)``: where it listens, and a way to stop it."""
+    """Returned by ``nursery.start(run_service, ...)``: where it listens, its parts, and a way to stop it."""
 
-    ctx: ServiceContext
     worker_port: int
     _stop: trio.Event
+    live_settings: LiveSettings
+    store: Store
+    clock: ServiceClock
+    hub: SessionHub
+    metrics: ServiceMetrics
+    batcher: LeaseCommandBatcher
+    dispatcher: Dispatcher
+    timers: Timers
+    node: NodeLiveness
+    settings_sync: SettingsSync
+    #: The open worker connections.
+    connections: set[WireConnection]
     http_port: int = 0
     #: What the surface beside the service (the HTTP API) may ask of it.
     instance: LiveService | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The settings the instance runs by now (the cluster's values plus this process's own)."""
+        return self.live_settings.current
 
     def stop(self) -> None:
         self._stop.set()
@@ -130,10 +126,18 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     metrics = ServiceMetrics()
     store = Store(database, pool_size=pool_size, node_id=new_node_id(), on_transaction=metrics.observe_transaction)
     clock = clock or ServiceClock()  # the wall clock; scenario tests pass a virtual one
+    live_settings = LiveSettings(settings)
+    hub = SessionHub()
+    connections: set[WireConnection] = set()
     batcher = LeaseCommandBatcher(store, clock)
-    ctx = ServiceContext(settings=settings, store=store, clock=clock, metrics=metrics, batcher=batcher)
-    ctx.settings_sync = SettingsSync(ctx, settings.given_ms())
-    live = LiveService(clock=clock, hub=ctx.hub, metrics=metrics, store=store, settings_sync=ctx.settings_sync)
+    settings_sync = SettingsSync(store=store, clock=clock, settings=live_settings, given_ms=settings.given_ms())
+    node = NodeLiveness(store=store, clock=clock, settings=live_settings, metrics=metrics, connections=connections,
+                        settings_sync=settings_sync)
+    endpoint = WorkerEndpoint(settings=live_settings, store=store, clock=clock, hub=hub, metrics=metrics,
+                              batcher=batcher, connections=connections)
+    dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
+    timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
+    live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
     try:
@@ -143,49 +147,50 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
         if beside is not None:
             beside.bind()
         try:
-            await ctx.settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
+            await settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
         except SettingsRefused:
             raise
         except Exception:
             log.warning("cluster settings not read yet (database unavailable); the node starts once they are",
                         exc_info=True)
         # This process is ALIVE (chart node) before it listens: see liveness.py.
-        ctx.node = NodeLiveness(ctx)
-        await ctx.node.start()
+        await node.start()
         async with trio.open_nursery() as root:
             if handle_signals:
                 root.start_soon(_watch_signals, stop)
-            async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as handlers:
                 listening = trio.CancelScope()
 
                 async def listen(task_status: trio.TaskStatus[int]) -> None:
                     with listening:
-                        await serve_workers(ctx, connections, _ssl_context(settings), worker_sockets,
+                        await serve_workers(endpoint, handlers, _ssl_context(settings), worker_sockets,
                                             task_status=task_status)
 
                 port = await root.start(listen)
-                root.start_soon(keepalive, ctx)
+                root.start_soon(keepalive, endpoint)
                 root.start_soon(batcher.run)
-                ctx.dispatcher = Dispatcher(ctx)
-                root.start_soon(ctx.dispatcher.run)
-                root.start_soon(ctx.node.run_heartbeats)
-                root.start_soon(ctx.settings_sync.run)
-                root.start_soon(Timers(ctx).run)
+                root.start_soon(dispatcher.run)
+                root.start_soon(node.run_heartbeats)
+                root.start_soon(settings_sync.run)
+                root.start_soon(timers.run)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
                 http_port = await root.start(beside.serve, live, store, stop) if beside is not None else 0
-                task_status.started(ServiceHandle(ctx, port, stop, http_port=http_port, instance=live))
+                task_status.started(ServiceHandle(
+                    worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
+                    metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
+                    settings_sync=settings_sync, connections=connections, http_port=http_port, instance=live))
                 await stop.wait()
-                log.info("shutting down: %d session(s)", len(ctx.connections))
+                log.info("shutting down: %d session(s)", len(connections))
                 listening.cancel()
-                for connection in list(ctx.connections):
+                for connection in list(connections):
                     connection.shutdown()
                 with trio.move_on_after(SHUTDOWN_GRACE_S):
-                    while ctx.connections:
+                    while connections:
                         await trio.sleep(0.01)
-                connections.cancel_scope.cancel()
+                handlers.cancel_scope.cancel()
             # STOPPED once every connection has closed (and its disconnect ran).
-            await ctx.node.stop()
+            await node.stop()
             root.cancel_scope.cancel()
     finally:
         for sock in worker_sockets:

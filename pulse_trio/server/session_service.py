@@ -42,7 +42,7 @@ from pulse_trio.store.resume import ResumeRequest, resume
 from pulse_trio.store.task_steps import FinishReport
 
 if TYPE_CHECKING:
-    from pulse_trio.server.service import ServiceContext
+    from pulse_trio.server.endpoint import WorkerEndpoint
     from pulse_trio.tokens import TokenInfo
 
 log = logging.getLogger("pulse_trio.connection")
@@ -66,8 +66,11 @@ class Outbox(Protocol):
 class SessionService:
     """Requests, lease counting and drain bookkeeping of one connection."""
 
-    def __init__(self, ctx: ServiceContext, token: TokenInfo, outbox: Outbox) -> None:
-        self.ctx = ctx
+    def __init__(self, endpoint: WorkerEndpoint, token: TokenInfo, outbox: Outbox) -> None:
+        self.endpoint = endpoint
+        # Called for every lease command: bound once here, not looked up through the endpoint each time.
+        self._submit_command = endpoint.batcher.submit
+        self._count_command = endpoint.metrics.count_command
         self.token = token
         self.outbox = outbox
         self.protocol = ServerSession(new_id("ses_"))
@@ -129,7 +132,7 @@ class SessionService:
         return self._send_reject(event)
 
     def hello_timed_out(self) -> None:
-        timeout = self.ctx.settings.hello_timeout
+        timeout = self.endpoint.settings.current.hello_timeout
         self._send_reject(self.protocol.fail(e.HELLO_REQUIRED, f"no worker.hello within {timeout:g}s"))
 
     def pong_missing(self) -> None:
@@ -148,11 +151,12 @@ class SessionService:
         """The connection has ended: leave the hub, record the disconnect (call shielded)."""
         self.closing = True
         if self.instance_id is not None:
-            self.ctx.hub.remove(self.session_id)
+            endpoint = self.endpoint
+            endpoint.hub.remove(self.session_id)
             with trio.move_on_after(10):
                 try:
-                    await self.ctx.store.run(instances.disconnect, session_id=self.session_id,
-                                             now=self.ctx.clock.now())
+                    await endpoint.store.run(instances.disconnect, session_id=self.session_id,
+                                             now=endpoint.clock.now())
                 except Exception:  # the lease timers clean up after a lost disconnect
                     log.warning("disconnect of %s not recorded", self.session_id, exc_info=True)
         self.protocol.release()
@@ -175,7 +179,7 @@ class SessionService:
             self._send_reject(reject)
 
     async def _hello(self, hello: m.WorkerHello) -> bool:
-        ctx = self.ctx
+        endpoint = self.endpoint
         new = instances.NewInstance(
             worker_name=hello.worker_name,
             subscriptions=instances.subscriptions_from([(s.queue, s.kinds) for s in hello.subscriptions]),
@@ -187,8 +191,8 @@ class SessionService:
             session_id=self.session_id,
         )
         try:
-            result = await ctx.store.run(instances.register, instance=new, now=ctx.clock.now(),
-                                         allowed_queues=self.token.queues or None)
+            result = await endpoint.store.run(instances.register, instance=new, now=endpoint.clock.now(),
+                                              allowed_queues=self.token.queues or None)
         except Exception:
             log.exception("registration failed in the store")
             self._refuse_internal(hello.id, fatal=True)
@@ -198,8 +202,10 @@ class SessionService:
             if reject is not None:
                 self._send_reject(reject)
             return False
-        body = to_wire.welcome(result.instance, lease_ttl_ms=ctx.lease_ttl_ms, start_timeout_ms=ctx.start_timeout_ms,
-                             now=ctx.clock.now(), secret=result.instance_secret)
+        settings = endpoint.settings
+        body = to_wire.welcome(result.instance, lease_ttl_ms=settings.lease_ttl_ms,
+                               start_timeout_ms=settings.start_timeout_ms, now=endpoint.clock.now(),
+                               secret=result.instance_secret)
         frame = self.protocol.welcome(hello.id, body)
         if frame is None:
             return False
@@ -209,7 +215,7 @@ class SessionService:
         self.queues = {s.queue: (frozenset(s.kinds) if s.kinds is not None else None) for s in hello.subscriptions}
         self.concurrency_keys = hello.concurrency_keys
         self.cancellation_notifications = hello.cancellation_notifications
-        ctx.hub.add(self)
+        endpoint.hub.add(self)
         log.info("session registered", extra={"session_id": self.session_id, "instance_id": self.instance_id})
         return True
 
@@ -225,10 +231,10 @@ class SessionService:
         return result.message or result.code
 
     async def _capacity(self, msg: m.WorkerCapacity) -> None:
-        ctx = self.ctx
-        result = await ctx.store.run(instances.set_capacity, session_id=self.session_id,
-                                     sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
-                                     now=ctx.clock.now())
+        endpoint = self.endpoint
+        result = await endpoint.store.run(instances.set_capacity, session_id=self.session_id,
+                                          sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
+                                          now=endpoint.clock.now())
         if isinstance(result, Refusal):
             self._refuse(msg.id, e.INVALID_TRANSITION, result.message or result.code)
             return
@@ -237,22 +243,23 @@ class SessionService:
             self.protocol.capacity_applied(result.instance.drain)
             self.capacity, self.drain = msg.capacity, result.instance.drain
             self.active_leases = result.instance.active_leases
-            ctx.hub.wake()
+            endpoint.hub.wake()
         elif result.instance.drain:
             # A repeated sequence asks for the stored state (the SDK's drain check): an
             # operator's drain made through another instance reaches this session here.
             self.drain = True
-        body = to_wire.welcome(result.instance, lease_ttl_ms=ctx.lease_ttl_ms, start_timeout_ms=ctx.start_timeout_ms,
-                             now=ctx.clock.now())
+        settings = endpoint.settings
+        body = to_wire.welcome(result.instance, lease_ttl_ms=settings.lease_ttl_ms,
+                               start_timeout_ms=settings.start_timeout_ms, now=endpoint.clock.now())
         self._send(self.protocol.ack(msg.id, body))
 
     async def _resume(self, msg: m.WorkerResume) -> None:
-        ctx = self.ctx
+        endpoint = self.endpoint
         request = ResumeRequest(session_id=self.session_id, instance_id=msg.instance_id,
                                 instance_secret=msg.instance_secret, task_id=msg.task_id,
                                 lease_id=msg.lease_id, lease_secret=msg.lease_secret)
-        result = await ctx.store.run(resume, request=request, now=ctx.clock.now(),
-                                     start_timeout_ms=ctx.start_timeout_ms)
+        result = await endpoint.store.run(resume, request=request, now=endpoint.clock.now(),
+                                          start_timeout_ms=endpoint.settings.start_timeout_ms)
         if isinstance(result, Refusal):
             fatal = False if result.code == e.PERMISSION_DENIED else None
             self._refuse(msg.id, result.code, result.message or result.code, fatal=fatal)
@@ -260,7 +267,7 @@ class SessionService:
         self.active_leases += 1
         # The lease left its previous owner: when that session lives here, free
         # its slot now (elsewhere, that instance's timers reconcile its count).
-        for previous in ctx.hub:
+        for previous in endpoint.hub:
             if previous.instance_id == msg.instance_id and previous is not self:
                 previous.lease_ended()
         self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
@@ -274,7 +281,7 @@ class SessionService:
                                   error_code=msg.error_code or None, error_message=msg.error_message or None,
                                   retryable=msg.retryable)
         self._in_flight += 1
-        self.ctx.batcher.submit(kind, command, report, functools.partial(self._command_done, msg))
+        self._submit_command(kind, command, report, functools.partial(self._command_done, msg))
 
     def _command_done(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish, outcome: Any) -> None:
         """The batcher's callback, in the Trio thread, once the command's batch has run."""
@@ -291,7 +298,7 @@ class SessionService:
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
             self.lease_ended()
-        self.ctx.metrics.count_command(msg, outcome)
+        self._count_command(msg, outcome)
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
 
     # -- what the dispatcher and the timers tell the session --------------------
@@ -299,8 +306,8 @@ class SessionService:
         """Push the offers a claim committed; True when the claim came back short (the queues are dry)."""
         offers = result.offers
         self.active_leases = self.capacity - result.free_slots + len(offers)
-        now = self.ctx.clock.now()
-        metrics = self.ctx.metrics
+        now = self.endpoint.clock.now()
+        metrics = self.endpoint.metrics
         for offer in offers:
             frame = self.protocol.assign(to_wire.assigned_task(offer.task),
                                          to_wire.lease(offer.lease, secret=offer.lease_secret))
@@ -313,7 +320,7 @@ class SessionService:
         """One of this session's leases ended (finish, a timer, a resume elsewhere)."""
         if self.active_leases > 0:
             self.active_leases -= 1
-        self.ctx.hub.slot_freed()
+        self.endpoint.hub.slot_freed()
 
     def reconcile(self, actual: int) -> bool:
         """Lower the lease count to what the database holds; True if a slot came free.
@@ -352,7 +359,7 @@ class SessionService:
         """Send an error frame (and close after it when fatal); False when the connection ends."""
         if reject is None:
             return True
-        self.ctx.metrics.count_error(reject.code)
+        self.endpoint.metrics.count_error(reject.code)
         self.outbox.send(reject.frame)
         if reject.close_code is not None:
             self.outbox.close(reject.close_code, reject.code)

@@ -1,9 +1,10 @@
 """This instance's copy of the cluster settings: its flags written at start, the table re-read every few seconds.
 
 Theory of operation. The cluster settings (:mod:`pulse_trio.cluster_settings`)
-live in ``cluster_settings``; the server reads them as ``ctx.settings.X``
-(a frozen :class:`~pulse_trio.config.Settings`) on every decision. This
-module keeps that copy current:
+live in ``cluster_settings``; the server's parts read them as
+``settings.current.X`` (a frozen :class:`~pulse_trio.config.Settings` in the
+instance's one :class:`~pulse_trio.server.live_settings.LiveSettings`) on
+every decision. This module keeps that copy current:
 
 * :meth:`SettingsSync.load`, once, before the node is recorded: the
   settings given by flag or ``PULSE_…`` variable are written to the
@@ -11,9 +12,9 @@ module keeps that copy current:
   succeeded the node is not recorded, so no worker is served with values
   the cluster has not confirmed.
 * :meth:`SettingsSync.run`: every :attr:`interval` (``REFRESH_S``, or the
-  node heartbeat when shorter) the table is read again and ``ctx.settings``
-  replaced by a copy with the new values. A change made anywhere therefore
-  reaches every running instance within one interval.
+  node heartbeat when shorter) the table is read again and the live
+  settings replaced by a copy with the new values. A change made anywhere
+  therefore reaches every running instance within one interval.
 
 A flag that replaced a different stored value, and a flag the cluster has
 since moved away from, are *conflicts*: each is logged as a WARNING when it
@@ -26,16 +27,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import trio
 
 from pulse_trio import cluster_settings as cs
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.settings import StoredSetting, read_all, set_values
-
-if TYPE_CHECKING:
-    from pulse_trio.server.service import ServiceContext
+from pulse_trio.store.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.settings")
 
@@ -83,10 +83,13 @@ class Conflict:
 
 
 class SettingsSync:
-    """Writes this instance's given cluster settings once, then keeps ``ctx.settings`` current."""
+    """Writes this instance's given cluster settings once, then keeps its :class:`LiveSettings` current."""
 
-    def __init__(self, ctx: ServiceContext, given_ms: Mapping[str, int | None]) -> None:
-        self.ctx = ctx
+    def __init__(self, *, store: Store, clock: ServiceClock, settings: LiveSettings,
+                 given_ms: Mapping[str, int | None]) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
         self.given = dict(given_ms)
         self.loaded = False
         self._replaced: dict[str, StoredSetting] = {}
@@ -95,7 +98,7 @@ class SettingsSync:
 
     @property
     def interval(self) -> float:
-        return min(REFRESH_S, self.ctx.settings.node_heartbeat)
+        return min(REFRESH_S, self.settings.current.node_heartbeat)
 
     async def load(self, *, strict: bool = False) -> None:
         """Write the given settings (once) and read the cluster's; the database's errors propagate.
@@ -107,10 +110,10 @@ class SettingsSync:
         async with self._lock:
             if self.loaded:
                 return
-            ctx = self.ctx
+            store = self.store
             if self.given:
-                result = await ctx.store.run(set_values, values=self.given, now=ctx.clock.now(),
-                                             updated_by=f"serve:{ctx.store.node_id}")
+                result = await store.run(set_values, values=self.given, now=self.clock.now(),
+                                         updated_by=f"serve:{store.node_id}")
                 if isinstance(result, Refusal):
                     message = f"the cluster refused this instance's settings: {result.message}"
                     if strict:
@@ -118,7 +121,7 @@ class SettingsSync:
                     log.error("%s; following the cluster's values instead", message)
                 else:
                     self._note_replaced(result.before)
-            self._apply(await ctx.store.run(read_all))
+            self._apply(await store.run(read_all))
             self.loaded = True
 
     async def refresh(self) -> None:
@@ -126,7 +129,7 @@ class SettingsSync:
         if not self.loaded:
             await self.load()
             return
-        self._apply(await self.ctx.store.run(read_all))
+        self._apply(await self.store.run(read_all))
 
     async def run(self) -> None:
         """Re-read every :attr:`interval` until cancelled; a failure is logged and tried again."""
@@ -174,7 +177,7 @@ class SettingsSync:
             else:
                 log.info("cluster setting %s changed from %s to %s (%s)", name, setting.describe(old.value_ms),
                          setting.describe(row.value_ms), _who(row))
-        self.ctx.settings = self.ctx.settings.with_cluster({name: row.value_ms for name, row in rows.items()})
+        self.settings.replace(self.settings.current.with_cluster({name: row.value_ms for name, row in rows.items()}))
 
 
 __all__ = ["REFRESH_S", "Conflict", "SettingsRefused", "SettingsSync"]

@@ -26,13 +26,17 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from pulse_trio.cluster_settings import milliseconds
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.live_settings import LiveSettings
+from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.store import cancellation, instances, lease_timers, permits, tasks
 from pulse_trio.store.results import TimerResult
 from pulse_trio.store.timer_probe import due_work
+from pulse_trio.store.trio_bridge import Store
 
 if TYPE_CHECKING:
-    from pulse_trio.server.service import ServiceContext
+    from pulse_trio.server.liveness import NodeLiveness
 
 log = logging.getLogger("pulse_trio.timers")
 
@@ -42,8 +46,11 @@ RECONCILE_EVERY_S = 1.0  # lease counts are only the dispatcher's hint (see the 
 
 
 class Timers:
-    def __init__(self, ctx: ServiceContext) -> None:
-        self.ctx = ctx
+    def __init__(self, *, store: Store, clock: ServiceClock, hub: SessionHub, settings: LiveSettings,
+                 metrics: ServiceMetrics, node: NodeLiveness | None = None) -> None:
+        self.store, self.clock, self.hub, self.settings, self.metrics = store, clock, hub, settings, metrics
+        #: Swept for other lost nodes on every tick (None: a service without a node record).
+        self.node = node
         self._reconciled_at = -math.inf
 
     @property
@@ -55,7 +62,7 @@ class Timers:
         must not make the timers spin: lease expiry has a granularity of
         seconds anyway.
         """
-        return min(1.0, max(TICK_FLOOR_S, self.ctx.settings.poll_interval * 2))
+        return min(1.0, max(TICK_FLOOR_S, self.settings.current.poll_interval * 2))
 
     async def run(self) -> None:
         while True:
@@ -66,27 +73,26 @@ class Timers:
             await trio.sleep(self.interval)
 
     async def tick(self) -> None:
-        ctx = self.ctx
-        if ctx.node is not None:
+        store, clock = self.store, self.clock
+        if self.node is not None:
             # On its own, so a liveness failure never holds up lease expiry.
             # (The heartbeat has a task of its own: NodeLiveness.run_heartbeats.)
             try:
-                await ctx.node.sweep()
+                await self.node.sweep()
             except Exception:
                 log.exception("the sweep for lost nodes failed; retrying at the next tick")
-        opted = [s.session_id for s in ctx.hub if s.cancellation_notifications]
-        due = await ctx.store.run(due_work, now=ctx.clock.now(), session_ids=opted)
+        opted = [s.session_id for s in self.hub if s.cancellation_notifications]
+        due = await store.run(due_work, now=clock.now(), session_ids=opted)
         if due.lapse:
-            await self._drain(lambda: ctx.store.run(lease_timers.lapse, now=ctx.clock.now()))
+            await self._drain(lambda: store.run(lease_timers.lapse, now=clock.now()))
         if due.expire:
-            quarantine = ctx.settings.permit_quarantine
-            quarantine_ms = None if quarantine is None else milliseconds(quarantine)
-            await self._drain(lambda: ctx.store.run(lease_timers.expire, now=ctx.clock.now(),
-                                                    permit_quarantine_ms=quarantine_ms))
-        if due.promote and await self._drain(lambda: ctx.store.run(tasks.promote, now=ctx.clock.now())):
-            ctx.hub.wake()
+            quarantine_ms = self.settings.permit_quarantine_ms
+            await self._drain(lambda: store.run(lease_timers.expire, now=clock.now(),
+                                                permit_quarantine_ms=quarantine_ms))
+        if due.promote and await self._drain(lambda: store.run(tasks.promote, now=clock.now())):
+            self.hub.wake()
         if due.quarantine:
-            await self._drain(lambda: ctx.store.run(permits.release_after_quarantine, now=ctx.clock.now()))
+            await self._drain(lambda: store.run(permits.release_after_quarantine, now=clock.now()))
         if due.cancels:
             await self.notify_cancels()
         if trio.current_time() >= self._reconciled_at + RECONCILE_EVERY_S:
@@ -95,11 +101,11 @@ class Timers:
 
     async def reconcile(self) -> None:
         """Correct the hub's lease counts from the database (see the module docstring)."""
-        hub = self.ctx.hub
+        hub = self.hub
         sessions = [s for s in hub if s.active_leases > 0]  # a count of zero cannot be too high
         if not sessions:
             return
-        counts = await self.ctx.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
+        counts = await self.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
         freed = False
         for session in sessions:
             freed |= session.reconcile(counts.get(session.session_id, 0))
@@ -119,21 +125,21 @@ class Timers:
     def _release_slots(self, result: TimerResult) -> None:
         if not result.ended:
             return
-        hub = self.ctx.hub
+        hub, metrics = self.hub, self.metrics
         for end in result.ended:
-            self.ctx.metrics.count_lease_end(end)
+            metrics.count_lease_end(end)
             session = hub.get(end.session_id)
             if session is not None:
                 session.lease_ended()
         hub.wake()
 
     async def notify_cancels(self) -> None:
-        ctx = self.ctx
-        opted = [s.session_id for s in ctx.hub if s.cancellation_notifications]
+        hub = self.hub
+        opted = [s.session_id for s in hub if s.cancellation_notifications]
         if not opted:
             return
-        notices = await ctx.store.run(cancellation.notify, session_ids=opted, now=ctx.clock.now())
+        notices = await self.store.run(cancellation.notify, session_ids=opted, now=self.clock.now())
         for notice in notices:
-            session = ctx.hub.get(notice.session_id)
+            session = hub.get(notice.session_id)
             if session is not None:
                 session.notify_cancel(notice)

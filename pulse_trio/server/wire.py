@@ -45,7 +45,7 @@ from pulse_trio.server.session_service import MAX_IN_FLIGHT, SessionService
 from pulse_trio.store.tokens import WORKER, live_token
 
 if TYPE_CHECKING:
-    from pulse_trio.server.service import ServiceContext
+    from pulse_trio.server.endpoint import WorkerEndpoint
 
 log = logging.getLogger("pulse_trio.connection")
 _CODEC_LOG = logging.getLogger("pulse_trio.websocket")
@@ -62,7 +62,7 @@ MAX_REASON_BYTES = 123  # a close frame's payload is at most 125 bytes, 2 of the
 OUTBOX_FRAMES = MAX_CAPACITY + MAX_IN_FLIGHT + 16
 
 
-async def serve_workers(ctx: ServiceContext, handler_nursery: trio.Nursery, ssl_context: ssl.SSLContext | None,
+async def serve_workers(endpoint: WorkerEndpoint, handler_nursery: trio.Nursery, ssl_context: ssl.SSLContext | None,
                         bound_sockets: list[trio.socket.SocketType] | None = None,
                         *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Accept worker connections until cancelled; ``task_status`` gets the port.
@@ -70,11 +70,12 @@ async def serve_workers(ctx: ServiceContext, handler_nursery: trio.Nursery, ssl_
     ``bound_sockets`` are bound already (``listen.bind_workers``); without
     them ``--worker-listen`` is bound here. Either way they listen from now.
     """
+    worker_listen = endpoint.settings.current.worker_listen
     if bound_sockets is None:
-        bound_sockets = await bind_workers(ctx.settings.worker_listen)
-    listeners = listen_workers(bound_sockets, ctx.settings.worker_listen)
+        bound_sockets = await bind_workers(worker_listen)
+    listeners = listen_workers(bound_sockets, worker_listen)
     bound = listeners[0].socket.getsockname()[1]
-    handler = functools.partial(_connection, ctx=ctx, ssl_context=ssl_context)
+    handler = functools.partial(_connection, endpoint=endpoint, ssl_context=ssl_context)
     await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery,
                                task_status=_Started(task_status, bound))
 
@@ -89,9 +90,10 @@ class _Started:
         self._task_status.started(self._port)
 
 
-async def _connection(stream: trio.SocketStream, *, ctx: ServiceContext, ssl_context: ssl.SSLContext | None) -> None:
+async def _connection(stream: trio.SocketStream, *, endpoint: WorkerEndpoint,
+                      ssl_context: ssl.SSLContext | None) -> None:
     """One connection, from handshake to close; its failures stay its own."""
-    connection = WireConnection(stream, ctx, ssl_context)
+    connection = WireConnection(stream, endpoint, ssl_context)
     try:
         await connection.run()
     except Exception:
@@ -100,23 +102,28 @@ async def _connection(stream: trio.SocketStream, *, ctx: ServiceContext, ssl_con
         log.exception("connection handler failed")
 
 
-async def keepalive(ctx: ServiceContext) -> None:
+async def keepalive(endpoint: WorkerEndpoint) -> None:
     """Ping every connection each interval; close those that left a ping unanswered for three."""
+    settings, connections = endpoint.settings, endpoint.connections
     while True:
-        interval = ctx.settings.ping_interval
+        interval = settings.current.ping_interval
         await trio.sleep(interval)
         now = trio.current_time()
-        for connection in list(ctx.connections):
+        for connection in list(connections):
             connection.keepalive(now, interval)
 
 
 class WireConnection:
     """The socket loop of one worker connection; the :class:`Outbox` of its session."""
 
-    def __init__(self, stream: trio.abc.Stream, ctx: ServiceContext, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(self, stream: trio.abc.Stream, endpoint: WorkerEndpoint,
+                 ssl_context: ssl.SSLContext | None) -> None:
         self.stream: trio.abc.Stream = stream
-        self.ctx = ctx
+        self.endpoint = endpoint
         self._ssl_context = ssl_context
+        # Called for every frame: bound once here, not looked up through the endpoint each time.
+        self._count_frame_in = endpoint.metrics.count_frame_in
+        self._count_frame_out = endpoint.metrics.count_frame_out
         self.ws = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=CODEC_MAX_BYTES, logger=_CODEC_LOG)
         self.service: SessionService | None = None
         self._wake = trio.Event()
@@ -139,7 +146,7 @@ class WireConnection:
             return False
         self.ws.send_text(frame)
         self._queued += 1
-        self.ctx.metrics.count_frame_out(len(frame))
+        self._count_frame_out(len(frame))
         self._wake.set()
         return True
 
@@ -175,8 +182,8 @@ class WireConnection:
             token = await self._handshake()
             if token is None:
                 return
-            self.service = SessionService(self.ctx, token, self)
-            self.ctx.connections.add(self)
+            self.service = SessionService(self.endpoint, token, self)
+            self.endpoint.connections.add(self)
             try:
                 async with trio.open_nursery() as nursery:
                     self._scope = nursery.cancel_scope
@@ -190,7 +197,7 @@ class WireConnection:
                         await self._flushed_eof.wait()
                     nursery.cancel_scope.cancel()
             finally:
-                self.ctx.connections.discard(self)
+                self.endpoint.connections.discard(self)
                 with trio.CancelScope(shield=True):
                     await self.service.release()
         finally:
@@ -207,7 +214,7 @@ class WireConnection:
     async def _handshake(self):
         """Read and answer the upgrade request; the worker token on success, else None."""
         request: Request | None = None
-        with trio.move_on_after(self.ctx.settings.hello_timeout):
+        with trio.move_on_after(self.endpoint.settings.current.hello_timeout):
             try:
                 if self._ssl_context is not None:
                     self.stream = trio.SSLStream(self.stream, self._ssl_context, server_side=True)
@@ -236,7 +243,7 @@ class WireConnection:
         info = None
         if refusal is None:
             token = bearer_token(headers)
-            info = await self.ctx.store.run(live_token, token=token, roles=WORKER) if token else None
+            info = await self.endpoint.store.run(live_token, token=token, roles=WORKER) if token else None
         if refusal is not None or info is None:
             if refusal is not None:
                 response = self.ws.reject(refusal.status, refusal.reason + "\n")
@@ -271,7 +278,7 @@ class WireConnection:
         """Read until the closing handshake is done, the peer is gone, or a deadline passes."""
         service = self.service
         assert service is not None
-        hello_deadline = trio.current_time() + self.ctx.settings.hello_timeout
+        hello_deadline = trio.current_time() + self.endpoint.settings.current.hello_timeout
         events, self._early = self._early, []
         while True:
             if events and not self._closing:
@@ -313,7 +320,7 @@ class WireConnection:
 
     async def _handle(self, events: list) -> bool:
         """Every frame of one chunk, in order; False once nothing more will be read."""
-        service = self.service
+        service, count_in = self.service, self._count_frame_in
         for frame in events:
             opcode = frame.opcode
             if opcode is Opcode.TEXT or opcode is Opcode.CONT:
@@ -336,7 +343,7 @@ class WireConnection:
                         self.ws.fail(e.CLOSE_INVALID_PAYLOAD, "text frame is not valid UTF-8")
                         self._wake.set()
                         return False
-                self.ctx.metrics.count_frame_in(len(data))
+                count_in(len(data))
                 if not await service.receive(data):
                     return False
             elif opcode is Opcode.BINARY:

@@ -2,6 +2,9 @@
 
 * The worker service and the HTTP API beside it never import each other:
   they meet in ``pulse_trio.serve``, through ``pulse_trio.live_instance``.
+* The service's composition (``pulse_trio.server.service``) is imported by
+  ``pulse_trio.serve`` alone: its parts get what they use through their
+  constructors and never reach back into the whole.
 * The store imports Trio in one module only, its bridge, so importing a
   transaction function costs no event loop (checked in a fresh interpreter too).
 * The contract's error codes reach the store through one mapping module
@@ -23,6 +26,9 @@ STORE_BRIDGE = "pulse_trio.store.trio_bridge"
 #: The one store module that maps the contract's error codes.
 STORE_CODES = "pulse_trio.store.codes"
 CONTRACT_ERRORS = "pulse_trio.contract.errors"
+#: The module that builds the worker service from its parts, and the one module that runs it.
+SERVICE = "pulse_trio.server.service"
+SERVE = "pulse_trio.serve"
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -72,6 +78,11 @@ def test_the_server_does_not_import_the_http_api():
 
 def test_the_http_api_does_not_import_the_server():
     assert _offenders("pulse_trio.http", "pulse_trio.server") == []
+
+
+def test_only_serve_imports_the_service_composition():
+    assert _offenders("pulse_trio", SERVICE, allowed=frozenset({SERVICE, SERVE})) == []
+    assert SERVICE in GRAPH[SERVE]
 
 
 def test_only_the_bridge_of_the_store_imports_trio():

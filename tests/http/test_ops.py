@@ -35,7 +35,7 @@ async def test_the_committed_document_is_the_one_served(http):
 
 
 async def test_every_route_is_documented_and_nothing_else(service):
-    app = build_app(service.instance, service.ctx.store, service.ctx.settings)
+    app = build_app(service.instance, service.store, service.settings)
     served = {(route.path, method.lower()) for route in app.routes for method in route.methods if method != "HEAD"}
     documented = {(path, method) for path, ops in json.loads(COMMITTED.read_text())["paths"].items() for method in ops}
     assert served == documented
@@ -102,7 +102,7 @@ async def test_readyz_lists_a_flag_that_disagrees_with_the_cluster(start_service
     from pulse_trio.client import Client
 
     first = await start_service()
-    with Client(first.ctx.store.config) as client:
+    with Client(first.store.config) as client:
         client.set_settings({"cancel_grace": "5"}, updated_by="cli@elsewhere")
     fighting = await start_service(cancel_grace=2)
     ready = await Http(fighting.http_port).get("/readyz")
@@ -111,9 +111,9 @@ async def test_readyz_lists_a_flag_that_disagrees_with_the_cluster(start_service
     (conflict,) = ready.json()["settings_conflicts"]
     message = conflict.pop("message")
     assert conflict == {"name": "cancel_grace", "flag": 2, "replaced": 5, "replaced_by": "cli@elsewhere",
-                        "cluster": 2, "cluster_by": f"serve:{fighting.ctx.store.node_id}"}
+                        "cluster": 2, "cluster_by": f"serve:{fighting.store.node_id}"}
     assert "--cancel-grace 2 s replaced the cluster's 5 s (cli@elsewhere at " in message
-    assert fighting.ctx.settings.cancel_grace == 2
+    assert fighting.settings.cancel_grace == 2
     assert "settings_conflicts" not in (await Http(first.http_port).get("/readyz")).json()  # it gave no flag
 
 

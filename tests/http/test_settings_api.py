@@ -36,7 +36,7 @@ async def test_an_operator_changes_one_and_this_instance_applies_it_at_once(http
     body = changed.json()
     assert (body["name"], body["value"], body["state"]) == ("cancel_grace", 2.5, "SET")
     assert body["updated_by"].startswith("http:tok_")
-    assert service.ctx.settings.cancel_grace == 2.5  # no refresh interval for the instance that answered
+    assert service.settings.cancel_grace == 2.5  # no refresh interval for the instance that answered
     assert rows(db, "SELECT value_ms FROM cluster_settings WHERE name = 'cancel_grace'") == [(2_500,)]
     back = await http.request("PUT", "/v1/settings/permit_quarantine", token=tokens["operator"],
                               json_body={"value": None})
@@ -48,7 +48,7 @@ async def test_patch_changes_several_in_one_transaction(http, tokens, service):
                               json_body={"node_heartbeat": 20, "node_lapse": 60})
     assert both.status == 200
     assert both.json()["settings"]["node_lapse"]["value"] == 60
-    assert (service.ctx.settings.node_heartbeat, service.ctx.settings.node_lapse) == (20, 60)
+    assert (service.settings.node_heartbeat, service.settings.node_lapse) == (20, 60)
 
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "code"), [

@@ -209,7 +209,7 @@ async def test_nodes_list_the_serve_processes_and_the_sessions_they_hold(http, t
     finally:
         conn.close()
     (this,) = (await http.get("/v1/nodes", token=tokens["operator"])).json()["nodes"]
-    assert this["node_id"] == service.ctx.store.node_id and this["state"] == "ALIVE"
+    assert this["node_id"] == service.store.node_id and this["state"] == "ALIVE"
     assert (this["pid"], this["open_sessions"], this["lapse_s"]) == (os.getpid(), 1, 15.0)
     assert this["lost_at"] is None and this["stopped_at"] is None
     every = (await http.get("/v1/nodes?all=true", token=tokens["operator"])).json()["nodes"]

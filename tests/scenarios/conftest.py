@@ -173,7 +173,7 @@ def scenario_service(start_service, virtual_clock):
             origin.append(virtual_origin())
         handle = await start_service(clock=ServiceClock(virtual=True, origin=origin[0]),
                                      **{**SCENARIO_SETTINGS, **overrides})
-        virtual_clock.limiters.append(handle.ctx.store.limiter)
+        virtual_clock.limiters.append(handle.store.limiter)
         return handle
 
     return start
@@ -229,11 +229,11 @@ def submit(db):
     client = Client(db)
 
     async def many(service, specs):
-        now = service.ctx.clock.now()
+        now = service.clock.now()
         tasks = [build_task(spec.pop("queue", "q"), spec.pop("kind", "k"), spec.pop("payload", None), now=now, **spec)
                  for spec in (dict(s) for s in specs)]
         done = await trio.to_thread.run_sync(lambda: client.submit_many(tasks, now=now))
-        service.ctx.hub.wake()
+        service.hub.wake()
         return done
 
     async def run(service, queue="q", kind="k", payload=None, **options):
@@ -278,7 +278,7 @@ def operator(db):
             made.append(self.client)
 
         async def _call(self, fn):
-            now = self.service.ctx.clock.now()
+            now = self.service.clock.now()
             self.client.now = lambda: now  # an instance attribute shadows the staticmethod
             return await trio.to_thread.run_sync(fn)
 

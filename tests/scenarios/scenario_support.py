@@ -86,7 +86,7 @@ def error_code(reply: dict) -> str | None:
 
 def trio_time_of(service, wire_time: str) -> float:
     """The Trio clock reading at which a wire time (``…Z``) arrives on ``service``'s clock."""
-    return service.ctx.clock.trio_time_at(parse_time(wire_time))
+    return service.clock.trio_time_at(parse_time(wire_time))
 
 
 async def sleep_until_wire(service, wire_time: str, offset: float = 0.0) -> None:
@@ -103,3 +103,16 @@ async def eventually(probe, *, timeout: float = 120.0, step: float = 0.25):
             await trio.sleep(step)
 
 
+
+
+# -- a node's liveness without a whole service ----------------------------------------
+
+
+def lone_node(store, settings, clock):
+    """The liveness of a node that serves no connections: its own live settings, metrics and no sessions."""
+    from pulse_trio.server.live_settings import LiveSettings
+    from pulse_trio.server.liveness import NodeLiveness
+    from pulse_trio.server.metrics import ServiceMetrics
+
+    return NodeLiveness(store=store, clock=clock, settings=LiveSettings(settings), metrics=ServiceMetrics(),
+                        connections=set())

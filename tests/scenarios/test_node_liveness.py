@@ -17,15 +17,13 @@ import trio
 
 from pulse_trio.config import Settings
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.server.liveness import NodeLiveness
-from pulse_trio.server.service import ServiceContext
 from pulse_trio.store import (
     LeaseCommand, NewInstance, SubscribedQueue, assign, new_credentials, nodes, register, set_capacity, start,
 )
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.tx import db_time
 
-from scenario_support import eventually, running
+from scenario_support import eventually, lone_node, running
 from sql_support import rows as sql_rows
 
 HEARTBEAT = 1.0
@@ -47,7 +45,7 @@ class DeadProcess:
 
     async def live_until(self, service, submitted_task, *, ago: float = 0.0) -> str:
         """Start the node and a session with one running lease at ``service``'s now (minus ``ago`` seconds)."""
-        now = service.ctx.clock.now() - dt.timedelta(seconds=ago)
+        now = service.clock.now() - dt.timedelta(seconds=ago)
 
         def work():
             self.run(nodes.start, now, lapse_ms=round(LAPSE * 1000), host="gone", pid=1)
@@ -109,9 +107,9 @@ async def test_a_dead_process_sessions_are_disconnected_within_its_lapse_and_its
     late = (disconnected_at - expires_at).total_seconds()
     assert 0 <= late <= TICK + 0.5, late  # never before the lapse, and within a tick of it
     state, _, lost_at, lost_by = await _node(db, dead.node_id)
-    assert (state, lost_at, lost_by) == ("LOST", disconnected_at, service.ctx.node.node_id)
+    assert (state, lost_at, lost_by) == ("LOST", disconnected_at, service.node.node_id)
     assert await _leases(db) == leases  # the sweep never touches a lease
-    assert service.ctx.metrics.nodes_declared_lost == 1 and service.ctx.metrics.lost_node_sessions == 1
+    assert service.metrics.nodes_declared_lost == 1 and service.metrics.lost_node_sessions == 1
     # The lease expires on its own, by its ttl, as after any disconnect: safe retry decides.
     view = await ops.wait_state(task["task_id"], "UNKNOWN")
     assert view["outcome"]["error_code"] == "lease_expired"
@@ -124,7 +122,7 @@ async def test_a_new_instance_sweeps_only_after_a_whole_lapse_of_its_own_heartbe
     task = await submit(first)
     first.stop()  # graceful: only the dead process is left behind
     with trio.fail_after(30):
-        while first.ctx.connections:
+        while first.connections:
             await trio.sleep(0.1)
     # Long lapsed, and nobody was there to notice. (Each service anchors its clock to the wall
     # clock when it starts, and virtual time runs ahead of the wall: "long ago" must be far enough
@@ -134,7 +132,7 @@ async def test_a_new_instance_sweeps_only_after_a_whole_lapse_of_its_own_heartbe
     assert (await _session(db, session))[0] == "ACTIVE"
     late = await scenario_service(**LIVENESS)
     (_, expires_at, _, _) = await _node(db, dead.node_id)
-    assert expires_at < db_time(late.ctx.clock.now())  # lapsed by the new service's own clock
+    assert expires_at < db_time(late.clock.now())  # lapsed by the new service's own clock
     started = trio.current_time()
     await trio.sleep(LAPSE - 0.5)
     assert (await _session(db, session))[0] == "ACTIVE"  # not steady for a lapse yet
@@ -144,13 +142,13 @@ async def test_a_new_instance_sweeps_only_after_a_whole_lapse_of_its_own_heartbe
 
     await eventually(gone, step=0.1)
     assert LAPSE <= trio.current_time() - started <= LAPSE + HEARTBEAT + TICK + 0.5
-    assert (await _node(db, dead.node_id))[3] == late.ctx.node.node_id
+    assert (await _node(db, dead.node_id))[3] == late.node.node_id
 
 
 async def test_a_live_instance_declared_lost_closes_its_connections_and_rejoins(
         virtual_clock, scenario_service, connect_worker, submit, db):
     service = await scenario_service(**LIVENESS)
-    me = service.ctx.node.node_id
+    me = service.node.node_id
     await submit(service)
     async with connect_worker(service) as old:
         await old.capacity(1)
@@ -158,7 +156,7 @@ async def test_a_live_instance_declared_lost_closes_its_connections_and_rejoins(
         # Another instance saw this one's heartbeat lapse (a pause, a cut-off database, a skewed clock).
         sweeper = Store(db, pool_size=1, node_id="nod_" + "S" * 26)
         try:
-            later = service.ctx.clock.now() + dt.timedelta(seconds=LAPSE * 2)
+            later = service.clock.now() + dt.timedelta(seconds=LAPSE * 2)
             result = await trio.to_thread.run_sync(lambda: sweeper.run_sync(nodes.lose, now=later))
         finally:
             sweeper.close()
@@ -168,10 +166,15 @@ async def test_a_live_instance_declared_lost_closes_its_connections_and_rejoins(
         with trio.fail_after(HEARTBEAT + TICK + 5):
             shutdown = await old.push("error")
         assert shutdown["error"]["code"] == "server_shutting_down"
-    state, expires_at, _, lost_by = await _node(db, me)
+
+    async def rejoined():  # the connections are told before the rejoin commits: wait for the rejoin itself
+        row = await _node(db, me)
+        return row if row[0] == "ALIVE" and service.metrics.node_rejoins else None
+
+    state, expires_at, _, lost_by = await eventually(rejoined, timeout=5, step=0.1)
     assert state == "ALIVE" and lost_by == "nod_" + "S" * 26
-    assert expires_at > db_time(service.ctx.clock.now())
-    assert service.ctx.metrics.node_rejoins == 1
+    assert expires_at > db_time(service.clock.now())
+    assert service.metrics.node_rejoins == 1
     async with connect_worker(service) as new:  # the instance takes sessions again, and the lease resumes
         assert (await _session(db, new.session_id))[0] == "ACTIVE"
         resumed = await held.resume_on(new)
@@ -186,9 +189,8 @@ async def test_a_missed_heartbeat_or_a_long_pause_restarts_the_wait_before_sweep
     """The rule behind the previous test, driven beat by beat on a real store."""
     settings = Settings(**LIVENESS)
     store = Store(db, pool_size=1, node_id="nod_" + "L" * 26)
-    ctx = ServiceContext(settings=settings, store=store, clock=ServiceClock(virtual=True))
     virtual_clock.limiters.append(store.limiter)
-    live = NodeLiveness(ctx)
+    live = lone_node(store, settings, ServiceClock(virtual=True))
     try:
         assert await live.start()
 
@@ -207,11 +209,11 @@ async def test_a_missed_heartbeat_or_a_long_pause_restarts_the_wait_before_sweep
             closed_port = probe.getsockname()[1]
         away = Store(dataclasses.replace(db, host="127.0.0.1", port=closed_port, unix_socket=None,
                                          connect_timeout=1.0), pool_size=1, max_attempts=1, node_id=live.node_id)
-        ctx.store = away
+        live.store = away
         await trio.sleep(HEARTBEAT)
         with pytest.raises(Exception):
             await live.beat()
-        ctx.store = store
+        live.store = store
         away.close()
         assert not live.may_sweep
         await beats(LAPSE - HEARTBEAT)

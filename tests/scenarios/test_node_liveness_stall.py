@@ -14,10 +14,9 @@ import trio
 
 from pulse_trio.config import Settings
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.server.liveness import NodeLiveness
-from pulse_trio.server.service import ServiceContext
 from pulse_trio.store import nodes
 from pulse_trio.store.trio_bridge import Store
+from scenario_support import lone_node
 from sql_support import rows as sql_rows
 
 HEARTBEAT = 1.0
@@ -53,7 +52,7 @@ async def test_a_db_stall_longer_than_a_lapse_declares_no_healthy_node_lost(virt
         virtual_clock.limiters.append(real.limiter)
         store = StallingStore(real)
         stores.append(store)
-        lives.append(NodeLiveness(ServiceContext(settings=settings, store=store, clock=clock)))
+        lives.append(lone_node(store, settings, clock))
     a, b = lives
     try:
         assert await a.start() and await b.start()
@@ -112,19 +111,21 @@ class StuckTimersStore:
 
 async def test_a_stuck_timers_tick_never_holds_up_the_heartbeat(virtual_clock, db):
     """The heartbeat has a task of its own: a timers tick stuck for many lapses leaves it on time."""
+    from pulse_trio.server.hub import SessionHub
     from pulse_trio.server.timers import Timers
 
     settings = Settings(node_heartbeat=HEARTBEAT, node_lapse=LAPSE, poll_interval=0.5)
     real = Store(db, pool_size=2, node_id="nod_" + "T" * 26)
     virtual_clock.limiters.append(real.limiter)
     store = StuckTimersStore(real)
-    ctx = ServiceContext(settings=settings, store=store, clock=ServiceClock(virtual=True))
-    live = ctx.node = NodeLiveness(ctx)
+    live = lone_node(store, settings, ServiceClock(virtual=True))
+    timers = Timers(store=store, clock=live.clock, hub=SessionHub(), settings=live.settings, metrics=live.metrics,
+                    node=live)
     beats = []
     try:
         assert await live.start()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(Timers(ctx).run)
+            nursery.start_soon(timers.run)
             nursery.start_soon(live.run_heartbeats)
             await store.stuck.wait()
             for _ in range(round(4 * LAPSE / HEARTBEAT)):

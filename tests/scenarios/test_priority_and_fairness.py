@@ -49,7 +49,7 @@ async def test_only_due_tasks_compete(virtual_clock, scenario_service, connect_w
         await first.finish()
         second = await offered(worker)
         assert second.task["idempotency_key"] == "later"
-        assert service.ctx.clock.now() >= parse_time(second.task["due_at"])
+        assert service.clock.now() >= parse_time(second.task["due_at"])
     assert (await ops.state(now["task_id"])) == "SUCCEEDED"
 
 
@@ -78,7 +78,7 @@ async def test_no_starvation_under_a_stream_of_high_priority_work(virtual_clock,
     """
     service = await scenario_service(**SETTINGS)
     await submit.many(service, [dict(priority=9, idempotency_key=f"backlog-{i}") for i in range(5)])
-    low_at = service.ctx.clock.now()
+    low_at = service.clock.now()
     await submit(service, priority=0, idempotency_key="low")
     submitted: dict[str, float] = {}
     order: list[str] = []
@@ -87,7 +87,7 @@ async def test_no_starvation_under_a_stream_of_high_priority_work(virtual_clock,
         async with trio.open_nursery() as nursery:
             async def produce():
                 for i in range(200):
-                    submitted[f"stream-{i}"] = (service.ctx.clock.now() - low_at).total_seconds()
+                    submitted[f"stream-{i}"] = (service.clock.now() - low_at).total_seconds()
                     await submit(service, priority=9, idempotency_key=f"stream-{i}")
                     await trio.sleep(0.5)
             nursery.start_soon(produce)
@@ -153,9 +153,9 @@ async def test_scheduled_task_promotion(virtual_clock, scenario_service, connect
         assert (await ops.state(task["task_id"])) == "SCHEDULED"
         held = await offered(worker)
         assert held.task_id == task["task_id"]
-        assert service.ctx.clock.now() >= due
+        assert service.clock.now() >= due
         # promoted within a couple of timer ticks of its due time
-        assert (service.ctx.clock.now() - due).total_seconds() < 3
+        assert (service.clock.now() - due).total_seconds() < 3
 
 
 async def _every_slot_running(worker, capacity: int) -> list[Held]:

@@ -69,7 +69,7 @@ async def start_service(start_service, connect):
     for handle in handles:
         handle.stop()
     with trio.move_on_after(10):
-        while any(handle.ctx.connections for handle in handles):
+        while any(handle.connections for handle in handles):
             await trio.sleep(0.01)
 
 

@@ -255,7 +255,7 @@ async def test_a_concurrency_limit_holds_back_the_second_task_of_a_key(start_ser
 async def test_many_idle_sessions_on_an_empty_queue_cost_one_probe_per_pass_not_a_claim_each(
         start_service, connect, worker_token, client):
     service = await start_service(poll_interval=60)  # only the explicit passes below run
-    dispatcher = service.ctx.dispatcher
+    dispatcher = service.dispatcher
     workers = [await connect(service, worker_token, name=f"idle-{i}") for i in range(6)]
     for w in workers:
         await w.register(["billing"], capacity=2)
@@ -279,7 +279,7 @@ async def test_many_idle_sessions_on_an_empty_queue_cost_one_probe_per_pass_not_
 async def test_a_deep_queue_refills_a_busy_session_in_one_claim(start_service, connect, worker_token, client):
     """After a pass that filled every session with work left over, the next top-up is one claim of all free slots."""
     service = await start_service(poll_interval=60)  # no poll passes: only what wakes the dispatcher runs
-    dispatcher = service.ctx.dispatcher
+    dispatcher = service.dispatcher
     client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(40)])
     w = await connect(service, worker_token)
     await w.register(["billing"], capacity=16)  # one claim fills it: the session is alone
@@ -300,7 +300,7 @@ async def test_a_session_alone_in_a_pass_claims_all_its_free_slots_at_once(start
                                                                            client):
     """Rounds share scarce work between sessions; a lone hungry session has nobody to share with."""
     service = await start_service(poll_interval=60)  # no poll passes: only what wakes the dispatcher runs
-    dispatcher = service.ctx.dispatcher
+    dispatcher = service.dispatcher
     client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(40)])
     before = dispatcher.statistics()["claims"]
     w = await connect(service, worker_token)

@@ -265,8 +265,8 @@ async def test_changing_heartbeat_and_lapse_never_makes_a_live_instance_look_los
     finally:
         client.close()
     for instance in (first, second):
-        assert instance.ctx.metrics.nodes_declared_lost == 0 and instance.ctx.metrics.node_rejoins == 0
-        assert (instance.ctx.settings.node_heartbeat, instance.ctx.settings.node_lapse) == (2, 5)
+        assert instance.metrics.nodes_declared_lost == 0 and instance.metrics.node_rejoins == 0
+        assert (instance.settings.node_heartbeat, instance.settings.node_lapse) == (2, 5)
     assert await query(db, "SELECT DISTINCT lapse_ms FROM server_nodes") == [(5_000,)]
 
 
@@ -283,12 +283,12 @@ async def test_flags_given_while_the_schema_is_missing_are_written_once_it_is_th
     try:
         handle = await nursery.start(lambda task_status: serve(settings, config, handle_signals=False,
                                                                task_status=task_status))
-        assert not handle.ctx.settings_sync.loaded and handle.ctx.node is not None
+        assert not handle.settings_sync.loaded and handle.node is not None
         await trio.to_thread.run_sync(migrate, config)
         with trio.fail_after(10):  # the node is recorded only once the settings are read (and its flags written)
             while not await query(config, "SELECT node_id FROM server_nodes"):
                 await trio.sleep(0.05)
-        assert handle.ctx.settings_sync.loaded
+        assert handle.settings_sync.loaded
         assert await query(config, "SELECT value_ms, state FROM cluster_settings WHERE name = 'cancel_grace'") == [
             (2_000, "SET")]
         assert await query(config, "SELECT lapse_ms FROM server_nodes") == [(1_000,)]

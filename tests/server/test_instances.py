@@ -107,7 +107,7 @@ async def test_a_stopped_instance_accepts_no_new_connections(start_service, work
     port = service.worker_port
     service.stop()
     with trio.fail_after(10):
-        while service.ctx.connections:
+        while service.connections:
             await trio.sleep(0.01)
         while True:
             try:
@@ -175,8 +175,6 @@ async def test_sigterm_of_a_serve_process_is_a_graceful_stop(db, connect, worker
 
 async def test_a_fast_poll_does_not_make_the_timers_spin(start_service):
     """The dispatcher may poll every 10 ms; the timers' tick stays within 0.1-1 s (2 x poll)."""
-    from pulse_trio.server.timers import Timers
-
-    assert Timers((await start_service(poll_interval=0.01)).ctx).interval == 0.1
-    assert Timers((await start_service(poll_interval=0.2)).ctx).interval == 0.4
-    assert Timers((await start_service(poll_interval=5)).ctx).interval == 1.0
+    assert (await start_service(poll_interval=0.01)).timers.interval == 0.1
+    assert (await start_service(poll_interval=0.2)).timers.interval == 0.4
+    assert (await start_service(poll_interval=5)).timers.interval == 1.0

@@ -126,7 +126,7 @@ async def test_a_hello_on_a_node_declared_lost_is_refused_on_the_wire(db, start_
     from pulse_trio.sdk.protocol import read_welcome
 
     service = await start_service(node_heartbeat=60, node_lapse=120)  # no heartbeat during the test
-    await _query(db, "UPDATE server_nodes SET state = 'LOST' WHERE node_id = %s", (service.ctx.store.node_id,))
+    await _query(db, "UPDATE server_nodes SET state = 'LOST' WHERE node_id = %s", (service.store.node_id,))
     worker = await connect(service, worker_token, name="late")
     reply = await worker.hello(["billing"])
     assert reply["type"] == "error" and reply["reply_to"] == "h1" and "session_id" not in reply, reply

@@ -207,7 +207,7 @@ async def test_a_peer_that_never_answers_pings_is_dropped(start_service, worker_
         while b"\r\n\r\n" not in data:
             data += await stream.receive_some(4096)
         assert data.startswith(b"HTTP/1.1 101"), data
-        while len(service.ctx.connections) == 0:
+        while len(service.connections) == 0:
             await trio.sleep(0.01)
         # Read and discard (pings arrive) but never answer; the server gives up on us.
         while True:
@@ -218,7 +218,7 @@ async def test_a_peer_that_never_answers_pings_is_dropped(start_service, worker_
                 break
     await stream.aclose()
     with trio.fail_after(10):
-        while service.ctx.connections:
+        while service.connections:
             await trio.sleep(0.01)
 
 

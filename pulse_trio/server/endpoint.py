@@ -1,0 +1,39 @@
+"""What one worker connection needs of its instance: built once by the service, shared by every connection.
+
+A connection (``wire.py``) and its session (``session_service.py``) see
+the instance only through this object, never through the service that
+composes it; each binds the few methods it calls per frame when it is
+built, so a frame pays no lookup through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from pulse_trio.server.batcher import LeaseCommandBatcher
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.live_settings import LiveSettings
+from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.store.trio_bridge import Store
+
+if TYPE_CHECKING:
+    from pulse_trio.server.wire import WireConnection
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class WorkerEndpoint:
+    """The worker endpoint's shared parts: what a connection reads, and where it registers."""
+
+    settings: LiveSettings
+    store: Store
+    clock: ServiceClock
+    hub: SessionHub
+    metrics: ServiceMetrics
+    batcher: LeaseCommandBatcher
+    #: The open connections (the service shuts them down; liveness too, when the node is cut off or lost).
+    connections: set[WireConnection]
+
+
+__all__ = ["WorkerEndpoint"]
