@@ -2,12 +2,12 @@
 
 Every task costs a start and a finish; one transaction each would cap the
 service at what PyMySQL and one COMMIT per command allow. The batcher lets
-commands from every connection share statements and one COMMIT: its lane
-takes whatever commands are queued when it becomes free (one command when
-the service is idle, so idle latency is one transaction; up to
-``MAX_BATCH`` under load) and runs them in one store thread hand-off. The
-service runs one lane: the pool threads share one GIL, so a second lane
-splits the batches without adding CPU.
+commands from every connection share statements and one COMMIT: a free
+lane takes whatever commands are queued (one command when the service is
+idle, so idle latency is one transaction; up to ``MAX_BATCH`` under load)
+and runs them in one store thread hand-off. ``LANES`` lanes share the one
+queue, so a batch's database time (statements, the durable COMMIT)
+overlaps the next batch's Python instead of holding every lease behind it.
 
 Submitting costs no Trio task and no channel hop: :meth:`submit` appends to
 a queue and the lane calls each command's ``done`` callback, in the Trio
@@ -15,11 +15,15 @@ thread, once the batch has committed. The queue is bounded by its callers:
 a connection holds at most ``MAX_IN_FLIGHT`` commands, and stops reading
 while it does.
 
-Each batch holds at most one command per lease, so the batched transaction
-functions never see two commands racing for the same row; a repeat waits
-for the next batch. A command that was queued always runs, even if its
-connection has gone since: its outcome is in the database and a replay
-finds the receipt.
+Each batch holds at most one command per lease, and no lease is in two
+running batches: a command whose lease another lane holds waits in the
+queue, in order, so the commands of one lease still commit one after the
+other and the batched transaction functions never see two commands racing
+for the same row. Batches of different leases may still meet on shared
+rows (a key's permit counter); the store takes locks in one order and
+retries a deadlock, as it does for the batches of two service instances.
+A command that was queued always runs, even if its connection has gone
+since: its outcome is in the database and a replay finds the receipt.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from pulse_trio.store.task_steps import FinishReport
 log = logging.getLogger("pulse_trio.batcher")
 
 MAX_BATCH = 256
+#: Batches in flight at once. While one lane's batch waits for the database
+#: (statements, COMMIT), another's Python runs; docs/performance.md has the A/B.
+LANES = 3
 _FUNCTIONS = {"start": start, "renew": renew, "finish": finish}
 _ORDER = ("start", "renew", "finish")
 
@@ -61,6 +68,7 @@ class LeaseCommandBatcher:
         self.clock = clock
         self._queue: collections.deque[_Pending] = collections.deque()
         self._wake = trio.Event()
+        self._held: set[str] = set()
         self.batches = 0
         self.commands = 0
 
@@ -74,13 +82,25 @@ class LeaseCommandBatcher:
                 "mean_batch": self.commands / self.batches if self.batches else 0.0}
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(LANES):
+                nursery.start_soon(self._lane)
+
+    async def _lane(self) -> None:
         while True:
-            if not self._queue:
+            batch = _take_batch(self._queue, self._held) if self._queue else []
+            if not batch:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 continue
-            batch = _take_batch(self._queue)
-            await self._run(batch)
+            held = [p.command.lease_id for p in batch]
+            self._held.update(held)
+            try:
+                await self._run(batch)
+            finally:
+                self._held.difference_update(held)
+                if self._queue:
+                    self._wake.set()
 
     async def _run(self, batch: Sequence[_Pending]) -> None:
         groups = {kind: [p for p in batch if p.kind == kind] for kind in _ORDER}
@@ -108,14 +128,17 @@ class LeaseCommandBatcher:
                     log.exception("completing %s of lease %s failed", kind, pending.command.lease_id)
 
 
-def _take_batch(queue: collections.deque[_Pending]) -> list[_Pending]:
-    """Up to MAX_BATCH queued commands, each lease once; repeats stay queued, in order."""
+def _take_batch(queue: collections.deque[_Pending], held: set[str]) -> list[_Pending]:
+    """Up to MAX_BATCH queued commands, each lease once and none a running batch holds.
+
+    Repeats and held leases stay queued, in order.
+    """
     seen: set[str] = set()
     batch: list[_Pending] = []
     repeats: list[_Pending] = []
     while queue and len(batch) < MAX_BATCH:
         item = queue.popleft()
-        if item.command.lease_id in seen:
+        if item.command.lease_id in seen or item.command.lease_id in held:
             repeats.append(item)
         else:
             seen.add(item.command.lease_id)

@@ -1,0 +1,63 @@
+"""Command lanes: several batches in flight, and still one command per lease at a time."""
+
+from __future__ import annotations
+
+import collections
+
+import trio
+
+from pulse_trio.server import batcher
+from pulse_trio.server.batcher import MAX_BATCH, _Pending, _take_batch
+from pulse_trio.store.leases import LeaseCommand
+
+
+def _pending(lease: str, kind: str = "start") -> _Pending:
+    command = LeaseCommand("ses_x", "tsk_" + lease, "lse_" + lease, "secret", 1)
+    return _Pending(kind, command, None, lambda outcome: None)
+
+
+def _leases(items) -> list[str]:
+    return [p.command.lease_id for p in items]
+
+
+def test_a_lease_another_lane_holds_stays_queued_in_order():
+    queue = collections.deque([_pending("a"), _pending("b"), _pending("b", "finish"), _pending("c")])
+    batch = _take_batch(queue, held={"lse_b"})
+    assert _leases(batch) == ["lse_a", "lse_c"]
+    assert [(p.command.lease_id, p.kind) for p in queue] == [("lse_b", "start"), ("lse_b", "finish")]
+
+
+def test_a_repeat_waits_for_the_next_batch_behind_its_first_command():
+    queue = collections.deque([_pending("a"), _pending("a", "renew"), _pending("a", "finish"), _pending("b")])
+    assert _leases(_take_batch(queue, held=set())) == ["lse_a", "lse_b"]
+    assert [p.kind for p in queue] == ["renew", "finish"]
+
+
+def test_a_batch_is_bounded_and_the_rest_keeps_its_order():
+    queue = collections.deque(_pending(f"{i:04d}") for i in range(MAX_BATCH + 5))
+    batch = _take_batch(queue, held=set())
+    assert len(batch) == MAX_BATCH
+    assert _leases(queue) == [f"lse_{i:04d}" for i in range(MAX_BATCH, MAX_BATCH + 5)]
+
+
+async def test_pipelined_commands_of_many_leases_commit_in_each_leases_order(start_service, connect, worker_token,
+                                                                            client):
+    """start, renew and finish of each lease sent back to back, unanswered: every one is accepted."""
+    assert batcher.LANES > 1  # otherwise this would not exercise lanes at all
+    service = await start_service()
+    w = await connect(service, worker_token, name="pipelined")
+    count = 24
+    await w.register(["billing"], capacity=count)
+    for n in range(count):
+        client.submit("billing", "invoice.send", {"invoice": n})
+    held = [await w.expect_assign() for _ in range(count)]
+    sent: list[str] = []
+    for h in held:  # revisions: start is sent at the offer's, each accepted command moves it on by one
+        sent.append(await w.send(w.frame("task.start", h.body(h.revision))))
+        sent.append(await w.send(w.frame("task.renew", h.body(h.revision + 1))))
+        sent.append(await w.send(w.frame("task.finish", h.body(h.revision + 2, status="SUCCEEDED",
+                                                               result={"ok": True}))))
+    with trio.fail_after(30):
+        replies = [await w.reply(id_) for id_ in sent]
+    assert [r["type"] for r in replies] == ["ack"] * len(sent), [r for r in replies if r["type"] != "ack"]
+    assert {client.get(h.task_id)["state"] for h in held} == {"SUCCEEDED"}
