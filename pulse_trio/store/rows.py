@@ -13,7 +13,7 @@ import json
 from typing import ClassVar
 
 from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES
-from pulse_trio.store.tx import UTC
+from pulse_trio.store.tx import aware_utc
 
 # What lease commands, timers and cancellation never read: the (up to
 # 256 KiB) payload, the outcome and the bookkeeping times. Every column
@@ -236,7 +236,7 @@ class RowShape:
         values = list(row)
         for i in self._times:
             if values[i] is not None:
-                values[i] = values[i].replace(tzinfo=UTC)
+                values[i] = aware_utc(values[i])
         for i in self._bools:
             if values[i] is not None:
                 values[i] = bool(values[i])

@@ -1,4 +1,4 @@
-"""Row objects built by a shape equal the dataclass's own, and stay frozen."""
+"""Row objects built by a shape equal the dataclass's own and stay frozen; time conversions keep the moment."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from pulse_trio.store.rows import LEASE_COMMAND, TASK_FULL, TASK_PICKUP, LeaseRow, TaskRow
+from pulse_trio.store.tx import db_time, py_time
 
 _NAIVE = dt.datetime(2026, 12, 4, 12, 0, 0, 250000)
 
@@ -41,3 +42,16 @@ def test_a_built_row_is_frozen():
 def test_a_row_of_the_wrong_width_is_refused_not_shifted():
     with pytest.raises((ValueError, IndexError)):
         LEASE_COMMAND.build(_db_row(LEASE_COMMAND.names, LeaseRow)[:-1])
+
+
+@pytest.mark.parametrize("moment", [
+    dt.datetime(2026, 12, 4, 12, 0, 0, 250000, tzinfo=dt.timezone.utc),
+    dt.datetime(2026, 12, 4, 17, 30, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))),
+    dt.datetime(2026, 3, 29, 0, 59, 59, 999999, tzinfo=dt.timezone(dt.timedelta(hours=-1))),
+])
+def test_time_conversions_keep_the_moment(moment):
+    stored = db_time(moment)
+    assert stored.tzinfo is None and stored == moment.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    back = py_time(stored)
+    assert back == moment and back.tzinfo is dt.timezone.utc
+    assert db_time(stored) is stored and py_time(None) is None
