@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pymysql
 from pymysql.constants import FIELD_TYPE
@@ -105,11 +105,16 @@ class DatabaseConfig:
 
     def url(self, *, redact: bool = True) -> str:
         """The URL form, with the password hidden unless asked for."""
-        password = "***" if (redact and self.password) else self.password
-        auth = self.user + (f":{password}" if password else "")
-        query = f"?unix_socket={self.unix_socket}" if self.unix_socket else ""
-        where = ",".join(f"{h}:{p}" for h, p in self.hosts) if self.hosts else f"{self.host}:{self.port}"
-        return f"mysql://{auth}@{where}/{self.database}{query}"
+        password = "***" if (redact and self.password) else quote(self.password, safe="")
+        auth = quote(self.user, safe="") + (f":{password}" if password else "")
+        query = f"?unix_socket={quote(self.unix_socket, safe='/')}" if self.unix_socket else ""
+        where = ",".join(_netloc(h, p) for h, p in (self.hosts or ((self.host, self.port),)))
+        return f"mysql://{auth}@{where}/{quote(self.database, safe='')}{query}"
+
+
+def _netloc(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets so its colons are not read as the port's."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def parse_database_url(url: str) -> DatabaseConfig:

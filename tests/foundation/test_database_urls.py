@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pulse_trio.dburl import DatabaseUrlError, parse_database_url
+from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
 
 
 def test_several_hosts_keep_their_order_and_default_port():
@@ -93,3 +93,16 @@ def test_a_node_that_accepts_and_never_answers_is_not_ready_and_does_not_block()
         began = time.monotonic()
         assert _ready(node) is False
         assert time.monotonic() - began < PROBE_TIMEOUT_S * 3
+
+
+@pytest.mark.parametrize("config", [
+    DatabaseConfig(database="pulse", user="app@edge", password="p@ss:w/rd?#%", host="db.internal", port=3307),
+    DatabaseConfig(database="pulse", user="root", password="", host="::1", port=3306),
+    DatabaseConfig(database="pulse db", user="root", host="localhost", port=3306, unix_socket="/run/my sql/s.sock"),
+    DatabaseConfig(database="pulse", user="u", password="x y", host="fd00::1", port=3306,
+                   hosts=(("fd00::1", 3306), ("node-2", 3307))),
+], ids=["reserved-characters", "ipv6", "spaces-and-socket", "ipv6-cluster"])
+def test_the_url_form_reads_back_as_the_same_config(config):
+    """What the bench hands its serve processes must parse back to the very same login."""
+    assert parse_database_url(config.url(redact=False)) == config
+    assert config.password == "" or config.password not in config.url()
