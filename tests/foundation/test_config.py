@@ -50,7 +50,8 @@ def test_environment_variables_and_flag_precedence(monkeypatch):
 def test_database_url_forms():
     c = parse_database_url("mysql://app:p%40ss@db.example:3307/pulse")
     assert (c.user, c.password, c.host, c.port, c.database) == ("app", "p@ss", "db.example", 3307, "pulse")
-    assert "p@ss" not in c.url() and c.url(redact=False).startswith("mysql://app:p@ss@")
+    assert "p@ss" not in c.url() and c.url(redact=False).startswith("mysql://app:p%40ss@")
+    assert parse_database_url(c.url(redact=False)) == c
     c = parse_database_url("mysql://root@localhost/pulse?unix_socket=/run/mysqld/mysqld.sock")
     assert c.unix_socket == "/run/mysqld/mysqld.sock"
     assert c.connect_kwargs()["unix_socket"] == "/run/mysqld/mysqld.sock"
