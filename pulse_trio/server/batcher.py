@@ -93,12 +93,10 @@ class LeaseCommandBatcher:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 continue
-            held = [p.command.lease_id for p in batch]
-            self._held.update(held)
             try:
                 await self._run(batch)
             finally:
-                self._held.difference_update(held)
+                self._held.difference_update(p.command.lease_id for p in batch)
                 if self._queue:
                     self._wake.set()
 
@@ -131,17 +129,17 @@ class LeaseCommandBatcher:
 def _take_batch(queue: collections.deque[_Pending], held: set[str]) -> list[_Pending]:
     """Up to MAX_BATCH queued commands, each lease once and none a running batch holds.
 
-    Repeats and held leases stay queued, in order.
+    The leases taken join ``held`` (the lane releases them once its batch
+    has run); repeats and held leases stay queued, in order.
     """
-    seen: set[str] = set()
     batch: list[_Pending] = []
-    repeats: list[_Pending] = []
+    waiting: list[_Pending] = []
     while queue and len(batch) < MAX_BATCH:
         item = queue.popleft()
-        if item.command.lease_id in seen or item.command.lease_id in held:
-            repeats.append(item)
+        if item.command.lease_id in held:
+            waiting.append(item)
         else:
-            seen.add(item.command.lease_id)
+            held.add(item.command.lease_id)
             batch.append(item)
-    queue.extendleft(reversed(repeats))
+    queue.extendleft(reversed(waiting))
     return batch

@@ -66,9 +66,7 @@ def aware_utc(value: dt.datetime) -> dt.datetime:
 
 def py_time(value: dt.datetime | None) -> dt.datetime | None:
     """DATETIME(6) value read back -> aware UTC datetime (None stays None)."""
-    if value is None:
-        return None
-    return _combine(value.date(), value.time(), UTC)
+    return None if value is None else aware_utc(value)
 
 
 def after_ms(moment: dt.datetime, ms: int | float) -> dt.datetime:

@@ -22,8 +22,10 @@ def _leases(items) -> list[str]:
 
 def test_a_lease_another_lane_holds_stays_queued_in_order():
     queue = collections.deque([_pending("a"), _pending("b"), _pending("b", "finish"), _pending("c")])
-    batch = _take_batch(queue, held={"lse_b"})
+    held = {"lse_b"}
+    batch = _take_batch(queue, held)
     assert _leases(batch) == ["lse_a", "lse_c"]
+    assert held == {"lse_a", "lse_b", "lse_c"}  # what it took is held until its lane releases it
     assert [(p.command.lease_id, p.kind) for p in queue] == [("lse_b", "start"), ("lse_b", "finish")]
 
 
