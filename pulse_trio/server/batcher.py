@@ -20,8 +20,9 @@ running batches: a command whose lease another lane holds waits in the
 queue, in order, so the commands of one lease still commit one after the
 other and the batched transaction functions never see two commands racing
 for the same row. Batches of different leases may still meet on shared
-rows (a key's permit counter); the store takes locks in one order and
-retries a deadlock, as it does for the batches of two service instances.
+rows (a key's permit counter); each store function locks its rows in id
+order, and a deadlock between two batches is retried, then falls back to
+one transaction per command, as for the batches of two service instances.
 A command that was queued always runs, even if its connection has gone
 since: its outcome is in the database and a replay finds the receipt.
 """
@@ -67,7 +68,9 @@ class LeaseCommandBatcher:
         self.store = store
         self.clock = clock
         self._queue: collections.deque[_Pending] = collections.deque()
-        self._wake = trio.Event()
+        # Idle lanes park here; a submit wakes one. (One Event that every
+        # waking lane replaced would strand lanes on events nobody sets.)
+        self._idle_lanes = trio.lowlevel.ParkingLot()
         self._held: set[str] = set()
         self.batches = 0
         self.commands = 0
@@ -75,7 +78,7 @@ class LeaseCommandBatcher:
     def submit(self, kind: str, command: LeaseCommand, report: FinishReport | None, done: Done) -> None:
         """Queue one command; ``done(outcome)`` is called once its batch has run."""
         self._queue.append(_Pending(kind, command, report, done))
-        self._wake.set()
+        self._idle_lanes.unpark()
 
     def statistics(self) -> dict[str, float]:
         return {"batches": self.batches, "commands": self.commands, "queued": len(self._queue),
@@ -90,15 +93,14 @@ class LeaseCommandBatcher:
         while True:
             batch = _take_batch(self._queue, self._held) if self._queue else []
             if not batch:
-                await self._wake.wait()
-                self._wake = trio.Event()
+                await self._idle_lanes.park()
                 continue
             try:
                 await self._run(batch)
             finally:
                 self._held.difference_update(p.command.lease_id for p in batch)
-                if self._queue:
-                    self._wake.set()
+                if self._queue:  # what waited for these leases may go now, in another lane too
+                    self._idle_lanes.unpark()
 
     async def _run(self, batch: Sequence[_Pending]) -> None:
         groups = {kind: [p for p in batch if p.kind == kind] for kind in _ORDER}

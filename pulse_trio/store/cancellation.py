@@ -24,7 +24,7 @@ from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
 from pulse_trio.store import lease_steps, settings, task_steps
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import CancellationContext
-from pulse_trio.store.registry import decide, guard, require, transition
+from pulse_trio.store.registry import decide, guard, transition
 from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
 from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
@@ -33,7 +33,6 @@ OPEN_STATES = ("REQUESTED", "NOTIFIED")
 #: The task states task.cancel leaves: what a request cancels at once.
 _CANCELLABLE_AT_ONCE = frozenset(t.source for t in CHARTS["task"].transitions_for("cancel"))
 #: resolve and escalate have no guard: the lease transition that runs them decided.
-_UNGUARDED = CancellationContext()
 
 
 @guard("cancellation", "task_not_started")
@@ -174,6 +173,5 @@ def _close(tx: Tx, trigger: str, task_id: str, now: dt.datetime) -> None:
     row = tx.one("SELECT state FROM cancel_intents WHERE task_id = %s FOR UPDATE", (task_id,))
     if row is None:
         return  # a lease cancel without an intent row cannot happen; nothing to close
-    dest = require("cancellation", trigger, row[0], _UNGUARDED)
-    move(tx, "cancellation", trigger, [task_id], source=row[0], dest=dest, sets="resolved_at = %s",
+    move(tx, "cancellation", trigger, [task_id], source=row[0], sets="resolved_at = %s",
          args=(db_time(now),))

@@ -69,7 +69,6 @@ def _dest_of(chart: str, trigger: str, sources: tuple[str, ...], dest: str | Non
     return found.pop()
 
 
-@functools.lru_cache(maxsize=None)
 def statement(chart: str, sets: str = "", where: str = "", key: str | None = None) -> str:
     """``UPDATE <table> SET state = %s[, sets] WHERE <key> IN %s AND state IN %s[ AND where]``."""
     table, default_key = TABLES[chart]

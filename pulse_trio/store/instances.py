@@ -13,7 +13,6 @@ connections' own disconnects, ``node_gone`` ends its sessions in bulk.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as dt
 import json
@@ -25,7 +24,7 @@ from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTI
 from pulse_trio.store import ids
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import InstanceContext
-from pulse_trio.store.registry import decide, guard, read_only, require, transition
+from pulse_trio.store.registry import decide, guard, read_only, transition
 from pulse_trio.store.results import (
     INSTANCE_NOT_FOUND, PERMISSION_DENIED, SERVER_SHUTTING_DOWN, SESSION_NOT_FOUND, STALE_SEQUENCE,
     CapacityResult, InstanceView, Refusal, Registered,
@@ -254,7 +253,6 @@ def _node_state(tx: Tx) -> str | None:
 
 _LIVE = sql_list(LIVE_SESSION_STATES)
 #: node_gone has no guard: the node transition that runs it decided.
-_UNGUARDED = InstanceContext()
 
 
 @transition("instance", "node_gone", entry=False)
@@ -276,15 +274,8 @@ def node_gone(tx: Tx, *, node_id: str, now: dt.datetime, limit: int | None = Non
         args += (limit,)
     rows = tx.all(sql + (" FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"), args)
     # Every live state leads to the same place: one UPDATE over all the sources seen.
-    sources_of: dict[str, list[str]] = collections.defaultdict(list)
-    ids_of: dict[str, list[str]] = collections.defaultdict(list)
-    for session_id, state in rows:
-        dest = require("instance", "node_gone", state, _UNGUARDED)
-        if state not in sources_of[dest]:
-            sources_of[dest].append(state)
-        ids_of[dest].append(session_id)
-    for dest, session_ids in ids_of.items():
-        move(tx, "instance", "node_gone", session_ids, source=sources_of[dest], dest=dest,
+    if rows:
+        move(tx, "instance", "node_gone", [r[0] for r in rows], source=sorted({r[1] for r in rows}),
              sets="updated_at = %s, disconnected_at = %s", args=(db_time(now), db_time(now)))
     (left,) = tx.one(f"SELECT COUNT(*) FROM worker_instances FORCE INDEX (worker_instances_node)"
                      f" WHERE node_id = %s AND state IN {_LIVE}", (node_id,))

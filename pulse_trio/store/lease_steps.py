@@ -10,13 +10,11 @@ import datetime as dt
 
 from pulse_trio.store import permits
 from pulse_trio.store.chart_write import move
-from pulse_trio.store.guard_context import LeaseContext
-from pulse_trio.store.registry import require, transition
+from pulse_trio.store.registry import transition
 from pulse_trio.store.rows import LeaseRow
 from pulse_trio.store.tx import Tx, db_time
 
 #: revoke and cancel have no guard: their caller, cancellation.request, decided.
-_UNGUARDED = LeaseContext()
 
 
 @transition("lease", "revoke", entry=False)
@@ -26,9 +24,8 @@ def revoke(tx: Tx, *, lease: LeaseRow, now: dt.datetime) -> str:
     ``cancel_requested_at`` is kept on the revoked lease so the holder's
     instance can find it and push ``task.cancel`` (cancellation.notify).
     """
-    dest = require("lease", "revoke", lease.state, _UNGUARDED)
     stamp = db_time(now)
-    move(tx, "lease", "revoke", [lease.lease_id], source=lease.state, dest=dest,
+    dest = move(tx, "lease", "revoke", [lease.lease_id], source=lease.state,
          sets="ended_at = %s, cancel_requested_at = %s", args=(stamp, stamp),
          where="revision = %s", where_args=(lease.revision,))
     if lease.concurrency_token is not None:
@@ -43,9 +40,8 @@ def cancel(tx: Tx, *, lease: LeaseRow, now: dt.datetime, deadline: dt.datetime) 
     The cap is what makes the ordinary expiry timer escalate exactly when the
     grace runs out, and renewals never move it (``renewed_expiry``).
     """
-    dest = require("lease", "cancel", lease.state, _UNGUARDED)
     expires = min(lease.expires_at, deadline)
-    move(tx, "lease", "cancel", [lease.lease_id], source=lease.state, dest=dest,
+    move(tx, "lease", "cancel", [lease.lease_id], source=lease.state,
          sets="cancel_requested_at = %s, cancel_deadline = %s, expires_at = %s",
          args=(db_time(now), db_time(deadline), db_time(expires)), where="cancel_requested_at IS NULL")
     return expires

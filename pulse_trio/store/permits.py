@@ -25,7 +25,6 @@ from pulse_trio.store.timer_scan import DueScan, claim
 from pulse_trio.store.tx import Tx, after_ms, db_time
 
 #: release and quarantine have no guard: the lease transition that runs them decided.
-_UNGUARDED = KeyPermitContext()
 
 
 @guard("key_permit", "permit_available")
@@ -83,8 +82,6 @@ def release(tx: Tx, *, leases: Sequence[LeaseRow], now: dt.datetime) -> int:
     held = _held(tx, [l.lease_id for l in leases if l.concurrency_token is not None])
     if not held:
         return 0
-    for _ in held:
-        require("key_permit", "release", "HELD", _UNGUARDED)
     move(tx, "key_permit", "release", [h[0] for h in held], source="HELD", sets="released_at = %s",
          args=(db_time(now),))
     _decrement(tx, [h[1] for h in held])
@@ -100,7 +97,6 @@ def quarantine(tx: Tx, *, lease: LeaseRow, now: dt.datetime, quarantine_ms: int 
     held = _held(tx, [lease.lease_id])
     if not held:
         return False
-    require("key_permit", "quarantine", "HELD", _UNGUARDED)
     until = after_ms(now, quarantine_ms if quarantine_ms is not None else lease.ttl_ms)
     move(tx, "key_permit", "quarantine", [lease.lease_id], source="HELD", sets="quarantine_until = %s",
          args=(db_time(until),))

@@ -158,6 +158,11 @@ def _refusal_guards(chart: str, trigger: str) -> tuple[Guard, ...]:
 
 
 @functools.lru_cache(maxsize=None)
+def _refusal_names(chart: str, trigger: str) -> frozenset[str]:
+    return frozenset(g.name for g in _refusal_guards(chart, trigger))
+
+
+@functools.lru_cache(maxsize=None)
 def _candidates(chart: str, trigger: str, state: str) -> tuple[tuple[str, tuple[tuple[Guard, bool], ...]], ...]:
     """The chart's transitions from ``state``, with their selector guards resolved."""
     return tuple(
@@ -190,8 +195,8 @@ def screen(chart: str, trigger: str, ctx: Any, *, through: str) -> Refusal | Non
     :func:`decide`.
     """
     _context(chart, ctx)
-    if through not in CHARTS[chart].refusal_order(trigger):
-        raise ChartError(f"{chart}.{trigger} names no guard {through!r}")
+    if through not in _refusal_names(chart, trigger):
+        raise ChartError(f"{chart}.{trigger} names no refusing guard {through!r}")
     return _first_refusal(chart, trigger, ctx, through)
 
 

@@ -2,9 +2,10 @@
 
 Each step is the one function of its (task, trigger) and is called with the
 caller's open ``Tx`` on rows the caller has already locked (lease first, then
-task). :func:`~pulse_trio.store.registry.require` checks the move against the
-chart; a refusal there means the two charts disagree, which is a bug and
-rolls the whole transaction back.
+task). :func:`~pulse_trio.store.chart_write.move` checks the move against the
+chart (:func:`~pulse_trio.store.registry.require` first, for a step whose
+guards choose its destination); a refusal there means the two charts
+disagree, which is a bug and rolls the whole transaction back.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import collections
 import dataclasses
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import TaskContext
@@ -23,7 +24,6 @@ from pulse_trio.store.tx import InvariantViolation, Tx, after_ms, db_time
 
 FINISH_STATUSES = ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
 #: For the steps whose transitions have no guard (offer, start, lapse, cancel): nothing to read.
-_UNGUARDED = TaskContext()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,13 +102,16 @@ def _retry_uncertain_allowed(c) -> bool:
     return c.task.retry_uncertain and c.lease.attempt < c.task.max_attempts
 
 
+def _states(tasks: Iterable[TaskRow]) -> list[str]:
+    """The states a batch's locked tasks are in: :func:`move` refuses any its trigger does not leave."""
+    return sorted({task.state for task in tasks})
+
+
 # -- steps ------------------------------------------------------------------------
 @transition("task", "offer", entry=False)
 def offer(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """READY -> OFFERED for a batch picked by lease.assign, in one guarded UPDATE."""
-    for task in tasks:
-        require("task", "offer", task.state, _UNGUARDED)
-    move(tx, "task", "offer", [t.task_id for t in tasks], source="READY", sets="updated_at = %s",
+    move(tx, "task", "offer", [t.task_id for t in tasks], source=_states(tasks), sets="updated_at = %s",
          args=(db_time(now),))
 
 
@@ -120,19 +123,16 @@ def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime
     or expire), so no attempt row is written here or later.
     """
     for task, lease in items:
-        require("task", "start", task.state, _UNGUARDED)
         if lease.attempt != task.attempt + 1:
             raise InvariantViolation(f"lease {lease.lease_id} is attempt {lease.attempt}, task is at {task.attempt}")
-    move(tx, "task", "start", [task.task_id for task, _ in items], source="OFFERED",
+    move(tx, "task", "start", [task.task_id for task, _ in items], source=_states(task for task, _ in items),
          sets="attempt = attempt + 1, updated_at = %s", args=(db_time(now),))
 
 
 @transition("task", "lapse", entry=False)
 def lapse(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """OFFERED -> READY: the offer was never started; no attempt consumed."""
-    for task in tasks:
-        require("task", "lapse", task.state, _UNGUARDED)
-    move(tx, "task", "lapse", [t.task_id for t in tasks], source="OFFERED", sets="updated_at = %s",
+    move(tx, "task", "lapse", [t.task_id for t in tasks], source=_states(tasks), sets="updated_at = %s",
          args=(db_time(now),))
 
 
@@ -143,9 +143,8 @@ def cancel(tx: Tx, *, task: TaskRow, now: dt.datetime) -> str:
     The outcome is uncertain only if an earlier attempt was lost after start
     (the task carries effect_uncertain), since this cancel ran nothing.
     """
-    dest = require("task", "cancel", task.state, _UNGUARDED)
     stamp = db_time(now)
-    return move(tx, "task", "cancel", [task.task_id], source=task.state, dest=dest,
+    return move(tx, "task", "cancel", [task.task_id], source=task.state,
                 sets="updated_at = %s, finished_at = %s, outcome_status = 'CANCELLED',"
                      " outcome_error_code = 'cancelled', outcome_error_message = NULL, outcome_retryable = FALSE,"
                      " outcome_uncertain = %s, outcome_attempt = NULL",

@@ -5,10 +5,14 @@ from __future__ import annotations
 import collections
 
 import trio
+import trio.testing
 
 from pulse_trio.server import batcher
-from pulse_trio.server.batcher import MAX_BATCH, _Pending, _take_batch
+from pulse_trio.server.batcher import LANES, MAX_BATCH, LeaseCommandBatcher, _Pending, _take_batch
+from pulse_trio.server.clock import ServiceClock
 from pulse_trio.store.leases import LeaseCommand
+from pulse_trio.store.results import Refusal
+from pulse_trio.store.trio_bridge import Store
 
 
 def _pending(lease: str, kind: str = "start") -> _Pending:
@@ -63,3 +67,25 @@ async def test_pipelined_commands_of_many_leases_commit_in_each_leases_order(sta
         replies = [await w.reply(id_) for id_ in sent]
     assert [r["type"] for r in replies] == ["ack"] * len(sent), [r for r in replies if r["type"] != "ack"]
     assert {client.get(h.task_id)["state"] for h in held} == {"SUCCEEDED"}
+
+
+async def test_every_lane_is_idle_and_wakeable_again_after_each_batch(db):
+    """A wake-up that one lane answers leaves the others parked where the next submit finds them."""
+    store = Store(db, pool_size=LANES)
+    try:
+        lanes = LeaseCommandBatcher(store, ServiceClock())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lanes.run)
+            for n in range(3):
+                answered = trio.Event()
+                outcomes = []
+                lanes.submit("start", _pending(f"{n:026d}"[-26:]).command, None,
+                             lambda outcome: (outcomes.append(outcome), answered.set()))
+                with trio.fail_after(10):
+                    await answered.wait()
+                await trio.testing.wait_all_tasks_blocked()
+                assert isinstance(outcomes[0], Refusal)  # no such lease: refused, and answered
+                assert lanes._idle_lanes.statistics().tasks_waiting == LANES
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
