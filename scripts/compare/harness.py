@@ -1,4 +1,7 @@
-"""Run the competitors' equivalent of `pulse-trio bench` and print one JSON object per system.
+"""Run the competitors' equivalent of `pulse-trio bench`, each over a sweep of its own knobs, beside ours.
+
+One JSON object per run on stdout (every sweep point), then one summary object
+with the best run of each system and the configuration that produced it.
 
 Started by scripts/compare/run inside the compare virtualenv (celery, redis,
 procrastinate, pgqueuer, asyncpg and psycopg pinned there; none of them is a
