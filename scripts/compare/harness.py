@@ -224,7 +224,7 @@ def celery_worker_argv(processes: int, index: int) -> list[str]:
 def celery_command(args: argparse.Namespace, knobs: dict[str, int]) -> str:
     """The worker command line as a person would type it, for the report."""
     argv = celery_worker_argv(knobs["processes"], 0)[1:-2]
-    return (f"{args.celery_nodes} x `celery {' '.join(argv[1:])}`"
+    return (f"{args.celery_nodes} x `celery {' '.join(argv)}`"
             f" with worker_prefetch_multiplier={knobs['prefetch_multiplier']}")
 
 
@@ -811,8 +811,9 @@ def parse_override(text: str) -> tuple[str, str, tuple[int, ...]]:
     return system, knob, parsed
 
 
-BEST_FIELDS = ("system", "end_to_end_tasks_per_s", "submit_tasks_per_s", "workers_cpu_s_per_task",
-               "database_cpu_s_per_task", "sweep", "round", "config")
+# server_cpu_s_per_task is pulse-trio's own server process (the peers have none apart from their broker/database).
+CPU_FIELDS = ("server_cpu_s_per_task", "workers_cpu_s_per_task", "database_cpu_s_per_task")
+BEST_FIELDS = ("system", "end_to_end_tasks_per_s", "submit_tasks_per_s", *CPU_FIELDS, "sweep", "round", "config")
 
 
 def summarise(results: list[dict[str, object]], systems: list[str]) -> dict[str, object]:
@@ -829,10 +830,11 @@ def summarise(results: list[dict[str, object]], systems: list[str]) -> dict[str,
 def print_summary(summary: dict[str, object]) -> None:
     progress("best of each system (all sweep points are the JSON lines above):")
     for row in summary["best"]:
-        cpu = [row["workers_cpu_s_per_task"], row["database_cpu_s_per_task"]]
-        cpu_ms = " + ".join("?" if c is None else f"{c * 1000:.2f}" for c in cpu)
-        progress(f"  {row['system']:<16} {row['end_to_end_tasks_per_s']:>8} tasks/s  CPU/task {cpu_ms} ms"
-                 f"  best of {row['runs']}: {point_label(row['sweep'])}")
+        parts = [(field.split("_")[0], row[field]) for field in CPU_FIELDS
+                 if row[field] is not None or field != "server_cpu_s_per_task"]
+        cpu_ms = " + ".join(f"{who} {'?' if value is None else f'{value * 1000:.2f}'}" for who, value in parts)
+        progress(f"  {row['system']:<16} {row['end_to_end_tasks_per_s']:>8} tasks/s  CPU/task ms: {cpu_ms}"
+                 f"  (best of {row['runs']}: {point_label(row['sweep'])})")
 
 
 # --- main -------------------------------------------------------------------
