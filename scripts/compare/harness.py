@@ -763,7 +763,6 @@ RUNNERS = {"pulse-trio": run_pulse_trio, "celery": run_celery, "celery-rabbitmq"
            "procrastinate": run_procrastinate, "pgqueuer": run_pgqueuer}
 
 
-
 def point_label(knobs: dict[str, int]) -> str:
     return ",".join(f"{knob}={value}" for knob, value in knobs.items())
 

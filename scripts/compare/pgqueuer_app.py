@@ -1,6 +1,7 @@
 """The pgqueuer side of the comparison: one no-op entrypoint on pgqueuer's default (durable) tables.
 
-Started as ``python pgqueuer_app.py --max-concurrent-tasks C`` by the harness:
+Started as ``python pgqueuer_app.py --max-concurrent-tasks C --batch-size B`` by the
+harness (both swept):
 ``pgqueuer.run``, what ``pgq run pgqueuer_app:main`` calls, on uvloop as the
 CLI picks it (``pgq run`` itself fails in 1.6.0 before starting: its
 ``--log-level`` parser hands the logging setup a string). The database is the
