@@ -747,8 +747,8 @@ def _versions(*names: str) -> dict[str, str]:
 # 8000 tasks; `full` is the wider grid. `--set SYSTEM.KNOB=V1,V2` replaces one knob's values.
 SWEEPS: dict[str, dict[str, dict[str, tuple[int, ...]]]] = {
     "quick": {
-        "celery": {"processes": (2, 4, 8), "prefetch_multiplier": (1, 64)},
-        "celery-rabbitmq": {"processes": (2, 4, 8), "prefetch_multiplier": (1, 64)},
+        "celery": {"processes": (2, 4, 8, 16), "prefetch_multiplier": (1, 64)},
+        "celery-rabbitmq": {"processes": (2, 4, 8, 16), "prefetch_multiplier": (1, 64)},
         "procrastinate": {"concurrency": (4, 16)},
         "pgqueuer": {"concurrency": (64, 128), "batch_size": (10, 32)},
     },
