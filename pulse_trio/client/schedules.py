@@ -87,38 +87,41 @@ def check_ref(ref: Any) -> str:
 
 
 class Schedules:
-    """Create, read and change schedules on one store (blocking; thread-safe like the store)."""
+    """Create, read and change schedules on one store (blocking; thread-safe like the store).
+
+    Each returns :class:`~pulse_trio.store.schedules.ScheduleRow` values:
+    ``as_json_text()`` keeps the payload's digits, ``as_json()`` is a dict.
+    """
 
     def __init__(self, store: SyncStore) -> None:
         self.store = store
 
-    def create(self, schedule: stored.NewSchedule, *, created_by: str, now: dt.datetime | None = None) -> dict:
+    def create(self, schedule: stored.NewSchedule, *, created_by: str,
+               now: dt.datetime | None = None) -> stored.ScheduleRow:
         result = self.store.run_sync(stored.create, schedule=schedule, now=now or dt.datetime.now(UTC),
                                      created_by=created_by)
         if isinstance(result, Refusal):
             raise ClientError(result.code, result.message)
-        return result.as_json()
+        return result
 
-    def list(self, *, include_deleted: bool = False, queues: tuple[str, ...] | None = None) -> list[dict]:
-        return [s.as_json() for s in self.store.run_sync(stored.list_schedules, include_deleted=include_deleted,
-                                                         queues=queues)]
+    def list(self, *, include_deleted: bool = False,
+             queues: tuple[str, ...] | None = None) -> list[stored.ScheduleRow]:
+        return self.store.run_sync(stored.list_schedules, include_deleted=include_deleted, queues=queues)
 
-    def row(self, ref: str) -> stored.ScheduleRow:
+    def get(self, ref: str) -> stored.ScheduleRow:
         found = self.store.run_sync(stored.get_schedule, ref=check_ref(ref))
         if found is None:
             raise ScheduleNotFound(ref)
         return found
 
-    def get(self, ref: str) -> dict:
-        return self.row(ref).as_json()
-
-    def change(self, action: str, ref: str, *, by: str, now: dt.datetime | None = None) -> tuple[dict, bool]:
+    def change(self, action: str, ref: str, *, by: str,
+               now: dt.datetime | None = None) -> tuple[stored.ScheduleRow, bool]:
         """``pause``, ``resume`` or ``delete``: the schedule after it, and whether this call changed it."""
         fn = {"pause": stored.pause, "resume": stored.resume, "delete": stored.delete}[action]
         result = self.store.run_sync(fn, ref=check_ref(ref), now=now or dt.datetime.now(UTC), by=by)
         if isinstance(result, Refusal):
             raise ScheduleNotFound(ref)
-        return result.schedule.as_json(), result.changed
+        return result.schedule, result.changed
 
 
 __all__ = ["FIELDS", "InvalidField", "ScheduleNotFound", "Schedules", "build_schedule", "check_ref"]

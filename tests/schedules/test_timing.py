@@ -7,9 +7,11 @@ and falls back on 25 October (03:00 CEST -> 02:00 CET).
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import pytest
 
+from pulse_trio.client.schedules import build_schedule
 from pulse_trio.schedule_timing import InvalidField, missed_policy, timing
 
 UTC = dt.timezone.utc
@@ -135,3 +137,16 @@ def test_missed_policies():
         with pytest.raises(InvalidField) as refused:
             missed_policy(missed, limit)
         assert refused.value.field == field
+
+
+@pytest.mark.parametrize("fields,field", [
+    (dict(name="sch_x"), "name"), (dict(name="Bad Name"), "name"), (dict(queue=""), "queue"), (dict(kind=7), "kind"),
+    (dict(payload_json="{bad"), "payload"), (dict(payload_json='"' + "x" * 300_000 + '"'), "payload"),
+    (dict(priority=99), "priority"), (dict(max_attempts=0), "max_attempts"), (dict(interval="soon"), "interval"),
+    (dict(interval=Decimal("0.5")), "interval"), (dict(missed="catch_up", catch_up_limit=100_000), "catch_up_limit"),
+])
+def test_every_field_of_a_new_schedule_is_checked_by_name(fields, field):
+    given = dict(name="ok", queue="q", kind="k", interval=60) | fields
+    with pytest.raises(InvalidField) as refused:
+        build_schedule(**given)
+    assert refused.value.field == field
