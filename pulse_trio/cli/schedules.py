@@ -58,7 +58,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     listing.set_defaults(run=run_guarded(_list))
 
     show = actions.add_parser("show", help="one schedule, by id or name")
-    show.add_argument("schedule", metavar="ID_OR_NAME")
+    show.add_argument("schedule", metavar="ID_OR_NAME", help="the schedule's id (sch_…, deleted ones too) or name")
     add_database_options(show)
     show.set_defaults(run=run_guarded(_show))
 
@@ -66,7 +66,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                          ("resume", "fire it again from the next tick after now"),
                          ("delete", "delete it: it never fires again and its name is free")):
         parser = actions.add_parser(action, help=text)
-        parser.add_argument("schedule", metavar="ID_OR_NAME")
+        parser.add_argument("schedule", metavar="ID_OR_NAME", help="the schedule's id (sch_…) or name")
         add_database_options(parser)
         parser.set_defaults(run=run_guarded(_change), change=action)
 

@@ -32,8 +32,9 @@ from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import terminal_states
 from pulse_trio.contract.grammar import new_ulid
 from pulse_trio.schedule_timing import Timing
-from pulse_trio.store.chart_write import destination, move
-from pulse_trio.store.registry import read_only, transition
+from pulse_trio.store.chart_write import move
+from pulse_trio.store.guard_context import ScheduleContext
+from pulse_trio.store.registry import decide, read_only, require, transition
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tasks import DUPLICATE_KEY, NewTask, submit
 from pulse_trio.store.timer_scan import DueScan, claim, due_states
@@ -165,7 +166,7 @@ def _next_after(timing: Timing, now: dt.datetime) -> dt.datetime:
 @transition("schedule", "create")
 def create(tx: Tx, *, schedule: NewSchedule, now: dt.datetime, created_by: str) -> ScheduleRow | Refusal:
     """Insert an ACTIVE schedule whose first tick is the first after ``now``."""
-    state = destination("schedule", "create", "NONE")
+    state = require("schedule", "create", "NONE", ScheduleContext(now=now))
     s, stamp, who = schedule, db_time(now), created_by[:128]
     try:
         tx.write(f"INSERT INTO schedules ({_COLUMNS}) VALUES"
@@ -195,6 +196,7 @@ def fire(tx: Tx, *, now: dt.datetime, limit: int = FIRE_BATCH) -> FireResult:
     task_ids: list[str] = []
     created = 0
     for s in rows:
+        require("schedule", "fire", s.state, ScheduleContext(schedule=s, now=now))
         try:
             ticks, next_at = s.timing.due(s.next_fire_at, now, s.catch_up_limit)
         except StopIteration:
@@ -217,13 +219,14 @@ def _change(tx: Tx, trigger: str, ref: str, now: dt.datetime, by: str) -> Schedu
     row = _lookup(tx, ref, lock=True)
     if row is None:
         return Refusal(SCHEDULE_NOT_FOUND, f"no schedule {ref}")
-    if not CHARTS["schedule"].dests(trigger, row.state):
+    dest = decide("schedule", trigger, row.state, ScheduleContext(schedule=row, now=now))
+    if isinstance(dest, Refusal):
         return ScheduleChange(row, False)  # pause of a paused one, resume of an active one: nothing to do
     sets, args = "updated_at = %s, updated_by = %s", [db_time(now), by[:128]]
     if trigger == "resume":  # ticks that fell while paused are not fired
         sets += ", next_fire_at = %s"
         args.append(db_time(_next_after(row.timing, now)))
-    move(tx, "schedule", trigger, [row.schedule_id], source=row.state, sets=sets, args=args)
+    move(tx, "schedule", trigger, [row.schedule_id], source=row.state, dest=dest, sets=sets, args=args)
     after = _lookup(tx, row.schedule_id, lock=False, include_deleted=True)
     assert after is not None
     return ScheduleChange(after, True)
