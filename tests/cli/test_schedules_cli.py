@@ -63,6 +63,7 @@ def test_a_taken_name_exits_1_and_an_unknown_schedule_3(db):
     assert cli(db, "create", "once", "--queue", "q", "--kind", "k", "--interval", "60").returncode == 0
     again = cli(db, "create", "once", "--queue", "q", "--kind", "k", "--interval", "30")
     assert again.returncode == 1 and "exists" in again.stderr
-    assert cli(db, "delete", "nope").returncode == 3
-    assert cli(db, "pause", "sch_not-an-id").returncode == 3
+    for action in ("show", "pause", "resume", "delete"):  # every command that names a schedule
+        assert cli(db, action, "nope" if action != "resume" else "sch_not-an-id").returncode == 3
+    assert cli(db, "list", "--format", "xml").returncode == 2
     assert rows(db, "SELECT COUNT(*) FROM schedules") == [(1,)]
