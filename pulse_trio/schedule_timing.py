@@ -109,20 +109,26 @@ class Timing:
         assert self.cron is not None
         return _utc(next(CronSim(self.cron, moment.astimezone(self.zone))))
 
-    def latest(self, moment: dt.datetime, count: int) -> list[dt.datetime]:
-        """Up to ``count`` ticks at or before ``moment``, oldest first (UTC)."""
+    def latest(self, moment: dt.datetime, count: int, since: dt.datetime | None = None) -> list[dt.datetime]:
+        """Up to ``count`` ticks at or before ``moment`` (and not before ``since``), oldest first (UTC)."""
         moment = _utc(moment)
+        floor = _utc(since) if since is not None else None
         if self.interval_s is not None:
             step = self.interval_s * 1_000_000
             last = (moment - _EPOCH) // _MICRO // step
-            return [_EPOCH + dt.timedelta(microseconds=k * step) for k in range(last - count + 1, last + 1)]
+            first = last - count + 1
+            if floor is not None:
+                first = max(first, -(-((floor - _EPOCH) // _MICRO) // step))  # the first tick at or after since
+            return [_EPOCH + dt.timedelta(microseconds=k * step) for k in range(first, last + 1)]
         assert self.cron is not None
         # cronsim's reverse walk starts at or before the given second when it has microseconds.
         ticks = CronSim(self.cron, (moment + _MICRO).astimezone(self.zone), reverse=True)
         found: list[dt.datetime] = []
         for tick in ticks:
             at = _utc(tick)
-            if at <= moment:  # the repeated-hour fix-up may step forward past the start
+            if floor is not None and at < floor:
+                break
+            if at <= moment:  # the skipped-hour fix-up may step forward past the start
                 found.append(at)
             if len(found) == count:
                 break
@@ -139,7 +145,7 @@ class Timing:
         """
         if next_at > now:
             return [], next_at
-        fired = [t for t in self.latest(now, limit) if t >= next_at]
+        fired = self.latest(now, limit, since=next_at)
         return fired, self.after(now)
 
     def as_json(self) -> dict[str, object]:

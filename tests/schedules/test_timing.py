@@ -150,3 +150,13 @@ def test_every_field_of_a_new_schedule_is_checked_by_name(fields, field):
     with pytest.raises(InvalidField) as refused:
         build_schedule(**given)
     assert refused.value.field == field
+
+
+def test_looking_back_stops_at_since():
+    cron, every = timing(cron="* * * * *"), timing(interval=60)
+    for rule in (cron, every):
+        assert rule.latest(at(2026, 1, 1, 1, 0, 30), 1000, since=at(2026, 1, 1, 0, 58)) == [
+            at(2026, 1, 1, 0, 58), at(2026, 1, 1, 0, 59), at(2026, 1, 1, 1, 0)]
+        assert rule.latest(at(2026, 1, 1, 1, 0, 30), 1000, since=at(2026, 1, 1, 0, 58, 0, 1)) == [
+            at(2026, 1, 1, 0, 59), at(2026, 1, 1, 1, 0)]
+        assert rule.latest(at(2026, 1, 1, 1, 0, 30), 1000, since=at(2026, 1, 1, 1, 0, 31)) == []
