@@ -24,9 +24,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 from typing import Any
 
 import pymysql
+from cronsim import CronSimError
 
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import terminal_states
@@ -39,6 +41,8 @@ from pulse_trio.store.results import Refusal
 from pulse_trio.store.tasks import DUPLICATE_KEY, NewTask, submit
 from pulse_trio.store.timer_scan import DueScan, claim, due_states
 from pulse_trio.store.tx import Tx, db_time, py_time, rfc3339
+
+log = logging.getLogger("pulse_trio.schedules")
 
 SCHEDULE_PREFIX = "sch_"
 SCHEDULE_NOT_FOUND = "schedule_not_found"
@@ -157,9 +161,10 @@ def _lookup(tx: Tx, ref: str, *, lock: bool, include_deleted: bool = False) -> S
 
 
 def _next_after(timing: Timing, now: dt.datetime) -> dt.datetime:
+    """The first tick after ``now``; NEVER when there is none (or the zone left the zone data)."""
     try:
         return timing.after(now)
-    except StopIteration:
+    except (StopIteration, ValueError, CronSimError):
         return NEVER
 
 
@@ -199,14 +204,18 @@ def fire(tx: Tx, *, now: dt.datetime, limit: int = FIRE_BATCH) -> FireResult:
         require("schedule", "fire", s.state, ScheduleContext(schedule=s, now=now))
         try:
             ticks, next_at = s.timing.due(s.next_fire_at, now, s.catch_up_limit)
-        except StopIteration:
+        except StopIteration:  # no match within cronsim's horizon
+            ticks, next_at = [], NEVER
+        except (ValueError, CronSimError):  # its zone left the installed zone data: it cannot tick
+            log.error("schedule %s (%s) cannot compute its ticks; it stops until resumed", s.schedule_id, s.name,
+                      exc_info=True)
             ticks, next_at = [], NEVER
         tasks = [NewTask(s.queue, s.kind, s.payload, priority=s.priority, due_at=tick, max_attempts=s.max_attempts,
                          idempotency_key=tick_key(s.schedule_id, tick)) for tick in ticks]
         results = submit(tx, tasks=tasks, now=now) if tasks else ()
         task_ids.extend(r.task_id for r in results)
         created += sum(1 for r in results if r.created)
-        move(tx, "schedule", "fire", [s.schedule_id], source="ACTIVE",
+        move(tx, "schedule", "fire", [s.schedule_id], source=s.state,
              sets="next_fire_at = %s, last_tick_at = COALESCE(%s, last_tick_at),"
                   " last_task_id = COALESCE(%s, last_task_id), fired_ticks = fired_ticks + %s",
              args=(db_time(next_at), db_time(ticks[-1]) if ticks else None,

@@ -128,3 +128,12 @@ def test_fire_batches_come_back_full_when_more_are_due(world, limit):
     world.advance(1000)
     result = world.run(fire, limit=limit)
     assert result.schedules == limit and result.more
+
+
+def test_a_schedule_whose_zone_is_gone_stops_without_holding_up_the_others(world):
+    broken, fine = _create(world, name="broken", cron="* * * * *", timezone="Europe/Berlin"), _create(world)
+    world.sql("UPDATE schedules SET timezone = 'Gone/Zone' WHERE schedule_id = %s", (broken.schedule_id,))
+    world.advance(60_000)
+    assert world.run(fire).created == 1  # the fine one
+    assert world.store.run_sync(get_schedule, ref=broken.schedule_id).next_fire_at.year == 9999
+    assert _tasks(world, broken.schedule_id) == [] and len(_tasks(world, fine.schedule_id)) == 1
