@@ -1,12 +1,14 @@
 """Bearer tokens on the HTTP API: who may do what.
 
 ======================  ==========================================
-producer                submit, read tasks and queue depths — only
-                        in the token's queues (none listed: every
-                        queue); read the cluster settings
+producer                submit, read tasks, schedules and queue
+                        depths — only in the token's queues (none
+                        listed: every queue); read the cluster
+                        settings
 operator                everything: cancel, retry, workers, drain
-                        too; change the cluster settings (only a
-                        token without queues)
+                        too; create and change schedules (in its
+                        queues); change the cluster settings (only
+                        a token without queues)
 worker                  nothing here (the worker endpoint only)
 ======================  ==========================================
 
@@ -46,6 +48,8 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "nodes": ((OPERATOR,), "list server processes"),
     "settings": (READERS, "read the cluster settings"),
     "configure": ((OPERATOR,), "change the cluster settings"),
+    "schedules": (READERS, "read schedules"),
+    "schedule": ((OPERATOR,), "create, pause, resume or delete schedules"),
 }
 
 

@@ -10,6 +10,7 @@
 408    ``request_timeout``: the body did not arrive within ``--http-body-timeout``
 413    ``request_too_large`` (body), ``payload_too_large`` (task payload)
 415    ``unsupported_media_type``: a body that says it is not JSON
+422    ``invalid_schedule``: a schedule field out of its rule; ``field`` names it
 500    ``internal``: a defect, logged with its traceback
 503    ``database_unavailable`` (with ``Retry-After``): the database cannot be reached, nothing else
 =====  ===============================================================
@@ -49,19 +50,24 @@ _CLIENT_STATUS = {
 class ApiError(Exception):
     """An answer other than success; raised anywhere below a handler."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None, *,
+                 field: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers or {}
+        #: The request field at fault, where one is (422).
+        self.field = field
 
     def response(self) -> Response:
-        return error_response(self.status, self.code, self.message, self.headers)
+        return error_response(self.status, self.code, self.message, self.headers, field=self.field)
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    body = json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False, separators=(",", ":"))
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None, *,
+                   field: str | None = None) -> Response:
+    error = {"code": code, "message": message} | ({"field": field} if field is not None else {})
+    body = json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":"))
     return Response(body, status_code=status, media_type=JSON, headers=headers)
 
 

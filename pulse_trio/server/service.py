@@ -51,6 +51,7 @@ from pulse_trio.server.live import LiveService
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.schedule_firing import ScheduleFiring
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
 from pulse_trio.server.wire import WireConnection, keepalive, serve_workers
@@ -98,6 +99,8 @@ class ServiceHandle:
     http_port: int = 0
     #: What the surface beside the service (the HTTP API) may ask of it.
     instance: LiveService | None = None
+    #: The recurring schedules' fire loop.
+    schedules: ScheduleFiring | None = None
 
     @property
     def settings(self) -> Settings:
@@ -137,6 +140,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                               batcher=batcher, connections=connections)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
+    firing = ScheduleFiring(store=store, clock=clock, wake=hub.wake)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
@@ -173,13 +177,15 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 root.start_soon(node.run_heartbeats)
                 root.start_soon(settings_sync.run)
                 root.start_soon(timers.run)
+                root.start_soon(firing.run)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
                 http_port = await root.start(beside.serve, live, store, stop) if beside is not None else 0
                 task_status.started(ServiceHandle(
                     worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
                     metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
-                    settings_sync=settings_sync, connections=connections, http_port=http_port, instance=live))
+                    settings_sync=settings_sync, connections=connections, http_port=http_port, instance=live,
+                    schedules=firing))
                 await stop.wait()
                 log.info("shutting down: %d session(s)", len(connections))
                 listening.cancel()

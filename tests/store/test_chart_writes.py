@@ -19,7 +19,9 @@ from pymysql.constants import CLIENT
 
 from pulse_trio.charts import CHARTS, persistent_charts
 from pulse_trio.dburl import connect
+from pulse_trio.client.schedules import build_schedule
 from pulse_trio.store import NewTask, request_cancel, retry, submit
+from pulse_trio.store.schedules import create as create_schedule
 from pulse_trio.store.chart_write import TABLES, UndeclaredTransition, move
 from pulse_trio.store.tx import Tx, UnregisteredWrite
 
@@ -44,6 +46,8 @@ def _specimen(world, chart: str) -> str:
                   " expires_at) VALUES (%s, 'ALIVE', 'h', 1, 1000, %s, %s, %s)", (NODE_ID, world.now, world.now,
                                                                                  world.now))
         return NODE_ID
+    if chart == "schedule":
+        return _schedule(world)
     w = world.worker("q", keys=True)
     if chart == "instance":
         return w.session_id
@@ -55,6 +59,11 @@ def _specimen(world, chart: str) -> str:
             world.run(request_cancel, task_id=task_id)
         return task_id
     return offer.lease.lease_id  # lease and key_permit share the key
+
+
+def _schedule(world, name: str = "specimen") -> str:
+    spec = build_schedule(name=name, queue="q", kind="k", interval=60)
+    return world.run(create_schedule, schedule=spec, created_by="test").schedule_id
 
 
 def _state(world, chart: str, key: str) -> str:
@@ -144,6 +153,7 @@ def test_the_functions_that_insert_a_row_write_the_charts_destination(world):
     world.run(request_cancel, task_id=results[1].task_id)
     copy = world.run(retry, source_task_id=results[1].task_id)
     assert _state(world, "task", copy.task_id) in CHARTS["task"].dests("retry", "NONE")
+    assert _state(world, "schedule", _schedule(world, "inserted")) in CHARTS["schedule"].dests("create", "NONE")
 
 
 def test_no_store_module_but_the_writer_sets_a_state():
