@@ -67,8 +67,8 @@ import anyio
 from pulse_trio.contract import messages as m
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
-from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, HandlerOutcome, TaskCancelled
-from pulse_trio.sdk.payload import InvalidPayload
+from pulse_trio.sdk.errors import CommandRefused, ConnectionLost
+from pulse_trio.sdk.invoke import call_handler
 from pulse_trio.sdk.registry import Handler
 
 if TYPE_CHECKING:
@@ -244,37 +244,8 @@ class LeaseRunner:
 
     async def _call_handler(self) -> oc.Outcome | None:
         """Run the handler in its own cancel scope; None when it was stopped for a lost lease."""
-        ctx, handler = self.ctx, self.handler
-        result: oc.Outcome | None = None
-        args: tuple[Any, ...] = (ctx,)
-        if handler.takes_payload:
-            try:
-                args = (ctx, handler.decode(ctx.payload_json) if handler.decode is not None else ctx.payload)
-            except InvalidPayload as exc:  # the handler is not called: the same payload would never fit
-                log.warning("task %s: %s", self.label, exc)
-                return oc.invalid_payload(str(exc))
-        with self._handler_scope:
-            try:
-                if handler.sync:
-                    value = await anyio.to_thread.run_sync(handler.fn, *args, limiter=self.host.thread_limiter)
-                else:
-                    value = await handler.fn(*args)
-                result = oc.succeeded(value, self._max_result_bytes)
-            except TaskCancelled as exc:
-                result = None if ctx.stop_reason == LEASE_LOST else oc.from_exception(
-                    exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED)
-            except Exception as exc:
-                if ctx.stop_reason == LEASE_LOST:
-                    return None
-                if not isinstance(exc, HandlerOutcome):
-                    log.exception("handler %s raised for task %s", handler.name, self.task.task_id)
-                result = oc.from_exception(exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED,
-                                           max_bytes=self._max_result_bytes)
-        if self._handler_scope.cancelled_caught:
-            if ctx.stop_reason == CANCEL_REQUESTED:
-                return oc.cancelled(ctx.cancel_reason or "cancelled by request")
-            return None
-        return result
+        return await call_handler(self.handler, self.ctx, self._handler_scope, limiter=self.host.thread_limiter,
+                                  max_result_bytes=self._max_result_bytes)
 
     def _finish(self, outcome: oc.Outcome) -> None:
         self._outcome = outcome
