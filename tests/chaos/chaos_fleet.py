@@ -63,6 +63,7 @@ class Fleet:
         self.workers: dict[int, subprocess.Popen] = {}
         self.worker_keys: dict[int, bool] = {}  # pid -> started with --concurrency-keys
         self.killed_at: dict[int, float] = {}  # pid -> when its SIGKILL was reaped
+        self.backends: set[str] = set()  # the worker backends started
         self._starts = 0
 
     def _stderr(self, name: str):
@@ -80,7 +81,7 @@ class Fleet:
 
     def start_worker(self, i: int, *, keys: bool = False, url: str | None = None, capacity: int = 8) -> None:
         url = url or f"ws://127.0.0.1:{self.ports[i % len(self.ports)]}/v1/worker"
-        backend = BACKENDS[i % len(BACKENDS)]
+        backend = self.backend_of(i)
         with self._stderr(f"worker{i}-{backend}") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "pulse_trio", "worker", "run", WORKER, "--capacity", str(capacity),
@@ -90,6 +91,12 @@ class Fleet:
                 env=dict(self.env, PULSE_CHAOS_KEYS="1" if keys else "0", PULSE_WORKER_BACKEND=backend))
         self.workers[i] = proc
         self.worker_keys[proc.pid] = keys
+
+    def backend_of(self, i: int) -> str:
+        """Worker ``i``'s event loop (noted as started)."""
+        backend = BACKENDS[i % len(BACKENDS)]
+        self.backends.add(backend)
+        return backend
 
     def kill(self, proc: subprocess.Popen) -> None:
         proc.send_signal(signal.SIGKILL)
