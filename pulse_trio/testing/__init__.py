@@ -10,7 +10,7 @@
         assert outcome.status == "SUCCEEDED" and outcome.result["message_id"] == "msg-991"
 
 See :class:`~pulse_trio.testing.environment.HandlerEnvironment` and
-``docs/worker.md`` §12. It runs under any AnyIO backend (asyncio, Trio),
+docs/worker.md §16. It runs under any AnyIO backend (asyncio, Trio),
 imports only the SDK and loads no Trio for an asyncio test.
 """
 
