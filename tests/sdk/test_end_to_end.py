@@ -1,4 +1,7 @@
-"""The SDK against the real service: a task runs, fails, retries, runs in a thread."""
+"""The SDK against the real service: a task runs, fails, retries, runs in a thread.
+
+These run on every worker backend and on asyncio with uvloop's loop too.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,16 @@ import threading
 import anyio
 import anyio.from_thread
 
-from sdk_support import in_thread, url_of, wait_for, wait_state
+import pytest
+
+from sdk_support import WORKER_BACKENDS, in_thread, url_of, wait_for, wait_state
 
 from pulse_trio.sdk import PermanentError, Registry, RetryableError, TaskContext, UnknownOutcome
+
+
+@pytest.fixture(params=(*WORKER_BACKENDS, "uvloop"))
+def worker_backend(request) -> str:
+    return request.param
 
 
 async def test_task_runs_end_to_end(start_service, run_worker, client):
