@@ -140,3 +140,48 @@ async def test_results_the_contract_cannot_carry_fail_clearly_and_the_worker_goe
     view = await wait_state(client, ids["fine"], "SUCCEEDED")
     assert view["outcome"]["result"] == {"invoice": 1, "amount": "2.00"}
     assert worker.connected and worker.stats.lost == 0
+
+
+PLAIN_ASYNCIO_PROGRAM = """
+import asyncio, sys
+from pulse_trio.sdk import Registry, TaskContext, Worker
+
+registry = Registry()
+
+@registry.handler("billing", "invoice.send")
+async def send(task: TaskContext, payload: dict) -> dict:
+    await asyncio.sleep(0.01)
+    return {"echo": payload, "loop": type(asyncio.get_running_loop()).__name__}
+
+worker = Worker(sys.argv[1], sys.argv[2], registry, drain_check=0.2)
+asyncio.run(worker.run())
+print("trio loaded:", "trio" in sys.modules, "succeeded:", worker.stats.succeeded, flush=True)
+"""
+
+
+async def test_a_plain_asyncio_program_runs_a_worker_without_loading_trio(start_service, token_factory, client):
+    """``asyncio.run(worker.run())`` as the docs show it: no AnyIO runner, no Trio, an operator's drain ends it."""
+    import subprocess
+    import sys
+
+    import trio
+
+    service = await start_service()
+    token = token_factory("worker", ["billing"])
+    async with trio.open_nursery() as nursery:
+        process = await nursery.start(lambda task_status: trio.run_process(
+            [sys.executable, "-c", PLAIN_ASYNCIO_PROGRAM, url_of(service), token], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, check=False, task_status=task_status))
+        try:
+            workers = await wait_for(client.workers, timeout=20, what="the worker to register")
+            task = await in_thread(client.submit, "billing", "invoice.send", {"n": 1})
+            view = await wait_state(client, task["task_id"], {"SUCCEEDED", "FAILED"})
+            assert view["outcome"]["result"] == {"echo": {"n": 1}, "loop": "_UnixSelectorEventLoop"}, view
+            await in_thread(client.drain, workers[0]["instance_id"])
+            with trio.fail_after(20):
+                rc = await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        out = await process.stdout.receive_some(1 << 16)
+    assert rc == 0 and out.decode().strip() == "trio loaded: False succeeded: 1", out
