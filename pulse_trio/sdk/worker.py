@@ -189,22 +189,24 @@ class Worker:
         self.thread_limiter = anyio.CapacityLimiter(self._threads)
         self._ready_changed, self._changed, self._first = anyio.Event(), anyio.Event(), anyio.Event()
         self._capacity_lock = anyio.Lock()
-        with anyio.CancelScope() as root:
-            self._root = root
-            if self._stop_requested:
-                root.cancel()
-            async with anyio.create_task_group() as tasks:
-                self._tasks = tasks
-                if handle_signals:
-                    tasks.start_soon(self._watch_signals)
-                tasks.start_soon(self.clock.run)
-                tasks.start_soon(self._report_started, task_status)
-                try:
-                    await self._connection_loop()
-                except WorkerRefused as exc:  # raised as itself, not inside an ExceptionGroup
-                    refused = exc
-                tasks.cancel_scope.cancel()
-        self._tasks = self._root = None
+        try:
+            with anyio.CancelScope() as root:
+                self._root = root
+                if self._stop_requested:
+                    root.cancel()
+                async with anyio.create_task_group() as tasks:
+                    self._tasks = tasks
+                    if handle_signals:
+                        tasks.start_soon(self._watch_signals)
+                    tasks.start_soon(self.clock.run)
+                    tasks.start_soon(self._report_started, task_status)
+                    try:
+                        await self._connection_loop()
+                    except WorkerRefused as exc:  # raised as itself, not inside an ExceptionGroup
+                        refused = exc
+                    tasks.cancel_scope.cancel()
+        finally:
+            self._tasks = self._root = None
         if refused is not None:
             raise refused
 
