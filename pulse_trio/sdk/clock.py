@@ -19,6 +19,7 @@ import asyncio
 import heapq
 import itertools
 import math
+import sys
 from collections.abc import Callable
 
 import anyio
@@ -32,14 +33,20 @@ def loop_clock() -> Callable[[], float]:
 
     It reads what ``anyio.current_time()`` reads, without looking the
     backend up on every call: ``loop.time`` under asyncio (uvloop included),
-    ``anyio.current_time`` (Trio's clock, virtual ones included) otherwise.
+    ``trio.current_time`` under Trio (virtual clocks included; Trio is
+    running, so it is loaded: the SDK never imports it), and
+    ``anyio.current_time`` for any other backend.
     """
     try:
         import sniffio
     except ImportError:  # sniffio comes with Trio; without it, AnyIO can only be running asyncio
         return asyncio.get_running_loop().time
-    if sniffio.current_async_library() == "asyncio":
+    library = sniffio.current_async_library()
+    if library == "asyncio":
         return asyncio.get_running_loop().time
+    running = sys.modules.get(library)
+    if library == "trio" and running is not None:
+        return running.current_time  # type: ignore[no-any-return]
     return anyio.current_time
 
 
