@@ -375,7 +375,8 @@ class Worker:
         if self.runners.get(runner.lease_id) is runner:
             del self.runners[runner.lease_id]
             self.stats.running -= 1
-            self._poke()
+            if self._draining:  # only a drain waits for the last runner; else nothing needs waking per task
+                self._poke()
 
     async def connection(self, *, not_: Connection | None = None) -> Connection:
         """The live, ready connection (waits through reconnects); never ``not_``."""
