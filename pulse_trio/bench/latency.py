@@ -64,6 +64,7 @@ class LatencyOptions:
     poll_interval: float = Settings().poll_interval
     paths: tuple[str, ...] = PATHS
     timeout_s: float = 600.0
+    worker_backend: str = "asyncio"
 
 
 def run(server: DatabaseConfig, options: LatencyOptions) -> dict[str, object]:
@@ -81,7 +82,7 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
     try:
         for _ in range(options.workers):
             fleet.worker("pulse_trio.bench.noop_worker:latency_registry", env, worker_port=worker_port,
-                         capacity=options.capacity)
+                         capacity=options.capacity, backend=options.worker_backend)
         wait_until(lambda: sum(1 for w in client.workers() if w["capacity"] > 0) >= options.workers, 60,
                    "the workers declaring capacity")
         progress(f"{options.workers} worker(s) with capacity {options.capacity} connected")

@@ -131,11 +131,11 @@ class Fleet:
         return proc
 
     def worker(self, registry: str, env: Mapping[str, str], *, worker_port: int, capacity: int,
-               concurrency_keys: bool = False) -> subprocess.Popen:
-        """One `pulse-trio worker run` of a bench registry (no-op handlers)."""
+               concurrency_keys: bool = False, backend: str = "asyncio") -> subprocess.Popen:
+        """One `pulse-trio worker run` of a bench registry (no-op handlers) on ``backend`` (asyncio or trio)."""
         return self.spawn(
             [sys.executable, "-m", "pulse_trio", "worker", "run", registry,
-             "--url", worker_url(worker_port), "--capacity", str(capacity), "--quiet",
+             "--url", worker_url(worker_port), "--capacity", str(capacity), "--quiet", "--backend", backend,
              *(["--concurrency-keys"] if concurrency_keys else [])], env)
 
     def stop_all(self) -> None:

@@ -40,6 +40,7 @@ class BenchOptions:
     instances: int = 1
     keyed_share: float = 0.0
     timeout_s: float = 600.0
+    worker_backend: str = "asyncio"
 
 
 def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:
@@ -62,14 +63,14 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
             progress(f"backlog of {options.backlog} READY tasks submitted")
         workers = [
             fleet.worker("pulse_trio.bench.noop_worker:registry", env, worker_port=ports[i % len(ports)],
-                         capacity=options.capacity, concurrency_keys=True)
+                         capacity=options.capacity, concurrency_keys=True, backend=options.worker_backend)
             for i in range(options.workers)]
         deadline = time.monotonic() + 60
         while len(client.workers()) < options.workers:
             if time.monotonic() > deadline:
                 raise RuntimeError("the workers did not all connect within 60 s")
             time.sleep(0.1)
-        progress(f"{options.workers} worker(s) with capacity {options.capacity} connected")
+        progress(f"{options.workers} {options.worker_backend} worker(s) with capacity {options.capacity} connected")
 
         payload = {"pad": "x" * max(0, options.payload_bytes - 10)} if options.payload_bytes else {}
         before = [measure.ProcessSample.read(p.pid) for p in servers]

@@ -14,6 +14,9 @@ from pulse_trio.cli.common import (CommandFailed, add_database_options, add_inhe
                                    print_json, run_guarded)
 from pulse_trio.contract.limits import MAX_CAPACITY
 
+#: The SDK worker's event loops (``pulse-trio worker run --backend``).
+WORKER_BACKENDS = ("asyncio", "trio")
+
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("bench", help="measure throughput and latency with real server and worker processes",
@@ -26,6 +29,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--instances", type=int, default=1, help="server instances on the one database")
     parser.add_argument("--keyed-share", type=float, default=0.0, help="fraction of tasks with a concurrency key")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the run to finish")
+    parser.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
+                        help="event loop of the SDK workers (worker run --backend; default asyncio)")
     add_database_options(parser)
     parser.set_defaults(run=run_guarded(_bench))
 
@@ -44,6 +49,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     latency.add_argument("--path", dest="paths", action="append", choices=("http", "client"),
                          help="producer path to run (repeatable; default both)")
     latency.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each path's tasks")
+    latency.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
+                         help="event loop of the SDK workers (worker run --backend; default asyncio)")
     _add_mode_database_options(latency)
     latency.set_defaults(run=run_guarded(_latency))
 
@@ -89,7 +96,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     options = BenchOptions(workers=args.workers, capacity=args.capacity, tasks=args.tasks,
                            payload_bytes=args.payload_bytes, backlog=args.backlog, instances=args.instances,
-                           keyed_share=args.keyed_share, timeout_s=args.timeout)
+                           keyed_share=args.keyed_share, timeout_s=args.timeout,
+                           worker_backend=args.worker_backend)
     with database(args, ensure_schema=False, create=True) as server:
         print_json(run(server, options))
     return 0
@@ -100,7 +108,7 @@ def _latency(args: argparse.Namespace) -> int:
 
     options = LatencyOptions(rate=args.rate, tasks=args.tasks, workers=args.workers, capacity=args.capacity,
                              poll_interval=args.poll_interval, paths=tuple(dict.fromkeys(args.paths or PATHS)),
-                             timeout_s=args.timeout)
+                             timeout_s=args.timeout, worker_backend=args.worker_backend)
     return _report(args, lambda server: run(server, options))
 
 

@@ -5,6 +5,10 @@ finished (with its result), reconnects and resumes, and a summary line of
 counts while work is going on. SIGTERM or SIGINT drains (finish the
 running tasks, take no more, exit 0), and so does an operator's drain of
 this worker; a second signal stops at once.
+
+``--backend`` picks the event loop the handlers run on: asyncio (the
+default, what most handler libraries need; ``--uvloop`` for uvloop's
+loop) or trio.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pulse_trio.cli.common import fail, run_guarded
 from pulse_trio.contract.limits import MAX_CAPACITY
 
 PROGRESS_INTERVAL_S = 10.0
+BACKENDS = ("asyncio", "trio")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -48,6 +53,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--quiet", action="store_true", help="only warnings and errors on stderr")
     run.add_argument("--drain-check", type=_seconds, default=None, metavar="SECONDS",
                      help="how often to ask whether an operator drained this worker (default 10)")
+    run.add_argument("--backend", choices=BACKENDS, default=os.environ.get("PULSE_WORKER_BACKEND") or "asyncio",
+                     help="event loop the handlers run on: asyncio (default; what asyncpg, httpx, aiobotocore "
+                          "... need) or trio [env PULSE_WORKER_BACKEND]")
+    run.add_argument("--uvloop", action="store_true", help="with --backend asyncio: run on uvloop's event loop")
     run.set_defaults(run=run_guarded(_run))
 
 
@@ -113,7 +122,7 @@ def _log_to_stderr(quiet: bool) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import trio
+    import anyio
 
     from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
     from pulse_trio.sdk.worker import DRAIN_CHECK_S
@@ -125,6 +134,15 @@ def _run(args: argparse.Namespace) -> int:
     for one in urls:
         if not one.startswith(("ws://", "wss://")):
             fail(f"--url must be ws:// or wss://, got {one!r}", 2)
+    if args.backend not in BACKENDS:
+        fail(f"--backend is one of {', '.join(BACKENDS)}, got {args.backend!r}", 2)
+    options: dict[str, Any] = {}
+    if args.uvloop:
+        if args.backend != "asyncio":
+            fail("--uvloop goes with --backend asyncio", 2)
+        if importlib.util.find_spec("uvloop") is None:
+            fail("--uvloop needs the uvloop package: pip install uvloop", 2)
+        options["use_uvloop"] = True
     registry = load_registry(args.target)
     context = ssl.create_default_context(cafile=str(args.ca_file)) if args.ca_file else None
     _log_to_stderr(args.quiet)
@@ -133,17 +151,17 @@ def _run(args: argparse.Namespace) -> int:
                     ssl_context=context, strict=args.strict, drain_check=args.drain_check or DRAIN_CHECK_S)
     kinds = ", ".join(f"{h.queue}/{h.kind}" for h in registry)
     sys.stderr.write(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
-                     f"connecting to {url}\n")
+                     f"connecting to {url} ({args.backend}{' with uvloop' if args.uvloop else ''})\n")
 
     async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_progress, worker)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_progress, worker)
             await worker.run(handle_signals=True)
-            nursery.cancel_scope.cancel()
+            tasks.cancel_scope.cancel()
 
     try:
-        trio.run(main)
-    except* WorkerRefused as group:  # trio delivers it inside the nurseries' ExceptionGroups
+        anyio.run(main, backend=args.backend, backend_options=options)
+    except* WorkerRefused as group:  # delivered inside the task groups' ExceptionGroups
         fail(describe_refusal(_first(group), url))
     stats = worker.stats
     sys.stderr.write(f"pulse-trio worker: stopped: {stats.started} started, {stats.succeeded} succeeded, "
@@ -186,11 +204,11 @@ def _default_url() -> str:
 
 async def _progress(worker: Any) -> None:
     """A counts line every PROGRESS_INTERVAL_S while something changed or runs."""
-    import trio
+    import anyio
 
     last = None
     while True:
-        await trio.sleep(PROGRESS_INTERVAL_S)
+        await anyio.sleep(PROGRESS_INTERVAL_S)
         s = worker.stats
         now = (s.started, s.finished, s.running, s.lost, s.connects, s.unsettled)
         if now != last and (s.running or now[:2] != (last or (0, 0))[:2]):

@@ -1,20 +1,23 @@
-"""The Trio worker SDK: run Python handlers for pulse-trio tasks.
+"""The worker SDK: run Python handlers for pulse-trio tasks, under asyncio or Trio.
 
 It speaks ``pulse.worker.v1`` through the contract layer only, like any
-third-party worker would (it never imports the server or the store)::
+third-party worker would (it never imports the server or the store), and
+is written against AnyIO, so the same ``Worker`` runs under
+``asyncio.run()`` (uvloop too) and ``trio.run()``::
 
     from pulse_trio.sdk import Registry, TaskContext, Worker, RetryableError
 
     registry = Registry()
 
     @registry.handler("billing", "invoice.send")
-    async def send_invoice(task: TaskContext) -> dict:
-        return {"sent": task.payload["invoice"]}
+    async def send_invoice(task: TaskContext, invoice: Invoice) -> dict:
+        await asyncio.sleep(0.1)   # any asyncio library
+        return {"sent": invoice.number}
 
-    trio.run(Worker("ws://127.0.0.1:7380/v1/worker", token, registry, capacity=8).run)
+    asyncio.run(Worker("ws://127.0.0.1:7380/v1/worker", token, registry, capacity=8).run())
 
 Modules: ``registry`` (handlers), ``context`` (what a handler gets),
-``errors`` (outcomes a handler raises), ``outcome`` (outcome → finish),
+``payload`` (typed payloads), ``errors`` (outcomes a handler raises), ``outcome`` (outcome → finish),
 ``protocol`` (sans-IO session checks and pending requests), ``websocket``
 (the RFC 6455 client on ``websockets``' sans-IO codec), ``transport`` (one
 session: reader, writer, heartbeat), ``lease`` (one attempt, through reconnects),
@@ -27,11 +30,12 @@ from pulse_trio.sdk.errors import (
     CommandRefused, ConnectionLost, HandlerOutcome, LeaseLost, PermanentError, ProtocolViolation, RetryableError,
     TaskCancelled, UnknownOutcome, WorkerError, WorkerRefused,
 )
+from pulse_trio.sdk.payload import INVALID_PAYLOAD, InvalidPayload
 from pulse_trio.sdk.registry import Handler, Registry
 from pulse_trio.sdk.worker import DEFAULT_URL, Backoff, Worker, WorkerStats
 
 __all__ = [
     "Backoff", "CANCEL_REQUESTED", "CommandRefused", "ConnectionLost", "DEFAULT_URL", "Handler", "HandlerOutcome",
-    "LEASE_LOST", "LeaseLost", "PermanentError", "ProtocolViolation", "Registry", "RetryableError", "TaskCancelled",
+    "INVALID_PAYLOAD", "InvalidPayload", "LEASE_LOST", "LeaseLost", "PermanentError", "ProtocolViolation", "Registry", "RetryableError", "TaskCancelled",
     "TaskContext", "UnknownOutcome", "Worker", "WorkerError", "WorkerRefused", "WorkerStats",
 ]

@@ -7,19 +7,28 @@ A handler must stop for one of two reasons, and the context says which:
 * the lease was lost (expired, moved to another worker): nothing this
   worker reports will be accepted, and another attempt may already run.
 
-For async handlers the SDK cancels the handler's cancel scope, so any
-``await`` raises ``trio.Cancelled``. Sync handlers (in a thread) cannot be
-interrupted, so they poll ``check_cancelled()``; ``cancel_requested`` is
-safe to read from any thread.
+For ``async def`` handlers the SDK cancels the handler's cancel scope, so
+any ``await`` raises the event loop's cancellation (``asyncio.CancelledError``
+or ``trio.Cancelled``). ``def`` handlers (in a worker thread) cannot be
+interrupted, so they poll ``check_cancelled()``; ``cancel_requested`` and
+``time_left()`` are safe to read from any thread.
+
+The lease deadline is kept on a plain monotonic clock (``time.monotonic``
+unless a test drives its own, see :mod:`pulse_trio.testing`), not the event
+loop's, so a handler thread can read it without touching the loop.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
+import time
+from collections.abc import Callable
 from typing import Any
 
-import trio
+import anyio
+import anyio.from_thread
 
 from pulse_trio.contract.messages import AssignedTask
 from pulse_trio.sdk.errors import TaskCancelled
@@ -32,12 +41,14 @@ _UNREAD = object()
 class TaskContext:
     """One attempt of one task, as its handler sees it."""
 
-    def __init__(self, task: AssignedTask, lease_id: str) -> None:
+    def __init__(self, task: AssignedTask, lease_id: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._task = task
         self.lease_id = lease_id
         self._payload: Any = _UNREAD
-        self._cancelled: trio.Event | None = None
-        self._stop = False  # written once, in the Trio thread; a bool is safe to read from any thread
+        self._cancelled: anyio.Event | None = None
+        self._clock = clock
+        self._deadline = math.inf  # the local lease expiry, on ``clock``
+        self._stop = False  # written once, in the event loop's thread; a bool is safe to read from any thread
         self.stop_reason: str | None = None  # CANCEL_REQUESTED or LEASE_LOST
         self.cancel_reason: str = ""  # the operator's reason, when a cancel was requested
 
@@ -49,12 +60,12 @@ class TaskContext:
         return self._payload
 
     @property
-    def cancelled(self) -> trio.Event:
-        """Set (in the Trio thread) once the handler must stop; see ``stop_reason``."""
+    def cancelled(self) -> anyio.Event:
+        """Set once the handler must stop (see ``stop_reason``); await it from the event loop's thread only."""
         event = self._cancelled
         if event is None:
             # Published before the flag is read, so a concurrent ``_halt`` sets it either way.
-            event = self._cancelled = trio.Event()
+            event = self._cancelled = anyio.Event()
             if self._stop:
                 event.set()
         return event
@@ -121,6 +132,19 @@ class TaskContext:
     def due_at(self) -> dt.datetime:
         return self._task.due_at
 
+    # -- the lease's time -------------------------------------------------------
+    def time_left(self) -> float:
+        """Seconds until the local estimate of the lease's expiry (any thread may call it).
+
+        The SDK renews the lease by itself while the handler runs, so this
+        only shrinks when renewals fail (a partition, say); a handler about to
+        start a long, uninterruptible step can check that it has the time.
+        """
+        return self._deadline - self._clock()
+
+    def _set_deadline(self, seconds_left: float) -> None:
+        self._deadline = self._clock() + seconds_left
+
     # -- stopping -------------------------------------------------------------
     @property
     def cancel_requested(self) -> bool:
@@ -130,18 +154,18 @@ class TaskContext:
     def check_cancelled(self) -> None:
         """Raise ``TaskCancelled`` if the handler must stop; call it often in sync handlers.
 
-        In a handler thread it also raises ``trio.Cancelled`` when the worker
-        itself is being stopped hard.
+        In a handler thread it also raises the event loop's cancellation when
+        the worker itself is being stopped hard.
         """
         if self._stop:
             raise TaskCancelled(self.cancel_reason or self.stop_reason or "")
         try:
-            trio.from_thread.check_cancelled()
-        except RuntimeError:  # not a Trio worker thread: nothing more to check
+            anyio.from_thread.check_cancelled()
+        except RuntimeError:  # not an AnyIO worker thread: nothing more to check
             pass
 
     def _halt(self, reason: str, detail: str = "") -> bool:
-        """Called by the lease runner in the Trio thread; the first reason wins."""
+        """Called by the lease runner in the event loop's thread; the first reason wins."""
         if self.stop_reason is not None:
             return False
         self.stop_reason = reason

@@ -1,4 +1,4 @@
-"""One lease, from offer to finish: steps completed by their acks, and one Trio task for the handler.
+"""One lease, from offer to finish: steps completed by their acks, and one task for the handler.
 
 Theory of operation. A runner owns one lease and never lets two commands
 on it overlap: each command carries the revision the previous ack returned,
@@ -8,7 +8,7 @@ callback that the connection calls from its reader when the answer comes.
 A runner holds at most one step, so the order is kept without a lock, and
 no task waits for an ack:
 
-1. At the offer, ``task.start``. Only its ack starts the handler, in a Trio
+1. At the offer, ``task.start``. Only its ack starts the handler, in a
    task of its own in the worker's nursery (an offer is not permission to
    act).
 2. While the handler runs: a renewal every third of the time left on the
@@ -62,12 +62,13 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import trio
+import anyio
 
 from pulse_trio.contract import messages as m
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
-from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, HandlerOutcome, TaskCancelled
+from pulse_trio.sdk.errors import CommandRefused, ConnectionLost
+from pulse_trio.sdk.invoke import call_handler
 from pulse_trio.sdk.registry import Handler
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class LeaseHost(Protocol):
     """What a runner needs from its worker."""
 
     stats: WorkerStats
-    thread_limiter: trio.CapacityLimiter
+    thread_limiter: anyio.CapacityLimiter
     clock: LeaseClock
 
     def ready_connection(self, *, not_: Connection | None = None) -> Connection | None: ...
@@ -155,8 +156,9 @@ class LeaseRunner:
         self.lease_id = offer.lease.lease_id
         self._secret = offer.lease.lease_secret
         self.lease = offer.lease
+        self._now = now = host.clock.now
         self.deadline = conn.local_deadline(offer.lease.expires_at)
-        self._absorbed_at = trio.current_time()
+        self._absorbed_at = now()
         self._granted = math.inf  # the ttl the last acknowledged command granted, in the server's clock
         self._can_extend = True
         self._handler_called = False
@@ -169,7 +171,8 @@ class LeaseRunner:
         self.lost: str | None = None
         self.finished = False
         self.ctx = TaskContext(offer.task, self.lease_id)
-        self._handler_scope = trio.CancelScope()
+        self.ctx._set_deadline(self.deadline - self._absorbed_at)
+        self._handler_scope = anyio.CancelScope()
         self._step: _Step | None = None
         self._outcome: oc.Outcome | None = None  # the finish to issue once the renewal under way is acked
         self._fell_back = False
@@ -198,7 +201,7 @@ class LeaseRunner:
 
     def _call_or_renew(self) -> None:
         """Call the handler if the lease leaves it time enough; else renew first (nothing has happened yet)."""
-        left = self.deadline - trio.current_time()
+        left = self.deadline - self._now()
         if left >= self.min_handler_lease or not self._can_extend:
             self._handler_called = True
             self._arm()
@@ -241,30 +244,8 @@ class LeaseRunner:
 
     async def _call_handler(self) -> oc.Outcome | None:
         """Run the handler in its own cancel scope; None when it was stopped for a lost lease."""
-        ctx, handler = self.ctx, self.handler
-        result: oc.Outcome | None = None
-        with self._handler_scope:
-            try:
-                if handler.sync:
-                    value = await trio.to_thread.run_sync(handler.fn, ctx, limiter=self.host.thread_limiter)
-                else:
-                    value = await handler.fn(ctx)
-                result = oc.succeeded(value, self._max_result_bytes)
-            except TaskCancelled as exc:
-                result = None if ctx.stop_reason == LEASE_LOST else oc.from_exception(
-                    exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED)
-            except Exception as exc:
-                if ctx.stop_reason == LEASE_LOST:
-                    return None
-                if not isinstance(exc, HandlerOutcome):
-                    log.exception("handler %s raised for task %s", handler.name, self.task.task_id)
-                result = oc.from_exception(exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED,
-                                           max_bytes=self._max_result_bytes)
-        if self._handler_scope.cancelled_caught:
-            if ctx.stop_reason == CANCEL_REQUESTED:
-                return oc.cancelled(ctx.cancel_reason or "cancelled by request")
-            return None
-        return result
+        return await call_handler(self.handler, self.ctx, self._handler_scope, limiter=self.host.thread_limiter,
+                                  max_result_bytes=self._max_result_bytes)
 
     def _finish(self, outcome: oc.Outcome) -> None:
         self._outcome = outcome
@@ -349,7 +330,7 @@ class LeaseRunner:
         self._timer = None
         if self.lost is not None or self.phase is RETIRED:
             return
-        now = trio.current_time()
+        now = self._now()
         step = self._step
         if now >= self.deadline and self._settling():
             assert step is not None
@@ -425,7 +406,7 @@ class LeaseRunner:
                 granted_since: tuple[float, m.Receipt] | None = None) -> None:
         """Take the lease from an ack: revision, local deadline, cancellation.
 
-        ``granted_since`` is (the Trio time the command was sent, its receipt).
+        ``granted_since`` is (the loop time the command was sent, its receipt).
         The local deadline comes from the clock offset measured at the welcome;
         it is capped at the send time plus what the server granted, read in
         the server's own clock (``expires_at − committed_at``), because the
@@ -445,7 +426,8 @@ class LeaseRunner:
             granted = (lease.expires_at - receipt.committed_at).total_seconds()
             self.deadline = min(self.deadline, sent + granted)
             self._granted = granted
-        self._absorbed_at = trio.current_time()
+        self._absorbed_at = self._now()
+        self.ctx._set_deadline(self.deadline - self._absorbed_at)
         if lease.cancel_requested_at is not None:
             self.request_cancel("")
 
@@ -467,7 +449,7 @@ class LeaseRunner:
             return
         fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,
                       revision=self.lease.revision, **step.extra)
-        step.state, step.conn, step.sent_at = SENT, conn, trio.current_time()
+        step.state, step.conn, step.sent_at = SENT, conn, self._now()
         try:
             conn.submit(step.cls, fields, step.answer)
         except ConnectionLost:
@@ -505,7 +487,7 @@ class LeaseRunner:
             step.state = RETRYING
             delay = self._retry_delay(step.tries, exc, finish=step.cls is m.TaskFinish)
             step.tries += 1
-            self._retry = self.host.clock.call_at(trio.current_time() + delay, self._resend)
+            self._retry = self.host.clock.call_at(self._now() + delay, self._resend)
             return
         self._step = None
         if exc.code in GONE:
@@ -520,7 +502,7 @@ class LeaseRunner:
         past half of the time left; a finish is settled past the expiry too.
         """
         delay = max(min(RETRY_MAX_S, RETRY_INITIAL_S * 2 ** min(tries, 16)), (exc.retry_after_ms or 0) / 1000)
-        left = self.deadline - trio.current_time()
+        left = self.deadline - self._now()
         if not finish and left > 0:  # past the expiry (a start being settled) the plain backoff applies
             delay = min(delay, max(MIN_RENEW_INTERVAL_S / 5, left / 2))
         return delay
@@ -594,10 +576,10 @@ class LeaseRunner:
                 if not retryable(exc) or self.lost is not None or self.phase is RETIRED:
                     raise
                 delay = self._retry_delay(tries, exc, finish=finish)
-                if trio.current_time() + delay >= limit:
+                if self._now() + delay >= limit:
                     raise
                 tries += 1
-                await trio.sleep(delay)
+                await anyio.sleep(delay)
 
     async def _resume(self, conn: Connection, owner: Credentials) -> None:
         for candidate in reversed(list(self.owners)):

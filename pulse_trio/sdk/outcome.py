@@ -15,6 +15,7 @@ from pulse_trio.contract.jsontext import JsonText, utf8_size
 from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_RESULT_DEPTH
 from pulse_trio.contract.messages import Status
 from pulse_trio.sdk.errors import HandlerOutcome, PermanentError, RetryableError, TaskCancelled, UnknownOutcome
+from pulse_trio.sdk.payload import INVALID_PAYLOAD, to_builtins
 
 EMPTY = "{}"
 UNHANDLED = "unhandled_exception"
@@ -58,9 +59,16 @@ def clean_message(text: str) -> str:
 
 
 def encode_result(value: Any, max_bytes: int = MAX_RESULT_BYTES) -> str | Outcome:
-    """Canonical JSON text of a result, or the FAILED outcome that explains why it cannot be sent."""
+    """Canonical JSON text of a result, or the FAILED outcome that explains why it cannot be sent.
+
+    Builtins are encoded as they are; a dataclass, ``msgspec.Struct`` or
+    pydantic model (also inside lists and dicts) becomes its JSON object.
+    """
     try:
-        text = JsonText.from_value({} if value is None else value, max_depth=MAX_RESULT_DEPTH)
+        try:
+            text = JsonText.from_value({} if value is None else value, max_depth=MAX_RESULT_DEPTH)
+        except TypeError:
+            text = JsonText.from_value(to_builtins(value), max_depth=MAX_RESULT_DEPTH)
     except (ValueError, TypeError, RecursionError) as exc:
         return Outcome("FAILED", EMPTY, INVALID_RESULT,
                        clean_message(f"the handler finished but its result is not JSON: {exc}"))
@@ -106,6 +114,11 @@ def from_exception(exc: BaseException, *, cancel_requested: bool,
     if cancel_requested:
         return cancelled(message)
     return Outcome("FAILED", EMPTY, UNHANDLED, message, retryable=True)
+
+
+def invalid_payload(message: str) -> Outcome:
+    """The payload does not fit the handler's type: never retried (the same payload would not fit again)."""
+    return Outcome("FAILED", EMPTY, INVALID_PAYLOAD, clean_message(message))
 
 
 def cancelled(message: str = "cancelled by request", result: str = EMPTY) -> Outcome:

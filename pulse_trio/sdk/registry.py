@@ -4,6 +4,15 @@ The registry is plain data built at import time (``@registry.handler``), so
 ``pulse-trio worker run module:registry`` can load it by name and the
 worker's subscriptions follow from it: a worker never subscribes to a
 kind it has no handler for, and so is never offered one.
+
+One decorator serves both colours of function: an ``async def`` handler
+runs on the worker's own event loop (asyncio or Trio), a plain ``def``
+handler in a worker thread (so it never blocks the loop). A handler takes
+``(task)`` or ``(task, payload)``; the payload parameter's annotation is
+the type the payload is decoded into before the call (see ``payload``).
+
+This is public API (``Registry``, ``Handler`` and their fields): other
+tools (the pytest plugin, ``pulse_trio.testing``) build on it.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from typing import Any
 from pulse_trio.contract import grammar as g
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract.messages import Subscription
+from pulse_trio.sdk.payload import Decoder, payload_decoder
 
 AsyncHandler = Callable[[Any], Awaitable[Any]]
 SyncHandler = Callable[[Any], Any]
@@ -23,12 +33,19 @@ SyncHandler = Callable[[Any], Any]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Handler:
-    """One registered handler; ``sync`` ones run in a thread (``trio.to_thread``)."""
+    """One registered handler; ``sync`` ones (plain ``def``) run in a worker thread.
+
+    ``takes_payload``: ``fn`` is called as ``fn(task, payload)``, the payload
+    decoded by ``decode`` (from the payload's JSON text; it raises
+    ``InvalidPayload``). Otherwise ``fn(task)``.
+    """
 
     queue: str
     kind: str
-    fn: Callable[[Any], Any]
+    fn: Callable[..., Any]
     sync: bool = False
+    takes_payload: bool = False
+    decode: Decoder | None = None
 
     @property
     def name(self) -> str:
@@ -46,16 +63,20 @@ class Registry:
         async def send_invoice(task: TaskContext) -> dict:
             ...
 
-        @registry.handler("billing", "invoice.render", sync=True)
-        def render(task: TaskContext) -> dict:   # runs in a worker thread
+        @registry.handler("billing", "invoice.render")
+        def render(task: TaskContext, invoice: Invoice) -> dict:   # runs in a worker thread
             ...
     """
 
     def __init__(self) -> None:
         self._handlers: dict[tuple[str, str], Handler] = {}
 
-    def handler(self, queue: str, kind: str, *, sync: bool = False) -> Callable[[Callable], Callable]:
-        """Decorator: register ``fn`` for (queue, kind); returns ``fn`` unchanged."""
+    def handler(self, queue: str, kind: str, *, sync: bool | None = None) -> Callable[[Callable], Callable]:
+        """Decorator: register ``fn`` for (queue, kind); returns ``fn`` unchanged.
+
+        ``sync`` need not be given: ``def`` functions run in a thread and
+        ``async def`` ones on the loop. Given, it must match the function.
+        """
 
         def register(fn: Callable) -> Callable:
             self.add(queue, kind, fn, sync=sync)
@@ -63,8 +84,8 @@ class Registry:
 
         return register
 
-    def add(self, queue: str, kind: str, fn: Callable[[Any], Any], *, sync: bool = False) -> Handler:
-        """Register without a decorator; refuses duplicates and mismatched function colours."""
+    def add(self, queue: str, kind: str, fn: Callable[..., Any], *, sync: bool | None = None) -> Handler:
+        """Register without a decorator; refuses duplicates and a ``sync`` that contradicts the function."""
         if not g.is_queue(queue):
             raise ValueError(f"queue names are {g.NAME_PATTERN}, got {queue!r}")
         if not g.is_kind(kind):
@@ -72,15 +93,18 @@ class Registry:
         if (queue, kind) in self._handlers:
             raise ValueError(f"a handler for {queue}/{kind} is already registered")
         is_async = inspect.iscoroutinefunction(fn)
-        if sync and is_async:
+        if sync is True and is_async:
             raise TypeError(f"{fn!r} is async; register it without sync=True")
-        if not sync and not is_async:
-            raise TypeError(f"{fn!r} is not async; register it with sync=True to run it in a thread")
+        if sync is False and not is_async:
+            raise TypeError(f"{fn!r} is not async; register it without sync=False to run it in a thread")
+        if not callable(fn):
+            raise TypeError(f"{fn!r} is not callable")
+        decode, takes_payload = payload_decoder(fn)
         if queue not in {q for q, _ in self._handlers} and len(self.queues()) >= lim.MAX_SUBSCRIPTIONS:
             raise ValueError(f"a worker subscribes to at most {lim.MAX_SUBSCRIPTIONS} queues")
         if sum(1 for q, _ in self._handlers if q == queue) >= lim.MAX_KINDS:
             raise ValueError(f"a worker handles at most {lim.MAX_KINDS} kinds per queue")
-        entry = Handler(queue, kind, fn, sync)
+        entry = Handler(queue, kind, fn, not is_async, takes_payload, decode)
         self._handlers[(queue, kind)] = entry
         return entry
 

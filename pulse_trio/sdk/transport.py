@@ -29,7 +29,7 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import trio
+import anyio
 
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.encoder import encode_bytes
@@ -63,7 +63,7 @@ class _Waiter:
     __slots__ = ("done", "answer")
 
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.done = anyio.Event()
         self.answer: Answer | None = None
 
     def resolve(self, answer: Answer) -> None:
@@ -75,15 +75,17 @@ class Connection:
     """A welcomed session: send requests, get typed answers (use :func:`open_connection`)."""
 
     def __init__(self, socket: ClientSocket, welcome: m.WorkerWelcome,
-                 protocol: p.ClientProtocol, on_event: Callable[[Connection, p.Event | Closed], None]) -> None:
+                 protocol: p.ClientProtocol, on_event: Callable[[Connection, p.Event | Closed], None],
+                 now: Callable[[], float] = anyio.current_time) -> None:
         self.socket = socket
         self.welcome = welcome
         self.protocol = protocol
-        self.closed = trio.Event()
+        self.now = now  # the event loop's clock
+        self.closed = anyio.Event()
         self.close_reason = ""
         self._on_event = on_event
         self._callbacks: dict[str, Callable[[Answer], None]] = {}
-        self._wake = trio.Event()
+        self._wake = anyio.Event()
         # Server time minus local wall time at the welcome: lets lease
         # deadlines (server times) be turned into local timers.
         self.clock_offset = welcome.body.server_time - dt.datetime.now(dt.timezone.utc)
@@ -114,8 +116,8 @@ class Connection:
         return dt.datetime.now(dt.timezone.utc) + self.clock_offset
 
     def local_deadline(self, expires_at: dt.datetime) -> float:
-        """The Trio clock time at which a server time ``expires_at`` is reached."""
-        return trio.current_time() + (expires_at - self.server_now()).total_seconds()
+        """The loop clock time at which a server time ``expires_at`` is reached."""
+        return self.now() + (expires_at - self.server_now()).total_seconds()
 
     # -- requests ---------------------------------------------------------------
     def submit(self, cls: type, fields: dict[str, Any], on_answer: Callable[[Answer], None]) -> None:
@@ -183,7 +185,7 @@ class Connection:
         try:
             while True:
                 await self._wake.wait()
-                self._wake = trio.Event()
+                self._wake = anyio.Event()
                 await socket.flush()
         except SocketClosed as exc:
             self._end(str(exc))
@@ -192,10 +194,10 @@ class Connection:
         interval = min(10.0, max(0.2, self.lease_ttl / 4))
         socket = self.socket
         while True:
-            await trio.sleep(interval)
+            await anyio.sleep(interval)
             answered = socket.ping()
             self._wake.set()
-            with trio.move_on_after(2 * interval):
+            with anyio.move_on_after(2 * interval):
                 await answered.wait()
                 continue
             self._end(f"no pong within {2 * interval:g}s")
@@ -222,7 +224,8 @@ class Connection:
 @contextlib.asynccontextmanager
 async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_event: Callable[[Connection, p.Event | Closed], None],
                           ssl_context: ssl.SSLContext | None = None, strict: bool = False,
-                          connect_timeout: float = 10.0) -> AsyncIterator[Connection]:
+                          connect_timeout: float = 10.0,
+                          now: Callable[[], float] = anyio.current_time) -> AsyncIterator[Connection]:
     """Handshake, hello, welcome; yields the live connection and closes it on exit.
 
     Raises ``WorkerRefused`` when the service refuses this worker for good
@@ -243,32 +246,32 @@ async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_even
     try:
         if socket.subprotocol != SUBPROTOCOL:
             raise WorkerRefused(f"the server did not select subprotocol {SUBPROTOCOL}")
-        with trio.fail_after(HELLO_TIMEOUT_S):
+        with anyio.fail_after(HELLO_TIMEOUT_S):
             socket.send_text(encode_bytes(hello))
             await socket.flush()
             messages: list[bytes] = []
             while not messages:
                 messages = await socket.receive()
         welcome = p.read_welcome(hello, messages[0], strict=strict)
-        conn = Connection(socket, welcome, p.ClientProtocol(welcome, hello, strict=strict), on_event)
+        conn = Connection(socket, welcome, p.ClientProtocol(welcome, hello, strict=strict), on_event, now)
         socket.unread(messages[1:])
         # The caller's exception is carried past our nursery by hand, so
         # it comes out as itself rather than wrapped in an ExceptionGroup.
         failure: Exception | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(conn._read_loop)
-            nursery.start_soon(conn._write_loop)
-            nursery.start_soon(conn._heartbeat)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(conn._read_loop)
+            tasks.start_soon(conn._write_loop)
+            tasks.start_soon(conn._heartbeat)
             try:
                 yield conn
             except Exception as exc:
                 failure = exc
             finally:
                 conn._end(conn.close_reason or "closed by the worker")
-                nursery.cancel_scope.cancel()
+                tasks.cancel_scope.cancel()
         if failure is not None:
             raise failure
-    except (SocketClosed, trio.TooSlowError, ProtocolViolation) as exc:
+    except (SocketClosed, TimeoutError, ProtocolViolation) as exc:
         raise ConnectionLost(f"{type(exc).__name__}: {exc}") from None
     finally:
         await socket.close(CLOSE_TIMEOUT_S)

@@ -1,4 +1,4 @@
-"""A client WebSocket over a Trio stream, through ``websockets``' sans-IO ``ClientProtocol``.
+"""A client WebSocket over an AnyIO byte stream (TCP, or TLS for ``wss://``), through ``websockets``' sans-IO ``ClientProtocol``.
 
 The codec does RFC 6455 (the opening handshake with the subprotocol,
 masking, ping answers, the closing handshake, the message size limit); this
@@ -26,7 +26,9 @@ import os
 import ssl
 from collections.abc import AsyncIterator
 
-import trio
+import anyio
+import anyio.abc
+from anyio.streams.tls import TLSStream
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.frames import Frame, Opcode
@@ -41,6 +43,8 @@ _CODEC_LOG = logging.getLogger("pulse_trio.sdk.websocket")
 
 RECEIVE_CHUNK = 65536
 CLOSE_NORMAL = 1000
+#: What a stream raises when it breaks under us (a TLS failure, a reset the backend did not wrap).
+BROKEN = (anyio.BrokenResourceError, anyio.ClosedResourceError, ssl.SSLError, OSError)
 
 
 class SocketClosed(Exception):
@@ -59,7 +63,7 @@ class HandshakeRejected(Exception):
 class ClientSocket:
     """An open WebSocket: one reader and one writer may use it at a time (see the module docstring)."""
 
-    def __init__(self, stream: trio.abc.Stream, codec: ClientProtocol, early: list[Frame]) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, codec: ClientProtocol, early: list[Frame]) -> None:
         self.stream = stream
         self.codec = codec
         self.subprotocol = codec.subprotocol
@@ -67,7 +71,7 @@ class ClientSocket:
         self._early = early  # frames that came with the handshake response
         self._partial: bytearray | None = None  # a fragmented message so far
         self._unread: list[bytes] = []
-        self._ping: tuple[bytes, trio.Event] | None = None  # the ping awaiting its pong
+        self._ping: tuple[bytes, anyio.Event] | None = None  # the ping awaiting its pong
 
     # -- reading ---------------------------------------------------------------------
     async def receive(self) -> list[bytes]:
@@ -82,8 +86,10 @@ class ClientSocket:
             raise SocketClosed(self.ended)
         codec = self.codec
         try:
-            data = await self.stream.receive_some(RECEIVE_CHUNK)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            data = await self.stream.receive(RECEIVE_CHUNK)
+        except anyio.EndOfStream:
+            data = b""
+        except BROKEN as exc:
             self._end(f"the connection broke: {exc.__cause__ or exc}")
             data = b""
         if data:
@@ -150,9 +156,9 @@ class ClientSocket:
         if self.codec.state is OPEN:
             self.codec.send_text(data)
 
-    def ping(self) -> trio.Event:
+    def ping(self) -> anyio.Event:
         """Buffer a ping; the event is set when its pong arrives (a later ping replaces it)."""
-        answered = trio.Event()
+        answered = anyio.Event()
         if self.codec.state is OPEN:
             payload = os.urandom(4)
             self.codec.send_ping(payload)
@@ -170,8 +176,8 @@ class ClientSocket:
         if not chunks:
             return
         try:
-            await self.stream.send_all(b"".join(chunks))
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            await self.stream.send(b"".join(chunks))
+        except BROKEN as exc:
             self._end(f"the connection broke while sending: {exc.__cause__ or exc}")
             raise SocketClosed(self.ended) from None
 
@@ -183,24 +189,27 @@ class ClientSocket:
         time limit keeps a vanished server from holding it up.
         """
         codec = self.codec
-        with trio.CancelScope(shield=True):
-            with trio.move_on_after(timeout):
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(timeout):
                 try:
                     if codec.state is OPEN:
                         codec.send_close(code, reason)
                     await self.flush()
                     while codec.state is not CLOSED:
-                        data = await self.stream.receive_some(RECEIVE_CHUNK)
+                        try:
+                            data = await self.stream.receive(RECEIVE_CHUNK)
+                        except anyio.EndOfStream:
+                            data = b""
                         if data:
                             codec.receive_data(data)
                         else:
                             codec.receive_eof()
                         codec.events_received()
                         await self.flush()
-                except (SocketClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+                except (SocketClosed, *BROKEN):
                     pass
             self._end("closed by the worker")
-            await trio.aclose_forcefully(self.stream)
+            await anyio.aclose_forcefully(self.stream)
 
 
 async def connect(url: str, headers: list[tuple[str, str]], *, ssl_context: ssl.SSLContext | None,
@@ -210,32 +219,36 @@ async def connect(url: str, headers: list[tuple[str, str]], *, ssl_context: ssl.
         uri = parse_uri(url)
     except InvalidURI as exc:
         raise SocketClosed(str(exc)) from None
-    with trio.move_on_after(timeout):
+    with anyio.move_on_after(timeout):
         try:
-            stream: trio.abc.Stream = await trio.open_tcp_stream(uri.host, uri.port)
+            stream: anyio.abc.ByteStream = await anyio.connect_tcp(uri.host, uri.port)
         except OSError as exc:
             raise SocketClosed(f"cannot connect to {uri.host}:{uri.port}: {exc}") from None
-        if uri.secure:
-            stream = trio.SSLStream(stream, ssl_context or ssl.create_default_context(), server_hostname=uri.host,
-                                    https_compatible=True)
         async with _closed_on_failure(stream, "the connection broke during the handshake"):
-            if isinstance(stream, trio.SSLStream):
-                await stream.do_handshake()
+            if uri.secure:
+                # Not standard-compatible: a server that drops TCP without a TLS close_notify
+                # ends the stream like any other EOF (the WebSocket close says the rest).
+                stream = await TLSStream.wrap(stream, hostname=uri.host,
+                                              ssl_context=ssl_context or ssl.create_default_context(),
+                                              standard_compatible=False)
             return await _upgrade(stream, uri, headers)
     raise SocketClosed(f"no connection within {timeout:g}s")
 
 
-async def _upgrade(stream: trio.abc.Stream, uri: WebSocketURI, headers: list[tuple[str, str]]) -> ClientSocket:
+async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: list[tuple[str, str]]) -> ClientSocket:
     codec = ClientProtocol(uri, subprotocols=[SUBPROTOCOL], max_size=MAX_FRAME_BYTES, logger=_CODEC_LOG)
     request = codec.connect()
     for name, value in headers:
         request.headers[name] = value
     codec.send_request(request)
-    await stream.send_all(b"".join(codec.data_to_send()))
+    await stream.send(b"".join(codec.data_to_send()))
     early: list[Frame] = []
     response: Response | None = None
     while response is None:
-        data = await stream.receive_some(RECEIVE_CHUNK)
+        try:
+            data = await stream.receive(RECEIVE_CHUNK)
+        except anyio.EndOfStream:
+            data = b""
         if data:
             codec.receive_data(data)
         else:
@@ -256,15 +269,15 @@ async def _upgrade(stream: trio.abc.Stream, uri: WebSocketURI, headers: list[tup
 
 
 @contextlib.asynccontextmanager
-async def _closed_on_failure(stream: trio.abc.Stream, what: str) -> AsyncIterator[None]:
+async def _closed_on_failure(stream: anyio.abc.ByteStream, what: str) -> AsyncIterator[None]:
     """Close ``stream`` if the block fails; a broken stream becomes SocketClosed saying ``what``."""
     try:
         yield
-    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-        await trio.aclose_forcefully(stream)
+    except BROKEN as exc:
+        await anyio.aclose_forcefully(stream)
         raise SocketClosed(f"{what}: {exc.__cause__ or exc}") from None
     except BaseException:
-        await trio.aclose_forcefully(stream)
+        await anyio.aclose_forcefully(stream)
         raise
 
 

@@ -1,6 +1,6 @@
 """The worker: one connection at a time, leases that outlive connections.
 
-Structure (every task in a nursery)::
+Structure (every task in a task group)::
 
     Worker.run
     ├── signal watcher (optional): 1st SIGINT/SIGTERM drains, 2nd stops hard
@@ -29,13 +29,14 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
-import trio
+import anyio
+import anyio.abc
 
 from pulse_trio import __version__
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.sdk import protocol as p
-from pulse_trio.sdk.clock import LeaseClock
+from pulse_trio.sdk.clock import LeaseClock, loop_clock
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
 from pulse_trio.sdk.lease import Credentials, LeaseRunner
 from pulse_trio.sdk.registry import Registry
@@ -128,40 +129,42 @@ class Worker:
         self._drain_check = drain_check
         self.backoff = backoff or Backoff()
         self.stats = WorkerStats()
-        self.thread_limiter = trio.CapacityLimiter(max(1, capacity))
+        self._threads = max(1, capacity)
+        self.thread_limiter: anyio.CapacityLimiter | None = None  # made by run(): it belongs to one event loop
         self.clock = LeaseClock()
         self.runners: dict[str, LeaseRunner] = {}
         self.credentials: Credentials | None = None
         self._ready: Connection | None = None
-        self._ready_changed = trio.Event()
-        self._changed = trio.Event()
-        self._draining = trio.Event()
+        self._ready_changed: anyio.Event | None = None
+        self._changed: anyio.Event | None = None
+        self._draining = False
         self._sequence = 0
-        self._capacity_lock = trio.Lock()
+        self._capacity_lock: anyio.Lock | None = None
         self._declared_drain: Connection | None = None
-        self._nursery: trio.Nursery | None = None
-        self._root: trio.CancelScope | None = None
-        self._first = trio.Event()
+        self._tasks: anyio.abc.TaskGroup | None = None
+        self._root: anyio.CancelScope | None = None
+        self._first: anyio.Event | None = None
+        self._stop_requested = False
         self.stopped = False  # stop() was called: run() returned without draining
         self.drained_by_operator = False  # the service said an operator drained this worker
 
     # -- public controls -----------------------------------------------------------
     def drain(self) -> None:
         """Stop taking work, finish the running tasks, then let ``run`` return."""
-        if not self._draining.is_set():
+        if not self._draining:
             log.info("draining: no new tasks; %d running", len(self.runners))
-            self._draining.set()
+            self._draining = True
             self._poke()
 
     def stop(self) -> None:
         """Stop now: handlers are cancelled and nothing is finished (leases expire on the server)."""
-        self.stopped = True
+        self.stopped = self._stop_requested = True
         if self._root is not None:
             self._root.cancel()
 
     @property
     def draining(self) -> bool:
-        return self._draining.is_set()
+        return self._draining
 
     @property
     def connected(self) -> bool:
@@ -171,25 +174,39 @@ class Worker:
         return await self.connection()
 
     async def run(self, *, handle_signals: bool = False,
-                  task_status: trio.TaskStatus[Worker] = trio.TASK_STATUS_IGNORED) -> None:
+                  task_status: anyio.abc.TaskStatus[Worker] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work until drained (or stopped); ``task_status`` is started once first connected.
 
+        Runs under any AnyIO backend: ``asyncio.run(worker.run())``,
+        ``anyio.run(worker.run, backend="trio")``, ``trio.run(worker.run)``,
+        or as a task of the caller's own task group or nursery.
         Raises ``WorkerRefused`` when the service refuses this worker for good.
         """
+        if self._root is not None:
+            raise RuntimeError("this Worker is already running (a Worker runs once at a time)")
         refused: WorkerRefused | None = None
-        with trio.CancelScope() as root:
-            self._root = root
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                if handle_signals:
-                    nursery.start_soon(self._watch_signals)
-                nursery.start_soon(self.clock.run)
-                nursery.start_soon(self._report_started, task_status)
-                try:
-                    await self._connection_loop()
-                except WorkerRefused as exc:  # raised as itself, not inside an ExceptionGroup
-                    refused = exc
-                nursery.cancel_scope.cancel()
+        self.clock.now = loop_clock()
+        self.thread_limiter = anyio.CapacityLimiter(self._threads)
+        self._ready_changed, self._changed, self._first = anyio.Event(), anyio.Event(), anyio.Event()
+        self._capacity_lock = anyio.Lock()
+        try:
+            with anyio.CancelScope() as root:
+                self._root = root
+                if self._stop_requested:
+                    root.cancel()
+                async with anyio.create_task_group() as tasks:
+                    self._tasks = tasks
+                    if handle_signals:
+                        tasks.start_soon(self._watch_signals)
+                    tasks.start_soon(self.clock.run)
+                    tasks.start_soon(self._report_started, task_status)
+                    try:
+                        await self._connection_loop()
+                    except WorkerRefused as exc:  # raised as itself, not inside an ExceptionGroup
+                        refused = exc
+                    tasks.cancel_scope.cancel()
+        finally:
+            self._tasks = self._root = None
         if refused is not None:
             raise refused
 
@@ -201,7 +218,7 @@ class Worker:
             try:
                 async with open_connection(self.url, self._token, self.hello, on_event=self._on_event,
                                            ssl_context=self._ssl, strict=self._strict,
-                                           connect_timeout=self._connect_timeout) as conn:
+                                           connect_timeout=self._connect_timeout, now=self.clock.now) as conn:
                     connected, attempt = True, 0
                     await self._open_session(conn)
                     await self._serve(conn)
@@ -222,7 +239,7 @@ class Worker:
             delay = max(retry_after, self.backoff.delay(attempt))
             attempt += 1
             log.info("reconnecting in %.2fs (%d running)", delay, len(self.runners))
-            await trio.sleep(delay)
+            await anyio.sleep(delay)
 
     async def _open_session(self, conn: Connection) -> None:
         previous = self.credentials
@@ -232,41 +249,44 @@ class Worker:
         if self.runners:
             log.info("resuming %d lease(s) from %s", len(self.runners),
                      previous.instance_id if previous else "an earlier instance")
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as tasks:
                 for runner in list(self.runners.values()):
-                    nursery.start_soon(runner.reattach, conn, self.credentials)
+                    tasks.start_soon(runner.reattach, conn, self.credentials)
         await self._declare(conn)
         self._publish(conn)
 
     async def _serve(self, conn: Connection) -> None:
         """Until the socket ends, or the drain is declared and every lease is done."""
         drain_declared = self._declared_drain is conn  # a reconnect while draining declares it at once
-        check_at = trio.current_time() + self._drain_check  # fixed times: a busy worker's events do not defer it
+        now = self.clock.now
+        check_at = now() + self._drain_check  # fixed times: a busy worker's events do not defer it
         while True:
             changed = self._changed
+            assert changed is not None
             if conn.closed.is_set():
                 raise ConnectionLost(conn.close_reason)
-            if self._draining.is_set():
+            if self._draining:
                 if not drain_declared:
                     await self._declare(conn)
                     drain_declared = True
                 if not self.runners:
                     log.info("drained: %d started, %d finished; closing", self.stats.started, self.stats.finished)
                     return
-            if trio.current_time() >= check_at:
-                check_at = trio.current_time() + self._drain_check
-                if not self._draining.is_set():
+            if now() >= check_at:
+                check_at = now() + self._drain_check
+                if not self._draining:
                     await self._check_drain(conn)
                 continue
-            with trio.move_on_at(check_at):
+            with anyio.move_on_after(check_at - now()):
                 await changed.wait()
-                self._changed = trio.Event()
+                self._changed = anyio.Event()
 
     async def _declare(self, conn: Connection) -> None:
         """worker.capacity with the next sequence (one at a time, so sequences go out in order)."""
+        assert self._capacity_lock is not None
         async with self._capacity_lock:
             self._sequence += 1
-            drain = self._draining.is_set()
+            drain = self._draining
             body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=self.capacity,
                                       drain=drain)
             assert isinstance(body, m.Welcome)
@@ -282,12 +302,13 @@ class Worker:
         Its ack shows ``drain: true`` once an operator drained this instance
         (or the instance whose leases this session resumed).
         """
+        assert self._capacity_lock is not None
         async with self._capacity_lock:
             if self._sequence == 0 or conn.closed.is_set():
                 return
             try:
                 body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=self.capacity,
-                                          drain=self._draining.is_set())
+                                          drain=self._draining)
             except CommandRefused as exc:
                 if exc.fatal:
                     raise
@@ -298,15 +319,15 @@ class Worker:
 
     def _learn(self, body: m.Welcome, conn: Connection) -> None:
         """The service shows drain although this worker never declared it: an operator drained it."""
-        if body.drain and not self._draining.is_set():
+        if body.drain and not self._draining:
             self.drained_by_operator = True
             log.warning("instance %s was drained by an operator: no new tasks; finishing %d running, then "
                         "stopping", conn.instance_id, len(self.runners))
-            self._draining.set()
+            self._draining = True
             self._poke()
 
     def _done(self) -> bool:
-        return self._draining.is_set() and not self.runners
+        return self._draining and not self.runners
 
     # -- what the connection tells us ------------------------------------------------------
     def _on_event(self, conn: Connection, event: p.Event | Closed) -> None:
@@ -324,7 +345,7 @@ class Worker:
     def _offered(self, conn: Connection, offer: m.TaskAssign) -> None:
         lease_id = offer.lease.lease_id
         handler = self.registry.get(offer.task.queue, offer.task.kind)
-        if lease_id in self.runners or handler is None or self._nursery is None:
+        if lease_id in self.runners or handler is None or self._tasks is None:
             if handler is None:  # unreachable: subscriptions name only registered kinds
                 log.warning("no handler for %s/%s; offer %s left to lapse", offer.task.queue, offer.task.kind,
                             lease_id)
@@ -346,20 +367,22 @@ class Worker:
 
     def spawn(self, fn: Callable[[], Awaitable[object]]) -> None:
         """Start a handler's task in the worker's nursery."""
-        assert self._nursery is not None
-        self._nursery.start_soon(fn)
+        assert self._tasks is not None
+        self._tasks.start_soon(fn)
 
     def retire(self, runner: LeaseRunner) -> None:
         """The runner is done (finished, lost or never started): forget it."""
         if self.runners.get(runner.lease_id) is runner:
             del self.runners[runner.lease_id]
             self.stats.running -= 1
-            self._poke()
+            if self._draining:  # only a drain waits for the last runner; else nothing needs waking per task
+                self._poke()
 
     async def connection(self, *, not_: Connection | None = None) -> Connection:
         """The live, ready connection (waits through reconnects); never ``not_``."""
         while True:
             changed = self._ready_changed
+            assert changed is not None, "the worker is not running"
             conn = self.ready_connection(not_=not_)
             if conn is not None:
                 return conn
@@ -368,24 +391,27 @@ class Worker:
     def _publish(self, conn: Connection | None) -> None:
         if self._ready is not conn:
             self._ready = conn
-            self._ready_changed.set()
-            self._ready_changed = trio.Event()
-            if conn is not None:
+            if self._ready_changed is not None:
+                self._ready_changed.set()
+            self._ready_changed = anyio.Event()
+            if conn is not None and self._first is not None:
                 self._first.set()
                 for runner in list(self.runners.values()):
                     runner.connected(conn)
 
     def _poke(self) -> None:
-        self._changed.set()
+        if self._changed is not None:
+            self._changed.set()
 
-    async def _report_started(self, task_status: trio.TaskStatus[Worker]) -> None:
+    async def _report_started(self, task_status: anyio.abc.TaskStatus[Worker]) -> None:
+        assert self._first is not None
         await self._first.wait()
         task_status.started(self)
 
     async def _watch_signals(self) -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for signum in signals:
-                if not self._draining.is_set():
+                if not self._draining:
                     log.info("%s: draining (send it again to stop at once)", signal.Signals(signum).name)
                     self.drain()
                 else:

@@ -6,11 +6,15 @@ import json
 import subprocess
 import sys
 
+import pytest
 
-def test_bench_reports_every_figure(database_server):
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_bench_reports_every_figure(database_server, backend):
     done = subprocess.run(
         [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "60", "--workers", "1", "--capacity", "8",
          "--backlog", "50", "--keyed-share", "0.25", "--payload-bytes", "1024", "--timeout", "120",
+         "--worker-backend", backend,
          "--database-url", database_server.with_database("unused").url(redact=False)],
         capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
@@ -21,7 +25,7 @@ def test_bench_reports_every_figure(database_server):
                 "database_cpu_s_per_task", "server_peak_rss_mib"):
         assert report[key] is not None, key
     assert set(report["submit_to_assign_ms"]) == {"p50", "p95", "p99"}
-    assert report["options"]["tasks"] == 60
+    assert report["options"]["tasks"] == 60 and report["options"]["worker_backend"] == backend
     # 60 tasks cannot run on fewer writes than one row each (their submit alone inserts them)
     assert report["db_rows_written_per_task"] >= 1
     assert report["db_statements_per_task"] > 0

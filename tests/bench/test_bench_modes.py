@@ -17,8 +17,9 @@ def _bench(database_server, *args: str) -> dict:
 
 
 def test_latency_reports_both_producer_paths(database_server):
-    report = _bench(database_server, "latency", "--rate", "40", "--tasks", "20", "--timeout", "60")
-    assert report["mode"] == "latency"
+    report = _bench(database_server, "latency", "--rate", "40", "--tasks", "20", "--timeout", "60",
+                    "--worker-backend", "trio")
+    assert report["mode"] == "latency" and report["options"]["worker_backend"] == "trio"
     assert report["poll_interval_s"] == 0.05
     assert report["options"]["tasks"] == 20
     for path in ("http", "client"):

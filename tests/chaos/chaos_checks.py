@@ -66,6 +66,12 @@ class Execution:
     result: Any = None
 
 
+def backends_that_ran(log: Path) -> set[str]:
+    """The worker backends (asyncio, trio) that started at least one execution."""
+    return {json.loads(line).get("backend") for line in log.read_text().splitlines()
+            if json.loads(line)["event"] == "start"} if log.exists() else set()
+
+
 def read_executions(log: Path) -> dict[str, list[Execution]]:
     """Executions by task id, sorted by attempt."""
     runs: dict[str, Execution] = {}
@@ -385,6 +391,7 @@ def check_run(db, client, fleet, ids: set[str], states: collections.Counter[str]
     assert states == {"SUCCEEDED": len(ids)}, f"{states}; logs in {fleet.logs}"  # nothing lost
     executions = read_executions(fleet.log)
     assert set(executions) == ids
+    assert backends_that_ran(fleet.log) == fleet.backends, f"logs in {fleet.logs}"
     try:
         return check_guarantees(db, ids, executions, worker_keys=fleet.worker_keys,
                                 killed_at=fleet.killed_at, views=collect_views(client, ids))

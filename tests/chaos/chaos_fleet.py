@@ -5,6 +5,10 @@ process and its start number) so a failing run can be read afterwards.
 The fleet remembers, per worker pid, whether it declared concurrency keys
 and when it was SIGKILLed (``CLOCK_MONOTONIC``, after the kill was
 reaped): an execution with no ``end`` record ended by then at the latest.
+
+Workers alternate between the SDK's two event loops (even indexes run
+asyncio, odd ones Trio), so every chaos run holds the service's guarantees
+against workers on both backends at once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import time
 from pathlib import Path
 
 WORKER = str(Path(__file__).with_name("recording_worker.py")) + ":registry"
+#: The worker backends, by worker index modulo their number.
+BACKENDS = ("asyncio", "trio")
 
 
 def free_port() -> int:
@@ -57,6 +63,7 @@ class Fleet:
         self.workers: dict[int, subprocess.Popen] = {}
         self.worker_keys: dict[int, bool] = {}  # pid -> started with --concurrency-keys
         self.killed_at: dict[int, float] = {}  # pid -> when its SIGKILL was reaped
+        self.backends: set[str] = set()  # the worker backends started
         self._starts = 0
 
     def _stderr(self, name: str):
@@ -74,14 +81,22 @@ class Fleet:
 
     def start_worker(self, i: int, *, keys: bool = False, url: str | None = None, capacity: int = 8) -> None:
         url = url or f"ws://127.0.0.1:{self.ports[i % len(self.ports)]}/v1/worker"
-        with self._stderr(f"worker{i}") as err:
+        backend = self.backend_of(i)
+        with self._stderr(f"worker{i}-{backend}") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "pulse_trio", "worker", "run", WORKER, "--capacity", str(capacity),
-                 "--name", f"chaos-{i}", *(["--concurrency-keys"] if keys else []), "--url", url],
+                 "--name", f"chaos-{i}", *(["--concurrency-keys"] if keys else []), "--url", url,
+                 "--backend", backend],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                env=dict(self.env, PULSE_CHAOS_KEYS="1" if keys else "0"))
+                env=dict(self.env, PULSE_CHAOS_KEYS="1" if keys else "0", PULSE_WORKER_BACKEND=backend))
         self.workers[i] = proc
         self.worker_keys[proc.pid] = keys
+
+    def backend_of(self, i: int) -> str:
+        """Worker ``i``'s event loop (noted as started)."""
+        backend = BACKENDS[i % len(BACKENDS)]
+        self.backends.add(backend)
+        return backend
 
     def kill(self, proc: subprocess.Popen) -> None:
         proc.send_signal(signal.SIGKILL)

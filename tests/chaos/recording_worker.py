@@ -12,6 +12,9 @@ The payload steers the handler: ``sleep`` (seconds of "work") and
 ``fail_first`` (attempt 1 raises ``RetryableError``: a permitted retry
 that follows no lost lease). The result carries a per-execution ``run``
 nonce so the stored outcome can be matched to the execution that made it.
+
+The handler awaits AnyIO only, so the same registry runs under
+``worker run --backend asyncio`` and ``--backend trio`` (the fleet mixes both).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import os
 import secrets
 import time
 
-import trio
+import anyio
 
 from pulse_trio.sdk import Registry, TaskContext
 from pulse_trio.sdk.errors import RetryableError
@@ -29,6 +32,7 @@ from pulse_trio.sdk.errors import RetryableError
 registry = Registry()
 LOG = os.environ["PULSE_CHAOS_LOG"]
 KEYS_DECLARED = os.environ.get("PULSE_CHAOS_KEYS") == "1"
+BACKEND = os.environ.get("PULSE_WORKER_BACKEND", "asyncio")
 
 
 def _append(record: dict) -> None:
@@ -46,10 +50,10 @@ async def work(task: TaskContext) -> dict:
     _append({"event": "start", "run": run, "task_id": task.task_id, "lease_id": task.lease_id,
              "attempt": task.attempt, "uncertain": task.effect_uncertain,
              "key": task.concurrency_key, "token": task.concurrency_token,
-             "pid": os.getpid(), "keys_declared": KEYS_DECLARED, "t": time.clock_gettime(time.CLOCK_MONOTONIC)})
-    how, result = "cancelled", None  # a BaseException (trio.Cancelled: the lease was lost) leaves these
+             "pid": os.getpid(), "backend": BACKEND, "keys_declared": KEYS_DECLARED, "t": time.clock_gettime(time.CLOCK_MONOTONIC)})
+    how, result = "cancelled", None  # a BaseException (the loop's cancellation: the lease was lost) leaves these
     try:
-        await trio.sleep(float(task.payload.get("sleep", 0.3)))
+        await anyio.sleep(float(task.payload.get("sleep", 0.3)))
         if task.payload.get("fail_first") and task.attempt == 1:
             how = "retryable"
             raise RetryableError("first attempts of this task fail", code="chaos.first_attempt")

@@ -111,6 +111,7 @@ def test_dropping_worker_sockets_at_random_loses_nothing(db, token_factory, tmp_
     assert proxy.dropped >= 10, f"seed {seed}: only {proxy.dropped} drops: the run proved little"
     assert all(proxy.stats[mode] for mode in MODES), f"seed {seed}: {proxy.stats}"
     try:
+        assert chaos_checks.backends_that_ran(fleet.log) == fleet.backends == {"asyncio", "trio"}
         summary = chaos_checks.check_guarantees(db, ids, chaos_checks.read_executions(fleet.log),
                                                 worker_keys=fleet.worker_keys, killed_at=fleet.killed_at,
                                                 views=views)

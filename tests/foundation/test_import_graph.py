@@ -9,6 +9,10 @@
   transaction function costs no event loop (checked in a fresh interpreter too).
 * The contract's error codes reach the store through one mapping module
   (its grammar and limits are the project's one vocabulary, read directly).
+* The worker SDK (and ``pulse_trio.testing`` on top of it) imports only the
+  contract layer, like any third-party worker would, and never Trio: it is
+  written against AnyIO, and an asyncio worker loads no Trio at all
+  (checked in a fresh interpreter that runs a handler too).
 """
 
 from __future__ import annotations
@@ -99,4 +103,36 @@ def test_importing_a_transaction_function_does_not_import_trio():
     done = subprocess.run(
         [sys.executable, "-c", "import pulse_trio.store.leases, sys; assert 'trio' not in sys.modules"],
         capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+#: What the worker SDK and its test helpers may import from this package.
+SDK_MAY_IMPORT = ("pulse_trio.contract", "pulse_trio.sdk", "pulse_trio.testing")
+
+
+def test_the_sdk_imports_the_contract_layer_only_and_never_trio():
+    for package in ("pulse_trio.sdk", "pulse_trio.testing"):
+        inside = sorted(f"{module} imports {name}" for module, names in GRAPH.items() if _within(module, package)
+                        for name in names if _within(name, "pulse_trio") and name not in ("pulse_trio", "pulse_trio.__version__")
+                        and not any(_within(name, allowed) for allowed in SDK_MAY_IMPORT))
+        assert inside == [], inside
+        assert _offenders(package, "trio") == [] and _offenders(package, "trio_websocket") == []
+    assert "pulse_trio.contract.messages" in GRAPH["pulse_trio.sdk.lease"]
+
+
+def test_an_asyncio_worker_and_its_handler_tests_load_no_trio():
+    probe = """
+import asyncio, sys
+import pulse_trio.sdk, pulse_trio.testing
+from pulse_trio.sdk import Registry
+registry = Registry()
+@registry.handler("billing", "invoice.send")
+async def send(task, payload: dict) -> dict:
+    await asyncio.sleep(0)
+    return payload
+outcome = asyncio.run(pulse_trio.testing.HandlerEnvironment(registry).run("billing", "invoice.send", {"n": 1}))
+assert outcome.status == "SUCCEEDED" and outcome.result == {"n": 1}, outcome
+assert "trio" not in sys.modules, sorted(m for m in sys.modules if "trio" in m and "pulse_trio" not in m)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -58,11 +58,13 @@ class ClusterFleet(Fleet):
 
     def start_all_url_worker(self, i: int, capacity: int = 16) -> None:
         urls = ",".join(f"ws://127.0.0.1:{port}/v1/worker" for port in self.ports[i:] + self.ports[:i])
-        with self._stderr(f"worker{i}") as err:
+        backend = self.backend_of(i)  # asyncio and Trio workers alternate, as in the chaos fleet
+        with self._stderr(f"worker{i}-{backend}") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "pulse_trio", "worker", "run", WORKER, "--capacity", str(capacity),
-                 "--name", f"galera-{i}", "--url", urls],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=dict(self.env))
+                 "--name", f"galera-{i}", "--url", urls, "--backend", backend],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                env=dict(self.env, PULSE_WORKER_BACKEND=backend))
         self.workers[i] = proc
         self.worker_keys[proc.pid] = False
 

@@ -17,7 +17,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from sdk_support import FAST_BACKOFF, Proxy  # noqa: E402
+from sdk_support import FAST_BACKOFF, WORKER_BACKENDS, Proxy, start_worker, stop_workers  # noqa: E402
 
 from pulse_trio.client import Client  # noqa: E402
 from pulse_trio.sdk import Worker  # noqa: E402
@@ -41,24 +41,34 @@ async def proxy_for(start_service):
         own.cancel_scope.cancel()
 
 
+@pytest.fixture(params=WORKER_BACKENDS)
+def worker_backend(request) -> str:
+    """The event loop the test's SDK workers run on (the service always runs on the test's Trio loop)."""
+    return request.param
+
+
 @pytest.fixture
-async def run_worker(start_service, token_factory):
-    """``worker = await run_worker(url, registry, capacity=2, ...)``: started once connected."""
-    workers: list[Worker] = []
+async def run_worker(start_service, token_factory, worker_backend):
+    """``worker = await run_worker(url, registry, capacity=2, ...)``: started once connected (``wait``).
+
+    The worker runs on ``worker_backend``: in the test's own Trio loop, or on
+    an asyncio loop in a thread of its own; either way the test gets a
+    :class:`~sdk_support.RunningWorker`.
+    """
+    workers: list = []
+    portals: list = []
     async with trio.open_nursery() as own:
 
-        async def start(url: str, registry, *, token: str | None = None, wait: bool = True, **options) -> Worker:
+        async def start(url, registry, *, token: str | None = None, wait: bool = True, **options):
             options.setdefault("backoff", FAST_BACKOFF)
             options.setdefault("strict", True)
             worker = Worker(url, token or token_factory("worker", registry.queues()), registry, **options)
-            workers.append(worker)
-            if wait:
-                await own.start(worker.run)
-            else:
-                own.start_soon(worker.run)
-            return worker
+            handle = await start_worker(own, worker, worker_backend, wait=wait, portals=portals)
+            workers.append(handle)
+            return handle
 
         yield start
-        for worker in workers:
-            worker.stop()
+        for handle in workers:
+            handle.stop()
+        await stop_workers(portals)
         own.cancel_scope.cancel()

@@ -13,13 +13,16 @@ then on (the worker cannot come back until the test thaws the proxy).
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+import anyio.from_thread
 import trio
 
 from pulse_trio.client import Client
-from pulse_trio.sdk import Backoff, Registry, TaskContext
+from pulse_trio.sdk import Backoff, Registry, TaskContext, Worker
 
 FAST_POLL_S = 0.02
 FAST_BACKOFF = Backoff(initial=0.05, factor=2.0, maximum=0.4)
@@ -147,7 +150,105 @@ async def wait_state(client: Client, task_id: str, states: set[str] | str, *, ti
     raise AssertionError(f"task {task_id} never reached {wanted}: {json.dumps(view)[:600]}")
 
 
-def gated_registry(started: trio.Event, release: trio.Event, calls: list[str]) -> Registry:
+#: The event loops a test worker may run on: each SDK test that runs a worker runs on each of them.
+WORKER_BACKENDS = ("asyncio", "trio")
+
+
+class Gate:
+    """An event any thread and any event loop may set and wait for.
+
+    Handlers run on the worker's loop, which for an asyncio worker is
+    another thread than the test's Trio loop (the service's); neither
+    loop's own events may cross, so both sides poll a thread-safe flag.
+    """
+
+    def __init__(self) -> None:
+        self._flag = threading.Event()
+
+    def set(self) -> None:
+        self._flag.set()
+
+    def is_set(self) -> bool:
+        return self._flag.is_set()
+
+    async def wait(self) -> None:
+        while not self._flag.is_set():
+            await anyio.sleep(0.005)
+
+
+class RunningWorker:
+    """A :class:`Worker` running on its backend, as the test sees it.
+
+    Attribute reads go to the worker (stats, credentials, url ... are
+    plain values, safe to read from the test's thread); ``drain`` and
+    ``stop`` are called on the worker's own loop. ``returned`` is set
+    once ``run()`` has returned (``error`` is what it raised, if anything).
+    """
+
+    def __init__(self, worker: Worker, backend: str) -> None:
+        self.worker = worker
+        self.backend = backend
+        self.returned = Gate()
+        self.error: BaseException | None = None
+        self.portal: anyio.from_thread.BlockingPortal | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.worker, name)
+
+    def _on_loop(self, fn: Callable[[], Any]) -> None:
+        if self.portal is None:
+            fn()
+        elif not self.returned.is_set():
+            self.portal.call(fn)
+
+    def drain(self) -> None:
+        self._on_loop(self.worker.drain)
+
+    def stop(self) -> None:
+        self._on_loop(self.worker.stop)
+
+    async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the worker to its end (in its loop); never raises: see ``error``."""
+        try:
+            await self.worker.run(task_status=task_status)
+        except BaseException as exc:  # noqa: BLE001 - kept for the test to assert on
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            self.error = exc
+        finally:
+            self.returned.set()
+
+
+async def start_worker(nursery: trio.Nursery, worker: Worker, backend: str, *, wait: bool = True,
+                       portals: list | None = None) -> RunningWorker:
+    """Run ``worker`` on ``backend``: "trio" in the test's own nursery, "asyncio"/"uvloop" on a loop in a thread."""
+    handle = RunningWorker(worker, backend)
+    if backend == "trio":
+        if wait:
+            await nursery.start(handle.run)
+        else:
+            nursery.start_soon(handle.run)
+        return handle
+    options = {"use_uvloop": True} if backend == "uvloop" else {}
+    manager = anyio.from_thread.start_blocking_portal("asyncio", options)
+    handle.portal = await trio.to_thread.run_sync(manager.__enter__)
+    assert portals is not None
+    portals.append((handle, manager))
+    if wait:
+        await trio.to_thread.run_sync(handle.portal.start_task, handle.run)
+    else:
+        handle.portal.start_task_soon(handle.run)
+    return handle
+
+
+async def stop_workers(portals: list) -> None:
+    """Stop every worker in a thread and close its loop (the service is still up meanwhile)."""
+    for handle, manager in portals:
+        handle.stop()
+        await trio.to_thread.run_sync(lambda: manager.__exit__(None, None, None))
+
+
+def gated_registry(started: Gate, release: Gate, calls: list[str]) -> Registry:
     """billing/invoice.send handlers that record their task, say they started, then wait for ``release``."""
     registry = Registry()
 

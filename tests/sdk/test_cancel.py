@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import pytest
 import trio
 
-from sdk_support import in_thread, url_of, wait_for, wait_state
+from sdk_support import Gate, in_thread, url_of, wait_for, wait_state
 
 from pulse_trio.sdk import CANCEL_REQUESTED, Registry, TaskContext
 
 
-def _blocking_registry(started: trio.Event, contexts: list[TaskContext]) -> Registry:
+def _blocking_registry(started: Gate, contexts: list[TaskContext]) -> Registry:
     registry = Registry()
 
     @registry.handler("billing", "slow")
     async def slow(task: TaskContext) -> dict:
         contexts.append(task)
         started.set()
-        await trio.sleep_forever()
+        await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
     return registry
@@ -29,7 +30,7 @@ def _blocking_registry(started: trio.Event, contexts: list[TaskContext]) -> Regi
 async def test_cancel_reaches_the_handler(start_service, run_worker, client, notifications):
     # Without the push, the next renewal (every ttl/3) shows cancel_requested_at.
     service = await start_service(lease_ttl=0.6)
-    started, contexts = trio.Event(), []
+    started, contexts = Gate(), []
     worker = await run_worker(url_of(service), _blocking_registry(started, contexts),
                               cancellation_notifications=notifications)
     task = await in_thread(client.submit, "billing", "slow", {})
@@ -45,13 +46,12 @@ async def test_cancel_reaches_the_handler(start_service, run_worker, client, not
 
 async def test_cancel_reaches_a_sync_handler_that_polls(start_service, run_worker, client):
     service = await start_service()
-    started = trio.Event()
-    token = trio.lowlevel.current_trio_token()
+    started = Gate()
     registry = Registry()
 
-    @registry.handler("reports", "crunch", sync=True)
+    @registry.handler("reports", "crunch")
     def crunch(task: TaskContext) -> dict:
-        trio.from_thread.run_sync(started.set, trio_token=token)
+        started.set()
         while True:
             task.check_cancelled()  # raises TaskCancelled once the cancel arrived
             time.sleep(0.01)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from sdk_support import in_thread, url_of, wait_state
@@ -17,11 +18,17 @@ from pulse_trio.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def test_worker_run_executes_the_example_and_drains_on_sigterm(start_service, token_factory, client):
+@pytest.mark.parametrize("target, options", [
+    ("examples.billing_worker:registry", []),  # asyncio, the default
+    ("examples.billing_worker:registry", ["--backend", "asyncio", "--uvloop"]),
+    ("examples.billing_worker_trio:registry", ["--backend", "trio"]),
+], ids=["asyncio", "uvloop", "trio"])
+async def test_worker_run_executes_the_example_and_drains_on_sigterm(start_service, token_factory, client, target,
+                                                                     options):
     service = await start_service()
     token = token_factory("worker", ["billing"])
-    command = [sys.executable, "-m", "pulse_trio", "worker", "run", "examples.billing_worker:registry",
-               "--url", url_of(service), "--capacity", "2"]
+    command = [sys.executable, "-m", "pulse_trio", "worker", "run", target,
+               "--url", url_of(service), "--capacity", "2", *options]
     env = dict(os.environ, PULSE_WORKER_TOKEN=token)
     async with trio.open_nursery() as nursery:
         process = await nursery.start(lambda task_status: trio.run_process(
@@ -39,6 +46,14 @@ async def test_worker_run_executes_the_example_and_drains_on_sigterm(start_servi
     assert rc == 0, text
     assert "connected to" in text and f"task {task['task_id']}" in text and "SUCCEEDED" in text
     assert "drained" in text
+    backend = "trio" if "--backend" in options and "trio" in options else "asyncio"
+    assert f"({backend}{' with uvloop' if '--uvloop' in options else ''})" in text
+
+
+def test_an_unknown_backend_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["worker", "run", "examples.billing_worker:registry", "--token", "t", "--backend", "curio"])
+    assert exit.value.code == 2 and "invalid choice: 'curio'" in capsys.readouterr().err
 
 
 def test_bad_targets_exit_2(capsys):
@@ -46,5 +61,8 @@ def test_bad_targets_exit_2(capsys):
     assert main(["worker", "run", "examples.billing_worker:nothing", "--token", "t"]) == 2
     assert main(["worker", "run", "examples.billing_worker", "--token", "t"]) == 2
     assert main(["worker", "run", "examples.billing_worker:registry"]) == 2  # no token
+    assert main(["worker", "run", "examples.billing_worker:registry", "--token", "t", "--backend", "trio",
+                 "--uvloop"]) == 2
     err = capsys.readouterr().err
+    assert "--uvloop goes with --backend asyncio" in err
     assert "cannot import" in err and "not a pulse_trio.sdk.Registry" in err and "token is required" in err

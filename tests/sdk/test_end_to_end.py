@@ -1,12 +1,25 @@
-"""The SDK against the real service: a task runs, fails, retries, runs in a thread."""
+"""The SDK against the real service: a task runs, fails, retries, runs in a thread.
+
+These run on every worker backend and on asyncio with uvloop's loop too.
+"""
 
 from __future__ import annotations
 
-import trio
+import threading
 
-from sdk_support import in_thread, url_of, wait_for, wait_state
+import anyio
+import anyio.from_thread
+
+import pytest
+
+from sdk_support import WORKER_BACKENDS, in_thread, url_of, wait_for, wait_state
 
 from pulse_trio.sdk import PermanentError, Registry, RetryableError, TaskContext, UnknownOutcome
+
+
+@pytest.fixture(params=(*WORKER_BACKENDS, "uvloop"))
+def worker_backend(request) -> str:
+    return request.param
 
 
 async def test_task_runs_end_to_end(start_service, run_worker, client):
@@ -94,13 +107,13 @@ async def test_sync_handler_runs_in_a_thread(start_service, run_worker, client):
     threads: list[bool] = []
     registry = Registry()
 
-    @registry.handler("reports", "render", sync=True)
+    @registry.handler("reports", "render")
     def render(task: TaskContext) -> dict:
         try:
-            trio.lowlevel.current_task()
+            anyio.from_thread.check_cancelled()  # only a worker thread of the loop has a host task to ask
+            threads.append(threading.current_thread() is not threading.main_thread())
+        except RuntimeError:  # on the event loop's own thread
             threads.append(False)
-        except RuntimeError:  # no Trio run in this thread: we are in a worker thread
-            threads.append(True)
         task.check_cancelled()
         return {"pages": task.payload["pages"]}
 

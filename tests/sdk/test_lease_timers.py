@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 import trio
 
 from scripted_server import ScriptedServer, later
+from sdk_support import Gate
 
 from pulse_trio.sdk import LEASE_LOST, Registry, TaskContext
 
@@ -33,7 +35,7 @@ def _ack(peer, request, expires_in: float):
 
 async def _started_until_released(scripted, run_worker):
     """A worker whose handler runs until ``release`` is set, offered one task; returns at its task.start."""
-    release = trio.Event()
+    release = Gate()
     registry = Registry()
 
     @registry.handler("billing", "invoice.send")
@@ -67,7 +69,7 @@ async def test_renewals_come_a_third_of_the_way_to_the_expiry(scripted, run_work
 
 
 async def test_the_finish_waits_for_the_renewal_under_way(scripted, run_worker):
-    renewing, done = trio.Event(), []
+    renewing, done = Gate(), []
     registry = Registry()
 
     @registry.handler("billing", "invoice.send")
@@ -102,7 +104,7 @@ async def test_the_watchdog_stops_the_handler_when_the_expiry_passes(scripted, r
     @registry.handler("billing", "invoice.send")
     async def send(task: TaskContext) -> dict:
         try:
-            await trio.sleep_forever()
+            await anyio.sleep_forever()
         finally:
             stopped.append(task.stop_reason)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import anyio
 import trio
 
-from sdk_support import FAST_BACKOFF, in_thread, url_of, wait_for, wait_state
+from sdk_support import Gate, in_thread, url_of, wait_for, wait_state
 
-from pulse_trio.sdk import LEASE_LOST, Registry, TaskContext, Worker
+from pulse_trio.sdk import LEASE_LOST, Registry, TaskContext
 
 
 async def test_handler_longer_than_the_lease_is_kept_alive_by_renewals(start_service, run_worker, client):
@@ -15,7 +16,7 @@ async def test_handler_longer_than_the_lease_is_kept_alive_by_renewals(start_ser
 
     @registry.handler("billing", "long")
     async def long(task: TaskContext) -> dict:
-        await trio.sleep(2.0)  # four ttls
+        await anyio.sleep(2.0)  # four ttls
         return {"done": True}
 
     worker = await run_worker(url_of(service), registry)
@@ -28,7 +29,7 @@ async def test_handler_longer_than_the_lease_is_kept_alive_by_renewals(start_ser
 async def test_partition_past_the_lease_stops_the_handler(start_service, proxy_for, run_worker, client):
     service = await start_service(lease_ttl=0.5)
     proxy = await proxy_for(service)
-    started, stopped = trio.Event(), trio.Event()
+    started, stopped = Gate(), Gate()
     reasons: list[str | None] = []
     registry = Registry()
 
@@ -36,7 +37,7 @@ async def test_partition_past_the_lease_stops_the_handler(start_service, proxy_f
     async def stuck(task: TaskContext) -> dict:
         started.set()
         try:
-            await trio.sleep_forever()
+            await anyio.sleep_forever()
         finally:
             reasons.append(task.stop_reason)
             stopped.set()
@@ -66,18 +67,17 @@ async def test_drain_under_load_finishes_running_tasks_and_takes_no_more(start_s
     @registry.handler("billing", "work")
     async def work(task: TaskContext) -> dict:
         running.append(task.task_id)
-        await trio.sleep(0.3)
+        await anyio.sleep(0.3)
         done.append(task.task_id)
         return {"n": task.payload["n"]}
 
     ids = [(await in_thread(client.submit, "billing", "work", {"n": n}))["task_id"] for n in range(12)]
-    worker = Worker(url_of(service), token_factory("worker", ["billing"]), registry, capacity=3,
-                    backoff=FAST_BACKOFF, strict=True)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(worker.run)
-        await wait_for(lambda: len(running) >= 3, what="the first tasks to start")
-        worker.drain()
-        # run() returns by itself once the running tasks are finished.
+    worker = await run_worker(url_of(service), registry, capacity=3)
+    await wait_for(lambda: len(running) >= 3, what="the first tasks to start")
+    worker.drain()
+    with trio.fail_after(10):  # run() returns by itself once the running tasks are finished.
+        await worker.returned.wait()
+    assert worker.error is None
     assert sorted(done) == sorted(running) and len(done) < len(ids)
     assert worker.stats.succeeded == len(done) and worker.stats.cancelled == worker.stats.lost == 0
     states = {tid: (await in_thread(client.get, tid))["state"] for tid in ids}

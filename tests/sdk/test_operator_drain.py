@@ -19,14 +19,14 @@ from pathlib import Path
 
 import trio
 
-from sdk_support import FAST_BACKOFF, in_thread, url_of, wait_for, wait_state
+from sdk_support import Gate, in_thread, url_of, wait_for, wait_state
 
-from pulse_trio.sdk import Registry, TaskContext, Worker
+from pulse_trio.sdk import Registry, TaskContext
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _gated(started: list[str], release: trio.Event) -> Registry:
+def _gated(started: list[str], release: Gate) -> Registry:
     registry = Registry()
 
     @registry.handler("billing", "invoice.send")
@@ -38,80 +38,65 @@ def _gated(started: list[str], release: trio.Event) -> Registry:
     return registry
 
 
-async def _run_until_return(nursery: trio.Nursery, worker: Worker) -> trio.Event:
-    returned = trio.Event()
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        await worker.run(task_status=task_status)
-        returned.set()
-
-    await nursery.start(run)
-    return returned
-
-
 async def test_an_operator_drain_is_reported_and_the_worker_exits_after_its_leases(
-        start_service, token_factory, client, caplog):
+        start_service, run_worker, client, caplog):
     caplog.set_level(logging.INFO, logger="pulse_trio.sdk")
     service = await start_service()
-    started, release = [], trio.Event()
-    worker = Worker(url_of(service), token_factory("worker", ["billing"]), _gated(started, release), capacity=2,
-                    backoff=FAST_BACKOFF, strict=True, drain_check=0.2)
-    async with trio.open_nursery() as nursery:
-        returned = await _run_until_return(nursery, worker)
-        first = await in_thread(client.submit, "billing", "invoice.send", {})
-        await wait_for(lambda: started, what="the first task to start")
+    started, release = [], Gate()
+    worker = await run_worker(url_of(service), _gated(started, release), capacity=2, drain_check=0.2)
+    returned = worker.returned
+    first = await in_thread(client.submit, "billing", "invoice.send", {})
+    await wait_for(lambda: started, what="the first task to start")
 
-        # Through the database, as another serve instance or the CLI would: not this instance's hub.
-        await in_thread(client.drain, worker.credentials.instance_id)
-        await wait_for(lambda: worker.draining, timeout=5, what="the worker to learn of the drain")
-        assert worker.drained_by_operator
-        assert any("drained by an operator" in r.getMessage() for r in caplog.records)
+    # Through the database, as another serve instance or the CLI would: not this instance's hub.
+    await in_thread(client.drain, worker.credentials.instance_id)
+    await wait_for(lambda: worker.draining, timeout=5, what="the worker to learn of the drain")
+    assert worker.drained_by_operator
+    assert any("drained by an operator" in r.getMessage() for r in caplog.records)
 
-        second = await in_thread(client.submit, "billing", "invoice.send", {})
-        await trio.sleep(0.5)
-        assert started == [first["task_id"]], "a drained worker took a new task"
-        assert not returned.is_set(), "the worker left before its running task finished"
+    second = await in_thread(client.submit, "billing", "invoice.send", {})
+    await trio.sleep(0.5)
+    assert started == [first["task_id"]], "a drained worker took a new task"
+    assert not returned.is_set(), "the worker left before its running task finished"
 
-        release.set()
-        view = await wait_state(client, first["task_id"], "SUCCEEDED")
-        assert view["outcome"]["result"] == {"sent": first["task_id"]}
-        with trio.fail_after(10):
-            await returned.wait()
+    release.set()
+    view = await wait_state(client, first["task_id"], "SUCCEEDED")
+    assert view["outcome"]["result"] == {"sent": first["task_id"]}
+    with trio.fail_after(10):
+        await returned.wait()
     assert not worker.stopped and worker.stats.succeeded == 1 and worker.stats.lost == 0
     assert (await in_thread(client.get, second["task_id"]))["state"] == "READY"
 
 
-async def test_a_drain_is_not_forgotten_when_the_worker_reconnects(start_service, proxy_for, token_factory, client,
+async def test_a_drain_is_not_forgotten_when_the_worker_reconnects(start_service, proxy_for, run_worker, client,
                                                                    caplog):
     caplog.set_level(logging.INFO, logger="pulse_trio.sdk")
     service = await start_service(lease_ttl=3)
     proxy = await proxy_for(service)
-    started, release = [], trio.Event()
+    started, release = [], Gate()
     # The periodic check is far away: only the reconnect can tell the worker.
-    worker = Worker(proxy.url, token_factory("worker", ["billing"]), _gated(started, release), capacity=2,
-                    backoff=FAST_BACKOFF, strict=True, drain_check=600)
-    async with trio.open_nursery() as nursery:
-        returned = await _run_until_return(nursery, worker)
-        first = await in_thread(client.submit, "billing", "invoice.send", {})
-        await wait_for(lambda: started, what="the first task to start")
-        drained = worker.credentials.instance_id
-        await in_thread(client.drain, drained)
-        assert not worker.draining
+    worker = await run_worker(proxy.url, _gated(started, release), capacity=2, drain_check=600)
+    returned = worker.returned
+    first = await in_thread(client.submit, "billing", "invoice.send", {})
+    await wait_for(lambda: started, what="the first task to start")
+    drained = worker.credentials.instance_id
+    await in_thread(client.drain, drained)
+    assert not worker.draining
 
-        proxy.sever()
-        await wait_for(lambda: worker.stats.resumed == 1, what="the lease to be resumed")
-        await wait_for(lambda: worker.draining, timeout=5, what="the reconnected worker to learn of the drain")
-        assert worker.drained_by_operator and worker.credentials.instance_id != drained
-        [new] = [w for w in await in_thread(client.workers) if w["instance_id"] == worker.credentials.instance_id]
-        assert new["drain"] is True
+    proxy.sever()
+    await wait_for(lambda: worker.stats.resumed == 1, what="the lease to be resumed")
+    await wait_for(lambda: worker.draining, timeout=5, what="the reconnected worker to learn of the drain")
+    assert worker.drained_by_operator and worker.credentials.instance_id != drained
+    [new] = [w for w in await in_thread(client.workers) if w["instance_id"] == worker.credentials.instance_id]
+    assert new["drain"] is True
 
-        await in_thread(client.submit, "billing", "invoice.send", {})
-        await trio.sleep(0.5)
-        assert started == [first["task_id"]], "the reconnected worker took a new task"
-        release.set()
-        await wait_state(client, first["task_id"], "SUCCEEDED")
-        with trio.fail_after(10):
-            await returned.wait()
+    await in_thread(client.submit, "billing", "invoice.send", {})
+    await trio.sleep(0.5)
+    assert started == [first["task_id"]], "the reconnected worker took a new task"
+    release.set()
+    await wait_state(client, first["task_id"], "SUCCEEDED")
+    with trio.fail_after(10):
+        await returned.wait()
     assert worker.stats.succeeded == 1 and worker.stats.lost == 0
     assert any("drained by an operator" in r.getMessage() for r in caplog.records)
 
@@ -141,11 +126,11 @@ async def test_worker_run_exits_0_after_an_operator_drain(start_service, token_f
     assert "drained by an operator" in text and "drained:" in text
 
 
-async def test_a_busy_worker_learns_of_the_drain_too(start_service, token_factory, client):
+async def test_a_busy_worker_learns_of_the_drain_too(start_service, run_worker, client):
     """Tasks finishing all the time keep the worker's loop busy; the check still comes on time."""
     service = await start_service()
     started: list[str] = []
-    gates = [trio.Event() for _ in range(10)]
+    gates = [Gate() for _ in range(10)]
     registry = Registry()
 
     @registry.handler("billing", "invoice.send")
@@ -155,23 +140,21 @@ async def test_a_busy_worker_learns_of_the_drain_too(start_service, token_factor
         await gate.wait()
         return {}
 
-    worker = Worker(url_of(service), token_factory("worker", ["billing"]), registry, capacity=10,
-                    backoff=FAST_BACKOFF, strict=True, drain_check=0.3)
-    async with trio.open_nursery() as nursery:
-        returned = await _run_until_return(nursery, worker)
-        await in_thread(lambda: [client.submit("billing", "invoice.send", {"n": n}) for n in range(10)])
-        await wait_for(lambda: len(started) == 10, what="ten running tasks")
-        await in_thread(client.drain, worker.credentials.instance_id)
-        released = 0
-        for gate in gates:  # a task ends every 0.1 s: the worker is never idle for its check interval
-            if worker.draining:
-                break
-            gate.set()
-            released += 1
-            await trio.sleep(0.1)
-        assert worker.draining and released <= 6, released
-        for gate in gates:
-            gate.set()
-        with trio.fail_after(10):
-            await returned.wait()
+    worker = await run_worker(url_of(service), registry, capacity=10, drain_check=0.3)
+    returned = worker.returned
+    await in_thread(lambda: [client.submit("billing", "invoice.send", {"n": n}) for n in range(10)])
+    await wait_for(lambda: len(started) == 10, what="ten running tasks")
+    await in_thread(client.drain, worker.credentials.instance_id)
+    released = 0
+    for gate in gates:  # a task ends every 0.1 s: the worker is never idle for its check interval
+        if worker.draining:
+            break
+        gate.set()
+        released += 1
+        await trio.sleep(0.1)
+    assert worker.draining and released <= 6, released
+    for gate in gates:
+        gate.set()
+    with trio.fail_after(10):
+        await returned.wait()
     assert worker.drained_by_operator and worker.stats.succeeded == 10

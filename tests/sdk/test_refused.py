@@ -7,9 +7,9 @@ import socket
 import pytest
 import trio
 
-from sdk_support import FAST_BACKOFF, url_of, wait_for
+from sdk_support import url_of, wait_for
 
-from pulse_trio.sdk import Registry, TaskContext, Worker, WorkerRefused
+from pulse_trio.sdk import Registry, TaskContext, WorkerRefused
 
 
 def _registry() -> Registry:
@@ -22,31 +22,38 @@ def _registry() -> Registry:
     return registry
 
 
-async def test_bad_token_is_refused(start_service):
+async def _refusal(worker) -> WorkerRefused:
+    with trio.fail_after(10):
+        await worker.returned.wait()
+    assert isinstance(worker.error, WorkerRefused), repr(worker.error)
+    return worker.error
+
+
+async def test_bad_token_is_refused(start_service, run_worker):
     service = await start_service()
-    worker = Worker(url_of(service), "not-a-token", _registry(), backoff=FAST_BACKOFF)
-    with trio.fail_after(10), pytest.raises(WorkerRefused, match="401"):
-        await worker.run()
+    worker = await run_worker(url_of(service), _registry(), token="not-a-token", wait=False, strict=False)
+    with pytest.raises(WorkerRefused, match="401"):
+        raise await _refusal(worker)
 
 
-async def test_queue_outside_the_token_is_refused(start_service, token_factory):
+async def test_queue_outside_the_token_is_refused(start_service, token_factory, run_worker):
     service = await start_service()
-    worker = Worker(url_of(service), token_factory("worker", ["other"]), _registry(), backoff=FAST_BACKOFF)
-    with trio.fail_after(10), pytest.raises(WorkerRefused, match="permission_denied"):
-        await worker.run()
+    worker = await run_worker(url_of(service), _registry(), token=token_factory("worker", ["other"]), wait=False,
+                              strict=False)
+    with pytest.raises(WorkerRefused, match="permission_denied"):
+        raise await _refusal(worker)
 
 
-async def test_unreachable_service_is_retried_until_it_comes_up(start_service, token_factory):
+async def test_unreachable_service_is_retried_until_it_comes_up(start_service, run_worker):
     with socket.socket() as probe:  # a port nothing listens on (yet)
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    worker = Worker(f"ws://127.0.0.1:{port}/v1/worker", token_factory("worker", ["billing"]), _registry(),
-                    backoff=FAST_BACKOFF)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(worker.run)
-        await wait_for(lambda: worker.stats.failed_connects >= 3, what="a few refused connects")
-        assert not worker.connected
-        await start_service(worker_listen=("127.0.0.1", port))
-        with trio.fail_after(10):
-            await worker.wait_connected()
-        worker.drain()
+    worker = await run_worker(f"ws://127.0.0.1:{port}/v1/worker", _registry(), wait=False, strict=False)
+    await wait_for(lambda: worker.stats.failed_connects >= 3, what="a few refused connects")
+    assert not worker.connected
+    await start_service(worker_listen=("127.0.0.1", port))
+    await wait_for(lambda: worker.connected, timeout=10, what="the worker to connect")
+    worker.drain()
+    with trio.fail_after(10):
+        await worker.returned.wait()
+    assert worker.error is None

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 import trio
 
-from sdk_support import ack_of, gated_registry, in_thread, wait_for, wait_state
+from sdk_support import Gate, ack_of, gated_registry, in_thread, wait_for, wait_state
 
 
 
 async def test_socket_drop_mid_task_resumes_the_lease(start_service, proxy_for, run_worker, client):
     service = await start_service(lease_ttl=1.5)
     proxy = await proxy_for(service)
-    started, release, calls = trio.Event(), trio.Event(), []
+    started, release, calls = Gate(), Gate(), []
     worker = await run_worker(proxy.url, gated_registry(started, release, calls))
     task = await in_thread(client.submit, "billing", "invoice.send", {})
     with trio.fail_after(10):
@@ -38,7 +38,7 @@ async def test_socket_drop_mid_task_resumes_the_lease(start_service, proxy_for, 
 async def test_service_restart_mid_task_resumes_on_the_new_instance(start_service, proxy_for, run_worker, client):
     service = await start_service()
     proxy = await proxy_for(service)
-    started, release, calls = trio.Event(), trio.Event(), []
+    started, release, calls = Gate(), Gate(), []
     worker = await run_worker(proxy.url, gated_registry(started, release, calls))
     task = await in_thread(client.submit, "billing", "invoice.send", {})
     with trio.fail_after(10):
@@ -62,7 +62,7 @@ async def test_lost_ack_is_answered_from_the_receipt(start_service, proxy_for, r
     # the worker sends the same command with the same revision and the receipt answers duplicate=true.
     service = await start_service(lease_ttl=0.9)
     proxy = await proxy_for(service)
-    started, release, calls = trio.Event(), trio.Event(), []
+    started, release, calls = Gate(), Gate(), []
     worker = await run_worker(proxy.url, gated_registry(started, release, calls))
     if command != "task.finish":
         proxy.drop_when(ack_of(command))

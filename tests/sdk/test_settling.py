@@ -20,10 +20,11 @@ import pytest
 import trio
 
 from scripted_server import ScriptedServer, later
-from sdk_support import ack_of, in_thread, wait_for, wait_state
+from sdk_support import Gate, ack_of, in_thread, wait_for, wait_state
 
 from pulse_trio.contract.grammar import format_time
 from pulse_trio.sdk import Registry, TaskContext
+from pulse_trio.sdk import lease as lease_module
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ async def scripted():
         own.cancel_scope.cancel()
 
 
-def _registry(calls: list[str], release: trio.Event | None = None) -> Registry:
+def _registry(calls: list[str], release: Gate | None = None) -> Registry:
     registry = Registry()
 
     @registry.handler("billing", "invoice.send")
@@ -108,7 +109,7 @@ async def test_a_finish_acknowledged_after_the_local_expiry_is_counted_as_finish
 @pytest.mark.parametrize("command", ["task.renew", "task.finish"])
 async def test_an_internal_answer_is_retried_on_the_same_connection(scripted, run_worker, command):
     calls: list[str] = []
-    release = trio.Event()
+    release = Gate()
     worker, peer = await _session(scripted, run_worker, _registry(calls, release))
     if command == "task.finish":
         release.set()
@@ -157,7 +158,7 @@ async def test_an_internal_answer_to_the_replayed_finish_is_asked_again_not_writ
 
 async def test_an_internal_answer_to_a_resume_is_retried(scripted, run_worker):
     calls: list[str] = []
-    release = trio.Event()
+    release = Gate()
     worker, peer = await _session(scripted, run_worker, _registry(calls, release))
     frame, lease = peer.offer()
     await peer.send(frame)
@@ -223,18 +224,19 @@ async def test_a_worker_back_after_the_expiry_replays_its_finish_and_counts_the_
     assert not any("lease lost" in r.getMessage() for r in caplog.records)
 
 
-async def test_a_finish_never_answered_is_outcome_unknown_not_lost(scripted, run_worker, caplog, autojump_clock):
-    """Virtual time (the settling lasts a minute past the expiry): the service never answers the finish."""
+async def test_a_finish_never_answered_is_outcome_unknown_not_lost(scripted, run_worker, caplog, monkeypatch):
+    """The service never answers the finish; the settling (a minute past the expiry) is shortened here."""
+    monkeypatch.setattr(lease_module, "SETTLE_AFTER_EXPIRY_S", 1.0)
     caplog.set_level(logging.INFO, logger="pulse_trio.sdk")
     calls: list[str] = []
     worker, peer = await _session(scripted, run_worker, _registry(calls))
     finish = await _started(peer, 1.0)
     assert finish["type"] == "task.finish"
     asked = trio.current_time()
-    with trio.fail_after(600):
+    with trio.fail_after(10):
         while not worker.stats.unsettled:
-            await trio.sleep(5)
-    assert trio.current_time() - asked >= 60
+            await trio.sleep(0.05)
+    assert trio.current_time() - asked >= 1.8  # the lease's expiry (1 s), then the settling time past it
     assert worker.stats.lost == 0 and worker.stats.succeeded == 0 and worker.stats.running == 0
     messages = [r.getMessage() for r in caplog.records]
     assert any("outcome unknown to this worker" in m and finish["body"]["task_id"] in m for m in messages)

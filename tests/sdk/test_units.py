@@ -58,7 +58,7 @@ def test_registry_subscribes_to_exactly_its_kinds():
     @registry.handler("billing", "invoice.send")
     async def send(task): ...
 
-    @registry.handler("billing", "invoice.render", sync=True)
+    @registry.handler("billing", "invoice.render")  # a def: it runs in a thread, no flag needed
     def render(task): ...
 
     @registry.handler("mail", "welcome")
@@ -69,10 +69,12 @@ def test_registry_subscribes_to_exactly_its_kinds():
     assert registry.get("billing", "invoice.render").sync is True
     with pytest.raises(ValueError):
         registry.add("billing", "invoice.send", send)
+    assert registry.get("billing", "invoice.send").sync is False
+    assert registry.add("billing", "other", render, sync=True).sync is True  # the old spelling still works
     with pytest.raises(TypeError):
-        registry.add("billing", "other", render)  # sync function without sync=True
+        registry.add("billing", "other2", send, sync=True)  # a flag that contradicts the function
     with pytest.raises(TypeError):
-        registry.add("billing", "other2", send, sync=True)
+        registry.add("billing", "other3", render, sync=False)
     with pytest.raises(ValueError):
         registry.add("Billing", "x", send)
 

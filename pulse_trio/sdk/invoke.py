@@ -1,0 +1,61 @@
+"""Calling one handler: decode its payload, run it on the loop or in a thread, map what it did to an outcome.
+
+Shared by the lease runner (a real lease) and :mod:`pulse_trio.testing`
+(a lease the test drives), so a handler's unit test goes through exactly
+the code that runs it in production.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+
+from pulse_trio.sdk import outcome as oc
+from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
+from pulse_trio.sdk.errors import HandlerOutcome, TaskCancelled
+from pulse_trio.sdk.payload import InvalidPayload
+from pulse_trio.sdk.registry import Handler
+
+log = logging.getLogger("pulse_trio.sdk")
+
+
+async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelScope, *,
+                       limiter: anyio.CapacityLimiter | None, max_result_bytes: int) -> oc.Outcome | None:
+    """Run ``handler`` for ``ctx`` inside ``scope`` (cancelled to stop it); None when the lease was lost.
+
+    A payload that does not fit the handler's type is refused before the
+    call (FAILED ``invalid_payload``); a ``def`` handler runs in a worker
+    thread under ``limiter``, so it never blocks the loop.
+    """
+    result: oc.Outcome | None = None
+    args: tuple[Any, ...] = (ctx,)
+    if handler.takes_payload:
+        try:
+            args = (ctx, handler.decode(ctx.payload_json) if handler.decode is not None else ctx.payload)
+        except InvalidPayload as exc:  # the handler is not called: the same payload would never fit
+            log.warning("task %s: %s", ctx.task_id, exc)
+            return oc.invalid_payload(str(exc))
+    with scope:
+        try:
+            if handler.sync:
+                value = await anyio.to_thread.run_sync(handler.fn, *args, limiter=limiter)
+            else:
+                value = await handler.fn(*args)
+            result = oc.succeeded(value, max_result_bytes)
+        except TaskCancelled as exc:
+            result = None if ctx.stop_reason == LEASE_LOST else oc.from_exception(
+                exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED)
+        except Exception as exc:
+            if ctx.stop_reason == LEASE_LOST:
+                return None
+            if not isinstance(exc, HandlerOutcome):
+                log.exception("handler %s raised for task %s", handler.name, ctx.task_id)
+            result = oc.from_exception(exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED,
+                                       max_bytes=max_result_bytes)
+    if scope.cancelled_caught:
+        if ctx.stop_reason == CANCEL_REQUESTED:
+            return oc.cancelled(ctx.cancel_reason or "cancelled by request")
+        return None
+    return result

@@ -1,0 +1,187 @@
+"""Handlers as users write them, against the real service, on each worker backend.
+
+``async def`` on the worker's own loop (asyncio-only primitives included),
+``def`` in a worker thread that never stalls the loop, typed payloads
+refused before the call, and results the contract cannot carry finishing
+FAILED without harming the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from sdk_support import in_thread, url_of, wait_for, wait_state
+
+from pulse_trio.sdk import Registry, TaskContext
+
+
+@dataclasses.dataclass
+class Invoice:
+    invoice: int
+    amount: str
+
+
+@pytest.mark.parametrize("worker_backend", ["asyncio", "uvloop"])
+async def test_an_asyncio_handler_awaits_asyncio_only_primitives(start_service, run_worker, client):
+    service = await start_service()
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext, invoice: Invoice) -> dict:
+        loop = asyncio.get_running_loop()  # there is one: the handler runs on the worker's asyncio loop
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        loop.call_later(0.01, queue.put_nowait, invoice.invoice)
+        got = await asyncio.wait_for(queue.get(), timeout=5)
+        await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection("127.0.0.1", service.worker_port)  # asyncio's own streams
+        writer.close()
+        await writer.wait_closed()
+        return {"got": got, "loop": type(loop).__module__.split(".")[0]}
+
+    worker = await run_worker(url_of(service), registry)
+    task = await in_thread(client.submit, "billing", "invoice.send", {"invoice": 7, "amount": "1.00"})
+    view = await wait_state(client, task["task_id"], {"SUCCEEDED", "FAILED"})
+    assert view["state"] == "SUCCEEDED", view["outcome"]
+    assert view["outcome"]["result"] == {"got": 7, "loop": "uvloop" if worker.backend == "uvloop" else "asyncio"}
+
+
+async def test_a_blocking_def_handler_does_not_stall_its_neighbours_renewals(start_service, run_worker, client):
+    """A def handler blocks its thread for four ttls; the async neighbour's lease is renewed all along."""
+    service = await start_service(lease_ttl=0.5)
+    registry = Registry()
+    blocked = threading.Event()
+
+    @registry.handler("reports", "render")
+    def render(task: TaskContext) -> dict:
+        blocked.set()
+        time.sleep(2.0)  # blocking, never checks anything: only a thread keeps it off the loop
+        return {"rendered": True, "left": task.time_left() > 0}
+
+    @registry.handler("reports", "watch")
+    async def watch(task: TaskContext) -> dict:
+        import anyio
+
+        await anyio.sleep(1.5)
+        return {"watched": True}
+
+    worker = await run_worker(url_of(service), registry, capacity=2)
+    blocking = await in_thread(client.submit, "reports", "render", {})
+    await wait_for(blocked.is_set, what="the blocking handler to start")
+    neighbour = await in_thread(client.submit, "reports", "watch", {})
+    for task_id in (neighbour["task_id"], blocking["task_id"]):
+        view = await wait_state(client, task_id, {"SUCCEEDED", "FAILED", "UNKNOWN"}, timeout=20)
+        assert view["state"] == "SUCCEEDED" and len(view["attempts"]) == 1, view["outcome"]
+    assert worker.stats.lost == 0 and worker.stats.renewals >= 8  # both leases, every ttl/3 (0.17 s)
+
+
+async def test_a_payload_that_does_not_fit_fails_without_calling_the_handler(start_service, run_worker, client):
+    service = await start_service()
+    calls: list[Invoice] = []
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext, invoice: Invoice) -> dict:
+        calls.append(invoice)
+        return {"sent": invoice.invoice}
+
+    @registry.handler("billing", "invoice.render")
+    def render(task: TaskContext, invoice: Invoice) -> dict:
+        calls.append(invoice)
+        return {}
+
+    worker = await run_worker(url_of(service), registry, capacity=2)
+    bad = await in_thread(client.submit, "billing", "invoice.send", {"invoice": "seven", "amount": "1"},
+                          max_attempts=3)
+    missing = await in_thread(client.submit, "billing", "invoice.render", {"invoice": 1}, max_attempts=3)
+    good = await in_thread(client.submit, "billing", "invoice.send", {"invoice": 8, "amount": "2"})
+    view = await wait_state(client, bad["task_id"], {"FAILED", "SUCCEEDED"})
+    assert view["state"] == "FAILED" and len(view["attempts"]) == 1  # not retried: it would never fit
+    outcome = view["outcome"]
+    assert outcome["error_code"] == "invalid_payload" and view["attempts"][0]["retryable"] is False
+    assert "Invoice" in outcome["error_message"] and "$.invoice" in outcome["error_message"]
+    view = await wait_state(client, missing["task_id"], {"FAILED", "SUCCEEDED"})
+    assert view["outcome"]["error_code"] == "invalid_payload" and "`amount`" in view["outcome"]["error_message"]
+    view = await wait_state(client, good["task_id"], "SUCCEEDED")
+    assert view["outcome"]["result"] == {"sent": 8}
+    assert calls == [Invoice(8, "2")]
+    await wait_for(lambda: worker.stats.failed == 2 and worker.stats.succeeded == 1, what="the finishes")
+
+
+async def test_results_the_contract_cannot_carry_fail_clearly_and_the_worker_goes_on(start_service, run_worker,
+                                                                                     client):
+    service = await start_service()
+    registry = Registry()
+
+    @registry.handler("billing", "huge")
+    async def huge(task: TaskContext) -> dict:
+        return {"blob": "x" * (300 * 1024)}
+
+    @registry.handler("billing", "odd")
+    def odd(task: TaskContext) -> object:
+        return {"when": object()}
+
+    @registry.handler("billing", "fine")
+    async def fine(task: TaskContext) -> Invoice:
+        return Invoice(1, "2.00")  # a dataclass result is sent as its JSON object
+
+    worker = await run_worker(url_of(service), registry, capacity=3)
+    ids = {kind: (await in_thread(client.submit, "billing", kind, {}, max_attempts=2))["task_id"]
+           for kind in ("huge", "odd", "fine")}
+    view = await wait_state(client, ids["huge"], {"FAILED", "SUCCEEDED"})
+    assert view["outcome"]["error_code"] == "result_too_large" and "262144" in view["outcome"]["error_message"]
+    assert view["attempts"][0]["retryable"] is False
+    view = await wait_state(client, ids["odd"], {"FAILED", "SUCCEEDED"})
+    assert view["outcome"]["error_code"] == "invalid_result" and "not JSON" in view["outcome"]["error_message"]
+    view = await wait_state(client, ids["fine"], "SUCCEEDED")
+    assert view["outcome"]["result"] == {"invoice": 1, "amount": "2.00"}
+    assert worker.connected and worker.stats.lost == 0
+
+
+PLAIN_ASYNCIO_PROGRAM = """
+import asyncio, sys
+from pulse_trio.sdk import Registry, TaskContext, Worker
+
+registry = Registry()
+
+@registry.handler("billing", "invoice.send")
+async def send(task: TaskContext, payload: dict) -> dict:
+    await asyncio.sleep(0.01)
+    return {"echo": payload, "loop": type(asyncio.get_running_loop()).__name__}
+
+worker = Worker(sys.argv[1], sys.argv[2], registry, drain_check=0.2)
+asyncio.run(worker.run())
+print("trio loaded:", "trio" in sys.modules, "succeeded:", worker.stats.succeeded, flush=True)
+"""
+
+
+async def test_a_plain_asyncio_program_runs_a_worker_without_loading_trio(start_service, token_factory, client):
+    """``asyncio.run(worker.run())`` as the docs show it: no AnyIO runner, no Trio, an operator's drain ends it."""
+    import subprocess
+    import sys
+
+    import trio
+
+    service = await start_service()
+    token = token_factory("worker", ["billing"])
+    async with trio.open_nursery() as nursery:
+        process = await nursery.start(lambda task_status: trio.run_process(
+            [sys.executable, "-c", PLAIN_ASYNCIO_PROGRAM, url_of(service), token], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, check=False, task_status=task_status))
+        try:
+            workers = await wait_for(client.workers, timeout=20, what="the worker to register")
+            task = await in_thread(client.submit, "billing", "invoice.send", {"n": 1})
+            view = await wait_state(client, task["task_id"], {"SUCCEEDED", "FAILED"})
+            assert view["outcome"]["result"] == {"echo": {"n": 1}, "loop": "_UnixSelectorEventLoop"}, view
+            await in_thread(client.drain, workers[0]["instance_id"])
+            with trio.fail_after(20):
+                rc = await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        out = await process.stdout.receive_some(1 << 16)
+    assert rc == 0 and out.decode().strip() == "trio loaded: False succeeded: 1", out

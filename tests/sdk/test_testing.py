@@ -1,0 +1,168 @@
+"""``pulse_trio.testing`` on the example's real handlers: no server, a lease and a clock the test drives.
+
+These are plain (sync) tests that call ``anyio.run`` once per backend: the
+suite runs async tests under pytest-trio's trio mode, and a handler test of
+a user's asyncio worker must run under asyncio, so each test picks its loop
+itself instead of leaving it to a plugin.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pulse_trio.sdk import LEASE_LOST, Registry, RetryableError, TaskContext
+from pulse_trio.testing import HandlerEnvironment
+
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from examples import billing_worker  # noqa: E402
+
+BACKENDS = ["asyncio", "trio"]
+
+
+def run(backend: str, fn, *args):
+    return anyio.run(fn, *args, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_example_invoice_is_sent_once_per_idempotency_key(backend):
+    billing_worker.SENT.clear()
+    env = HandlerEnvironment(billing_worker.registry)
+
+    async def scenario():
+        first = await env.run("billing", "invoice.send", {"invoice": 991, "amount": "12.50"},
+                              idempotency_key="inv-991")
+        again = await env.run("billing", "invoice.send", {"invoice": 991, "amount": "12.50"},
+                              idempotency_key="inv-991", attempt=2, effect_uncertain=True)
+        return first, again
+
+    if backend == "trio":  # the asyncio example's handler awaits asyncio: on Trio, test its Trio twin
+        from examples import billing_worker_trio
+        env = HandlerEnvironment(billing_worker_trio.registry)
+    first, again = run(backend, scenario)
+    assert first.status == "SUCCEEDED" and first.handler_called
+    assert first.result == {"invoice": 991, "sent": True, "attempt": 1, "message_id": "msg-991"}
+    assert again.status == "SUCCEEDED" and again.result["deduplicated"] is True
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_example_refuses_a_bad_payload_and_retries_an_outage(backend):
+    env = HandlerEnvironment(billing_worker.registry)
+
+    async def scenario():
+        bad = await env.run("billing", "invoice.render", {"pages": 2})
+        outage = await env.run("billing", "invoice.send", {"invoice": 1, "simulate_outage": True})
+        rendered = await env.run("billing", "invoice.render", {"invoice": 4, "pages": 2})
+        return bad, outage, rendered
+
+    bad, outage, rendered = run(backend, scenario)
+    assert (bad.status, bad.error_code, bad.retryable, bad.handler_called) == ("FAILED", "invalid_payload", False,
+                                                                               False)
+    assert "`invoice`" in bad.error_message
+    assert (outage.status, outage.error_code, outage.retryable) == ("FAILED", "gateway.unavailable", True)
+    assert rendered.status == "SUCCEEDED" and rendered.result == {"invoice": 4, "pages": 2}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cancel_reaches_the_example_render_in_its_thread(backend):
+    env = HandlerEnvironment(billing_worker.registry)
+
+    async def scenario():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(lambda: env.run("billing", "invoice.render", {"invoice": 4, "pages": 1000}))
+            ctx = await env.wait_called()
+            env.cancel("customer asked")
+            assert ctx.cancel_requested
+        return env.finished
+
+    finished = run(backend, scenario)
+    assert (finished.status, finished.error_code, finished.error_message) == ("CANCELLED", "cancelled",
+                                                                              "customer asked")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_clock_renews_until_renewals_fail_then_the_lease_is_lost(backend):
+    seen: list[float] = []
+    stopped: list[str | None] = []
+
+    async def long(task: TaskContext) -> dict:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stopped.append(task.stop_reason)
+
+    env = HandlerEnvironment(long, lease_ttl=30)
+
+    async def scenario():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(env.run)
+            ctx = await env.wait_called()
+            seen.append(ctx.time_left())
+            for _ in range(10):
+                env.advance(15)  # every advance past a third of the ttl is met by a renewal
+                seen.append(ctx.time_left())
+            env.fail_renewals()
+            env.advance(20)
+            seen.append(ctx.time_left())
+            assert not ctx.cancel_requested
+            env.advance(20)  # past the expiry: the watchdog stops the handler
+        return env.finished
+
+    finished = run(backend, scenario)
+    assert seen[0] == 30 and all(left == 30 for left in seen[1:11]) and seen[11] == 10
+    assert finished.lease_lost and finished.renewals == 10 and stopped == [LEASE_LOST]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_def_handler_reads_the_driven_deadline_from_its_thread(backend):
+    gate = threading.Event()
+    registry = Registry()
+
+    @registry.handler("reports", "crunch")
+    def crunch(task: TaskContext) -> dict:
+        gate.wait(5)
+        if task.time_left() < 10:
+            raise RetryableError("not enough lease left to start the long step", code="lease.short")
+        return {"left": task.time_left()}
+
+    env = HandlerEnvironment(registry, lease_ttl=30)
+
+    async def scenario():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(lambda: env.run("reports", "crunch"))
+            await env.wait_called()
+            env.fail_renewals()
+            env.advance(25)
+            gate.set()
+        return env.finished
+
+    finished = run(backend, scenario)
+    assert (finished.status, finished.error_code, finished.retryable) == ("FAILED", "lease.short", True)
+
+
+def test_a_lost_lease_while_a_thread_runs_finishes_nothing():
+    def slow(task: TaskContext) -> dict:
+        while not task.cancel_requested:
+            time.sleep(0.005)
+        task.check_cancelled()
+        return {}
+
+    env = HandlerEnvironment(slow)
+
+    async def scenario():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(env.run)
+            await env.wait_called()
+            env.lose_lease("lease_expired")
+        return env.finished
+
+    finished = run("asyncio", scenario)
+    assert finished.lease_lost and finished.handler_called and finished.error_message == "lease_expired"
