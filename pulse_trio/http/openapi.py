@@ -24,6 +24,7 @@ from pulse_trio.http.auth import PERMISSIONS
 from pulse_trio.http.bodies import IDEMPOTENCY_HEADER_PATTERN
 from pulse_trio.http.throughput import WINDOW_MINUTES
 from pulse_trio.store.dashboard import FINISHED_STATUSES
+from pulse_trio.tokens import GRANTS
 
 DUE_AT = {"type": "string", "format": "date-time", "pattern": ranges.DUE_AT_PATTERN}
 TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
@@ -235,11 +236,13 @@ SCHEMAS: dict[str, Any] = {
         "role": {"type": "string", "enum": ["producer", "operator"]},
         "queues": {"type": "array", "items": {"type": "string"},
                    "description": "The queues the token is held to; `[\"*\"]`: every queue."},
+        "allow": {"type": "array", "items": {"type": "string", "enum": list(GRANTS)},
+                  "description": "Actions granted beyond the role (`token create --allow`), within its queues."},
         "label": {"type": "string"},
         "created_at": TIME,
         "revoked_at": {"type": "null"},
         "may": {"type": "array", "items": {"type": "string", "enum": list(PERMISSIONS)},
-                "description": "The actions this token's role may take; every other one is 403."},
+                "description": "The actions this token's role and grants let it take; every other one is 403."},
     }),
     "Overview": _obj({
         "at": TIME,
@@ -361,7 +364,7 @@ PATHS: dict[str, Any] = {
     },
     "/v1/tasks/{task_id}/cancel": {
         "post": _op("cancelTask", "Request cancellation",
-                    "Operator. Saves a cancel intent (a task not yet started is cancelled at once; a running "
+                    "Operator, or a producer granted `cancel` (its queues). Saves a cancel intent (a task not yet started is cancelled at once; a running "
                     "one is told and given the cancel grace). A terminal task is reported as it is, with "
                     "`cancel_changed: false`.",
                     _responses({200: ("Task", "The task after the request.")}, (*_AUTH, 404, 409, 408, 413, 415)),
@@ -371,7 +374,7 @@ PATHS: dict[str, Any] = {
     },
     "/v1/tasks/{task_id}/retry": {
         "post": _op("retryTask", "Retry a terminal task by hand",
-                    "Operator. Creates a new task (`retry_of` = this one) from a FAILED, UNKNOWN or CANCELLED "
+                    "Operator, or a producer granted `retry` (its queues). Creates a new task (`retry_of` = this one) from a FAILED, UNKNOWN or CANCELLED "
                     "task; asking again returns the same new task with 200.",
                     _responses({201: ("Task", "The new task."), 200: ("Task", "The retry made before.")},
                                (*_AUTH, 404, 409, 408, 413, 415)),
