@@ -30,7 +30,7 @@ from pulse_trio.client import ranges
 from pulse_trio.client.producer import ClientError, build_task, check_list_filters
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX
 from pulse_trio.http import auth, bodies
-from pulse_trio.http.errors import JSON, ApiError, not_found, unauthenticated
+from pulse_trio.http.errors import JSON, ApiError, BatchRefused, not_found, unauthenticated
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.tokens import live_token
 from pulse_trio.store.trio_bridge import Store
@@ -108,6 +108,37 @@ class TaskApi:
         task_id, text, created = await self.blocking(submit_and_read)
         request.scope.setdefault("pulse", {})["task_id"] = task_id
         return json_text(text, 201 if created else 200, created=created)
+
+    async def submit_many(self, request: Request) -> Response:
+        """Every task valid and allowed, then one transaction: all are submitted or none (per-task errors named)."""
+        info = await self.authenticate(request, "submit")
+        items = bodies.batch(await bodies.read_json(request), request.headers.get("idempotency-key"))
+        now = self.instance.now()
+        tasks, refused = [], []
+        for index, item in enumerate(items):
+            try:
+                if not isinstance(item, dict):
+                    raise bodies.bad_request("a task must be a JSON object")
+                sub = bodies.submission(item, None)
+                auth.require_queue(info, sub.queue)
+                tasks.append(build_task(sub.queue, sub.kind, now=now, **sub.options))
+            except (ApiError, ClientError) as exc:
+                field = exc.field or ("queue" if exc.code == "forbidden" else None)
+                refused.append({"index": index, "code": exc.code, "field": field, "message": exc.message})
+        if refused:
+            forbidden = any(item["code"] == "forbidden" for item in refused)
+            raise BatchRefused(403 if forbidden else 400, "forbidden" if forbidden else "invalid_request",
+                               f"{len(refused)} of {len(items)} task(s) refused, nothing was submitted; "
+                               f"task {refused[0]['index']}: {refused[0]['message']}", refused)
+
+        def submit_all() -> list[dict[str, Any]]:
+            done = self.client.submit_many(tasks, now=now)
+            if any(d["created"] for d in done):
+                trio.from_thread.run_sync(self.instance.wake_dispatcher)
+            return done
+
+        done = await self.blocking(submit_all)
+        return json_value({"tasks": done}, 201 if any(d["created"] for d in done) else 200)
 
     async def get(self, request: Request) -> Response:
         info = await self.authenticate(request, "read")

@@ -84,6 +84,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
 
     routes = [
         route("/v1/tasks", post=tasks.submit, get=tasks.list),
+        route("/v1/tasks/batch", post=tasks.submit_many),
         route("/v1/tasks/{task_id}", get=tasks.get),
         route("/v1/tasks/{task_id}/cancel", post=tasks.cancel),
         route("/v1/tasks/{task_id}/retry", post=tasks.retry),

@@ -61,7 +61,21 @@ SCHEMAS: dict[str, Any] = {
         "code": {"type": "string", "pattern": f"^{g.ERROR_CODE_PATTERN}$",
                  "description": "Stable, machine-readable."},
         "message": {"type": "string", "description": "For people."},
-    })}),
+        "items": {"type": "array", "description": "A refused batch only: one entry per refused task.",
+                  "items": _obj({
+                      "index": {"type": "integer", "minimum": 0, "description": "The task's place in `tasks`."},
+                      "code": {"type": "string", "pattern": f"^{g.ERROR_CODE_PATTERN}$",
+                               "description": "What a single submit of this task would answer."},
+                      "field": _nullable({"type": "string", "description": "The field at fault, if one is."}),
+                      "message": {"type": "string"},
+                  })},
+    }, ["code", "message"])}),
+    "SubmitBatchRequest": _obj({"tasks": {"type": "array", "minItems": 1, "maxItems": ranges.MAX_BATCH,
+                                          "items": _ref("SubmitRequest")}}),
+    "SubmitBatchResult": _obj({"tasks": {"type": "array", "items": _obj({
+        "task_id": TASK_ID, "state": {"type": "string", "enum": TASK_STATES},
+        "created": {"type": "boolean", "description": "False: the task this idempotency key named already."},
+    })}}),
     # Optional fields may be null, meaning "not given" (payload excepted: null is a value).
     "SubmitRequest": _obj({
         "queue": NAME,
@@ -355,6 +369,18 @@ PATHS: dict[str, Any] = {
                  "description": "The `next` of the previous page, with the same filters and order."},
                 {"name": "limit", "in": "query", "schema": ranges.LIST_LIMIT.schema()},
             ]),
+    },
+    "/v1/tasks/batch": {
+        "post": _op(
+            "submitTasks", "Submit several tasks at once",
+            f"Producer (in its queues) or operator. 1-{ranges.MAX_BATCH} tasks, each with the fields of a single "
+            "submit, in one transaction: all are submitted or none. A refused batch names each refused task in "
+            "`error.items` (its index, code and field) and submits nothing: 403 `forbidden` if a task is in a "
+            "queue the token may not use, else 400 `invalid_request`. Known idempotency keys answer their "
+            "existing tasks (`created: false`); 200 when no task was new.",
+            _responses({201: ("SubmitBatchResult", "Submitted, in the order given."),
+                        200: ("SubmitBatchResult", "Every task existed already.")}, (*_AUTH, 408, 413, 415)),
+            requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitBatchRequest")}}}),
     },
     "/v1/tasks/{task_id}": {
         "get": _op("getTask", "Show a task",
