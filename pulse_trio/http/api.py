@@ -29,8 +29,10 @@ from pulse_trio.client import Client
 from pulse_trio.client import ranges
 from pulse_trio.client.producer import ClientError, build_task, check_list_filters
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX
+from pulse_trio.charts.states import TERMINAL_TASK_STATES
 from pulse_trio.http import auth, bodies
 from pulse_trio.http.errors import JSON, ApiError, BatchRefused, not_found, unauthenticated
+from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.tokens import live_token
 from pulse_trio.store.trio_bridge import Store
@@ -62,6 +64,9 @@ class TaskApi:
         self.client = Client(store.config, store=store)
         # At most half the store's threads serve HTTP; the rest stay free for workers.
         self.limiter = trio.CapacityLimiter(max(1, store.limiter.total_tokens // 2))
+        #: Long-polls for outcomes; its probe loop runs beside the server (``HttpApi.serve``).
+        self.outcomes = OutcomeWatch(store)
+        instance.on_task_ended(self.outcomes.hint)
 
     async def blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run a client call in a worker thread under both limiters."""
@@ -145,6 +150,25 @@ class TaskApi:
         view = await self.visible_task(info, request.path_params["task_id"])
         return json_text(view.as_json_text())
 
+    async def outcome(self, request: Request) -> Response:
+        """The task once it is terminal, waiting up to ``wait`` seconds for that; ``done`` says which it is.
+
+        The waiter registers before it reads the task, so an end committed
+        between that read and the wait is still seen (docs/http-api.md, Waiting for an outcome).
+        """
+        info = await self.authenticate(request, "read")
+        params = bodies.query(request, frozenset({"wait"}))
+        wait = bodies.query_number(params, ranges.WAIT)
+        task_id = bodies.resource_id(request.path_params["task_id"], TASK_PREFIX, "task", "task_not_found")
+        with self.outcomes.watching(task_id) as ended:
+            view = await self.visible_task(info, task_id)
+            if view.task.state not in TERMINAL_TASK_STATES and wait > 0:
+                with trio.move_on_after(wait):
+                    await ended.wait()
+                if ended.is_set():
+                    view = await self.visible_task(info, task_id)
+        return json_text(view.as_json_text(), done=view.task.state in TERMINAL_TASK_STATES)
+
     async def list(self, request: Request) -> Response:
         info = await self.authenticate(request, "list")
         params = bodies.query(request, LIST_PARAMS)
@@ -172,6 +196,8 @@ class TaskApi:
             return self.client.get_json_text(task_id), changed
 
         text, changed = await self.blocking(cancel_and_read)
+        if changed:
+            self.outcomes.hint(task_id)  # a task not yet started is CANCELLED at once
         return json_text(text, cancel_changed=changed)
 
     async def retry(self, request: Request) -> Response:

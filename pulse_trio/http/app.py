@@ -86,6 +86,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
         route("/v1/tasks", post=tasks.submit, get=tasks.list),
         route("/v1/tasks/batch", post=tasks.submit_many),
         route("/v1/tasks/{task_id}", get=tasks.get),
+        route("/v1/tasks/{task_id}/outcome", get=tasks.outcome),
         route("/v1/tasks/{task_id}/cancel", post=tasks.cancel),
         route("/v1/tasks/{task_id}/retry", post=tasks.retry),
         route("/v1/workers", get=tasks.workers),
@@ -117,6 +118,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
                     middleware=[Middleware(EndRefusedConnections, drain_timeout=settings.http_body_timeout),
                                 Middleware(_AccessLog, instance=instance), Middleware(SecurityHeaders)])
     app.state.body_timeout = settings.http_body_timeout
+    app.state.outcomes = tasks.outcomes  # its probe loop runs beside the server (pulse_trio.http.server)
     return app
 
 

@@ -171,6 +171,8 @@ SCHEMAS: dict[str, Any] = {
         "outcome": _nullable(_ref("Outcome")),
         "created": {"type": "boolean", "description": "Submit and retry only: whether this call created it."},
         "cancel_changed": {"type": "boolean", "description": "Cancel only: whether this call saved the intent."},
+        "done": {"type": "boolean", "description": "Outcome only: whether the task is terminal (its `outcome` "
+                                                   "final); false when the wait ran out first."},
     }, ["task_id", "queue", "kind", "state", "priority", "attempt", "max_attempts", "idempotency_key",
         "created_at", "due_at", "payload", "attempts", "outcome"]),
     "TaskSummary": _obj({
@@ -387,6 +389,17 @@ PATHS: dict[str, Any] = {
                    "The task with its attempts, outcome, lineage (`retry_of`, `retried_by`) and cancel "
                    "request: what `pulse-trio task show` prints.",
                    _responses({200: ("Task", "The task.")}, (*_AUTH, 404)), parameters=[_TASK_ID_PARAM]),
+    },
+    "/v1/tasks/{task_id}/outcome": {
+        "get": _op("awaitOutcome", "Wait for a task's outcome",
+                   "Producer or operator. A long-poll: answers once the task is terminal (SUCCEEDED, FAILED, "
+                   "UNKNOWN or CANCELLED; `done: true`), or when `wait` seconds have passed (`done: false`, the "
+                   "task as it is then). The end of the task wakes the request, whichever serve process of the "
+                   "cluster commits it. Wait longer by asking again.",
+                   _responses({200: ("Task", "The task, with `done`.")}, (*_AUTH, 404)),
+                   parameters=[_TASK_ID_PARAM,
+                               {"name": "wait", "in": "query", "schema": ranges.WAIT.schema(
+                                   "Seconds to wait for the end (0: answer at once).")}]),
     },
     "/v1/tasks/{task_id}/cancel": {
         "post": _op("cancelTask", "Request cancellation",
