@@ -187,8 +187,14 @@ def _backoff(initial: float | None, factor: float | None, maximum: float | None)
 
 
 @dataclasses.dataclass
-class Client:
-    """Producer and operator operations on one database (thread-safe, blocking)."""
+class DatabaseClient:
+    """Producer and operator operations on one database (thread-safe, blocking).
+
+    The direct path: it holds database credentials, and ``submit(...,
+    connection=conn)`` joins the caller's own transaction (transactional
+    enqueue). Applications that only submit and await outcomes use the HTTP
+    clients instead (:mod:`pulse_trio.producer`), with a producer token.
+    """
 
     database: DatabaseConfig
     #: Deprecated and ignored (a warning says so): the cluster's priority_step applies.
@@ -212,7 +218,7 @@ class Client:
         if self._owns_store:
             self.store.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> DatabaseClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -373,6 +379,10 @@ class Client:
         if isinstance(result, Refusal):
             raise ClientError(result.code, result.message)
         return {name: row.as_json() for name, row in result.after.items()}
+
+
+#: The direct client's name from before the HTTP clients; kept, so existing code keeps working.
+Client = DatabaseClient
 
 
 def parse_settings(values: Mapping[str, str | float | int | None]) -> dict[str, int | None]:
