@@ -10,8 +10,11 @@ tasks stay READY, so only the producer side is measured):
 * **idle waiters**: the database statements per second the server runs
   while nobody waits, while one request waits for an outcome, and while
   ``--waiters`` requests wait (long-polls on as many READY tasks), each
-  read as MariaDB's ``Questions`` counter over ``--idle`` seconds. The
-  long-polls' whole cost is the difference to the first.
+  read as MariaDB's ``Questions`` counter over ``--idle`` seconds once every
+  long-poll is in (the server's ``pulse_http_outcome_waiters`` gauge says
+  so: their first reads are not counted). The long-polls' whole cost is the
+  difference to the first; ``probes_per_s_*`` counts the statements that
+  serve them (``pulse_http_outcome_probes_total``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import threading
 import time
 from typing import Any
 
-from pulse_trio.bench.processes import Fleet, bench_env, free_port, on_fresh_database, progress
+from pulse_trio.bench.http_client import InstanceHttp
+from pulse_trio.bench.processes import Fleet, bench_env, free_port, on_fresh_database, progress, wait_until
 from pulse_trio.dburl import DatabaseConfig, connect
 
 QUEUE = "bench_producer"
@@ -89,39 +93,48 @@ def _run(db: DatabaseConfig, options: ProducerOptions, fleet: Fleet) -> dict[str
         report["submit_per_s"] = {"one_by_one": round(options.tasks / one_by_one, 1),
                                   "submit_many": round(options.tasks / batched, 1)}
         waited = [h.task_id for h in client.submit_many([task(QUEUE, "awaited") for _ in range(options.waiters)])]
-    report["idle_waiters"] = _idle_waiters(db, url, token, waited, options)
+    report["idle_waiters"] = _idle_waiters(db, http_port, token, waited, options)
     return report
 
 
-def _idle_waiters(db: DatabaseConfig, url: str, token: str, task_ids: list[str],
+def _idle_waiters(db: DatabaseConfig, http_port: int, token: str, task_ids: list[str],
                   options: ProducerOptions) -> dict[str, object]:
-    """Statements per second with no waiter, one, and ``len(task_ids)``, each held for ``idle_s``."""
+    """Statements per second with no waiter, one, and ``len(task_ids)``, each counted once every long-poll is in."""
     import httpx
     import trio
 
+    url = f"http://127.0.0.1:{http_port}"
+    metrics = InstanceHttp(http_port)
     figures: dict[str, object] = {"waiters": len(task_ids), "idle_s": options.idle_s}
     figures["queries_per_s_no_waiter"] = _queries_per_s(db, options.idle_s)
     progress(f"no waiter: {figures['queries_per_s_no_waiter']} statements/s")
-    for label, ids in (("queries_per_s_one_waiter", task_ids[:1]), ("queries_per_s_all_waiters", task_ids)):
-        holding = threading.Event()
+    for label, ids in (("one_waiter", task_ids[:1]), ("all_waiters", task_ids)):
+        measured = threading.Event()
 
-        async def hold(ids: list[str] = ids, holding: threading.Event = holding) -> None:
+        async def hold(ids: list[str] = ids, measured: threading.Event = measured) -> None:
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
             async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"},
-                                         limits=limits, timeout=options.idle_s + 60) as http:
+                                         limits=limits, timeout=600) as http:
                 async with trio.open_nursery() as nursery:
                     for task_id in ids:
                         nursery.start_soon(functools.partial(http.get, f"/v1/tasks/{task_id}/outcome",
                                                              params={"wait": "60"}))
-                    await trio.sleep(2.0)  # every long-poll is in
-                    holding.set()
-                    await trio.sleep(options.idle_s + 1.0)
+                    while not measured.is_set():
+                        await trio.sleep(0.1)
                     nursery.cancel_scope.cancel()
 
         thread = threading.Thread(target=trio.run, args=(hold,))
         thread.start()
-        holding.wait(120)
-        figures[label] = _queries_per_s(db, options.idle_s)
-        thread.join()
-        progress(f"{len(ids)} waiter(s): {figures[label]} statements/s")
+        try:
+            wait_until(lambda: metrics.gauge("pulse_http_outcome_waiters") == len(ids), 300,
+                       f"{len(ids)} long-polls to be in")
+            probes = metrics.gauge("pulse_http_outcome_probes_total") or 0
+            figures[f"queries_per_s_{label}"] = _queries_per_s(db, options.idle_s)
+            probed = (metrics.gauge("pulse_http_outcome_probes_total") or 0) - probes
+            figures[f"probes_per_s_{label}"] = round(probed / options.idle_s, 2)
+        finally:
+            measured.set()
+            thread.join()
+        progress(f"{len(ids)} waiter(s): {figures[f'queries_per_s_{label}']} statements/s")
+    metrics.close()
     return figures

@@ -67,7 +67,8 @@ def _guarded(handler: Handler, instance: LiveInstance) -> Handler:
 
 def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starlette:
     """The API over ``store`` (through the producer client) and the few things only ``instance`` can do."""
-    tasks, ops, ui = TaskApi(instance, store), OpsApi(instance, store), Dashboard()
+    tasks, ui = TaskApi(instance, store), Dashboard()
+    ops = OpsApi(instance, store, tasks.outcomes)
     cluster_settings = SettingsApi(tasks)
     dashboard = DashboardApi(tasks)
 

@@ -53,5 +53,6 @@ def test_producer_reports_submit_rates_and_the_statements_of_idle_waiters(databa
     assert all(v > 0 for v in report["submit_per_s"].values())
     waiters = report["idle_waiters"]
     assert waiters["waiters"] == 20
-    for key in ("queries_per_s_no_waiter", "queries_per_s_one_waiter", "queries_per_s_all_waiters"):
+    for key in ("queries_per_s_no_waiter", "queries_per_s_one_waiter", "queries_per_s_all_waiters",
+                "probes_per_s_one_waiter", "probes_per_s_all_waiters"):
         assert waiters[key] is not None, key
