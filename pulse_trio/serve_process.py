@@ -13,9 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 from pulse_trio.dburl import DatabaseConfig
 
@@ -39,6 +41,8 @@ class ServeProcess:
     worker_port: int = 0
     http_port: int = 0
     process: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False)
+    #: Its log (stderr) goes to a file, never a pipe nobody drains: a full pipe would stall the server.
+    log: Any = dataclasses.field(default=None, repr=False)
 
     @property
     def http_url(self) -> str:
@@ -50,11 +54,12 @@ class ServeProcess:
 
     def start(self) -> ServeProcess:
         self.worker_port, self.http_port = free_port(), free_port()
+        self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "pulse_trio", "serve", "--database-url", self.database.url(redact=False),
              "--worker-listen", f"127.0.0.1:{self.worker_port}", "--http-listen", f"127.0.0.1:{self.http_port}",
              "--log-level", "warning", *self.extra_args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
         try:
             self._wait_answering()
         except BaseException:
@@ -68,14 +73,20 @@ class ServeProcess:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                error = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
-                raise RuntimeError(f"pulse-trio serve exited with {self.process.returncode}: {error[-2000:]}")
+                raise RuntimeError(f"pulse-trio serve exited with {self.process.returncode}: {self.log_tail()}")
             try:
                 with urllib.request.urlopen(f"{self.http_url}/healthz", timeout=5):
                     return
             except (OSError, urllib.error.URLError):
                 time.sleep(0.05)
         raise RuntimeError(f"pulse-trio serve did not answer on {self.http_url} within {START_TIMEOUT_S:g} s")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        """The end of its log so far (for a failure's message)."""
+        if self.log is None:
+            return ""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-chars:]
 
     def stop(self) -> None:
         """SIGTERM, then wait (SIGKILL if it does not stop in time)."""
@@ -89,8 +100,9 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        if process.stderr:
-            process.stderr.close()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
     def __enter__(self) -> ServeProcess:
         return self.start()

@@ -135,3 +135,23 @@ async def test_a_thousand_waiters_cost_one_probe_per_interval(db, http, tokens):
         store.close()
     assert woken == []
     assert 1 <= watch.probes <= 0.5 / 0.05 + 2  # ~one per interval, whatever the number of waiters
+
+
+async def test_a_stopping_server_answers_its_waiters_at_once(start_service, token_factory, nursery):
+    from http_support import Http
+
+    service = await start_service()
+    http, token = Http(service.http_port), token_factory("producer")
+    task_id = await submit(http, token)
+    answered: list = []
+
+    async def wait() -> None:
+        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=token))
+
+    nursery.start_soon(wait)
+    await trio.sleep(0.3)
+    service.stop()
+    with trio.fail_after(5):  # not the wait's 30 s
+        while not answered:
+            await trio.sleep(0.01)
+    assert answered[0].status == 200 and answered[0].json()["done"] is False
