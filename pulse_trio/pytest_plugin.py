@@ -123,16 +123,17 @@ def pulse_worker(pulse_server: PulseServer, pulse_queue: str) -> Iterator[Callab
 
     Handlers are ``async def`` (run on the worker's loop) or ``def`` (run in a
     thread); a ready :class:`~pulse_trio.sdk.Registry` is taken as it is.
-    Other keyword arguments go to :class:`~pulse_trio.sdk.Worker`.
+    ``backend`` is the worker's own event loop (AnyIO's name for it); other
+    keyword arguments go to :class:`~pulse_trio.sdk.Worker`.
     """
     from pulse_trio.background_worker import BackgroundWorker, registry_for
 
     started: list[BackgroundWorker] = []
 
-    def start(handlers: Registry | Mapping[str, Callable[..., Any]], *, capacity: int = 4,
+    def start(handlers: Registry | Mapping[str, Callable[..., Any]], *, capacity: int = 4, backend: str = "trio",
               **options: Any) -> BackgroundWorker:
         worker = BackgroundWorker(pulse_server.worker_url, pulse_server.worker_token,
-                                  registry_for(pulse_queue, handlers), capacity=capacity, **options)
+                                  registry_for(pulse_queue, handlers), backend=backend, capacity=capacity, **options)
         started.append(worker.start())
         return worker
 

@@ -1,7 +1,7 @@
 """The ``/v1`` resources: a thin face over the producer client.
 
 Every rule (what a valid task is, who may be retried, what a cancel does)
-lives in :class:`~pulse_trio.client.Client` and the store; a handler only
+lives in :class:`~pulse_trio.client.DatabaseClient` and the store; a handler only
 authenticates, parses, calls the client and shapes the answer. The client
 is blocking, so it runs in a worker thread on the service's own store: the
 store's CapacityLimiter bounds database concurrency as for every other
@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pulse_trio import tokens
-from pulse_trio.client import Client
+from pulse_trio.client import DatabaseClient
 from pulse_trio.client import ranges
 from pulse_trio.client.producer import ClientError, build_task, check_list_filters
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX
@@ -61,7 +61,7 @@ class TaskApi:
     def __init__(self, instance: LiveInstance, store: Store) -> None:
         self.instance = instance
         self.store = store
-        self.client = Client(store.config, store=store)
+        self.client = DatabaseClient(store.config, store=store)
         # At most half the store's threads serve HTTP; the rest stay free for workers.
         self.limiter = trio.CapacityLimiter(max(1, store.limiter.total_tokens // 2))
         #: Long-polls for outcomes; its probe loop runs beside the server (``HttpApi.serve``).

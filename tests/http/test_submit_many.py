@@ -75,3 +75,12 @@ async def test_a_batch_takes_no_idempotency_key_header(http, tokens):
 async def test_the_batch_path_is_not_a_task(http, tokens):
     reply = await http.get("/v1/tasks/batch", token=tokens["producer"])
     assert reply.status == 404 and reply.error["code"] == "task_not_found"
+
+
+async def test_one_key_twice_in_a_batch_is_one_task(http, tokens):
+    batch = {"tasks": [{"queue": "billing", "kind": "k", "idempotency_key": "same"},
+                       {"queue": "billing", "kind": "k", "idempotency_key": "same"}]}
+    reply = await http.post("/v1/tasks/batch", token=tokens["producer"], json_body=batch)
+    assert reply.status == 201, reply.body
+    done = reply.json()["tasks"]
+    assert done[0]["task_id"] == done[1]["task_id"] and [d["created"] for d in done] == [True, False]
