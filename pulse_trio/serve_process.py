@@ -34,7 +34,11 @@ def free_port() -> int:
 
 @dataclasses.dataclass(eq=False)
 class ServeProcess:
-    """``with ServeProcess(database) as serve:`` -> ``serve.http_url``, ``serve.worker_url``."""
+    """``with ServeProcess(database) as serve:`` -> ``serve.http_url``, ``serve.worker_url``.
+
+    Ports left 0 are chosen when it starts; given ones (a restart on the same
+    addresses) are used as they are.
+    """
 
     database: DatabaseConfig
     extra_args: tuple[str, ...] = ()
@@ -53,7 +57,7 @@ class ServeProcess:
         return f"ws://127.0.0.1:{self.worker_port}/v1/worker"
 
     def start(self) -> ServeProcess:
-        self.worker_port, self.http_port = free_port(), free_port()
+        self.worker_port, self.http_port = self.worker_port or free_port(), self.http_port or free_port()
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "pulse_trio", "serve", "--database-url", self.database.url(redact=False),

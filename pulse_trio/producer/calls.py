@@ -36,6 +36,8 @@ LONG_POLL_S = 30.0
 assert LONG_POLL_S <= MAX_WAIT_S
 #: How much longer than its long-poll a request may take to be answered before the client gives up on it.
 READ_SLACK_S = 10.0
+#: A wait whose request found no service (a restart, a 503) asks again after this pause, until its timeout.
+RETRY_PAUSE_S = 1.0
 _NO_BODY = object()
 
 
@@ -48,6 +50,9 @@ class Request:
     params: Mapping[str, str] | None = None
     body: Any = _NO_BODY
     timeout: float | None = None  # None: the client's
+    #: Safe to send again when the service cannot be reached or answers 503 (a read): the driver pauses
+    #: ``RETRY_PAUSE_S`` and hands the call an Answer with the failure, and the call decides.
+    retry: bool = False
 
     def content(self) -> bytes | None:
         if self.body is _NO_BODY:
@@ -60,8 +65,14 @@ class Request:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Answer:
-    status: int
+    status: int  # 0: no answer (``error`` says why)
     body: Any  # the parsed JSON, None when there was none
+    error: BaseException | None = None
+
+    @property
+    def unavailable(self) -> bool:
+        """No service answered, or it said the database is away: worth asking again."""
+        return self.error is not None or self.status == 503
 
 
 Call = Generator[Request, Answer, T]
@@ -76,13 +87,32 @@ def answer(status: int, content: bytes) -> Answer:
 
 
 def drive(call: Call[T], send: Callable[[Request], Answer]) -> T:
-    """Run ``call`` to its result with a blocking ``send`` (the async driver is the same loop with ``await``)."""
+    """Run ``call`` to its result with a blocking ``send`` (the async driver is the same loop with ``await``).
+
+    ``send`` raises what the transport raises; for a ``retry`` request the
+    driver pauses and hands the failure to the call instead.
+    """
     try:
         request = next(call)
         while True:
-            request = call.send(send(request))
+            try:
+                reply = send(request)
+            except Exception as exc:
+                if not (request.retry and is_transport_error(exc)):
+                    raise
+                reply = Answer(0, None, exc)
+            if request.retry and reply.unavailable:
+                time.sleep(RETRY_PAUSE_S)
+            request = call.send(reply)
     except StopIteration as done:
         return done.value
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """A failure to reach the service (refused, reset, timed out), as httpx reports it."""
+    import httpx
+
+    return isinstance(exc, httpx.TransportError)
 
 
 def _expect(reply: Answer, *ok: int, task_id: str | None = None) -> Any:
@@ -174,15 +204,23 @@ def outcome(view: dict[str, Any]) -> Any:
 
 def wait_task(task_id: str, timeout: float | None, *,
               clock: Callable[[], float] = time.monotonic) -> Call[dict[str, Any]]:
-    """The task's view once terminal (long-polls of at most ``LONG_POLL_S``); WaitTimeout after ``timeout`` s."""
+    """The task's view once terminal (long-polls of at most ``LONG_POLL_S``); WaitTimeout after ``timeout`` s.
+
+    A service that cannot be reached, or answers 503, is asked again every
+    ``RETRY_PAUSE_S`` until the timeout: a wait outlives a restart of ``serve``.
+    """
     path = _task_path(task_id, "outcome")
     if timeout is not None and (not isinstance(timeout, (int, float)) or math.isnan(timeout)):
         raise InvalidRequest("timeout must be a number of seconds (or None: no limit)", "timeout")
     deadline = None if timeout is None else clock() + max(0.0, float(timeout))
     while True:
         chunk = LONG_POLL_S if deadline is None else min(LONG_POLL_S, max(0.0, deadline - clock()))
-        view = _expect((yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=chunk + READ_SLACK_S)),
-                       200, task_id=task_id)
+        reply = yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=chunk + READ_SLACK_S, retry=True)
+        if reply.unavailable and (deadline is None or clock() < deadline):
+            continue  # a restart, a database away: the wait goes on until its own timeout
+        if reply.error is not None:
+            raise reply.error
+        view = _expect(reply, 200, task_id=task_id)
         if view.get("done"):
             return view
         if deadline is not None and clock() >= deadline:

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
+import anyio
 import httpx
 
 from pulse_trio.producer import calls
@@ -149,11 +150,20 @@ class AsyncClient:
         self._http = httpx.AsyncClient(**_options(url, token, timeout, headers), verify=verify)
 
     async def _run(self, call: Call[T]) -> T:
+        """:func:`pulse_trio.producer.calls.drive`, awaiting each request (and each pause)."""
         try:
             request = next(call)
             while True:
-                response = await self._http.request(request.method, request.path, **_send_args(request))
-                request = call.send(calls.answer(response.status_code, response.content))
+                try:
+                    response = await self._http.request(request.method, request.path, **_send_args(request))
+                    reply = calls.answer(response.status_code, response.content)
+                except Exception as exc:
+                    if not (request.retry and calls.is_transport_error(exc)):
+                        raise
+                    reply = Answer(0, None, exc)
+                if request.retry and reply.unavailable:
+                    await anyio.sleep(calls.RETRY_PAUSE_S)
+                request = call.send(reply)
         except StopIteration as done:
             return done.value
 

@@ -189,3 +189,48 @@ async def test_requests_reuse_one_connection(producer):
     target = producer._target if isinstance(producer, InThread) else producer
     pool = target._http._transport._pool
     assert len(pool.connections) == 1
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_wait_outlives_a_restart_of_serve(db, token_factory, kind, nursery):
+    """The serve process stops mid-wait and starts again on the same ports: the wait goes on and sees the end."""
+    import trio_websocket
+
+    from http_support import RawWorker
+    from pulse_trio.serve_process import ServeProcess
+
+    producer_token, worker_token = token_factory("producer"), token_factory("worker")
+    first = await trio.to_thread.run_sync(ServeProcess(db).start)
+    second = ServeProcess(db, worker_port=first.worker_port, http_port=first.http_port)
+    raw = AsyncClient(first.http_url, producer_token) if kind == "async" else Client(first.http_url, producer_token)
+    client = raw if kind == "async" else InThread(raw)
+    results: list[Any] = []
+    try:
+        handle = await client.submit("billing", "invoice.send")
+
+        async def wait() -> None:
+            results.append(await handle.result(timeout=60))
+
+        nursery.start_soon(wait)
+        await trio.sleep(0.5)
+        await trio.to_thread.run_sync(first.stop)
+        await trio.sleep(1.5)  # the wait finds no service and asks again
+        await trio.to_thread.run_sync(second.start)
+        ws = await trio_websocket.connect_websocket_url(
+            nursery, second.worker_url, subprotocols=["pulse.worker.v1"],
+            extra_headers=[(b"authorization", f"Bearer {worker_token}".encode())])
+        worker = RawWorker(ws)
+        await worker.register("billing")
+        await worker.run_one("sent after the restart")
+        with trio.fail_after(15):
+            while not results:
+                await trio.sleep(0.02)
+        assert results == ["sent after the restart"]
+        await ws.aclose()
+    finally:
+        await trio.to_thread.run_sync(second.stop)
+        await trio.to_thread.run_sync(first.stop)
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
