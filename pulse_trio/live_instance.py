@@ -10,7 +10,7 @@ hands the one to the other: neither package imports the other.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 
@@ -23,6 +23,13 @@ class LiveInstance(Protocol):
 
     def drain_hint(self, session_id: str) -> None:
         """An operator drained this session: if it lives here, stop offering to it now, not at the next refusal."""
+
+    def on_task_ended(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(task_id)`` (in the Trio thread) when this process ends a task's attempt.
+
+        A hint, never the only word: the task may not be terminal (a retry was
+        scheduled), and tasks ended by another process are not reported here.
+        """
 
     async def refresh_settings(self) -> None:
         """Read the cluster settings again after a change (the other instances do within their interval)."""

@@ -10,8 +10,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+from collections.abc import Sequence
 
 ROLES = ("worker", "producer", "operator")
+#: Actions a producer token may be granted beyond its role when it is created (``--allow``); the
+#: HTTP API's permission table (``pulse_trio.http.auth``) is where a grant is honoured.
+GRANTS = ("cancel", "retry")
+#: The roles a grant may be given to (an operator already may; a worker token never reaches the API).
+GRANTABLE_ROLES = ("producer",)
 TOKEN_PREFIX = "pt_"
 #: Longer presented tokens are refused before any digest is taken.
 MAX_TOKEN_CHARS = 200
@@ -25,6 +31,8 @@ class TokenInfo:
     label: str
     created_at: dt.datetime
     revoked_at: dt.datetime | None
+    #: Actions granted beyond the role (names from ``GRANTS``), within the token's queues.
+    allow: tuple[str, ...] = ()
 
     def allows_queue(self, queue: str) -> bool:
         return not self.queues or queue in self.queues
@@ -32,10 +40,20 @@ class TokenInfo:
     def as_json(self) -> dict[str, object]:
         return {
             "token_id": self.token_id, "role": self.role,
-            "queues": list(self.queues) or ["*"], "label": self.label,
+            "queues": list(self.queues) or ["*"], "allow": list(self.allow), "label": self.label,
             "created_at": _iso(self.created_at),
             "revoked_at": _iso(self.revoked_at) if self.revoked_at else None,
         }
+
+
+def check_grants(role: str, allow: Sequence[str]) -> tuple[str, ...]:
+    """The grants as stored (sorted, once each); ValueError for an unknown one or a role that takes none."""
+    unknown = sorted(set(allow) - set(GRANTS))
+    if unknown:
+        raise ValueError(f"unknown grant(s) {', '.join(unknown)}: a token may be granted {', '.join(GRANTS)}")
+    if allow and role not in GRANTABLE_ROLES:
+        raise ValueError(f"a {role} token takes no grants (only {', '.join(GRANTABLE_ROLES)} tokens do)")
+    return tuple(sorted(set(allow)))
 
 
 def _iso(value: dt.datetime) -> str:

@@ -128,8 +128,8 @@ from token_support import make_token  # noqa: E402  (beside this file)
 
 @pytest.fixture
 def token_factory(db: DatabaseConfig):
-    """``token_factory(role="worker", queues=("billing",))`` -> a bearer token."""
-    return lambda role="worker", queues=(): make_token(db, role, tuple(queues))
+    """``token_factory(role="worker", queues=("billing",), allow=("cancel",))`` -> a bearer token."""
+    return lambda role="worker", queues=(), allow=(): make_token(db, role, tuple(queues), allow=tuple(allow))
 
 
 @pytest.fixture

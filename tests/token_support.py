@@ -11,12 +11,13 @@ from pulse_trio.store import tokens
 from pulse_trio.dburl import DatabaseConfig, connect
 
 
-def make_token(config: DatabaseConfig, role: str = "worker", queues: tuple[str, ...] = (), label: str = "test") -> str:
-    """A new bearer token stored in ``config``'s database."""
+def make_token(config: DatabaseConfig, role: str = "worker", queues: tuple[str, ...] = (), label: str = "test",
+               allow: tuple[str, ...] = ()) -> str:
+    """A new bearer token stored in ``config``'s database (``allow``: its grants)."""
     conn = connect(config)
     try:
         token, _ = tokens.create_token(conn, role=role, queues=queues, label=label,
-                                       now=dt.datetime.now(dt.timezone.utc))
+                                       now=dt.datetime.now(dt.timezone.utc), allow=allow)
         return token
     finally:
         conn.close()

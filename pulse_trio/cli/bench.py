@@ -1,4 +1,4 @@
-"""`pulse-trio bench [latency|connections]`: run the platform under load and print the figures as JSON.
+"""`pulse-trio bench [latency|connections|producer]`: run the platform under load and print the figures as JSON.
 
 Without a mode it is the throughput bench (its options stay where they
 were); a mode's options follow the mode's name.
@@ -73,6 +73,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     _add_mode_database_options(connections)
     connections.set_defaults(run=run_guarded(_connections))
 
+    producer = modes.add_parser(
+        "producer", help="the HTTP producer: submit_many against one-by-one, statements/s of idle waiters",
+        description="On one instance with no worker: tasks/s submitted one request each and with submit_many, "
+                    "then the database statements per second with no waiter, one, and --waiters long-polls.")
+    producer.add_argument("--tasks", type=_positive(int), default=2000, help="tasks per submit path (default 2000)")
+    producer.add_argument("--batch", type=_positive(int), default=100, help="tasks per submit_many (default 100)")
+    producer.add_argument("--waiters", type=_positive(int), default=1000, help="idle long-polls (default 1000)")
+    producer.add_argument("--idle", type=_positive(float), default=10.0,
+                          help="seconds each statement count runs (default 10)")
+    _add_mode_database_options(producer)
+    producer.set_defaults(run=run_guarded(_producer))
+
 
 def _positive(kind: Callable[[str], float | int]) -> Callable[[str], float | int]:
     def parse(text: str) -> float | int:
@@ -120,6 +132,13 @@ def _connections(args: argparse.Namespace) -> int:
     options = ConnectionOptions(sessions=args.sessions, processes=args.processes or 0, capacity=args.capacity,
                                 in_flight=args.in_flight, idle_s=args.idle, poll_interval=args.poll_interval,
                                 timeout_s=args.timeout)
+    return _report(args, lambda server: run(server, options))
+
+
+def _producer(args: argparse.Namespace) -> int:
+    from pulse_trio.bench.producer import ProducerOptions, run
+
+    options = ProducerOptions(tasks=args.tasks, batch=args.batch, waiters=args.waiters, idle_s=args.idle)
     return _report(args, lambda server: run(server, options))
 
 

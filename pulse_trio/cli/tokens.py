@@ -21,6 +21,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="worker: connect to /v1/worker; producer: submit and read; operator: everything")
     create.add_argument("--queue", action="append", default=[], metavar="Q",
                         help="a queue the token may use (repeatable; none means every queue)")
+    create.add_argument("--allow", default="", metavar="ACTIONS",
+                        help=f"actions a producer token may take beyond its role, comma-separated "
+                             f"({', '.join(tokens.GRANTS)}); only within its --queue queues")
     create.add_argument("--label", default="", help="a note for operators")
     add_database_options(create)
     create.set_defaults(run=run_guarded(_create))
@@ -45,11 +48,16 @@ def _create(args: argparse.Namespace) -> int:
             fail(f"invalid queue name {queue!r}", 2)
     if len(args.label) > 128:
         fail("label is longer than 128 characters", 2)
+    allow = [name.strip() for name in args.allow.split(",") if name.strip()]
+    try:
+        tokens.check_grants(args.role, allow)
+    except ValueError as exc:
+        fail(str(exc), 2)
     with database(args, create=True) as target:
         conn = connect(target)
         try:
             token, _info = stored_tokens.create_token(conn, role=args.role, queues=args.queue, label=args.label,
-                                                      now=_now())
+                                                      now=_now(), allow=allow)
         finally:
             conn.close()
     sys.stdout.write(token + "\n")

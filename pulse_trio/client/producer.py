@@ -45,12 +45,16 @@ DEFAULT_BACKOFF_INITIAL_MS = next(f.default for f in dataclasses.fields(NewTask)
 
 
 class ClientError(Exception):
-    """A request the platform refused; ``code`` is stable, ``message`` is for people."""
+    """A request the platform refused; ``code`` is stable, ``message`` is for people.
 
-    def __init__(self, code: str, message: str) -> None:
+    ``field`` names the input at fault when one is (``priority``, ``payload``), for a batch's per-task errors.
+    """
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.field = field
 
 
 class TaskNotFound(ClientError):
@@ -59,8 +63,8 @@ class TaskNotFound(ClientError):
 
 
 class InvalidRequest(ClientError):
-    def __init__(self, message: str) -> None:
-        super().__init__("invalid_request", message)
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__("invalid_request", message, field)
 
 
 #: The rule of queue and kind names, for messages (the grammar itself is pulse_trio.contract.grammar).
@@ -71,7 +75,7 @@ def check_name(what: str, value: Any) -> str:
     """A queue or kind name by the protocol's grammar; InvalidRequest before any SQL sees it."""
     if type(value) is not str or not is_queue(value):
         shown = repr(value[:80]) if isinstance(value, str) else type(value).__name__
-        raise InvalidRequest(f"{what} {shown} is not a {what} name ({NAME_RULE})")
+        raise InvalidRequest(f"{what} {shown} is not a {what} name ({NAME_RULE})", what)
     return value
 
 
@@ -103,7 +107,7 @@ def _in_range(field: ranges.Range, value: Any) -> Any:
     try:
         return field.check(value)
     except ranges.OutOfRange as exc:
-        raise InvalidRequest(str(exc)) from None
+        raise InvalidRequest(str(exc), field.name) from None
 
 
 def canonical_payload(payload: Any = None, *, payload_json: str | None = None) -> str:
@@ -112,9 +116,9 @@ def canonical_payload(payload: Any = None, *, payload_json: str | None = None) -
         text = (JsonText.parse(payload_json, max_depth=MAX_PAYLOAD_DEPTH) if payload_json is not None
                 else JsonText.from_value({} if payload is None else payload, max_depth=MAX_PAYLOAD_DEPTH))
     except (ScanError, ValueError, TypeError) as exc:
-        raise InvalidRequest(f"payload is not valid JSON: {exc}") from None
+        raise InvalidRequest(f"payload is not valid JSON: {exc}", "payload") from None
     if len(text.encode("utf-8")) > MAX_PAYLOAD_BYTES:
-        raise ClientError("payload_too_large", f"payload is larger than {MAX_PAYLOAD_BYTES} bytes")
+        raise ClientError("payload_too_large", f"payload is larger than {MAX_PAYLOAD_BYTES} bytes", "payload")
     return str(text)
 
 
@@ -137,14 +141,14 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
     check_name("queue", queue)
     check_name("kind", kind)
     if delay is not None and due_at is not None:
-        raise InvalidRequest("give delay or due_at, not both")
+        raise InvalidRequest("give delay or due_at, not both", "delay")
     if delay is not None:
         due_at = now + dt.timedelta(seconds=_in_range(ranges.DELAY, delay))
     if due_at is not None:
         if due_at.tzinfo is None:
-            raise InvalidRequest("due_at must carry a time zone (UTC)")
+            raise InvalidRequest("due_at must carry a time zone (UTC)", "due_at")
         if due_at < ranges.EARLIEST_DUE_AT:
-            raise InvalidRequest(f"due_at must not be before {ranges.EARLIEST_DUE_AT:%Y-%m-%d} (UTC)")
+            raise InvalidRequest(f"due_at must not be before {ranges.EARLIEST_DUE_AT:%Y-%m-%d} (UTC)", "due_at")
     try:
         return NewTask(
             queue=queue, kind=kind, payload_json=canonical_payload(payload, payload_json=payload_json),
@@ -162,7 +166,7 @@ def _milliseconds(field: ranges.Range, seconds: Any) -> int:
     try:
         return field.milliseconds(seconds)
     except ranges.OutOfRange as exc:
-        raise InvalidRequest(str(exc)) from None
+        raise InvalidRequest(str(exc), field.name) from None
 
 
 def _backoff(initial: float | None, factor: float | None, maximum: float | None) -> dict[str, Any]:
@@ -183,8 +187,14 @@ def _backoff(initial: float | None, factor: float | None, maximum: float | None)
 
 
 @dataclasses.dataclass
-class Client:
-    """Producer and operator operations on one database (thread-safe, blocking)."""
+class DatabaseClient:
+    """Producer and operator operations on one database (thread-safe, blocking).
+
+    The direct path: it holds database credentials, and ``submit(...,
+    connection=conn)`` joins the caller's own transaction (transactional
+    enqueue). Applications that only submit and await outcomes use the HTTP
+    clients instead (:mod:`pulse_trio.producer`), with a producer token.
+    """
 
     database: DatabaseConfig
     #: Deprecated and ignored (a warning says so): the cluster's priority_step applies.
@@ -208,7 +218,7 @@ class Client:
         if self._owns_store:
             self.store.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> DatabaseClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -369,6 +379,10 @@ class Client:
         if isinstance(result, Refusal):
             raise ClientError(result.code, result.message)
         return {name: row.as_json() for name, row in result.after.items()}
+
+
+#: The direct client's name from before the HTTP clients; kept, so existing code keeps working.
+Client = DatabaseClient
 
 
 def parse_settings(values: Mapping[str, str | float | int | None]) -> dict[str, int | None]:

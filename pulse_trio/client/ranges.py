@@ -43,6 +43,10 @@ MAX_CANCEL_REASON_CHARS: Final = 255
 #: A page of ``GET /v1/tasks`` / ``Client.list``.
 MAX_PAGE: Final = 1000
 DEFAULT_PAGE: Final = 100
+#: The most tasks one ``POST /v1/tasks/batch`` (``submit_many``) takes: one transaction, all or nothing.
+MAX_BATCH: Final = 1000
+#: The longest one long-poll for an outcome holds a request open; a client waiting longer asks again.
+MAX_WAIT_S: Final = Decimal(60)
 
 
 class OutOfRange(ValueError):
@@ -160,6 +164,7 @@ BACKOFF_INITIAL: Final = _seconds("backoff_initial", "0.001", MAX_DURATION_S, 1)
 BACKOFF_MAX: Final = _seconds("backoff_max", "0.001", MAX_DURATION_S, 300)
 BACKOFF_FACTOR: Final = Range("backoff_factor", Decimal(1), Decimal(100), default=2)
 LIST_LIMIT: Final = Range("limit", Decimal(1), Decimal(MAX_PAGE), integer=True, default=DEFAULT_PAGE)
+WAIT: Final = _seconds("wait", "0", MAX_WAIT_S, 0)
 
 #: The submit fields by name, in the order the documents list them.
 SUBMIT: Final = {r.name: r for r in (PRIORITY, DELAY, CONCURRENCY_LIMIT, MAX_ATTEMPTS, LEASE_TTL, BACKOFF_INITIAL,

@@ -1,7 +1,7 @@
 """The ``/v1`` resources: a thin face over the producer client.
 
 Every rule (what a valid task is, who may be retried, what a cancel does)
-lives in :class:`~pulse_trio.client.Client` and the store; a handler only
+lives in :class:`~pulse_trio.client.DatabaseClient` and the store; a handler only
 authenticates, parses, calls the client and shapes the answer. The client
 is blocking, so it runs in a worker thread on the service's own store: the
 store's CapacityLimiter bounds database concurrency as for every other
@@ -25,12 +25,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pulse_trio import tokens
-from pulse_trio.client import Client
+from pulse_trio.client import DatabaseClient
 from pulse_trio.client import ranges
 from pulse_trio.client.producer import ClientError, build_task, check_list_filters
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX
+from pulse_trio.charts.states import TERMINAL_TASK_STATES
 from pulse_trio.http import auth, bodies
-from pulse_trio.http.errors import JSON, ApiError, not_found, unauthenticated
+from pulse_trio.http.errors import JSON, ApiError, BatchRefused, not_found, unauthenticated
+from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.tokens import live_token
 from pulse_trio.store.trio_bridge import Store
@@ -59,9 +61,12 @@ class TaskApi:
     def __init__(self, instance: LiveInstance, store: Store) -> None:
         self.instance = instance
         self.store = store
-        self.client = Client(store.config, store=store)
+        self.client = DatabaseClient(store.config, store=store)
         # At most half the store's threads serve HTTP; the rest stay free for workers.
         self.limiter = trio.CapacityLimiter(max(1, store.limiter.total_tokens // 2))
+        #: Long-polls for outcomes; its probe loop runs beside the server (``HttpApi.serve``).
+        self.outcomes = OutcomeWatch(store)
+        instance.on_task_ended(self.outcomes.hint)
 
     async def blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run a client call in a worker thread under both limiters."""
@@ -109,10 +114,60 @@ class TaskApi:
         request.scope.setdefault("pulse", {})["task_id"] = task_id
         return json_text(text, 201 if created else 200, created=created)
 
+    async def submit_many(self, request: Request) -> Response:
+        """Every task valid and allowed, then one transaction: all are submitted or none (per-task errors named)."""
+        info = await self.authenticate(request, "submit")
+        items = bodies.batch(await bodies.read_json(request), request.headers.get("idempotency-key"))
+        now = self.instance.now()
+        tasks, refused = [], []
+        for index, item in enumerate(items):
+            try:
+                if not isinstance(item, dict):
+                    raise bodies.bad_request("a task must be a JSON object")
+                sub = bodies.submission(item, None)
+                auth.require_queue(info, sub.queue)
+                tasks.append(build_task(sub.queue, sub.kind, now=now, **sub.options))
+            except (ApiError, ClientError) as exc:
+                field = exc.field or ("queue" if exc.code == "forbidden" else None)
+                refused.append({"index": index, "code": exc.code, "field": field, "message": exc.message})
+        if refused:
+            forbidden = any(item["code"] == "forbidden" for item in refused)
+            raise BatchRefused(403 if forbidden else 400, "forbidden" if forbidden else "invalid_request",
+                               f"{len(refused)} of {len(items)} task(s) refused, nothing was submitted; "
+                               f"task {refused[0]['index']}: {refused[0]['message']}", refused)
+
+        def submit_all() -> list[dict[str, Any]]:
+            done = self.client.submit_many(tasks, now=now)
+            if any(d["created"] for d in done):
+                trio.from_thread.run_sync(self.instance.wake_dispatcher)
+            return done
+
+        done = await self.blocking(submit_all)
+        return json_value({"tasks": done}, 201 if any(d["created"] for d in done) else 200)
+
     async def get(self, request: Request) -> Response:
         info = await self.authenticate(request, "read")
         view = await self.visible_task(info, request.path_params["task_id"])
         return json_text(view.as_json_text())
+
+    async def outcome(self, request: Request) -> Response:
+        """The task once it is terminal, waiting up to ``wait`` seconds for that; ``done`` says which it is.
+
+        The waiter registers before it reads the task, so an end committed
+        between that read and the wait is still seen (docs/http-api.md, Waiting for an outcome).
+        """
+        info = await self.authenticate(request, "read")
+        params = bodies.query(request, frozenset({"wait"}))
+        wait = bodies.query_number(params, ranges.WAIT)
+        task_id = bodies.resource_id(request.path_params["task_id"], TASK_PREFIX, "task", "task_not_found")
+        with self.outcomes.watching(task_id) as ended:
+            view = await self.visible_task(info, task_id)
+            if view.task.state not in TERMINAL_TASK_STATES and wait > 0:
+                with trio.move_on_after(wait):
+                    await ended.wait()
+                if ended.is_set():
+                    view = await self.visible_task(info, task_id)
+        return json_text(view.as_json_text(), done=view.task.state in TERMINAL_TASK_STATES)
 
     async def list(self, request: Request) -> Response:
         info = await self.authenticate(request, "list")
@@ -141,6 +196,8 @@ class TaskApi:
             return self.client.get_json_text(task_id), changed
 
         text, changed = await self.blocking(cancel_and_read)
+        if changed:
+            self.outcomes.hint(task_id)  # a task not yet started is CANCELLED at once
         return json_text(text, cancel_changed=changed)
 
     async def retry(self, request: Request) -> Response:

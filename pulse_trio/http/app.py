@@ -68,7 +68,8 @@ def _guarded(handler: Handler, instance: LiveInstance) -> Handler:
 
 def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starlette:
     """The API over ``store`` (through the producer client) and the few things only ``instance`` can do."""
-    tasks, ops, ui = TaskApi(instance, store), OpsApi(instance, store), Dashboard()
+    tasks, ui = TaskApi(instance, store), Dashboard()
+    ops = OpsApi(instance, store, tasks.outcomes)
     cluster_settings = SettingsApi(tasks)
     dashboard = DashboardApi(tasks)
     schedules = SchedulesApi(tasks)
@@ -86,7 +87,9 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
 
     routes = [
         route("/v1/tasks", post=tasks.submit, get=tasks.list),
+        route("/v1/tasks/batch", post=tasks.submit_many),
         route("/v1/tasks/{task_id}", get=tasks.get),
+        route("/v1/tasks/{task_id}/outcome", get=tasks.outcome),
         route("/v1/tasks/{task_id}/cancel", post=tasks.cancel),
         route("/v1/tasks/{task_id}/retry", post=tasks.retry),
         route("/v1/workers", get=tasks.workers),
@@ -122,6 +125,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
                     middleware=[Middleware(EndRefusedConnections, drain_timeout=settings.http_body_timeout),
                                 Middleware(_AccessLog, instance=instance), Middleware(SecurityHeaders)])
     app.state.body_timeout = settings.http_body_timeout
+    app.state.outcomes = tasks.outcomes  # its probe loop runs beside the server (pulse_trio.http.server)
     return app
 
 

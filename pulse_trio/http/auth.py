@@ -13,7 +13,9 @@ worker                  nothing here (the worker endpoint only)
 ======================  ==========================================
 
 A token created with ``--queue`` is held to those queues whatever its
-role, so an operator token can be scoped as well.
+role, so an operator token can be scoped as well. A producer token created
+with ``--allow cancel,retry`` may also take those actions (and only within
+its queues): :func:`may` is the one place a role or a grant is judged.
 
 No token, an unknown one or a revoked one is 401; a live token whose role
 or queues do not allow the request is 403. A task in a queue the token
@@ -63,15 +65,26 @@ def require_role(info: tokens.TokenInfo, roles: tuple[str, ...], action: str) ->
         raise forbidden(f"a {info.role} token cannot {action}; that takes the {' or '.join(roles)} role")
 
 
+def may(info: tokens.TokenInfo, action: str) -> bool:
+    """Whether the token may take ``action`` (a key of ``PERMISSIONS``): by its role, or by a grant it was made with."""
+    roles, _ = PERMISSIONS[action]
+    return info.role in roles or (action in tokens.GRANTS and action in info.allow
+                                  and info.role in tokens.GRANTABLE_ROLES)
+
+
 def require(info: tokens.TokenInfo, action: str) -> None:
-    """403 unless the token's role may take ``action`` (a key of ``PERMISSIONS``)."""
+    """403 unless the token may take ``action`` (a key of ``PERMISSIONS``)."""
+    if may(info, action):
+        return
     roles, text = PERMISSIONS[action]
-    require_role(info, roles, text)
+    grant = (f", or a {' or '.join(tokens.GRANTABLE_ROLES)} token created with --allow {action}"
+             if action in tokens.GRANTS else "")
+    raise forbidden(f"a {info.role} token cannot {text}; that takes the {' or '.join(roles)} role{grant}")
 
 
 def allowed_actions(info: tokens.TokenInfo) -> list[str]:
-    """The actions of ``PERMISSIONS`` this token's role may take, in table order."""
-    return [action for action, (roles, _) in PERMISSIONS.items() if info.role in roles]
+    """The actions of ``PERMISSIONS`` this token may take, in table order."""
+    return [action for action in PERMISSIONS if may(info, action)]
 
 
 def require_queue(info: tokens.TokenInfo, queue: str) -> None:
@@ -84,5 +97,5 @@ def visible_queues(info: tokens.TokenInfo) -> tuple[str, ...] | None:
     return info.queues or None
 
 
-__all__ = ["OPERATOR", "PERMISSIONS", "PRODUCER", "READERS", "allowed_actions", "bearer", "require",
+__all__ = ["OPERATOR", "PERMISSIONS", "PRODUCER", "READERS", "allowed_actions", "bearer", "may", "require",
            "require_queue", "require_role", "visible_queues"]

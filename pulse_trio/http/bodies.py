@@ -95,10 +95,10 @@ def _allowed(names: frozenset[str], what: str) -> str:
 def _closed(body: dict[str, Any], allowed: frozenset[str], required: tuple[str, ...] = ()) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise bad_request(f"unknown field(s): {', '.join(unknown)}; {_allowed(allowed, 'field')}")
+        raise bad_request(f"unknown field(s): {', '.join(unknown)}; {_allowed(allowed, 'field')}", field=unknown[0])
     missing = [name for name in required if name not in body]
     if missing:
-        raise bad_request(f"missing required field(s): {', '.join(missing)}")
+        raise bad_request(f"missing required field(s): {', '.join(missing)}", field=missing[0])
 
 
 def _string(body: dict[str, Any], name: str, *, optional: bool = True) -> str | None:
@@ -106,7 +106,7 @@ def _string(body: dict[str, Any], name: str, *, optional: bool = True) -> str | 
     if value is None and optional:
         return None
     if type(value) is not str:
-        raise bad_request(f"{name} must be a string")
+        raise bad_request(f"{name} must be a string", field=name)
     return value
 
 
@@ -119,14 +119,14 @@ def _number(body: dict[str, Any], field: ranges.Range) -> int | float | None:
         if isinstance(value, JsonNumber):
             value = Decimal(value.text)  # a fraction, an exponent, or a long integer: exact, then judged by range
             if field.integer and value != value.to_integral_value():
-                raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
+                raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}", field=field.name)
         elif field.integer and type(value) is not int:
-            raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}")
+            raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}", field=field.name)
         return field.check(value)
     except ranges.OutOfRange as exc:
-        raise bad_request(str(exc)) from None
+        raise bad_request(str(exc), field=field.name) from None
     except ArithmeticError:  # an exponent beyond what Decimal holds: far outside any range
-        raise bad_request(f"{field.name} must be {field.spelled}") from None
+        raise bad_request(f"{field.name} must be {field.spelled}", field=field.name) from None
 
 
 def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -134,7 +134,7 @@ def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
     if value is None:
         return default
     if type(value) is not bool:
-        raise bad_request(f"{name} must be true or false")
+        raise bad_request(f"{name} must be true or false", field=name)
     return value
 
 
@@ -170,19 +170,20 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
                               "characters (tabs and spaces only inside); send any other key as the "
                               "idempotency_key field")
         if key is not None and key != idempotency_header:
-            raise bad_request("the Idempotency-Key header and the idempotency_key field disagree")
+            raise bad_request("the Idempotency-Key header and the idempotency_key field disagree",
+                              field="idempotency_key")
         key = idempotency_header
     payload_json = "{}"
     if "payload" in body:
         payload_json, problem = dumps(body["payload"], check_numbers=True)
         if problem:
-            raise bad_request(f"payload: {problem}")
+            raise bad_request(f"payload: {problem}", field="payload")
     due_at: dt.datetime | None = None
     if (due := _string(body, "due_at")) is not None:
         try:
             due_at = parse_time(due)
         except ValueError as exc:
-            raise bad_request(f"due_at: {exc}") from None
+            raise bad_request(f"due_at: {exc}", field="due_at") from None
     numbers = {name: _number(body, field) for name, field in ranges.SUBMIT.items()}
     for name in ("priority", "concurrency_limit", "max_attempts"):
         if numbers[name] is None:
@@ -192,6 +193,18 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
         retry_uncertain=_boolean(body, "retry_uncertain", False), **numbers,
     )
     return Submission(check_name("queue", body["queue"]), check_name("kind", body["kind"]), options)
+
+
+def batch(body: dict[str, Any], idempotency_header: str | None) -> list[Any]:
+    """``POST /v1/tasks/batch``: ``{"tasks": [submit body, ...]}``, 1 to ``MAX_BATCH`` of them (each judged later)."""
+    if idempotency_header is not None:
+        raise bad_request("a batch takes no Idempotency-Key header: give each task its idempotency_key",
+                          field="idempotency_key")
+    _closed(body, frozenset({"tasks"}), ("tasks",))
+    items = body["tasks"]
+    if type(items) is not list or not 1 <= len(items) <= ranges.MAX_BATCH:
+        raise bad_request(f"tasks must be a list of 1-{ranges.MAX_BATCH} task objects", field="tasks")
+    return items
 
 
 def no_fields(body: dict[str, Any]) -> None:

@@ -57,7 +57,7 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = headers or {}
-        #: The request field at fault, where one is (422).
+        #: The input at fault, where one is: the request field of a 422, or each task's in a batch's refusal.
         self.field = field
 
     def response(self) -> Response:
@@ -65,14 +65,29 @@ class ApiError(Exception):
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None, *,
-                   field: str | None = None) -> Response:
-    error = {"code": code, "message": message} | ({"field": field} if field is not None else {})
+                   field: str | None = None, items: list[dict[str, object]] | None = None) -> Response:
+    error: dict[str, object] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    if items is not None:
+        error["items"] = items
     body = json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":"))
     return Response(body, status_code=status, media_type=JSON, headers=headers)
 
 
-def bad_request(message: str, code: str = "invalid_request") -> ApiError:
-    return ApiError(400, code, message)
+class BatchRefused(ApiError):
+    """A batch with refused tasks: nothing was submitted; ``items`` names each refusal (index, code, field)."""
+
+    def __init__(self, status: int, code: str, message: str, items: list[dict[str, object]]) -> None:
+        super().__init__(status, code, message)
+        self.items = items
+
+    def response(self) -> Response:
+        return error_response(self.status, self.code, self.message, items=self.items)
+
+
+def bad_request(message: str, code: str = "invalid_request", field: str | None = None) -> ApiError:
+    return ApiError(400, code, message, field=field)
 
 
 def unauthenticated(message: str = "a valid bearer token is required: Authorization: Bearer <token>") -> ApiError:
@@ -93,7 +108,7 @@ def database_unavailable() -> ApiError:
 
 
 def from_client_error(exc: ClientError) -> ApiError:
-    return ApiError(_CLIENT_STATUS.get(exc.code, 409), exc.code, exc.message)
+    return ApiError(_CLIENT_STATUS.get(exc.code, 409), exc.code, exc.message, field=exc.field)
 
 
 #: Server errors that say a value does not fit a column (range, length, character set, collation, date).

@@ -25,6 +25,7 @@ from pulse_trio.http.auth import PERMISSIONS
 from pulse_trio.http.bodies import IDEMPOTENCY_HEADER_PATTERN
 from pulse_trio.http.throughput import WINDOW_MINUTES
 from pulse_trio.store.dashboard import FINISHED_STATUSES
+from pulse_trio.tokens import GRANTS
 
 DUE_AT = {"type": "string", "format": "date-time", "pattern": ranges.DUE_AT_PATTERN}
 TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"}
@@ -61,8 +62,22 @@ SCHEMAS: dict[str, Any] = {
         "code": {"type": "string", "pattern": f"^{g.ERROR_CODE_PATTERN}$",
                  "description": "Stable, machine-readable."},
         "message": {"type": "string", "description": "For people."},
-        "field": {"type": "string", "description": "422 only: the request field at fault."},
+        "field": {"type": "string", "description": "The request field at fault, where one is known."},
+        "items": {"type": "array", "description": "A refused batch only: one entry per refused task.",
+                  "items": _obj({
+                      "index": {"type": "integer", "minimum": 0, "description": "The task's place in `tasks`."},
+                      "code": {"type": "string", "pattern": f"^{g.ERROR_CODE_PATTERN}$",
+                               "description": "What a single submit of this task would answer."},
+                      "field": _nullable({"type": "string", "description": "The field at fault, if one is."}),
+                      "message": {"type": "string"},
+                  })},
     }, ["code", "message"])}),
+    "SubmitBatchRequest": _obj({"tasks": {"type": "array", "minItems": 1, "maxItems": ranges.MAX_BATCH,
+                                          "items": _ref("SubmitRequest")}}),
+    "SubmitBatchResult": _obj({"tasks": {"type": "array", "items": _obj({
+        "task_id": TASK_ID, "state": {"type": "string", "enum": TASK_STATES},
+        "created": {"type": "boolean", "description": "False: the task this idempotency key named already."},
+    })}}),
     # Optional fields may be null, meaning "not given" (payload excepted: null is a value).
     "SubmitRequest": _obj({
         "queue": NAME,
@@ -158,6 +173,8 @@ SCHEMAS: dict[str, Any] = {
         "outcome": _nullable(_ref("Outcome")),
         "created": {"type": "boolean", "description": "Submit and retry only: whether this call created it."},
         "cancel_changed": {"type": "boolean", "description": "Cancel only: whether this call saved the intent."},
+        "done": {"type": "boolean", "description": "Outcome only: whether the task is terminal (its `outcome` "
+                                                   "final); false when the wait ran out first."},
     }, ["task_id", "queue", "kind", "state", "priority", "attempt", "max_attempts", "idempotency_key",
         "created_at", "due_at", "payload", "attempts", "outcome"]),
     "TaskSummary": _obj({
@@ -237,11 +254,13 @@ SCHEMAS: dict[str, Any] = {
         "role": {"type": "string", "enum": ["producer", "operator"]},
         "queues": {"type": "array", "items": {"type": "string"},
                    "description": "The queues the token is held to; `[\"*\"]`: every queue."},
+        "allow": {"type": "array", "items": {"type": "string", "enum": list(GRANTS)},
+                  "description": "Actions granted beyond the role (`token create --allow`), within its queues."},
         "label": {"type": "string"},
         "created_at": TIME,
         "revoked_at": {"type": "null"},
         "may": {"type": "array", "items": {"type": "string", "enum": list(PERMISSIONS)},
-                "description": "The actions this token's role may take; every other one is 403."},
+                "description": "The actions this token's role and grants let it take; every other one is 403."},
     }),
     "Overview": _obj({
         "at": TIME,
@@ -356,15 +375,38 @@ PATHS: dict[str, Any] = {
                 {"name": "limit", "in": "query", "schema": ranges.LIST_LIMIT.schema()},
             ]),
     },
+    "/v1/tasks/batch": {
+        "post": _op(
+            "submitTasks", "Submit several tasks at once",
+            f"Producer (in its queues) or operator. 1-{ranges.MAX_BATCH} tasks, each with the fields of a single "
+            "submit, in one transaction: all are submitted or none. A refused batch names each refused task in "
+            "`error.items` (its index, code and field) and submits nothing: 403 `forbidden` if a task is in a "
+            "queue the token may not use, else 400 `invalid_request`. Known idempotency keys answer their "
+            "existing tasks (`created: false`); 200 when no task was new.",
+            _responses({201: ("SubmitBatchResult", "Submitted, in the order given."),
+                        200: ("SubmitBatchResult", "Every task existed already.")}, (*_AUTH, 408, 413, 415)),
+            requestBody={"required": True, "content": {"application/json": {"schema": _ref("SubmitBatchRequest")}}}),
+    },
     "/v1/tasks/{task_id}": {
         "get": _op("getTask", "Show a task",
                    "The task with its attempts, outcome, lineage (`retry_of`, `retried_by`) and cancel "
                    "request: what `pulse-trio task show` prints.",
                    _responses({200: ("Task", "The task.")}, (*_AUTH, 404)), parameters=[_TASK_ID_PARAM]),
     },
+    "/v1/tasks/{task_id}/outcome": {
+        "get": _op("awaitOutcome", "Wait for a task's outcome",
+                   "Producer or operator. A long-poll: answers once the task is terminal (SUCCEEDED, FAILED, "
+                   "UNKNOWN or CANCELLED; `done: true`), or when `wait` seconds have passed (`done: false`, the "
+                   "task as it is then). The end of the task wakes the request, whichever serve process of the "
+                   "cluster commits it. Wait longer by asking again.",
+                   _responses({200: ("Task", "The task, with `done`.")}, (*_AUTH, 404)),
+                   parameters=[_TASK_ID_PARAM,
+                               {"name": "wait", "in": "query", "schema": ranges.WAIT.schema(
+                                   "Seconds to wait for the end (0: answer at once).")}]),
+    },
     "/v1/tasks/{task_id}/cancel": {
         "post": _op("cancelTask", "Request cancellation",
-                    "Operator. Saves a cancel intent (a task not yet started is cancelled at once; a running "
+                    "Operator, or a producer granted `cancel` (its queues). Saves a cancel intent (a task not yet started is cancelled at once; a running "
                     "one is told and given the cancel grace). A terminal task is reported as it is, with "
                     "`cancel_changed: false`.",
                     _responses({200: ("Task", "The task after the request.")}, (*_AUTH, 404, 409, 408, 413, 415)),
@@ -374,7 +416,7 @@ PATHS: dict[str, Any] = {
     },
     "/v1/tasks/{task_id}/retry": {
         "post": _op("retryTask", "Retry a terminal task by hand",
-                    "Operator. Creates a new task (`retry_of` = this one) from a FAILED, UNKNOWN or CANCELLED "
+                    "Operator, or a producer granted `retry` (its queues). Creates a new task (`retry_of` = this one) from a FAILED, UNKNOWN or CANCELLED "
                     "task; asking again returns the same new task with 200.",
                     _responses({201: ("Task", "The new task."), 200: ("Task", "The retry made before.")},
                                (*_AUTH, 404, 409, 408, 413, 415)),

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from pulse_trio.http.api import json_value
 from pulse_trio.http.errors import JSON, RETRY_AFTER_S, error_response
 from pulse_trio.http import openapi
+from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.migrate import code_version, current_version
 from pulse_trio.store.queries import queue_depths
@@ -24,9 +25,10 @@ READY_TIMEOUT_S = 5.0
 
 
 class OpsApi:
-    def __init__(self, instance: LiveInstance, store: Store) -> None:
+    def __init__(self, instance: LiveInstance, store: Store, outcomes: OutcomeWatch) -> None:
         self.instance = instance
         self.store = store
+        self.outcomes = outcomes
         self._openapi = openapi.text()
 
     async def healthz(self, request: Request) -> Response:
@@ -70,7 +72,20 @@ class OpsApi:
             except Exception:  # the scrape still reports the process; pulse_database_up says 0
                 depths = None
         body, media_type = self.instance.metrics_exposition(depths)
-        return Response(body, media_type=media_type)
+        return Response(body + self._outcome_metrics(), media_type=media_type)
+
+    def _outcome_metrics(self) -> bytes:
+        """The long-polls of this process: what they hold, and the probes that serve them all."""
+        watch = self.outcomes
+        return (
+            "# HELP pulse_http_outcome_waiters Requests of this process waiting for a task's outcome.\n"
+            "# TYPE pulse_http_outcome_waiters gauge\n"
+            f"pulse_http_outcome_waiters {watch.waiting}\n"
+            "# HELP pulse_http_outcome_probes_total Statements that asked which awaited tasks ended "
+            "(one for every waiter at once).\n"
+            "# TYPE pulse_http_outcome_probes_total counter\n"
+            f"pulse_http_outcome_probes_total {watch.probes}\n"
+        ).encode()
 
     async def openapi(self, request: Request) -> Response:
         return Response(self._openapi, media_type=JSON)

@@ -76,12 +76,24 @@ class HttpApi:
         config = self.config
         start_listening([*sockets.secure_sockets, *sockets.insecure_sockets], "the HTTP API", "--http-listen",
                         config.bind[0])
-        app = wrap_app(build_app(instance, store, self.settings), config.wsgi_max_body_size, "asgi")
+        api = build_app(instance, store, self.settings)
+        outcomes = api.state.outcomes
+        app = wrap_app(api, config.wsgi_max_body_size, "asgi")
 
         async def listening(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-            await worker_serve(app, config, sockets=sockets, shutdown_trigger=stop.wait, task_status=task_status)
+            try:
+                await worker_serve(app, config, sockets=sockets, shutdown_trigger=stop.wait,
+                                   task_status=task_status)
+            finally:
+                nursery.cancel_scope.cancel()  # the outcome probes end with the server
+
+        async def release_waiters() -> None:
+            await stop.wait()
+            outcomes.close()  # long-polls answer now, within the graceful shutdown
 
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(outcomes.run)
+            nursery.start_soon(release_waiters)
             binds = await nursery.start(listening)
             port = int(binds[0].rsplit(":", 1)[1])
             log.info("HTTP API on %s", binds[0], extra={"http_port": port})

@@ -9,7 +9,7 @@ back to the session (``offers_committed``); it never touches a socket.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import trio
@@ -34,6 +34,7 @@ class SessionHub:
         self._queues: list[str] | None = None  # every subscribed queue, rebuilt after add/remove
         self._wake = trio.Event()
         self._news = False  # new work or capacity since the last pass, not only freed slots
+        self._ended_listeners: list[Callable[[str], None]] = []
 
     def add(self, session: SessionService) -> None:
         self._sessions[session.session_id] = session
@@ -75,6 +76,15 @@ class SessionHub:
         self._wake = trio.Event()
         news, self._news = self._news, False
         return Wake.NEWS if news else Wake.FREED if woken else Wake.TIMEOUT
+
+    def on_task_ended(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(task_id)`` whenever this process commits the end of a task's attempt."""
+        self._ended_listeners.append(listener)
+
+    def task_ended(self, task_id: str) -> None:
+        """A finish (or a timer) ended an attempt here; the task may be terminal: tell whoever awaits it."""
+        for listener in self._ended_listeners:
+            listener(task_id)
 
     def statistics(self) -> dict[str, int]:
         sessions = list(self._sessions.values())

@@ -8,7 +8,7 @@ through these few methods.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pulse_trio.server.clock import ServiceClock
@@ -39,6 +39,9 @@ class LiveService:
         live = self._hub.get(session_id)
         if live is not None:
             live.drain = True
+
+    def on_task_ended(self, listener: Callable[[str], None]) -> None:
+        self._hub.on_task_ended(listener)
 
     async def refresh_settings(self) -> None:
         if self._settings_sync is not None:

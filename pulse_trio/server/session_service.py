@@ -298,6 +298,7 @@ class SessionService:
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
             self.lease_ended()
+            self.endpoint.hub.task_ended(msg.task_id)
         self._count_command(msg, outcome)
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
 

@@ -131,6 +131,7 @@ class Timers:
             session = hub.get(end.session_id)
             if session is not None:
                 session.lease_ended()
+            hub.task_ended(end.task_id)
         hub.wake()
 
     async def notify_cancels(self) -> None:

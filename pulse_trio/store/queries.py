@@ -10,12 +10,27 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from pulse_trio.charts.states import LIVE_LEASE_STATES, TASK_STATES, WAITING_TASK_STATES, sql_list
+from pulse_trio.charts.states import LIVE_LEASE_STATES, TASK_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list
 from pulse_trio.store.dashboard import oldest_ready_age_s
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.rows import TaskRow
 from pulse_trio.store.tx import Tx, rfc3339
 
+
+
+#: How many ids one probe of :func:`ended_tasks` names (one statement each; a long-poll's whole set is one).
+ENDED_PROBE_IDS = 5000
+_ENDED = f"SELECT task_id FROM tasks WHERE task_id IN %s AND state IN {sql_list(sorted(TERMINAL_TASK_STATES))}"
+
+
+@read_only(takes_locks=False)
+def ended_tasks(tx: Tx, *, task_ids: Sequence[str]) -> set[str]:
+    """Which of ``task_ids`` are in a terminal state: primary-key probes, however many processes wait on them."""
+    ended: set[str] = set()
+    ids = sorted(set(task_ids))
+    for start in range(0, len(ids), ENDED_PROBE_IDS):
+        ended.update(r[0] for r in tx.all(_ENDED, (tuple(ids[start:start + ENDED_PROBE_IDS]),)))
+    return ended
 
 
 #: ``GET /v1/tasks?order=``: by id ascending (oldest first, the default) or descending.

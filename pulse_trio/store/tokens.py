@@ -19,12 +19,12 @@ from typing import Any
 
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.tx import Tx
-from pulse_trio.tokens import MAX_TOKEN_CHARS, ROLES, TOKEN_PREFIX, TokenInfo, digest
+from pulse_trio.tokens import MAX_TOKEN_CHARS, ROLES, TOKEN_PREFIX, TokenInfo, check_grants, digest
 
 #: The worker endpoint takes only worker tokens.
 WORKER: tuple[str, ...] = ("worker",)
 
-_COLUMNS = "token_id, role, queues, label, created_at, revoked_at"
+_COLUMNS = "token_id, role, queues, label, created_at, revoked_at, allow"
 _BY_DIGEST = f"SELECT {_COLUMNS}, digest FROM api_tokens WHERE digest = %s"
 
 
@@ -33,8 +33,9 @@ def _naive_utc(now: dt.datetime) -> dt.datetime:
 
 
 def _row_to_info(row: Sequence[Any]) -> TokenInfo:
-    token_id, role, queues, label, created_at, revoked_at = row
-    return TokenInfo(token_id, role, tuple(json.loads(queues)), label, created_at, revoked_at)
+    token_id, role, queues, label, created_at, revoked_at, allow = row
+    return TokenInfo(token_id, role, tuple(json.loads(queues)), label, created_at, revoked_at,
+                     tuple(json.loads(allow)))
 
 
 def _lookup(row_of: Any, token: str, roles: Sequence[str]) -> TokenInfo | None:
@@ -47,9 +48,9 @@ def _lookup(row_of: Any, token: str, roles: Sequence[str]) -> TokenInfo | None:
         return None
     wanted = digest(token)
     row = row_of(_BY_DIGEST, (wanted,))
-    if row is None or not hmac.compare_digest(bytes(row[6]), wanted):
+    if row is None or not hmac.compare_digest(bytes(row[7]), wanted):
         return None
-    info = _row_to_info(row[:6])
+    info = _row_to_info(row[:7])
     if info.revoked_at is not None or info.role not in roles:
         return None
     return info
@@ -63,21 +64,26 @@ def live_token(tx: Tx, *, token: str, roles: Sequence[str] = ROLES) -> TokenInfo
 
 # -- the CLI's operator commands, each on a connection of its own -------------------------------------
 def create_token(conn: Any, *, role: str, queues: Sequence[str], label: str,
-                 now: dt.datetime) -> tuple[str, TokenInfo]:
-    """Store a new token's digest; return the token (shown once) and its record."""
+                 now: dt.datetime, allow: Sequence[str] = ()) -> tuple[str, TokenInfo]:
+    """Store a new token's digest; return the token (shown once) and its record.
+
+    ``allow`` grants actions beyond the role (``pulse_trio.tokens.GRANTS``), within ``queues``.
+    """
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
+    grants = check_grants(role, allow)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token_id = "tok_" + secrets.token_hex(13)
     created = _naive_utc(now)
     with conn.cursor() as cur:
         cur.execute(
-            "INSERT INTO api_tokens (token_id, digest, role, queues, label, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s)",
-            (token_id, digest(token), role, json.dumps(sorted(set(queues))), label, created),
+            "INSERT INTO api_tokens (token_id, digest, role, queues, allow, label, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (token_id, digest(token), role, json.dumps(sorted(set(queues))), json.dumps(list(grants)), label,
+             created),
         )
     conn.commit()
-    return token, TokenInfo(token_id, role, tuple(sorted(set(queues))), label, created, None)
+    return token, TokenInfo(token_id, role, tuple(sorted(set(queues))), label, created, None, grants)
 
 
 def list_tokens(conn: Any) -> list[TokenInfo]:

@@ -1,4 +1,4 @@
-"""`pulse-trio bench latency` and `bench connections` run small and report every field (values are not judged)."""
+"""`pulse-trio bench latency`, `bench connections` and `bench producer` run small and report every field (values are not judged)."""
 
 from __future__ import annotations
 
@@ -45,3 +45,15 @@ def test_connections_registers_every_session_and_stays_healthy(database_server):
     assert set(report["register_ms"]) == {"p50", "p99"}
     assert report["health"]["readyz_status"] == 200
     assert report["health"]["task_run_s"] is not None
+
+
+def test_producer_reports_submit_rates_and_the_statements_of_idle_waiters(database_server):
+    report = _bench(database_server, "producer", "--tasks", "40", "--batch", "10", "--waiters", "20", "--idle", "1")
+    assert report["mode"] == "producer" and report["tasks"] == 40
+    assert set(report["submit_per_s"]) == {"one_by_one", "submit_many"}
+    assert all(v > 0 for v in report["submit_per_s"].values())
+    waiters = report["idle_waiters"]
+    assert waiters["waiters"] == 20
+    for key in ("queries_per_s_no_waiter", "queries_per_s_one_waiter", "queries_per_s_all_waiters",
+                "probes_per_s_one_waiter", "probes_per_s_all_waiters"):
+        assert waiters[key] is not None, key

@@ -136,3 +136,13 @@ assert "trio" not in sys.modules, sorted(m for m in sys.modules if "trio" in m a
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_http_producer_clients_stand_apart_from_the_service():
+    """An application imports the producer clients without the server, the HTTP API or Trio."""
+    assert _offenders("pulse_trio.producer", "pulse_trio.server") == []
+    assert _offenders("pulse_trio.producer", "pulse_trio.http") == []
+    done = subprocess.run(
+        [sys.executable, "-c", "import pulse_trio.producer, sys; assert 'trio' not in sys.modules"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

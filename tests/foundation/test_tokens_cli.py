@@ -68,3 +68,14 @@ def test_authenticate_checks_role_queue_and_shape(db):
     assert tokens.authenticate(conn, token[:-1] + ("A" if token[-1] != "A" else "B")) is None
     assert tokens.authenticate(conn, "not-a-token") is None
     conn.close()
+
+
+def test_allow_grants_cancel_and_retry_to_a_producer(db):
+    done = cli(db, "token", "create", "--role", "producer", "--queue", "billing", "--allow", "cancel,retry")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(cli(db, "token", "list").stdout)["tokens"]
+    assert listed[0]["allow"] == ["cancel", "retry"] and listed[0]["queues"] == ["billing"]
+    for bad in (["--role", "producer", "--allow", "drain"], ["--role", "worker", "--allow", "cancel"]):
+        refused = cli(db, "token", "create", *bad)
+        assert refused.returncode == 2 and "grant" in refused.stderr
+    assert len(json.loads(cli(db, "token", "list").stdout)["tokens"]) == 1

@@ -125,13 +125,13 @@ class RawWorker:
             await self.receive()
         return self.assigned.pop(0)
 
-    async def run_one(self, result: Any) -> dict[str, Any]:
-        """Take the next assignment, start it, finish it SUCCEEDED with ``result``."""
+    async def run_one(self, result: Any, status: str = "SUCCEEDED", **finish: Any) -> dict[str, Any]:
+        """Take the next assignment, start it, finish it ``status`` with ``result`` (and ``finish``'s fields)."""
         assign = await self.next_assignment()
         lease = assign["lease"]
         command = {"task_id": lease["task_id"], "lease_id": lease["lease_id"],
                    "lease_secret": lease["lease_secret"], "revision": lease["revision"]}
         started = await self.request("task.start", command)
         command["revision"] = started["lease"]["revision"]
-        await self.request("task.finish", {**command, "status": "SUCCEEDED", "result": result})
+        await self.request("task.finish", {**command, "status": status, "result": result, **finish})
         return assign

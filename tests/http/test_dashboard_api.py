@@ -23,6 +23,7 @@ async def test_whoami_says_what_the_token_may_do(http, tokens):
     producer = (await http.get("/v1/whoami", token=tokens["producer"])).json()
     assert producer["role"] == "producer" and producer["queues"] == ["billing"]
     assert set(producer["may"]) == {"submit", "read", "list", "queues", "overview", "settings", "schedules"}
+    assert producer["allow"] == []
     refused = await http.get("/v1/whoami", token=tokens["worker"])
     assert refused.status == 403 and "worker token cannot use the HTTP API" in refused.error["message"]
     assert (await http.get("/v1/whoami?x=1", token=tokens["operator"])).status == 400

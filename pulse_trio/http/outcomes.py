@@ -1,0 +1,110 @@
+"""Long-polls for a task's outcome: many waiters, one shared probe per serve process.
+
+``GET /v1/tasks/{task_id}/outcome?wait=S`` holds its request until the task
+is terminal or ``S`` seconds pass. A waiter never reads the database while
+it waits: it parks on an event here, shared by every waiter of the same
+task. Two things set the events:
+
+* **this process ended an attempt** (a worker's finish, a lease timer, a
+  cancel through this API): :meth:`OutcomeWatch.hint` asks for a probe now;
+* **another process did**: the probe also runs every ``interval`` seconds
+  while anyone waits, so a finish committed by any serve process of the
+  same database is seen within that interval.
+
+A probe is one statement for every awaited task at once (primary-key
+look-ups of the awaited ids, :func:`~pulse_trio.store.queries.ended_tasks`):
+a thousand idle waiters cost one query per interval, not a thousand, and
+no waiter costs anything while nobody waits. A hint is only a hint: the
+probe reads the database, so a finish that scheduled a retry wakes no one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import trio
+
+from pulse_trio.store.queries import ended_tasks
+from pulse_trio.store.trio_bridge import Store
+
+log = logging.getLogger("pulse_trio.http")
+
+#: Between two probes while anyone waits: how late a finish on another serve process can be seen.
+PROBE_INTERVAL_S = 0.5
+
+
+class _Awaited:
+    """The waiters of one task: their shared event and how many they are."""
+
+    __slots__ = ("count", "ended")
+
+    def __init__(self) -> None:
+        self.ended = trio.Event()
+        self.count = 0
+
+
+class OutcomeWatch:
+    """The awaited tasks of one serve process, and the loop that probes them."""
+
+    def __init__(self, store: Store, *, interval: float = PROBE_INTERVAL_S) -> None:
+        self.store = store
+        self.interval = interval
+        self._awaited: dict[str, _Awaited] = {}
+        self._hinted = trio.Event()
+        self._closed = False
+        #: Probes run so far (what the bench reads: it must not grow with the number of waiters).
+        self.probes = 0
+
+    @property
+    def waiting(self) -> int:
+        """How many requests wait now."""
+        return sum(a.count for a in self._awaited.values())
+
+    @contextlib.contextmanager
+    def watching(self, task_id: str) -> Iterator[trio.Event]:
+        """Register a waiter for ``task_id`` (before its first read, so no end is missed); yields its event."""
+        awaited = self._awaited.get(task_id)
+        if awaited is None:
+            awaited = self._awaited[task_id] = _Awaited()
+            if self._closed:
+                awaited.ended.set()
+        awaited.count += 1
+        try:
+            yield awaited.ended
+        finally:
+            awaited.count -= 1
+            if awaited.count == 0 and self._awaited.get(task_id) is awaited:
+                del self._awaited[task_id]
+
+    def hint(self, task_id: str) -> None:
+        """This process ended an attempt of ``task_id``: probe now if anyone awaits it."""
+        if task_id in self._awaited:
+            self._hinted.set()
+
+    def close(self) -> None:
+        """The process is stopping: release every waiter (each answers what the task is now)."""
+        self._closed = True
+        for awaited in self._awaited.values():
+            awaited.ended.set()
+
+    async def run(self) -> None:
+        """Probe the awaited tasks on a hint, or every ``interval`` while anyone waits; forever."""
+        while True:
+            with trio.move_on_after(self.interval):
+                await self._hinted.wait()
+            self._hinted = trio.Event()
+            pending = [task_id for task_id, a in self._awaited.items() if not a.ended.is_set()]
+            if not pending:
+                continue
+            self.probes += 1
+            try:
+                ended = await self.store.run(ended_tasks, task_ids=pending)
+            except Exception as exc:  # the database is away: the waiters time out, the next probe tries again
+                log.warning("outcome probe failed: %s", exc)
+                continue
+            for task_id in ended:
+                awaited = self._awaited.get(task_id)
+                if awaited is not None:
+                    awaited.ended.set()

@@ -1,0 +1,232 @@
+"""Every producer call as sans-IO steps: the requests it makes and what it makes of the answers.
+
+Each call is a generator that yields :class:`Request` values and is sent
+:class:`Answer` values back; its return value is the call's result, and a
+refusal is raised from inside it. :class:`~pulse_trio.producer.Client`
+drives the generators with a blocking ``httpx.Client``,
+:class:`~pulse_trio.producer.AsyncClient` with an ``httpx.AsyncClient``:
+the two share every rule here, so they cannot drift apart (h11's design,
+applied to an HTTP client).
+
+Nothing is judged here that the API judges: bad input travels to the API
+and comes back with the API's code. Only what cannot travel is refused
+here, with the code the API would give it (a payload that is not JSON,
+a naive ``due_at``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import Any, TypeVar
+
+from pulse_trio.client.producer import InvalidRequest, TaskNotFound
+from pulse_trio.client.ranges import MAX_WAIT_S
+from pulse_trio.contract.grammar import TASK_PREFIX, is_resource_id
+from pulse_trio.producer.errors import OUTCOME_ERRORS, RequestRefused, WaitTimeout
+
+T = TypeVar("T")
+
+#: The longest single long-poll a wait asks for; a longer wait asks again.
+LONG_POLL_S = 30.0
+assert LONG_POLL_S <= MAX_WAIT_S
+#: How much longer than its long-poll a request may take to be answered before the client gives up on it.
+READ_SLACK_S = 10.0
+#: A wait whose request found no service (a restart, a 503) asks again after this pause, until its timeout.
+RETRY_PAUSE_S = 1.0
+_NO_BODY = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Request:
+    """One HTTP request of a call: a path under the API's base URL, a JSON body, its own read timeout."""
+
+    method: str
+    path: str
+    params: Mapping[str, str] | None = None
+    body: Any = _NO_BODY
+    timeout: float | None = None  # None: the client's
+    #: Safe to send again when the service cannot be reached or answers 503 (a read): the driver pauses
+    #: ``RETRY_PAUSE_S`` and hands the call an Answer with the failure, and the call decides.
+    retry: bool = False
+
+    def content(self) -> bytes | None:
+        if self.body is _NO_BODY:
+            return None
+        try:
+            return json.dumps(self.body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequest(f"payload is not valid JSON: {exc}", "payload") from None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answer:
+    status: int  # 0: no answer (``error`` says why)
+    body: Any  # the parsed JSON, None when there was none
+    error: BaseException | None = None
+
+    @property
+    def unavailable(self) -> bool:
+        """No service answered, or it said the database is away: worth asking again."""
+        return self.error is not None or self.status == 503
+
+
+Call = Generator[Request, Answer, T]
+
+
+def answer(status: int, content: bytes) -> Answer:
+    """An :class:`Answer` from a response's status and bytes (a body that is not JSON reads as None)."""
+    try:
+        return Answer(status, json.loads(content) if content else None)
+    except ValueError:
+        return Answer(status, None)
+
+
+def drive(call: Call[T], send: Callable[[Request], Answer]) -> T:
+    """Run ``call`` to its result with a blocking ``send`` (the async driver is the same loop with ``await``).
+
+    ``send`` raises what the transport raises; for a ``retry`` request the
+    driver pauses and hands the failure to the call instead.
+    """
+    try:
+        request = next(call)
+        while True:
+            try:
+                reply = send(request)
+            except Exception as exc:
+                if not (request.retry and is_transport_error(exc)):
+                    raise
+                reply = Answer(0, None, exc)
+            if request.retry and reply.unavailable:
+                time.sleep(RETRY_PAUSE_S)
+            request = call.send(reply)
+    except StopIteration as done:
+        return done.value
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """A failure to reach the service (refused, reset, timed out), as httpx reports it."""
+    import httpx
+
+    return isinstance(exc, httpx.TransportError)
+
+
+def _expect(reply: Answer, *ok: int, task_id: str | None = None) -> Any:
+    """The body of an answer with one of the ``ok`` statuses; the API's refusal raised otherwise."""
+    if reply.status in ok:
+        return reply.body
+    error = reply.body.get("error") if isinstance(reply.body, dict) else None
+    if not isinstance(error, dict):
+        raise RequestRefused(reply.status, "http_error", f"the API answered HTTP {reply.status} without an error")
+    code, message = str(error.get("code", "http_error")), str(error.get("message", ""))
+    if code == "task_not_found":
+        exc = TaskNotFound(task_id or "")
+        exc.status = reply.status  # type: ignore[attr-defined]
+        raise exc
+    raise RequestRefused(reply.status, code, message, error.get("items"))
+
+
+def _task_path(task_id: Any, *rest: str) -> str:
+    """``/v1/tasks/{id}/...``; a value that cannot be a task id names no task, as the API and the direct client say."""
+    if type(task_id) is not str or not is_resource_id(task_id, TASK_PREFIX):
+        raise TaskNotFound(str(task_id)[:80])
+    return "/".join(("/v1/tasks", task_id, *rest))
+
+
+# -- bodies -------------------------------------------------------------------------------------
+
+def _wire(name: str, value: Any) -> Any:
+    """A submit option as the API takes it: times as UTC RFC 3339, durations as seconds."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise InvalidRequest(f"{name} must carry a time zone (UTC)", name)
+        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return value
+
+
+def task(queue: str, kind: str, payload: Any = None, **options: Any) -> dict[str, Any]:
+    """One task to submit, as the API's submit body: the fields of ``docs/http-api.md`` (Submit fields).
+
+    ``due_at`` may be an aware ``datetime``, ``delay`` and the durations a ``timedelta`` or seconds.
+    """
+    body: dict[str, Any] = {"queue": queue, "kind": kind}
+    if payload is not None:
+        body["payload"] = payload
+    body.update((name, _wire(name, value)) for name, value in options.items() if value is not None)
+    return body
+
+
+# -- the calls ----------------------------------------------------------------------------------
+
+def submit(body: dict[str, Any]) -> Call[dict[str, Any]]:
+    """The task view, with ``created`` (False: the idempotency key named an existing task)."""
+    return _expect((yield Request("POST", "/v1/tasks", body=body)), 200, 201)
+
+
+def submit_many(bodies: Iterable[Mapping[str, Any]]) -> Call[list[dict[str, Any]]]:
+    """``task_id``, ``state`` and ``created`` per task, in order; all submitted in one transaction, or none."""
+    items = [dict(b) for b in bodies]
+    return _expect((yield Request("POST", "/v1/tasks/batch", body={"tasks": items})), 200, 201)["tasks"]
+
+
+def get(task_id: str) -> Call[dict[str, Any]]:
+    return _expect((yield Request("GET", _task_path(task_id))), 200, task_id=task_id)
+
+
+def list_tasks(filters: Mapping[str, Any]) -> Call[dict[str, Any]]:
+    params = {name: str(value).lower() if isinstance(value, bool) else str(value)
+              for name, value in filters.items() if value is not None}
+    return _expect((yield Request("GET", "/v1/tasks", params=params)), 200)
+
+
+def cancel(task_id: str, reason: str) -> Call[dict[str, Any]]:
+    body = {"reason": reason} if reason else {}
+    return _expect((yield Request("POST", _task_path(task_id, "cancel"), body=body)), 200, task_id=task_id)
+
+
+def retry(task_id: str) -> Call[dict[str, Any]]:
+    return _expect((yield Request("POST", _task_path(task_id, "retry"), body={})), 200, 201, task_id=task_id)
+
+
+def outcome(view: dict[str, Any]) -> Any:
+    """A terminal task's result, or its typed error (FAILED, UNKNOWN, CANCELLED)."""
+    error = OUTCOME_ERRORS.get(view["state"])
+    if error is not None:
+        raise error(view)
+    return (view.get("outcome") or {}).get("result")
+
+
+def wait_task(task_id: str, timeout: float | None, *,
+              clock: Callable[[], float] = time.monotonic) -> Call[dict[str, Any]]:
+    """The task's view once terminal (long-polls of at most ``LONG_POLL_S``); WaitTimeout after ``timeout`` s.
+
+    A service that cannot be reached, or answers 503, is asked again every
+    ``RETRY_PAUSE_S`` until the timeout: a wait outlives a restart of ``serve``.
+    """
+    path = _task_path(task_id, "outcome")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or math.isnan(timeout)):
+        raise InvalidRequest("timeout must be a number of seconds (or None: no limit)", "timeout")
+    deadline = None if timeout is None else clock() + max(0.0, float(timeout))
+    while True:
+        chunk = LONG_POLL_S if deadline is None else min(LONG_POLL_S, max(0.0, deadline - clock()))
+        reply = yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=chunk + READ_SLACK_S, retry=True)
+        if reply.unavailable and (deadline is None or clock() < deadline):
+            continue  # a restart, a database away: the wait goes on until its own timeout
+        if reply.error is not None:
+            raise reply.error
+        view = _expect(reply, 200, task_id=task_id)
+        if view.get("done"):
+            return view
+        if deadline is not None and clock() >= deadline:
+            raise WaitTimeout(view, float(timeout or 0))
+
+
+def wait(task_id: str, timeout: float | None) -> Call[Any]:
+    """The outcome once the task is terminal: its result, or the typed error of its end."""
+    return outcome((yield from wait_task(task_id, timeout)))

@@ -1,0 +1,115 @@
+"""A real ``pulse-trio serve`` in a child process, for tests and examples (the pytest plugin uses it).
+
+Blocking and loop-free on purpose: it starts the process, waits until its
+HTTP API answers, and stops it with SIGTERM (the orderly shutdown). Ports
+are chosen by the operating system; the database must be migrated already,
+or ``serve`` migrates it (it is allowed to create it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from pulse_trio.dburl import DatabaseConfig
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the OS's choice)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclasses.dataclass(eq=False)
+class ServeProcess:
+    """``with ServeProcess(database) as serve:`` -> ``serve.http_url``, ``serve.worker_url``.
+
+    Ports left 0 are chosen when it starts; given ones (a restart on the same
+    addresses) are used as they are.
+    """
+
+    database: DatabaseConfig
+    extra_args: tuple[str, ...] = ()
+    worker_port: int = 0
+    http_port: int = 0
+    process: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False)
+    #: Its log (stderr) goes to a file, never a pipe nobody drains: a full pipe would stall the server.
+    log: Any = dataclasses.field(default=None, repr=False)
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def worker_url(self) -> str:
+        return f"ws://127.0.0.1:{self.worker_port}/v1/worker"
+
+    def start(self) -> ServeProcess:
+        self.worker_port, self.http_port = self.worker_port or free_port(), self.http_port or free_port()
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pulse_trio", "serve", "--database-url", self.database.url(redact=False),
+             "--worker-listen", f"127.0.0.1:{self.worker_port}", "--http-listen", f"127.0.0.1:{self.http_port}",
+             "--log-level", "warning", *self.extra_args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
+        try:
+            self._wait_answering()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_answering(self) -> None:
+        """Until the HTTP API answers: it serves only once the node has joined the cluster."""
+        assert self.process is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"pulse-trio serve exited with {self.process.returncode}: {self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.http_url}/healthz", timeout=5):
+                    return
+            except (OSError, urllib.error.URLError):
+                time.sleep(0.05)
+        raise RuntimeError(f"pulse-trio serve did not answer on {self.http_url} within {START_TIMEOUT_S:g} s")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        """The end of its log so far (for a failure's message)."""
+        if self.log is None:
+            return ""
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        """SIGTERM, then wait (SIGKILL if it does not stop in time)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+    def __enter__(self) -> ServeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

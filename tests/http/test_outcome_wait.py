@@ -1,0 +1,157 @@
+"""``GET /v1/tasks/{id}/outcome?wait=S``: a long-poll the finish wakes, on this serve process or another."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+import trio_websocket
+
+from http_support import RawWorker
+from pulse_trio.http.outcomes import OutcomeWatch
+from pulse_trio.serve_process import ServeProcess
+from pulse_trio.store.trio_bridge import Store
+
+
+async def submit(http, token, queue="billing") -> str:
+    reply = await http.post("/v1/tasks", token=token, json_body={"queue": queue, "kind": "k"})
+    assert reply.status == 201, reply.body
+    return reply.json()["task_id"]
+
+
+async def test_the_wait_answers_when_a_worker_finishes_the_task(http, tokens, open_worker, nursery):
+    task_id = await submit(http, tokens["producer"])
+    answered: list = []
+
+    async def wait() -> None:
+        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=tokens["producer"]))
+
+    started = time.monotonic()
+    nursery.start_soon(wait)
+    await trio.sleep(0.3)  # the request waits
+    worker = await open_worker(tokens["worker"], "billing")
+    await worker.run_one({"paid": True})
+    with trio.fail_after(10):
+        while not answered:
+            await trio.sleep(0.01)
+    reply = answered[0]
+    assert reply.status == 200 and time.monotonic() - started < 10
+    body = reply.json()
+    assert body["done"] is True and body["state"] == "SUCCEEDED" and body["outcome"]["result"] == {"paid": True}
+
+
+async def test_the_wait_times_out_with_the_task_as_it_is(http, tokens):
+    task_id = await submit(http, tokens["producer"])
+    started = time.monotonic()
+    reply = await http.get(f"/v1/tasks/{task_id}/outcome?wait=0.6", token=tokens["producer"])
+    assert time.monotonic() - started >= 0.6
+    assert reply.status == 200 and reply.json()["done"] is False and reply.json()["state"] == "READY"
+    now = await http.get(f"/v1/tasks/{task_id}/outcome", token=tokens["producer"])  # wait=0: no waiting
+    assert now.json()["done"] is False
+
+
+async def test_a_cancel_through_the_api_wakes_the_wait(http, tokens, token_factory, nursery):
+    task_id = await submit(http, tokens["producer"])
+    answered: list = []
+
+    async def wait() -> None:
+        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=tokens["producer"]))
+
+    nursery.start_soon(wait)
+    await trio.sleep(0.2)
+    granted = token_factory("producer", ("billing",), allow=("cancel",))
+    assert (await http.post(f"/v1/tasks/{task_id}/cancel", token=granted)).status == 200
+    with trio.fail_after(5):
+        while not answered:
+            await trio.sleep(0.01)
+    assert answered[0].json()["state"] == "CANCELLED" and answered[0].json()["done"] is True
+
+
+async def test_bad_waits_are_refused_like_the_rest_of_the_api(http, tokens):
+    task_id = await submit(http, tokens["producer"])
+    foreign = await submit(http, tokens["operator"], queue="mail")
+    for query, status in (("wait=61", 400), ("wait=-1", 400), ("wait=x", 400), ("wait=1&wait=2", 400),
+                          ("other=1", 400)):
+        reply = await http.get(f"/v1/tasks/{task_id}/outcome?{query}", token=tokens["producer"])
+        assert reply.status == status and reply.error["code"] == "invalid_request", (query, reply.body)
+    assert (await http.get(f"/v1/tasks/{foreign}/outcome?wait=5", token=tokens["producer"])).status == 404
+    assert (await http.get("/v1/tasks/tsk_nope/outcome?wait=5", token=tokens["producer"])).status == 404
+    assert (await http.get(f"/v1/tasks/{task_id}/outcome", token=tokens["worker"])).status == 403
+    assert (await http.get(f"/v1/tasks/{task_id}/outcome")).status == 401
+
+
+async def test_a_finish_on_another_serve_process_wakes_the_wait(db, http, tokens, nursery):
+    """The worker is on a separate `pulse-trio serve` process: only the shared probe can see its finish."""
+    task_id = await submit(http, tokens["producer"])
+    answered: list = []
+
+    async def wait() -> None:
+        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=tokens["producer"]))
+
+    nursery.start_soon(wait)
+    other = await trio.to_thread.run_sync(ServeProcess(db).start)
+    try:
+        ws = await trio_websocket.connect_websocket_url(
+            nursery, other.worker_url, subprotocols=["pulse.worker.v1"],
+            extra_headers=[(b"authorization", f"Bearer {tokens['worker']}".encode())])
+        worker = RawWorker(ws)
+        await worker.register("billing")
+        await worker.run_one("done elsewhere")
+        finished = time.monotonic()
+        with trio.fail_after(10):
+            while not answered:
+                await trio.sleep(0.01)
+        assert time.monotonic() - finished < 5  # within a probe interval or so, not the wait's 30 s
+        assert answered[0].json()["done"] is True and answered[0].json()["outcome"]["result"] == "done elsewhere"
+        await ws.aclose()
+    finally:
+        await trio.to_thread.run_sync(other.stop)
+
+
+async def test_a_thousand_waiters_cost_one_probe_per_interval(db, http, tokens):
+    """The probe count follows time, not waiters: 1 000 waiters on 1 000 tasks, one statement per interval."""
+    batch = (await http.post("/v1/tasks/batch", token=tokens["producer"], json_body={
+        "tasks": [{"queue": "billing", "kind": "k", "idempotency_key": f"w-{n}"} for n in range(1000)]})).json()
+    ids = [t["task_id"] for t in batch["tasks"]]
+    store = Store(db, pool_size=2)
+    watch = OutcomeWatch(store, interval=0.05)
+    woken: list[str] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch.run)
+
+            async def waiter(task_id: str) -> None:
+                with watch.watching(task_id) as ended:
+                    with trio.move_on_after(0.5):
+                        await ended.wait()
+                    if ended.is_set():
+                        woken.append(task_id)
+
+            async with trio.open_nursery() as waiters:
+                for task_id in ids:
+                    waiters.start_soon(waiter, task_id)
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    assert woken == []
+    assert 1 <= watch.probes <= 0.5 / 0.05 + 2  # ~one per interval, whatever the number of waiters
+
+
+async def test_a_stopping_server_answers_its_waiters_at_once(start_service, token_factory, nursery):
+    from http_support import Http
+
+    service = await start_service()
+    http, token = Http(service.http_port), token_factory("producer")
+    task_id = await submit(http, token)
+    answered: list = []
+
+    async def wait() -> None:
+        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=token))
+
+    nursery.start_soon(wait)
+    await trio.sleep(0.3)
+    service.stop()
+    with trio.fail_after(5):  # not the wait's 30 s
+        while not answered:
+            await trio.sleep(0.01)
+    assert answered[0].status == 200 and answered[0].json()["done"] is False

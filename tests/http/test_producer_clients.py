@@ -1,0 +1,236 @@
+"""``Client`` and ``AsyncClient`` against a real serve: every test runs on both (parametrised, not copied).
+
+The blocking ``Client`` is called from these Trio tests through worker
+threads (:class:`InThread`), so both clients offer the tests the same
+awaitable surface; what they send and what they make of the answers is
+the shared sans-IO code of ``pulse_trio.producer.calls``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from typing import Any
+
+import pytest
+import trio
+
+from pulse_trio.contract.limits import MAX_PAYLOAD_BYTES
+from pulse_trio.producer import (
+    AsyncClient, Client, ClientError, RequestRefused, TaskCancelled, TaskFailed, TaskHandle, TaskNotFound,
+    WaitTimeout, task,
+)
+
+
+class InThread:
+    """A blocking client (or handle) whose calls run in a worker thread: awaitable, like the async one."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            out = await trio.to_thread.run_sync(functools.partial(value, *args, **kwargs))
+            if isinstance(out, TaskHandle):
+                return InThread(out)
+            if isinstance(out, list) and out and isinstance(out[0], TaskHandle):
+                return [InThread(h) for h in out]
+            return out
+
+        return call
+
+
+@pytest.fixture(params=["async", "sync"])
+def connect(request, service):
+    """``producer = await connect(token)``: a client of the kind the test is parametrised with."""
+    opened: list[Any] = []
+
+    async def open_(token: str) -> Any:
+        url = f"http://127.0.0.1:{service.http_port}"
+        client = AsyncClient(url, token) if request.param == "async" else Client(url, token)
+        opened.append(client)
+        return client if request.param == "async" else InThread(client)
+
+    yield open_
+    for client in opened:
+        if isinstance(client, Client):
+            client.close()
+
+
+@pytest.fixture
+async def producer(connect, tokens):
+    client = await connect(tokens["producer"])
+    yield client
+    if isinstance(client, AsyncClient):
+        await client.aclose()
+
+
+async def test_submit_get_list_and_the_idempotency_key(producer):
+    handle = await producer.submit("billing", "invoice.send", {"invoice": 991}, idempotency_key="inv-991",
+                                   priority=5, delay=dt.timedelta(seconds=0))
+    assert handle.created is True and handle.state == "READY" and handle.task_id.startswith("tsk_")
+    view = await producer.get(handle.task_id)
+    assert view["payload"] == {"invoice": 991} and view["priority"] == 5 and view["idempotency_key"] == "inv-991"
+    again = await producer.submit("billing", "invoice.send", {"invoice": 991}, idempotency_key="inv-991")
+    assert again.task_id == handle.task_id and again.created is False
+    page = await producer.list(queue="billing", state="READY", limit=10)
+    assert [t["task_id"] for t in page["tasks"]] == [handle.task_id] and page["next"] is None
+
+
+async def test_result_returns_what_the_handler_returned(producer, tokens, open_worker, nursery):
+    handle = await producer.submit("billing", "invoice.send", {"invoice": 1})
+
+    async def work() -> None:
+        worker = await open_worker(tokens["worker"], "billing")
+        await worker.run_one({"sent": True, "amount": 12.5})
+
+    nursery.start_soon(work)
+    assert await handle.result(timeout=20) == {"sent": True, "amount": 12.5}
+    assert await producer.wait(handle.task_id, 0) == {"sent": True, "amount": 12.5}  # ended: no waiting
+
+
+async def test_result_raises_the_typed_error_of_a_failed_task(producer, tokens, open_worker, nursery):
+    handle = await producer.submit("billing", "invoice.send", max_attempts=1)
+
+    async def work() -> None:
+        worker = await open_worker(tokens["worker"], "billing")
+        await worker.run_one({}, "FAILED", error_code="invoice.malformed", error_message="no invoice",
+                             retryable=False)
+
+    nursery.start_soon(work)
+    with pytest.raises(TaskFailed) as failed:
+        await handle.result(timeout=20)
+    assert failed.value.error_code == "invoice.malformed" and failed.value.task["state"] == "FAILED"
+
+
+async def test_a_granted_producer_cancels_and_the_wait_raises_cancelled(connect, token_factory):
+    client = await connect(token_factory("producer", ("billing",), allow=("cancel", "retry")))
+    handle = await client.submit("billing", "invoice.send")
+    cancelled = await client.cancel(handle.task_id, reason="order voided")
+    assert cancelled["state"] == "CANCELLED" and cancelled["cancel_changed"] is True
+    with pytest.raises(TaskCancelled):
+        await handle.result(timeout=5)
+    retried = await client.retry(handle.task_id)
+    assert retried["retry_of"] == handle.task_id and retried["created"] is True
+    if isinstance(client, AsyncClient):
+        await client.aclose()
+
+
+async def test_a_wait_that_runs_out_raises_wait_timeout(producer):
+    handle = await producer.submit("billing", "invoice.send")
+    with pytest.raises(WaitTimeout) as timed_out:
+        await handle.result(timeout=0.4)
+    assert timed_out.value.task["state"] == "READY" and isinstance(timed_out.value, TimeoutError)
+
+
+async def test_submit_many_is_all_or_nothing_with_each_refusal_named(producer):
+    handles = await producer.submit_many([task("billing", "a", {"n": 1}), task("billing", "b", priority=2)])
+    assert [h.created for h in handles] == [True, True]
+    assert (await producer.get(handles[1].task_id))["priority"] == 2
+    with pytest.raises(RequestRefused) as refused:
+        await producer.submit_many([task("billing", "a"), task("billing", "a", priority=99), task("mail", "a")])
+    assert refused.value.status == 403 and refused.value.code == "forbidden"
+    assert [(i["index"], i["code"], i["field"]) for i in refused.value.items] == [
+        (1, "invalid_request", "priority"), (2, "forbidden", "queue")]
+    assert len((await producer.list())["tasks"]) == 2
+
+
+BAD_CALLS = [
+    ("submit", ("billing", "k"), {"priority": 99}, "invalid_request"),
+    ("submit", ("billing", "k"), {"colour": "red"}, "invalid_request"),
+    ("submit", ("Bad Queue", "k"), {}, "invalid_request"),
+    ("submit", ("billing", "k", object()), {}, "invalid_request"),
+    ("submit", ("billing", "k", float("nan")), {}, "invalid_request"),
+    ("submit", ("billing", "k", "x" * MAX_PAYLOAD_BYTES), {}, "payload_too_large"),
+    ("submit", ("billing", "k"), {"due_at": dt.datetime(2030, 1, 1)}, "invalid_request"),
+    ("submit", ("billing", "k"), {"delay": 1, "due_at": dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)},
+     "invalid_request"),
+    ("submit", ("mail", "k"), {}, "forbidden"),
+    ("submit_many", ([],), {}, "invalid_request"),
+    ("get", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A",), {}, "task_not_found"),
+    ("get", ("../../v1/workers",), {}, "task_not_found"),
+    ("get", (42,), {}, "task_not_found"),
+    ("list", (), {"state": "NOPE"}, "invalid_request"),
+    ("list", (), {"limit": 0}, "invalid_request"),
+    ("list", (), {"queue": "mail"}, "forbidden"),
+    ("cancel", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A",), {}, "forbidden"),  # a producer without the grant
+    ("retry", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A",), {}, "forbidden"),
+    ("wait", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", 1), {}, "task_not_found"),
+    ("wait", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", "soon"), {}, "invalid_request"),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "kwargs", "code"), BAD_CALLS,
+                         ids=[f"{m}-{i}" for i, (m, *_rest) in enumerate(BAD_CALLS)])
+async def test_bad_input_gets_the_apis_codes(producer, method, args, kwargs, code):
+    with pytest.raises(ClientError) as refused:
+        await getattr(producer, method)(*args, **kwargs)
+    assert refused.value.code == code, refused.value
+    if code == "task_not_found":
+        assert isinstance(refused.value, TaskNotFound)
+
+
+async def test_a_bad_token_is_unauthenticated_and_no_token_is_refused_at_once(connect, service):
+    client = await connect("pt_not-a-real-token")
+    with pytest.raises(RequestRefused) as refused:
+        await client.get("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A")
+    assert refused.value.status == 401 and refused.value.code == "unauthenticated"
+    with pytest.raises(ValueError):
+        Client(f"http://127.0.0.1:{service.http_port}", "")
+
+
+async def test_requests_reuse_one_connection(producer):
+    for _ in range(5):
+        await producer.list()
+    target = producer._target if isinstance(producer, InThread) else producer
+    pool = target._http._transport._pool
+    assert len(pool.connections) == 1
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_wait_outlives_a_restart_of_serve(db, token_factory, kind, nursery):
+    """The serve process stops mid-wait and starts again on the same ports: the wait goes on and sees the end."""
+    import trio_websocket
+
+    from http_support import RawWorker
+    from pulse_trio.serve_process import ServeProcess
+
+    producer_token, worker_token = token_factory("producer"), token_factory("worker")
+    first = await trio.to_thread.run_sync(ServeProcess(db).start)
+    second = ServeProcess(db, worker_port=first.worker_port, http_port=first.http_port)
+    raw = AsyncClient(first.http_url, producer_token) if kind == "async" else Client(first.http_url, producer_token)
+    client = raw if kind == "async" else InThread(raw)
+    results: list[Any] = []
+    try:
+        handle = await client.submit("billing", "invoice.send")
+
+        async def wait() -> None:
+            results.append(await handle.result(timeout=60))
+
+        nursery.start_soon(wait)
+        await trio.sleep(0.5)
+        await trio.to_thread.run_sync(first.stop)
+        await trio.sleep(1.5)  # the wait finds no service and asks again
+        await trio.to_thread.run_sync(second.start)
+        ws = await trio_websocket.connect_websocket_url(
+            nursery, second.worker_url, subprotocols=["pulse.worker.v1"],
+            extra_headers=[(b"authorization", f"Bearer {worker_token}".encode())])
+        worker = RawWorker(ws)
+        await worker.register("billing")
+        await worker.run_one("sent after the restart")
+        with trio.fail_after(15):
+            while not results:
+                await trio.sleep(0.02)
+        assert results == ["sent after the restart"]
+        await ws.aclose()
+    finally:
+        await trio.to_thread.run_sync(second.stop)
+        await trio.to_thread.run_sync(first.stop)
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
