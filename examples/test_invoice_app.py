@@ -3,8 +3,8 @@
 The fixtures come with the package: a real ``serve`` for the session, a
 fresh queue per test, producer clients, and ``pulse_worker`` to run SDK
 handlers. The same fixtures serve AnyIO's plugin (asyncio here),
-pytest-trio and plain tests alike; with pytest-asyncio, mark the test
-``@pytest.mark.asyncio`` instead. Run: ``pytest examples/test_invoice_app.py``.
+pytest-trio, pytest-asyncio (``@pytest.mark.asyncio``) and plain tests
+alike. Run: ``pytest examples/test_invoice_app.py``.
 """
 
 from __future__ import annotations
@@ -58,3 +58,13 @@ def test_the_blocking_client_with_a_sync_handler(pulse_sync_client, pulse_queue,
     handles = pulse_sync_client.submit_many([{"queue": pulse_queue, "kind": "invoice.render", "payload": {"pages": n}}
                                              for n in (1, 2, 3)])
     assert [h.result(timeout=10) for h in handles] == [{"pages": 1}, {"pages": 2}, {"pages": 3}]
+
+
+@pytest.mark.asyncio
+async def test_wait_with_pytest_asyncio(pulse_client, pulse_queue, pulse_worker):
+    """The same fixtures under pytest-asyncio: the client binds to that test's loop."""
+    pulse_worker({"invoice.send": send_invoice})
+    async with pulse_client:
+        task = await pulse_client.submit(pulse_queue, "invoice.send", {"invoice": 7})
+        result = await pulse_client.wait(task.task_id, timeout=10)
+    assert result == {"invoice": 7, "sent": True}

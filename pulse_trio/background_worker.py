@@ -18,6 +18,7 @@ from typing import Any
 import threading
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 
 from pulse_trio.sdk import Registry, Worker
@@ -80,15 +81,14 @@ class BackgroundWorker:
         worker = self.worker = Worker(self.url, self.token, self.registry, **self.options)
         ran = anyio.Event()
 
-        async def run() -> None:
+        async def run(*, task_status: anyio.abc.TaskStatus[Worker] = anyio.TASK_STATUS_IGNORED) -> None:
             try:
-                await worker.run()
+                await worker.run(task_status=task_status)
             finally:
                 ran.set()
 
         async with anyio.create_task_group() as group:
-            group.start_soon(run)
-            await worker.wait_connected()
+            await group.start(run)  # returns once the worker is first connected
             self._connected.set()
             await anyio.to_thread.run_sync(self._stop_asked.wait, abandon_on_cancel=True)
             if self._drain:
