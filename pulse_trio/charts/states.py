@@ -52,6 +52,8 @@ WAITING_TASK_STATES: tuple[str, ...] = dests_of(_TASK, "submit")
 LIVE_LEASE_STATES: tuple[str, ...] = live_states(_LEASE)
 #: Worker sessions still open (ACTIVE, DRAINING).
 LIVE_SESSION_STATES: tuple[str, ...] = live_states(_INSTANCE)
+#: What an operator can make a queue (ACTIVE, PAUSED).
+QUEUE_STATES: tuple[str, ...] = _row_states(CHARTS["queue"])
 
-__all__ = ["LIVE_LEASE_STATES", "LIVE_SESSION_STATES", "TASK_STATES", "TERMINAL_TASK_STATES",
+__all__ = ["LIVE_LEASE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES", "TASK_STATES", "TERMINAL_TASK_STATES",
            "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list", "terminal_states"]

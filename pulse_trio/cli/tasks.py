@@ -1,4 +1,4 @@
-"""Producer and operator commands: submit, task list|show|cancel|retry, workers [drain], nodes, queues.
+"""Producer and operator commands: submit, task list|show|cancel|retry, workers [drain], nodes, queues [pause|resume].
 
 Thin faces over :class:`pulse_trio.client.Client`: arguments are checked
 before anything is written (exit 2), refusals exit 1, an unknown id exits 3,
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -19,7 +20,7 @@ from pulse_trio.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, add
 from pulse_trio.cli.output import Column, add_format_option, print_json, print_table, with_field, write_json_text
 from pulse_trio.client import Client, ClientError, TaskNotFound
 from pulse_trio.client import ranges
-from pulse_trio.client.producer import build_task
+from pulse_trio.client.producer import NAME_RULE, build_task, check_name
 from pulse_trio.store import queries
 from pulse_trio.store.codes import INSTANCE_NOT_FOUND
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id, parse_time
@@ -131,10 +132,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_database_options(nodes)
     nodes.set_defaults(run=run_guarded(_nodes))
 
-    queues = commands.add_parser("queues", help="tasks per state per queue, and the oldest ready age")
+    queues = commands.add_parser("queues", help="tasks per state per queue, the oldest ready age and whether it is "
+                                                "paused; or pause or resume one",
+                                 description="Without an action: list the queues (a paused one shows PAUSED).")
     add_format_option(queues)
     add_database_options(queues)
     queues.set_defaults(run=run_guarded(_queues))
+    queue_actions = queues.add_subparsers(dest="action", metavar="[ACTION]")
+    for name, helptext in (("pause", "offer none of the queue's tasks on any serve process (running leases "
+                                     "continue, submissions are accepted): POST /v1/queues/{queue}/pause"),
+                           ("resume", "offer the queue's tasks again: POST /v1/queues/{queue}/resume")):
+        action = queue_actions.add_parser(name, help=helptext, description=helptext)
+        action.add_argument("queue", metavar="QUEUE", help=f"the queue ({NAME_RULE})")
+        add_inherited_database_options(action)
+        action.set_defaults(run=run_guarded(_pause if name == "pause" else _resume))
 
 
 def _read_payload(args: argparse.Namespace) -> str:
@@ -266,6 +277,26 @@ def _queues(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pause_or_resume(args: argparse.Namespace, pause: bool) -> int:
+    try:
+        check_name("queue", args.queue)
+    except ClientError as exc:
+        fail(exc.message, EXIT_USAGE)
+    who = f"cli@{socket.gethostname()}"
+    with _client(args) as client:
+        print_json(client.pause_queue(args.queue, paused_by=who) if pause
+                   else client.resume_queue(args.queue, resumed_by=who))
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    return _pause_or_resume(args, True)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    return _pause_or_resume(args, False)
+
+
 TASK_COLUMNS: tuple[Column, ...] = (
     ("TASK", lambda t: t["task_id"]), ("QUEUE", lambda t: t["queue"]), ("KIND", lambda t: t["kind"]),
     ("STATE", lambda t: t["state"]), ("PRIORITY", lambda t: t["priority"]), ("ATTEMPT", lambda t: t["attempt"]),
@@ -285,7 +316,7 @@ NODE_COLUMNS: tuple[Column, ...] = (
 QUEUE_COLUMNS: tuple[Column, ...] = (
     ("QUEUE", lambda q: q["queue"]),
     *((state, (lambda q, state=state: q["states"].get(state, 0))) for state in queries.TASK_STATES),
-    ("OLDEST_READY_S", lambda q: q["oldest_ready_age_s"]),
+    ("OLDEST_READY_S", lambda q: q["oldest_ready_age_s"]), ("STATE", lambda q: q["state"]),
 )
 
 

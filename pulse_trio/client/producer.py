@@ -34,6 +34,9 @@ from pulse_trio.store.cancellation import request as request_cancel
 from pulse_trio.store.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
 from pulse_trio.store.facade import SyncStore
 from pulse_trio.store.instances import operator_drain
+from pulse_trio.store.queues import QueueControl, queue_controls
+from pulse_trio.store.queues import pause as pause_queue
+from pulse_trio.store.queues import resume as resume_queue
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
 from pulse_trio.store.tx import Tx
@@ -293,7 +296,18 @@ class Client:
         }
 
     def queues(self, *, now: dt.datetime | None = None) -> dict[str, Any]:
-        return self.store.run_sync(queries.queue_depths, now=now or self.now())
+        """Per queue: tasks per state, the oldest ready age, and whether it is paused (chart ``queue``).
+
+        A queue an operator paused or gave a retention of its own is listed
+        even while it holds no task.
+        """
+        depths = self.store.run_sync(queries.queue_depths, now=now or self.now())
+        controls = self.store.run_sync(queue_controls)
+        out: dict[str, Any] = {}
+        for queue in sorted(depths.keys() | controls.keys()):
+            entry = depths.get(queue) or {"states": {}, "oldest_ready_age_s": None}
+            out[queue] = {**entry, **(controls.get(queue) or QueueControl.absent(queue)).as_json()}
+        return out
 
     def workers(self, *, include_disconnected: bool = False) -> list[dict[str, Any]]:
         return self.store.run_sync(queries.list_workers, include_disconnected=include_disconnected)
@@ -314,6 +328,22 @@ class Client:
         return next(w for w in self.workers(include_disconnected=True) if w["instance_id"] == instance_id)
 
     # -- operating ---------------------------------------------------------------
+    def pause_queue(self, queue: str, *, paused_by: str, now: dt.datetime | None = None) -> dict[str, Any]:
+        """Offer none of the queue's tasks on any serve process (leases out continue); idempotent.
+
+        Every instance stops within its paused-queue interval; submissions
+        are still accepted. ``changed`` is False when it was paused already.
+        """
+        check_name("queue", queue)
+        change = self.store.run_sync(pause_queue, queue=queue, now=now or self.now(), paused_by=paused_by)
+        return {"queue": queue, **change.control.as_json(), "changed": change.changed}
+
+    def resume_queue(self, queue: str, *, resumed_by: str, now: dt.datetime | None = None) -> dict[str, Any]:
+        """Offer the queue's tasks again; idempotent (``changed`` False when it was not paused)."""
+        check_name("queue", queue)
+        change = self.store.run_sync(resume_queue, queue=queue, now=now or self.now(), resumed_by=resumed_by)
+        return {"queue": queue, **change.control.as_json(), "changed": change.changed}
+
     def cancel(self, task_id: str, *, reason: str = "", requested_by: str = "") -> dict[str, Any]:
         """Save a cancel intent (or report the final state of a terminal task)."""
         changed = self.request_cancel(task_id, reason=reason, requested_by=requested_by)

@@ -31,6 +31,7 @@ from pulse_trio.http.connections import EndRefusedConnections
 from pulse_trio.http.dashboard import DashboardApi
 from pulse_trio.http.errors import ApiError, database_error, error_response, from_client_error
 from pulse_trio.http.ops import OpsApi
+from pulse_trio.http.queues_api import QueuesApi
 from pulse_trio.http.settings_api import SettingsApi
 from pulse_trio.http.security import SecurityHeaders
 from pulse_trio.http.ui import Dashboard
@@ -70,6 +71,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
     tasks, ops, ui = TaskApi(instance, store), OpsApi(instance, store), Dashboard()
     cluster_settings = SettingsApi(tasks)
     dashboard = DashboardApi(tasks)
+    queues = QueuesApi(tasks)
 
     def route(path: str, **handlers: Handler) -> Route:
         """One route per path, so a wrong method gets 405 with the full ``Allow`` list."""
@@ -91,6 +93,8 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
         route("/v1/workers/{instance_id}/drain", post=tasks.drain),
         route("/v1/nodes", get=tasks.nodes),
         route("/v1/queues", get=tasks.queues),
+        route("/v1/queues/{queue}/pause", post=queues.pause),
+        route("/v1/queues/{queue}/resume", post=queues.resume),
         route("/v1/settings", get=cluster_settings.list, patch=cluster_settings.patch),
         route("/v1/settings/{name}", get=cluster_settings.get, put=cluster_settings.put),
         route("/v1/whoami", get=dashboard.whoami),

@@ -5,8 +5,9 @@ producer                submit, read tasks and queue depths — only
                         in the token's queues (none listed: every
                         queue); read the cluster settings
 operator                everything: cancel, retry, workers, drain
-                        too; change the cluster settings (only a
-                        token without queues)
+                        too; pause and resume queues (a token with
+                        queues: those); change the cluster settings
+                        (only a token without queues)
 worker                  nothing here (the worker endpoint only)
 ======================  ==========================================
 
@@ -46,6 +47,7 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "nodes": ((OPERATOR,), "list server processes"),
     "settings": (READERS, "read the cluster settings"),
     "configure": ((OPERATOR,), "change the cluster settings"),
+    "pause": ((OPERATOR,), "pause or resume queues"),
 }
 
 

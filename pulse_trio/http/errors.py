@@ -2,6 +2,7 @@
 
 =====  ===============================================================
 400    bad input: ``invalid_json``, ``invalid_request``
+422    ``invalid_request`` with ``field``: a value of the queue endpoints that breaks its rule
 401    ``unauthenticated``: no, unknown or revoked bearer token
 403    ``forbidden``: the token's role or queues do not allow it
 404    ``not_found``, ``task_not_found``, ``instance_not_found``, ``setting_not_found``
@@ -49,24 +50,35 @@ _CLIENT_STATUS = {
 class ApiError(Exception):
     """An answer other than success; raised anywhere below a handler."""
 
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None, *,
+                 field: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers or {}
+        self.field = field
 
     def response(self) -> Response:
-        return error_response(self.status, self.code, self.message, self.headers)
+        return error_response(self.status, self.code, self.message, self.headers, field=self.field)
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    body = json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False, separators=(",", ":"))
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None, *,
+                   field: str | None = None) -> Response:
+    error: dict[str, str] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    body = json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":"))
     return Response(body, status_code=status, media_type=JSON, headers=headers)
 
 
 def bad_request(message: str, code: str = "invalid_request") -> ApiError:
     return ApiError(400, code, message)
+
+
+def unprocessable(field: str, message: str) -> ApiError:
+    """422: a well-formed request whose ``field`` breaks its rule (the message names it too)."""
+    return ApiError(422, "invalid_request", message, field=field)
 
 
 def unauthenticated(message: str = "a valid bearer token is required: Authorization: Bearer <token>") -> ApiError:

@@ -55,12 +55,26 @@ def _obj(properties: dict[str, Any], required: list[str] | None = None, *, close
     return schema
 
 
+#: What chart `queue` records about a queue, beside its depths (pulse_trio/store/queues.py).
+QUEUE_CONTROL: dict[str, Any] = {
+    "state": {"type": "string", "enum": list(states.QUEUE_STATES),
+              "description": "PAUSED: no new offers on any serve process; ACTIVE otherwise."},
+    "paused": {"type": "boolean"},
+    "paused_at": _nullable(TIME | {"description": "While paused: since when."}),
+    "paused_by": _nullable({"type": "string", "description": "While paused: `cli@host` or `http:tok_…`."}),
+    "task_retention": _nullable({"type": "number", "minimum": 0, "description": (
+        "Seconds a terminal task of this queue is kept, when the queue has a retention of its own; null: the "
+        "cluster's task_retention.")}),
+}
+
+
 SCHEMAS: dict[str, Any] = {
     "Error": _obj({"error": _obj({
         "code": {"type": "string", "pattern": f"^{g.ERROR_CODE_PATTERN}$",
                  "description": "Stable, machine-readable."},
         "message": {"type": "string", "description": "For people."},
-    })}),
+        "field": {"type": "string", "description": "422 only: the field or path parameter that breaks its rule."},
+    }, ["code", "message"])}),
     # Optional fields may be null, meaning "not given" (payload excepted: null is a value).
     "SubmitRequest": _obj({
         "queue": NAME,
@@ -207,7 +221,13 @@ SCHEMAS: dict[str, Any] = {
         "states": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                    "propertyNames": {"enum": TASK_STATES}},
         "oldest_ready_age_s": _nullable({"type": "number", "minimum": 0}),
+        **QUEUE_CONTROL,
     })}}),
+    "QueueState": _obj({
+        "queue": NAME,
+        **QUEUE_CONTROL,
+        "changed": {"type": "boolean", "description": "False when the queue was in that state already."},
+    }),
     "Setting": _obj({
         "name": SETTING_NAME,
         "value": _nullable(SECONDS | {"description": "Seconds; null only for permit_quarantine (the task's own "
@@ -281,6 +301,7 @@ SCHEMAS: dict[str, Any] = {
 _ERRORS = {
     400: "Bad input: not strict JSON (`invalid_json`), or a field or parameter out of its rules "
          "(`invalid_request`).",
+    422: "A well-formed request whose value breaks its rule (`invalid_request`); `field` names it.",
     401: "No bearer token, or an unknown or revoked one (`unauthenticated`).",
     403: "The token's role or queues do not allow this (`forbidden`).",
     404: "No such resource, or one in a queue the token cannot see.",
@@ -308,6 +329,7 @@ def _responses(ok: dict[int, tuple[str, str]], errors: tuple[int, ...]) -> dict[
 _AUTH = (400, 401, 403, 503)
 _TASK_ID_PARAM = {"name": "task_id", "in": "path", "required": True, "schema": TASK_ID}
 _SETTING_PARAM = {"name": "name", "in": "path", "required": True, "schema": SETTING_NAME}
+_QUEUE_PARAM = {"name": "queue", "in": "path", "required": True, "schema": NAME}
 _SECURED = [{"bearer": []}]
 
 
@@ -407,6 +429,22 @@ PATHS: dict[str, Any] = {
                    "sees only its queues.",
                    _responses({200: ("QueueDepths", "Depths by queue.")}, _AUTH)),
     },
+    "/v1/queues/{queue}/pause": {
+        "post": _op("pauseQueue", "Pause a queue",
+                    "Operator (a queue-scoped token: its queues). No serve process offers a task of this queue "
+                    "from within half a second on; leases already out continue, renew and finish, and "
+                    "submissions are still accepted. Pausing a paused queue changes nothing (`changed: false`). "
+                    "No body, or `{}`.",
+                    _responses({200: ("QueueState", "The queue, paused.")}, (*_AUTH, 422, 408, 413, 415)),
+                    parameters=[_QUEUE_PARAM]),
+    },
+    "/v1/queues/{queue}/resume": {
+        "post": _op("resumeQueue", "Resume a queue",
+                    "Operator (a queue-scoped token: its queues). The queue's tasks are offered again. Resuming "
+                    "an active queue changes nothing (`changed: false`). No body, or `{}`.",
+                    _responses({200: ("QueueState", "The queue, active.")}, (*_AUTH, 422, 408, 413, 415)),
+                    parameters=[_QUEUE_PARAM]),
+    },
     "/v1/settings": {
         "get": _op("listSettings", "Cluster settings",
                    "Producer or operator. The settings every process of the cluster shares (what "
@@ -489,8 +527,8 @@ def document() -> dict[str, Any]:
         "info": {
             "title": "pulse-trio HTTP API",
             "version": VERSION,
-            "description": "Producers submit and read tasks; operators also cancel, retry, watch workers and "
-                           "change the cluster settings. "
+            "description": "Producers submit and read tasks; operators also cancel, retry, watch workers, "
+                           "pause queues and change the cluster settings. "
                            "Bearer tokens come from `pulse-trio token create --role producer|operator`. Every "
                            "error is `{\"error\": {\"code\", \"message\"}}`.",
         },

@@ -51,6 +51,7 @@ from pulse_trio.server.live import LiveService
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.queue_sync import PausedQueueSync
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
 from pulse_trio.server.wire import WireConnection, keepalive, serve_workers
@@ -93,6 +94,7 @@ class ServiceHandle:
     timers: Timers
     node: NodeLiveness
     settings_sync: SettingsSync
+    queue_sync: PausedQueueSync
     #: The open worker connections.
     connections: set[WireConnection]
     http_port: int = 0
@@ -136,8 +138,10 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     endpoint = WorkerEndpoint(settings=live_settings, store=store, clock=clock, hub=hub, metrics=metrics,
                               batcher=batcher, connections=connections)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
+    queue_sync = PausedQueueSync(store=store, hub=hub)
     timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
-    live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync)
+    live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
+                       queue_sync=queue_sync)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
     try:
@@ -172,6 +176,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 root.start_soon(dispatcher.run)
                 root.start_soon(node.run_heartbeats)
                 root.start_soon(settings_sync.run)
+                root.start_soon(queue_sync.run)
                 root.start_soon(timers.run)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
@@ -179,7 +184,8 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 task_status.started(ServiceHandle(
                     worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
                     metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
-                    settings_sync=settings_sync, connections=connections, http_port=http_port, instance=live))
+                    settings_sync=settings_sync, queue_sync=queue_sync, connections=connections, http_port=http_port,
+                    instance=live))
                 await stop.wait()
                 log.info("shutting down: %d session(s)", len(connections))
                 listening.cancel()

@@ -137,6 +137,14 @@ class SettingContext:
     values: Mapping[str, int | None]
 
 
+@_set_slots
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueContext:
+    """A queue's pause, resume or retention change: its state before (NONE: no row yet)."""
+
+    state: str = "NONE"
+
+
 #: The one context type each persistent chart's guards are evaluated against.
 CONTEXTS: dict[str, type] = {
     "lease": LeaseContext,
@@ -146,7 +154,8 @@ CONTEXTS: dict[str, type] = {
     "instance": InstanceContext,
     "node": NodeContext,
     "cluster_setting": SettingContext,
+    "queue": QueueContext,
 }
 
 __all__ = ["CONTEXTS", "CancellationContext", "InstanceContext", "KeyPermitContext", "LeaseContext", "NodeContext",
-           "SettingContext", "TaskContext"]
+           "QueueContext", "SettingContext", "TaskContext"]
