@@ -268,6 +268,7 @@ SCHEMAS: dict[str, Any] = {
         "first_minute": TIME | {"description": "Start of the first `per_minute` bucket (a clock minute)."},
         "minute_s": {"type": "number"},
         "queues": {"type": "object", "additionalProperties": _obj({
+            "state": QUEUE_CONTROL["state"],
             "states": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                        "propertyNames": {"enum": TASK_STATES}},
             "capped": {"type": "array", "items": {"enum": TASK_STATES},
@@ -478,7 +479,7 @@ PATHS: dict[str, Any] = {
     },
     "/v1/overview": {
         "get": _op("overview", "Queue overview",
-                   "Producer (its queues) or operator. Per queue: tasks by state (each counted up to `count_cap`), "
+                   "Producer (its queues) or operator. Per queue: ACTIVE or PAUSED, tasks by state (each counted up to `count_cap`), "
                    "the age of the oldest due READY task, tasks finished in the last `recent_s` seconds by "
                    "outcome, and per clock minute over the last hour, all read from the database.",
                    _responses({200: ("Overview", "The queues.")}, _AUTH)),
