@@ -20,9 +20,10 @@ function queueRow(name, q, switchButton) {
   const recent = q.recent;
   const finished = Object.values(recent).reduce((a, b) => a + b, 0);
   return el("tr", { "data-queue": name },
-    el("th", { class: "queue" }, el("a", { href: tasksHref(name) }, name)),
-    el("td", {}, el("span", { class: `badge state-${q.state}`, "data-field": "queue-state" }, q.state),
-      switchButton(name, q.state)),
+    el("th", { class: "queue" }, el("a", { href: tasksHref(name) }, name),
+      el("div", { class: "queue-state" },
+        el("span", { class: `badge state-${q.state}`, "data-field": "queue-state" }, q.state), " ",
+        switchButton(name, q.state))),
     STATES.map((state) => {
       const n = q.states[state] ?? 0;
       return el("td", { class: `num state-${state}${n ? "" : " zero"}`, "data-state": state },
@@ -47,8 +48,8 @@ export function overview(view, params, { can }) {
     if (!can("pause")) return null;
     const pausing = state !== "PAUSED";
     const action = pausing ? "pause" : "resume";
-    const toggle = button(pausing ? "Pause queue" : "Resume queue",
-      { class: pausing ? "danger" : "", "data-queue-action": action, title: pausing
+    const toggle = button(pausing ? "Pause" : "Resume",
+      { class: pausing ? "small danger" : "small", "data-queue-action": action, title: pausing
         ? "Offer none of this queue's tasks to any worker; running tasks finish, submissions are kept"
         : "Offer this queue's tasks again" });
     toggle.addEventListener("click", async () => {
@@ -78,7 +79,7 @@ export function overview(view, params, { can }) {
       return;
     }
     replace(body, table(
-      ["Queue", "State", ...STATES, "Oldest READY", "Recent", "Last hour"],
+      ["Queue", ...STATES, "Oldest READY", "Recent", "Last hour"],
       names.map((name) => queueRow(name, data.queues[name], switchButton)),
       { id: "queues" }));
   }
