@@ -99,6 +99,7 @@ class Settings:
     # this late (three missed heartbeats by default).
     node_heartbeat: float = _default("node_heartbeat")
     node_lapse: float = _default("node_lapse")
+    task_retention: float = _default("task_retention")
     managed_db_port: int | None = None
     explicit: frozenset[str] = frozenset()
 

@@ -31,11 +31,18 @@ NAME = {"type": "string", "pattern": f"^{g.NAME_PATTERN}$"}
 TASK_ID = {"type": "string", "pattern": f"^{g.TASK_PREFIX}{g.ULID_PATTERN}$"}
 INSTANCE_ID = {"type": "string", "pattern": f"^{g.INSTANCE_PREFIX}{g.ULID_PATTERN}$"}
 SETTING_NAME = {"type": "string", "enum": list(cs.NAMES)}
-SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS / 1000}
+SECONDS = {"type": "number", "minimum": min(x.min_ms for x in cs.SETTINGS) / 1000,
+           "maximum": max(x.max_ms for x in cs.SETTINGS) / 1000}
 #: A cluster setting's value as sent: the same bounds, to the millisecond (stated; JSON Schema's
 #: multipleOf cannot say it exactly for decimals).
 SECONDS_IN = SECONDS | {"description": "Seconds, to the millisecond (a finer value is refused)."}
 TASK_STATES = list(states.TASK_STATES)
+
+
+def _seconds_in(setting: cs.ClusterSetting) -> dict[str, Any]:
+    """One setting's value as sent, within its own bounds."""
+    return SECONDS_IN | {"minimum": setting.min_ms / 1000, "maximum": setting.max_ms / 1000}
+
 FINISHED = list(FINISHED_STATUSES)
 
 
@@ -247,8 +254,8 @@ SCHEMAS: dict[str, Any] = {
     "SettingChange": _obj({"value": _nullable(SECONDS_IN | {"description": (
         "Seconds, to the millisecond (a finer value is refused); null only for permit_quarantine, where it "
         "means the task's own lease ttl (for another setting it is refused).")})}),
-    "SettingsChange": _obj({name: _nullable(SECONDS_IN) if cs.BY_NAME[name].nullable else SECONDS_IN
-                            for name in cs.NAMES}, [], closed=True)
+    "SettingsChange": _obj({x.name: _nullable(_seconds_in(x)) if x.nullable else _seconds_in(x)
+                            for x in cs.SETTINGS}, [], closed=True)
                       | {"minProperties": 1},
     "Whoami": _obj({
         "token_id": {"type": "string"},
