@@ -1,4 +1,6 @@
-"""Producer and operator commands: submit, task list|show|cancel|retry, workers [drain], nodes, queues [pause|resume].
+"""Producer and operator commands: submit, task list|show|cancel|retry|purge, workers [drain], nodes, queues.
+
+``queues`` lists the queues; ``queues pause|resume Q`` stops or restarts one.
 
 Thin faces over :class:`pulse_trio.client.Client`: arguments are checked
 before anything is written (exit 2), refusals exit 1, an unknown id exits 3,
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from pulse_trio import cluster_settings as cs
 from pulse_trio.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, add_database_options,
                                    add_inherited_database_options, database, fail, run_guarded)
+from pulse_trio.cli.durations import parse_duration
 from pulse_trio.cli.output import Column, add_format_option, print_json, print_table, with_field, write_json_text
 from pulse_trio.client import Client, ClientError, TaskNotFound
 from pulse_trio.client import ranges
@@ -87,7 +90,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     _add_deprecated(submit, DEPRECATED["submit"])
     submit.set_defaults(run=run_guarded(_submit))
 
-    task = commands.add_parser("task", help="list tasks, or show, cancel or retry one")
+    task = commands.add_parser("task", help="list tasks, show, cancel or retry one, or purge finished ones")
     actions = task.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="a page of tasks, oldest first: the filters of GET /v1/tasks")
     listing.add_argument("--queue", help="only this queue")
@@ -111,6 +114,19 @@ def register(commands: argparse._SubParsersAction) -> None:
             _add_deprecated(action, DEPRECATED["cancel"])
         add_database_options(action)
         action.set_defaults(run=run_guarded(fn))
+
+    purge = actions.add_parser(
+        "purge", help="delete terminal tasks past their retention now, in batches (what serve does every minute)",
+        description="Delete SUCCEEDED, FAILED, UNKNOWN and CANCELLED tasks, with their leases, receipts and cancel "
+                    "intents, that ended longer ago than --older-than (default: each queue's task_retention, or "
+                    "the cluster's). Safe beside running serve processes: each batch is one short transaction "
+                    "that skips rows another purge holds.")
+    purge.add_argument("--older-than", type=parse_duration, metavar="DURATION",
+                       help="ended longer ago than this: seconds, or 90s, 15m, 12h, 7d, 2w")
+    purge.add_argument("--queue", help="only this queue")
+    purge.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    add_database_options(purge)
+    purge.set_defaults(run=run_guarded(_purge))
 
     workers = commands.add_parser("workers", help="list worker instances and their leases, or drain one",
                                   description="Without an action: list the connected worker instances.")
@@ -233,6 +249,19 @@ def _retry(args: argparse.Namespace) -> int:
             fail(exc.message, EXIT_NOT_FOUND)
         except ClientError as exc:
             fail(exc.message)
+    return 0
+
+
+def _purge(args: argparse.Namespace) -> int:
+    try:
+        if args.queue is not None:
+            check_name("queue", args.queue)
+        if args.older_than is not None and args.older_than > cs.RETENTION_MAX_MS / 1000:
+            raise ClientError("invalid_request", f"--older-than is at most {cs.RETENTION_MAX_MS // 86_400_000} days")
+    except ClientError as exc:
+        fail(exc.message, EXIT_USAGE)
+    with _client(args) as client:
+        print_json(client.purge(older_than=args.older_than, queue=args.queue, dry_run=args.dry_run))
     return 0
 
 

@@ -95,6 +95,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
         route("/v1/queues", get=tasks.queues),
         route("/v1/queues/{queue}/pause", post=queues.pause),
         route("/v1/queues/{queue}/resume", post=queues.resume),
+        route("/v1/queues/{queue}/retention", put=queues.retention),
         route("/v1/settings", get=cluster_settings.list, patch=cluster_settings.patch),
         route("/v1/settings/{name}", get=cluster_settings.get, put=cluster_settings.put),
         route("/v1/whoami", get=dashboard.whoami),

@@ -47,7 +47,7 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "nodes": ((OPERATOR,), "list server processes"),
     "settings": (READERS, "read the cluster settings"),
     "configure": ((OPERATOR,), "change the cluster settings"),
-    "pause": ((OPERATOR,), "pause or resume queues"),
+    "pause": ((OPERATOR,), "pause or resume queues, or set a queue's retention"),
 }
 
 

@@ -230,6 +230,8 @@ SCHEMAS: dict[str, Any] = {
         "oldest_ready_age_s": _nullable({"type": "number", "minimum": 0}),
         **QUEUE_CONTROL,
     })}}),
+    "RetentionChange": _obj({"value": _nullable(_seconds_in(cs.BY_NAME["task_retention"]) | {"description": (
+        "Seconds a terminal task of this queue is kept; null: the cluster's task_retention.")})}),
     "QueueState": _obj({
         "queue": NAME,
         **QUEUE_CONTROL,
@@ -446,6 +448,17 @@ PATHS: dict[str, Any] = {
                     _responses({200: ("QueueState", "The queue, paused.")}, (*_AUTH, 422, 408, 413, 415)),
                     parameters=[_QUEUE_PARAM]),
     },
+    "/v1/queues/{queue}/retention": {
+        "put": _op("setQueueRetention", "Set a queue's own task retention",
+                   "Operator (a queue-scoped token: its queues). Body `{\"value\": seconds}`: terminal tasks of this "
+                   "queue are purged that long after they ended, instead of after the cluster's task_retention; "
+                   "`{\"value\": null}`: the cluster's applies again. 422 naming `value` outside "
+                   f"{cs.RETENTION_MIN_MS // 1000} to {cs.RETENTION_MAX_MS // 1000} seconds.",
+                   _responses({200: ("QueueState", "The queue with its retention.")}, (*_AUTH, 422, 408, 413, 415)),
+                   parameters=[_QUEUE_PARAM],
+                   requestBody={"required": True,
+                                "content": {"application/json": {"schema": _ref("RetentionChange")}}}),
+    },
     "/v1/queues/{queue}/resume": {
         "post": _op("resumeQueue", "Resume a queue",
                     "Operator (a queue-scoped token: its queues). The queue's tasks are offered again. Resuming "
@@ -486,7 +499,8 @@ PATHS: dict[str, Any] = {
     },
     "/v1/overview": {
         "get": _op("overview", "Queue overview",
-                   "Producer (its queues) or operator. Per queue: ACTIVE or PAUSED, tasks by state (each counted up to `count_cap`), "
+                   "Producer (its queues) or operator. Per queue: ACTIVE or PAUSED, tasks by state (each counted up "
+                   "to `count_cap`), "
                    "the age of the oldest due READY task, tasks finished in the last `recent_s` seconds by "
                    "outcome, and per clock minute over the last hour, all read from the database.",
                    _responses({200: ("Overview", "The queues.")}, _AUTH)),

@@ -46,6 +46,9 @@ PURGEABLE: tuple[str, ...] = tuple(s for s in CHARTS["task"].spec.states if CHAR
 _PERMIT_DONE = "RELEASED"
 #: Cancel intents that still act on their task (requested or notified, not yet resolved).
 _INTENT_LIVE = ("REQUESTED", "NOTIFIED")
+#: Tasks per purge transaction (serve's loop and ``pulse-trio task purge``): with their leases and
+#: receipts a few thousand rows, a short transaction.
+BATCH_TASKS = 500
 #: The tables a purge deletes from, children first: what its counts are keyed by.
 TABLES = ("renew_receipts", "key_permits", "leases", "cancel_intents", "tasks")
 
@@ -155,5 +158,5 @@ def oldest_due(tx: Tx, *, queue: str, before: dt.datetime) -> dt.datetime | None
     return py_time(row[0]) if row and row[0] is not None else None
 
 
-__all__ = ["PURGEABLE", "TABLES", "PurgeBatch", "QueueCutoff", "count_due", "oldest_due", "purge",
+__all__ = ["BATCH_TASKS", "PURGEABLE", "TABLES", "PurgeBatch", "QueueCutoff", "count_due", "oldest_due", "purge",
            "retention_plan"]

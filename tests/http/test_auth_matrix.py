@@ -59,6 +59,8 @@ MATRIX = [
      {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
     ("POST", "/v1/queues/billing/resume", None,
      {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
+    ("PUT", "/v1/queues/billing/retention", {"value": 86400},
+     {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
     ("GET", "/v1/nodes", None, {"worker": 403, "producer": 403, "producer_any": 403, "operator": 200}),
     ("GET", "/v1/settings", None, {"worker": 403, "producer": 200, "producer_any": 200, "operator": 200}),
     ("GET", "/v1/settings/cancel_grace", None,

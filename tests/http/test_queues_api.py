@@ -63,6 +63,40 @@ async def test_bad_input_is_422_naming_the_field_and_writes_nothing(http, tokens
     assert rows(db, "SELECT COUNT(*) FROM queues") == [(0,)]
 
 
+async def test_an_operator_gives_a_queue_its_own_retention_and_takes_it_back(http, tokens, db):
+    put = await http.request("PUT", "/v1/queues/billing/retention", token=tokens["operator"],
+                             json_body={"value": 86400})
+    assert put.status == 200
+    assert (put.json()["task_retention"], put.json()["state"], put.json()["changed"]) == (86400, "ACTIVE", True)
+    assert rows(db, "SELECT task_retention_ms, state FROM queues WHERE queue = 'billing'") == [(86_400_000, "ACTIVE")]
+    listed = (await http.get("/v1/queues", token=tokens["producer"])).json()["queues"]
+    assert listed["billing"]["task_retention"] == 86400
+    cleared = await http.request("PUT", "/v1/queues/billing/retention", token=tokens["operator"],
+                                 json_body={"value": None})
+    assert cleared.status == 200 and cleared.json()["task_retention"] is None
+    # The cluster's value is a cluster setting like the others.
+    cluster = await http.request("PUT", "/v1/settings/task_retention", token=tokens["operator"],
+                                 json_body={"value": 1209600})
+    assert cluster.status == 200 and cluster.json()["value"] == 1209600
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"value": 0.5}, "value"),
+    ({"value": 0}, "value"),
+    ({"value": 315360000.001}, "value"),
+    ({"value": 1.0001}, "value"),
+    ({"value": "86400"}, "value"),
+    ({"value": True}, "value"),
+    ({}, "value"),
+    ({"value": 86400, "queue": "billing"}, "queue"),
+])
+async def test_bad_retention_is_422_naming_the_field(http, tokens, db, body, field):
+    reply = await http.request("PUT", "/v1/queues/billing/retention", token=tokens["operator"], json_body=body)
+    assert reply.status == 422, reply.body
+    assert reply.error["field"] == field and field in reply.error["message"]
+    assert rows(db, "SELECT COUNT(*) FROM queues") == [(0,)]
+
+
 async def test_a_body_that_is_not_json_is_still_400(http, tokens):
     reply = await http.post("/v1/queues/billing/pause", token=tokens["operator"], body="{",
                             headers={"Content-Type": "application/json"})
