@@ -151,6 +151,23 @@ def test_lineage_and_idempotency_keys_once_their_source_is_gone(world):
     assert again.created and again.task_id not in (source, copy.task_id)
 
 
+def test_a_source_whose_retry_was_purged_can_be_retried_again(world):
+    w = world.worker("q", capacity=5)
+    source = _finished(world, w, status="FAILED", renewals=0)
+    world.advance(10_000)
+    first = world.run(retry, source_task_id=source)
+    (offer,) = world.assign(w)
+    world.start(w, offer)
+    world.finish(w, offer, 2)
+    world.sql("UPDATE tasks SET finished_at = %s WHERE task_id = %s",  # the retry ended long before the source
+              (world.now.replace(tzinfo=None) - dt.timedelta(days=30), first.task_id))
+    _purge_all(world, older_than_ms=DAY_MS)
+    assert _exists(world, source) and not _exists(world, first.task_id)
+    assert world.task(source).retried_by is None
+    again = world.run(retry, source_task_id=source)
+    assert again.created and again.task_id != first.task_id
+
+
 def test_the_chart_names_what_a_purge_takes(world):
     assert PURGEABLE == ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
     w = world.worker("q")
