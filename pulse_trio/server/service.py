@@ -111,6 +111,11 @@ class ServiceHandle:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def stopping(self) -> trio.Event:
+        """Set once a stop began (SIGTERM/SIGINT or :meth:`stop`): the sessions are being closed."""
+        return self._stop
+
 
 def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     if settings.tls_cert is None:
