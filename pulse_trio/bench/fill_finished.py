@@ -64,7 +64,7 @@ def fill(config: DatabaseConfig, options: FillOptions, *, now: dt.datetime | Non
                     "INSERT INTO tasks (task_id, queue, kind, state, payload, due_at, effective_at, idempotency_key,"
                     " dedup_key, attempt, created_at, updated_at, finished_at, outcome_status, outcome_retryable,"
                     " outcome_uncertain, outcome_attempt)"
-                    f" SELECT {tid}, %(queue)s, 'noop', 'SUCCEEDED', '{{}}', %(started)s, %(started)s, {tid}, {tid},"
+                    f" SELECT {tid}, %(queue)s, 'history', 'SUCCEEDED', '{{}}', %(started)s, %(started)s, {tid}, {tid},"
                     f" 1, %(started)s, %(ended)s, %(ended)s, 'SUCCEEDED', FALSE, FALSE, 1 FROM {seq}", args)
                 cur.execute(
                     "INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id,"
@@ -85,4 +85,18 @@ def fill(config: DatabaseConfig, options: FillOptions, *, now: dt.datetime | Non
             "seconds": round(time.perf_counter() - began, 1)}
 
 
-__all__ = ["FillOptions", "fill"]
+def history_left(config: DatabaseConfig, queue: str, *, count: bool = False) -> int:
+    """Tasks of ``queue`` still there: 0 or 1 unless ``count`` (one index probe; a count reads them all)."""
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            if count:
+                cur.execute("SELECT COUNT(*) FROM tasks WHERE queue = %s", (queue,))
+            else:
+                cur.execute("SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE queue = %s LIMIT 1) t", (queue,))
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+__all__ = ["FillOptions", "fill", "history_left"]

@@ -29,6 +29,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--instances", type=int, default=1, help="server instances on the one database")
     parser.add_argument("--keyed-share", type=float, default=0.0, help="fraction of tasks with a concurrency key")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the run to finish")
+    parser.add_argument("--history", type=int, default=0,
+                        help="finished tasks past the retention, filled before the run and purged by the servers "
+                             "during it (--purge-interval 1): what the purge costs the run")
     add_database_options(parser)
     parser.set_defaults(run=run_guarded(_bench))
 
@@ -104,7 +107,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     options = BenchOptions(workers=args.workers, capacity=args.capacity, tasks=args.tasks,
                            payload_bytes=args.payload_bytes, backlog=args.backlog, instances=args.instances,
-                           keyed_share=args.keyed_share, timeout_s=args.timeout)
+                           keyed_share=args.keyed_share, timeout_s=args.timeout, history=args.history)
     with database(args, ensure_schema=False, create=True) as server:
         print_json(run(server, options))
     return 0

@@ -1,7 +1,7 @@
 """Retention inside ``serve``: every instance purges what is past its retention, a small batch at a time.
 
-Every ``INTERVAL_S`` (jittered, so that instances started together drift
-apart) the loop asks the store for each queue's cutoff
+Every ``--purge-interval`` (``INTERVAL_S`` by default; jittered, so that
+instances started together drift apart) the loop asks the store for each queue's cutoff
 (:func:`~pulse_trio.store.retention.retention_plan`: the queue's own
 ``task_retention`` or the cluster's, read from the database at that moment)
 and deletes each queue's due tasks in transactions of at most
@@ -31,7 +31,7 @@ from pulse_trio.store.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.retention")
 
-#: Seconds between passes (each pass works until nothing due is left, batch by batch).
+#: Seconds between passes by default (each pass works until nothing due is left, batch by batch).
 INTERVAL_S = 60.0
 #: Seconds between two batches of a pass: room for the hot path's transactions.
 BATCH_PAUSE_S = 0.02

@@ -146,7 +146,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                               batcher=batcher, connections=connections)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)
-    retention = RetentionPurge(store=store, clock=clock, metrics=metrics)
+    retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval)
     timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
                        queue_sync=queue_sync)
