@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 
 from pulse_trio import __version__
-from pulse_trio.cli import bench, database, serve, settings, statecharts, tasks, tokens, worker
+from pulse_trio.cli import bench, database, schedules, serve, settings, statecharts, tasks, tokens, worker
 from pulse_trio.cli.common import EXIT_INTERRUPTED, EXIT_REFUSED, CliParser
 
-_GROUPS = (serve, database, tokens, tasks, settings, statecharts, bench, worker)
+_GROUPS = (serve, database, tokens, tasks, settings, schedules, statecharts, bench, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,6 +32,7 @@ from pulse_trio.http.dashboard import DashboardApi
 from pulse_trio.http.errors import ApiError, database_error, error_response, from_client_error
 from pulse_trio.http.ops import OpsApi
 from pulse_trio.http.queues_api import QueuesApi
+from pulse_trio.http.schedules_api import SchedulesApi
 from pulse_trio.http.settings_api import SettingsApi
 from pulse_trio.http.security import SecurityHeaders
 from pulse_trio.http.ui import Dashboard
@@ -72,6 +73,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
     cluster_settings = SettingsApi(tasks)
     dashboard = DashboardApi(tasks)
     queues = QueuesApi(tasks)
+    schedules = SchedulesApi(tasks)
 
     def route(path: str, **handlers: Handler) -> Route:
         """One route per path, so a wrong method gets 405 with the full ``Allow`` list."""
@@ -98,6 +100,10 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
         route("/v1/queues/{queue}/retention", put=queues.retention),
         route("/v1/settings", get=cluster_settings.list, patch=cluster_settings.patch),
         route("/v1/settings/{name}", get=cluster_settings.get, put=cluster_settings.put),
+        route("/v1/schedules", get=schedules.list, post=schedules.create),
+        route("/v1/schedules/{schedule}", get=schedules.get, delete=schedules.delete),
+        route("/v1/schedules/{schedule}/pause", post=schedules.pause),
+        route("/v1/schedules/{schedule}/resume", post=schedules.resume),
         route("/v1/whoami", get=dashboard.whoami),
         route("/v1/overview", get=dashboard.overview),
         route("/", get=ui.root),

@@ -1,12 +1,14 @@
 """Bearer tokens on the HTTP API: who may do what.
 
 ======================  ==========================================
-producer                submit, read tasks and queue depths — only
-                        in the token's queues (none listed: every
-                        queue); read the cluster settings
+producer                submit, read tasks, schedules and queue
+                        depths — only in the token's queues (none
+                        listed: every queue); read the cluster
+                        settings
 operator                everything: cancel, retry, workers, drain
-                        too; pause and resume queues (a token with
-                        queues: those); change the cluster settings
+                        too; create and change schedules, pause and
+                        resume queues and set their retention (in
+                        its queues); change the cluster settings
                         (only a token without queues)
 worker                  nothing here (the worker endpoint only)
 ======================  ==========================================
@@ -48,6 +50,8 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "settings": (READERS, "read the cluster settings"),
     "configure": ((OPERATOR,), "change the cluster settings"),
     "pause": ((OPERATOR,), "pause or resume queues, or set a queue's retention"),
+    "schedules": (READERS, "read schedules"),
+    "schedule": ((OPERATOR,), "create, pause, resume or delete schedules"),
 }
 
 

@@ -2,7 +2,6 @@
 
 =====  ===============================================================
 400    bad input: ``invalid_json``, ``invalid_request``
-422    ``invalid_request`` with ``field``: a value of the queue endpoints that breaks its rule
 401    ``unauthenticated``: no, unknown or revoked bearer token
 403    ``forbidden``: the token's role or queues do not allow it
 404    ``not_found``, ``task_not_found``, ``instance_not_found``, ``setting_not_found``
@@ -11,6 +10,8 @@
 408    ``request_timeout``: the body did not arrive within ``--http-body-timeout``
 413    ``request_too_large`` (body), ``payload_too_large`` (task payload)
 415    ``unsupported_media_type``: a body that says it is not JSON
+422    ``invalid_schedule``: a schedule field out of its rule; ``invalid_request``: a value of the
+       queue endpoints out of its rule; ``field`` names it
 500    ``internal``: a defect, logged with its traceback
 503    ``database_unavailable`` (with ``Retry-After``): the database cannot be reached, nothing else
 =====  ===============================================================
@@ -57,6 +58,7 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = headers or {}
+        #: The request field at fault, where one is (422).
         self.field = field
 
     def response(self) -> Response:
@@ -65,9 +67,7 @@ class ApiError(Exception):
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None, *,
                    field: str | None = None) -> Response:
-    error: dict[str, str] = {"code": code, "message": message}
-    if field is not None:
-        error["field"] = field
+    error = {"code": code, "message": message} | ({"field": field} if field is not None else {})
     body = json.dumps({"error": error}, ensure_ascii=False, separators=(",", ":"))
     return Response(body, status_code=status, media_type=JSON, headers=headers)
 

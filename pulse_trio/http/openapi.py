@@ -16,6 +16,7 @@ from typing import Any
 
 from pulse_trio import __version__ as VERSION
 from pulse_trio import cluster_settings as cs
+from pulse_trio import schedule_timing as timing_rules
 from pulse_trio.charts import states
 from pulse_trio.client import ranges
 from pulse_trio.contract import grammar as g
@@ -80,7 +81,7 @@ SCHEMAS: dict[str, Any] = {
         "code": {"type": "string", "pattern": f"^{g.ERROR_CODE_PATTERN}$",
                  "description": "Stable, machine-readable."},
         "message": {"type": "string", "description": "For people."},
-        "field": {"type": "string", "description": "422 only: the field or path parameter that breaks its rule."},
+        "field": {"type": "string", "description": "422 only: the request field at fault."},
     }, ["code", "message"])}),
     # Optional fields may be null, meaning "not given" (payload excepted: null is a value).
     "SubmitRequest": _obj({
@@ -311,7 +312,6 @@ SCHEMAS: dict[str, Any] = {
 _ERRORS = {
     400: "Bad input: not strict JSON (`invalid_json`), or a field or parameter out of its rules "
          "(`invalid_request`).",
-    422: "A well-formed request whose value breaks its rule (`invalid_request`); `field` names it.",
     401: "No bearer token, or an unknown or revoked one (`unauthenticated`).",
     403: "The token's role or queues do not allow this (`forbidden`).",
     404: "No such resource, or one in a queue the token cannot see.",
@@ -320,6 +320,8 @@ _ERRORS = {
     408: "The body did not arrive within the server's body timeout (`request_timeout`); the connection is closed.",
     413: "The body is over 512 KiB (`request_too_large`) or the payload over 256 KiB (`payload_too_large`).",
     415: "The body is declared as something other than JSON (`unsupported_media_type`).",
+    422: "A field out of its rule: of a schedule (`invalid_schedule`), or of the queue endpoints "
+         "(`invalid_request`); `field` names it. Nothing was written.",
     501: "Not available in this version (`not_implemented`).",
     503: "The database is unavailable (`database_unavailable`); retry after `Retry-After` seconds.",
 }
@@ -541,6 +543,104 @@ PATHS: dict[str, Any] = {
                    secured=False),
     },
 }
+
+
+# -- recurring schedules (docs/operations.md §8) ---------------------------------------------------
+_SCHEDULE_PARAM = {"name": "schedule", "in": "path", "required": True, "schema": {"type": "string"},
+                   "description": "The schedule's id (`sch_…`), or the name of a live schedule."}
+_MISSED = {"type": "string", "enum": list(timing_rules.MISSED_POLICIES)}
+SCHEDULE_RULES = {
+    "cron": {"type": "string", "maxLength": timing_rules.MAX_CRON_CHARS,
+             "description": "Five fields (minute hour day-of-month month day-of-week), read in `timezone`. "
+                            "Exactly one of cron and interval."},
+    "interval": {"type": "integer", "minimum": timing_rules.MIN_INTERVAL_S, "maximum": timing_rules.MAX_INTERVAL_S,
+                 "description": "Every this many seconds, counted from the Unix epoch in UTC."},
+    "timezone": {"type": "string", "description": "An IANA time zone name (default UTC)."},
+}
+SCHEMAS.update({
+    "ScheduleRequest": _obj({
+        "name": NAME | {"description": "Unique among live schedules; may not start with `sch_`."},
+        "queue": NAME, "kind": NAME,
+        "payload": {"description": "Every task's input (any JSON, default `{}`), stored and delivered digit for "
+                                   "digit."},
+        "cron": _nullable(SCHEDULE_RULES["cron"]),
+        "interval": _nullable(SCHEDULE_RULES["interval"]),
+        "timezone": _nullable(SCHEDULE_RULES["timezone"] | {"default": "UTC"}),
+        "missed": _nullable(_MISSED | {"default": "skip", "description": (
+            "Ticks missed while no serve ran: `skip` fires only the current tick, `catch_up` up to "
+            "`catch_up_limit` of the latest.")}),
+        "catch_up_limit": _nullable({"type": "integer", "minimum": 1, "maximum": timing_rules.MAX_CATCH_UP,
+                                     "default": timing_rules.DEFAULT_CATCH_UP,
+                                     "description": "With missed=catch_up only."}),
+        "priority": _nullable(ranges.PRIORITY.schema("Its tasks' priority.")),
+        "max_attempts": _nullable(ranges.MAX_ATTEMPTS.schema("Its tasks' max attempts.")),
+    }, ["name", "queue", "kind"]),
+    "Schedule": _obj({
+        "schedule_id": {"type": "string", "pattern": f"^sch_{g.ULID_PATTERN}$"},
+        "name": NAME,
+        "state": {"type": "string", "enum": [s for s in states.CHARTS["schedule"].spec.states if s != "NONE"]},
+        "queue": NAME, "kind": NAME,
+        "cron": _nullable(SCHEDULE_RULES["cron"]),
+        "interval": _nullable(SCHEDULE_RULES["interval"]),
+        "timezone": SCHEDULE_RULES["timezone"],
+        "missed": _MISSED,
+        "catch_up_limit": _nullable({"type": "integer", "minimum": 1}),
+        "priority": {"type": "integer"},
+        "max_attempts": {"type": "integer"},
+        "next_fire_at": _nullable(TIME | {"description": "The next tick (ACTIVE only)."}),
+        "last_tick_at": _nullable(TIME | {"description": "The latest tick fired."}),
+        "last_task_id": _nullable(TASK_ID),
+        "fired_ticks": {"type": "integer", "minimum": 0},
+        "created_at": TIME, "created_by": {"type": "string"},
+        "updated_at": TIME, "updated_by": {"type": "string"},
+        "payload": {"description": "Every task's input, exactly as given."},
+        "changed": {"type": "boolean", "description": "Pause, resume and delete only: whether this call "
+                                                      "changed it."},
+    }, ["schedule_id", "name", "state", "queue", "kind", "cron", "interval", "timezone", "missed",
+        "catch_up_limit", "priority", "max_attempts", "next_fire_at", "last_tick_at", "last_task_id",
+        "fired_ticks", "created_at", "created_by", "updated_at", "updated_by", "payload"]),
+    "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}}),
+})
+
+
+def _schedule_change(op_id: str, summary: str, description: str) -> dict[str, Any]:
+    return _op(op_id, summary, "Operator (a queue-scoped token: its queues' schedules). " + description,
+               _responses({200: ("Schedule", "The schedule after it, with `changed`.")}, (*_AUTH, 404, 408, 413,
+                                                                                            415)),
+               parameters=[_SCHEDULE_PARAM])
+
+
+PATHS.update({
+    "/v1/schedules": {
+        "get": _op("listSchedules", "List schedules",
+                   "Producer or operator; a queue-scoped token sees only its queues' schedules. By name.",
+                   _responses({200: ("ScheduleList", "The schedules.")}, _AUTH),
+                   parameters=[{"name": "all", "in": "query", "schema": {"type": "boolean", "default": False},
+                                "description": "Include deleted schedules."}]),
+        "post": _op("createSchedule", "Create a recurring schedule",
+                    "Operator (in its queues). Each due tick becomes exactly one task whose idempotency key is "
+                    "`schedule:<schedule_id>:<tick>`, however many serve processes run. 422 names the field "
+                    "out of its rule; 409 `schedule_exists` when a live schedule has the name.",
+                    _responses({201: ("Schedule", "Created, ACTIVE.")}, (*_AUTH, 409, 408, 413, 415, 422)),
+                    requestBody={"required": True,
+                                 "content": {"application/json": {"schema": _ref("ScheduleRequest")}}}),
+    },
+    "/v1/schedules/{schedule}": {
+        "get": _op("getSchedule", "Show a schedule", "Producer or operator. A deleted schedule by its id too.",
+                   _responses({200: ("Schedule", "The schedule.")}, (*_AUTH, 404)), parameters=[_SCHEDULE_PARAM]),
+        "delete": _schedule_change("deleteSchedule", "Delete a schedule",
+                                   "It never fires again and its name is free; its tasks stay."),
+    },
+    "/v1/schedules/{schedule}/pause": {
+        "post": _schedule_change("pauseSchedule", "Pause a schedule",
+                                 "No tick fires while it is PAUSED; pausing twice changes nothing."),
+    },
+    "/v1/schedules/{schedule}/resume": {
+        "post": _schedule_change("resumeSchedule", "Resume a schedule",
+                                 "The next tick is the first after now; ticks that fell while paused are not "
+                                 "fired."),
+    },
+})
 
 
 def document() -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pulse_trio.store.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.queues")
 
-#: The longest a pause or a resume made elsewhere takes to reach this instance (docs/operations.md §8).
+#: The longest a pause or a resume made elsewhere takes to reach this instance (docs/operations.md §9).
 INTERVAL_S = 0.5
 
 

@@ -53,6 +53,7 @@ from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.queue_sync import PausedQueueSync
 from pulse_trio.server.retention_loop import RetentionPurge
+from pulse_trio.server.schedule_firing import ScheduleFiring
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
 from pulse_trio.server.wire import WireConnection, keepalive, serve_workers
@@ -102,6 +103,8 @@ class ServiceHandle:
     http_port: int = 0
     #: What the surface beside the service (the HTTP API) may ask of it.
     instance: LiveService | None = None
+    #: The recurring schedules' fire loop.
+    schedules: ScheduleFiring | None = None
 
     @property
     def settings(self) -> Settings:
@@ -148,6 +151,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     queue_sync = PausedQueueSync(store=store, hub=hub)
     retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval)
     timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
+    firing = ScheduleFiring(store=store, clock=clock, wake=hub.wake)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
                        queue_sync=queue_sync)
     stop = trio.Event()
@@ -187,6 +191,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 root.start_soon(queue_sync.run)
                 root.start_soon(retention.run)
                 root.start_soon(timers.run)
+                root.start_soon(firing.run)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
                 http_port = await root.start(beside.serve, live, store, stop) if beside is not None else 0
@@ -194,7 +199,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                     worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
                     metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
                     settings_sync=settings_sync, queue_sync=queue_sync, retention=retention, connections=connections,
-                    http_port=http_port, instance=live))
+                    http_port=http_port, instance=live, schedules=firing))
                 await stop.wait()
                 log.info("shutting down: %d session(s)", len(connections))
                 listening.cancel()

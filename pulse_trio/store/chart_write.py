@@ -33,6 +33,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "instance": ("worker_instances", "session_id"),
     "node": ("server_nodes", "node_id"),
     "queue": ("queues", "queue"),
+    "schedule": ("schedules", "schedule_id"),
 }
 
 

@@ -47,6 +47,7 @@ def _set_slots(cls: C) -> C:
 if TYPE_CHECKING:  # the rows and the report are read, never built, here
     from pulse_trio.store.instances import NewInstance
     from pulse_trio.store.rows import InstanceRow, LeaseRow, NodeRow, TaskRow
+    from pulse_trio.store.schedules import ScheduleRow
     from pulse_trio.store.task_steps import FinishReport
 
 
@@ -145,6 +146,15 @@ class QueueContext:
     state: str = "NONE"
 
 
+@_set_slots
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleContext:
+    """A schedule's locked row (None: a create); its transitions have no guards yet."""
+
+    schedule: ScheduleRow | None = None
+    now: dt.datetime | None = None
+
+
 #: The one context type each persistent chart's guards are evaluated against.
 CONTEXTS: dict[str, type] = {
     "lease": LeaseContext,
@@ -154,8 +164,9 @@ CONTEXTS: dict[str, type] = {
     "instance": InstanceContext,
     "node": NodeContext,
     "cluster_setting": SettingContext,
+    "schedule": ScheduleContext,
     "queue": QueueContext,
 }
 
 __all__ = ["CONTEXTS", "CancellationContext", "InstanceContext", "KeyPermitContext", "LeaseContext", "NodeContext",
-           "QueueContext", "SettingContext", "TaskContext"]
+           "QueueContext", "ScheduleContext", "SettingContext", "TaskContext"]

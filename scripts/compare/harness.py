@@ -1,4 +1,7 @@
-"""Run the competitors' equivalent of `pulse-trio bench` and print one JSON object per system.
+"""Run the competitors' equivalent of `pulse-trio bench`, each over a sweep of its own knobs, beside ours.
+
+One JSON object per run on stdout (every sweep point), then one summary object
+with the best run of each system and the configuration that produced it.
 
 Started by scripts/compare/run inside the compare virtualenv (celery, redis,
 procrastinate, pgqueuer, asyncpg and psycopg pinned there; none of them is a
@@ -48,6 +51,10 @@ def progress(message: str) -> None:
 
 class Interrupted(Exception):
     pass
+
+
+class Skipped(Exception):
+    """A sweep point this machine cannot run as asked (not a failure of the system under test)."""
 
 
 def _on_signal(signum: int, _frame: object) -> None:
@@ -197,7 +204,8 @@ def redis_facts(client) -> dict[str, object]:
 
 def celery_app_for(env: dict[str, str]):
     """A fresh Celery app configured like the workers started with *env*."""
-    for key in ("COMPARE_CELERY_BROKER", "COMPARE_BROKER_URL", "COMPARE_RESULT_URL", "COMPARE_CELERY_QUEUE"):
+    for key in ("COMPARE_CELERY_BROKER", "COMPARE_BROKER_URL", "COMPARE_RESULT_URL", "COMPARE_CELERY_QUEUE",
+                "COMPARE_CELERY_PREFETCH"):
         if key in env:
             os.environ[key] = env[key]
     if str(HERE) not in sys.path:
@@ -206,20 +214,31 @@ def celery_app_for(env: dict[str, str]):
     return make_app(env["COMPARE_CELERY_BROKER"])
 
 
-def spawn_celery_workers(fleet: Fleet, args: argparse.Namespace, pool: str, concurrency: int,
+def celery_worker_argv(processes: int, index: int) -> list[str]:
+    """One Celery worker node: the prefork pool (Celery's default and its advice for CPU-bound tasks)."""
+    return [str(VENV_BIN / "celery"), "-A", "celery_app", "worker", "--pool", "prefork",
+            "--concurrency", str(processes), "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "--loglevel", "WARNING", "-n", f"compare{index}@%h"]
+
+
+def celery_command(args: argparse.Namespace, knobs: dict[str, int]) -> str:
+    """The worker command line as a person would type it, for the report."""
+    argv = celery_worker_argv(knobs["processes"], 0)[1:-2]
+    return (f"{args.celery_nodes} x `celery {' '.join(argv)}`"
+            f" with worker_prefetch_multiplier={knobs['prefetch_multiplier']}")
+
+
+def spawn_celery_workers(fleet: Fleet, args: argparse.Namespace, knobs: dict[str, int],
                          env: dict[str, str], ready_dir: Path) -> list[subprocess.Popen]:
-    """W `celery worker` processes, returned once each has said it is ready (its consumer is up)."""
-    workers = [fleet.spawn(f"worker{i}", [
-        str(VENV_BIN / "celery"), "-A", "celery_app", "worker", "--pool", pool,
-        *(["--concurrency", str(concurrency)] if pool == "threads" else []),
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
-        "--loglevel", "WARNING", "-n", f"compare{i}@%h"], env) for i in range(args.workers)]
-    wait_for(lambda: len(list(ready_dir.iterdir())) >= args.workers,
-             f"{args.workers} Celery workers to be ready", fleet, READY_TIMEOUT_S)
+    """The Celery worker nodes, returned once each has said it is ready (its pool and consumer are up)."""
+    nodes = args.celery_nodes
+    workers = [fleet.spawn(f"worker{i}", celery_worker_argv(knobs["processes"], i), env) for i in range(nodes)]
+    wait_for(lambda: len(list(ready_dir.iterdir())) >= nodes,
+             f"{nodes} Celery worker node(s) to be ready", fleet, READY_TIMEOUT_S)
     return workers
 
 
-def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, object]:
+def run_celery(args: argparse.Namespace, knobs: dict[str, int], log_dir: Path) -> dict[str, object]:
     broker_db, result_db = args.redis_dbs
     broker, results = redis_client(args, broker_db), redis_client(args, result_db)
     facts = redis_facts(broker)
@@ -228,24 +247,22 @@ def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, 
     env = child_env(COMPARE_CELERY_BROKER="redis",
                     COMPARE_BROKER_URL=f"redis://{args.redis_host}:{args.redis_port}/{broker_db}",
                     COMPARE_RESULT_URL=f"redis://{args.redis_host}:{args.redis_port}/{result_db}",
-                    COMPARE_READY_DIR=str(ready_dir))
+                    COMPARE_CELERY_PREFETCH=str(knobs["prefetch_multiplier"]), COMPARE_READY_DIR=str(ready_dir))
     app = celery_app_for(env)
     noop = app.tasks["compare.noop"]
     from celery import group
 
-    concurrency = args.concurrency if pool == "threads" else 1
-    config = (f"{args.workers} x `celery worker --pool {pool}"
-              f"{f' --concurrency {concurrency}' if pool == 'threads' else ''}"
-              " --without-gossip --without-mingle --without-heartbeat`; acks_late, reject_on_worker_lost,"
-              " prefetch multiplier 4 (default); Redis broker + Redis result backend storing every result;"
+    name = f"celery/{point_label(knobs)}"
+    config = (f"{celery_command(args, knobs)}; acks_late, reject_on_worker_lost;"
+              " Redis broker + Redis result backend storing every result;"
               f" submit: group(noop.s() x {SUBMIT_BATCH}).apply_async() per batch")
     try:
         broker.flushdb()
         results.flushdb()
-        (log_dir / f"celery-{pool}").mkdir()
-        with Fleet(log_dir / f"celery-{pool}") as fleet:
-            workers = spawn_celery_workers(fleet, args, pool, concurrency, env, ready_dir)
-            progress(f"celery/{pool}: {args.workers} worker(s) ready")
+        (log_dir / name.replace("/", "-")).mkdir()
+        with Fleet(log_dir / name.replace("/", "-")) as fleet:
+            workers = spawn_celery_workers(fleet, args, knobs, env, ready_dir)
+            progress(f"{name}: {args.celery_nodes} worker node(s) ready")
 
             worker_pids = [w.pid for w in workers]
             cpu_before = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([redis_pid]) if redis_pid else 0.0)
@@ -256,7 +273,7 @@ def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, 
                     count = min(SUBMIT_BATCH, args.tasks - start)
                     group(noop.s() for _ in range(count)).apply_async(producer=producer)
                 submit_s = time.perf_counter() - started
-            progress(f"celery/{pool}: {args.tasks} tasks submitted in {submit_s:.2f}s")
+            progress(f"{name}: {args.tasks} tasks submitted in {submit_s:.2f}s")
             wait_for(lambda: results.dbsize() >= args.tasks, f"{args.tasks} Celery results", fleet, args.timeout)
             cpu_after = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([redis_pid]) if redis_pid else 0.0)
 
@@ -273,7 +290,7 @@ def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, 
         "system": "celery",
         "config": config,
         "broker": "redis",
-        "pool": pool,
+        "pool": "prefork",
         "tasks": args.tasks,
         "end_to_end_tasks_per_s": round(args.tasks / span, 1),
         "submit_tasks_per_s": round(args.tasks / submit_s, 1),
@@ -284,7 +301,9 @@ def run_celery(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, 
         "database_cpu_s_per_task": (round((cpu_after[1] - cpu_before[1]) / args.tasks, 6)
                                     if redis_pid else None),
         "durability": {"redis": {k: v for k, v in facts.items() if k != "pid"},
-                       "task_acks_late": True, "task_reject_on_worker_lost": True, "results_stored": True},
+                       "task_acks_late": app.conf.task_acks_late,
+                       "task_reject_on_worker_lost": app.conf.task_reject_on_worker_lost,
+                       "prefetch_multiplier": app.conf.worker_prefetch_multiplier, "results_stored": True},
         "versions": _versions("celery", "kombu", "redis"),
         "machine": machine(),
     }
@@ -339,23 +358,21 @@ def rabbitmq_url(args: argparse.Namespace) -> str:
     return f"amqp://guest:guest@{args.rabbitmq_host}:{args.rabbitmq_port}//"
 
 
-def run_celery_rabbitmq(args: argparse.Namespace, pool: str, log_dir: Path) -> dict[str, object]:
+def run_celery_rabbitmq(args: argparse.Namespace, knobs: dict[str, int], log_dir: Path) -> dict[str, object]:
     from celery import group
     from celery.result import ResultSet
 
     queue = f"compare_{secrets.token_hex(4)}"  # the queue (and its direct exchange) this run declares and deletes
     ready_dir = Path(tempfile.mkdtemp(prefix="ready-", dir=log_dir))
     env = child_env(COMPARE_CELERY_BROKER="rabbitmq", COMPARE_BROKER_URL=rabbitmq_url(args),
-                    COMPARE_CELERY_QUEUE=queue, COMPARE_READY_DIR=str(ready_dir))
+                    COMPARE_CELERY_QUEUE=queue, COMPARE_CELERY_PREFETCH=str(knobs["prefetch_multiplier"]),
+                    COMPARE_READY_DIR=str(ready_dir))
     app = celery_app_for(env)
     noop = app.tasks["compare.noop"]
     rabbit_pid = listening_pid(args.rabbitmq_port) if args.rabbitmq_host in ("127.0.0.1", "localhost") else None
-    concurrency = args.concurrency if pool == "threads" else 1
-    name = f"celery-rabbitmq/{pool}"
-    config = (f"{args.workers} x `celery worker --pool {pool}"
-              f"{f' --concurrency {concurrency}' if pool == 'threads' else ''}"
-              " --without-gossip --without-mingle --without-heartbeat`; RabbitMQ broker, durable classic queue,"
-              " persistent messages (delivery_mode 2), acks_late, reject_on_worker_lost, prefetch multiplier 1;"
+    name = f"celery-rabbitmq/{point_label(knobs)}"
+    config = (f"{celery_command(args, knobs)}; RabbitMQ broker, durable classic queue,"
+              " persistent messages (delivery_mode 2), acks_late, reject_on_worker_lost;"
               " rpc result backend (each result a message to the client's reply queue);"
               f" submit: group(noop.s() x {SUBMIT_BATCH}).apply_async() per batch, then the client collects"
               " every result (ResultSet over all of them, iter_native)")
@@ -376,8 +393,8 @@ def run_celery_rabbitmq(args: argparse.Namespace, pool: str, log_dir: Path) -> d
         facts = {"version": _text(server.get("version")), "product": _text(server.get("product"))}
         (log_dir / name.replace("/", "-")).mkdir()
         with Fleet(log_dir / name.replace("/", "-")) as fleet:
-            workers = spawn_celery_workers(fleet, args, pool, concurrency, env, ready_dir)
-            progress(f"{name}: {args.workers} worker(s) ready")
+            workers = spawn_celery_workers(fleet, args, knobs, env, ready_dir)
+            progress(f"{name}: {args.celery_nodes} worker node(s) ready")
 
             worker_pids = [w.pid for w in workers]
             cpu_before = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([rabbit_pid]) if rabbit_pid else 0.0)
@@ -407,7 +424,7 @@ def run_celery_rabbitmq(args: argparse.Namespace, pool: str, log_dir: Path) -> d
         "system": "celery-rabbitmq",
         "config": config,
         "broker": "rabbitmq",
-        "pool": pool,
+        "pool": "prefork",
         "tasks": args.tasks,
         "end_to_end_tasks_per_s": round(args.tasks / span, 1),
         "submit_tasks_per_s": round(args.tasks / submit_s, 1),
@@ -482,9 +499,9 @@ def fresh_pg_database(args: argparse.Namespace, label: str):
         admin.close()
 
 
-def run_procrastinate(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
+def run_procrastinate(args: argparse.Namespace, knobs: dict[str, int], log_dir: Path) -> dict[str, object]:
     with fresh_pg_database(args, "procrastinate") as (_, conninfo, settings, pg_pid):
-        return _run_procrastinate(args, log_dir, conninfo, settings, pg_pid)
+        return _run_procrastinate(args, knobs, log_dir, conninfo, settings, pg_pid)
 
 
 def _postmaster_pid(admin) -> int | None:
@@ -497,28 +514,43 @@ def _postmaster_pid(admin) -> int | None:
     return pid if Path(f"/proc/{pid}").exists() else None
 
 
-def _run_procrastinate(args, log_dir: Path, conninfo: str, settings: dict, pg_pid: int | None) -> dict:
+def _run_procrastinate(args, knobs: dict[str, int], log_dir: Path, conninfo: str, settings: dict,
+                       pg_pid: int | None) -> dict:
     import psycopg
 
-    os.environ["COMPARE_PG_CONNINFO"] = conninfo
-    env = child_env(COMPARE_PG_CONNINFO=conninfo)
-    sys.path.insert(0, str(HERE))
-    from procrastinate_app import app, noop
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from procrastinate_app import QUEUE, TASK_NAME, make_app
 
+    concurrency = knobs["concurrency"]
+    pool_size = concurrency + 1  # procrastinate's advice for short jobs: a connection per sub-worker, plus one
+    env = child_env(COMPARE_PG_CONNINFO=conninfo, COMPARE_PG_POOL_SIZE=str(pool_size))
+    app = make_app(conninfo, pool_size=1)  # the submitting side: one statement at a time
+    noop = app.tasks[TASK_NAME]
     with app.open():
         app.schema_manager.apply_schema()
-    config = (f"{args.workers} x `procrastinate worker --concurrency {args.concurrency} --queues compare`"
-              " (LISTEN/NOTIFY on, jobs kept: --delete-jobs never); async no-op task;"
+    name = f"procrastinate/{point_label(knobs)}"
+    config = (f"{args.workers} x `procrastinate worker --concurrency {concurrency} --queues {QUEUE}`"
+              f" with a connection pool of {pool_size} (PsycopgConnector min_size=max_size={pool_size}; plus its"
+              " LISTEN connection); LISTEN/NOTIFY on, jobs kept (--delete-jobs never); async no-op task;"
               f" default Postgres job table; submit: noop.batch_defer({SUBMIT_BATCH} x {{}}) per batch")
-    (log_dir / "procrastinate").mkdir()
-    with psycopg.connect(conninfo, autocommit=True) as probe, Fleet(log_dir / "procrastinate") as fleet:
+    (log_dir / name.replace("/", "-")).mkdir()
+    with psycopg.connect(conninfo, autocommit=True) as probe, Fleet(log_dir / name.replace("/", "-")) as fleet:
+        # Each worker holds its pool and a LISTEN connection; the server has a fixed number to give.
+        needed = args.workers * (pool_size + 1)
+        free = probe.execute(
+            "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int"
+            " - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')").fetchone()[0]
+        if needed > free:
+            raise Skipped(f"{args.workers} workers x (pool {pool_size} + 1 LISTEN) = {needed} connections,"
+                          f" Postgres has {free} free (max_connections)")
         workers = [fleet.spawn(f"worker{i}", [
             str(VENV_BIN / "procrastinate"), "--app=procrastinate_app.app", "worker",
-            "--concurrency", str(args.concurrency), "--queues", "compare", "--name", f"compare{i}"], env)
+            "--concurrency", str(concurrency), "--queues", QUEUE, "--name", f"compare{i}"], env)
             for i in range(args.workers)]
         wait_for(lambda: probe.execute("SELECT count(*) FROM procrastinate_workers").fetchone()[0] >= args.workers,
                  f"{args.workers} procrastinate workers to register", fleet, READY_TIMEOUT_S)
-        progress(f"procrastinate: {args.workers} worker(s) registered")
+        progress(f"{name}: {args.workers} worker(s) registered")
 
         worker_pids = [w.pid for w in workers]
         cpu_before = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([pg_pid]) if pg_pid else 0.0)
@@ -527,7 +559,7 @@ def _run_procrastinate(args, log_dir: Path, conninfo: str, settings: dict, pg_pi
             for start in range(0, args.tasks, SUBMIT_BATCH):
                 noop.batch_defer(*({} for _ in range(min(SUBMIT_BATCH, args.tasks - start))))
             submit_s = time.perf_counter() - started
-        progress(f"procrastinate: {args.tasks} tasks submitted in {submit_s:.2f}s")
+        progress(f"{name}: {args.tasks} tasks submitted in {submit_s:.2f}s")
         # One held connection, one probe through the partial index on todo/doing jobs.
         wait_for(lambda: probe.execute("SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
                                        " LIMIT 1").fetchone() is None,
@@ -573,12 +605,13 @@ def _run_procrastinate(args, log_dir: Path, conninfo: str, settings: dict, pg_pi
 
 # --- pgqueuer ----------------------------------------------------------------
 
-def run_pgqueuer(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
+def run_pgqueuer(args: argparse.Namespace, knobs: dict[str, int], log_dir: Path) -> dict[str, object]:
     with fresh_pg_database(args, "pgqueuer") as (dbname, conninfo, settings, pg_pid):
-        return _run_pgqueuer(args, log_dir, dbname, conninfo, settings, pg_pid)
+        return _run_pgqueuer(args, knobs, log_dir, dbname, conninfo, settings, pg_pid)
 
 
-def _run_pgqueuer(args, log_dir: Path, dbname: str, conninfo: str, settings: dict, pg_pid: int | None) -> dict:
+def _run_pgqueuer(args, knobs: dict[str, int], log_dir: Path, dbname: str, conninfo: str, settings: dict,
+                  pg_pid: int | None) -> dict:
     import asyncio
 
     import psycopg
@@ -589,31 +622,39 @@ def _run_pgqueuer(args, log_dir: Path, dbname: str, conninfo: str, settings: dic
 
     ready_dir = Path(tempfile.mkdtemp(prefix="ready-", dir=log_dir))
     env = child_env(PGDATABASE=dbname, COMPARE_PG_DBNAME=dbname, COMPARE_READY_DIR=str(ready_dir))
-    installed = subprocess.run([str(VENV_BIN / "pgq"), "install"], env=env, cwd=HERE, stdin=subprocess.DEVNULL,
-                               capture_output=True, text=True, timeout=READY_TIMEOUT_S)
-    if installed.returncode != 0:
-        raise RuntimeError(f"pgq install exited with {installed.returncode}: {installed.stderr.strip()}")
-    config = (f"{args.workers} x pgqueuer.run(main, max_concurrent_tasks={args.concurrency}) (as `pgq run`)"
-              " (batch size 10, the default; asyncpg driver; uvloop; LISTEN/NOTIFY); async no-op entrypoint;"
-              " schema from `pgq install` (durability durable: every table logged);"
+    # `pgq install`, then `pgq autovac`: the autovacuum settings pgqueuer's tuning guide asks for on its
+    # high-churn queue table, right after installing.
+    for command in ("install", "autovac"):
+        done = subprocess.run([str(VENV_BIN / "pgq"), command], env=env, cwd=HERE, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=READY_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"pgq {command} exited with {done.returncode}: {done.stderr.strip()}")
+    concurrency, batch_size = knobs["concurrency"], knobs["batch_size"]
+    name = f"pgqueuer/{point_label(knobs)}"
+    config = (f"{args.workers} x pgqueuer.run(main, max_concurrent_tasks={concurrency}, batch_size={batch_size})"
+              " (as `pgq run --max-concurrent-tasks"
+              f" {concurrency} --batch-size {batch_size}`; asyncpg driver, one connection per worker; uvloop;"
+              " LISTEN/NOTIFY); async no-op entrypoint; schema from `pgq install` (durability durable: every"
+              " table logged) and `pgq autovac`;"
               f" submit: Queries.enqueue([...] x {SUBMIT_BATCH}) per batch (one statement per batch)")
-    (log_dir / "pgqueuer").mkdir()
-    with psycopg.connect(conninfo, autocommit=True) as probe, Fleet(log_dir / "pgqueuer") as fleet:
+    (log_dir / name.replace("/", "-")).mkdir()
+    with psycopg.connect(conninfo, autocommit=True) as probe, Fleet(log_dir / name.replace("/", "-")) as fleet:
         persistence = dict(probe.execute(
             "SELECT relname::text, CASE relpersistence WHEN 'p' THEN 'logged' WHEN 'u' THEN 'unlogged'"
             " ELSE relpersistence::text END FROM pg_class WHERE relname IN ('pgqueuer', 'pgqueuer_log')"
             " AND relkind = 'r'").fetchall())
         workers = [fleet.spawn(f"worker{i}", [
-            sys.executable, str(HERE / "pgqueuer_app.py"), "--max-concurrent-tasks", str(args.concurrency)], env)
+            sys.executable, str(HERE / "pgqueuer_app.py"), "--max-concurrent-tasks", str(concurrency),
+            "--batch-size", str(batch_size)], env)
             for i in range(args.workers)]
         wait_for(lambda: len(list(ready_dir.iterdir())) >= args.workers,
                  f"{args.workers} pgqueuer workers to listen", fleet, READY_TIMEOUT_S)
-        progress(f"pgqueuer: {args.workers} worker(s) listening")
+        progress(f"{name}: {args.workers} worker(s) listening")
 
         worker_pids = [w.pid for w in workers]
         cpu_before = (tree_cpu_seconds(worker_pids), tree_cpu_seconds([pg_pid]) if pg_pid else 0.0)
         submit_s = asyncio.run(_pgqueuer_submit(dbname, ENTRYPOINT, args.tasks))
-        progress(f"pgqueuer: {args.tasks} tasks submitted in {submit_s:.2f}s")
+        progress(f"{name}: {args.tasks} tasks submitted in {submit_s:.2f}s")
         # A job's row leaves the queue table in the statement that logs its outcome.
         wait_for(lambda: probe.execute("SELECT 1 FROM pgqueuer LIMIT 1").fetchone() is None,
                  f"{args.tasks} pgqueuer jobs to finish", fleet, args.timeout)
@@ -665,10 +706,12 @@ async def _pgqueuer_submit(dbname: str, entrypoint: str, tasks: int) -> float:
 
 # --- pulse-trio (our own bench, for the same run) ---------------------------
 
-def run_pulse_trio(args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
+def run_pulse_trio(args: argparse.Namespace, knobs: dict[str, int], log_dir: Path) -> dict[str, object]:
+    capacity = knobs["capacity"]
     argv = [args.pulse_trio_bin, "bench", "--tasks", str(args.tasks), "--workers", str(args.workers),
-            "--capacity", str(args.concurrency)]
-    with open(log_dir / "pulse-trio.log", "wb") as err:
+            "--capacity", str(capacity)]
+    log = log_dir / f"pulse-trio-{secrets.token_hex(3)}.log"
+    with open(log, "wb") as err:
         proc = subprocess.Popen(argv, cwd=args.project_root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=err, start_new_session=True)
         try:
@@ -684,11 +727,11 @@ def run_pulse_trio(args: argparse.Namespace, log_dir: Path) -> dict[str, object]
             proc.wait(timeout=5)
             raise
     if proc.returncode != 0:
-        raise RuntimeError(f"pulse-trio bench exited with {proc.returncode}:\n{tail(log_dir / 'pulse-trio.log')}")
+        raise RuntimeError(f"pulse-trio bench exited with {proc.returncode}:\n{tail(log)}")
     result = json.loads(out.decode().strip().splitlines()[-1])
     return {"system": "pulse-trio",
             "config": f"`pulse-trio bench --tasks {args.tasks} --workers {args.workers}"
-                      f" --capacity {args.concurrency}` (docs/performance.md)",
+                      f" --capacity {capacity}` (docs/performance.md)",
             "tasks": args.tasks, **result}
 
 
@@ -697,16 +740,121 @@ def _versions(*names: str) -> dict[str, str]:
     return {name: version(name) for name in names}
 
 
+# --- the sweep ---------------------------------------------------------------
+
+# The knobs each system's own documentation names for throughput, and the values tried (README.md,
+# "How each peer is run", says why these). `quick` is the default and finishes in a few minutes at
+# 8000 tasks; `full` is the wider grid. `--set SYSTEM.KNOB=V1,V2` replaces one knob's values.
+SWEEPS: dict[str, dict[str, dict[str, tuple[int, ...]]]] = {
+    "quick": {
+        "celery": {"processes": (2, 4, 8, 16), "prefetch_multiplier": (1, 64)},
+        "celery-rabbitmq": {"processes": (2, 4, 8, 16), "prefetch_multiplier": (1, 64)},
+        "procrastinate": {"concurrency": (4, 16)},
+        "pgqueuer": {"concurrency": (64, 128), "batch_size": (10, 32)},
+    },
+    "full": {
+        "celery": {"processes": (2, 4, 6, 8, 12, 16), "prefetch_multiplier": (1, 4, 64)},
+        "celery-rabbitmq": {"processes": (2, 4, 6, 8, 12, 16), "prefetch_multiplier": (1, 4, 64)},
+        "procrastinate": {"concurrency": (1, 2, 4, 8, 16, 32)},
+        "pgqueuer": {"concurrency": (20, 32, 64, 128, 256), "batch_size": (5, 10, 20, 50, 100)},
+    },
+}
+RUNNERS = {"pulse-trio": run_pulse_trio, "celery": run_celery, "celery-rabbitmq": run_celery_rabbitmq,
+           "procrastinate": run_procrastinate, "pgqueuer": run_pgqueuer}
+
+
+def point_label(knobs: dict[str, int]) -> str:
+    return ",".join(f"{knob}={value}" for knob, value in knobs.items())
+
+
+def valid_point(system: str, knobs: dict[str, int]) -> bool:
+    """pgqueuer refuses max_concurrent_tasks below twice the batch size; such points are left out of the grid."""
+    return not (system == "pgqueuer" and knobs["concurrency"] < 2 * knobs["batch_size"])
+
+
+def sweep_points(args: argparse.Namespace, system: str) -> list[dict[str, int]]:
+    """Every combination of the system's knob values, in grid order."""
+    grid = {"capacity": (args.capacity,)} if system == "pulse-trio" else dict(SWEEPS[args.sweep][system])
+    grid.update(args.overrides.get(system, {}))
+    points: list[dict[str, int]] = [{}]
+    for knob, values in grid.items():
+        points = [{**point, knob: value} for point in points for value in values]
+    return [point for point in points if valid_point(system, point)]
+
+
+def plan(args: argparse.Namespace, systems: list[str]) -> list[tuple[int, str, dict[str, int]]]:
+    """(round, system, knobs) in run order: each round starts with pulse-trio, then the peers' points
+    interleaved one of each system at a time, so a drift in the machine's load touches every system alike."""
+    order: list[tuple[int, str, dict[str, int]]] = []
+    for round_no in range(1, args.rounds + 1):
+        queues = {system: sweep_points(args, system) for system in systems}
+        while any(queues.values()):
+            for system in systems:
+                if queues[system]:
+                    order.append((round_no, system, queues[system].pop(0)))
+    return order
+
+
+def parse_override(text: str) -> tuple[str, str, tuple[int, ...]]:
+    """`SYSTEM.KNOB=V1,V2` from --set."""
+    try:
+        target, values = text.split("=", 1)
+        system, knob = target.split(".", 1)
+        parsed = tuple(int(v) for v in values.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--set wants SYSTEM.KNOB=V1[,V2...], got {text!r}") from None
+    knobs = {"pulse-trio": ("capacity",), **{name: tuple(grid) for name, grid in SWEEPS["quick"].items()}}
+    if system not in knobs or knob not in knobs[system] or not parsed or min(parsed) < 1:
+        choices = "; ".join(f"{name}: {', '.join(names)}" for name, names in knobs.items())
+        raise argparse.ArgumentTypeError(f"--set {text!r}: knobs are {choices}; values positive integers")
+    return system, knob, parsed
+
+
+# server_cpu_s_per_task is pulse-trio's own server process (the peers have none apart from their broker/database).
+CPU_FIELDS = ("server_cpu_s_per_task", "workers_cpu_s_per_task", "database_cpu_s_per_task")
+BEST_FIELDS = ("system", "end_to_end_tasks_per_s", "submit_tasks_per_s", *CPU_FIELDS, "sweep", "round", "config")
+
+
+def summarise(results: list[dict[str, object]], systems: list[str]) -> dict[str, object]:
+    """The best run of each system by end-to-end throughput, with the configuration that produced it."""
+    best = []
+    for system in systems:
+        runs = [r for r in results if r["system"] == system and "end_to_end_tasks_per_s" in r]
+        if runs:
+            top = max(runs, key=lambda r: r["end_to_end_tasks_per_s"])
+            best.append({**{field: top.get(field) for field in BEST_FIELDS}, "runs": len(runs)})
+    return {"summary": "best run of each system by end_to_end_tasks_per_s", "best": best}
+
+
+def print_summary(summary: dict[str, object]) -> None:
+    progress("best of each system (all sweep points are the JSON lines above):")
+    for row in summary["best"]:
+        parts = [(field.split("_")[0], row[field]) for field in CPU_FIELDS
+                 if row[field] is not None or field != "server_cpu_s_per_task"]
+        cpu_ms = " + ".join(f"{who} {'?' if value is None else f'{value * 1000:.2f}'}" for who, value in parts)
+        progress(f"  {row['system']:<16} {row['end_to_end_tasks_per_s']:>8} tasks/s  CPU/task ms: {cpu_ms}"
+                 f"  (best of {row['runs']}: {point_label(row['sweep'])})")
+
+
 # --- main -------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/compare/run")
     parser.add_argument("--tasks", type=int, default=8000)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes for pulse-trio, procrastinate and pgqueuer")
+    parser.add_argument("--capacity", "--concurrency", dest="capacity", type=int, default=64,
+                        help="pulse-trio's --capacity per worker (the peers' knobs come from the sweep)")
+    parser.add_argument("--sweep", choices=sorted(SWEEPS), default="quick")
+    parser.add_argument("--set", dest="overrides_raw", type=parse_override, action="append", default=[],
+                        metavar="SYSTEM.KNOB=V1,V2", help="replace one knob's sweep values")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the whole plan this many times")
+    parser.add_argument("--celery-nodes", type=int, default=1,
+                        help="Celery worker nodes, each a prefork pool of the swept process count")
     parser.add_argument("--only", choices=SYSTEMS, action="append")
     parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds to wait for all tasks of one system to finish")
+                        help="seconds to wait for all tasks of one run to finish")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     parser.add_argument("--redis-host", default="127.0.0.1")
     parser.add_argument("--redis-port", type=int, default=6379)
     parser.add_argument("--redis-dbs", type=int, nargs=2, default=[14, 15], metavar=("BROKER", "RESULTS"))
@@ -716,11 +864,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pulse-trio-bin", default=None)
     parser.add_argument("--project-root", default=str(HERE.parent.parent))
     args = parser.parse_args(argv)
-    if args.tasks < 1 or args.workers < 1 or args.concurrency < 1:
-        parser.error("--tasks, --workers and --concurrency must be positive")
+    if min(args.tasks, args.workers, args.capacity, args.rounds, args.celery_nodes) < 1:
+        parser.error("--tasks, --workers, --capacity, --rounds and --celery-nodes must be positive")
+    args.overrides = {}
+    for system, knob, values in args.overrides_raw:
+        args.overrides.setdefault(system, {})[knob] = values
     if args.pulse_trio_bin is None:
         args.pulse_trio_bin = str(Path(args.project_root, ".venv", "bin", "pulse-trio"))
-    systems = args.only or SYSTEMS
+    systems = [s for s in SYSTEMS if s in (args.only or SYSTEMS)]
+    runs = plan(args, systems)
+    if args.dry_run:
+        for round_no, system, knobs in runs:
+            print(json.dumps({"round": round_no, "system": system, "sweep": knobs}))
+        return 0
 
     # Also SIGINT: a shell starts background jobs with it ignored, and Python then keeps it ignored.
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
@@ -736,36 +892,35 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 client.close()
 
-    failed = []
+    progress(f"{len(runs)} runs of {args.tasks} tasks ({args.sweep} sweep, {args.rounds} round(s))")
+    failed, results = [], []
     with tempfile.TemporaryDirectory(prefix="pulse-compare-") as tmp:
         log_dir = Path(tmp)
-        runs = []
-        for system in systems:
-            if system == "celery":
-                runs += [("celery/threads", lambda: run_celery(args, "threads", log_dir)),
-                         ("celery/solo", lambda: run_celery(args, "solo", log_dir))]
-            elif system == "celery-rabbitmq":
-                # No solo row: with prefetch 1 a solo worker holds one message and waits on its event
-                # loop between a task and its ack (README), so it measures that wait, not the queue.
-                runs.append(("celery-rabbitmq/threads", lambda: run_celery_rabbitmq(args, "threads", log_dir)))
-            elif system == "procrastinate":
-                runs.append(("procrastinate", lambda: run_procrastinate(args, log_dir)))
-            elif system == "pgqueuer":
-                runs.append(("pgqueuer", lambda: run_pgqueuer(args, log_dir)))
-            else:
-                runs.append(("pulse-trio", lambda: run_pulse_trio(args, log_dir)))
-        for name, run in runs:
-            progress(f"{name}: {args.tasks} tasks, {args.workers} workers, concurrency {args.concurrency}")
+        for number, (round_no, system, knobs) in enumerate(runs, 1):
+            name = f"{system}/{point_label(knobs)}"
+            progress(f"[{number}/{len(runs)}] {name}: {args.tasks} tasks")
             try:
-                result = run()
+                result = RUNNERS[system](args, knobs, log_dir)
             except (Interrupted, KeyboardInterrupt) as exc:
                 progress(f"{name}: interrupted ({exc or 'SIGINT'}); children stopped, state cleaned up")
                 return 130
+            except Skipped as exc:
+                progress(f"{name}: skipped: {exc}")
+                print(json.dumps({"system": system, "sweep": knobs, "round": round_no, "skipped": str(exc)}),
+                      flush=True)
+                continue
             except Exception as exc:
                 progress(f"{name}: FAILED: {exc.__class__.__name__}: {exc}")
                 failed.append(name)
                 continue
+            result = {**result, "sweep": knobs, "round": round_no}
+            results.append(result)
             print(json.dumps(result), flush=True)
+    summary = summarise(results, systems)
+    print(json.dumps(summary), flush=True)
+    print_summary(summary)
+    if failed:
+        progress(f"failed: {', '.join(failed)}")
     return 1 if failed else 0
 
 

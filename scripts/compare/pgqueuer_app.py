@@ -1,9 +1,10 @@
 """The pgqueuer side of the comparison: one no-op entrypoint on pgqueuer's default (durable) tables.
 
-Started as ``python pgqueuer_app.py --max-concurrent-tasks C`` by the harness:
-``pgqueuer.run``, what ``pgq run pgqueuer_app:main`` calls, on uvloop as the
-CLI picks it (``pgq run`` itself fails in 1.6.0 before starting: its
-``--log-level`` parser hands the logging setup a string). The database is the
+Started as ``python pgqueuer_app.py --max-concurrent-tasks C --batch-size B``
+by the harness, which sweeps both: ``pgqueuer.run``, what ``pgq run
+pgqueuer_app:main`` calls, on uvloop as the CLI picks it (``pgq run`` itself
+fails in 1.6.0 before starting: its ``--log-level`` parser hands the logging
+setup a string). The database is the
 harness's own fresh one, named in COMPARE_PG_DBNAME (host, port and user come
 from the PG* variables and asyncpg's defaults, as libpq's do for the others).
 asyncpg is the driver pgqueuer's CLI picks first. The handler is ``async``, so

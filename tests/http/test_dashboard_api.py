@@ -22,7 +22,7 @@ async def test_whoami_says_what_the_token_may_do(http, tokens):
     assert {"cancel", "retry", "drain", "workers", "nodes", "submit"} <= set(operator["may"])
     producer = (await http.get("/v1/whoami", token=tokens["producer"])).json()
     assert producer["role"] == "producer" and producer["queues"] == ["billing"]
-    assert set(producer["may"]) == {"submit", "read", "list", "queues", "overview", "settings"}
+    assert set(producer["may"]) == {"submit", "read", "list", "queues", "overview", "settings", "schedules"}
     refused = await http.get("/v1/whoami", token=tokens["worker"])
     assert refused.status == 403 and "worker token cannot use the HTTP API" in refused.error["message"]
     assert (await http.get("/v1/whoami?x=1", token=tokens["operator"])).status == 400
@@ -35,7 +35,8 @@ async def test_every_action_whoami_allows_is_allowed_and_the_others_refused(http
     probes = {"cancel": ("POST", f"/v1/tasks/{task_id}/cancel"), "workers": ("GET", "/v1/workers"),
               "nodes": ("GET", "/v1/nodes"), "list": ("GET", "/v1/tasks"), "read": ("GET", f"/v1/tasks/{task_id}"),
               "overview": ("GET", "/v1/overview"), "queues": ("GET", "/v1/queues"),
-              "settings": ("GET", "/v1/settings"), "configure": ("PATCH", "/v1/settings")}
+              "settings": ("GET", "/v1/settings"), "configure": ("PATCH", "/v1/settings"),
+              "schedules": ("GET", "/v1/schedules"), "schedule": ("POST", "/v1/schedules/nope/pause")}
     for action, (method, path) in probes.items():
         status = (await http.request(method, path, token=tokens["producer"])).status
         assert (status == 200) == (action in producer), (action, status)

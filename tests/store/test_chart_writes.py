@@ -19,7 +19,9 @@ from pymysql.constants import CLIENT
 
 from pulse_trio.charts import CHARTS, persistent_charts
 from pulse_trio.dburl import connect
+from pulse_trio.client.schedules import build_schedule
 from pulse_trio.store import NewTask, request_cancel, retry, submit
+from pulse_trio.store.schedules import create as create_schedule
 from pulse_trio.store.chart_write import TABLES, UndeclaredTransition, move
 from pulse_trio.store.queues import pause as pause_queue, set_retention
 from pulse_trio.store.tx import Tx, UnregisteredWrite
@@ -48,6 +50,8 @@ def _specimen(world, chart: str) -> str:
     if chart == "queue":
         change = world.run(pause_queue, queue="q-chart", paused_by="test")
         return change.control.queue
+    if chart == "schedule":
+        return _schedule(world)
     w = world.worker("q", keys=True)
     if chart == "instance":
         return w.session_id
@@ -59,6 +63,11 @@ def _specimen(world, chart: str) -> str:
             world.run(request_cancel, task_id=task_id)
         return task_id
     return offer.lease.lease_id  # lease and key_permit share the key
+
+
+def _schedule(world, name: str = "specimen") -> str:
+    spec = build_schedule(name=name, queue="q", kind="k", interval=60)
+    return world.run(create_schedule, schedule=spec, created_by="test").schedule_id
 
 
 def _state(world, chart: str, key: str) -> str:
@@ -152,6 +161,7 @@ def test_the_functions_that_insert_a_row_write_the_charts_destination(world):
     assert _state(world, "queue", "q-paused") in CHARTS["queue"].dests("pause", "NONE")
     world.run(set_retention, queue="q-kept", retention_ms=60_000, updated_by="test")
     assert _state(world, "queue", "q-kept") in CHARTS["queue"].dests("retain", "NONE")
+    assert _state(world, "schedule", _schedule(world, "inserted")) in CHARTS["schedule"].dests("create", "NONE")
 
 
 def test_no_store_module_but_the_writer_sets_a_state():

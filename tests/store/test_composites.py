@@ -107,3 +107,12 @@ def test_node_lose_and_stop_end_the_nodes_sessions_in_their_own_transaction(worl
     finally:
         for store in (lost, sweeper, stopping):
             store.close()
+
+
+def test_schedule_fire_submits_each_ticks_task_on_its_own_transaction(world):
+    from pulse_trio.client.schedules import build_schedule
+    from pulse_trio.store.schedules import create, fire
+
+    world.run(create, schedule=build_schedule(name="s", queue="q", kind="k", interval=1), created_by="t")
+    world.advance(1000)
+    assert trail(world, fire) == ["schedule.fire", "task.submit"]

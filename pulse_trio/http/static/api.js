@@ -10,10 +10,11 @@ export const token = {
 };
 
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, field = null) {
     super(message);
     this.status = status;
     this.code = code;
+    this.field = field; // 422: the request field at fault
   }
 
   get summary() {
@@ -60,7 +61,8 @@ export async function request(method, path, { body, raw = false } = {}) {
   }
   if (!response.ok) {
     const error = doc && doc.error
-      ? new ApiError(response.status, String(doc.error.code), String(doc.error.message))
+      ? new ApiError(response.status, String(doc.error.code), String(doc.error.message),
+        typeof doc.error.field === "string" ? doc.error.field : null)
       : new ApiError(response.status, "http_error", text.slice(0, 200) || response.statusText);
     if (response.status === 401) refused(error);
     throw error;

@@ -8,6 +8,7 @@ import { overview } from "./overview.js";
 import { task } from "./task.js";
 import { tasks } from "./tasks.js";
 import { nodes } from "./nodes.js";
+import { schedules } from "./schedules.js";
 import { workers } from "./workers.js";
 
 const REFRESH_MS = 3000;
@@ -30,6 +31,7 @@ const PAGES = {
   task: { build: task },
   workers: { build: workers, may: "workers" },
   nodes: { build: nodes, may: "nodes" },
+  schedules: { build: schedules, may: "schedules" },
 };
 
 function parseHash() {
@@ -59,7 +61,7 @@ function showSignIn(message) {
 
 function describeSession(me) {
   const queues = me.queues.includes("*") ? "every queue" : `queues ${me.queues.join(", ")}`;
-  const operatorOnly = ["cancel", "retry", "workers", "drain", "nodes"].filter((a) => !me.may.includes(a));
+  const operatorOnly = ["cancel", "retry", "workers", "drain", "nodes", "schedule"].filter((a) => !me.may.includes(a));
   replace($("who"),
     "Signed in with ", el("strong", { "data-field": "role" }, me.role), " token ",
     el("span", { class: "mono" }, me.token_id), me.label ? [" (", me.label, ")"] : null, ` for ${queues}. `,

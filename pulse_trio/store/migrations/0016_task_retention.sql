@@ -1,4 +1,4 @@
--- Retention of finished work (docs/operations.md §9): the cluster setting
+-- Retention of finished work (docs/operations.md §10): the cluster setting
 -- task_retention, seeded with the code's default (7 days, in ms). A queue's
 -- own retention is `queues.task_retention_ms` (migration 0015). The purge
 -- reads terminal tasks through tasks_finished (queue, outcome_status,

@@ -1,0 +1,70 @@
+"""The schedule fire loop: every serve process runs it, the database decides who fires a tick.
+
+Each pass runs :func:`pulse_trio.store.schedules.fire` until a batch comes
+back short: due schedules are locked with ``FOR UPDATE SKIP LOCKED``, so
+processes that wake at the same moment split the work and never wait on
+each other, and each tick's task is inserted in the transaction that moves
+the schedule past it. No process is special: a killed one simply stops
+taking part, and the rows it held unlock when its connection closes.
+
+Between passes it sleeps until the earliest next tick of any ACTIVE
+schedule, but never longer than ``POLL_MAX_S``, so a schedule created or
+resumed through another process is seen within that time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from pulse_trio.server.clock import ServiceClock
+from pulse_trio.store import schedules
+from pulse_trio.store.trio_bridge import Store
+
+log = logging.getLogger("pulse_trio.schedules")
+
+#: The longest sleep between passes (how soon another process's new schedule is seen).
+POLL_MAX_S = 1.0
+#: The shortest: a tick another process holds right now is not polled in a spin.
+POLL_FLOOR_S = 0.05
+MAX_ROUNDS = 20  # bounded catch-up per pass
+
+
+class ScheduleFiring:
+    def __init__(self, *, store: Store, clock: ServiceClock, wake: Callable[[], None]) -> None:
+        self.store, self.clock, self.wake = store, clock, wake
+        #: Tasks this process created from ticks (a tick another process fired is counted there).
+        self.created = 0
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.fire_due()
+                delay = await self.until_next()
+            except Exception:
+                log.exception("firing schedules failed; retrying shortly")
+                delay = POLL_MAX_S
+            await trio.sleep(delay)
+
+    async def fire_due(self) -> int:
+        """Fire every due tick now; the number of tasks this pass created."""
+        created = 0
+        for _ in range(MAX_ROUNDS):
+            result = await self.store.run(schedules.fire, now=self.clock.now())
+            created += result.created
+            if result.created:
+                self.wake()
+            if not result.more:
+                break
+        self.created += created
+        return created
+
+    async def until_next(self) -> float:
+        """Seconds until the earliest next tick, within the floor and the ceiling."""
+        upcoming = await self.store.run(schedules.next_fire_at)
+        if upcoming is None:
+            return POLL_MAX_S
+        wait = self.clock.trio_time_at(upcoming) - trio.current_time()
+        return min(POLL_MAX_S, max(POLL_FLOOR_S, wait))

@@ -1,0 +1,162 @@
+"""Schedule ticks as pure functions of time: cron in a zone across daylight-saving changes, intervals, missed ticks.
+
+Europe/Berlin in 2026 springs forward on 29 March (02:00 CET -> 03:00 CEST)
+and falls back on 25 October (03:00 CEST -> 02:00 CET).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from pulse_trio.client.schedules import build_schedule
+from pulse_trio.schedule_timing import InvalidField, missed_policy, timing
+
+UTC = dt.timezone.utc
+BERLIN = "Europe/Berlin"
+
+
+def at(*parts: int) -> dt.datetime:
+    return dt.datetime(*parts, tzinfo=UTC)
+
+
+def ticks_after(rule, start: dt.datetime, n: int) -> list[dt.datetime]:
+    found, moment = [], start
+    for _ in range(n):
+        moment = rule.after(moment)
+        found.append(moment)
+    return found
+
+
+def test_a_daily_time_the_clocks_skip_fires_at_the_first_minute_after_the_jump():
+    rule = timing(cron="30 2 * * *", timezone=BERLIN)
+    assert ticks_after(rule, at(2026, 3, 27, 12), 3) == [
+        at(2026, 3, 28, 1, 30),  # 02:30 CET
+        at(2026, 3, 29, 1, 0),  # 02:30 does not exist: 03:00 CEST, once
+        at(2026, 3, 30, 0, 30),  # 02:30 CEST
+    ]
+
+
+def test_a_daily_time_the_clocks_repeat_fires_once_at_its_first_occurrence():
+    rule = timing(cron="30 2 * * *", timezone=BERLIN)
+    assert ticks_after(rule, at(2026, 10, 24, 12), 3) == [
+        at(2026, 10, 25, 0, 30),  # 02:30 CEST; the second 02:30 (CET, 01:30 UTC) does not fire
+        at(2026, 10, 26, 1, 30),  # 02:30 CET
+        at(2026, 10, 27, 1, 30),
+    ]
+
+
+def test_looking_back_agrees_with_looking_forward_on_both_changes():
+    rule = timing(cron="30 2 * * *", timezone=BERLIN)
+    assert rule.latest(at(2026, 3, 29, 1, 0, 0, 500), 2) == [at(2026, 3, 28, 1, 30), at(2026, 3, 29, 1, 0)]
+    # Between the two 02:30s of the fall-back day the latest tick is still the first one.
+    assert rule.latest(at(2026, 10, 25, 1, 45), 2) == [at(2026, 10, 24, 0, 30), at(2026, 10, 25, 0, 30)]
+
+
+def test_a_step_through_every_half_hour_follows_real_instants():
+    rule = timing(cron="*/30 * * * *", timezone=BERLIN)
+    fall = ticks_after(rule, at(2026, 10, 24, 23, 40), 6)
+    assert fall == [at(2026, 10, 25, h, m) for h in range(0, 3) for m in (0, 30)]  # the repeated hour fires twice
+    spring = ticks_after(rule, at(2026, 3, 28, 23, 40), 4)
+    assert spring == [at(2026, 3, 29, 0, 0), at(2026, 3, 29, 0, 30), at(2026, 3, 29, 1, 0), at(2026, 3, 29, 1, 30)]
+
+
+def test_a_zone_without_changes_and_utc_agree_with_plain_arithmetic():
+    rule = timing(cron="0 9 * * MON", timezone="UTC")
+    assert ticks_after(rule, at(2026, 12, 2), 2) == [at(2026, 12, 7, 9), at(2026, 12, 14, 9)]
+
+
+def test_interval_ticks_are_multiples_of_the_interval_since_the_epoch():
+    rule = timing(interval=300, timezone=BERLIN)  # the zone does not move an interval
+    assert rule.after(at(2026, 3, 29, 0, 59, 59)) == at(2026, 3, 29, 1, 0)
+    assert rule.after(at(2026, 3, 29, 1, 0)) == at(2026, 3, 29, 1, 5)  # strictly after
+    assert rule.latest(at(2026, 3, 29, 1, 7), 2) == [at(2026, 3, 29, 1, 0), at(2026, 3, 29, 1, 5)]
+
+
+def test_due_fires_the_current_tick_and_moves_past_now():
+    rule = timing(interval=1)
+    ticks, after = rule.due(at(2026, 1, 1, 0, 0, 5), at(2026, 1, 1, 0, 0, 5, 200_000), 1)
+    assert ticks == [at(2026, 1, 1, 0, 0, 5)] and after == at(2026, 1, 1, 0, 0, 6)
+    assert rule.due(after, at(2026, 1, 1, 0, 0, 5, 900_000), 1) == ([], after)  # not due yet: nothing
+
+
+def test_skip_drops_missed_ticks_and_catch_up_fires_at_most_its_limit():
+    rule = timing(interval=60)
+    down_from, back_at = at(2026, 1, 1, 0, 1), at(2026, 1, 1, 1, 0, 30)  # an hour of missed ticks
+    assert rule.due(down_from, back_at, 1) == ([at(2026, 1, 1, 1, 0)], at(2026, 1, 1, 1, 1))
+    ticks, after = rule.due(down_from, back_at, 5)
+    assert ticks == [at(2026, 1, 1, 0, m) for m in range(56, 60)] + [at(2026, 1, 1, 1, 0)]
+    assert after == at(2026, 1, 1, 1, 1)
+    # A limit larger than what was missed fires every missed tick, never one before next_at.
+    assert rule.due(at(2026, 1, 1, 0, 58), back_at, 100)[0] == [at(2026, 1, 1, 0, 58), at(2026, 1, 1, 0, 59),
+                                                               at(2026, 1, 1, 1, 0)]
+
+
+def test_a_daily_schedule_down_across_the_spring_change_catches_up_each_day_once():
+    rule = timing(cron="30 2 * * *", timezone=BERLIN)
+    ticks, after = rule.due(at(2026, 3, 28, 1, 30), at(2026, 3, 30, 12), 10)
+    assert ticks == [at(2026, 3, 28, 1, 30), at(2026, 3, 29, 1, 0), at(2026, 3, 30, 0, 30)]
+    assert after == at(2026, 3, 31, 0, 30)
+
+
+@pytest.mark.parametrize("fields,field", [
+    (dict(cron="61 * * * *"), "cron"),
+    (dict(cron="* * * *"), "cron"),
+    (dict(cron="0 0 30 2 *"), "cron"),
+    (dict(cron=""), "cron"),
+    (dict(cron="x" * 300), "cron"),
+    (dict(cron=5), "cron"),
+    (dict(cron="* * * * *", interval=60), "interval"),
+    (dict(), "cron"),
+    (dict(interval=0), "interval"),
+    (dict(interval=0.5), "interval"),
+    (dict(interval=-60), "interval"),
+    (dict(interval=366 * 86_400 + 1), "interval"),
+    (dict(interval="60"), "interval"),
+    (dict(interval=True), "interval"),
+    (dict(interval=60, timezone="Mars/Olympus"), "timezone"),
+    (dict(interval=60, timezone="../../etc/passwd"), "timezone"),
+    (dict(interval=60, timezone="localtime"), "timezone"),
+    (dict(interval=60, timezone=None), "timezone"),
+])
+def test_bad_timing_names_its_field(fields, field):
+    with pytest.raises(InvalidField) as refused:
+        timing(**fields)
+    assert refused.value.field == field
+
+
+def test_missed_policies():
+    assert missed_policy("skip", None) == ("skip", 1)
+    assert missed_policy("catch_up", None) == ("catch_up", 10)
+    assert missed_policy("catch_up", 1000) == ("catch_up", 1000)
+    for missed, limit, field in (("later", None, "missed"), ("skip", 3, "catch_up_limit"),
+                                 ("catch_up", 0, "catch_up_limit"), ("catch_up", 1001, "catch_up_limit"),
+                                 ("catch_up", 2.5, "catch_up_limit")):
+        with pytest.raises(InvalidField) as refused:
+            missed_policy(missed, limit)
+        assert refused.value.field == field
+
+
+@pytest.mark.parametrize("fields,field", [
+    (dict(name="sch_x"), "name"), (dict(name="Bad Name"), "name"), (dict(queue=""), "queue"), (dict(kind=7), "kind"),
+    (dict(payload_json="{bad"), "payload"), (dict(payload_json='"' + "x" * 300_000 + '"'), "payload"),
+    (dict(priority=99), "priority"), (dict(max_attempts=0), "max_attempts"), (dict(interval="soon"), "interval"),
+    (dict(interval=Decimal("0.5")), "interval"), (dict(missed="catch_up", catch_up_limit=100_000), "catch_up_limit"),
+])
+def test_every_field_of_a_new_schedule_is_checked_by_name(fields, field):
+    given = dict(name="ok", queue="q", kind="k", interval=60) | fields
+    with pytest.raises(InvalidField) as refused:
+        build_schedule(**given)
+    assert refused.value.field == field
+
+
+def test_looking_back_stops_at_since():
+    cron, every = timing(cron="* * * * *"), timing(interval=60)
+    for rule in (cron, every):
+        assert rule.latest(at(2026, 1, 1, 1, 0, 30), 1000, since=at(2026, 1, 1, 0, 58)) == [
+            at(2026, 1, 1, 0, 58), at(2026, 1, 1, 0, 59), at(2026, 1, 1, 1, 0)]
+        assert rule.latest(at(2026, 1, 1, 1, 0, 30), 1000, since=at(2026, 1, 1, 0, 58, 0, 1)) == [
+            at(2026, 1, 1, 0, 59), at(2026, 1, 1, 1, 0)]
+        assert rule.latest(at(2026, 1, 1, 1, 0, 30), 1000, since=at(2026, 1, 1, 1, 0, 31)) == []

@@ -1,0 +1,139 @@
+"""Chart ``schedule`` on the real database: create, fire exactly once per tick, pause, resume, delete."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from pulse_trio.client.schedules import build_schedule
+from pulse_trio.store.results import Refusal
+from pulse_trio.store.schedules import (
+    SCHEDULE_EXISTS, SCHEDULE_NOT_FOUND, create, delete, fire, get_schedule, list_schedules, pause, resume, tick_key,
+)
+
+from tests.store.conftest import T0
+
+SECOND = dt.timedelta(seconds=1)
+
+
+def _create(world, name="every-second", **fields):
+    if "cron" not in fields:
+        fields.setdefault("interval", 1)
+    spec = build_schedule(name=name, queue="q", kind="tick", payload={"n": 12345678901234567890}, **fields)
+    row = world.run(create, schedule=spec, created_by="test")
+    assert not isinstance(row, Refusal), row
+    return row
+
+
+def _tasks(world, schedule_id):
+    return world.sql("SELECT idempotency_key, state, due_at, payload FROM tasks WHERE idempotency_key LIKE %s"
+                     " ORDER BY due_at", (f"schedule:{schedule_id}:%",))
+
+
+def test_each_tick_becomes_one_task_carrying_its_schedule_and_tick(world):
+    row = _create(world)
+    assert row.state == "ACTIVE" and row.next_fire_at == T0 + SECOND
+    assert world.run(fire).schedules == 0  # not due yet
+    for _ in range(3):
+        world.advance(1000)
+        result = world.run(fire)
+        assert (result.schedules, result.created) == (1, 1)
+        assert world.run(fire).schedules == 0  # the same moment again: nothing due
+    tasks = _tasks(world, row.schedule_id)
+    ticks = [T0 + SECOND * k for k in (1, 2, 3)]
+    assert [t[0] for t in tasks] == [tick_key(row.schedule_id, tick) for tick in ticks]
+    assert {t[1] for t in tasks} == {"READY"}
+    assert [t[2] for t in tasks] == [tick.replace(tzinfo=None) for tick in ticks]  # due at its tick
+    assert {t[3] for t in tasks} == {'{"n":12345678901234567890}'}  # the payload, digit for digit
+    after = world.store.run_sync(get_schedule, ref=row.schedule_id)
+    assert after.fired_ticks == 3 and after.last_tick_at == ticks[-1] and after.next_fire_at == T0 + SECOND * 4
+
+
+def test_skip_fires_only_the_current_tick_after_downtime(world):
+    row = _create(world, interval=60)
+    world.advance(3_600_500)  # an hour later
+    assert world.run(fire).created == 1
+    assert [t[2] for t in _tasks(world, row.schedule_id)] == [(T0 + dt.timedelta(hours=1)).replace(tzinfo=None)]
+
+
+def test_catch_up_fires_at_most_its_limit_of_the_latest_missed_ticks(world):
+    row = _create(world, interval=60, missed="catch_up", catch_up_limit=5)
+    world.advance(3_600_500)
+    assert world.run(fire).created == 5
+    assert [t[2] for t in _tasks(world, row.schedule_id)] == [
+        (T0 + dt.timedelta(minutes=m)).replace(tzinfo=None) for m in range(56, 61)]
+
+
+def test_a_second_fire_of_the_same_tick_finds_the_task_the_database_already_holds(world):
+    """Even were next_fire_at moved back, the tick's idempotency key keeps it one task."""
+    row = _create(world)
+    world.advance(1000)
+    world.run(fire)
+    world.sql("UPDATE schedules SET next_fire_at = %s WHERE schedule_id = %s",
+              ((T0 + SECOND).replace(tzinfo=None), row.schedule_id))
+    result = world.run(fire)
+    assert (result.schedules, result.created, len(result.task_ids)) == (1, 0, 1)
+    assert len(_tasks(world, row.schedule_id)) == 1
+
+
+def test_pause_resume_delete(world):
+    row = _create(world, cron="*/5 * * * *", timezone="Europe/Berlin")
+    paused = world.run(pause, ref="every-second", by="op")
+    assert paused.changed and paused.schedule.state == "PAUSED"
+    assert not world.run(pause, ref=row.schedule_id, by="op").changed  # already paused: nothing changes
+    world.advance(3_600_000)
+    assert world.run(fire).schedules == 0  # no tick fires while paused
+    resumed = world.run(resume, ref=row.schedule_id, by="op")
+    assert resumed.changed and resumed.schedule.state == "ACTIVE"
+    assert resumed.schedule.next_fire_at == T0 + dt.timedelta(hours=1, minutes=5)  # the first tick after now
+    assert resumed.schedule.updated_by == "op"
+    assert not world.run(resume, ref=row.schedule_id, by="op").changed
+    gone = world.run(delete, ref="every-second", by="op")
+    assert gone.changed and gone.schedule.state == "DELETED"
+    for fn in (pause, resume, delete):
+        refused = world.run(fn, ref="every-second", by="op")
+        assert isinstance(refused, Refusal) and refused.code == SCHEDULE_NOT_FOUND
+    assert world.store.run_sync(get_schedule, ref=row.schedule_id).state == "DELETED"  # by id it is still shown
+    assert world.store.run_sync(list_schedules) == []
+    assert [s.schedule_id for s in world.store.run_sync(list_schedules, include_deleted=True)] == [row.schedule_id]
+    world.advance(3_600_000)
+    assert world.run(fire).schedules == 0
+
+
+def test_a_live_name_is_unique_and_freed_by_delete(world):
+    first = _create(world, name="nightly")
+    spec = build_schedule(name="nightly", queue="q", kind="k", interval=60)
+    refused = world.run(create, schedule=spec, created_by="test")
+    assert isinstance(refused, Refusal) and refused.code == SCHEDULE_EXISTS
+    assert world.sql("SELECT COUNT(*) FROM schedules")[0][0] == 1  # nothing written
+    world.run(delete, ref=first.schedule_id, by="op")
+    again = world.run(create, schedule=build_schedule(name="nightly", queue="q", kind="k", interval=60),
+                      created_by="test")
+    assert again.state == "ACTIVE" and again.schedule_id != first.schedule_id
+
+
+def test_listing_by_queue(world):
+    _create(world, name="a")
+    world.run(create, schedule=build_schedule(name="b", queue="other", kind="k", interval=60), created_by="t")
+    assert [s.name for s in world.store.run_sync(list_schedules)] == ["a", "b"]
+    assert [s.name for s in world.store.run_sync(list_schedules, queues=("other",))] == ["b"]
+    assert world.store.run_sync(list_schedules, queues=()) == []
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_fire_batches_come_back_full_when_more_are_due(world, limit):
+    for name in ("a", "b", "c"):
+        _create(world, name=name)
+    world.advance(1000)
+    result = world.run(fire, limit=limit)
+    assert result.schedules == limit and result.more
+
+
+def test_a_schedule_whose_zone_is_gone_stops_without_holding_up_the_others(world):
+    broken, fine = _create(world, name="broken", cron="* * * * *", timezone="Europe/Berlin"), _create(world)
+    world.sql("UPDATE schedules SET timezone = 'Gone/Zone' WHERE schedule_id = %s", (broken.schedule_id,))
+    world.advance(60_000)
+    assert world.run(fire).created == 1  # the fine one
+    assert world.store.run_sync(get_schedule, ref=broken.schedule_id).next_fire_at.year == 9999
+    assert _tasks(world, broken.schedule_id) == [] and len(_tasks(world, fine.schedule_id)) == 1
