@@ -35,6 +35,7 @@ class PausedQueueSync:
         self.store = store
         self.hub = hub
         self.interval = interval
+        self._failing = False  # the last read failed: say so once, and once more when it works again
 
     async def refresh(self) -> None:
         """Read the paused queues now (the HTTP API calls this after a pause or resume it made)."""
@@ -48,13 +49,23 @@ class PausedQueueSync:
         self.hub.set_paused(paused)
 
     async def run(self) -> None:
-        """Re-read every :attr:`interval` until cancelled; a failure keeps the last set and tries again."""
+        """Re-read every :attr:`interval` until cancelled; a failure keeps the last set and tries again.
+
+        Twice a second would be two warnings a second through an outage: the
+        first failure is logged, then nothing until a read works again.
+        """
         while True:
             try:
                 await self.refresh()
             except Exception:
-                log.warning("paused queues not re-read (database unavailable?); keeping the last set",
-                            exc_info=True)
+                if not self._failing:
+                    log.warning("paused queues not re-read (database unavailable?); keeping the last set",
+                                exc_info=True)
+                self._failing = True
+            else:
+                if self._failing:
+                    log.info("paused queues read again")
+                self._failing = False
             await trio.sleep(self.interval)
 
 
