@@ -12,7 +12,8 @@ set`` and ``PUT /v1/settings/{name}`` all parse through it.
 
 Values are durations. They are stored as whole milliseconds (``value_ms``)
 and shown as seconds; a value finer than a millisecond is refused, not
-rounded. The one nullable setting, ``permit_quarantine``, stores NULL for
+rounded. Each is bounded by the protocol's INT range, except
+``task_retention`` (a second to ten years), which no frame carries. The one nullable setting, ``permit_quarantine``, stores NULL for
 "the task's own lease ttl", spelled ``lease-ttl`` on the command line and
 ``null`` in JSON.
 
@@ -34,6 +35,10 @@ MIN_MS: Final = 1
 #: The INT columns that hold derived durations, and the protocol's lease_ttl_ms / start_timeout_ms.
 MAX_MS: Final = MAX_INT32
 _MS = Decimal(1000)
+#: task_retention: a week by default; at least a second, at most ten years (a BIGINT column holds it).
+RETENTION_DEFAULT_MS: Final = 7 * 86_400_000
+RETENTION_MIN_MS: Final = 1_000
+RETENTION_MAX_MS: Final = 3_650 * 86_400_000
 
 #: Refusal codes, shared by the client, the CLI and the HTTP API.
 UNKNOWN_SETTING: Final = "setting_not_found"
@@ -60,6 +65,9 @@ class ClusterSetting:
     #: The word for NULL on the command line; None: the setting always has a duration.
     null_word: str | None = None
     null_meaning: str = ""
+    #: Bounds in milliseconds: the protocol's INT range unless the setting says otherwise.
+    min_ms: int = MIN_MS
+    max_ms: int = MAX_MS
 
     @property
     def flag(self) -> str:
@@ -93,9 +101,9 @@ class ClusterSetting:
         ms = number * _MS
         if ms != ms.to_integral_value():
             raise self._invalid(f"{self.name} is given to the millisecond at most (got {number} s)")
-        if not MIN_MS <= ms <= MAX_MS:
-            raise self._invalid(f"{self.name} must be {seconds_text(MIN_MS)} to {seconds_text(MAX_MS)} seconds "
-                                f"(got {number})")
+        if not self.min_ms <= ms <= self.max_ms:
+            raise self._invalid(f"{self.name} must be {seconds_text(self.min_ms)} to {seconds_text(self.max_ms)} "
+                                f"seconds (got {number})")
         return int(ms)
 
     def seconds(self, ms: int | None) -> float | None:
@@ -143,6 +151,10 @@ SETTINGS: Final[tuple[ClusterSetting, ...]] = (
     ClusterSetting("node_lapse", 15_000, "seconds without a heartbeat after which another instance declares a "
                                          "serve process lost and disconnects its sessions (at least twice "
                                          "node_heartbeat)"),
+    ClusterSetting("task_retention", RETENTION_DEFAULT_MS,
+                   "seconds a terminal task (with its leases, receipts and cancel intent) is kept after it ended, "
+                   "before serve purges it; a queue may have its own (settings set ... --queue Q)",
+                   min_ms=RETENTION_MIN_MS, max_ms=RETENTION_MAX_MS),
 )
 BY_NAME: Final[Mapping[str, ClusterSetting]] = {s.name: s for s in SETTINGS}
 NAMES: Final = tuple(BY_NAME)
@@ -173,7 +185,7 @@ def pair_problem(values: Mapping[str, int | None], spell: Callable[[str], str] =
 
 
 __all__ = [
-    "BY_NAME", "DEFAULTS_MS", "INVALID_VALUE", "MAX_MS", "MIN_MS", "NAMES", "SETTINGS", "SETTING_CONFLICT",
+    "BY_NAME", "DEFAULTS_MS", "INVALID_VALUE", "MAX_MS", "MIN_MS", "NAMES", "RETENTION_DEFAULT_MS", "SETTINGS", "SETTING_CONFLICT",
     "UNKNOWN_SETTING", "ClusterSetting", "InvalidSetting", "json_seconds", "lookup", "pair_problem",
     "seconds_text",
 ]

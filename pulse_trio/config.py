@@ -94,11 +94,14 @@ class Settings:
     http_body_timeout: float = 10.0
     ping_interval: float = 20.0
     poll_interval: float = 0.05
+    # Seconds between this process's retention passes (each ± a fifth, at random).
+    purge_interval: float = 60.0
     # Server-process liveness: heartbeat this often; another instance declares
     # this process lost (and disconnects its sessions) once a heartbeat is
     # this late (three missed heartbeats by default).
     node_heartbeat: float = _default("node_heartbeat")
     node_lapse: float = _default("node_lapse")
+    task_retention: float = _default("task_retention")
     managed_db_port: int | None = None
     explicit: frozenset[str] = frozenset()
 
@@ -156,6 +159,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "seconds an HTTP request's body may take to arrive (else 408 and the connection is closed)"),
     ("--ping-interval", "ping_interval", parse_seconds, "seconds between WebSocket pings"),
     ("--poll-interval", "poll_interval", parse_seconds, "seconds between dispatcher polls for new work"),
+    ("--purge-interval", "purge_interval", parse_seconds,
+     "seconds between this process's passes purging tasks past their retention"),
     ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB when this command starts it "
      "(default: a free one)"),
 )

@@ -34,6 +34,9 @@ class LiveInstance(Protocol):
     async def refresh_settings(self) -> None:
         """Read the cluster settings again after a change (the other instances do within their interval)."""
 
+    async def refresh_paused_queues(self) -> None:
+        """Read the paused queues again after a pause or resume (the other instances do within their interval)."""
+
     def settings_conflicts(self) -> list[dict[str, object]]:
         """This instance's cluster-setting flags that disagree with the cluster (``/readyz``)."""
 

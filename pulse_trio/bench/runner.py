@@ -3,7 +3,9 @@
 1. a fresh database (on the managed MariaDB or the given server);
 2. one ``pulse-trio serve`` process (or several, ``--instances``);
 3. ``--backlog`` READY tasks of a kind no worker takes, to show how pick-up
-   cost behaves with a deep queue;
+   cost behaves with a deep queue; ``--history`` finished tasks past the
+   retention (``bench fill-finished``), which the servers purge during the
+   run (``--purge-interval 1``), to show what the purge costs the run;
 4. ``--workers`` processes of ``pulse-trio worker run`` with ``--capacity``;
 5. ``--tasks`` no-op tasks submitted in batches; the run ends when all of
    them have finished. Everything goes through offer, start and finish
@@ -21,6 +23,7 @@ import sys
 import time
 
 from pulse_trio.bench import measure
+from pulse_trio.bench.fill_finished import FillOptions, fill, history_left
 from pulse_trio.bench.noop_worker import KIND, QUEUE
 from pulse_trio.bench.processes import Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress
 from pulse_trio.client import Client
@@ -28,6 +31,8 @@ from pulse_trio.client.producer import build_task
 from pulse_trio.dburl import DatabaseConfig
 
 SUBMIT_BATCH = 500
+#: The queue of ``--history``'s finished tasks (never the bench's own).
+HISTORY_QUEUE = "bench-history"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -41,6 +46,7 @@ class BenchOptions:
     keyed_share: float = 0.0
     timeout_s: float = 600.0
     worker_backend: str = "asyncio"
+    history: int = 0
 
 
 def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:
@@ -51,7 +57,12 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
     token, _ = bench_tokens(db, worker_queues=[QUEUE])
     env = bench_env(PULSE_WORKER_TOKEN=token)
     ports = [free_port() for _ in range(options.instances)]
-    servers = [fleet.server(db, env, worker_port=port) for port in ports]
+    history = None
+    if options.history:
+        history = fill(db, FillOptions(tasks=options.history, queue=HISTORY_QUEUE))
+        progress(f"history of {options.history} finished tasks filled in {history['seconds']}s")
+    extra = ("--purge-interval", "1") if options.history else ()
+    servers = [fleet.server(db, env, worker_port=port, extra=extra) for port in ports]
     progress(f"{options.instances} server instance(s) up")
 
     client = Client(db)
@@ -89,16 +100,23 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         submit_s = time.perf_counter() - submit_started
         progress(f"{options.tasks} tasks submitted in {submit_s:.2f}s")
         deadline = time.monotonic() + options.timeout_s
+        history_gone_s = None
         with measure.Progress(db, KIND) as run:
             while not run.all_finished():
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"only {run.finished()} of {options.tasks} tasks finished"
                                        f" in {options.timeout_s}s")
+                if history is not None and history_gone_s is None and not history_left(db, HISTORY_QUEUE):
+                    history_gone_s = time.perf_counter() - submit_started
                 time.sleep(0.1)
         after = [measure.ProcessSample.read(p.pid) for p in servers]
         others_after = (measure.cpu_seconds([w.pid for w in workers]),
                         measure.cpu_seconds([db_pid]) if db_pid else 0.0)
         database_work = work.per_task(options.tasks)
+        if history is not None:
+            left = history_left(db, HISTORY_QUEUE, count=True)
+            history = {"tasks": options.history, "rows": history["rows"], "left_after_run": left,
+                       "purged_during_run_s": round(history_gone_s, 2) if history_gone_s else None}
     finally:
         client.close()
     timings = measure.task_timings(db, KIND)
@@ -116,6 +134,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
                                     if db_pid else None),
         "server_peak_rss_mib": round(max(a.peak_rss_bytes for a in after) / 2**20, 1),
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        **({"history": history} if history is not None else {}),
     }
 
 

@@ -3,8 +3,10 @@
 A query that lists "the live leases" or "the terminal tasks" must agree with
 the chart that moves them; deriving the sets here means a state added to
 ``statecharts/*.json`` reaches every filter at once. A state is *terminal*
-when no transition leaves it, *live* when it is neither the initial
-``NONE`` (no row yet) nor terminal.
+when no transition leaves it for another state a row can be in (a purge,
+back to ``NONE``, deletes the row: the end of its record, not a step of
+its life), *live* when it is neither the initial ``NONE`` (no row yet) nor
+terminal.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ def _row_states(c: Chart) -> tuple[str, ...]:
 
 
 def terminal_states(c: Chart) -> tuple[str, ...]:
-    """States no transition leaves, in declaration order."""
-    sources = {t.source for t in c.spec.transitions}
+    """States no transition leaves but a purge (back to NONE, the row deleted), in declaration order."""
+    sources = {t.source for t in c.spec.transitions if t.dest != "NONE"}
     return tuple(s for s in _row_states(c) if s not in sources)
 
 
@@ -52,6 +54,8 @@ WAITING_TASK_STATES: tuple[str, ...] = dests_of(_TASK, "submit")
 LIVE_LEASE_STATES: tuple[str, ...] = live_states(_LEASE)
 #: Worker sessions still open (ACTIVE, DRAINING).
 LIVE_SESSION_STATES: tuple[str, ...] = live_states(_INSTANCE)
+#: What an operator can make a queue (ACTIVE, PAUSED).
+QUEUE_STATES: tuple[str, ...] = _row_states(CHARTS["queue"])
 
-__all__ = ["LIVE_LEASE_STATES", "LIVE_SESSION_STATES", "TASK_STATES", "TERMINAL_TASK_STATES",
+__all__ = ["LIVE_LEASE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES", "TASK_STATES", "TERMINAL_TASK_STATES",
            "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list", "terminal_states"]

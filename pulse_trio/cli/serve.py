@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 
@@ -47,12 +48,26 @@ def _serve(args: argparse.Namespace) -> int:
     with database(args, create=True) as target:
         log.info("database %s", target.url())
         try:
-            trio.run(serve, settings, target)
+            trio.run(_serve_and_notify, serve, settings, target)
         except* ListenError as group:  # bound before the node joins: nothing was recorded
             raise CommandFailed(str(_first(group)), EXIT_CANNOT_LISTEN) from None
         except* SettingsRefused as group:
             raise CommandFailed(str(_first(group)), 2) from None
     return 0
+
+
+async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:
+    """Run ``serve`` and tell systemd (``Type=notify``) once it listens: its node is ALIVE, both ports accept."""
+    import trio
+
+    from pulse_trio import sd_notify
+
+    async with trio.open_nursery() as nursery:
+        handle = await nursery.start(functools.partial(serve, settings, target))
+        sd_notify.notify("READY=1", f"STATUS=serving workers on port {handle.worker_port}, "
+                                    f"the HTTP API on port {handle.http_port}")
+        await handle.stopping.wait()
+        sd_notify.notify("STOPPING=1", "STATUS=stopping: closing the worker sessions")
 
 
 def _check_tls(cert: object, key: object) -> None:

@@ -3,6 +3,8 @@
 ``show`` prints every cluster setting as one JSON object; ``set NAME VALUE
 [NAME VALUE ...]`` changes one or several in one transaction (seconds, or
 ``lease-ttl`` for permit_quarantine) and prints them all after the change.
+``set task_retention SECONDS --queue Q`` gives one queue a retention of its
+own (``cluster``: follow the cluster's again) and prints that queue.
 Running ``serve`` instances apply a change within their refresh interval
 (docs/operations.md). Exit codes: 2 for an unknown name or a value outside
 its bounds (nothing is written), 1 when the cluster refuses the combination.
@@ -17,7 +19,7 @@ from pulse_trio import cluster_settings as cs
 from pulse_trio.cli.common import add_database_options, database, fail, run_guarded
 from pulse_trio.cli.output import Column, add_format_option, print_json, print_table
 from pulse_trio.client import Client, ClientError
-from pulse_trio.client.producer import parse_settings
+from pulse_trio.client.producer import check_name, parse_settings
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -32,6 +34,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                                     f"{s.name} ({s.help}" + (f"; {s.null_word!r}: {s.null_meaning}" if s.nullable
                                                              else "") + ")" for s in cs.SETTINGS))
     change.add_argument("pairs", nargs="+", metavar="NAME VALUE", help="a setting and its value in seconds")
+    change.add_argument("--queue", help="task_retention only: this queue's own retention (`cluster`: follow the "
+                                        "cluster's again); the cluster's value is left as it is")
     add_database_options(change)
     change.set_defaults(run=run_guarded(_set))
 
@@ -59,6 +63,8 @@ def _set(args: argparse.Namespace) -> int:
     pairs = dict(zip(args.pairs[::2], args.pairs[1::2]))
     if len(pairs) * 2 != len(args.pairs):
         fail("a setting is named twice", 2)
+    if args.queue is not None:
+        return _set_queue(args, pairs)
     try:
         parse_settings(pairs)  # bad input writes nothing, and never reaches the database
     except ClientError as exc:
@@ -68,6 +74,27 @@ def _set(args: argparse.Namespace) -> int:
             print_json({"settings": client.set_settings(pairs, updated_by=f"cli@{socket.gethostname()}")})
         except ClientError as exc:
             fail(exc.message)
+    return 0
+
+
+#: ``settings set task_retention cluster --queue Q``: the queue follows the cluster's retention again.
+FOLLOW_CLUSTER = "cluster"
+
+
+def _set_queue(args: argparse.Namespace, pairs: dict[str, str]) -> int:
+    """``--queue Q``: one queue's own task_retention (chart ``queue``, trigger ``retain``)."""
+    if list(pairs) != ["task_retention"]:
+        fail("--queue sets one queue's own task_retention only: settings set task_retention SECONDS --queue Q", 2)
+    text = pairs["task_retention"]
+    value = None if text.strip().lower() == FOLLOW_CLUSTER else text
+    try:
+        check_name("queue", args.queue)
+        if value is not None:
+            parse_settings({"task_retention": value})
+    except ClientError as exc:
+        fail(exc.message, 2)
+    with database(args) as target, Client(target, pool_size=1) as client:
+        print_json(client.set_queue_retention(args.queue, value, updated_by=f"cli@{socket.gethostname()}"))
     return 0
 
 

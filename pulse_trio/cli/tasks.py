@@ -1,4 +1,6 @@
-"""Producer and operator commands: submit, task list|show|cancel|retry, workers [drain], nodes, queues.
+"""Producer and operator commands: submit, task list|show|cancel|retry|purge, workers [drain], nodes, queues.
+
+``queues`` lists the queues; ``queues pause|resume Q`` stops or restarts one.
 
 Thin faces over :class:`pulse_trio.client.Client`: arguments are checked
 before anything is written (exit 2), refusals exit 1, an unknown id exits 3,
@@ -10,16 +12,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import socket
 import sys
 from collections.abc import Iterator
 
 from pulse_trio import cluster_settings as cs
 from pulse_trio.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, add_database_options,
                                    add_inherited_database_options, database, fail, run_guarded)
+from pulse_trio.cli.durations import parse_duration
 from pulse_trio.cli.output import Column, add_format_option, print_json, print_table, with_field, write_json_text
 from pulse_trio.client import Client, ClientError, TaskNotFound
 from pulse_trio.client import ranges
-from pulse_trio.client.producer import build_task
+from pulse_trio.client.producer import NAME_RULE, build_task, check_name
 from pulse_trio.store import queries
 from pulse_trio.store.codes import INSTANCE_NOT_FOUND
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id, parse_time
@@ -86,7 +90,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     _add_deprecated(submit, DEPRECATED["submit"])
     submit.set_defaults(run=run_guarded(_submit))
 
-    task = commands.add_parser("task", help="list tasks, or show, cancel or retry one")
+    task = commands.add_parser("task", help="list tasks, show, cancel or retry one, or purge finished ones")
     actions = task.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="a page of tasks, oldest first: the filters of GET /v1/tasks")
     listing.add_argument("--queue", help="only this queue")
@@ -111,6 +115,19 @@ def register(commands: argparse._SubParsersAction) -> None:
         add_database_options(action)
         action.set_defaults(run=run_guarded(fn))
 
+    purge = actions.add_parser(
+        "purge", help="delete terminal tasks past their retention now, in batches (what serve does every minute)",
+        description="Delete SUCCEEDED, FAILED, UNKNOWN and CANCELLED tasks, with their leases, receipts and cancel "
+                    "intents, that ended longer ago than --older-than (default: each queue's task_retention, or "
+                    "the cluster's). Safe beside running serve processes: each batch is one short transaction "
+                    "that skips rows another purge holds.")
+    purge.add_argument("--older-than", type=parse_duration, metavar="DURATION",
+                       help="ended longer ago than this: seconds, or 90s, 15m, 12h, 7d, 2w")
+    purge.add_argument("--queue", help="only this queue")
+    purge.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    add_database_options(purge)
+    purge.set_defaults(run=run_guarded(_purge))
+
     workers = commands.add_parser("workers", help="list worker instances and their leases, or drain one",
                                   description="Without an action: list the connected worker instances.")
     workers.add_argument("--all", action="store_true", help="include disconnected instances")
@@ -131,10 +148,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_database_options(nodes)
     nodes.set_defaults(run=run_guarded(_nodes))
 
-    queues = commands.add_parser("queues", help="tasks per state per queue, and the oldest ready age")
+    queues = commands.add_parser("queues", help="tasks per state per queue, the oldest ready age and whether it is "
+                                                "paused; or pause or resume one",
+                                 description="Without an action: list the queues (a paused one shows PAUSED).")
     add_format_option(queues)
     add_database_options(queues)
     queues.set_defaults(run=run_guarded(_queues))
+    queue_actions = queues.add_subparsers(dest="action", metavar="[ACTION]")
+    for name, helptext in (("pause", "offer none of the queue's tasks on any serve process (running leases "
+                                     "continue, submissions are accepted): POST /v1/queues/{queue}/pause"),
+                           ("resume", "offer the queue's tasks again: POST /v1/queues/{queue}/resume")):
+        action = queue_actions.add_parser(name, help=helptext, description=helptext)
+        action.add_argument("queue", metavar="QUEUE", help=f"the queue ({NAME_RULE})")
+        add_inherited_database_options(action)
+        action.set_defaults(run=run_guarded(_pause if name == "pause" else _resume))
 
 
 def _read_payload(args: argparse.Namespace) -> str:
@@ -225,6 +252,19 @@ def _retry(args: argparse.Namespace) -> int:
     return 0
 
 
+def _purge(args: argparse.Namespace) -> int:
+    try:
+        if args.queue is not None:
+            check_name("queue", args.queue)
+        if args.older_than is not None and args.older_than > cs.RETENTION_MAX_MS / 1000:
+            raise ClientError("invalid_request", f"--older-than is at most {cs.RETENTION_MAX_MS // 86_400_000} days")
+    except ClientError as exc:
+        fail(exc.message, EXIT_USAGE)
+    with _client(args) as client:
+        print_json(client.purge(older_than=args.older_than, queue=args.queue, dry_run=args.dry_run))
+    return 0
+
+
 def _workers(args: argparse.Namespace) -> int:
     with _client(args) as client:
         workers = client.workers(include_disconnected=args.all)
@@ -266,6 +306,26 @@ def _queues(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pause_or_resume(args: argparse.Namespace, pause: bool) -> int:
+    try:
+        check_name("queue", args.queue)
+    except ClientError as exc:
+        fail(exc.message, EXIT_USAGE)
+    who = f"cli@{socket.gethostname()}"
+    with _client(args) as client:
+        print_json(client.pause_queue(args.queue, paused_by=who) if pause
+                   else client.resume_queue(args.queue, resumed_by=who))
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    return _pause_or_resume(args, True)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    return _pause_or_resume(args, False)
+
+
 TASK_COLUMNS: tuple[Column, ...] = (
     ("TASK", lambda t: t["task_id"]), ("QUEUE", lambda t: t["queue"]), ("KIND", lambda t: t["kind"]),
     ("STATE", lambda t: t["state"]), ("PRIORITY", lambda t: t["priority"]), ("ATTEMPT", lambda t: t["attempt"]),
@@ -285,7 +345,7 @@ NODE_COLUMNS: tuple[Column, ...] = (
 QUEUE_COLUMNS: tuple[Column, ...] = (
     ("QUEUE", lambda q: q["queue"]),
     *((state, (lambda q, state=state: q["states"].get(state, 0))) for state in queries.TASK_STATES),
-    ("OLDEST_READY_S", lambda q: q["oldest_ready_age_s"]),
+    ("OLDEST_READY_S", lambda q: q["oldest_ready_age_s"]), ("STATE", lambda q: q["state"]),
 )
 
 

@@ -42,8 +42,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                           "reconnect [env PULSE_WORKER_URL; default ws://127.0.0.1:7380/v1/worker]")
     run.add_argument("--token", default=os.environ.get("PULSE_WORKER_TOKEN") or None,
                      help="worker bearer token (pulse-trio token create --role worker) [env PULSE_WORKER_TOKEN]")
-    run.add_argument("--capacity", type=_capacity, default=1, help="tasks run at once (default 1)")
-    run.add_argument("--name", help="worker name shown to operators (default host-pid)")
+    run.add_argument("--capacity", type=_capacity, default=os.environ.get("PULSE_WORKER_CAPACITY") or "1",
+                     help="tasks run at once (default 1) [env PULSE_WORKER_CAPACITY]")
+    run.add_argument("--name", default=os.environ.get("PULSE_WORKER_NAME") or None,
+                     help="worker name shown to operators (default host-pid) [env PULSE_WORKER_NAME]")
     run.add_argument("--concurrency-keys", action="store_true",
                      help="accept tasks that carry a concurrency key (pass concurrency_token downstream)")
     run.add_argument("--no-cancel-notifications", dest="cancel_notifications", action="store_false",
@@ -124,6 +126,7 @@ def _log_to_stderr(quiet: bool) -> None:
 def _run(args: argparse.Namespace) -> int:
     import anyio
 
+    from pulse_trio import sd_notify
     from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
     from pulse_trio.sdk.worker import DRAIN_CHECK_S
 
@@ -153,9 +156,15 @@ def _run(args: argparse.Namespace) -> int:
     sys.stderr.write(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
                      f"connecting to {url} ({args.backend}{' with uvloop' if args.uvloop else ''})\n")
 
+    async def ready() -> None:
+        """Connected and registered: systemd (``Type=notify``) may count the unit as started."""
+        await worker.wait_connected()
+        sd_notify.notify("READY=1", f"STATUS=connected to {url}; capacity {args.capacity}")
+
     async def main() -> None:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_progress, worker)
+            tasks.start_soon(ready)
             await worker.run(handle_signals=True)
             tasks.cancel_scope.cancel()
 

@@ -29,14 +29,19 @@ from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BY
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store import queries
+from pulse_trio.store import retention
 from pulse_trio.store import settings as stored_settings
 from pulse_trio.store.cancellation import request as request_cancel
 from pulse_trio.store.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
 from pulse_trio.store.facade import SyncStore
 from pulse_trio.store.instances import operator_drain
+from pulse_trio.store.queues import QueueControl, queue_controls
+from pulse_trio.store.queues import pause as pause_queue
+from pulse_trio.store.queues import resume as resume_queue
+from pulse_trio.store.queues import set_retention as set_queue_retention
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
-from pulse_trio.store.tx import Tx
+from pulse_trio.store.tx import Tx, rfc3339
 from pulse_trio.store.views import get_task
 
 UTC = dt.timezone.utc
@@ -303,7 +308,18 @@ class DatabaseClient:
         }
 
     def queues(self, *, now: dt.datetime | None = None) -> dict[str, Any]:
-        return self.store.run_sync(queries.queue_depths, now=now or self.now())
+        """Per queue: tasks per state, the oldest ready age, and whether it is paused (chart ``queue``).
+
+        A queue an operator paused or gave a retention of its own is listed
+        even while it holds no task.
+        """
+        depths = self.store.run_sync(queries.queue_depths, now=now or self.now())
+        controls = self.store.run_sync(queue_controls)
+        out: dict[str, Any] = {}
+        for queue in sorted(depths.keys() | controls.keys()):
+            entry = depths.get(queue) or {"states": {}, "oldest_ready_age_s": None}
+            out[queue] = {**entry, **(controls.get(queue) or QueueControl.absent(queue)).as_json()}
+        return out
 
     def workers(self, *, include_disconnected: bool = False) -> list[dict[str, Any]]:
         return self.store.run_sync(queries.list_workers, include_disconnected=include_disconnected)
@@ -324,6 +340,22 @@ class DatabaseClient:
         return next(w for w in self.workers(include_disconnected=True) if w["instance_id"] == instance_id)
 
     # -- operating ---------------------------------------------------------------
+    def pause_queue(self, queue: str, *, paused_by: str, now: dt.datetime | None = None) -> dict[str, Any]:
+        """Offer none of the queue's tasks on any serve process (leases out continue); idempotent.
+
+        Every instance stops within its paused-queue interval; submissions
+        are still accepted. ``changed`` is False when it was paused already.
+        """
+        check_name("queue", queue)
+        change = self.store.run_sync(pause_queue, queue=queue, now=now or self.now(), paused_by=paused_by)
+        return {"queue": queue, **change.control.as_json(), "changed": change.changed}
+
+    def resume_queue(self, queue: str, *, resumed_by: str, now: dt.datetime | None = None) -> dict[str, Any]:
+        """Offer the queue's tasks again; idempotent (``changed`` False when it was not paused)."""
+        check_name("queue", queue)
+        change = self.store.run_sync(resume_queue, queue=queue, now=now or self.now(), resumed_by=resumed_by)
+        return {"queue": queue, **change.control.as_json(), "changed": change.changed}
+
     def cancel(self, task_id: str, *, reason: str = "", requested_by: str = "") -> dict[str, Any]:
         """Save a cancel intent (or report the final state of a terminal task)."""
         changed = self.request_cancel(task_id, reason=reason, requested_by=requested_by)
@@ -359,6 +391,59 @@ class DatabaseClient:
             raise ClientError("not_retryable", f"task {task_id} is {state}: only a terminal FAILED, UNKNOWN "
                               "or CANCELLED task can be retried")
         return result.task_id, result.created
+
+    # -- retention ---------------------------------------------------------------
+    def set_queue_retention(self, queue: str, value: str | float | int | None, *, updated_by: str,
+                            now: dt.datetime | None = None) -> dict[str, Any]:
+        """Give ``queue`` its own task_retention (seconds, checked like the cluster's), or None: the cluster's."""
+        check_name("queue", queue)
+        ms = None if value is None else parse_settings({"task_retention": value})["task_retention"]
+        change = self.store.run_sync(set_queue_retention, queue=queue, retention_ms=ms, now=now or self.now(),
+                                     updated_by=updated_by)
+        return {"queue": queue, **change.control.as_json(), "changed": change.changed}
+
+    def purge(self, *, older_than: float | None = None, queue: str | None = None, dry_run: bool = False,
+              batch: int = retention.BATCH_TASKS, now: dt.datetime | None = None) -> dict[str, Any]:
+        """Delete terminal tasks past their retention (or ended over ``older_than`` seconds ago), in batches.
+
+        What ``serve`` does every minute, by hand: per queue (or just
+        ``queue``) one short transaction per ``batch`` tasks, each taking its
+        tasks FOR UPDATE SKIP LOCKED, so it runs safely beside ``serve``.
+        ``dry_run`` counts what is due and deletes nothing.
+        """
+        if queue is not None:
+            check_name("queue", queue)
+        older_than_ms = None
+        if older_than is not None:
+            if isinstance(older_than, bool) or not 0 <= older_than <= cluster_settings.RETENTION_MAX_MS / 1000:
+                raise InvalidRequest(f"older_than must be 0 to {cluster_settings.RETENTION_MAX_MS // 1000} seconds")
+            older_than_ms = round(older_than * 1000)
+        if not 1 <= batch <= 10_000:
+            raise InvalidRequest("batch must be 1 to 10000 tasks")
+        now = now or self.now()
+        plan = self.store.run_sync(retention.retention_plan, now=now, queue=queue, older_than_ms=older_than_ms)
+        totals = dict.fromkeys(retention.TABLES, 0)
+        queues: dict[str, Any] = {}
+        for cut in plan:
+            entry: dict[str, Any] = {"before": rfc3339(cut.before), "retention": cluster_settings.json_seconds(
+                cut.retention_ms), "own_retention": cut.own}
+            if dry_run:
+                entry["due"] = self.store.run_sync(retention.count_due, queue=cut.queue, before=cut.before)
+                totals["tasks"] += entry["due"]
+            else:
+                entry.update(tasks=0, batches=0, held=0)
+                while True:
+                    done = self.store.run_sync(retention.purge, queue=cut.queue, before=cut.before, limit=batch)
+                    for table, count in done.deleted.items():
+                        totals[table] += count
+                    entry["tasks"] += done.tasks
+                    entry["batches"] += 1 if done.tasks else 0
+                    entry["held"] = done.held
+                    if done.selected < batch or not done.tasks:
+                        break
+            queues[cut.queue] = entry
+        key = "due" if dry_run else "purged"
+        return {"dry_run": dry_run, key: {"tasks": totals["tasks"]} if dry_run else totals, "queues": queues}
 
     # -- cluster settings ------------------------------------------------------------
     def settings(self) -> dict[str, dict[str, Any]]:

@@ -31,6 +31,7 @@ from pulse_trio.http.connections import EndRefusedConnections
 from pulse_trio.http.dashboard import DashboardApi
 from pulse_trio.http.errors import ApiError, database_error, error_response, from_client_error
 from pulse_trio.http.ops import OpsApi
+from pulse_trio.http.queues_api import QueuesApi
 from pulse_trio.http.schedules_api import SchedulesApi
 from pulse_trio.http.settings_api import SettingsApi
 from pulse_trio.http.security import SecurityHeaders
@@ -72,6 +73,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
     ops = OpsApi(instance, store, tasks.outcomes)
     cluster_settings = SettingsApi(tasks)
     dashboard = DashboardApi(tasks)
+    queues = QueuesApi(tasks)
     schedules = SchedulesApi(tasks)
 
     def route(path: str, **handlers: Handler) -> Route:
@@ -96,6 +98,9 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
         route("/v1/workers/{instance_id}/drain", post=tasks.drain),
         route("/v1/nodes", get=tasks.nodes),
         route("/v1/queues", get=tasks.queues),
+        route("/v1/queues/{queue}/pause", post=queues.pause),
+        route("/v1/queues/{queue}/resume", post=queues.resume),
+        route("/v1/queues/{queue}/retention", put=queues.retention),
         route("/v1/settings", get=cluster_settings.list, patch=cluster_settings.patch),
         route("/v1/settings/{name}", get=cluster_settings.get, put=cluster_settings.put),
         route("/v1/schedules", get=schedules.list, post=schedules.create),

@@ -6,9 +6,10 @@ producer                submit, read tasks, schedules and queue
                         listed: every queue); read the cluster
                         settings
 operator                everything: cancel, retry, workers, drain
-                        too; create and change schedules (in its
-                        queues); change the cluster settings (only
-                        a token without queues)
+                        too; create and change schedules, pause and
+                        resume queues and set their retention (in
+                        its queues); change the cluster settings
+                        (only a token without queues)
 worker                  nothing here (the worker endpoint only)
 ======================  ==========================================
 
@@ -50,6 +51,7 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
     "nodes": ((OPERATOR,), "list server processes"),
     "settings": (READERS, "read the cluster settings"),
     "configure": ((OPERATOR,), "change the cluster settings"),
+    "pause": ((OPERATOR,), "pause or resume queues, or set a queue's retention"),
     "schedules": (READERS, "read schedules"),
     "schedule": ((OPERATOR,), "create, pause, resume or delete schedules"),
 }

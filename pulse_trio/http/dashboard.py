@@ -3,7 +3,7 @@
 ``whoami`` says what the presented token may do, from the same table the
 handlers enforce (:data:`pulse_trio.http.auth.PERMISSIONS`), so the
 dashboard hides exactly the actions the API would refuse. ``overview`` is
-one queue row per queue: capped counts by state, the oldest READY task's
+one queue row per queue: ACTIVE or PAUSED, capped counts by state, the oldest READY task's
 age, finishes in the last minutes and per minute over the last hour, all
 read from the database with bounded queries (:mod:`pulse_trio.store.dashboard`).
 """
@@ -20,6 +20,7 @@ from pulse_trio.http import auth, bodies
 from pulse_trio.http.api import json_value
 from pulse_trio.http.throughput import MINUTE, FinishesPerMinute
 from pulse_trio.store.dashboard import COUNT_CAP, FINISHED_STATUSES, finishes_since, queue_states
+from pulse_trio.store.queues import QueueControl, queue_controls
 from pulse_trio.store.tx import rfc3339
 
 if TYPE_CHECKING:
@@ -48,10 +49,14 @@ class DashboardApi:
         now = self.instance.now()
         visible = auth.visible_queues(info)
         queues = await self.store.run(queue_states, now=now, queues=visible)
+        controls = await self.store.run(queue_controls, queues=visible)
+        for name in controls:  # a paused queue shows even while it holds no task
+            queues.setdefault(name, {"states": {}, "capped": [], "oldest_ready_age_s": None})
         recent = await self.store.run(finishes_since, since=now - RECENT)
         first, series = await self.per_minute.read(now)
         zeros = [0] * self.per_minute.minutes
         for name, entry in queues.items():
+            entry["state"] = (controls.get(name) or QueueControl.absent(name)).state
             entry["recent"] = {status: recent.get((name, status), 0) for status in FINISHED_STATUSES}
             entry["per_minute"] = {status: series.get((name, status), zeros) for status in FINISHED_STATUSES}
         return json_value({

@@ -10,7 +10,8 @@
 408    ``request_timeout``: the body did not arrive within ``--http-body-timeout``
 413    ``request_too_large`` (body), ``payload_too_large`` (task payload)
 415    ``unsupported_media_type``: a body that says it is not JSON
-422    ``invalid_schedule``: a schedule field out of its rule; ``field`` names it
+422    ``invalid_schedule``: a schedule field out of its rule; ``invalid_request``: a value of the
+       queue endpoints out of its rule; ``field`` names it
 500    ``internal``: a defect, logged with its traceback
 503    ``database_unavailable`` (with ``Retry-After``): the database cannot be reached, nothing else
 =====  ===============================================================
@@ -88,6 +89,11 @@ class BatchRefused(ApiError):
 
 def bad_request(message: str, code: str = "invalid_request", field: str | None = None) -> ApiError:
     return ApiError(400, code, message, field=field)
+
+
+def unprocessable(field: str, message: str) -> ApiError:
+    """422: a well-formed request whose ``field`` breaks its rule (the message names it too)."""
+    return ApiError(422, "invalid_request", message, field=field)
 
 
 def unauthenticated(message: str = "a valid bearer token is required: Authorization: Bearer <token>") -> ApiError:

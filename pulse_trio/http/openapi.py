@@ -33,11 +33,18 @@ NAME = {"type": "string", "pattern": f"^{g.NAME_PATTERN}$"}
 TASK_ID = {"type": "string", "pattern": f"^{g.TASK_PREFIX}{g.ULID_PATTERN}$"}
 INSTANCE_ID = {"type": "string", "pattern": f"^{g.INSTANCE_PREFIX}{g.ULID_PATTERN}$"}
 SETTING_NAME = {"type": "string", "enum": list(cs.NAMES)}
-SECONDS = {"type": "number", "minimum": cs.MIN_MS / 1000, "maximum": cs.MAX_MS / 1000}
+SECONDS = {"type": "number", "minimum": min(x.min_ms for x in cs.SETTINGS) / 1000,
+           "maximum": max(x.max_ms for x in cs.SETTINGS) / 1000}
 #: A cluster setting's value as sent: the same bounds, to the millisecond (stated; JSON Schema's
 #: multipleOf cannot say it exactly for decimals).
 SECONDS_IN = SECONDS | {"description": "Seconds, to the millisecond (a finer value is refused)."}
 TASK_STATES = list(states.TASK_STATES)
+
+
+def _seconds_in(setting: cs.ClusterSetting) -> dict[str, Any]:
+    """One setting's value as sent, within its own bounds."""
+    return SECONDS_IN | {"minimum": setting.min_ms / 1000, "maximum": setting.max_ms / 1000}
+
 FINISHED = list(FINISHED_STATUSES)
 
 
@@ -55,6 +62,19 @@ def _obj(properties: dict[str, Any], required: list[str] | None = None, *, close
     if closed:
         schema["additionalProperties"] = False
     return schema
+
+
+#: What chart `queue` records about a queue, beside its depths (pulse_trio/store/queues.py).
+QUEUE_CONTROL: dict[str, Any] = {
+    "state": {"type": "string", "enum": list(states.QUEUE_STATES),
+              "description": "PAUSED: no new offers on any serve process; ACTIVE otherwise."},
+    "paused": {"type": "boolean"},
+    "paused_at": _nullable(TIME | {"description": "While paused: since when."}),
+    "paused_by": _nullable({"type": "string", "description": "While paused: `cli@host` or `http:tok_…`."}),
+    "task_retention": _nullable({"type": "number", "minimum": 0, "description": (
+        "Seconds a terminal task of this queue is kept, when the queue has a retention of its own; null: the "
+        "cluster's task_retention.")}),
+}
 
 
 SCHEMAS: dict[str, Any] = {
@@ -226,7 +246,15 @@ SCHEMAS: dict[str, Any] = {
         "states": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                    "propertyNames": {"enum": TASK_STATES}},
         "oldest_ready_age_s": _nullable({"type": "number", "minimum": 0}),
+        **QUEUE_CONTROL,
     })}}),
+    "RetentionChange": _obj({"value": _nullable(_seconds_in(cs.BY_NAME["task_retention"]) | {"description": (
+        "Seconds a terminal task of this queue is kept; null: the cluster's task_retention.")})}),
+    "QueueState": _obj({
+        "queue": NAME,
+        **QUEUE_CONTROL,
+        "changed": {"type": "boolean", "description": "False when the queue was in that state already."},
+    }),
     "Setting": _obj({
         "name": SETTING_NAME,
         "value": _nullable(SECONDS | {"description": "Seconds; null only for permit_quarantine (the task's own "
@@ -246,8 +274,8 @@ SCHEMAS: dict[str, Any] = {
     "SettingChange": _obj({"value": _nullable(SECONDS_IN | {"description": (
         "Seconds, to the millisecond (a finer value is refused); null only for permit_quarantine, where it "
         "means the task's own lease ttl (for another setting it is refused).")})}),
-    "SettingsChange": _obj({name: _nullable(SECONDS_IN) if cs.BY_NAME[name].nullable else SECONDS_IN
-                            for name in cs.NAMES}, [], closed=True)
+    "SettingsChange": _obj({x.name: _nullable(_seconds_in(x)) if x.nullable else _seconds_in(x)
+                            for x in cs.SETTINGS}, [], closed=True)
                       | {"minProperties": 1},
     "Whoami": _obj({
         "token_id": {"type": "string"},
@@ -269,6 +297,7 @@ SCHEMAS: dict[str, Any] = {
         "first_minute": TIME | {"description": "Start of the first `per_minute` bucket (a clock minute)."},
         "minute_s": {"type": "number"},
         "queues": {"type": "object", "additionalProperties": _obj({
+            "state": QUEUE_CONTROL["state"],
             "states": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
                        "propertyNames": {"enum": TASK_STATES}},
             "capped": {"type": "array", "items": {"enum": TASK_STATES},
@@ -310,7 +339,8 @@ _ERRORS = {
     408: "The body did not arrive within the server's body timeout (`request_timeout`); the connection is closed.",
     413: "The body is over 512 KiB (`request_too_large`) or the payload over 256 KiB (`payload_too_large`).",
     415: "The body is declared as something other than JSON (`unsupported_media_type`).",
-    422: "A field of a schedule out of its rule (`invalid_schedule`); `field` names it. Nothing was written.",
+    422: "A field out of its rule: of a schedule (`invalid_schedule`), or of the queue endpoints "
+         "(`invalid_request`); `field` names it. Nothing was written.",
     501: "Not available in this version (`not_implemented`).",
     503: "The database is unavailable (`database_unavailable`); retry after `Retry-After` seconds.",
 }
@@ -330,6 +360,7 @@ def _responses(ok: dict[int, tuple[str, str]], errors: tuple[int, ...]) -> dict[
 _AUTH = (400, 401, 403, 503)
 _TASK_ID_PARAM = {"name": "task_id", "in": "path", "required": True, "schema": TASK_ID}
 _SETTING_PARAM = {"name": "name", "in": "path", "required": True, "schema": SETTING_NAME}
+_QUEUE_PARAM = {"name": "queue", "in": "path", "required": True, "schema": NAME}
 _SECURED = [{"bearer": []}]
 
 
@@ -452,6 +483,33 @@ PATHS: dict[str, Any] = {
                    "sees only its queues.",
                    _responses({200: ("QueueDepths", "Depths by queue.")}, _AUTH)),
     },
+    "/v1/queues/{queue}/pause": {
+        "post": _op("pauseQueue", "Pause a queue",
+                    "Operator (a queue-scoped token: its queues). No serve process offers a task of this queue "
+                    "from within half a second on; leases already out continue, renew and finish, and "
+                    "submissions are still accepted. Pausing a paused queue changes nothing (`changed: false`). "
+                    "No body, or `{}`.",
+                    _responses({200: ("QueueState", "The queue, paused.")}, (*_AUTH, 422, 408, 413, 415)),
+                    parameters=[_QUEUE_PARAM]),
+    },
+    "/v1/queues/{queue}/retention": {
+        "put": _op("setQueueRetention", "Set a queue's own task retention",
+                   "Operator (a queue-scoped token: its queues). Body `{\"value\": seconds}`: terminal tasks of this "
+                   "queue are purged that long after they ended, instead of after the cluster's task_retention; "
+                   "`{\"value\": null}`: the cluster's applies again. 422 naming `value` outside "
+                   f"{cs.RETENTION_MIN_MS // 1000} to {cs.RETENTION_MAX_MS // 1000} seconds.",
+                   _responses({200: ("QueueState", "The queue with its retention.")}, (*_AUTH, 422, 408, 413, 415)),
+                   parameters=[_QUEUE_PARAM],
+                   requestBody={"required": True,
+                                "content": {"application/json": {"schema": _ref("RetentionChange")}}}),
+    },
+    "/v1/queues/{queue}/resume": {
+        "post": _op("resumeQueue", "Resume a queue",
+                    "Operator (a queue-scoped token: its queues). The queue's tasks are offered again. Resuming "
+                    "an active queue changes nothing (`changed: false`). No body, or `{}`.",
+                    _responses({200: ("QueueState", "The queue, active.")}, (*_AUTH, 422, 408, 413, 415)),
+                    parameters=[_QUEUE_PARAM]),
+    },
     "/v1/settings": {
         "get": _op("listSettings", "Cluster settings",
                    "Producer or operator. The settings every process of the cluster shares (what "
@@ -485,7 +543,8 @@ PATHS: dict[str, Any] = {
     },
     "/v1/overview": {
         "get": _op("overview", "Queue overview",
-                   "Producer (its queues) or operator. Per queue: tasks by state (each counted up to `count_cap`), "
+                   "Producer (its queues) or operator. Per queue: ACTIVE or PAUSED, tasks by state (each counted up "
+                   "to `count_cap`), "
                    "the age of the oldest due READY task, tasks finished in the last `recent_s` seconds by "
                    "outcome, and per clock minute over the last hour, all read from the database.",
                    _responses({200: ("Overview", "The queues.")}, _AUTH)),
@@ -632,8 +691,8 @@ def document() -> dict[str, Any]:
         "info": {
             "title": "pulse-trio HTTP API",
             "version": VERSION,
-            "description": "Producers submit and read tasks; operators also cancel, retry, watch workers and "
-                           "change the cluster settings. "
+            "description": "Producers submit and read tasks; operators also cancel, retry, watch workers, "
+                           "pause queues and change the cluster settings. "
                            "Bearer tokens come from `pulse-trio token create --role producer|operator`. Every "
                            "error is `{\"error\": {\"code\", \"message\"}}`.",
         },

@@ -173,7 +173,8 @@ class Dispatcher:
         start_timeout_ms, lease_ttl_ms = settings.start_timeout_ms, settings.lease_ttl_ms
         wants = [min(MAX_BATCH, max(1, math.ceil(s.free_slots / round_share))) for s in hungry]
         calls = [(assign, {"session_id": s.session_id, "credentials": new_credentials(want), "now": now,
-                           "start_timeout_ms": start_timeout_ms, "default_lease_ttl_ms": lease_ttl_ms})
+                           "start_timeout_ms": start_timeout_ms, "default_lease_ttl_ms": lease_ttl_ms,
+                           "paused": self.hub.paused})
                  for s, want in zip(hungry, wants)]
         self.claims += len(calls)
         results: list = []

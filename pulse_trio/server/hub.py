@@ -35,6 +35,9 @@ class SessionHub:
         self._wake = trio.Event()
         self._news = False  # new work or capacity since the last pass, not only freed slots
         self._ended_listeners: list[Callable[[str], None]] = []
+        #: The queues paused cluster-wide (chart ``queue``), as ``queue_sync`` last read them; claims
+        #: skip them. None until first read: a claim then reads them in its own transaction.
+        self.paused: frozenset[str] | None = None
 
     def add(self, session: SessionService) -> None:
         self._sessions[session.session_id] = session
@@ -45,10 +48,21 @@ class SessionHub:
             self._queues = None
 
     def subscribed_queues(self) -> list[str]:
-        """Every queue some live session subscribes to, sorted (cached between changes)."""
+        """Every queue some live session subscribes to and nobody paused, sorted (cached between changes)."""
         if self._queues is None:
-            self._queues = sorted({q for s in self._sessions.values() for q in s.queues})
+            paused = self.paused or frozenset()
+            self._queues = sorted({q for s in self._sessions.values() for q in s.queues if q not in paused})
         return self._queues
+
+    def set_paused(self, paused: frozenset[str]) -> None:
+        """The paused queues as just read; a queue resumed since the last read wakes the dispatcher."""
+        if paused == self.paused:
+            return
+        resumed = self.paused is not None and bool(self.paused - paused)
+        self.paused = paused
+        self._queues = None
+        if resumed:
+            self.wake()
 
     def get(self, session_id: str) -> SessionService | None:
         return self._sessions.get(session_id)

@@ -14,6 +14,7 @@ from typing import Any
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.metrics import CONTENT_TYPE, ServiceMetrics, Snapshot
+from pulse_trio.server.queue_sync import PausedQueueSync
 from pulse_trio.server.settings_sync import SettingsSync
 from pulse_trio.store.facade import SyncStore
 
@@ -22,12 +23,13 @@ class LiveService:
     """This process's worker service, behind the narrow interface the HTTP API uses."""
 
     def __init__(self, *, clock: ServiceClock, hub: SessionHub, metrics: ServiceMetrics, store: SyncStore,
-                 settings_sync: SettingsSync | None) -> None:
+                 settings_sync: SettingsSync | None, queue_sync: PausedQueueSync | None = None) -> None:
         self._clock = clock
         self._hub = hub
         self._metrics = metrics
         self._store = store
         self._settings_sync = settings_sync
+        self._queue_sync = queue_sync
 
     def now(self) -> dt.datetime:
         return self._clock.now()
@@ -46,6 +48,10 @@ class LiveService:
     async def refresh_settings(self) -> None:
         if self._settings_sync is not None:
             await self._settings_sync.refresh()
+
+    async def refresh_paused_queues(self) -> None:
+        if self._queue_sync is not None:
+            await self._queue_sync.refresh()
 
     def settings_conflicts(self) -> list[dict[str, object]]:
         sync = self._settings_sync

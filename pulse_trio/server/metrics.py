@@ -103,6 +103,8 @@ class ServiceMetrics:
         self.lost_node_sessions = 0  # their sessions, disconnected by this one's sweeps
         self.node_rejoins = 0  # times this process found itself declared lost
         self.node_fenced = 0  # times this process ended its sessions, cut off from the database
+        self.purged: collections.Counter[str] = collections.Counter()  # rows the retention purge deleted, by table
+        self.purge_batches = 0  # purge transactions that deleted something
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()  # (surface, code)
         self.http_requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
 
@@ -121,6 +123,12 @@ class ServiceMetrics:
         self._snapshot: Snapshot | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Families(self))
+
+    def observe_purge(self, deleted: Mapping[str, int]) -> None:
+        """One retention batch: the rows it deleted, per table."""
+        if any(deleted.values()):
+            self.purge_batches += 1
+            self.purged.update({table: n for table, n in deleted.items() if n})
 
     # -- the hot path ----------------------------------------------------------
     def observe_assign(self, offer: Any, now: dt.datetime) -> None:
@@ -230,6 +238,10 @@ class _Families:
                        "connections and rejoined.", m.node_rejoins)
         yield _counter("pulse_node_fenced_total", "Times this process could not record a heartbeat for over a "
                        "lapse and ended its sessions.", m.node_fenced)
+        yield _labelled("pulse_purged_rows_total", "Rows this process's retention purge deleted, by table.",
+                        ["table"], m.purged)
+        yield _counter("pulse_purge_batches_total", "Retention purge transactions of this process that deleted "
+                       "rows.", m.purge_batches)
         yield _labelled("pulse_commands_total", "Lease commands answered with an ack, by message.", ["command"],
                         m.commands)
         yield _labelled("pulse_errors_total", "Errors answered, by surface (worker or http) and code.",

@@ -1,4 +1,4 @@
-"""One service instance: the worker endpoint, dispatcher and timers in one nursery.
+"""One service instance: the worker endpoint, dispatcher, timers and the retention purge in one nursery.
 
 This module is the composition: it builds each part of the instance with
 the few parts it uses, named in the part's constructor (the store, the
@@ -51,6 +51,8 @@ from pulse_trio.server.live import LiveService
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.queue_sync import PausedQueueSync
+from pulse_trio.server.retention_loop import RetentionPurge
 from pulse_trio.server.schedule_firing import ScheduleFiring
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
@@ -94,6 +96,8 @@ class ServiceHandle:
     timers: Timers
     node: NodeLiveness
     settings_sync: SettingsSync
+    queue_sync: PausedQueueSync
+    retention: RetentionPurge
     #: The open worker connections.
     connections: set[WireConnection]
     http_port: int = 0
@@ -109,6 +113,11 @@ class ServiceHandle:
 
     def stop(self) -> None:
         self._stop.set()
+
+    @property
+    def stopping(self) -> trio.Event:
+        """Set once a stop began (SIGTERM/SIGINT or :meth:`stop`): the sessions are being closed."""
+        return self._stop
 
 
 def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
@@ -139,9 +148,12 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     endpoint = WorkerEndpoint(settings=live_settings, store=store, clock=clock, hub=hub, metrics=metrics,
                               batcher=batcher, connections=connections)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
+    queue_sync = PausedQueueSync(store=store, hub=hub)
+    retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval)
     timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
     firing = ScheduleFiring(store=store, clock=clock, wake=hub.wake)
-    live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync)
+    live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
+                       queue_sync=queue_sync)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
     try:
@@ -176,6 +188,8 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 root.start_soon(dispatcher.run)
                 root.start_soon(node.run_heartbeats)
                 root.start_soon(settings_sync.run)
+                root.start_soon(queue_sync.run)
+                root.start_soon(retention.run)
                 root.start_soon(timers.run)
                 root.start_soon(firing.run)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
@@ -184,8 +198,8 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 task_status.started(ServiceHandle(
                     worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
                     metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
-                    settings_sync=settings_sync, connections=connections, http_port=http_port, instance=live,
-                    schedules=firing))
+                    settings_sync=settings_sync, queue_sync=queue_sync, retention=retention, connections=connections,
+                    http_port=http_port, instance=live, schedules=firing))
                 await stop.wait()
                 log.info("shutting down: %d session(s)", len(connections))
                 listening.cancel()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pulse_trio.store import (  # noqa: F401  (registration side effects, in dependency order)
     settings, instances, nodes, permits, task_steps, tasks, cancellation, lease_guards, lease_steps, leases, assign, resume,
-    lease_timers, schedules,
+    lease_timers, schedules, queues, retention,
 )
 from pulse_trio.store.assign import LeaseCredential, assign, new_credentials, pickup_sql
 from pulse_trio.store.cancellation import notify as notify_cancellations

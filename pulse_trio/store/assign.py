@@ -25,10 +25,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import heapq
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pulse_trio.store import ids, instances, permits, task_steps
 from pulse_trio.store.leases import lease_view
+from pulse_trio.store.queues import paused_queues
 from pulse_trio.store.chart_write import destination
 from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, read_only, screen, transition
@@ -80,10 +81,12 @@ def pickup_sql(*, paged: bool = False, by_kind: bool = False, kinds: int = 0, un
 Source = tuple[str, "str | frozenset[str] | None"]  # (queue, one kind | several kinds | every kind)
 
 
-def _sources(session: InstanceRow) -> list[Source]:
-    """What to read pages from: per kind when the subscription names a few, else per queue."""
+def _sources(session: InstanceRow, paused: Collection[str]) -> list[Source]:
+    """What to read pages from: per kind when the subscription names a few, else per queue; never a paused queue."""
     out: list[Source] = []
     for queue, kinds in session.subscription_map().items():
+        if queue in paused:
+            continue
         if kinds is not None and len(kinds) <= KIND_PAGES_MAX:
             out += [(queue, kind) for kind in sorted(kinds)]
         else:
@@ -153,8 +156,13 @@ def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...
 
 @transition("lease", "assign")
 def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], now: dt.datetime,
-           start_timeout_ms: int, default_lease_ttl_ms: int, max_scan: int | None = None) -> AssignResult | Refusal:
-    """Offer up to len(credentials) READY tasks to the session, in pick-up order."""
+           start_timeout_ms: int, default_lease_ttl_ms: int, max_scan: int | None = None,
+           paused: Collection[str] | None = None) -> AssignResult | Refusal:
+    """Offer up to len(credentials) READY tasks to the session, in pick-up order.
+
+    ``paused``: the queues to skip (chart ``queue``), as the caller's instance
+    keeps them in memory; None reads them here (one indexed statement).
+    """
     session = instances.load_session(tx, session_id, lock=True)
     if session is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
@@ -168,7 +176,10 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
     want = min(free, len(credentials))
     if want == 0:
         return AssignResult((), free)
-    chosen = _choose(tx, session, want, now, credentials, max_scan if max_scan is not None else 8 * want + 64)
+    if paused is None:
+        paused = paused_queues(tx)
+    chosen = _choose(tx, session, want, now, credentials, max_scan if max_scan is not None else 8 * want + 64,
+                     paused)
     if not chosen:
         return AssignResult((), free)
     task_steps.offer(tx, tasks=[task for task, _, _ in chosen], now=now)
@@ -194,14 +205,14 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
 
 
 def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentials: Sequence[LeaseCredential],
-            max_scan: int) -> list[tuple[TaskRow, LeaseCredential, int | None]]:
+            max_scan: int, paused: Collection[str]) -> list[tuple[TaskRow, LeaseCredential, int | None]]:
     """Merge the subscribed sources (queues, or queue and kind) in pick-up order; skip what a guard or a permit refuses."""
     # A session without keys takes every task it reads. A keyed one may skip
     # some (key at its limit): it reads at least a few rows, and its next
     # page only if it must; a larger first page would lock rows FOR UPDATE
     # that it then leaves, and every row read costs a decode.
     page = want if not session.concurrency_keys else min(max(want, 8), max_scan)
-    pages: dict[Source, list[TaskRow]] = {src: _page(tx, session, src, None, page) for src in _sources(session)}
+    pages: dict[Source, list[TaskRow]] = {src: _page(tx, session, src, None, page) for src in _sources(session, paused)}
     heap = [((t.effective_at, t.task_id), i, src) for src, rows in pages.items() for i, t in enumerate(rows)]
     heapq.heapify(heap)
     chosen: list[tuple[TaskRow, LeaseCredential, int | None]] = []

@@ -32,6 +32,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "cancellation": ("cancel_intents", "task_id"),
     "instance": ("worker_instances", "session_id"),
     "node": ("server_nodes", "node_id"),
+    "queue": ("queues", "queue"),
     "schedule": ("schedules", "schedule_id"),
 }
 

@@ -140,6 +140,14 @@ class SettingContext:
 
 @_set_slots
 @dataclasses.dataclass(frozen=True, slots=True)
+class QueueContext:
+    """A queue's pause, resume or retention change: its state before (NONE: no row yet)."""
+
+    state: str = "NONE"
+
+
+@_set_slots
+@dataclasses.dataclass(frozen=True, slots=True)
 class ScheduleContext:
     """A schedule's locked row (None: a create); its transitions have no guards yet."""
 
@@ -157,7 +165,8 @@ CONTEXTS: dict[str, type] = {
     "node": NodeContext,
     "cluster_setting": SettingContext,
     "schedule": ScheduleContext,
+    "queue": QueueContext,
 }
 
 __all__ = ["CONTEXTS", "CancellationContext", "InstanceContext", "KeyPermitContext", "LeaseContext", "NodeContext",
-           "ScheduleContext", "SettingContext", "TaskContext"]
+           "QueueContext", "ScheduleContext", "SettingContext", "TaskContext"]

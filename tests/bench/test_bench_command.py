@@ -32,3 +32,29 @@ def test_bench_reports_every_figure(database_server, backend):
     assert set(report["db_statements_by_kind_per_task"]) == {"select", "insert", "update", "delete"}
     assert report["workers_cpu_s_per_task"] > 0  # the worker processes were found and read
     assert report["database_cpu_s_per_task"] > 0  # the test's MariaDB runs here: its pid file was read
+
+
+def test_bench_with_a_history_reports_what_the_servers_purged(database_server):
+    """``--history``: finished tasks past the retention, filled first and purged by the servers during the run."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "200", "--workers", "1", "--capacity", "8",
+         "--history", "3000", "--timeout", "120",
+         "--database-url", database_server.with_database("unused").url(redact=False)],
+        capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    history = json.loads(done.stdout)["history"]
+    assert (history["tasks"], history["rows"]) == (3000, 9000)
+    assert history["left_after_run"] < 3000 or history["purged_during_run_s"] is not None
+
+
+def test_fill_finished_inserts_history_with_leases_and_receipts(db):
+    from pulse_trio.bench.fill_finished import FillOptions, fill
+    from pulse_trio.client import Client
+
+    report = fill(db, FillOptions(tasks=1234, queue="old", age_s=3600, chunk=500))
+    assert (report["tasks"], report["rows"]) == (1234, 3702)
+    with Client(db) as client:
+        page = client.list(queue="old", limit=1)
+        task = client.get(page["tasks"][0]["task_id"])  # every id parses, every row reads as a task
+        assert task["state"] == "SUCCEEDED" and len(task["attempts"]) == 1
+        assert client.queues()["old"]["states"] == {"SUCCEEDED": 1234}

@@ -11,11 +11,15 @@ ROOT = Path(__file__).parents[2]
 
 
 def _declared(name: str) -> tuple[list[str], set[str]]:
-    """(states other than NONE, states some transition leaves), straight from the JSON."""
+    """(states other than NONE, states some transition leaves for a row state), straight from the JSON.
+
+    A purge (dest NONE) deletes the row: it does not make its sources live.
+    """
     data = json.loads((ROOT / "statecharts" / f"{name}.json").read_text())
     sources: set[str] = set()
     for t in data["transitions"]:
-        sources.update(t["source"] if isinstance(t["source"], list) else [t["source"]])
+        if t["dest"] != "NONE":
+            sources.update(t["source"] if isinstance(t["source"], list) else [t["source"]])
     return [s for s in data["states"] if s != "NONE"], sources
 
 

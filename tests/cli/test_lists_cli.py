@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cli_support import COMMAND, run, serve
 from pulse_trio.cli.output import compact
 from pulse_trio.client import Client
@@ -106,3 +108,26 @@ def test_workers_drain_stops_offers_to_one_instance(db, tmp_path):
             worker.terminate()
             worker.wait(timeout=30)
             worker.stderr.close()
+
+
+def test_queues_pause_and_resume(db):
+    submit(db, "billing", "invoice.send", "{}")
+    paused = json.loads(cli(db, "queues", "pause", "billing").stdout)
+    assert (paused["queue"], paused["state"], paused["changed"]) == ("billing", "PAUSED", True)
+    assert paused["paused_by"].startswith("cli@")
+    assert json.loads(cli(db, "queues", "pause", "billing").stdout)["changed"] is False
+    listed = json.loads(cli(db, "queues").stdout)["queues"]
+    assert (listed["billing"]["state"], listed["billing"]["states"]) == ("PAUSED", {"READY": 1})
+    table = cli(db, "queues", "--format", "table").stdout.splitlines()
+    assert table[0].split()[-1] == "STATE" and table[1].split()[-1] == "PAUSED"
+    resumed = json.loads(cli(db, "queues", "resume", "billing").stdout)
+    assert (resumed["state"], resumed["changed"]) == ("ACTIVE", True)
+    assert json.loads(cli(db, "queues").stdout)["queues"]["billing"]["paused"] is False
+
+
+@pytest.mark.parametrize("args", [["pause", "bad name"], ["resume", "-x"], ["pause", "q" * 65], ["pause"],
+                                  ["resume", "a", "b"], ["stop", "billing"]])
+def test_queues_bad_input_exits_2_and_writes_nothing(db, args):
+    done = cli(db, "queues", *args)
+    assert done.returncode == EXIT_USAGE and done.stdout == "", (args, done.stderr)
+    assert json.loads(cli(db, "queues").stdout)["queues"] == {}

@@ -26,7 +26,7 @@ def test_show_prints_every_setting_with_its_default_and_who_set_it(db):
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)["settings"]
     assert list(shown) == ["lease_ttl", "start_timeout", "cancel_grace", "permit_quarantine", "priority_step",
-                           "node_heartbeat", "node_lapse"]
+                           "node_heartbeat", "node_lapse", "task_retention"]
     assert shown["cancel_grace"] == {
         "name": "cancel_grace", "value": 30, "unit": "s", "meaning": "30 s", "default": 30, "state": "DEFAULT",
         "updated_at": None, "updated_by": None, "description": shown["cancel_grace"]["description"]}

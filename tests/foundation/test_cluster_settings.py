@@ -20,10 +20,10 @@ def _parse(argv: list[str]) -> cfg.Settings:
 
 def test_the_list_covers_what_every_process_must_agree_on():
     assert cs.NAMES == ("lease_ttl", "start_timeout", "cancel_grace", "permit_quarantine", "priority_step",
-                        "node_heartbeat", "node_lapse")
+                        "node_heartbeat", "node_lapse", "task_retention")
     assert cs.DEFAULTS_MS == {"lease_ttl": 30_000, "start_timeout": 30_000, "cancel_grace": 30_000,
                               "permit_quarantine": None, "priority_step": 30_000, "node_heartbeat": 5_000,
-                              "node_lapse": 15_000}
+                              "node_lapse": 15_000, "task_retention": 7 * 86_400_000}
     assert cs.pair_problem(cs.DEFAULTS_MS) is None
     assert [s.flag for s in cs.SETTINGS][:2] == ["--lease-ttl", "--start-timeout"]
 
@@ -43,6 +43,15 @@ def test_values_outside_the_rules_are_refused_with_one_code(text, message):
     with pytest.raises(cs.InvalidSetting, match=message) as caught:
         cs.BY_NAME["cancel_grace"].from_text(text)
     assert caught.value.code == cs.INVALID_VALUE == "invalid_request"
+
+
+def test_task_retention_has_bounds_of_its_own():
+    retention = cs.BY_NAME["task_retention"]
+    assert retention.from_text("604800") == 604_800_000 and retention.from_text("315360000") == 315_360_000_000
+    for bad, message in (("0.5", "1 to 315360000 seconds"), ("315360000.001", "1 to 315360000"),
+                         ("1.0001", "to the millisecond")):
+        with pytest.raises(cs.InvalidSetting, match=message):
+            retention.from_text(bad)
 
 
 def test_only_permit_quarantine_may_be_null():

@@ -35,9 +35,10 @@ class Reply:
 
     @property
     def error(self) -> dict[str, str]:
-        """The ``error`` object of an error reply, checked for its exact shape."""
+        """The ``error`` object of an error reply, checked for its exact shape (422 also names the field)."""
         doc = self.json()
-        assert set(doc) == {"error"} and set(doc["error"]) == {"code", "message"}, doc
+        shape = {"code", "message", "field"} if self.status == 422 else {"code", "message"}
+        assert set(doc) == {"error"} and set(doc["error"]) == shape, doc
         return doc["error"]
 
 

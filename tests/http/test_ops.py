@@ -69,6 +69,13 @@ async def test_answers_validate_against_the_documented_schemas(http, tokens, tok
     _check("WorkerList", (await http.get("/v1/workers?all=true", token=tokens["operator"])).json())
     _check("NodeList", (await http.get("/v1/nodes?all=true", token=tokens["operator"])).json())
     _check("QueueDepths", (await http.get("/v1/queues", token=tokens["operator"])).json())
+    _check("QueueState", (await http.post("/v1/queues/mail/pause", token=tokens["operator"])).json())
+    _check("QueueDepths", (await http.get("/v1/queues", token=tokens["operator"])).json())
+    _check("QueueState", (await http.post("/v1/queues/mail/resume", token=tokens["operator"])).json())
+    _check("QueueState", (await http.request("PUT", "/v1/queues/mail/retention", token=tokens["operator"],
+                                             json_body={"value": 3600.5})).json())
+    _check("QueueDepths", (await http.get("/v1/queues", token=tokens["operator"])).json())
+    _check("Error", (await http.post("/v1/queues/bad%20name/pause", token=tokens["operator"])).json())
     _check("SettingMap", (await http.get("/v1/settings", token=tokens["producer"])).json())
     _check("Setting", (await http.request("PUT", "/v1/settings/permit_quarantine", token=tokens["operator"],
                                           json_body={"value": None})).json())

@@ -145,7 +145,8 @@ async def test_a_submit_through_http_reaches_a_worker_and_its_outcome_is_shown(h
     assert listed["session_id"] == worker.session_id and listed["capacity"] == 1 and listed["drain"] is False
     assert listed["subscriptions"] == [{"queue": "billing", "kinds": None}] and listed["active_leases"] == 0
     depths = (await http.get("/v1/queues", token=tokens["producer"])).json()["queues"]
-    assert depths == {"billing": {"states": {"SUCCEEDED": 1}, "oldest_ready_age_s": None}}
+    assert depths == {"billing": {"states": {"SUCCEEDED": 1}, "oldest_ready_age_s": None, "state": "ACTIVE",
+                                  "paused": False, "paused_at": None, "paused_by": None, "task_retention": None}}
 
 
 async def test_queue_depths_count_states_and_hide_foreign_queues(http, tokens):

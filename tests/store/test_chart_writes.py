@@ -23,6 +23,7 @@ from pulse_trio.client.schedules import build_schedule
 from pulse_trio.store import NewTask, request_cancel, retry, submit
 from pulse_trio.store.schedules import create as create_schedule
 from pulse_trio.store.chart_write import TABLES, UndeclaredTransition, move
+from pulse_trio.store.queues import pause as pause_queue, set_retention
 from pulse_trio.store.tx import Tx, UnregisteredWrite
 
 ROOT = Path(__file__).parents[2]
@@ -46,6 +47,9 @@ def _specimen(world, chart: str) -> str:
                   " expires_at) VALUES (%s, 'ALIVE', 'h', 1, 1000, %s, %s, %s)", (NODE_ID, world.now, world.now,
                                                                                  world.now))
         return NODE_ID
+    if chart == "queue":
+        change = world.run(pause_queue, queue="q-chart", paused_by="test")
+        return change.control.queue
     if chart == "schedule":
         return _schedule(world)
     w = world.worker("q", keys=True)
@@ -153,6 +157,10 @@ def test_the_functions_that_insert_a_row_write_the_charts_destination(world):
     world.run(request_cancel, task_id=results[1].task_id)
     copy = world.run(retry, source_task_id=results[1].task_id)
     assert _state(world, "task", copy.task_id) in CHARTS["task"].dests("retry", "NONE")
+    world.run(pause_queue, queue="q-paused", paused_by="test")
+    assert _state(world, "queue", "q-paused") in CHARTS["queue"].dests("pause", "NONE")
+    world.run(set_retention, queue="q-kept", retention_ms=60_000, updated_by="test")
+    assert _state(world, "queue", "q-kept") in CHARTS["queue"].dests("retain", "NONE")
     assert _state(world, "schedule", _schedule(world, "inserted")) in CHARTS["schedule"].dests("create", "NONE")
 
 

@@ -4,6 +4,7 @@
 a ``javascript:`` URL and a right-to-left override in its error message and result.
 ``steady`` works queue ``ui-overview``: ``echo`` succeeds with its payload, ``charge`` fails.
 ``idle``: subscribed to ``ui-drain`` and never given work; it is there to be drained.
+``pausable`` works queue ``ui-pause``: ``echo`` succeeds with its payload (while the queue is not paused).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ HOSTILE = ('<script>window.__pwned = "script"</script><img src=x onerror="window
 busy = Registry()
 steady = Registry()
 idle = Registry()
+pausable = Registry()
 
 
 @busy.handler("ui-work", "charge")
@@ -25,6 +27,7 @@ async def charge(task: TaskContext) -> None:
 
 
 @steady.handler("ui-overview", "echo")
+@pausable.handler("ui-pause", "echo")
 async def echo(task: TaskContext) -> object:
     return task.payload
 

@@ -1,9 +1,10 @@
-// Overview: one row per queue with counts by state, the oldest READY task's age, what finished
+// Overview: one row per queue with its state (ACTIVE or PAUSED, and Pause / Resume for operators:
+// POST /v1/queues/{queue}/pause|resume), counts by state, the oldest READY task's age, what finished
 // in the last minutes and a throughput chart over the last hour (GET /v1/overview).
 
-import { get } from "./api.js";
+import { ApiError, get, post } from "./api.js";
 import { throughputChart } from "./chart.js";
-import { el, notice, replace, table } from "./dom.js";
+import { button, el, notice, replace, table } from "./dom.js";
 import { age, count } from "./format.js";
 
 const STATES = ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"];
@@ -14,12 +15,15 @@ function tasksHref(queue, state) {
   return `#/tasks?${params}`;
 }
 
-function queueRow(name, q) {
+function queueRow(name, q, switchButton) {
   const capped = new Set(q.capped);
   const recent = q.recent;
   const finished = Object.values(recent).reduce((a, b) => a + b, 0);
   return el("tr", { "data-queue": name },
-    el("th", { class: "queue" }, el("a", { href: tasksHref(name) }, name)),
+    el("th", { class: "queue" }, el("a", { href: tasksHref(name) }, name),
+      el("div", { class: "queue-state" },
+        el("span", { class: `badge state-${q.state}`, "data-field": "queue-state" }, q.state), " ",
+        switchButton(name, q.state))),
     STATES.map((state) => {
       const n = q.states[state] ?? 0;
       return el("td", { class: `num state-${state}${n ? "" : " zero"}`, "data-state": state },
@@ -32,11 +36,37 @@ function queueRow(name, q) {
     el("td", { class: "chart-cell" }, throughputChart(q.per_minute, { label: name })));
 }
 
-export function overview(view) {
+export function overview(view, params, { can }) {
   const heading = el("h1", {}, "Queues");
   const intro = el("p", { class: "muted" });
+  const answer = el("div", { id: "queue-answer" });
   const body = el("div");
-  replace(view, heading, intro, body);
+  replace(view, heading, intro, answer, body);
+
+  // Pause stops new offers of the queue on every serve process; running tasks finish, submissions are kept.
+  function switchButton(name, state) {
+    if (!can("pause")) return null;
+    const pausing = state !== "PAUSED";
+    const action = pausing ? "pause" : "resume";
+    const toggle = button(pausing ? "Pause" : "Resume",
+      { class: pausing ? "small danger" : "small", "data-queue-action": action, title: pausing
+        ? "Offer none of this queue's tasks to any worker; running tasks finish, submissions are kept"
+        : "Offer this queue's tasks again" });
+    toggle.addEventListener("click", async () => {
+      toggle.disabled = true;
+      try {
+        const done = await post(`/v1/queues/${encodeURIComponent(name)}/${action}`);
+        replace(answer, notice(done.paused
+          ? `Queue ${name} is paused: no new task of it goes to a worker; running ones finish.`
+          : `Queue ${name} is active again.`, "ok"));
+      } catch (error) {
+        if (!(error instanceof ApiError)) throw error;
+        replace(answer, notice(`${pausing ? "Pause" : "Resume"} refused: ${error.summary}`, "error"));
+      }
+      await refresh();
+    });
+    return toggle;
+  }
 
   async function refresh() {
     const data = await get("/v1/overview");
@@ -50,7 +80,7 @@ export function overview(view) {
     }
     replace(body, table(
       ["Queue", ...STATES, "Oldest READY", "Recent", "Last hour"],
-      names.map((name) => queueRow(name, data.queues[name])),
+      names.map((name) => queueRow(name, data.queues[name], switchButton)),
       { id: "queues" }));
   }
 

@@ -1,0 +1,162 @@
+"""Chart ``task``, trigger ``purge``: delete terminal tasks once they are older than their retention.
+
+Every finished task keeps its row, its leases (one per attempt or lapsed
+offer), their renew receipts, a released key permit and a cancel intent.
+Kept forever they fill the disk and every index; retention deletes them
+once the task ended longer ago than its queue's ``task_retention`` (or the
+cluster's, :mod:`pulse_trio.cluster_settings`).
+
+How a pass works, and why it stays out of dispatch's way:
+
+* :func:`retention_plan` (read only) lists, per queue that has ended tasks,
+  the cutoff: ``now`` minus the queue's own retention, or the cluster's.
+* :func:`purge` deletes one batch of one queue: it reads up to ``limit``
+  ended tasks older than the cutoff through ``tasks_finished (queue,
+  outcome_status, finished_at)`` ``FOR UPDATE SKIP LOCKED``, so two
+  processes purging at once take disjoint batches and neither waits; then
+  it deletes the batch's children by primary key (receipts, permits,
+  leases, cancel intents) and the tasks. The rows it locks are terminal
+  tasks and their ended leases, which no claim, command or timer touches;
+  the transaction is short, and the caller pauses between batches.
+* A task whose key permit is not RELEASED yet (quarantined after a lost
+  lease) or that still has a live lease or cancel intent is left for a
+  later pass: deleting it would drop a permit the key's counter still
+  counts. Key counters themselves are never deleted: they carry each key's
+  fencing token, which must keep increasing.
+
+:func:`count_due` is the same selection, counted, for ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+from pulse_trio.charts import CHARTS
+from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
+from pulse_trio.store.chart_write import destination
+from pulse_trio.store.registry import read_only, transition
+from pulse_trio.store.settings import value_ms
+from pulse_trio.store.tx import Tx, after_ms, db_time, py_time
+
+#: The states a purge takes from: the task chart's own list (the terminal ones).
+PURGEABLE: tuple[str, ...] = tuple(s for s in CHARTS["task"].spec.states if CHARTS["task"].dests("purge", s))
+#: A key permit the purge may delete with its task (its key's counter no longer counts it).
+_PERMIT_DONE = "RELEASED"
+#: Cancel intents that still act on their task (requested or notified, not yet resolved).
+_INTENT_LIVE = ("REQUESTED", "NOTIFIED")
+#: Tasks per purge transaction (serve's loop and ``pulse-trio task purge``): with their leases and
+#: receipts a few thousand rows, a short transaction.
+BATCH_TASKS = 500
+#: The tables a purge deletes from, children first: what its counts are keyed by.
+TABLES = ("renew_receipts", "key_permits", "leases", "cancel_intents", "tasks")
+
+_DUE = (f"SELECT task_id, state FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
+        f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueCutoff:
+    """One queue's purge cutoff: tasks that ended before ``before`` are due."""
+
+    queue: str
+    retention_ms: int
+    own: bool  # the queue's own retention (else the cluster's)
+    before: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PurgeBatch:
+    """What one :func:`purge` deleted, per table; ``held``: due tasks left for a later pass."""
+
+    deleted: dict[str, int]
+    selected: int
+    held: int = 0
+
+    @property
+    def tasks(self) -> int:
+        return self.deleted.get("tasks", 0)
+
+
+@read_only(takes_locks=False)
+def retention_plan(tx: Tx, *, now: dt.datetime, queue: str | None = None,
+                   older_than_ms: int | None = None) -> list[QueueCutoff]:
+    """Each queue with ended tasks (or just ``queue``) and its cutoff.
+
+    ``older_than_ms`` replaces every retention (``pulse-trio task purge
+    --older-than``); otherwise a queue's own retention wins over the
+    cluster's ``task_retention``.
+    """
+    if queue is None:
+        queues = [q for (q,) in tx.all("SELECT DISTINCT queue FROM tasks FORCE INDEX (tasks_finished)"
+                                       " WHERE outcome_status IS NOT NULL")]
+    else:
+        queues = [queue]
+    if not queues:
+        return []
+    cluster = value_ms(tx, "task_retention")
+    assert cluster is not None
+    own = {q: int(ms) for q, ms in tx.all("SELECT queue, task_retention_ms FROM queues"
+                                          " WHERE task_retention_ms IS NOT NULL AND queue IN %s", (tuple(queues),))}
+    plan = []
+    for name in sorted(queues):
+        ms = older_than_ms if older_than_ms is not None else own.get(name, cluster)
+        plan.append(QueueCutoff(name, ms, older_than_ms is None and name in own, after_ms(now, -ms)))
+    return plan
+
+
+@read_only(takes_locks=False)
+def count_due(tx: Tx, *, queue: str, before: dt.datetime) -> int:
+    """How many of the queue's tasks ended before ``before`` (``--dry-run``; nothing is locked)."""
+    row = tx.one(f"SELECT COUNT(*) FROM ({_DUE}) due", (queue, db_time(before)))
+    return int(row[0]) if row else 0
+
+
+def _in(ids: Sequence[str]) -> tuple[str, ...]:
+    return tuple(ids)
+
+
+@transition("task", "purge")
+def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int) -> PurgeBatch:
+    """Delete up to ``limit`` of the queue's tasks that ended before ``before``, with everything that is theirs."""
+    rows = tx.all(_DUE + " LIMIT %s FOR UPDATE SKIP LOCKED", (queue, db_time(before), limit))
+    if not rows:
+        return PurgeBatch({}, 0)
+    for _, state in rows:
+        destination("task", "purge", state)  # UndeclaredTransition for a state the chart does not purge
+    ids = _in([task_id for task_id, _ in rows])
+    leases = tx.all("SELECT lease_id, task_id, state FROM leases FORCE INDEX (leases_task) WHERE task_id IN %s",
+                    (ids,))
+    held = {task_id for _, task_id, state in leases if state in LIVE_LEASE_STATES}
+    lease_ids = _in([lease_id for lease_id, _, _ in leases])
+    if lease_ids:
+        held |= {task_id for (task_id,) in tx.all(
+            "SELECT task_id FROM key_permits WHERE lease_id IN %s AND state <> %s", (lease_ids, _PERMIT_DONE))}
+    held |= {task_id for (task_id,) in tx.all(
+        f"SELECT task_id FROM cancel_intents WHERE task_id IN %s AND state IN {sql_list(_INTENT_LIVE)}", (ids,))}
+    if held:
+        ids = _in([t for t in ids if t not in held])
+        lease_ids = _in([lease_id for lease_id, task_id, _ in leases if task_id not in held])
+    deleted = dict.fromkeys(TABLES, 0)
+    if lease_ids:
+        deleted["renew_receipts"] = tx.write("DELETE FROM renew_receipts WHERE lease_id IN %s", (lease_ids,))
+        deleted["key_permits"] = tx.write("DELETE FROM key_permits WHERE lease_id IN %s", (lease_ids,))
+        deleted["leases"] = tx.write("DELETE FROM leases WHERE lease_id IN %s", (lease_ids,))
+    if ids:
+        deleted["cancel_intents"] = tx.write("DELETE FROM cancel_intents WHERE task_id IN %s", (ids,))
+        deleted["tasks"] = tx.write(f"DELETE FROM tasks WHERE task_id IN %s AND state IN {sql_list(PURGEABLE)}",
+                                    (ids,))
+    return PurgeBatch(deleted, len(rows), len(held))
+
+
+@read_only(takes_locks=False)
+def oldest_due(tx: Tx, *, queue: str, before: dt.datetime) -> dt.datetime | None:
+    """When the queue's oldest due task ended (None: nothing is due), for the dry run's report."""
+    row = tx.one(f"SELECT MIN(finished_at) FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
+                 f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s", (queue, db_time(before)))
+    return py_time(row[0]) if row and row[0] is not None else None
+
+
+__all__ = ["BATCH_TASKS", "PURGEABLE", "TABLES", "PurgeBatch", "QueueCutoff", "count_due", "oldest_due", "purge",
+           "retention_plan"]

@@ -1,0 +1,185 @@
+"""The systemd units in deploy/systemd: verified by systemd itself, sandboxed, and the readiness they wait for.
+
+``systemd-analyze verify`` reads each unit as systemd would load it (the
+ExecStart binary must exist, so it is pointed at this checkout's
+``pulse-trio``), and ``systemd-analyze security --offline`` scores the
+sandboxing. Then real ``serve`` and ``worker run`` processes are started
+with a ``NOTIFY_SOCKET`` of the test's own: ``READY=1`` must come when the
+service is usable, ``STOPPING=1`` when SIGTERM begins the stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from cli_support import COMMAND, free_port, serve
+from token_support import make_token
+
+ROOT = Path(__file__).resolve().parents[2]
+UNITS = ROOT / "deploy" / "systemd"
+INSTALLED = "/opt/pulse-trio/venv/bin/pulse-trio"
+ANALYZE = shutil.which("systemd-analyze") or "/usr/bin/systemd-analyze"  # scripts/bootstrap installs it
+
+
+def _units() -> list[str]:
+    return sorted(p.name for p in UNITS.glob("*.service"))
+
+
+def _local(tmp_path: Path) -> list[Path]:
+    """Each unit with ExecStart pointed at this checkout's pulse-trio; the worker template instantiated."""
+    binary = str(Path(sys.executable).with_name("pulse-trio"))
+    out = []
+    for name in _units():
+        text = (UNITS / name).read_text().replace(INSTALLED, binary)
+        target = tmp_path / name.replace("@.service", "@billing.service")
+        target.write_text(text)
+        out.append(target)
+    return out
+
+
+def _directives(name: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in (UNITS / name).read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            found.setdefault(key.strip(), []).append(value.strip())
+    return found
+
+
+def test_the_units_are_there():
+    assert _units() == ["pulse-trio-serve.service", "pulse-trio-worker@.service"]
+
+
+def test_systemd_analyze_verify_accepts_every_unit_without_a_word(tmp_path):
+    units = _local(tmp_path)
+    done = subprocess.run([ANALYZE, "verify", "--man=no", *map(str, units)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode == 0 and done.stderr == "" and done.stdout == "", done
+
+
+def test_verify_is_a_real_check(tmp_path):
+    """A unit with a misspelt directive or a missing binary is reported: the check above can fail."""
+    (unit,) = [u for u in _local(tmp_path) if u.name == "pulse-trio-serve.service"]
+    unit.write_text(unit.read_text().replace("TimeoutStopSec=", "TimeoutStopSecs=")
+                    .replace(str(Path(sys.executable).with_name("pulse-trio")), "/nonexistent/pulse-trio"))
+    done = subprocess.run([ANALYZE, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60)
+    assert "TimeoutStopSecs" in done.stderr and "/nonexistent/pulse-trio" in done.stderr, done
+
+
+@pytest.mark.parametrize("unit", ["pulse-trio-serve.service", "pulse-trio-worker@billing.service"])
+def test_the_sandbox_scores_ok(tmp_path, unit):
+    """Exposure at most 2.0 of 10 ("OK"); --threshold counts in tenths."""
+    _local(tmp_path)
+    done = subprocess.run([ANALYZE, "security", "--offline=yes", "--threshold=20", "--no-pager", unit],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+
+
+@pytest.mark.parametrize("name", ["pulse-trio-serve.service", "pulse-trio-worker@.service"])
+def test_each_unit_waits_for_readiness_stops_by_sigterm_restarts_and_reads_an_environment_file(name):
+    d = _directives(name)
+    assert d["Type"] == ["notify"] and d["NotifyAccess"] == ["main"]
+    assert d["KillSignal"] == ["SIGTERM"] and int(d["TimeoutStopSec"][0]) >= 30
+    assert d["Restart"] == ["on-failure"] and "2" in d["RestartPreventExitStatus"][0].split()
+    assert d["EnvironmentFile"][0].startswith("/etc/pulse-trio/")
+    for option in ("NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices",
+                   "RestrictAddressFamilies", "SystemCallFilter", "CapabilityBoundingSet"):
+        assert option in d, option
+    assert d["ExecStart"][0].startswith(INSTALLED)
+
+
+# -- readiness, as the units wait for it ------------------------------------------------------------
+
+class NotifySocket:
+    """What systemd does for a Type=notify unit: a datagram socket whose path the child gets."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = str(folder / "notify.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+
+    def expect(self, key: str, proc: subprocess.Popen, timeout: float = 60) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert proc.poll() is None or key == "STOPPING=1", proc.communicate()
+            self.sock.settimeout(0.2)
+            try:
+                message = self.sock.recv(4096).decode()
+            except TimeoutError:
+                continue
+            fields = dict(line.split("=", 1) for line in message.splitlines())
+            if key in message.splitlines():
+                return fields
+        raise AssertionError(f"no {key} within {timeout} s")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _env(notify: NotifySocket) -> dict[str, str]:
+    return {**os.environ, "NOTIFY_SOCKET": notify.path}
+
+
+def test_serve_says_ready_once_it_answers_and_stopping_on_sigterm(db, tmp_path):
+    notify = NotifySocket(tmp_path)
+    worker_port, http_port = free_port(), free_port()
+    proc = subprocess.Popen([*COMMAND, "serve", "--database-url", db.url(redact=False),
+                             "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(notify))
+    try:
+        ready = notify.expect("READY=1", proc)
+        assert str(worker_port) in ready["STATUS"] and str(http_port) in ready["STATUS"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=5) as answer:
+            assert json.load(answer)["status"] == "ready"  # at READY=1 a load balancer may send traffic
+        proc.send_signal(signal.SIGTERM)
+        notify.expect("STOPPING=1", proc)
+        assert proc.wait(timeout=30) == 0  # within the unit's TimeoutStopSec
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        notify.close()
+
+
+REGISTRY = """
+from pulse_trio.sdk import Registry
+
+registry = Registry()
+
+
+@registry.handler("billing", "charge")
+async def charge(task):
+    return {}
+"""
+
+
+def test_worker_says_ready_once_registered_and_drains_on_sigterm(db, tmp_path):
+    (tmp_path / "billing_worker.py").write_text(REGISTRY)
+    token = make_token(db, "worker", ("billing",))
+    with serve(db) as (worker_port, _http_port):
+        notify = NotifySocket(tmp_path)
+        env = {**_env(notify), "PULSE_WORKER_TOKEN": token, "PULSE_WORKER_CAPACITY": "3",
+               "PULSE_WORKER_NAME": "unit-test", "PULSE_WORKER_URL": f"ws://127.0.0.1:{worker_port}/v1/worker"}
+        proc = subprocess.Popen([*COMMAND, "worker", "run", f"{tmp_path / 'billing_worker.py'}:registry"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            ready = notify.expect("READY=1", proc)
+            assert "capacity 3" in ready["STATUS"]
+            proc.send_signal(signal.SIGTERM)  # the unit's stop: drain, then exit 0
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+            notify.close()

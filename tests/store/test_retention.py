@@ -1,0 +1,177 @@
+"""Retention (task.purge): exactly the tasks that ended before their cutoff go, with all that is theirs.
+
+Times are the world's own (``world.now``), so "older than the retention"
+is exact to the microsecond; the rows are inspected straight in the tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pulse_trio.dburl import connect
+from pulse_trio.store import expire, release_after_quarantine, request_cancel, retry, submit
+from pulse_trio.store.queues import set_retention
+from pulse_trio.store.retention import PURGEABLE, count_due, purge, retention_plan
+from pulse_trio.store.tasks import NewTask
+from pulse_trio.store.tx import Tx
+
+DAY_MS = 86_400_000
+
+
+def _finished(world, w, queue: str = "q", status: str = "SUCCEEDED", renewals: int = 1, **fields) -> str:
+    """A task that ran to ``status`` at world.now, with a renew receipt of its lease."""
+    offer = world.running(w, queue=queue, **fields)
+    revision = 2
+    for _ in range(renewals):
+        world.renew(w, offer, revision)
+        revision += 1
+    world.finish(w, offer, revision, status=status)
+    return offer.task.task_id
+
+
+def _count(world, table: str, column: str, ids) -> int:
+    ids = tuple(ids)
+    return world.sql(f"SELECT COUNT(*) FROM {table} WHERE {column} IN %s", (ids,))[0][0] if ids else 0
+
+
+def _exists(world, task_id: str) -> bool:
+    return bool(world.sql("SELECT 1 FROM tasks WHERE task_id = %s", (task_id,)))
+
+
+def _purge_all(world, *, limit: int = 100, older_than_ms: int | None = None) -> list:
+    batches = []
+    for cut in world.store.run_sync(retention_plan, now=world.now, older_than_ms=older_than_ms):
+        while True:
+            batch = world.store.run_sync(purge, queue=cut.queue, before=cut.before, limit=limit)
+            batches.append(batch)
+            if batch.selected < limit or not batch.tasks:
+                break
+    return batches
+
+
+def test_exactly_the_tasks_past_their_retention_go_with_their_leases_receipts_and_intents(world):
+    world.setting("task_retention", DAY_MS)
+    w = world.worker("q", "own", capacity=50, keys=True)
+    old = [_finished(world, w, status=s) for s in ("SUCCEEDED", "FAILED", "UNKNOWN")]
+    cancelled = world.submit("q")
+    world.run(request_cancel, task_id=cancelled)  # CANCELLED at once, with a RESOLVED intent
+    old.append(cancelled)
+    old.append(_finished(world, w, concurrency_key="acct"))  # a RELEASED key permit
+    own_old = _finished(world, w, queue="own")
+    world.advance(DAY_MS // 2)
+    world.run(set_retention, queue="own", retention_ms=3 * DAY_MS // 4, updated_by="test")
+    own_young = _finished(world, w, queue="own")
+    young = _finished(world, w)
+    running = world.running(w, queue="q")
+    waiting = world.submit("q")
+    world.advance(DAY_MS // 2 + 1)
+    leases = [r[0] for r in world.sql("SELECT lease_id FROM leases WHERE task_id IN %s", (tuple(old),))]
+    assert leases and _count(world, "renew_receipts", "lease_id", leases) == 4
+    assert _count(world, "cancel_intents", "task_id", old) == 1
+    assert _count(world, "key_permits", "lease_id", leases) == 1
+
+    plan = {c.queue: c for c in world.store.run_sync(retention_plan, now=world.now)}
+    assert (plan["q"].retention_ms, plan["q"].own, plan["own"].retention_ms, plan["own"].own) == (
+        DAY_MS, False, 3 * DAY_MS // 4, True)
+    assert world.store.run_sync(count_due, queue="q", before=plan["q"].before) == len(old)
+    _purge_all(world)
+
+    assert not any(_exists(world, t) for t in [*old, own_old])
+    assert all(_exists(world, t) for t in [young, own_young, waiting, running.task.task_id])
+    for table, column, ids in (("leases", "lease_id", leases), ("renew_receipts", "lease_id", leases),
+                               ("key_permits", "lease_id", leases), ("cancel_intents", "task_id", old)):
+        assert _count(world, table, column, ids) == 0, table
+    assert world.sql("SELECT last_token FROM key_counters WHERE concurrency_key = 'acct'") == [(1,)]
+    # The running task and its lease are untouched.
+    assert world.sql("SELECT state FROM leases WHERE lease_id = %s", (running.lease.lease_id,)) == [("RUNNING",)]
+
+
+def test_it_goes_in_batches_of_the_limit(world):
+    w = world.worker("q", capacity=20)
+    done = [_finished(world, w, renewals=0) for _ in range(7)]
+    world.advance(1_000)
+    batches = _purge_all(world, limit=3, older_than_ms=500)
+    assert [b.tasks for b in batches] == [3, 3, 1]
+    assert [b.deleted["leases"] for b in batches] == [3, 3, 1]
+    assert not any(_exists(world, t) for t in done)
+
+
+def test_two_purges_at_once_take_disjoint_batches_and_never_wait(world, db):
+    w = world.worker("q", capacity=20)
+    done = [_finished(world, w, renewals=0) for _ in range(6)]
+    world.advance(1_000)
+    before = world.now - dt.timedelta(milliseconds=500)
+    other = connect(db)
+    try:
+        with other.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 2")
+            other.begin()
+            first = purge(Tx(cur), queue="q", before=before, limit=4)  # holds its 4 rows, uncommitted
+            assert first.tasks == 4
+            second = world.store.run_sync(purge, queue="q", before=before, limit=4)
+            assert (second.selected, second.tasks) == (2, 2)  # the other two, without waiting
+            # A claim does not wait on the purge either: it never reads a terminal task.
+            world.submit("q")
+            assert len(world.assign(w)) == 1
+        other.commit()
+    finally:
+        other.close()
+    assert not any(_exists(world, t) for t in done)
+
+
+def test_a_task_whose_permit_is_still_quarantined_waits_for_a_later_pass(world):
+    w = world.worker("q", keys=True)
+    world.running(w, concurrency_key="acct", lease_ttl_ms=10_000)
+    world.advance(10_000)
+    world.run(expire)  # UNKNOWN, its permit QUARANTINED for the lease ttl
+    (lost,) = [r[0] for r in world.sql("SELECT task_id FROM tasks WHERE state = 'UNKNOWN'")]
+    world.advance(5_000)
+    (batch,) = _purge_all(world, older_than_ms=1_000)
+    assert (batch.selected, batch.held, batch.tasks) == (1, 1, 0) and _exists(world, lost)
+    world.advance(5_000)
+    world.run(release_after_quarantine)
+    _purge_all(world, older_than_ms=1_000)
+    assert not _exists(world, lost)
+    assert world.sql("SELECT outstanding FROM key_counters WHERE concurrency_key = 'acct'") == [(0,)]
+
+
+def test_lineage_and_idempotency_keys_once_their_source_is_gone(world):
+    w = world.worker("q", capacity=5)
+    source = _finished(world, w, status="FAILED", renewals=0, idempotency_key="order-1")
+    copy = world.run(retry, source_task_id=source)
+    world.advance(1_000)
+    _purge_all(world, older_than_ms=500)  # the source ended; its retry is READY
+    assert not _exists(world, source)
+    view = world.task(copy.task_id)
+    assert view.task.retry_of == source  # the lineage names a task that no longer exists
+    assert world.task(source) is None
+    # The key is free again: a submit with it makes a new task (the idempotency window is the retention).
+    (again,) = world.run(submit, tasks=[NewTask("q", "k", idempotency_key="order-1")])
+    assert again.created and again.task_id not in (source, copy.task_id)
+
+
+def test_a_source_whose_retry_was_purged_can_be_retried_again(world):
+    w = world.worker("q", capacity=5)
+    source = _finished(world, w, status="FAILED", renewals=0)
+    world.advance(10_000)
+    first = world.run(retry, source_task_id=source)
+    (offer,) = world.assign(w)
+    world.start(w, offer)
+    world.finish(w, offer, 2)
+    world.sql("UPDATE tasks SET finished_at = %s WHERE task_id = %s",  # the retry ended long before the source
+              (world.now.replace(tzinfo=None) - dt.timedelta(days=30), first.task_id))
+    _purge_all(world, older_than_ms=DAY_MS)
+    assert _exists(world, source) and not _exists(world, first.task_id)
+    assert world.task(source).retried_by is None
+    again = world.run(retry, source_task_id=source)
+    assert again.created and again.task_id != first.task_id
+
+
+def test_the_chart_names_what_a_purge_takes(world):
+    assert PURGEABLE == ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
+    w = world.worker("q")
+    offer = world.running(w)
+    world.advance(1_000)
+    assert _purge_all(world, older_than_ms=1) == []  # nothing ended: no queue to plan for
+    assert _exists(world, offer.task.task_id)
