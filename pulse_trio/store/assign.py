@@ -10,8 +10,10 @@ One transaction offers up to ``len(credentials)`` tasks to one session:
    claim is skipped, never waited on), merge them by
    ``(effective_at, task_id)``;
 3. keyed tasks take a permit (key_permit.acquire, itself SKIP LOCKED on the
-   key's counter); a keyed task at its limit is skipped and scanning goes on,
-   so it blocks nothing behind it;
+   key's counter); a key found at its limit has its READY tasks set aside
+   (task.wait_for_key: out of the pick-up range until a permit of the key is
+   released), so scanning goes on past them now and no later claim reads
+   them again: a blocked key blocks nothing behind it, at any depth;
 4. task.offer for the batch (one guarded UPDATE) and one multi-row INSERT of
    the leases.
 
@@ -205,11 +207,12 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
     heap = [((t.effective_at, t.task_id), i, src) for src, rows in pages.items() for i, t in enumerate(rows)]
     heapq.heapify(heap)
     chosen: list[tuple[TaskRow, LeaseCredential, int | None]] = []
+    skip = _KeySkips()
     scanned = len(heap)
     while heap and len(chosen) < want:
         _, index, source = heapq.heappop(heap)
         task = pages[source][index]
-        taken = _take(tx, session, task, credentials[len(chosen)], now)
+        taken = _take(tx, session, task, credentials[len(chosen)], now, skip)
         if taken is not None:
             chosen.append(taken)
         # The source's page is used up: read its next page only if more tasks are still
@@ -227,15 +230,57 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
     return chosen
 
 
-def _take(tx: Tx, session: InstanceRow, task: TaskRow, credential: LeaseCredential,
-          now: dt.datetime) -> tuple[TaskRow, LeaseCredential, int | None] | None:
+class _KeySkips:
+    """The keys one claim skips: busy (another assigner holds the counter) or at their limit.
+
+    A key at its limit has its READY tasks set aside once when first met; a
+    task of it met again later in the scan is past the chunk set aside, so
+    the next chunk goes too (at most once per task read).
+    """
+
+    __slots__ = ("busy", "at_limit", "set_aside")
+
+    def __init__(self) -> None:
+        self.busy: set[str] = set()
+        self.at_limit: set[str] = set()
+        self.set_aside: set[str] = set()  # task ids this claim set aside
+
+    def skips(self, tx: Tx, task: TaskRow) -> bool:
+        key = task.concurrency_key
+        if key in self.busy:
+            return True
+        if key in self.at_limit:
+            if task.task_id not in self.set_aside:
+                self._set_aside(tx, key)
+            return True
+        return False
+
+    def limit_reached(self, tx: Tx, key: str) -> None:
+        self.at_limit.add(key)
+        self._set_aside(tx, key)
+
+    def _set_aside(self, tx: Tx, key: str) -> None:
+        ids = task_steps.ready_of_key(tx, key)
+        if ids:
+            task_steps.wait_for_key(tx, task_ids=ids)
+            self.set_aside.update(ids)
+
+
+def _take(tx: Tx, session: InstanceRow, task: TaskRow, credential: LeaseCredential, now: dt.datetime,
+          skip: _KeySkips) -> tuple[TaskRow, LeaseCredential, int | None] | None:
     """The task for this offer if the guards allow it and (keyed) a permit is free; else None (skip)."""
     ctx = LeaseContext(session=session, task=task)
     if isinstance(decide("lease", "assign", "NONE", ctx), Refusal):
         return None
     token = None
     if task.concurrency_key is not None:
+        if skip.skips(tx, task):
+            return None
         token = permits.acquire(tx, task=task, lease_id=credential.lease_id, now=now)
         if token is None:
+            skip.busy.add(task.concurrency_key)
+            return None
+        if token == permits.AT_LIMIT:
+            skip.limit_reached(tx, task.concurrency_key)
             return None
     return task, credential, token

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list
 from pulse_trio.store.registry import read_only
+from pulse_trio.store.rows import KEY_WAIT
 from pulse_trio.store.tx import Tx, db_time, py_time
 
 #: A (queue, state) count stops here; the answer says which counts reached it.
@@ -52,7 +53,7 @@ _COUNT_ONE = {
     "ended": "SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_finished)"
              " WHERE queue = %s AND outcome_status = %s LIMIT %s) c)",
 }
-_WAITING = frozenset(WAITING_TASK_STATES)
+_WAITING = frozenset((*WAITING_TASK_STATES, KEY_WAIT))
 
 
 def capped_counts(tx: Tx, pairs: Sequence[tuple[str, str]], cap: int = COUNT_CAP) -> dict[tuple[str, str], int]:
@@ -113,8 +114,13 @@ def queue_states(tx: Tx, *, now: dt.datetime, queues: Iterable[str] | None = Non
     counts.update((pair, count) for pair, count in running_counts(tx).items() if wanted is None or pair[0] in wanted)
     for (queue, state), count in counts.items():
         entry = out.setdefault(queue, {"states": {}, "capped": [], "oldest_ready_age_s": None})
+        if state == KEY_WAIT:  # set aside for its key: still READY
+            state = "READY"
+            count += counts.get((queue, state), 0)
+        elif state == "READY":
+            count += counts.get((queue, KEY_WAIT), 0)
         entry["states"][state] = min(count, cap)  # type: ignore[index]
-        if count > cap:
+        if count > cap and state not in entry["capped"]:  # type: ignore[operator]
             entry["capped"].append(state)  # type: ignore[union-attr]
     for queue, entry in out.items():
         if "READY" in entry["states"]:  # type: ignore[operator]

@@ -23,6 +23,12 @@ _NOT_LEAN = frozenset({"payload", "idempotency_key", "retry_of", "created_at", "
                        "outcome_uncertain", "outcome_attempt"})
 
 
+#: ``tasks.pick_state`` of a READY task set aside because its key is at its
+#: limit (task.wait_for_key, migration 0011): outside the READY pick-up range,
+#: counted as READY everywhere else.
+KEY_WAIT = "KEY_WAIT"
+
+
 def _columns(prefix: str, names: tuple[str, ...]) -> str:
     return ", ".join(f"{prefix}.{n}" for n in names)
 
