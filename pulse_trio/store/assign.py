@@ -40,14 +40,14 @@ from pulse_trio.store.tx import Tx, after_ms, db_time
 
 _PICKUP = (
     f"SELECT {TASK_PICKUP.columns('t')} FROM tasks t FORCE INDEX ({{index}})"
-    " WHERE t.queue = %s AND t.pick_state = 'READY'{kind}{after}{kinds}{keys}"
+    " WHERE t.queue = %s AND t.pick_state = 'READY'{kind}{after}{keys}"
     " ORDER BY t.effective_at, t.task_id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 _AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id > %s))"
-# A subscription naming up to this many kinds reads one page per kind through
-# tasks_pickup_kind, so READY tasks of other kinds in the queue are never
-# scanned; a longer list filters tasks_pickup with IN (…) instead.
-KIND_PAGES_MAX = 8
+# Up to this many sources (queues, or kinds of a queue) each read a full
+# page; past it, each reads its share of one, so a claim locks about a page
+# of rows however many kinds its session names.
+SHARED_PAGES_FROM = 8
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,51 +61,62 @@ def new_credentials(count: int) -> tuple[LeaseCredential, ...]:
     return tuple(LeaseCredential(ids.new_id("lse"), ids.new_secret()) for _ in range(count))
 
 
-def pickup_sql(*, paged: bool = False, by_kind: bool = False, kinds: int = 0, unkeyed_only: bool = False) -> str:
-    """The pick-up query (exposed so a test can EXPLAIN exactly what runs).
+def pickup_sql(*, paged: bool = False, by_kind: bool = False, unkeyed_only: bool = False) -> str:
+    """The pick-up query of one source (exposed so a test can EXPLAIN exactly what runs).
 
     ``by_kind``: one kind, through ``tasks_pickup_kind (queue, pick_state, kind,
-    effective_at, task_id)``; ``kinds``: that many kinds, IN (…) over
-    ``tasks_pickup``; neither: the whole queue through ``tasks_pickup``.
+    effective_at, task_id)``; else the whole queue through ``tasks_pickup``.
+    Either way the index is read in ORDER BY order and only the rows returned
+    are read: the READY tasks of kinds the session does not take are never
+    walked, however many.
     """
-    if by_kind and kinds:
-        raise ValueError("by_kind reads one kind; kinds= is the IN (…) variant")
     return _PICKUP.format(
         index="tasks_pickup_kind" if by_kind else "tasks_pickup",
         kind=" AND t.kind = %s" if by_kind else "",
         after=_AFTER if paged else "",
-        kinds=f" AND t.kind IN ({', '.join(['%s'] * kinds)})" if kinds else "",
         keys=" AND t.concurrency_key IS NULL" if unkeyed_only else "",
     )
 
 
-Source = tuple[str, "str | frozenset[str] | None"]  # (queue, one kind | several kinds | every kind)
+Source = tuple[str, "str | None"]  # (queue, one kind | every kind)
+Read = tuple[Source, "TaskRow | None"]  # a source and the row its page starts after (None: its head)
 
 
 def _sources(session: InstanceRow) -> list[Source]:
-    """What to read pages from: per kind when the subscription names a few, else per queue."""
+    """What to read pages from: per kind when the subscription names kinds, else per queue."""
     out: list[Source] = []
     for queue, kinds in session.subscription_map().items():
-        if kinds is not None and len(kinds) <= KIND_PAGES_MAX:
-            out += [(queue, kind) for kind in sorted(kinds)]
-        else:
-            out.append((queue, kinds))
+        out += [(queue, None)] if kinds is None else [(queue, kind) for kind in sorted(kinds)]
     return out
 
 
-def _page(tx: Tx, session: InstanceRow, source: Source, after: TaskRow | None, size: int) -> list[TaskRow]:
-    queue, kinds = source
-    args: list = [queue]
-    if isinstance(kinds, str):
-        args.append(kinds)
-    if after is not None:
-        args += [db_time(after.effective_at), db_time(after.effective_at), after.task_id]
-    kind_list = sorted(kinds) if isinstance(kinds, frozenset) else []
-    args += kind_list
-    args.append(size)
-    sql = pickup_sql(paged=after is not None, by_kind=isinstance(kinds, str), kinds=len(kind_list),
-                     unkeyed_only=not session.concurrency_keys)
-    return [TASK_PICKUP.build(r) for r in tx.all(sql, args)]
+def pickup_statement(reads: Sequence[Read], size: int, *, unkeyed_only: bool) -> tuple[str, list]:
+    """One statement for the next page of each source: their pick-up queries, UNION ALL."""
+    parts, args = [], []
+    for (queue, kind), after in reads:
+        parts.append(pickup_sql(paged=after is not None, by_kind=kind is not None, unkeyed_only=unkeyed_only))
+        args.append(queue)
+        if kind is not None:
+            args.append(kind)
+        if after is not None:
+            args += [db_time(after.effective_at), db_time(after.effective_at), after.task_id]
+        args.append(size)
+    sql = parts[0] if len(parts) == 1 else " UNION ALL ".join(f"({p})" for p in parts)
+    return sql, args
+
+
+def _pages(tx: Tx, session: InstanceRow, reads: Sequence[Read], size: int) -> dict[Source, list[TaskRow]]:
+    """The next page of each source, in pick-up order, in one round trip."""
+    sql, args = pickup_statement(reads, size, unkeyed_only=not session.concurrency_keys)
+    by_kind = {queue for (queue, kind), _ in reads if kind is not None}
+    out: dict[Source, list[TaskRow]] = {source: [] for source, _ in reads}
+    for row in tx.all(sql, args):
+        task = TASK_PICKUP.build(row)
+        out[(task.queue, task.kind if task.queue in by_kind else None)].append(task)
+    if len(reads) > 1:
+        for rows in out.values():
+            rows.sort(key=lambda t: (t.effective_at, t.task_id))
+    return out
 
 
 PROBE_CHUNK = 100  # queues per probe statement
@@ -203,7 +214,12 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
     # page only if it must; a larger first page would lock rows FOR UPDATE
     # that it then leaves, and every row read costs a decode.
     page = want if not session.concurrency_keys else min(max(want, 8), max_scan)
-    pages: dict[Source, list[TaskRow]] = {src: _page(tx, session, src, None, page) for src in _sources(session)}
+    sources = _sources(session)
+    # Many sources (a subscription naming many kinds) share the first page;
+    # a source that turns out to hold the work reads full pages after it.
+    first = page if len(sources) <= SHARED_PAGES_FROM else -(-page // len(sources))
+    pages = _pages(tx, session, [(src, None) for src in sources], first)
+    more_left = {src: len(rows) == first for src, rows in pages.items()}  # its last read came back full
     heap = [((t.effective_at, t.task_id), i, src) for src, rows in pages.items() for i, t in enumerate(rows)]
     heapq.heapify(heap)
     chosen: list[tuple[TaskRow, LeaseCredential, int | None]] = []
@@ -219,9 +235,9 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
         # wanted. Reading it anyway would lock rows FOR UPDATE that this claim never
         # offers, and a concurrent claim (another session) would skip them: it would
         # come back short and count as dry for the rest of its dispatch pass.
-        if (index == len(pages[source]) - 1 and len(pages[source]) % page == 0 and scanned < max_scan
-                and len(chosen) < want):
-            more = _page(tx, session, source, task, page)  # keep the source's scan going
+        if index == len(pages[source]) - 1 and more_left[source] and scanned < max_scan and len(chosen) < want:
+            more = _pages(tx, session, [(source, task)], page)[source]  # keep the source's scan going
+            more_left[source] = len(more) == page
             scanned += len(more)
             base = len(pages[source])
             pages[source].extend(more)
