@@ -93,6 +93,8 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
         route("/v1/queues", get=tasks.queues),
         route("/v1/settings", get=cluster_settings.list, patch=cluster_settings.patch),
         route("/v1/settings/{name}", get=cluster_settings.get, put=cluster_settings.put),
+        route("/v1/fairness-weights", get=cluster_settings.weights),
+        route("/v1/fairness-weights/{key:path}", get=cluster_settings.get_weight, put=cluster_settings.put_weight),
         route("/v1/whoami", get=dashboard.whoami),
         route("/v1/overview", get=dashboard.overview),
         route("/", get=ui.root),

@@ -32,6 +32,8 @@ TABLES: dict[str, tuple[str, str]] = {
     "cancellation": ("cancel_intents", "task_id"),
     "instance": ("worker_instances", "session_id"),
     "node": ("server_nodes", "node_id"),
+    "fair_share": ("fair_shares", "share_id"),
+    "fairness_weight": ("fairness_weights", "fairness_key"),
 }
 
 

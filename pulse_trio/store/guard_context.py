@@ -137,6 +137,11 @@ class SettingContext:
     values: Mapping[str, int | None]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class FairShareContext:
+    """A fairness key's clock or weight: their transitions have no guards, so nothing to judge."""
+
+
 #: The one context type each persistent chart's guards are evaluated against.
 CONTEXTS: dict[str, type] = {
     "lease": LeaseContext,
@@ -146,7 +151,9 @@ CONTEXTS: dict[str, type] = {
     "instance": InstanceContext,
     "node": NodeContext,
     "cluster_setting": SettingContext,
+    "fair_share": FairShareContext,
+    "fairness_weight": FairShareContext,
 }
 
-__all__ = ["CONTEXTS", "CancellationContext", "InstanceContext", "KeyPermitContext", "LeaseContext", "NodeContext",
+__all__ = ["CONTEXTS", "CancellationContext", "FairShareContext", "InstanceContext", "KeyPermitContext", "LeaseContext", "NodeContext",
            "SettingContext", "TaskContext"]

@@ -47,6 +47,7 @@ class TaskRow:
     idempotency_key: str
     concurrency_key: str | None
     concurrency_limit: int
+    fairness_key: str | None
     max_attempts: int
     backoff_initial_ms: int
     backoff_factor: float

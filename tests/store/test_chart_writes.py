@@ -21,6 +21,7 @@ from pulse_trio.charts import CHARTS, persistent_charts
 from pulse_trio.dburl import connect
 from pulse_trio.store import NewTask, request_cancel, retry, submit
 from pulse_trio.store.chart_write import TABLES, UndeclaredTransition, move
+from pulse_trio.store.fairness import set_weight, share_id
 from pulse_trio.store.tx import Tx, UnregisteredWrite
 
 ROOT = Path(__file__).parents[2]
@@ -44,6 +45,12 @@ def _specimen(world, chart: str) -> str:
                   " expires_at) VALUES (%s, 'ALIVE', 'h', 1, 1000, %s, %s, %s)", (NODE_ID, world.now, world.now,
                                                                                  world.now))
         return NODE_ID
+    if chart == "fair_share":
+        world.submit(fairness_key="tenant-1")
+        return share_id("q", "tenant-1")
+    if chart == "fairness_weight":
+        world.run(set_weight, fairness_key="tenant-1", weight=3, updated_by="test")
+        return "tenant-1"
     w = world.worker("q", keys=True)
     if chart == "instance":
         return w.session_id
@@ -144,6 +151,10 @@ def test_the_functions_that_insert_a_row_write_the_charts_destination(world):
     world.run(request_cancel, task_id=results[1].task_id)
     copy = world.run(retry, source_task_id=results[1].task_id)
     assert _state(world, "task", copy.task_id) in CHARTS["task"].dests("retry", "NONE")
+    world.run(submit, tasks=[NewTask("q", "k", fairness_key="tenant-2")])
+    assert _state(world, "fair_share", share_id("q", "tenant-2")) in CHARTS["fair_share"].dests("open", "NONE")
+    world.run(set_weight, fairness_key="tenant-2", weight=2, updated_by="test")
+    assert _state(world, "fairness_weight", "tenant-2") in CHARTS["fairness_weight"].dests("set", "NONE")
 
 
 def test_no_store_module_but_the_writer_sets_a_state():

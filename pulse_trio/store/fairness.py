@@ -1,0 +1,160 @@
+"""Chart ``fair_share``: where a task of a fairness key is placed in the pick-up order.
+
+Each (queue, fairness_key) has a virtual clock (``fair_shares.virtual_at``).
+A task of the key that becomes READY — submitted due, promoted, retried by
+hand — is placed at ``max(due_at, clock)`` (its *fair due time*) and moves
+the clock on by ``fairness_quantum / weight``; its ``effective_at`` is the
+fair due time minus its priority offset, as for every task. So a key with
+many tasks waiting has them spread out in the pick-up order, one every
+``quantum / weight``, and a key with few is placed at its due time, ahead of
+a flood that was spread past it (docs/priority-and-fairness.md §5).
+
+Everything is decided when the task becomes READY: the claim reads the
+same index in the same order as without fairness keys, whatever the number
+of keys, and tasks without a key pay nothing. The key's row is locked for
+the placement (rows in one order, by ``share_id``), so every serve process
+and producer places the key's tasks on one clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+import pymysql
+
+from pulse_trio.store import settings
+from pulse_trio.store.chart_write import destination, move
+from pulse_trio.store.registry import read_only, transition
+from pulse_trio.store.tx import Tx, db_time, py_time
+
+DUPLICATE_KEY = 1062
+
+#: Weights are whole numbers in this range; a key without a stored weight weighs DEFAULT_WEIGHT.
+MIN_WEIGHT, MAX_WEIGHT, DEFAULT_WEIGHT = 1, 10_000, 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Arrival:
+    """A task of a fairness key becoming READY: where it would be without fairness."""
+
+    queue: str
+    fairness_key: str
+    due_at: dt.datetime
+    priority_offset_ms: int
+
+
+def share_id(queue: str, fairness_key: str) -> str:
+    """The row's key: a queue name holds no space, so the first space splits it."""
+    return f"{queue} {fairness_key}"
+
+
+def weights(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
+    """The stored weight of each key (DEFAULT_WEIGHT where none is stored)."""
+    found = {k: int(w) for k, w in tx.all("SELECT fairness_key, weight FROM fairness_weights WHERE fairness_key IN %s",
+                                          (tuple(keys),))} if keys else {}
+    return {k: found.get(k, DEFAULT_WEIGHT) for k in keys}
+
+
+#: Where fair_share.open puts the row it inserts.
+_ACTIVE = destination("fair_share", "open", "NONE")
+
+
+@transition("fair_share", "open", entry=False)
+def _open(tx: Tx, *, arrivals: Sequence[Arrival], now: dt.datetime) -> None:
+    """NONE -> ACTIVE: a row per new (queue, key), its clock at the first arrival's due time.
+
+    A concurrent first submit of the same key may insert it first: its
+    duplicate is fine, the lock that follows orders the two.
+    """
+    for a in arrivals:
+        try:
+            tx.write("INSERT INTO fair_shares (share_id, queue, fairness_key, state, virtual_at, placed, updated_at)"
+                     " VALUES (%s, %s, %s, %s, %s, 0, %s)",
+                     (share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(a.due_at),
+                      db_time(now)))
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != DUPLICATE_KEY:
+                raise
+
+
+@transition("fair_share", "advance", entry=False)
+def _advance(tx: Tx, *, clocks: dict[str, tuple[dt.datetime, int]], now: dt.datetime) -> None:
+    """ACTIVE -> ACTIVE: each key's clock moved past the tasks just placed (one statement per key)."""
+    for sid, (clock, count) in sorted(clocks.items()):
+        move(tx, "fair_share", "advance", [sid], source="ACTIVE",
+             sets="virtual_at = %s, placed = placed + %s, updated_at = %s",
+             args=(db_time(clock), count, db_time(now)))
+
+
+def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime) -> list[dt.datetime]:
+    """The fair ``effective_at`` of each arrival, in order, with the keys' clocks moved on.
+
+    Arrivals of one key are placed in the order given.
+    """
+    if not arrivals:
+        return []
+    quantum_ms = settings.value_ms(tx, "fairness_quantum")
+    assert quantum_ms is not None
+    ids = sorted({share_id(a.queue, a.fairness_key) for a in arrivals})
+    have = {r[0] for r in tx.all("SELECT share_id FROM fair_shares WHERE share_id IN %s", (tuple(ids),))}
+    first: dict[str, Arrival] = {}
+    for a in arrivals:
+        first.setdefault(share_id(a.queue, a.fairness_key), a)
+    new = [first[sid] for sid in ids if sid not in have]
+    if new:
+        _open(tx, arrivals=new, now=now)
+    clock = {r[0]: py_time(r[1]) for r in tx.all(
+        "SELECT share_id, virtual_at FROM fair_shares WHERE share_id IN %s ORDER BY share_id FOR UPDATE",
+        (tuple(ids),))}
+    weight = weights(tx, sorted({a.fairness_key for a in arrivals}))
+    placed: list[dt.datetime] = []
+    counts: collections.Counter[str] = collections.Counter()
+    for a in arrivals:
+        sid = share_id(a.queue, a.fairness_key)
+        fair_due = max(py_time(db_time(a.due_at)), clock[sid])
+        placed.append(fair_due - dt.timedelta(milliseconds=a.priority_offset_ms))
+        clock[sid] = fair_due + dt.timedelta(microseconds=quantum_ms * 1000 // weight[a.fairness_key])
+        counts[sid] += 1
+    _advance(tx, clocks={sid: (clock[sid], n) for sid, n in counts.items()}, now=now)
+    return placed
+
+
+@read_only(takes_locks=False)
+def list_weights(tx: Tx) -> dict[str, dict[str, object]]:
+    """Every stored weight (keys not listed weigh DEFAULT_WEIGHT)."""
+    return {k: {"weight": int(w), "updated_at": py_time(at), "updated_by": by}
+            for k, w, at, by in tx.all("SELECT fairness_key, weight, updated_at, updated_by FROM fairness_weights"
+                                       " ORDER BY fairness_key")}
+
+
+
+
+@transition("fairness_weight", "set")
+def set_weight(tx: Tx, *, fairness_key: str, weight: int, now: dt.datetime, updated_by: str) -> int | None:
+    """Store the key's weight (checked by the caller); the weight it had (None: never set, so 1)."""
+    if not MIN_WEIGHT <= weight <= MAX_WEIGHT:
+        raise ValueError(f"weight must be {MIN_WEIGHT} to {MAX_WEIGHT}")
+    row = tx.one("SELECT weight FROM fairness_weights WHERE fairness_key = %s FOR UPDATE", (fairness_key,))
+    stamp, who = db_time(now), updated_by[:128]
+    if row is None:
+        try:
+            tx.write("INSERT INTO fairness_weights (fairness_key, state, weight, updated_at, updated_by)"
+                     " VALUES (%s, %s, %s, %s, %s)",
+                     (fairness_key, destination("fairness_weight", "set", "NONE"), weight, stamp, who))
+            return None
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != DUPLICATE_KEY:
+                raise
+            row = tx.one("SELECT weight FROM fairness_weights WHERE fairness_key = %s FOR UPDATE", (fairness_key,))
+    if int(row[0]) == weight:
+        return weight  # nothing changes
+    move(tx, "fairness_weight", "set", [fairness_key], source="SET", sets="weight = %s, updated_at = %s,"
+         " updated_by = %s", args=(weight, stamp, who))
+    return int(row[0])
+
+
+__all__ = ["Arrival", "DEFAULT_WEIGHT", "MAX_WEIGHT", "MIN_WEIGHT", "list_weights", "place", "set_weight", "share_id",
+           "weights"]
