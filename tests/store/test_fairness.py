@@ -8,6 +8,7 @@ offered the tasks (a claim offers in pick-up order) and the tasks'
 from __future__ import annotations
 
 import datetime as dt
+from fractions import Fraction
 
 import pytest
 
@@ -29,14 +30,14 @@ def _keys_in_offer_order(world, w, count: int) -> list[str | None]:
     return [keys[o.task.task_id] for o in offers]
 
 
-def _worst_gap(order: list[str | None], a: str, b: str, wa: int, wb: int) -> float:
-    """max over prefixes of |n_a / w_a - n_b / w_b|."""
+def _worst_gap(order: list[str | None], a: str, b: str, wa: int, wb: int) -> Fraction:
+    """max over prefixes of |n_a / w_a - n_b / w_b|, exactly."""
     na = nb = 0
-    worst = 0.0
+    worst = Fraction(0)
     for key in order:
         na += key == a
         nb += key == b
-        worst = max(worst, abs(na / wa - nb / wb))
+        worst = max(worst, abs(Fraction(na, wa) - Fraction(nb, wb)))
     return worst
 
 
@@ -49,7 +50,7 @@ def test_a_flood_and_a_later_flood_share_offers_by_weight_within_the_stated_boun
     order = _keys_in_offer_order(world, w, 200)
     assert order[0] == "big"  # it was due first
     window = order[1:]  # from the moment both have work waiting
-    assert _worst_gap(window, "big", "small", 1, 3) <= 1 + 1 / 3
+    assert _worst_gap(window, "big", "small", 1, 3) <= 1 + Fraction(1, 3)
     assert window.count("small") == 150 and window.count("big") in (49, 50, 51)
 
 
