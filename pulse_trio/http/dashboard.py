@@ -20,6 +20,7 @@ from pulse_trio.http import auth, bodies
 from pulse_trio.http.api import json_value
 from pulse_trio.http.throughput import MINUTE, FinishesPerMinute
 from pulse_trio.store.dashboard import COUNT_CAP, FINISHED_STATUSES, finishes_since, queue_states
+from pulse_trio.store.fairness import key_figures
 from pulse_trio.store.tx import rfc3339
 
 if TYPE_CHECKING:
@@ -48,12 +49,14 @@ class DashboardApi:
         now = self.instance.now()
         visible = auth.visible_queues(info)
         queues = await self.store.run(queue_states, now=now, queues=visible)
+        fairness = await self.store.run(key_figures, since=now - RECENT, queues=visible)
         recent = await self.store.run(finishes_since, since=now - RECENT)
         first, series = await self.per_minute.read(now)
         zeros = [0] * self.per_minute.minutes
         for name, entry in queues.items():
             entry["recent"] = {status: recent.get((name, status), 0) for status in FINISHED_STATUSES}
             entry["per_minute"] = {status: series.get((name, status), zeros) for status in FINISHED_STATUSES}
+            entry["fairness"] = fairness.get(name, [])
         return json_value({
             "at": rfc3339(now), "count_cap": COUNT_CAP, "recent_s": RECENT.total_seconds(),
             "first_minute": rfc3339(first), "minute_s": MINUTE.total_seconds(),

@@ -271,6 +271,17 @@ SCHEMAS: dict[str, Any] = {
             "per_minute": _obj({status: {"type": "array", "items": {"type": "integer", "minimum": 0},
                                          "minItems": WINDOW_MINUTES, "maxItems": WINDOW_MINUTES}
                                 for status in FINISHED}),
+            "fairness": {"type": "array", "description": (
+                "The fairness keys with the most READY tasks (at most 10), then `other` for the rest "
+                "(docs/priority-and-fairness.md §5)."), "items": _obj({
+                    "fairness_key": {"type": "string"},
+                    "ready": {"type": "integer", "minimum": 0},
+                    "recent_finished": {"type": "integer", "minimum": 0,
+                                        "description": "Finished in the last `recent_s` seconds."},
+                    "recent_share": _nullable({"type": "number", "minimum": 0, "maximum": 1, "description": (
+                        "Its part of the queue's recent finishes with a fairness key.")}),
+                    "keys": {"type": "integer", "minimum": 1, "description": "`other` only: how many keys."},
+                }, ["fairness_key", "ready", "recent_finished", "recent_share"])},
         })},
     }),
     "Health": _obj({"status": {"const": "ok"}}),

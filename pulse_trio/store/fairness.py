@@ -156,5 +156,57 @@ def set_weight(tx: Tx, *, fairness_key: str, weight: int, now: dt.datetime, upda
     return int(row[0])
 
 
-__all__ = ["Arrival", "DEFAULT_WEIGHT", "MAX_WEIGHT", "MIN_WEIGHT", "list_weights", "place", "set_weight", "share_id",
-           "weights"]
+#: Per queue, /metrics and the dashboard name this many fairness keys (the most ready work); the rest are "other".
+TOP_KEYS = 10
+OTHER = "other"
+
+
+@read_only(takes_locks=False)
+def key_figures(tx: Tx, *, since: dt.datetime, queues: Sequence[str] | None = None,
+                top: int = TOP_KEYS) -> dict[str, list[dict[str, object]]]:
+    """Per queue, the fairness keys with the most READY tasks, then ``other``: ready count and recent finishes.
+
+    Bounded label sets: at most ``top`` keys plus ``other`` per queue. Ready
+    counts read ``tasks_fair_pick (queue, fair_pick, fairness_key)``, which
+    holds only READY tasks with a key (index only); the finishes since
+    ``since`` read each (queue, outcome) range of ``tasks_finished`` from
+    ``since`` on, so their cost follows the finishing rate.
+    """
+    ready: dict[str, dict[str, int]] = {}
+    for queue, key, count in tx.all(
+            "SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_fair_pick)"
+            " WHERE fair_pick = 'READY' GROUP BY queue, fairness_key"):
+        ready.setdefault(queue, {})[key] = int(count)
+    finished: dict[str, dict[str, int]] = {}
+    pairs = tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
+                   " WHERE outcome_status IS NOT NULL")
+    if pairs:
+        part = ("(SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
+                " WHERE queue = %s AND outcome_status = %s AND finished_at >= %s AND fairness_key IS NOT NULL"
+                " GROUP BY queue, fairness_key)")
+        args = [v for queue, status in pairs for v in (queue, status, db_time(since))]
+        for queue, key, count in tx.all(" UNION ALL ".join([part] * len(pairs)), args):
+            per = finished.setdefault(queue, {})
+            per[key] = per.get(key, 0) + int(count)
+    wanted = None if queues is None else set(queues)
+    out: dict[str, list[dict[str, object]]] = {}
+    for queue in sorted(set(ready) | set(finished)):
+        if wanted is not None and queue not in wanted:
+            continue
+        r, f = ready.get(queue, {}), finished.get(queue, {})
+        keys = sorted(set(r) | set(f), key=lambda k: (-r.get(k, 0), -f.get(k, 0), k))
+        shown, rest = keys[:top], keys[top:]
+        total = sum(f.values())
+        rows: list[dict[str, object]] = [
+            {"fairness_key": k, "ready": r.get(k, 0), "recent_finished": f.get(k, 0),
+             "recent_share": round(f.get(k, 0) / total, 4) if total else None} for k in shown]
+        if rest:
+            other_f = sum(f.get(k, 0) for k in rest)
+            rows.append({"fairness_key": OTHER, "ready": sum(r.get(k, 0) for k in rest), "recent_finished": other_f,
+                         "recent_share": round(other_f / total, 4) if total else None, "keys": len(rest)})
+        out[queue] = rows
+    return out
+
+
+__all__ = ["Arrival", "DEFAULT_WEIGHT", "MAX_WEIGHT", "MIN_WEIGHT", "OTHER", "TOP_KEYS", "key_figures", "list_weights",
+           "place", "set_weight", "share_id", "weights"]

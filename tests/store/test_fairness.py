@@ -130,3 +130,22 @@ def test_a_fairness_key_is_spelled_like_a_concurrency_key(key):
 def test_a_weight_outside_its_range_is_refused(world):
     with pytest.raises(ValueError):
         world.run(set_weight, fairness_key="t", weight=0, updated_by="test")
+
+
+def test_key_figures_name_the_keys_with_the_most_ready_work_then_other(world):
+    from pulse_trio.store.fairness import OTHER, key_figures
+
+    _submit(world, 2, fairness_key="zz")
+    w = world.worker("q", capacity=5)
+    for offer in world.assign(w, 2):
+        world.start(w, offer)
+        world.finish(w, offer, 2)
+    for i in range(13):
+        _submit(world, 13 - i, fairness_key=f"k{i:02}")
+    _submit(world, 4)  # no key: not in the figures
+    rows = world.store.run_sync(key_figures, since=world.now, top=10)["q"]
+    assert [r["fairness_key"] for r in rows] == [f"k{i:02}" for i in range(10)] + [OTHER]
+    assert rows[0] == {"fairness_key": "k00", "ready": 13, "recent_finished": 0, "recent_share": 0.0}
+    assert rows[-1] == {"fairness_key": OTHER, "ready": 3 + 2 + 1, "recent_finished": 2, "recent_share": 1.0,
+                        "keys": 4}
+    assert world.store.run_sync(key_figures, since=world.now, queues=["elsewhere"]) == {}
