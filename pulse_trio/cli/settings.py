@@ -39,8 +39,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     weight = actions.add_parser("weight", help="give a fairness key a weight (1-10000, default 1)",
                                 description="The keys with work waiting in a queue share it in proportion to "
                                             "their weights; tasks placed after the change use it.")
-    weight.add_argument("fairness_key", metavar="KEY")
-    weight.add_argument("weight", metavar="WEIGHT")
+    weight.add_argument("fairness_key", metavar="KEY", help="the fairness key (1-128 printable ASCII characters)")
+    weight.add_argument("weight", metavar="WEIGHT", help="a whole number from 1 to 10000")
     add_database_options(weight)
     weight.set_defaults(run=run_guarded(_weight))
     weights = actions.add_parser("weights", help="print the fairness keys given a weight (others weigh 1)")
