@@ -35,12 +35,12 @@ from pulse_trio.store.chart_write import destination
 from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, read_only, screen, transition
 from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
-from pulse_trio.store.rows import TASK_PICKUP, InstanceRow, LeaseRow, TaskRow
+from pulse_trio.store.rows import KEYED, TASK_PICKUP, InstanceRow, LeaseRow, TaskRow
 from pulse_trio.store.tx import Tx, after_ms, db_time
 
 _PICKUP = (
     f"SELECT {TASK_PICKUP.columns('t')} FROM tasks t FORCE INDEX ({{index}})"
-    " WHERE t.queue = %s AND t.pick_state = 'READY'{kind}{after}{keys}"
+    " WHERE t.queue = %s AND t.pick_state = %s{kind}{after}"
     " ORDER BY t.effective_at, t.task_id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 _AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id > %s))"
@@ -61,41 +61,45 @@ def new_credentials(count: int) -> tuple[LeaseCredential, ...]:
     return tuple(LeaseCredential(ids.new_id("lse"), ids.new_secret()) for _ in range(count))
 
 
-def pickup_sql(*, paged: bool = False, by_kind: bool = False, unkeyed_only: bool = False) -> str:
+def pickup_sql(*, paged: bool = False, by_kind: bool = False) -> str:
     """The pick-up query of one source (exposed so a test can EXPLAIN exactly what runs).
 
     ``by_kind``: one kind, through ``tasks_pickup_kind (queue, pick_state, kind,
     effective_at, task_id)``; else the whole queue through ``tasks_pickup``.
-    Either way the index is read in ORDER BY order and only the rows returned
-    are read: the READY tasks of kinds the session does not take are never
-    walked, however many.
+    ``pick_state`` is ``READY`` (unkeyed tasks) or ``KEYED`` (keyed ones, for
+    sessions that declared keys). Either way the index is read in ORDER BY
+    order and only the rows returned are read: READY tasks of kinds the
+    session does not take, keyed tasks a session without keys cannot take,
+    and tasks set aside for their key are never walked, however many.
     """
     return _PICKUP.format(
         index="tasks_pickup_kind" if by_kind else "tasks_pickup",
         kind=" AND t.kind = %s" if by_kind else "",
         after=_AFTER if paged else "",
-        keys=" AND t.concurrency_key IS NULL" if unkeyed_only else "",
     )
 
 
-Source = tuple[str, "str | None"]  # (queue, one kind | every kind)
+#: (queue, one kind | every kind, the pick_state range: READY unkeyed, KEYED keyed)
+Source = tuple[str, "str | None", str]
 Read = tuple[Source, "TaskRow | None"]  # a source and the row its page starts after (None: its head)
 
 
 def _sources(session: InstanceRow) -> list[Source]:
-    """What to read pages from: per kind when the subscription names kinds, else per queue."""
+    """What to read pages from: per kind when the subscription names kinds, else per queue; keyed too if declared."""
+    picks = ("READY", KEYED) if session.concurrency_keys else ("READY",)
     out: list[Source] = []
     for queue, kinds in session.subscription_map().items():
-        out += [(queue, None)] if kinds is None else [(queue, kind) for kind in sorted(kinds)]
+        for kind in [None] if kinds is None else sorted(kinds):
+            out += [(queue, kind, pick) for pick in picks]
     return out
 
 
-def pickup_statement(reads: Sequence[Read], size: int, *, unkeyed_only: bool) -> tuple[str, list]:
+def pickup_statement(reads: Sequence[Read], size: int) -> tuple[str, list]:
     """One statement for the next page of each source: their pick-up queries, UNION ALL."""
     parts, args = [], []
-    for (queue, kind), after in reads:
-        parts.append(pickup_sql(paged=after is not None, by_kind=kind is not None, unkeyed_only=unkeyed_only))
-        args.append(queue)
+    for (queue, kind, pick), after in reads:
+        parts.append(pickup_sql(paged=after is not None, by_kind=kind is not None))
+        args += [queue, pick]
         if kind is not None:
             args.append(kind)
         if after is not None:
@@ -107,12 +111,13 @@ def pickup_statement(reads: Sequence[Read], size: int, *, unkeyed_only: bool) ->
 
 def _pages(tx: Tx, session: InstanceRow, reads: Sequence[Read], size: int) -> dict[Source, list[TaskRow]]:
     """The next page of each source, in pick-up order, in one round trip."""
-    sql, args = pickup_statement(reads, size, unkeyed_only=not session.concurrency_keys)
-    by_kind = {queue for (queue, kind), _ in reads if kind is not None}
+    sql, args = pickup_statement(reads, size)
+    by_kind = {queue for (queue, kind, _), _ in reads if kind is not None}
     out: dict[Source, list[TaskRow]] = {source: [] for source, _ in reads}
     for row in tx.all(sql, args):
         task = TASK_PICKUP.build(row)
-        out[(task.queue, task.kind if task.queue in by_kind else None)].append(task)
+        pick = "READY" if task.concurrency_key is None else KEYED
+        out[(task.queue, task.kind if task.queue in by_kind else None, pick)].append(task)
     if len(reads) > 1:
         for rows in out.values():
             rows.sort(key=lambda t: (t.effective_at, t.task_id))
@@ -136,7 +141,7 @@ def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
         chunk = queues[start:start + PROBE_CHUNK]
         sql = " UNION ALL ".join(
             ["SELECT %s FROM DUAL WHERE EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
-             " WHERE queue = %s AND pick_state = 'READY')"] * len(chunk))
+             f" WHERE queue = %s AND pick_state IN ('READY', '{KEYED}'))"] * len(chunk))
         found.update(row[0] for row in tx.all(sql, [q for queue in chunk for q in (queue, queue)]))
     return found
 

@@ -24,9 +24,14 @@ _NOT_LEAN = frozenset({"payload", "idempotency_key", "retry_of", "created_at", "
 
 
 #: ``tasks.pick_state`` of a READY task set aside because its key is at its
-#: limit (task.wait_for_key, migration 0011): outside the READY pick-up range,
+#: limit (task.wait_for_key, migration 0011): outside the ranges claims read,
 #: counted as READY everywhere else.
 KEY_WAIT = "KEY_WAIT"
+#: ``tasks.pick_state`` of a READY keyed task (migration 0014): the range only
+#: sessions that declared concurrency_keys read; ``READY`` holds the unkeyed.
+KEYED = "KEYED"
+#: The pick_state values of READY tasks, and what each counts as: the task's state.
+READY_PICKS: dict[str, str] = {"READY": "READY", KEYED: "READY", KEY_WAIT: "READY"}
 
 
 def _columns(prefix: str, names: tuple[str, ...]) -> str:

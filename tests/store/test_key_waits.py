@@ -26,7 +26,7 @@ def _waiting(world, key: str) -> int:
 
 
 def _ready_in_range(world, key: str) -> int:
-    ((n,),) = world.sql("SELECT COUNT(*) FROM tasks WHERE concurrency_key = %s AND pick_state = 'READY'", (key,))
+    ((n,),) = world.sql("SELECT COUNT(*) FROM tasks WHERE concurrency_key = %s AND pick_state = 'KEYED'", (key,))
     return n
 
 
