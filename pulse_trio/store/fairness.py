@@ -92,7 +92,10 @@ def _advance(tx: Tx, *, clocks: dict[str, tuple[dt.datetime, int]], now: dt.date
 def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime) -> list[dt.datetime]:
     """The fair ``effective_at`` of each arrival, in order, with the keys' clocks moved on.
 
-    Arrivals of one key are placed in the order given.
+    Arrivals of one key are placed in the order given. A submit whose
+    idempotency key turns out to exist already was placed too: its slot
+    stays a gap on the key's clock (the key's next task comes one slot
+    later, never earlier).
     """
     if not arrivals:
         return []

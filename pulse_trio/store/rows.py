@@ -20,7 +20,7 @@ from pulse_trio.store.tx import aware_utc
 # costs PyMySQL a field descriptor per statement and a decode per row.
 _NOT_LEAN = frozenset({"payload", "idempotency_key", "retry_of", "created_at", "updated_at", "finished_at",
                        "outcome_status", "outcome_error_code", "outcome_error_message", "outcome_retryable",
-                       "outcome_uncertain", "outcome_attempt"})
+                       "outcome_uncertain", "outcome_attempt", "fairness_key"})
 
 
 #: ``tasks.pick_state`` of a READY task set aside because its key is at its
