@@ -149,3 +149,18 @@ def test_key_figures_name_the_keys_with_the_most_ready_work_then_other(world):
     assert rows[-1] == {"fairness_key": OTHER, "ready": 3 + 2 + 1, "recent_finished": 2, "recent_share": 1.0,
                         "keys": 4}
     assert world.store.run_sync(key_figures, since=world.now, queues=["elsewhere"]) == {}
+
+
+def test_the_worked_example_of_the_docs(world):
+    """docs/priority-and-fairness.md §5, placement table and pick-up order."""
+    world.run(set_weight, fairness_key="B", weight=3, updated_by="test")
+    a = _submit(world, 6, fairness_key="A")
+    world.advance(500)
+    b = _submit(world, 6, fairness_key="B")
+    world.advance(100)
+    (u,) = _submit(world, 1, fairness_key="A", priority=1)
+    names = {**{t: f"a{i + 1}" for i, t in enumerate(a)}, **{t: f"b{i + 1}" for i, t in enumerate(b)}, u: "u"}
+    w = world.worker("q", capacity=20)
+    order = [names[o.task.task_id] for o in world.assign(w, 13)]
+    # within one submit the tasks are placed in the order given, a quantum / weight apart
+    assert order == ["u", "a1", "b1", "b2", "a2", "b3", "b4", "b5", "a3", "b6", "a4", "a5", "a6"]
