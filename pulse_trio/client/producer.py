@@ -395,15 +395,12 @@ def check_weight(fairness_key: str, weight: Any) -> tuple[str, int]:
     """A fairness key and its weight, checked: ``invalid_request`` otherwise, before anything is written."""
     if not isinstance(fairness_key, str) or not is_fairness_key(fairness_key):
         raise InvalidRequest("a fairness key is 1-128 printable ASCII characters")
-    if isinstance(weight, str):
-        try:
-            weight = int(weight.strip())
-        except ValueError:
-            raise InvalidRequest(f"weight must be a whole number, not {weight[:40]!r}") from None
-    if isinstance(weight, bool) or not isinstance(weight, int) \
-            or not fairness.MIN_WEIGHT <= weight <= fairness.MAX_WEIGHT:
-        raise InvalidRequest(f"weight must be a whole number from {fairness.MIN_WEIGHT} to {fairness.MAX_WEIGHT}")
-    return fairness_key, weight
+    try:
+        value = (ranges.FAIRNESS_WEIGHT.check_text(weight) if isinstance(weight, str)
+                 else ranges.FAIRNESS_WEIGHT.check(weight))
+    except ranges.OutOfRange as exc:
+        raise InvalidRequest(str(exc)) from None
+    return fairness_key, int(value)
 
 
 def parse_settings(values: Mapping[str, str | float | int | None]) -> dict[str, int | None]:

@@ -224,12 +224,12 @@ def setting_value(body: dict[str, Any]) -> Decimal | int | None:
 
 
 def weight_value(body: dict[str, Any]) -> int:
-    """``PUT /v1/fairness-weights/{key}``: ``{"weight": N}``, a whole number (its range is the client's check)."""
+    """``PUT /v1/fairness-weights/{key}``: ``{"weight": N}``, a whole number in its range."""
     _closed(body, frozenset({"weight"}), ("weight",))
-    weight = body["weight"]
-    if isinstance(weight, bool) or not isinstance(weight, int):
-        raise bad_request("weight must be a whole number")
-    return weight
+    weight = _number(body, ranges.FAIRNESS_WEIGHT)
+    if weight is None:
+        raise bad_request(f"weight must be {ranges.FAIRNESS_WEIGHT.spelled}")
+    return int(weight)
 
 
 def setting_values(body: dict[str, Any], names: tuple[str, ...]) -> dict[str, Decimal | int | None]:

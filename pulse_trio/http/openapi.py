@@ -468,7 +468,7 @@ PATHS: dict[str, Any] = {
     },
     "/v1/fairness-weights/{key}": {
         "get": _op("getFairnessWeight", "One fairness key's weight", "Producer or operator. 1 if never set.",
-                   _responses({200: ("FairnessWeight", "The weight.")}, _AUTH), parameters=[_WEIGHT_PARAM]),
+                   _responses({200: ("FairnessWeight", "The weight.")}, (*_AUTH, 400)), parameters=[_WEIGHT_PARAM]),
         "put": _op("setFairnessWeight", "Give a fairness key a weight",
                    "Operator without `--queue`. Cluster-wide; the key's tasks placed after the change use it.",
                    _responses({200: ("FairnessWeight", "The weight after the change.")}, (*_AUTH, 400, 408, 413, 415)),

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from pulse_trio import cluster_settings as cs
 from pulse_trio.http import auth, bodies
 from pulse_trio.http.api import json_value
+from pulse_trio.client.producer import check_weight
 from pulse_trio.http.errors import forbidden, not_found
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class SettingsApi:
 
     async def get_weight(self, request: Request) -> Response:
         await self.tasks.authenticate(request, "settings")
-        key = request.path_params["key"]
+        key, _ = check_weight(request.path_params["key"], 1)  # a malformed key: 400 invalid_request
         found = (await self.tasks.blocking(self.tasks.client.fairness_weights)).get(key)
         if found is None:  # never given one: the default
             found = {"fairness_key": key, "weight": 1, "updated_by": None, "updated_at": None}

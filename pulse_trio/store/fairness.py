@@ -32,7 +32,8 @@ from pulse_trio.store.tx import Tx, db_time, py_time
 
 DUPLICATE_KEY = 1062
 
-#: Weights are whole numbers in this range; a key without a stored weight weighs DEFAULT_WEIGHT.
+#: Weights are whole numbers in this range (pulse_trio.client.ranges.FAIRNESS_WEIGHT checks input against
+#: the same); a key without a stored weight weighs DEFAULT_WEIGHT.
 MIN_WEIGHT, MAX_WEIGHT, DEFAULT_WEIGHT = 1, 10_000, 1
 
 
