@@ -147,6 +147,9 @@ SETTINGS: Final[tuple[ClusterSetting, ...]] = (
                    null_word="lease-ttl", null_meaning="the task's own lease ttl"),
     ClusterSetting("priority_step", 30_000, "seconds of waiting one priority level is worth; fixed into a "
                                             "task's effective_at when it is submitted"),
+    ClusterSetting("fairness_quantum", 1_000, "seconds of due time one task of a fairness key with weight 1 "
+                                              "takes up while the key has work waiting; fixed into a task's "
+                                              "effective_at when it becomes READY"),
     ClusterSetting("node_heartbeat", 5_000, "seconds between each serve process's liveness heartbeats"),
     ClusterSetting("node_lapse", 15_000, "seconds without a heartbeat after which another instance declares a "
                                          "serve process lost and disconnects its sessions (at least twice "

@@ -86,6 +86,7 @@ class Settings:
     cancel_grace: float = _default("cancel_grace")
     permit_quarantine: float | None = _default("permit_quarantine")  # None: the task's own lease ttl
     priority_step: float = _default("priority_step")
+    fairness_quantum: float = _default("fairness_quantum")
     hello_timeout: float = 10.0
     # HTTP API connections: an idle one (no request under way, or a request
     # whose headers have not all arrived) is closed after http_idle_timeout; a

@@ -156,7 +156,8 @@ class Progress:
         with self._conn.cursor() as cur:
             # waiting to be picked up, or held by a live lease (an OFFERED or RUNNING task has one)
             cur.execute("SELECT 1 FROM tasks FORCE INDEX (tasks_pickup_kind) WHERE queue = %s"
-                        " AND pick_state IN ('READY', 'SCHEDULED') AND kind = %s LIMIT 1", (QUEUE, self._kind))
+                        " AND pick_state IN ('READY', 'KEYED', 'KEY_WAIT', 'SCHEDULED') AND kind = %s LIMIT 1",
+                        (QUEUE, self._kind))
             if cur.fetchone() is not None:
                 return False
             # (only the run's workers are connected, so every live lease is one of the run's tasks)

@@ -44,6 +44,8 @@ class BenchOptions:
     backlog: int = 0
     instances: int = 1
     keyed_share: float = 0.0
+    #: Spread the tasks over this many fairness keys (0: none), round robin.
+    fairness_keys: int = 0
     timeout_s: float = 600.0
     worker_backend: str = "asyncio"
     history: int = 0
@@ -95,7 +97,9 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
             batch = []
             for i in range(start, min(start + SUBMIT_BATCH, options.tasks)):
                 key = f"key-{i % 16}" if keyed_every and i % keyed_every == 0 else None
-                batch.append(build_task(QUEUE, KIND, payload, concurrency_key=key, concurrency_limit=4))
+                tenant = f"tenant-{i % options.fairness_keys}" if options.fairness_keys else None
+                batch.append(build_task(QUEUE, KIND, payload, concurrency_key=key, concurrency_limit=4,
+                                        fairness_key=tenant))
             client.submit_many(batch)
         submit_s = time.perf_counter() - submit_started
         progress(f"{options.tasks} tasks submitted in {submit_s:.2f}s")

@@ -31,6 +31,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--backlog", type=int, default=0, help="READY tasks no worker takes, pre-filled")
     parser.add_argument("--instances", type=int, default=1, help="server instances on the one database")
     parser.add_argument("--keyed-share", type=float, default=0.0, help="fraction of tasks with a concurrency key")
+    parser.add_argument("--fairness-keys", type=int, default=0,
+                        help="spread the tasks over this many fairness keys, round robin (default 0: none); "
+                             "compare 1 with 10000 for the claim cost per key")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the run to finish")
     parser.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
                         help="event loop of the SDK workers (worker run --backend; default asyncio)")
@@ -126,7 +129,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     options = BenchOptions(workers=args.workers, capacity=args.capacity, tasks=args.tasks,
                            payload_bytes=args.payload_bytes, backlog=args.backlog, instances=args.instances,
-                           keyed_share=args.keyed_share, timeout_s=args.timeout,
+                           keyed_share=args.keyed_share, fairness_keys=args.fairness_keys, timeout_s=args.timeout,
                            worker_backend=args.worker_backend, history=args.history)
     with database(args, ensure_schema=False, create=True) as server:
         print_json(run(server, options))

@@ -1,4 +1,4 @@
-"""`pulse-trio settings show|set`: the settings every process of the cluster shares.
+"""`pulse-trio settings show|set|weight|weights`: the settings every process of the cluster shares.
 
 ``show`` prints every cluster setting as one JSON object; ``set NAME VALUE
 [NAME VALUE ...]`` changes one or several in one transaction (seconds, or
@@ -8,6 +8,8 @@ own (``cluster``: follow the cluster's again) and prints that queue.
 Running ``serve`` instances apply a change within their refresh interval
 (docs/operations.md). Exit codes: 2 for an unknown name or a value outside
 its bounds (nothing is written), 1 when the cluster refuses the combination.
+``weight KEY N`` gives a fairness key a weight (default 1) and ``weights``
+lists the keys given one (docs/priority-and-fairness.md §5).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pulse_trio import cluster_settings as cs
 from pulse_trio.cli.common import add_database_options, database, fail, run_guarded
 from pulse_trio.cli.output import Column, add_format_option, print_json, print_table
 from pulse_trio.client import Client, ClientError
-from pulse_trio.client.producer import check_name, parse_settings
+from pulse_trio.client.producer import check_name, check_weight, parse_settings
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -38,6 +40,16 @@ def register(commands: argparse._SubParsersAction) -> None:
                                         "cluster's again); the cluster's value is left as it is")
     add_database_options(change)
     change.set_defaults(run=run_guarded(_set))
+    weight = actions.add_parser("weight", help="give a fairness key a weight (1-10000, default 1)",
+                                description="The keys with work waiting in a queue share it in proportion to "
+                                            "their weights; tasks placed after the change use it.")
+    weight.add_argument("fairness_key", metavar="KEY", help="the fairness key (1-128 printable ASCII characters)")
+    weight.add_argument("weight", metavar="WEIGHT", help="a whole number from 1 to 10000")
+    add_database_options(weight)
+    weight.set_defaults(run=run_guarded(_weight))
+    weights = actions.add_parser("weights", help="print the fairness keys given a weight (others weigh 1)")
+    add_database_options(weights)
+    weights.set_defaults(run=run_guarded(_weights))
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -95,6 +107,22 @@ def _set_queue(args: argparse.Namespace, pairs: dict[str, str]) -> int:
         fail(exc.message, 2)
     with database(args) as target, Client(target, pool_size=1) as client:
         print_json(client.set_queue_retention(args.queue, value, updated_by=f"cli@{socket.gethostname()}"))
+    return 0
+
+
+def _weight(args: argparse.Namespace) -> int:
+    try:
+        key, value = check_weight(args.fairness_key, args.weight)
+    except ClientError as exc:
+        fail(exc.message, 2)
+    with database(args) as target, Client(target, pool_size=1) as client:
+        print_json(client.set_fairness_weight(key, value, updated_by=f"cli@{socket.gethostname()}"))
+    return 0
+
+
+def _weights(args: argparse.Namespace) -> int:
+    with database(args) as target, Client(target, pool_size=1) as client:
+        print_json({"fairness_weights": client.fairness_weights()})
     return 0
 
 

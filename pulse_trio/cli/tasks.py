@@ -73,6 +73,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--concurrency-key", help="run while fewer than --concurrency-limit of this key run")
     submit.add_argument("--concurrency-limit", type=ranges.CONCURRENCY_LIMIT.argparse_type(), default=1,
                         help=f"{ranges.CONCURRENCY_LIMIT.spelled} (default 1)")
+    submit.add_argument("--fairness-key", help="share the queue with other keys by weight (a tenant id, say); "
+                                               "weights: pulse-trio settings weight")
     submit.add_argument("--max-attempts", type=ranges.MAX_ATTEMPTS.argparse_type(), default=3,
                         help=f"{ranges.MAX_ATTEMPTS.spelled} (default 3)")
     submit.add_argument("--retry-uncertain", action="store_true",
@@ -185,7 +187,8 @@ def _submit(args: argparse.Namespace) -> int:
             fail(f"--due-at: {exc}", 2)
     options = dict(payload_json=_read_payload(args), priority=args.priority, delay=args.delay, due_at=due_at,
                    idempotency_key=args.idempotency_key, concurrency_key=args.concurrency_key,
-                   concurrency_limit=args.concurrency_limit, max_attempts=args.max_attempts,
+                   concurrency_limit=args.concurrency_limit, fairness_key=args.fairness_key,
+                   max_attempts=args.max_attempts,
                    retry_uncertain=args.retry_uncertain, lease_ttl=args.lease_ttl,
                    backoff_initial=args.backoff_initial, backoff_factor=args.backoff_factor,
                    backoff_max=args.backoff_max)

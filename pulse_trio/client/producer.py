@@ -23,12 +23,12 @@ from typing import Any
 
 from pulse_trio import cluster_settings
 from pulse_trio.client import ranges
-from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_queue, is_resource_id, is_text
+from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_fairness_key, is_queue, is_resource_id, is_text
 from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store import queries
+from pulse_trio.store import fairness, queries
 from pulse_trio.store import retention
 from pulse_trio.store import settings as stored_settings
 from pulse_trio.store.cancellation import request as request_cancel
@@ -130,7 +130,8 @@ def canonical_payload(payload: Any = None, *, payload_json: str | None = None) -
 def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str | None = None,
              priority: int = 0, delay: float | None = None, due_at: dt.datetime | None = None,
              idempotency_key: str | None = None, concurrency_key: str | None = None,
-             concurrency_limit: int = 1, max_attempts: int = 3, retry_uncertain: bool = False,
+             concurrency_limit: int = 1, fairness_key: str | None = None, max_attempts: int = 3,
+             retry_uncertain: bool = False,
              lease_ttl: float | None = None, backoff_initial: float | None = None,
              backoff_factor: float | None = None, backoff_max: float | None = None,
              now: dt.datetime | None = None) -> NewTask:
@@ -140,7 +141,8 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
     (the same the HTTP API and its OpenAPI document use). The retry backoff
     (``backoff_initial`` and ``backoff_max`` in seconds, ``backoff_factor`` a
     multiplier; defaults 1 s, ×2, 300 s) spaces the attempts of a task whose
-    handler fails with ``retryable: true``.
+    handler fails with ``retryable: true``. ``fairness_key`` (a tenant, say)
+    shares the queue with other keys by their weights (docs/priority-and-fairness.md §5).
     """
     now = now or dt.datetime.now(UTC)
     check_name("queue", queue)
@@ -159,6 +161,7 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
             queue=queue, kind=kind, payload_json=canonical_payload(payload, payload_json=payload_json),
             priority=_in_range(ranges.PRIORITY, priority), due_at=due_at, idempotency_key=idempotency_key,
             concurrency_key=concurrency_key, concurrency_limit=_in_range(ranges.CONCURRENCY_LIMIT, concurrency_limit),
+            fairness_key=fairness_key,
             max_attempts=_in_range(ranges.MAX_ATTEMPTS, max_attempts), retry_uncertain=retry_uncertain,
             lease_ttl_ms=None if lease_ttl is None else _milliseconds(ranges.LEASE_TTL, lease_ttl),
             **_backoff(backoff_initial, backoff_factor, backoff_max),
@@ -450,6 +453,23 @@ class DatabaseClient:
         """Every cluster setting by name: value (seconds), default, state, who set it and when."""
         return {name: row.as_json() for name, row in self.store.run_sync(stored_settings.read_all).items()}
 
+    def fairness_weights(self) -> dict[str, dict[str, Any]]:
+        """Every fairness key given a weight: weight, who set it and when (any other key weighs 1)."""
+        return {key: {"fairness_key": key, "weight": row["weight"], "updated_by": row["updated_by"],
+                      "updated_at": row["updated_at"].strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+                for key, row in self.store.run_sync(fairness.list_weights).items()}
+
+    def set_fairness_weight(self, fairness_key: str, weight: int | str, *, updated_by: str,
+                            now: dt.datetime | None = None) -> dict[str, Any]:
+        """Give a fairness key a weight (1-10000; default 1), cluster-wide; tasks placed after it use it.
+
+        Raises ``invalid_request`` for a malformed key or weight (nothing is written).
+        """
+        key, value = check_weight(fairness_key, weight)
+        self.store.run_sync(fairness.set_weight, fairness_key=key, weight=value, now=now or self.now(),
+                            updated_by=updated_by)
+        return self.fairness_weights()[key]
+
     def set_settings(self, values: Mapping[str, str | float | int | None], *, updated_by: str,
                      now: dt.datetime | None = None) -> dict[str, dict[str, Any]]:
         """Change cluster settings in one transaction; values are seconds (text as on the command line).
@@ -464,6 +484,18 @@ class DatabaseClient:
         if isinstance(result, Refusal):
             raise ClientError(result.code, result.message)
         return {name: row.as_json() for name, row in result.after.items()}
+
+
+def check_weight(fairness_key: str, weight: Any) -> tuple[str, int]:
+    """A fairness key and its weight, checked: ``invalid_request`` otherwise, before anything is written."""
+    if not isinstance(fairness_key, str) or not is_fairness_key(fairness_key):
+        raise InvalidRequest("a fairness key is 1-128 printable ASCII characters")
+    try:
+        value = (ranges.FAIRNESS_WEIGHT.check_text(weight) if isinstance(weight, str)
+                 else ranges.FAIRNESS_WEIGHT.check(weight))
+    except ranges.OutOfRange as exc:
+        raise InvalidRequest(str(exc)) from None
+    return fairness_key, int(value)
 
 
 #: The direct client's name from before the HTTP clients; kept, so existing code keeps working.

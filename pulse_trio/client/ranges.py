@@ -159,6 +159,8 @@ PRIORITY: Final = Range("priority", Decimal(MIN_PRIORITY), Decimal(MAX_PRIORITY)
 DELAY: Final = _seconds("delay", "0", MAX_DELAY_S)
 CONCURRENCY_LIMIT: Final = Range("concurrency_limit", Decimal(1), Decimal(MAX_INT32), integer=True, default=1)
 MAX_ATTEMPTS: Final = Range("max_attempts", Decimal(1), Decimal(MAX_INT32), integer=True, default=3)
+#: A fairness key's weight (docs/priority-and-fairness.md §5); the store keeps the same bounds.
+FAIRNESS_WEIGHT: Final = Range("weight", Decimal(1), Decimal(10_000), integer=True, default=1)
 LEASE_TTL: Final = _seconds("lease_ttl", MIN_LEASE_TTL_S, MAX_DURATION_S)
 BACKOFF_INITIAL: Final = _seconds("backoff_initial", "0.001", MAX_DURATION_S, 1)
 BACKOFF_MAX: Final = _seconds("backoff_max", "0.001", MAX_DURATION_S, 300)

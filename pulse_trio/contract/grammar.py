@@ -23,6 +23,8 @@ from .limits import MAX_COUNTER
 NAME_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,63}"
 ERROR_CODE_PATTERN = r"[a-z][a-z0-9_.]{0,63}"
 CONCURRENCY_KEY_PATTERN = r"[!-~]{1,128}"
+#: A fairness key (a tenant id, say) is spelled like a concurrency key.
+FAIRNESS_KEY_PATTERN = CONCURRENCY_KEY_PATTERN
 
 # fullmatch everywhere: ``$`` would also accept a trailing newline.
 _MESSAGE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
@@ -67,6 +69,10 @@ def is_error_code(text: str) -> bool:
 
 
 def is_concurrency_key(text: str) -> bool:
+    return _CONCURRENCY_KEY.fullmatch(text) is not None
+
+
+def is_fairness_key(text: str) -> bool:
     return _CONCURRENCY_KEY.fullmatch(text) is not None
 
 

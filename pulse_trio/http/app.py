@@ -107,6 +107,8 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
         route("/v1/schedules/{schedule}", get=schedules.get, delete=schedules.delete),
         route("/v1/schedules/{schedule}/pause", post=schedules.pause),
         route("/v1/schedules/{schedule}/resume", post=schedules.resume),
+        route("/v1/fairness-weights", get=cluster_settings.weights),
+        route("/v1/fairness-weights/{key:path}", get=cluster_settings.get_weight, put=cluster_settings.put_weight),
         route("/v1/whoami", get=dashboard.whoami),
         route("/v1/overview", get=dashboard.overview),
         route("/", get=ui.root),

@@ -145,7 +145,7 @@ IDEMPOTENCY_HEADER = re.compile(IDEMPOTENCY_HEADER_PATTERN)
 
 SUBMIT_FIELDS = frozenset({
     "queue", "kind", "payload", "priority", "delay", "due_at", "idempotency_key", "concurrency_key",
-    "concurrency_limit", "max_attempts", "retry_uncertain", "lease_ttl", "backoff_initial", "backoff_factor",
+    "concurrency_limit", "fairness_key", "max_attempts", "retry_uncertain", "lease_ttl", "backoff_initial", "backoff_factor",
     "backoff_max",
 })
 
@@ -190,6 +190,7 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
             numbers[name] = ranges.SUBMIT[name].default
     options = dict(
         payload_json=payload_json, due_at=due_at, idempotency_key=key, concurrency_key=_string(body, "concurrency_key"),
+        fairness_key=_string(body, "fairness_key"),
         retry_uncertain=_boolean(body, "retry_uncertain", False), **numbers,
     )
     return Submission(check_name("queue", body["queue"]), check_name("kind", body["kind"]), options)
@@ -233,6 +234,15 @@ def setting_value(body: dict[str, Any]) -> Decimal | int | None:
     """``PUT /v1/settings/{name}``: ``{"value": seconds or null}``."""
     _closed(body, frozenset({"value"}), ("value",))
     return _seconds_or_null(body["value"], "value")
+
+
+def weight_value(body: dict[str, Any]) -> int:
+    """``PUT /v1/fairness-weights/{key}``: ``{"weight": N}``, a whole number in its range."""
+    _closed(body, frozenset({"weight"}), ("weight",))
+    weight = _number(body, ranges.FAIRNESS_WEIGHT)
+    if weight is None:
+        raise bad_request(f"weight must be {ranges.FAIRNESS_WEIGHT.spelled}")
+    return int(weight)
 
 
 def setting_values(body: dict[str, Any], names: tuple[str, ...]) -> dict[str, Decimal | int | None]:

@@ -21,6 +21,7 @@ from pulse_trio.http.api import json_value
 from pulse_trio.http.throughput import MINUTE, FinishesPerMinute
 from pulse_trio.store.dashboard import COUNT_CAP, FINISHED_STATUSES, finishes_since, queue_states
 from pulse_trio.store.queues import QueueControl, queue_controls
+from pulse_trio.store.fairness import key_figures
 from pulse_trio.store.tx import rfc3339
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class DashboardApi:
         controls = await self.store.run(queue_controls, queues=visible)
         for name in controls:  # a paused queue shows even while it holds no task
             queues.setdefault(name, {"states": {}, "capped": [], "oldest_ready_age_s": None})
+        fairness = await self.store.run(key_figures, since=now - RECENT, queues=visible)
         recent = await self.store.run(finishes_since, since=now - RECENT)
         first, series = await self.per_minute.read(now)
         zeros = [0] * self.per_minute.minutes
@@ -59,6 +61,7 @@ class DashboardApi:
             entry["state"] = (controls.get(name) or QueueControl.absent(name)).state
             entry["recent"] = {status: recent.get((name, status), 0) for status in FINISHED_STATUSES}
             entry["per_minute"] = {status: series.get((name, status), zeros) for status in FINISHED_STATUSES}
+            entry["fairness"] = fairness.get(name, [])
         return json_value({
             "at": rfc3339(now), "count_cap": COUNT_CAP, "recent_s": RECENT.total_seconds(),
             "first_minute": rfc3339(first), "minute_s": MINUTE.total_seconds(),

@@ -116,6 +116,9 @@ SCHEMAS: dict[str, Any] = {
                                                      "`Idempotency-Key` header is the same field."}),
         "concurrency_key": _nullable({"type": "string", "pattern": f"^{g.CONCURRENCY_KEY_PATTERN}$"}),
         "concurrency_limit": _nullable(ranges.CONCURRENCY_LIMIT.schema()),
+        "fairness_key": _nullable({"type": "string", "pattern": f"^{g.FAIRNESS_KEY_PATTERN}$",
+                                   "description": "A tenant, say: the keys with work waiting in the queue share "
+                                                  "it by their weights (docs/priority-and-fairness.md §5)."}),
         "max_attempts": _nullable(ranges.MAX_ATTEMPTS.schema()),
         "retry_uncertain": _nullable({"type": "boolean", "default": False,
                                       "description": "The handler is safe to run again after a lost lease."}),
@@ -177,6 +180,7 @@ SCHEMAS: dict[str, Any] = {
         "idempotency_key": {"type": "string"},
         "concurrency_key": _nullable({"type": "string"}),
         "concurrency_limit": {"type": "integer"},
+        "fairness_key": _nullable({"type": "string"}),
         "effect_uncertain": {"type": "boolean"},
         "retry_uncertain": {"type": "boolean"},
         "backoff_initial": {"type": "number", "description": "Retry backoff: first delay, seconds."},
@@ -271,6 +275,16 @@ SCHEMAS: dict[str, Any] = {
     }),
     "SettingMap": _obj({"settings": {"type": "object", "additionalProperties": _ref("Setting"),
                                      "propertyNames": SETTING_NAME}}),
+    "FairnessWeight": _obj({
+        "fairness_key": {"type": "string", "pattern": f"^{g.FAIRNESS_KEY_PATTERN}$"},
+        "weight": {"type": "integer", "minimum": 1, "maximum": 10_000,
+                   "description": "The key's share of a queue against other keys with work waiting (default 1)."},
+        "updated_at": _nullable(TIME),
+        "updated_by": _nullable({"type": "string", "description": "`cli@host` or `http:tok_…`; null: never set."}),
+    }),
+    "FairnessWeightMap": _obj({"fairness_weights": {"type": "object", "additionalProperties": _ref("FairnessWeight"),
+                                                    "description": "The keys given a weight; any other weighs 1."}}),
+    "WeightChange": _obj({"weight": {"type": "integer", "minimum": 1, "maximum": 10_000}}, ["weight"], closed=True),
     "SettingChange": _obj({"value": _nullable(SECONDS_IN | {"description": (
         "Seconds, to the millisecond (a finer value is refused); null only for permit_quarantine, where it "
         "means the task's own lease ttl (for another setting it is refused).")})}),
@@ -307,6 +321,17 @@ SCHEMAS: dict[str, Any] = {
             "per_minute": _obj({status: {"type": "array", "items": {"type": "integer", "minimum": 0},
                                          "minItems": WINDOW_MINUTES, "maxItems": WINDOW_MINUTES}
                                 for status in FINISHED}),
+            "fairness": {"type": "array", "description": (
+                "The fairness keys with the most READY tasks (at most 10), then `other` for the rest "
+                "(docs/priority-and-fairness.md §5)."), "items": _obj({
+                    "fairness_key": {"type": "string"},
+                    "ready": {"type": "integer", "minimum": 0},
+                    "recent_finished": {"type": "integer", "minimum": 0,
+                                        "description": "Finished in the last `recent_s` seconds."},
+                    "recent_share": _nullable({"type": "number", "minimum": 0, "maximum": 1, "description": (
+                        "Its part of the queue's recent finishes with a fairness key.")}),
+                    "keys": {"type": "integer", "minimum": 1, "description": "`other` only: how many keys."},
+                }, ["fairness_key", "ready", "recent_finished", "recent_share"])},
         })},
     }),
     "Health": _obj({"status": {"const": "ok"}}),
@@ -361,6 +386,9 @@ _AUTH = (400, 401, 403, 503)
 _TASK_ID_PARAM = {"name": "task_id", "in": "path", "required": True, "schema": TASK_ID}
 _SETTING_PARAM = {"name": "name", "in": "path", "required": True, "schema": SETTING_NAME}
 _QUEUE_PARAM = {"name": "queue", "in": "path", "required": True, "schema": NAME}
+_WEIGHT_PARAM = {"name": "key", "in": "path", "required": True,
+                 "schema": {"type": "string", "pattern": f"^{g.FAIRNESS_KEY_PATTERN}$"},
+                 "description": "The fairness key, percent-encoded where it must be."}
 _SECURED = [{"bearer": []}]
 
 
@@ -534,6 +562,21 @@ PATHS: dict[str, Any] = {
                    parameters=[_SETTING_PARAM],
                    requestBody={"required": True,
                                 "content": {"application/json": {"schema": _ref("SettingChange")}}}),
+    },
+    "/v1/fairness-weights": {
+        "get": _op("listFairnessWeights", "Fairness weights",
+                   "Producer or operator. The fairness keys given a weight (what `pulse-trio settings weights` "
+                   "prints); any other key weighs 1 (docs/priority-and-fairness.md §5).",
+                   _responses({200: ("FairnessWeightMap", "The weights.")}, _AUTH)),
+    },
+    "/v1/fairness-weights/{key}": {
+        "get": _op("getFairnessWeight", "One fairness key's weight", "Producer or operator. 1 if never set.",
+                   _responses({200: ("FairnessWeight", "The weight.")}, (*_AUTH, 400)), parameters=[_WEIGHT_PARAM]),
+        "put": _op("setFairnessWeight", "Give a fairness key a weight",
+                   "Operator without `--queue`. Cluster-wide; the key's tasks placed after the change use it.",
+                   _responses({200: ("FairnessWeight", "The weight after the change.")}, (*_AUTH, 400, 408, 413, 415)),
+                   parameters=[_WEIGHT_PARAM],
+                   requestBody={"required": True, "content": {"application/json": {"schema": _ref("WeightChange")}}}),
     },
     "/v1/whoami": {
         "get": _op("whoami", "The presented token",

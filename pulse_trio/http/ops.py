@@ -7,6 +7,8 @@ address only your network reaches.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pymysql
 import trio
 from starlette.requests import Request
@@ -18,7 +20,11 @@ from pulse_trio.http import openapi
 from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.migrate import code_version, current_version
+from pulse_trio.store.fairness import key_figures
 from pulse_trio.store.queries import queue_depths
+
+#: The recent finishes per fairness key that /metrics reports.
+FAIRNESS_RECENT = dt.timedelta(minutes=5)
 from pulse_trio.store.trio_bridge import Store
 
 READY_TIMEOUT_S = 5.0
@@ -68,7 +74,11 @@ class OpsApi:
         depths = None
         with trio.move_on_after(READY_TIMEOUT_S):
             try:
-                depths = await self.store.run(queue_depths, now=self.instance.now())
+                now = self.instance.now()
+                depths = await self.store.run(queue_depths, now=now)
+                figures = await self.store.run(key_figures, since=now - FAIRNESS_RECENT)
+                for queue, keys in figures.items():  # the fairness keys with the most ready work, then "other"
+                    depths.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})["fairness"] = keys
             except Exception:  # the scrape still reports the process; pulse_database_up says 0
                 depths = None
         body, media_type = self.instance.metrics_exposition(depths)

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from pulse_trio import cluster_settings as cs
 from pulse_trio.http import auth, bodies
 from pulse_trio.http.api import json_value
+from pulse_trio.client.producer import check_weight
 from pulse_trio.http.errors import forbidden, not_found
 
 if TYPE_CHECKING:
@@ -55,6 +56,26 @@ class SettingsApi:
         info = await self._operator(request)
         values = bodies.setting_values(await bodies.read_json(request), cs.NAMES)
         return json_value({"settings": await self._set(info.token_id, values)})
+
+    async def weights(self, request: Request) -> Response:
+        await self.tasks.authenticate(request, "settings")
+        bodies.query(request, frozenset())
+        return json_value({"fairness_weights": await self.tasks.blocking(self.tasks.client.fairness_weights)})
+
+    async def get_weight(self, request: Request) -> Response:
+        await self.tasks.authenticate(request, "settings")
+        key, _ = check_weight(request.path_params["key"], 1)  # a malformed key: 400 invalid_request
+        found = (await self.tasks.blocking(self.tasks.client.fairness_weights)).get(key)
+        if found is None:  # never given one: the default
+            found = {"fairness_key": key, "weight": 1, "updated_by": None, "updated_at": None}
+        return json_value(found)
+
+    async def put_weight(self, request: Request) -> Response:
+        info = await self._operator(request)
+        weight = bodies.weight_value(await bodies.read_json(request))
+        changed = await self.tasks.blocking(self.tasks.client.set_fairness_weight, request.path_params["key"],
+                                            weight, updated_by=f"http:{info.token_id}", now=self.instance.now())
+        return json_value(changed)
 
     async def _operator(self, request: Request):
         info = await self.tasks.authenticate(request, "configure")

@@ -275,10 +275,22 @@ class _Families:
                                   labels=["queue", "state"])
         oldest = GaugeMetricFamily("pulse_oldest_ready_age_seconds", "Age of the oldest due READY task, by queue.",
                                    labels=["queue"])
+        # At most fairness.TOP_KEYS keys per queue, the rest as fairness_key="other": bounded label sets.
+        fair_ready = GaugeMetricFamily("pulse_fairness_ready_tasks",
+                                       "READY tasks by queue and fairness key (the keys with the most, then other).",
+                                       labels=["queue", "fairness_key"])
+        fair_recent = GaugeMetricFamily("pulse_fairness_recent_finished_tasks",
+                                        "Tasks finished in the last 5 minutes by queue and fairness key (same keys).",
+                                        labels=["queue", "fairness_key"])
         for queue, entry in sorted(snapshot.queues.items()):
             for state, count in sorted(entry["states"].items()):
                 tasks.add_metric([queue, state], count)
             if entry.get("oldest_ready_age_s") is not None:
                 oldest.add_metric([queue], entry["oldest_ready_age_s"])
+            for row in entry.get("fairness", ()):
+                fair_ready.add_metric([queue, row["fairness_key"]], row["ready"])
+                fair_recent.add_metric([queue, row["fairness_key"]], row["recent_finished"])
         yield tasks
         yield oldest
+        yield fair_ready
+        yield fair_recent

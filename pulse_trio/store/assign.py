@@ -10,8 +10,10 @@ One transaction offers up to ``len(credentials)`` tasks to one session:
    claim is skipped, never waited on), merge them by
    ``(effective_at, task_id)``;
 3. keyed tasks take a permit (key_permit.acquire, itself SKIP LOCKED on the
-   key's counter); a keyed task at its limit is skipped and scanning goes on,
-   so it blocks nothing behind it;
+   key's counter); a key found at its limit has its READY tasks set aside
+   (task.wait_for_key: out of the pick-up range until a permit of the key is
+   released), so scanning goes on past them now and no later claim reads
+   them again: a blocked key blocks nothing behind it, at any depth;
 4. task.offer for the batch (one guarded UPDATE) and one multi-row INSERT of
    the leases.
 
@@ -34,19 +36,19 @@ from pulse_trio.store.chart_write import destination
 from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, read_only, screen, transition
 from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
-from pulse_trio.store.rows import TASK_PICKUP, InstanceRow, LeaseRow, TaskRow
+from pulse_trio.store.rows import KEYED, TASK_PICKUP, InstanceRow, LeaseRow, TaskRow
 from pulse_trio.store.tx import Tx, after_ms, db_time
 
 _PICKUP = (
     f"SELECT {TASK_PICKUP.columns('t')} FROM tasks t FORCE INDEX ({{index}})"
-    " WHERE t.queue = %s AND t.pick_state = 'READY'{kind}{after}{kinds}{keys}"
+    " WHERE t.queue = %s AND t.pick_state = %s{kind}{after}"
     " ORDER BY t.effective_at, t.task_id LIMIT %s FOR UPDATE SKIP LOCKED"
 )
 _AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id > %s))"
-# A subscription naming up to this many kinds reads one page per kind through
-# tasks_pickup_kind, so READY tasks of other kinds in the queue are never
-# scanned; a longer list filters tasks_pickup with IN (…) instead.
-KIND_PAGES_MAX = 8
+# Up to this many sources (queues, or kinds of a queue) each read a full
+# page; past it, each reads its share of one, so a claim locks about a page
+# of rows however many kinds its session names.
+SHARED_PAGES_FROM = 8
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,53 +62,72 @@ def new_credentials(count: int) -> tuple[LeaseCredential, ...]:
     return tuple(LeaseCredential(ids.new_id("lse"), ids.new_secret()) for _ in range(count))
 
 
-def pickup_sql(*, paged: bool = False, by_kind: bool = False, kinds: int = 0, unkeyed_only: bool = False) -> str:
-    """The pick-up query (exposed so a test can EXPLAIN exactly what runs).
+def pickup_sql(*, paged: bool = False, by_kind: bool = False) -> str:
+    """The pick-up query of one source (exposed so a test can EXPLAIN exactly what runs).
 
     ``by_kind``: one kind, through ``tasks_pickup_kind (queue, pick_state, kind,
-    effective_at, task_id)``; ``kinds``: that many kinds, IN (…) over
-    ``tasks_pickup``; neither: the whole queue through ``tasks_pickup``.
+    effective_at, task_id)``; else the whole queue through ``tasks_pickup``.
+    ``pick_state`` is ``READY`` (unkeyed tasks) or ``KEYED`` (keyed ones, for
+    sessions that declared keys). Either way the index is read in ORDER BY
+    order and only the rows returned are read: READY tasks of kinds the
+    session does not take, keyed tasks a session without keys cannot take,
+    and tasks set aside for their key are never walked, however many.
     """
-    if by_kind and kinds:
-        raise ValueError("by_kind reads one kind; kinds= is the IN (…) variant")
     return _PICKUP.format(
         index="tasks_pickup_kind" if by_kind else "tasks_pickup",
         kind=" AND t.kind = %s" if by_kind else "",
         after=_AFTER if paged else "",
-        kinds=f" AND t.kind IN ({', '.join(['%s'] * kinds)})" if kinds else "",
-        keys=" AND t.concurrency_key IS NULL" if unkeyed_only else "",
     )
 
 
-Source = tuple[str, "str | frozenset[str] | None"]  # (queue, one kind | several kinds | every kind)
+#: (queue, one kind | every kind, the pick_state range: READY unkeyed, KEYED keyed)
+Source = tuple[str, "str | None", str]
+Read = tuple[Source, "TaskRow | None"]  # a source and the row its page starts after (None: its head)
 
 
 def _sources(session: InstanceRow, paused: Collection[str]) -> list[Source]:
-    """What to read pages from: per kind when the subscription names a few, else per queue; never a paused queue."""
+    """What to read pages from: per kind when the subscription names kinds, else per queue; keyed too if declared.
+
+    A paused queue (chart ``queue``) is no source: nothing of it is offered.
+    """
+    picks = ("READY", KEYED) if session.concurrency_keys else ("READY",)
     out: list[Source] = []
     for queue, kinds in session.subscription_map().items():
         if queue in paused:
             continue
-        if kinds is not None and len(kinds) <= KIND_PAGES_MAX:
-            out += [(queue, kind) for kind in sorted(kinds)]
-        else:
-            out.append((queue, kinds))
+        for kind in [None] if kinds is None else sorted(kinds):
+            out += [(queue, kind, pick) for pick in picks]
     return out
 
 
-def _page(tx: Tx, session: InstanceRow, source: Source, after: TaskRow | None, size: int) -> list[TaskRow]:
-    queue, kinds = source
-    args: list = [queue]
-    if isinstance(kinds, str):
-        args.append(kinds)
-    if after is not None:
-        args += [db_time(after.effective_at), db_time(after.effective_at), after.task_id]
-    kind_list = sorted(kinds) if isinstance(kinds, frozenset) else []
-    args += kind_list
-    args.append(size)
-    sql = pickup_sql(paged=after is not None, by_kind=isinstance(kinds, str), kinds=len(kind_list),
-                     unkeyed_only=not session.concurrency_keys)
-    return [TASK_PICKUP.build(r) for r in tx.all(sql, args)]
+def pickup_statement(reads: Sequence[Read], size: int) -> tuple[str, list]:
+    """One statement for the next page of each source: their pick-up queries, UNION ALL."""
+    parts, args = [], []
+    for (queue, kind, pick), after in reads:
+        parts.append(pickup_sql(paged=after is not None, by_kind=kind is not None))
+        args += [queue, pick]
+        if kind is not None:
+            args.append(kind)
+        if after is not None:
+            args += [db_time(after.effective_at), db_time(after.effective_at), after.task_id]
+        args.append(size)
+    sql = parts[0] if len(parts) == 1 else " UNION ALL ".join(f"({p})" for p in parts)
+    return sql, args
+
+
+def _pages(tx: Tx, session: InstanceRow, reads: Sequence[Read], size: int) -> dict[Source, list[TaskRow]]:
+    """The next page of each source, in pick-up order, in one round trip."""
+    sql, args = pickup_statement(reads, size)
+    by_kind = {queue for (queue, kind, _), _ in reads if kind is not None}
+    out: dict[Source, list[TaskRow]] = {source: [] for source, _ in reads}
+    for row in tx.all(sql, args):
+        task = TASK_PICKUP.build(row)
+        pick = "READY" if task.concurrency_key is None else KEYED
+        out[(task.queue, task.kind if task.queue in by_kind else None, pick)].append(task)
+    if len(reads) > 1:
+        for rows in out.values():
+            rows.sort(key=lambda t: (t.effective_at, t.task_id))
+    return out
 
 
 PROBE_CHUNK = 100  # queues per probe statement
@@ -126,7 +147,7 @@ def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
         chunk = queues[start:start + PROBE_CHUNK]
         sql = " UNION ALL ".join(
             ["SELECT %s FROM DUAL WHERE EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
-             " WHERE queue = %s AND pick_state = 'READY')"] * len(chunk))
+             f" WHERE queue = %s AND pick_state IN ('READY', '{KEYED}'))"] * len(chunk))
         found.update(row[0] for row in tx.all(sql, [q for queue in chunk for q in (queue, queue)]))
     return found
 
@@ -212,24 +233,30 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
     # page only if it must; a larger first page would lock rows FOR UPDATE
     # that it then leaves, and every row read costs a decode.
     page = want if not session.concurrency_keys else min(max(want, 8), max_scan)
-    pages: dict[Source, list[TaskRow]] = {src: _page(tx, session, src, None, page) for src in _sources(session, paused)}
+    sources = _sources(session, paused)
+    # Many sources (a subscription naming many kinds) share the first page;
+    # a source that turns out to hold the work reads full pages after it.
+    first = page if len(sources) <= SHARED_PAGES_FROM else -(-page // len(sources))
+    pages = _pages(tx, session, [(src, None) for src in sources], first)
+    more_left = {src: len(rows) == first for src, rows in pages.items()}  # its last read came back full
     heap = [((t.effective_at, t.task_id), i, src) for src, rows in pages.items() for i, t in enumerate(rows)]
     heapq.heapify(heap)
     chosen: list[tuple[TaskRow, LeaseCredential, int | None]] = []
+    skip = _KeySkips()
     scanned = len(heap)
     while heap and len(chosen) < want:
         _, index, source = heapq.heappop(heap)
         task = pages[source][index]
-        taken = _take(tx, session, task, credentials[len(chosen)], now)
+        taken = _take(tx, session, task, credentials[len(chosen)], now, skip)
         if taken is not None:
             chosen.append(taken)
         # The source's page is used up: read its next page only if more tasks are still
         # wanted. Reading it anyway would lock rows FOR UPDATE that this claim never
         # offers, and a concurrent claim (another session) would skip them: it would
         # come back short and count as dry for the rest of its dispatch pass.
-        if (index == len(pages[source]) - 1 and len(pages[source]) % page == 0 and scanned < max_scan
-                and len(chosen) < want):
-            more = _page(tx, session, source, task, page)  # keep the source's scan going
+        if index == len(pages[source]) - 1 and more_left[source] and scanned < max_scan and len(chosen) < want:
+            more = _pages(tx, session, [(source, task)], page)[source]  # keep the source's scan going
+            more_left[source] = len(more) == page
             scanned += len(more)
             base = len(pages[source])
             pages[source].extend(more)
@@ -238,15 +265,57 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
     return chosen
 
 
-def _take(tx: Tx, session: InstanceRow, task: TaskRow, credential: LeaseCredential,
-          now: dt.datetime) -> tuple[TaskRow, LeaseCredential, int | None] | None:
+class _KeySkips:
+    """The keys one claim skips: busy (another assigner holds the counter) or at their limit.
+
+    A key at its limit has its READY tasks set aside once when first met; a
+    task of it met again later in the scan is past the chunk set aside, so
+    the next chunk goes too (at most once per task read).
+    """
+
+    __slots__ = ("busy", "at_limit", "set_aside")
+
+    def __init__(self) -> None:
+        self.busy: set[str] = set()
+        self.at_limit: set[str] = set()
+        self.set_aside: set[str] = set()  # task ids this claim set aside
+
+    def skips(self, tx: Tx, task: TaskRow) -> bool:
+        key = task.concurrency_key
+        if key in self.busy:
+            return True
+        if key in self.at_limit:
+            if task.task_id not in self.set_aside:
+                self._set_aside(tx, key)
+            return True
+        return False
+
+    def limit_reached(self, tx: Tx, key: str) -> None:
+        self.at_limit.add(key)
+        self._set_aside(tx, key)
+
+    def _set_aside(self, tx: Tx, key: str) -> None:
+        ids = task_steps.ready_of_key(tx, key)
+        if ids:
+            task_steps.wait_for_key(tx, task_ids=ids)
+            self.set_aside.update(ids)
+
+
+def _take(tx: Tx, session: InstanceRow, task: TaskRow, credential: LeaseCredential, now: dt.datetime,
+          skip: _KeySkips) -> tuple[TaskRow, LeaseCredential, int | None] | None:
     """The task for this offer if the guards allow it and (keyed) a permit is free; else None (skip)."""
     ctx = LeaseContext(session=session, task=task)
     if isinstance(decide("lease", "assign", "NONE", ctx), Refusal):
         return None
     token = None
     if task.concurrency_key is not None:
+        if skip.skips(tx, task):
+            return None
         token = permits.acquire(tx, task=task, lease_id=credential.lease_id, now=now)
         if token is None:
+            skip.busy.add(task.concurrency_key)
+            return None
+        if token == permits.AT_LIMIT:
+            skip.limit_reached(tx, task.concurrency_key)
             return None
     return task, credential, token

@@ -105,6 +105,13 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
             lease_steps.revoke(tx, lease=lease, now=now)
             revoked = LeaseEnd(lease.lease_id, task.task_id, lease.owner_session_id, "REVOKED", "CANCELLED")
         task_state = task_steps.cancel(tx, task=task, now=now)
+        if task.state == "READY" and task.concurrency_key is not None:
+            # It may have been the key's one task brought back for a freed
+            # permit: bring back another, or the key's waiting tasks would
+            # wait for a release that never comes.
+            waiting = task_steps.waiting_of_key(tx, task.concurrency_key, 1, skip_locked=True)
+            if waiting:
+                task_steps.key_freed(tx, task_ids=waiting)
     stamp = db_time(now)
     tx.write(
         "INSERT INTO cancel_intents (task_id, state, requested_at, grace_expires_at, reason, requested_by,"

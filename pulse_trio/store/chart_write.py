@@ -34,6 +34,8 @@ TABLES: dict[str, tuple[str, str]] = {
     "node": ("server_nodes", "node_id"),
     "queue": ("queues", "queue"),
     "schedule": ("schedules", "schedule_id"),
+    "fair_share": ("fair_shares", "share_id"),
+    "fairness_weight": ("fairness_weights", "fairness_key"),
 }
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list
 from pulse_trio.store.registry import read_only
+from pulse_trio.store.rows import READY_PICKS
 from pulse_trio.store.tx import Tx, db_time, py_time
 
 #: A (queue, state) count stops here; the answer says which counts reached it.
@@ -52,7 +53,7 @@ _COUNT_ONE = {
     "ended": "SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_finished)"
              " WHERE queue = %s AND outcome_status = %s LIMIT %s) c)",
 }
-_WAITING = frozenset(WAITING_TASK_STATES)
+_WAITING = frozenset((*WAITING_TASK_STATES, *READY_PICKS))
 
 
 def capped_counts(tx: Tx, pairs: Sequence[tuple[str, str]], cap: int = COUNT_CAP) -> dict[tuple[str, str], int]:
@@ -83,14 +84,17 @@ def oldest_ready_due(tx: Tx, queue: str) -> dt.datetime | None:
     range from the head up to the head's own ``due_at`` is read (empty
     past the head itself when the head has no priority offset).
     """
-    head = tx.one("SELECT due_at FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s AND pick_state = 'READY'"
-                  " ORDER BY effective_at, task_id LIMIT 1", (queue,))
-    if head is None:
-        return None
-    row = tx.one("SELECT MIN(due_at) FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s"
-                 " AND pick_state = 'READY' AND effective_at <= %s",
-                 (queue, head[0]))
-    return py_time(row[0] if row and row[0] is not None else head[0])
+    oldest = None
+    for pick in READY_PICKS:  # each READY range (unkeyed, keyed, set aside) has its own head
+        head = tx.one("SELECT due_at FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s AND pick_state = %s"
+                      " ORDER BY effective_at, task_id LIMIT 1", (queue, pick))
+        if head is None:
+            continue
+        row = tx.one("SELECT MIN(due_at) FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s"
+                     " AND pick_state = %s AND effective_at <= %s", (queue, pick, head[0]))
+        due = row[0] if row and row[0] is not None else head[0]
+        oldest = due if oldest is None or due < oldest else oldest
+    return None if oldest is None else py_time(oldest)
 
 
 def oldest_ready_age_s(tx: Tx, queue: str, now: dt.datetime) -> float | None:
@@ -111,7 +115,11 @@ def queue_states(tx: Tx, *, now: dt.datetime, queues: Iterable[str] | None = Non
     out: dict[str, dict[str, object]] = {}
     counts = capped_counts(tx, pairs, cap)
     counts.update((pair, count) for pair, count in running_counts(tx).items() if wanted is None or pair[0] in wanted)
-    for (queue, state), count in counts.items():
+    folded: dict[tuple[str, str], int] = {}
+    for (queue, state), count in counts.items():  # keyed, or set aside for its key: still READY
+        pair = (queue, READY_PICKS.get(state, state))
+        folded[pair] = folded.get(pair, 0) + count
+    for (queue, state), count in folded.items():
         entry = out.setdefault(queue, {"states": {}, "capped": [], "oldest_ready_age_s": None})
         entry["states"][state] = min(count, cap)  # type: ignore[index]
         if count > cap:

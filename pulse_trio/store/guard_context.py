@@ -155,6 +155,11 @@ class ScheduleContext:
     now: dt.datetime | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class FairShareContext:
+    """A fairness key's clock or weight: their transitions have no guards, so nothing to judge."""
+
+
 #: The one context type each persistent chart's guards are evaluated against.
 CONTEXTS: dict[str, type] = {
     "lease": LeaseContext,
@@ -166,7 +171,9 @@ CONTEXTS: dict[str, type] = {
     "cluster_setting": SettingContext,
     "schedule": ScheduleContext,
     "queue": QueueContext,
+    "fair_share": FairShareContext,
+    "fairness_weight": FairShareContext,
 }
 
-__all__ = ["CONTEXTS", "CancellationContext", "InstanceContext", "KeyPermitContext", "LeaseContext", "NodeContext",
-           "QueueContext", "ScheduleContext", "SettingContext", "TaskContext"]
+__all__ = ["CONTEXTS", "CancellationContext", "FairShareContext", "InstanceContext", "KeyPermitContext",
+           "LeaseContext", "NodeContext", "QueueContext", "ScheduleContext", "SettingContext", "TaskContext"]

@@ -5,9 +5,12 @@ concurrency_token handed out) and ``outstanding`` (permits HELD or
 QUARANTINED). Acquisition locks that row with ``SKIP LOCKED``: if another
 assigner holds it, the task is skipped for now rather than waited on, which
 keeps waiting keyed tasks from blocking anything behind them and keeps the
-assigner deadlock-free: it never waits for a counter. Release and quarantine
-run inside lease transactions after the lease and task rows; everything that
-waits takes locks in one order: lease, task, permit, counter.
+assigner deadlock-free: it never waits for a counter. A key found at its
+limit has its READY tasks set aside (task.wait_for_key) so that no claim
+reads them again; every permit released puts one back (task.key_freed).
+Release and quarantine run inside lease transactions after the lease and
+task rows; everything that waits takes locks in one order: lease, task,
+permit, counter, then the key's waiting tasks.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import collections
 import datetime as dt
 from collections.abc import Sequence
 
+from pulse_trio.store import task_steps
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import KeyPermitContext
 from pulse_trio.store.registry import decide, guard, require, transition
@@ -25,6 +29,9 @@ from pulse_trio.store.timer_scan import DueScan, claim
 from pulse_trio.store.tx import Tx, after_ms, db_time
 
 #: release and quarantine have no guard: the lease transition that runs them decided.
+
+#: What :func:`acquire` returns for a key at its limit (tokens start at 1, so never a token).
+AT_LIMIT = 0
 
 
 @guard("key_permit", "permit_available")
@@ -41,7 +48,12 @@ def _quarantine_over(c) -> bool:
 
 @transition("key_permit", "acquire", entry=False)
 def acquire(tx: Tx, *, task: TaskRow, lease_id: str, now: dt.datetime) -> int | None:
-    """Take the next token of the task's key for ``lease_id``; None: busy or at its limit (skip)."""
+    """Take the next token of the task's key for ``lease_id``.
+
+    None: another assigner holds the key's counter (skip the task for now);
+    :data:`AT_LIMIT`: the key is at its limit, and the counter stays locked
+    by this transaction until it commits.
+    """
     key = task.concurrency_key
     assert key is not None
     row = tx.one("SELECT last_token, outstanding FROM key_counters WHERE concurrency_key = %s"
@@ -51,7 +63,7 @@ def acquire(tx: Tx, *, task: TaskRow, lease_id: str, now: dt.datetime) -> int | 
     last, outstanding = int(row[0]), int(row[1])
     dest = decide("key_permit", "acquire", "NONE", KeyPermitContext(task=task, outstanding=outstanding))
     if not isinstance(dest, str):
-        return None
+        return AT_LIMIT
     token = last + 1
     tx.cas("UPDATE key_counters SET last_token = %s, outstanding = outstanding + 1"
            " WHERE concurrency_key = %s AND last_token = %s", (token, key, last))
@@ -71,9 +83,13 @@ def _held(tx: Tx, lease_ids: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _decrement(tx: Tx, keys: Sequence[str]) -> None:
+    """Count the released permits off their keys' counters; as many waiting tasks of each key compete again."""
     for key, count in sorted(collections.Counter(keys).items()):
         tx.cas("UPDATE key_counters SET outstanding = outstanding - %s WHERE concurrency_key = %s"
                " AND outstanding >= %s", (count, key, count))
+        waiting = task_steps.waiting_of_key(tx, key, count)
+        if waiting:
+            task_steps.key_freed(tx, task_ids=waiting)
 
 
 @transition("key_permit", "release", entry=False)

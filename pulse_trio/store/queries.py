@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pulse_trio.charts.states import LIVE_LEASE_STATES, TASK_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list
 from pulse_trio.store.dashboard import oldest_ready_age_s
 from pulse_trio.store.registry import read_only
-from pulse_trio.store.rows import TaskRow
+from pulse_trio.store.rows import READY_PICKS, TaskRow
 from pulse_trio.store.tx import Tx, rfc3339
 
 
@@ -87,14 +87,15 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     counts = tx.all(
         "SELECT queue, pick_state, COUNT(*) FROM tasks FORCE INDEX (tasks_due)"
-        f" WHERE pick_state IN {sql_list(WAITING_TASK_STATES)} GROUP BY queue, pick_state"
+        f" WHERE pick_state IN {sql_list((*WAITING_TASK_STATES, *READY_PICKS))} GROUP BY queue, pick_state"
         " UNION ALL SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
         f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY t.queue, l.state"
         " UNION ALL SELECT queue, outcome_status, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
         " WHERE finished_at IS NOT NULL GROUP BY queue, outcome_status")
     for queue, state, count in counts:
         entry = out.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})
-        entry["states"][state] = int(count)  # type: ignore[index]
+        state = READY_PICKS.get(state, state)  # keyed, or set aside for its key: still READY
+        entry["states"][state] = entry["states"].get(state, 0) + int(count)  # type: ignore[index,union-attr]
     for queue, entry in out.items():
         if "READY" in entry["states"]:  # type: ignore[operator]
             entry["oldest_ready_age_s"] = oldest_ready_age_s(tx, queue, now)

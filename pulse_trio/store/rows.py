@@ -20,7 +20,18 @@ from pulse_trio.store.tx import aware_utc
 # costs PyMySQL a field descriptor per statement and a decode per row.
 _NOT_LEAN = frozenset({"payload", "idempotency_key", "retry_of", "created_at", "updated_at", "finished_at",
                        "outcome_status", "outcome_error_code", "outcome_error_message", "outcome_retryable",
-                       "outcome_uncertain", "outcome_attempt"})
+                       "outcome_uncertain", "outcome_attempt", "fairness_key"})
+
+
+#: ``tasks.pick_state`` of a READY task set aside because its key is at its
+#: limit (task.wait_for_key, migration 0011): outside the ranges claims read,
+#: counted as READY everywhere else.
+KEY_WAIT = "KEY_WAIT"
+#: ``tasks.pick_state`` of a READY keyed task (migration 0014): the range only
+#: sessions that declared concurrency_keys read; ``READY`` holds the unkeyed.
+KEYED = "KEYED"
+#: The pick_state values of READY tasks, and what each counts as: the task's state.
+READY_PICKS: dict[str, str] = {"READY": "READY", KEYED: "READY", KEY_WAIT: "READY"}
 
 
 def _columns(prefix: str, names: tuple[str, ...]) -> str:
@@ -41,6 +52,7 @@ class TaskRow:
     idempotency_key: str
     concurrency_key: str | None
     concurrency_limit: int
+    fairness_key: str | None
     max_attempts: int
     backoff_initial_ms: int
     backoff_factor: float

@@ -115,6 +115,52 @@ def offer(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
          args=(db_time(now),))
 
 
+#: How many READY tasks of a key at its limit one claim sets aside; a larger
+#: backlog is set aside by the next claims that meet it, a chunk each.
+WAIT_CHUNK = 500
+
+
+def ready_of_key(tx: Tx, key: str) -> list[str]:
+    """Up to WAIT_CHUNK READY tasks of ``key`` in the pick-up range that no other claim holds (locked, SKIP LOCKED)."""
+    return [r[0] for r in tx.all(
+        "SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = 'READY'"
+        " LIMIT %s FOR UPDATE SKIP LOCKED", (key, WAIT_CHUNK))]
+
+
+def waiting_of_key(tx: Tx, key: str, count: int, *, skip_locked: bool = False) -> list[str]:
+    """The first ``count`` set-aside tasks of ``key`` in pick-up order, locked.
+
+    A permit release waits for their locks (a freed permit must bring one
+    back); a cancel (``skip_locked``) only tops up and never waits.
+    """
+    return [r[0] for r in tx.all(
+        "SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = 'KEY_WAIT'"
+        " ORDER BY effective_at, task_id LIMIT %s FOR UPDATE" + (" SKIP LOCKED" if skip_locked else ""),
+        (key, count))]
+
+
+@transition("task", "wait_for_key", entry=False)
+def wait_for_key(tx: Tx, *, task_ids: Sequence[str]) -> None:
+    """READY -> READY, set aside (:func:`ready_of_key`): their key is at its limit.
+
+    Part of lease.assign, which holds the key's counter row (locked by
+    key_permit.acquire), so no release of the key can commit in between and
+    miss what is set aside here. Tasks another claim has locked are left for
+    a later claim to meet (a claim never waits).
+    """
+    move(tx, "task", "wait_for_key", task_ids, source="READY", sets="waits_for_key = TRUE")
+
+
+@transition("task", "key_freed", entry=False)
+def key_freed(tx: Tx, *, task_ids: Sequence[str]) -> None:
+    """READY (set aside) -> READY: these waiting tasks (:func:`waiting_of_key`) compete again.
+
+    A permit release runs it after the key's counter: lock order lease,
+    task, permit, counter, then the key's waiting tasks.
+    """
+    move(tx, "task", "key_freed", task_ids, source="READY", sets="waits_for_key = FALSE")
+
+
 @transition("task", "start", entry=False)
 def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime) -> None:
     """OFFERED -> RUNNING for a batch; each task takes its lease's attempt number.

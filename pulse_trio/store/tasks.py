@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import pymysql
 
 from pulse_trio.contract import limits as lim
-from pulse_trio.contract.grammar import NAME_PATTERN, is_concurrency_key, is_kind, is_queue
-from pulse_trio.store import ids, settings
+from pulse_trio.contract.grammar import NAME_PATTERN, is_concurrency_key, is_fairness_key, is_kind, is_queue
+from pulse_trio.store import fairness, ids, settings
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import TaskContext
 from pulse_trio.store.registry import decide, guard, require, transition
@@ -23,7 +23,7 @@ from pulse_trio.store.results import (
 )
 from pulse_trio.store.rows import TaskRow
 from pulse_trio.store.timer_scan import DueScan, claim
-from pulse_trio.store.tx import Tx, db_time
+from pulse_trio.store.tx import Tx, db_time, py_time
 
 #: The longest retry backoff step: 24.8 days, so every value fits the INT columns.
 MAX_BACKOFF_MS = lim.MAX_INT32
@@ -49,6 +49,7 @@ class NewTask:
     idempotency_key: str | None = None  # None: the task id
     concurrency_key: str | None = None
     concurrency_limit: int = 1
+    fairness_key: str | None = None  # a tenant, say: shares the queue with other keys by weight
     max_attempts: int = 3
     backoff_initial_ms: int = 1000
     backoff_factor: float = 2.0
@@ -71,6 +72,8 @@ class NewTask:
             problems.append(f"idempotency_key must be 1-{lim.MAX_IDEMPOTENCY_KEY_CHARS} characters")
         if self.concurrency_key is not None and not is_concurrency_key(self.concurrency_key):
             problems.append(f"concurrency_key must be 1-{lim.MAX_CONCURRENCY_KEY_CHARS} printable ASCII characters")
+        if self.fairness_key is not None and not is_fairness_key(self.fairness_key):
+            problems.append(f"fairness_key must be 1-{lim.MAX_FAIRNESS_KEY_CHARS} printable ASCII characters")
         if self.concurrency_limit < 1 or self.max_attempts < 1:
             problems.append("concurrency_limit and max_attempts must be at least 1")
         if not (1 <= self.backoff_initial_ms <= self.backoff_max_ms <= MAX_BACKOFF_MS
@@ -87,7 +90,8 @@ _INSERT = (
     "INSERT INTO tasks (task_id, queue, kind, state, payload, priority, priority_offset_ms, due_at, effective_at,"
     " idempotency_key, dedup_key, concurrency_key, concurrency_limit, max_attempts, backoff_initial_ms,"
     " backoff_factor, backoff_max_ms, retry_uncertain, lease_ttl_ms, attempt, effect_uncertain, retry_of,"
-    " created_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+    " created_at, updated_at, fairness_key)"
+    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
 )
 
 
@@ -109,15 +113,17 @@ def _source_recoverable(c) -> bool:
     return c.source.state in RECOVERABLE_STATES
 
 
-def _row_for(task: NewTask, state: str, now: dt.datetime, step_ms: int) -> tuple:
+def _row_for(task: NewTask, state: str, now: dt.datetime, step_ms: int, placed: dt.datetime | None) -> tuple:
+    """The row to insert; ``placed``: the fair effective_at of a due task with a fairness key."""
     due = db_time(task.due_at or now)
     offset = task.priority * step_ms
     stamp = db_time(now)
     key = task.idempotency_key or task.task_id
+    effective = db_time(placed) if placed is not None else due - dt.timedelta(milliseconds=offset)
     return (task.task_id, task.queue, task.kind, state, task.payload_json, task.priority, offset, due,
-            due - dt.timedelta(milliseconds=offset), key, key, task.concurrency_key, task.concurrency_limit,
+            effective, key, key, task.concurrency_key, task.concurrency_limit,
             task.max_attempts, task.backoff_initial_ms, task.backoff_factor, task.backoff_max_ms,
-            task.retry_uncertain, task.lease_ttl_ms, 0, False, None, stamp, stamp)
+            task.retry_uncertain, task.lease_ttl_ms, 0, False, None, stamp, stamp, task.fairness_key)
 
 
 def ensure_key_counters(tx: Tx, keys: set[str]) -> None:
@@ -152,11 +158,19 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
         return ()
     priority_step_ms = settings.value_ms(tx, "priority_step")
     assert priority_step_ms is not None
-    prepared = []
+    states = []
     for task in tasks:
         state = decide("task", "submit", "NONE", TaskContext(due_at=task.due_at or now, now=now))
         assert isinstance(state, str)
-        prepared.append((task, state, _row_for(task, state, now, priority_step_ms)))
+        states.append(state)
+    # A due task of a fairness key is placed on its key's clock now; a
+    # scheduled one when the promote timer makes it READY.
+    fair = [i for i, (t, state) in enumerate(zip(tasks, states)) if t.fairness_key is not None and state == "READY"]
+    placed: dict[int, dt.datetime] = dict(zip(fair, fairness.place(tx, [
+        fairness.Arrival(tasks[i].queue, tasks[i].fairness_key, tasks[i].due_at or now,  # type: ignore[arg-type]
+                         tasks[i].priority * priority_step_ms) for i in fair], now=now))) if fair else {}
+    prepared = [(task, state, _row_for(task, state, now, priority_step_ms, placed.get(i)))
+                for i, (task, state) in enumerate(zip(tasks, states))]
     ensure_key_counters(tx, {t.concurrency_key for t in tasks if t.concurrency_key})
     try:
         tx.write_many(_INSERT, [row for _, _, row in prepared])
@@ -184,7 +198,8 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
     return tuple(results)
 
 
-_PROMOTE = DueScan("task", "promote", "SELECT task_id, due_at FROM tasks", "pick_state", "due_at")
+_PROMOTE = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms FROM tasks",
+                   "pick_state", "due_at")
 
 
 @transition("task", "promote")
@@ -193,10 +208,19 @@ def promote(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
     rows = claim(tx, _PROMOTE, now=now, limit=limit)
     if not rows:
         return TimerResult(0, False)
-    for _, due_at in rows:
+    for _, due_at, *_ in rows:
         require("task", "promote", "SCHEDULED", TaskContext(due_at=due_at, now=now))
     task_ids = tuple(r[0] for r in rows)
-    move(tx, "task", "promote", task_ids, source="SCHEDULED", sets="updated_at = %s", args=(db_time(now),))
+    fair = [r for r in rows if r[3] is not None]  # placed on their key's clock, in due order
+    if not fair:
+        move(tx, "task", "promote", task_ids, source="SCHEDULED", sets="updated_at = %s", args=(db_time(now),))
+        return TimerResult(len(task_ids), len(rows) == limit, task_ids=task_ids)
+    placed = fairness.place(tx, [fairness.Arrival(queue, key, py_time(due), int(offset))
+                                 for _, due, queue, key, offset in fair], now=now)
+    cases = " ".join(["WHEN %s THEN %s"] * len(fair))
+    move(tx, "task", "promote", task_ids, source="SCHEDULED",
+         sets=f"updated_at = %s, effective_at = CASE task_id {cases} ELSE effective_at END",
+         args=(db_time(now), *[v for r, at in zip(fair, placed) for v in (r[0], db_time(at))]))
     return TimerResult(len(task_ids), len(rows) == limit, task_ids=task_ids)
 
 
@@ -221,12 +245,17 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
     task_id = new_task_id or ids.new_id("tsk")
     uncertain = bool(source.outcome_uncertain)
     stamp = db_time(now)
+    effective = stamp - dt.timedelta(milliseconds=source.priority_offset_ms)
+    if source.fairness_key is not None:
+        (placed,) = fairness.place(tx, [fairness.Arrival(source.queue, source.fairness_key, now,
+                                                         source.priority_offset_ms)], now=now)
+        effective = db_time(placed)
     tx.write(_INSERT, (
         task_id, source.queue, source.kind, dest, source.payload, source.priority, source.priority_offset_ms,
-        stamp, stamp - dt.timedelta(milliseconds=source.priority_offset_ms), source.idempotency_key, None,
+        stamp, effective, source.idempotency_key, None,
         source.concurrency_key, source.concurrency_limit, source.max_attempts, source.backoff_initial_ms,
         source.backoff_factor, source.backoff_max_ms, source.retry_uncertain, source.lease_ttl_ms, 0, uncertain,
-        source.task_id, stamp, stamp,
+        source.task_id, stamp, stamp, source.fairness_key,
     ))
     if source.concurrency_key:
         ensure_key_counters(tx, {source.concurrency_key})

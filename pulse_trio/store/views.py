@@ -88,6 +88,7 @@ class TaskView:
             "task_id": t.task_id, "queue": t.queue, "kind": t.kind, "state": t.state, "priority": t.priority,
             "attempt": t.attempt, "max_attempts": t.max_attempts, "idempotency_key": t.idempotency_key,
             "concurrency_key": t.concurrency_key, "concurrency_limit": t.concurrency_limit,
+            "fairness_key": t.fairness_key,
             "effect_uncertain": t.effect_uncertain, "retry_uncertain": t.retry_uncertain,
             "backoff_initial": t.backoff_initial_ms / 1000, "backoff_factor": t.backoff_factor,
             "backoff_max": t.backoff_max_ms / 1000,

@@ -13,8 +13,8 @@ import pytest
 def test_bench_reports_every_figure(database_server, backend):
     done = subprocess.run(
         [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "60", "--workers", "1", "--capacity", "8",
-         "--backlog", "50", "--keyed-share", "0.25", "--payload-bytes", "1024", "--timeout", "120",
-         "--worker-backend", backend,
+         "--backlog", "50", "--keyed-share", "0.25", "--fairness-keys", "7", "--payload-bytes", "1024",
+         "--timeout", "120", "--worker-backend", backend,
          "--database-url", database_server.with_database("unused").url(redact=False)],
         capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr

@@ -26,7 +26,7 @@ def test_show_prints_every_setting_with_its_default_and_who_set_it(db):
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)["settings"]
     assert list(shown) == ["lease_ttl", "start_timeout", "cancel_grace", "permit_quarantine", "priority_step",
-                           "node_heartbeat", "node_lapse", "task_retention"]
+                           "fairness_quantum", "node_heartbeat", "node_lapse", "task_retention"]
     assert shown["cancel_grace"] == {
         "name": "cancel_grace", "value": 30, "unit": "s", "meaning": "30 s", "default": 30, "state": "DEFAULT",
         "updated_at": None, "updated_by": None, "description": shown["cancel_grace"]["description"]}
@@ -80,3 +80,21 @@ def test_the_old_timing_flags_warn_and_write_nothing(db):
     quiet = cli(db, "task", "show", task["task_id"], env={"PULSE_CANCEL_GRACE": "99"})
     assert quiet.returncode == 0 and quiet.stderr == ""  # the variable is serve's: here it is simply not read
     assert stored(db)["cancel_grace"] == (30_000, "DEFAULT")
+
+
+def test_weight_gives_a_fairness_key_a_weight_and_weights_lists_them(db):
+    done = cli(db, "settings", "weight", "tenant:7", "3")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert (shown["fairness_key"], shown["weight"]) == ("tenant:7", 3) and shown["updated_by"].startswith("cli@")
+    listed = json.loads(cli(db, "settings", "weights").stdout)["fairness_weights"]
+    assert list(listed) == ["tenant:7"]
+    for bad in (("tenant:7", "0"), ("tenant:7", "x"), ("two words", "2")):
+        refused = cli(db, "settings", "weight", *bad)
+        assert refused.returncode == 2 and refused.stderr, bad
+    assert rows(db, "SELECT weight FROM fairness_weights") == [(3,)]
+    submitted = subprocess.run([sys.executable, "-m", "pulse_trio", "submit", "--queue", "q", "--kind", "k",
+                                "--fairness-key", "tenant:7", "--database-url", db.url(redact=False)],
+                               capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    assert json.loads(submitted.stdout)["fairness_key"] == "tenant:7"

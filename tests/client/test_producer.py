@@ -143,3 +143,19 @@ def test_a_string_that_cannot_be_a_task_id_names_no_task(client: Client, task_id
     with pytest.raises(ClientError) as refused:
         client.drain("ins_Ã")
     assert refused.value.code == "instance_not_found"
+
+
+def test_fairness_key_and_weights(client: Client):
+    task = client.submit("billing", "invoice.send", {"invoice": 7}, fairness_key="tenant:7")
+    assert client.get(task["task_id"])["fairness_key"] == "tenant:7"
+    with pytest.raises(InvalidRequest, match="fairness_key"):
+        client.submit("billing", "invoice.send", fairness_key="two words")
+    assert client.fairness_weights() == {}
+    set_ = client.set_fairness_weight("tenant:7", 3, updated_by="test")
+    assert (set_["fairness_key"], set_["weight"], set_["updated_by"]) == ("tenant:7", 3, "test")
+    assert client.set_fairness_weight("tenant:7", "5", updated_by="test")["weight"] == 5
+    assert list(client.fairness_weights()) == ["tenant:7"]
+    for key, weight in (("tenant:7", 0), ("tenant:7", 10_001), ("tenant:7", 2.5), ("tenant:7", True), ("", 2)):
+        with pytest.raises(InvalidRequest):
+            client.set_fairness_weight(key, weight, updated_by="test")
+    assert client.fairness_weights()["tenant:7"]["weight"] == 5

@@ -20,10 +20,10 @@ def _parse(argv: list[str]) -> cfg.Settings:
 
 def test_the_list_covers_what_every_process_must_agree_on():
     assert cs.NAMES == ("lease_ttl", "start_timeout", "cancel_grace", "permit_quarantine", "priority_step",
-                        "node_heartbeat", "node_lapse", "task_retention")
+                        "fairness_quantum", "node_heartbeat", "node_lapse", "task_retention")
     assert cs.DEFAULTS_MS == {"lease_ttl": 30_000, "start_timeout": 30_000, "cancel_grace": 30_000,
-                              "permit_quarantine": None, "priority_step": 30_000, "node_heartbeat": 5_000,
-                              "node_lapse": 15_000, "task_retention": 7 * 86_400_000}
+                              "permit_quarantine": None, "priority_step": 30_000, "fairness_quantum": 1_000,
+                              "node_heartbeat": 5_000, "node_lapse": 15_000, "task_retention": 7 * 86_400_000}
     assert cs.pair_problem(cs.DEFAULTS_MS) is None
     assert [s.flag for s in cs.SETTINGS][:2] == ["--lease-ttl", "--start-timeout"]
 

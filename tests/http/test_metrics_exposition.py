@@ -134,3 +134,16 @@ def test_a_histogram_counts_a_value_on_a_bound_in_that_bound_s_bucket():
     assert samples[("pulse_example_seconds_bucket", "+Inf")] == 4
     assert samples[("pulse_example_seconds_count", None)] == 4 and samples[("pulse_example_seconds_sum", None)] == 8.6
     assert histogram.count("q") == 4 and histogram.count("other") == 0
+
+
+async def test_fairness_keys_are_labels_for_the_ten_with_most_ready_work_then_other(http, tokens):
+    for i in range(13):
+        for _ in range(13 - i):
+            reply = await http.post("/v1/tasks", token=tokens["producer"],
+                                    json_body={"queue": "billing", "kind": "k", "fairness_key": f"tenant-{i:02}"})
+            assert reply.status == 201
+    text = (await http.get("/metrics")).body.decode()
+    lint(text)
+    ready = {s.labels["fairness_key"]: s.value for family in text_string_to_metric_families(text)
+             if family.name == "pulse_fairness_ready_tasks" for s in family.samples if s.labels["queue"] == "billing"}
+    assert ready == {**{f"tenant-{i:02}": 13 - i for i in range(10)}, "other": 3 + 2 + 1}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,9 @@ async def test_the_committed_document_is_the_one_served(http):
 
 async def test_every_route_is_documented_and_nothing_else(service):
     app = build_app(service.instance, service.store, service.settings)
-    served = {(route.path, method.lower()) for route in app.routes for method in route.methods if method != "HEAD"}
+    # A path converter ({key:path}: a fairness key may hold a slash) is the same parameter to OpenAPI.
+    served = {(re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path), method.lower())
+              for route in app.routes for method in route.methods if method != "HEAD"}
     documented = {(path, method) for path, ops in json.loads(COMMITTED.read_text())["paths"].items() for method in ops}
     assert served == documented
 

@@ -80,3 +80,39 @@ async def test_a_body_that_is_not_strict_json_is_refused(http, tokens):
     reply = await http.request("PUT", "/v1/settings/cancel_grace", token=tokens["operator"],
                                body='{"value": 2, "value": 3}', headers={"Content-Type": "application/json"})
     assert (reply.status, reply.error["code"]) == (400, "invalid_json")
+
+
+async def test_fairness_weights_are_read_by_any_token_and_set_by_an_unscoped_operator(http, tokens, db):
+    assert (await http.get("/v1/fairness-weights", token=tokens["producer"])).json() == {"fairness_weights": {}}
+    default = await http.get("/v1/fairness-weights/tenant%2F7", token=tokens["producer"])
+    assert default.status == 200 and default.json()["weight"] == 1 and default.json()["fairness_key"] == "tenant/7"
+    refused = await http.request("PUT", "/v1/fairness-weights/tenant-1", token=tokens["producer"],
+                                 json_body={"weight": 3})
+    assert refused.status == 403
+    changed = await http.request("PUT", "/v1/fairness-weights/tenant%2F7", token=tokens["operator"],
+                                 json_body={"weight": 3})
+    assert changed.status == 200, changed.json()
+    assert (changed.json()["weight"], changed.json()["updated_by"][:9]) == (3, "http:tok_")
+    assert rows(db, "SELECT fairness_key, state, weight FROM fairness_weights") == [("tenant/7", "SET", 3)]
+    listed = (await http.get("/v1/fairness-weights", token=tokens["producer"])).json()["fairness_weights"]
+    assert list(listed) == ["tenant/7"]
+    whole = await http.request("PUT", "/v1/fairness-weights/tenant%2F7", token=tokens["operator"],
+                               json_body={"weight": 4.0})  # JSON Schema's integer: 4.0 is 4
+    assert whole.status == 200 and whole.json()["weight"] == 4
+
+
+@pytest.mark.parametrize("body", [{"weight": 0}, {"weight": 10_001}, {"weight": 1.5}, {"weight": "2"}, {}, {"w": 2},
+                                  {"weight": True}, {"weight": None}])
+async def test_a_bad_weight_is_refused_and_nothing_is_written(http, tokens, db, body):
+    refused = await http.request("PUT", "/v1/fairness-weights/t", token=tokens["operator"], json_body=body)
+    assert refused.status == 400 and refused.error["code"] == "invalid_request"
+    assert rows(db, "SELECT COUNT(*) FROM fairness_weights") == [(0,)]
+
+
+async def test_a_bad_fairness_key_in_the_path_is_refused(http, tokens):
+    for path in ("/v1/fairness-weights/" + "x" * 129, "/v1/fairness-weights/%C3%98"):
+        read = await http.get(path, token=tokens["producer"])
+        assert read.status == 400 and read.error["code"] == "invalid_request"
+    refused = await http.request("PUT", "/v1/fairness-weights/" + "x" * 129, token=tokens["operator"],
+                                 json_body={"weight": 2})
+    assert refused.status == 400 and refused.error["code"] == "invalid_request"

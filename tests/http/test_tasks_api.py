@@ -234,3 +234,12 @@ async def test_a_cancelled_task_has_one_result_whoever_cancelled_it(http, tokens
     for task_id in (early["task_id"], running["task_id"]):
         view = (await http.get(f"/v1/tasks/{task_id}", token=tokens["operator"])).json()
         assert view["state"] == "CANCELLED" and view["outcome"]["result"] == {}, view["outcome"]
+
+
+async def test_submit_takes_a_fairness_key_and_refuses_a_malformed_one(http, tokens):
+    reply = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "fairness_key": "tenant:7"})
+    assert reply.status == 201 and reply.json()["fairness_key"] == "tenant:7"
+    assert (await http.post("/v1/tasks", token=tokens["producer"], json_body=SUBMIT)).json()["fairness_key"] is None
+    for bad in ("", "x" * 129, "two words", 7):
+        refused = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "fairness_key": bad})
+        assert refused.status == 400 and refused.error["code"] == "invalid_request", bad

@@ -164,3 +164,26 @@ async def test_a_blocked_key_does_not_block_other_keys_or_unkeyed_tasks(
     got_ids = {h.task_id for h in got}
     assert len(got_ids & hot) == 1  # one permit of "hot"; the other 39 are skipped, not waited on
     assert got_ids - hot == {ids["cold"], ids["plain0"], ids["plain1"], ids["plain2"]}
+
+
+async def test_a_deep_backlog_of_a_blocked_key_blocks_nothing_behind_it(
+        virtual_clock, scenario_service, connect_worker, holding, submit):
+    """The issue's case: far more blocked tasks ahead, at a higher priority, than any claim page or scan bound."""
+    service = await scenario_service(**dict(SETTINGS, start_timeout=60, lease_ttl=600))
+    await submit(service, concurrency_key="hot", idempotency_key="hot-held")
+    async with holding(service, concurrency_keys=True) as (_, held):
+        assert held.task["concurrency_key"] == "hot"  # the key's one permit is taken and stays taken
+        for queue in ("q", "r"):
+            await submit.many(service, [dict(queue=queue, concurrency_key="hot", priority=9,
+                                             idempotency_key=f"hot-{queue}{i}") for i in range(1200)])
+        await trio.sleep(1)
+        behind = await submit.many(service, [dict(idempotency_key="plain-q"),
+                                             dict(queue="r", idempotency_key="plain-r", priority=2),
+                                             dict(queue="r", concurrency_key="cold", idempotency_key="cold-r")])
+        async with connect_worker(service, queues=("q", "r"), concurrency_keys=True) as worker:
+            await worker.capacity(10)
+            with trio.fail_after(2):  # a dispatch pass or two, not a walk through the backlog
+                got = [await offered(worker) for _ in range(3)]
+            await worker.listen(2)
+            assert not worker.pushed("task.assign")
+    assert {h.task_id for h in got} == {d["task_id"] for d in behind}

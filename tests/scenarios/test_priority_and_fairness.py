@@ -224,3 +224,48 @@ async def test_a_fast_poll_still_keeps_the_refill_mark(virtual_clock, scenario_s
             served.append(trio.current_time())
     gaps = [b - a for a, b in zip(served, served[1:])]
     assert min(gaps) >= 0.09, gaps
+
+
+async def test_a_flood_and_a_trickle_share_the_queue_by_weight(virtual_clock, scenario_service, connect_worker,
+                                                               submit, operator, db):
+    """Weights 1 and 3 (docs/priority-and-fairness.md §5): shares of the offers measured from the lease rows."""
+    from sql_support import rows
+
+    service = await scenario_service(start_timeout=30, lease_ttl=30)
+    ops = operator(service)
+    await trio.to_thread.run_sync(lambda: ops.client.set_fairness_weight("trickle", 3, updated_by="scenario"))
+    await submit.many(service, [dict(fairness_key="flood", idempotency_key=f"f{i}") for i in range(150)])
+    trickled = 45
+
+    async def trickle() -> None:  # 5 a second: more than its share, so it stays backlogged
+        for i in range(trickled):
+            await submit(service, fairness_key="trickle", idempotency_key=f"t{i}")
+            await trio.sleep(0.2)
+
+    async def serve(worker) -> None:  # about 4 tasks a second
+        done = 0
+        while done < trickled:
+            held = await offered(worker)
+            await held.start()
+            await trio.sleep(0.25)
+            await held.finish()
+            done += held.task["idempotency_key"].startswith("t")
+
+    async with connect_worker(service) as worker:
+        await worker.capacity(1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trickle)
+            await serve(worker)
+    offers = await trio.to_thread.run_sync(lambda: rows(
+        db, "SELECT t.fairness_key FROM leases l JOIN tasks t ON t.task_id = l.task_id"
+            " ORDER BY l.offered_at, l.lease_id"))
+    keys = [k for (k,) in offers]
+    first, last = keys.index("trickle"), len(keys) - 1 - keys[::-1].index("trickle")
+    window = keys[first:last + 1]  # while both had work waiting
+    n_flood, n_trickle = window.count("flood"), window.count("trickle")
+    assert n_trickle == trickled
+    # the stated bound |n_flood/1 - n_trickle/3| <= 1/1 + 1/3, times 3: |3 n_flood - n_trickle| <= 4,
+    # over the window and over every stretch of it that starts where it does
+    assert abs(3 * n_flood - n_trickle) <= 4, (n_flood, n_trickle)
+    worst = max(abs(3 * window[:i].count("flood") - window[:i].count("trickle")) for i in range(len(window) + 1))
+    assert worst <= 4, window

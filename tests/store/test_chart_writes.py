@@ -24,6 +24,7 @@ from pulse_trio.store import NewTask, request_cancel, retry, submit
 from pulse_trio.store.schedules import create as create_schedule
 from pulse_trio.store.chart_write import TABLES, UndeclaredTransition, move
 from pulse_trio.store.queues import pause as pause_queue, set_retention
+from pulse_trio.store.fairness import set_weight, share_id
 from pulse_trio.store.tx import Tx, UnregisteredWrite
 
 ROOT = Path(__file__).parents[2]
@@ -52,6 +53,12 @@ def _specimen(world, chart: str) -> str:
         return change.control.queue
     if chart == "schedule":
         return _schedule(world)
+    if chart == "fair_share":
+        world.submit(fairness_key="tenant-1")
+        return share_id("q", "tenant-1")
+    if chart == "fairness_weight":
+        world.run(set_weight, fairness_key="tenant-1", weight=3, updated_by="test")
+        return "tenant-1"
     w = world.worker("q", keys=True)
     if chart == "instance":
         return w.session_id
@@ -162,6 +169,10 @@ def test_the_functions_that_insert_a_row_write_the_charts_destination(world):
     world.run(set_retention, queue="q-kept", retention_ms=60_000, updated_by="test")
     assert _state(world, "queue", "q-kept") in CHARTS["queue"].dests("retain", "NONE")
     assert _state(world, "schedule", _schedule(world, "inserted")) in CHARTS["schedule"].dests("create", "NONE")
+    world.run(submit, tasks=[NewTask("q", "k", fairness_key="tenant-2")])
+    assert _state(world, "fair_share", share_id("q", "tenant-2")) in CHARTS["fair_share"].dests("open", "NONE")
+    world.run(set_weight, fairness_key="tenant-2", weight=2, updated_by="test")
+    assert _state(world, "fairness_weight", "tenant-2") in CHARTS["fairness_weight"].dests("set", "NONE")
 
 
 def test_no_store_module_but_the_writer_sets_a_state():

@@ -116,3 +116,20 @@ def test_schedule_fire_submits_each_ticks_task_on_its_own_transaction(world):
     world.run(create, schedule=build_schedule(name="s", queue="q", kind="k", interval=1), created_by="t")
     world.advance(1000)
     assert trail(world, fire) == ["schedule.fire", "task.submit"]
+
+
+def test_assign_meeting_a_key_at_its_limit_sets_its_tasks_aside(world, keyed):
+    world.offer(keyed, concurrency_key="a")
+    world.submit(concurrency_key="a")
+    assert trail(world, assign, session_id=keyed.session_id, credentials=new_credentials(1),
+                 start_timeout_ms=1000, default_lease_ttl_ms=1000) == [
+        "lease.assign", "key_permit.acquire", "task.wait_for_key"]
+
+
+def test_finish_with_tasks_of_the_key_waiting_brings_one_back(world, keyed):
+    offer = world.running(keyed, concurrency_key="a")
+    world.submit(concurrency_key="a")
+    world.assign(keyed, 1)  # sets it aside
+    assert trail(world, finish, command=world.command(keyed, offer, 2),
+                 report=FinishReport("SUCCEEDED", "{}")) == [
+        "lease.finish", "task.finish", "key_permit.release", "task.key_freed"]

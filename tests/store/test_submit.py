@@ -128,20 +128,21 @@ def _explain(world, sql, args, verb="EXPLAIN"):
 
 
 @pytest.mark.parametrize("variant", [
-    dict(), dict(kinds=2), dict(unkeyed_only=True), dict(paged=True), dict(paged=True, kinds=1, unkeyed_only=True),
-    dict(by_kind=True), dict(by_kind=True, paged=True, unkeyed_only=True),
+    dict(pick="READY"), dict(pick="KEYED"), dict(paged=True, pick="READY"), dict(paged=True, pick="KEYED"),
+    dict(by_kind=True, pick="READY"), dict(by_kind=True, paged=True, pick="KEYED"),
 ])
 def test_pickup_uses_the_index_in_order_by_direction(world, variant):
     """The claim query reads its pick-up index in ORDER BY order: no filesort (docs/storage.md §6)."""
     world.run(submit, tasks=[NewTask("q", "k", priority=i % 10) for i in range(200)])
+    world.run(submit, tasks=[NewTask("q", "k", concurrency_key=f"c{i}") for i in range(50)])
     world.run(submit, tasks=[NewTask("q", "other-kind") for _ in range(200)])
     world.run(submit, tasks=[NewTask("other", "k") for _ in range(50)])
-    args: list = ["q"]
+    variant = dict(variant)
+    args: list = ["q", variant.pop("pick")]
     if variant.get("by_kind"):
         args.append("k")
     if variant.get("paged"):
         args += [world.now, world.now, "tsk_0"]
-    args += ["k"] * variant.get("kinds", 0)
     args.append(10)
     (plan,) = _explain(world, pickup_sql(**variant), args)
     assert plan["key"] == ("tasks_pickup_kind" if variant.get("by_kind") else "tasks_pickup"), plan
@@ -152,9 +153,39 @@ def test_a_backlog_of_another_kind_is_not_scanned_by_a_kind_subscription(world):
     """Pick-up by kind reads only that kind's index range: rows examined stay at the page size."""
     world.run(submit, tasks=[NewTask("q", "backlog") for _ in range(2000)])
     world.run(submit, tasks=[NewTask("q", "k") for _ in range(20)])
-    plan = _analyze(world, pickup_sql(by_kind=True, unkeyed_only=True), ["q", "k", 10])
+    plan = _analyze(world, pickup_sql(by_kind=True), ["q", "READY", "k", 10])
     assert plan["key"] == "tasks_pickup_kind", plan
     assert float(plan["r_rows"]) <= 10, plan
+
+
+def test_a_subscription_naming_many_kinds_reads_no_other_kind_and_about_a_page_of_rows(world):
+    """Every named kind is its own ordered range (one statement): a backlog of others is never walked."""
+    from pulse_trio.store.assign import SHARED_PAGES_FROM, Read, pickup_statement
+
+    kinds = [f"k{i}" for i in range(3 * SHARED_PAGES_FROM)]
+    world.run(submit, tasks=[NewTask("q", "backlog") for _ in range(3000)])
+    wanted = world.run(submit, tasks=[NewTask("q", kind) for kind in kinds for _ in range(3)])
+    reads: list[Read] = [(("q", kind, "READY"), None) for kind in kinds]
+    sql, args = pickup_statement(reads, 1)
+    rows = _explain(world, sql, args, verb="ANALYZE")
+    assert {r["key"] for r in rows if r["table"] == "t"} == {"tasks_pickup_kind"}, rows
+    assert sum(float(r["r_rows"]) for r in rows if r["table"] == "t") <= len(kinds), rows
+    # and the claim itself: a session naming them all gets them in pick-up order, past the backlog
+    w = world.worker("q", kinds={"q": kinds})
+    offers = world.assign(w, 10)
+    # one submit, one effective_at: pick-up order is task_id order
+    assert [o.task.task_id for o in offers] == sorted(r.task_id for r in wanted)[:10]
+
+
+def test_a_session_without_keys_never_reads_a_backlog_of_keyed_tasks(world):
+    """READY keyed tasks have their own pick_state range (KEYED): a claim for unkeyed work reads past none."""
+    world.run(submit, tasks=[NewTask("q", "k", concurrency_key=f"c{i % 50}") for i in range(3000)])
+    world.advance(1)
+    plain = world.run(submit, tasks=[NewTask("q", "k") for _ in range(3)])
+    plan = _analyze(world, pickup_sql(), ["q", "READY", 10])
+    assert plan["key"] == "tasks_pickup" and float(plan["r_rows"]) <= 3, plan
+    w = world.worker("q")
+    assert [o.task.task_id for o in world.assign(w, 5)] == sorted(r.task_id for r in plain)
 
 
 def test_pickup_explain_in_docs_matches():

@@ -28,3 +28,18 @@ def test_the_overview_shows_counts_recent_finishes_and_the_hour_chart(page, serv
     page.wait_for_selector("tr[data-queue=ui-backlog] td[data-state=READY] >> text=1")
     assert page.text_content("tr[data-queue=ui-backlog] [data-field=oldest-ready]").endswith(("ms", "s"))
     screenshot(page, "overview")
+
+
+def test_the_overview_lists_fairness_keys_with_their_ready_work_and_recent_share(page, service):
+    operator = service.token("operator")
+    for n in range(3):
+        service.api.submit(operator, queue="ui-fair", kind="echo", fairness_key="tenant:big", payload={"n": n})
+    service.api.submit(operator, queue="ui-fair", kind="echo", fairness_key="tenant:<small>")
+    overview = service.api.request("GET", "/v1/overview", operator).doc["queues"]["ui-fair"]["fairness"]
+    assert [(r["fairness_key"], r["ready"]) for r in overview] == [("tenant:big", 3), ("tenant:<small>", 1)]
+    sign_in(page, operator)
+    section = "section.fairness[data-queue=ui-fair]"
+    page.wait_for_selector(f"{section} tr[data-key='tenant:big'] [data-field=ready] >> text=3")
+    # a key is data: shown as text, never markup
+    assert page.text_content(f"{section} tr[data-key='tenant:<small>'] th") == "tenant:<small>"
+    assert page.text_content(f"{section} tr[data-key='tenant:big'] [data-field=recent-share]") == "—"

@@ -1,6 +1,7 @@
 // Overview: one row per queue with its state (ACTIVE or PAUSED, and Pause / Resume for operators:
 // POST /v1/queues/{queue}/pause|resume), counts by state, the oldest READY task's age, what finished
-// in the last minutes and a throughput chart over the last hour (GET /v1/overview).
+// in the last minutes and a throughput chart over the last hour (GET /v1/overview); then, per
+// queue with fairness keys, the keys with the most ready work and their share of recent finishes.
 
 import { ApiError, get, post } from "./api.js";
 import { throughputChart } from "./chart.js";
@@ -34,6 +35,21 @@ function queueRow(name, q, switchButton) {
       title: Object.entries(recent).map(([s, n]) => `${s}: ${n}`).join(", ") },
     `${finished} finished`, el("br"), el("span", { class: recent.FAILED ? "bad-text" : "muted" }, `${recent.FAILED} failed`)),
     el("td", { class: "chart-cell" }, throughputChart(q.per_minute, { label: name })));
+}
+
+function share(x) {
+  return x === null || x === undefined ? "—" : `${Math.round(x * 100)} %`;
+}
+
+function fairnessTable(name, rows) {
+  return el("section", { class: "fairness", "data-queue": name },
+    el("h2", {}, `Fairness keys in ${name}`),
+    table(["Key", "Ready", "Recent finished", "Recent share"], rows.map((r) =>
+      el("tr", { "data-key": r.fairness_key },
+        el("th", {}, r.keys ? `${r.fairness_key} (${r.keys} keys)` : r.fairness_key),
+        el("td", { class: "num", "data-field": "ready" }, String(r.ready)),
+        el("td", { class: "num", "data-field": "recent-finished" }, String(r.recent_finished)),
+        el("td", { class: "num", "data-field": "recent-share" }, share(r.recent_share))))));
 }
 
 export function overview(view, params, { can }) {
@@ -78,10 +94,12 @@ export function overview(view, params, { can }) {
       replace(body, notice("No tasks yet: submit one and it shows here."));
       return;
     }
+    const fair = names.filter((name) => (data.queues[name].fairness ?? []).length)
+      .map((name) => fairnessTable(name, data.queues[name].fairness));
     replace(body, table(
       ["Queue", ...STATES, "Oldest READY", "Recent", "Last hour"],
       names.map((name) => queueRow(name, data.queues[name], switchButton)),
-      { id: "queues" }));
+      { id: "queues" }), ...fair);
   }
 
   return { refresh };

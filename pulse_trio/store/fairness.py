@@ -1,0 +1,216 @@
+"""Chart ``fair_share``: where a task of a fairness key is placed in the pick-up order.
+
+Each (queue, fairness_key) has a virtual clock (``fair_shares.virtual_at``).
+A task of the key that becomes READY — submitted due, promoted, retried by
+hand — is placed at ``max(due_at, clock)`` (its *fair due time*) and moves
+the clock on by ``fairness_quantum / weight``; its ``effective_at`` is the
+fair due time minus its priority offset, as for every task. So a key with
+many tasks waiting has them spread out in the pick-up order, one every
+``quantum / weight``, and a key with few is placed at its due time, ahead of
+a flood that was spread past it (docs/priority-and-fairness.md §5).
+
+Everything is decided when the task becomes READY: the claim reads the
+same index in the same order as without fairness keys, whatever the number
+of keys, and tasks without a key pay nothing. The key's row is locked for
+the placement (rows in one order, by ``share_id``), so every serve process
+and producer places the key's tasks on one clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+import pymysql
+
+from pulse_trio.store import settings
+from pulse_trio.store.chart_write import destination, move
+from pulse_trio.store.registry import read_only, transition
+from pulse_trio.store.tx import Tx, db_time, py_time
+
+DUPLICATE_KEY = 1062
+
+#: Weights are whole numbers in this range (pulse_trio.client.ranges.FAIRNESS_WEIGHT checks input against
+#: the same); a key without a stored weight weighs DEFAULT_WEIGHT.
+MIN_WEIGHT, MAX_WEIGHT, DEFAULT_WEIGHT = 1, 10_000, 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Arrival:
+    """A task of a fairness key becoming READY: where it would be without fairness."""
+
+    queue: str
+    fairness_key: str
+    due_at: dt.datetime
+    priority_offset_ms: int
+
+
+def share_id(queue: str, fairness_key: str) -> str:
+    """The row's key: a queue name holds no space, so the first space splits it."""
+    return f"{queue} {fairness_key}"
+
+
+def weights(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
+    """The stored weight of each key (DEFAULT_WEIGHT where none is stored)."""
+    found = {k: int(w) for k, w in tx.all("SELECT fairness_key, weight FROM fairness_weights WHERE fairness_key IN %s",
+                                          (tuple(keys),))} if keys else {}
+    return {k: found.get(k, DEFAULT_WEIGHT) for k in keys}
+
+
+#: Where fair_share.open puts the row it inserts.
+_ACTIVE = destination("fair_share", "open", "NONE")
+
+
+@transition("fair_share", "open", entry=False)
+def _open(tx: Tx, *, arrivals: Sequence[Arrival], now: dt.datetime) -> None:
+    """NONE -> ACTIVE: a row per new (queue, key), its clock at the first arrival's due time.
+
+    A concurrent first submit of the same key may insert it first: its
+    duplicate is fine, the lock that follows orders the two.
+    """
+    for a in arrivals:
+        try:
+            tx.write("INSERT INTO fair_shares (share_id, queue, fairness_key, state, virtual_at, placed, updated_at)"
+                     " VALUES (%s, %s, %s, %s, %s, 0, %s)",
+                     (share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(a.due_at),
+                      db_time(now)))
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != DUPLICATE_KEY:
+                raise
+
+
+@transition("fair_share", "advance", entry=False)
+def _advance(tx: Tx, *, clocks: dict[str, tuple[dt.datetime, int]], now: dt.datetime) -> None:
+    """ACTIVE -> ACTIVE: each key's clock moved past the tasks just placed (one statement per key)."""
+    for sid, (clock, count) in sorted(clocks.items()):
+        move(tx, "fair_share", "advance", [sid], source="ACTIVE",
+             sets="virtual_at = %s, placed = placed + %s, updated_at = %s",
+             args=(db_time(clock), count, db_time(now)))
+
+
+def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime) -> list[dt.datetime]:
+    """The fair ``effective_at`` of each arrival, in order, with the keys' clocks moved on.
+
+    Arrivals of one key are placed in the order given. A submit whose
+    idempotency key turns out to exist already was placed too: its slot
+    stays a gap on the key's clock (the key's next task comes one slot
+    later, never earlier).
+    """
+    if not arrivals:
+        return []
+    quantum_ms = settings.value_ms(tx, "fairness_quantum")
+    assert quantum_ms is not None
+    ids = sorted({share_id(a.queue, a.fairness_key) for a in arrivals})
+    have = {r[0] for r in tx.all("SELECT share_id FROM fair_shares WHERE share_id IN %s", (tuple(ids),))}
+    first: dict[str, Arrival] = {}
+    for a in arrivals:
+        first.setdefault(share_id(a.queue, a.fairness_key), a)
+    new = [first[sid] for sid in ids if sid not in have]
+    if new:
+        _open(tx, arrivals=new, now=now)
+    clock = {r[0]: py_time(r[1]) for r in tx.all(
+        "SELECT share_id, virtual_at FROM fair_shares WHERE share_id IN %s ORDER BY share_id FOR UPDATE",
+        (tuple(ids),))}
+    weight = weights(tx, sorted({a.fairness_key for a in arrivals}))
+    placed: list[dt.datetime] = []
+    counts: collections.Counter[str] = collections.Counter()
+    for a in arrivals:
+        sid = share_id(a.queue, a.fairness_key)
+        fair_due = max(py_time(db_time(a.due_at)), clock[sid])
+        placed.append(fair_due - dt.timedelta(milliseconds=a.priority_offset_ms))
+        clock[sid] = fair_due + dt.timedelta(microseconds=quantum_ms * 1000 // weight[a.fairness_key])
+        counts[sid] += 1
+    _advance(tx, clocks={sid: (clock[sid], n) for sid, n in counts.items()}, now=now)
+    return placed
+
+
+@read_only(takes_locks=False)
+def list_weights(tx: Tx) -> dict[str, dict[str, object]]:
+    """Every stored weight (keys not listed weigh DEFAULT_WEIGHT)."""
+    return {k: {"weight": int(w), "updated_at": py_time(at), "updated_by": by}
+            for k, w, at, by in tx.all("SELECT fairness_key, weight, updated_at, updated_by FROM fairness_weights"
+                                       " ORDER BY fairness_key")}
+
+
+
+
+@transition("fairness_weight", "set")
+def set_weight(tx: Tx, *, fairness_key: str, weight: int, now: dt.datetime, updated_by: str) -> int | None:
+    """Store the key's weight (checked by the caller); the weight it had (None: never set, so 1)."""
+    if not MIN_WEIGHT <= weight <= MAX_WEIGHT:
+        raise ValueError(f"weight must be {MIN_WEIGHT} to {MAX_WEIGHT}")
+    row = tx.one("SELECT weight FROM fairness_weights WHERE fairness_key = %s FOR UPDATE", (fairness_key,))
+    stamp, who = db_time(now), updated_by[:128]
+    if row is None:
+        try:
+            tx.write("INSERT INTO fairness_weights (fairness_key, state, weight, updated_at, updated_by)"
+                     " VALUES (%s, %s, %s, %s, %s)",
+                     (fairness_key, destination("fairness_weight", "set", "NONE"), weight, stamp, who))
+            return None
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != DUPLICATE_KEY:
+                raise
+            row = tx.one("SELECT weight FROM fairness_weights WHERE fairness_key = %s FOR UPDATE", (fairness_key,))
+    if int(row[0]) == weight:
+        return weight  # nothing changes
+    move(tx, "fairness_weight", "set", [fairness_key], source="SET", sets="weight = %s, updated_at = %s,"
+         " updated_by = %s", args=(weight, stamp, who))
+    return int(row[0])
+
+
+#: Per queue, /metrics and the dashboard name this many fairness keys (the most ready work); the rest are "other".
+TOP_KEYS = 10
+OTHER = "other"
+
+
+@read_only(takes_locks=False)
+def key_figures(tx: Tx, *, since: dt.datetime, queues: Sequence[str] | None = None,
+                top: int = TOP_KEYS) -> dict[str, list[dict[str, object]]]:
+    """Per queue, the fairness keys with the most READY tasks, then ``other``: ready count and recent finishes.
+
+    Bounded label sets: at most ``top`` keys plus ``other`` per queue. Ready
+    counts read ``tasks_fair_pick (queue, fair_pick, fairness_key)``, which
+    holds only READY tasks with a key (index only); the finishes since
+    ``since`` read each (queue, outcome) range of ``tasks_finished`` from
+    ``since`` on, so their cost follows the finishing rate.
+    """
+    ready: dict[str, dict[str, int]] = {}
+    for queue, key, count in tx.all(
+            "SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_fair_pick)"
+            " WHERE fair_pick = 'READY' GROUP BY queue, fairness_key"):
+        ready.setdefault(queue, {})[key] = int(count)
+    finished: dict[str, dict[str, int]] = {}
+    pairs = tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
+                   " WHERE outcome_status IS NOT NULL")
+    if pairs:
+        part = ("(SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
+                " WHERE queue = %s AND outcome_status = %s AND finished_at >= %s AND fairness_key IS NOT NULL"
+                " GROUP BY queue, fairness_key)")
+        args = [v for queue, status in pairs for v in (queue, status, db_time(since))]
+        for queue, key, count in tx.all(" UNION ALL ".join([part] * len(pairs)), args):
+            per = finished.setdefault(queue, {})
+            per[key] = per.get(key, 0) + int(count)
+    wanted = None if queues is None else set(queues)
+    out: dict[str, list[dict[str, object]]] = {}
+    for queue in sorted(set(ready) | set(finished)):
+        if wanted is not None and queue not in wanted:
+            continue
+        r, f = ready.get(queue, {}), finished.get(queue, {})
+        keys = sorted(set(r) | set(f), key=lambda k: (-r.get(k, 0), -f.get(k, 0), k))
+        shown, rest = keys[:top], keys[top:]
+        total = sum(f.values())
+        rows: list[dict[str, object]] = [
+            {"fairness_key": k, "ready": r.get(k, 0), "recent_finished": f.get(k, 0),
+             "recent_share": round(f.get(k, 0) / total, 4) if total else None} for k in shown]
+        if rest:
+            other_f = sum(f.get(k, 0) for k in rest)
+            rows.append({"fairness_key": OTHER, "ready": sum(r.get(k, 0) for k in rest), "recent_finished": other_f,
+                         "recent_share": round(other_f / total, 4) if total else None, "keys": len(rest)})
+        out[queue] = rows
+    return out
+
+
+__all__ = ["Arrival", "DEFAULT_WEIGHT", "MAX_WEIGHT", "MIN_WEIGHT", "OTHER", "TOP_KEYS", "key_figures", "list_weights",
+           "place", "set_weight", "share_id", "weights"]

@@ -1,0 +1,159 @@
+"""No head-of-line blocking at any depth (docs/keyed-concurrency.md §3): keys at their limit are set aside.
+
+A key found at its limit has its READY tasks set aside (task.wait_for_key),
+out of the pick-up range every claim reads; each permit released brings one
+back (task.key_freed). Depths here are far past any page or scan bound of a
+claim (``page`` ≤ 64 rows, ``max_scan`` = 8 × want + 64, set-aside chunks
+of ``WAIT_CHUNK``).
+"""
+
+from __future__ import annotations
+
+from pulse_trio.store import NewTask, request_cancel, submit
+from pulse_trio.store.task_steps import WAIT_CHUNK
+
+DEEP = 4 * WAIT_CHUNK + 37  # several set-aside chunks, hundreds of claim pages
+
+
+def _flood(world, key: str, count: int, *, queue: str = "q", priority: int = 9) -> list[str]:
+    tasks = [NewTask(queue, "k", priority=priority, concurrency_key=key) for _ in range(count)]
+    return [r.task_id for r in world.run(submit, tasks=tasks)]
+
+
+def _waiting(world, key: str) -> int:
+    ((n,),) = world.sql("SELECT COUNT(*) FROM tasks WHERE concurrency_key = %s AND pick_state = 'KEY_WAIT'", (key,))
+    return n
+
+
+def _ready_in_range(world, key: str) -> int:
+    ((n,),) = world.sql("SELECT COUNT(*) FROM tasks WHERE concurrency_key = %s AND pick_state = 'KEYED'", (key,))
+    return n
+
+
+def test_a_deep_blocked_key_blocks_nothing_behind_it_in_any_queue_or_priority(world):
+    holder = world.worker("a", keys=True, capacity=1)
+    held = world.offer(holder, queue="a", concurrency_key="hot")  # "hot" (limit 1) is at its limit now
+    world.advance(1)
+    _flood(world, "hot", DEEP, queue="a", priority=9)  # ahead of everything below in pick-up order
+    _flood(world, "hot", DEEP, queue="b", priority=5)
+    world.advance(1)
+    plain_a = world.submit(queue="a", priority=0)
+    world.advance(1)
+    cold_b = world.submit(queue="b", priority=3, concurrency_key="cold")
+    world.advance(1)
+    plain_b = world.submit(queue="b", priority=0)
+    w = world.worker("a", "b", keys=True, capacity=10)
+    offers = world.assign(w, 3)
+    # effective_at: cold_b is 90 s earlier than its submit; the plain ones are in submit order
+    assert [o.task.task_id for o in offers] == [cold_b, plain_a, plain_b]
+    assert all(o.task.concurrency_key != "hot" for o in offers)
+    assert _waiting(world, "hot") == 2 * DEEP and _ready_in_range(world, "hot") == 0
+    assert held.task.concurrency_token == 1
+
+
+def test_work_behind_is_offered_on_the_first_claim_whatever_the_depth(world):
+    holder = world.worker("q", keys=True, capacity=1)
+    world.offer(holder, concurrency_key="hot")
+    _flood(world, "hot", DEEP)
+    world.advance(1)
+    behind = [world.submit(priority=0), world.submit(priority=0, concurrency_key="other")]
+    w = world.worker("q", keys=True, capacity=2)
+    # one free slot would scan at most 8 × 1 + 64 rows: far fewer than the blocked run ahead
+    assert {o.task.task_id for o in world.assign(w, 1)} <= set(behind)
+    assert len(world.assign(w, 1)) == 1
+    assert _ready_in_range(world, "hot") == 0
+
+
+def test_a_set_aside_run_is_not_read_again_by_later_claims(world):
+    holder = world.worker("q", keys=True, capacity=1)
+    world.offer(holder, concurrency_key="hot")
+    _flood(world, "hot", DEEP)
+    w = world.worker("q", keys=True, capacity=50)
+    assert world.assign(w, 5) == ()
+    assert _waiting(world, "hot") == DEEP
+    # a later claim's pick-up range holds none of them: the head it reads is what came after
+    world.advance(1)
+    later = world.submit()
+    (offer,) = world.assign(w, 5)
+    assert offer.task.task_id == later
+    assert _waiting(world, "hot") == DEEP
+
+
+def test_each_released_permit_brings_back_the_first_waiting_task(world):
+    holder = world.worker("q", keys=True, capacity=1)
+    held = world.offer(holder, concurrency_key="hot")
+    # one submit, one effective_at: pick-up order is task_id order
+    first, *rest = sorted(_flood(world, "hot", 3 * WAIT_CHUNK))
+    w = world.worker("q", keys=True, capacity=5)
+    assert world.assign(w, 5) == ()
+    world.start(holder, held)
+    world.finish(holder, held, 2)  # release: one waiting task of "hot" competes again
+    assert _ready_in_range(world, "hot") == 1 and _waiting(world, "hot") == 3 * WAIT_CHUNK - 1
+    (nxt,) = world.assign(w, 5)
+    assert nxt.task.task_id == first and nxt.task.concurrency_token == 2
+    assert world.assign(w, 5) == ()
+    world.start(w, nxt)
+    world.finish(w, nxt, 2)
+    (again,) = world.assign(w, 5)
+    assert again.task.task_id == rest[0] and again.task.concurrency_token == 3
+
+
+def test_a_key_with_a_limit_of_several_gets_as_many_back_as_were_released(world):
+    holder = world.worker("q", keys=True, capacity=5)
+    world.run(submit, tasks=[NewTask("q", "k", concurrency_key="wide", concurrency_limit=2) for _ in range(2)])
+    held = world.assign(holder, 2)
+    world.run(submit, tasks=[NewTask("q", "k", concurrency_key="wide", concurrency_limit=2) for _ in range(900)])
+    w = world.worker("q", keys=True, capacity=10)
+    assert world.assign(w, 10) == ()
+    for offer in held:
+        world.start(holder, offer)
+        world.finish(holder, offer, 2)
+    got = world.assign(w, 10)
+    assert [o.task.concurrency_token for o in got] == [3, 4]
+    assert world.assign(w, 10) == ()
+
+
+def test_a_lapsed_offer_releases_its_permit_and_a_waiting_task_comes_back(world):
+    from pulse_trio.store import lapse
+
+    holder = world.worker("q", keys=True, capacity=1)
+    held = world.offer(holder, concurrency_key="hot")
+    _flood(world, "hot", 700)
+    w = world.worker("q", keys=True, capacity=5)
+    assert world.assign(w, 5) == ()
+    world.advance(31_000)  # past the start timeout: the offer lapses, its task is READY again
+    world.run(lapse, now=world.now)
+    got = world.assign(w, 5)
+    assert len(got) == 1 and got[0].task.concurrency_token == 2
+    # the lapsed task is READY again: as the key is taken, it waits with the others
+    assert world.task(held.task.task_id).task.state == "READY"
+    assert _ready_in_range(world, "hot") == 0 and _waiting(world, "hot") == 700
+
+
+def test_cancelling_the_task_brought_back_brings_back_another(world):
+    holder = world.worker("q", keys=True, capacity=1)
+    held = world.offer(holder, concurrency_key="hot")
+    first, second, *_ = sorted(_flood(world, "hot", 600))
+    w = world.worker("q", keys=True, capacity=5)
+    assert world.assign(w, 5) == ()
+    world.start(holder, held)
+    world.finish(holder, held, 2)
+    world.run(request_cancel, task_id=first)  # the one brought back: another must take its place
+    (nxt,) = world.assign(w, 5)
+    assert nxt.task.task_id == second
+
+
+def test_waiting_tasks_still_count_as_ready(world):
+    from pulse_trio.store.queries import queue_depths
+
+    holder = world.worker("q", keys=True, capacity=1)
+    world.offer(holder, concurrency_key="hot")
+    _flood(world, "hot", 40)
+    world.submit()
+    w = world.worker("q", keys=True, capacity=5)
+    world.assign(w, 5)
+    assert _waiting(world, "hot") == 40
+    depths = world.store.run_sync(queue_depths, now=world.now)
+    assert depths["q"]["states"]["READY"] == 40 and depths["q"]["states"]["OFFERED"] == 2
+    view = world.task(world.sql("SELECT task_id FROM tasks WHERE pick_state = 'KEY_WAIT' LIMIT 1")[0][0])
+    assert view.task.state == "READY"
