@@ -98,7 +98,7 @@ def try_move(tx: Tx, chart: str, trigger: str, ids: Collection[Any], *, source: 
     The statement is the same chart-checked compare-and-set; ``where`` is
     the guard the database checks in place of a locking read. A caller that
     gets fewer rows than it asked for decides what to do (the lean lease
-    commands roll back to a savepoint and take the locking path).
+    commands take the locking path, or roll back and run again).
     """
     sql, params, _ = _prepared(tx, chart, trigger, ids, source, dest, sets, args, where, where_args, key)
     return tx.write(sql, params)

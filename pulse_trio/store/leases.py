@@ -50,7 +50,7 @@ from pulse_trio.store.rows import (
     LEASE_COMMAND, LEASE_FULL, LEASE_KNOWN, TASK_COMMAND, TASK_KNOWN, TASK_LEAN, LeaseRow, TaskRow,
 )
 from pulse_trio.store.task_steps import FinishReport
-from pulse_trio.store.tx import Tx, after_ms, db_time, py_time
+from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
 _LOCK_BOTH = (
     f"SELECT {LEASE_FULL.columns('l')}, {TASK_LEAN.columns('t')} FROM leases l"
@@ -378,7 +378,6 @@ _TASK_RUNNING = destination("task", "start", _TASK_OFFERED)
 #: the lease not timed out at ``now``, no cancel intent (the state is move's own ``state IN``).
 _LEAN_GUARD = ("(lease_id, owner_session_id, revision) IN %s AND expires_at > %s"
                " AND cancel_requested_at IS NULL AND cancel_deadline IS NULL")
-_SAVEPOINT = "lean_lease_command"
 
 
 def _lean_outcome(report: FinishReport) -> bool:
@@ -403,21 +402,22 @@ def _known(tx: Tx, state: str, batch: Sequence[LeaseCommand],
 
 def _lean_move(tx: Tx, trigger: str, found: Sequence[tuple[int, LeaseCommand, KnownLease]], now: dt.datetime,
                sets: str, args: tuple) -> bool:
-    """The chart's move of every known lease, guarded by the database; False and nothing written unless all match.
+    """The chart's move of every known lease, guarded by the database; False (nothing written) if none matched.
 
-    A batch of several takes a savepoint first, so a guard that matched only
-    some rows is undone and the whole batch takes the locking path.
+    When only some rows matched (a race lost by part of a batch), the book
+    forgets the batch's leases and :class:`ConcurrentChange` rolls the
+    transaction back; its re-run takes the locking path for them. Costing a
+    re-run only when a race happens keeps every other batch at one statement.
     """
-    several = len(found) > 1
-    if several:
-        tx.cursor.execute(f"SAVEPOINT {_SAVEPOINT}")
     expected = tuple((k.lease_id, k.owner_session_id, k.revision) for _, _, k in found)
-    changed = try_move(tx, "lease", trigger, [k.lease_id for _, _, k in found], source=found[0][2].state,
+    lease_ids = [k.lease_id for _, _, k in found]
+    changed = try_move(tx, "lease", trigger, lease_ids, source=found[0][2].state,
                        sets=sets, args=args, where=_LEAN_GUARD, where_args=(expected, db_time(now)))
     if changed == len(found):
         return True
-    if changed:  # only with several: one row is all or nothing
-        tx.cursor.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+    if changed:
+        BOOK.forget(lease_ids)
+        raise ConcurrentChange(f"lease.{trigger}: the guard matched {changed} of {len(found)} known leases")
     return False
 
 
