@@ -28,6 +28,11 @@ SELECT, one UPDATE per group of rows that change the same way, multi-row
 INSERTs and the COMMIT; each command still gets its own result, and a
 refused one writes nothing. That is how a task costs far fewer statements
 than its three transitions would one by one (docs/storage.md §8).
+
+Starts and finishes of a lease this process knows (``known_leases``) first
+try the lean path: one guarded UPDATE that the database checks in place of
+the locking SELECT and the decision (docs/storage.md §11). Whatever it does
+not match goes through the steps above, so every refusal is theirs.
 """
 
 from __future__ import annotations
