@@ -29,8 +29,8 @@ INSERTs and the COMMIT; each command still gets its own result, and a
 refused one writes nothing. That is how a task costs far fewer statements
 than its three transitions would one by one (docs/storage.md §8).
 
-Starts and finishes of a lease this process knows (``known_leases``) first
-try the lean path: one guarded UPDATE that the database checks in place of
+Starts, renewals and finishes of a lease this process knows (``known_leases``)
+first try the lean path: one guarded UPDATE that the database checks in place of
 the locking SELECT and the decision (docs/storage.md §11). Whatever it does
 not match goes through the steps above, so every refusal is theirs.
 """
@@ -218,10 +218,13 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
     return results, accepted
 
 
+_INSERT_RENEW_RECEIPTS = ("INSERT INTO renew_receipts (lease_id, revision, command, task_id, content_digest,"
+                          " committed_at) VALUES (%s, %s, %s, %s, %s, %s)")
+
+
 def _renew_receipts(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, CommandReceipt]:
     tx.write_many(
-        "INSERT INTO renew_receipts (lease_id, revision, command, task_id, content_digest, committed_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s)",
+        _INSERT_RENEW_RECEIPTS,
         [(a.command.lease_id, a.command.revision, "task.renew", a.command.task_id,
           content_digest("task.renew", a.command), db_time(now)) for a in accepted])
     return _receipts("task.renew", accepted, now)
@@ -291,9 +294,14 @@ def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
 @transition("lease", "renew")
 def renew(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
           commands: Sequence[LeaseCommand] | None = None) -> CommandAck | Refusal | list[CommandAck | Refusal]:
-    """task.renew: expires at now + ttl (capped by the cancel grace deadline), revision + 1."""
+    """task.renew: expires at now + ttl (capped by the cancel grace deadline), revision + 1.
+
+    Known leases without a cancel intent take the lean path (:func:`_lean_renew`).
+    """
     batch = _batch(command, commands)
-    results, accepted = _screen(tx, "renew", batch, [None] * len(batch), now)
+    results: list = [None] * len(batch)
+    done = _lean_renew(tx, batch, now, results)
+    results, accepted = _screen_rest(tx, "renew", batch, [None] * len(batch), now, results, done)
     if accepted:
         expiries = _extend(tx, "renew", accepted, now)
         receipts = _renew_receipts(tx, accepted, now)
@@ -372,11 +380,13 @@ def _outcome_sets(lease_ids: Sequence[str], reports: Sequence[FinishReport]) -> 
 # knows (known_leases). Its start or finish is then one guarded UPDATE: the database checks the
 # expectations and what only it knows (time, a cancel intent), and no locking read precedes it.
 # Anything the guard does not match takes the locking path above, so every refusal, replay and
-# cancel resolution is exactly the locking path's. Only outcomes the task chart settles from the
-# report alone take it (SUCCEEDED, FAILED without retry); retries, UNKNOWN and CANCELLED read the task.
+# cancel resolution is exactly the locking path's. Renewals take it too (without a cancel intent their
+# expiry is uncapped); finishes only with outcomes the task chart settles from the report alone
+# (SUCCEEDED, FAILED without retry): retries, UNKNOWN and CANCELLED read the task.
 
 _LEASE_OFFERED = destination("lease", "assign", "NONE")
 _LEASE_RUNNING = destination("lease", "start", _LEASE_OFFERED)
+_LEASE_RENEWED = destination("lease", "renew", _LEASE_RUNNING)
 _TASK_OFFERED = destination("task", "offer", "READY")
 _TASK_RUNNING = destination("task", "start", _TASK_OFFERED)
 #: What the database checks in place of the locking read: the owner and revision this process expects,
@@ -450,6 +460,26 @@ def _lean_start(tx: Tx, batch: Sequence[LeaseCommand], now: dt.datetime, results
             LeaseView(k.lease_id, k.task_id, k.revision + 1, k.epoch, _LEASE_RUNNING, after_ms(now, k.ttl_ms)),
             k.queue, k.waited_from)
         moved.append(dataclasses.replace(k, state=_LEASE_RUNNING, revision=k.revision + 1, started_at=now))
+    BOOK.put(moved)
+    return {i for i, _, _ in found}
+
+
+def _lean_renew(tx: Tx, batch: Sequence[LeaseCommand], now: dt.datetime, results: list) -> set[int]:
+    """Renew the known running leases by one guarded UPDATE and their receipt rows."""
+    found = _known(tx, _LEASE_RUNNING, batch, [None] * len(batch))
+    # No cancel intent (the guard): the new expiry is now + ttl, uncapped, computed by the database.
+    if not found or not _lean_move(tx, "renew", found, now,
+                                   "revision = revision + 1, expires_at = TIMESTAMPADD(MICROSECOND, ttl_ms * 1000, %s)",
+                                   (db_time(now),)):
+        return set()
+    tx.write_many(_INSERT_RENEW_RECEIPTS, [(cmd.lease_id, cmd.revision, "task.renew", cmd.task_id,
+                                            content_digest("task.renew", cmd), db_time(now)) for _, cmd, _ in found])
+    moved = []
+    for i, cmd, k in found:
+        results[i] = CommandAck(
+            CommandReceipt("task.renew", cmd.task_id, cmd.lease_id, cmd.revision, now, False),
+            LeaseView(k.lease_id, k.task_id, k.revision + 1, k.epoch, _LEASE_RENEWED, after_ms(now, k.ttl_ms)))
+        moved.append(dataclasses.replace(k, revision=k.revision + 1))
     BOOK.put(moved)
     return {i for i, _, _ in found}
 

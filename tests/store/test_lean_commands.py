@@ -72,11 +72,16 @@ def test_a_known_offer_starts_and_finishes_without_the_locking_path(world, locke
     assert started.lease.expires_at == world.now + dt.timedelta(seconds=30)
     (expires,) = world.sql("SELECT expires_at FROM leases WHERE lease_id = %s", (offer.lease.lease_id,))[0]
     assert expires == started.lease.expires_at.replace(tzinfo=None), "the ack says what the database computed"
-    finished = world.finish(w, offer, 2)
+    world.advance(10)
+    renewed = world.renew(w, offer, 2)
+    assert (renewed.lease.revision, renewed.lease.expires_at) == (3, world.now + dt.timedelta(seconds=30))
+    assert world.sql("SELECT revision, command FROM renew_receipts") == [(2, "task.renew")]
+    finished = world.finish(w, offer, 3)
     assert finished.receipt.command == "task.finish" and finished.lease is None
-    assert locked == [], "both commands were decided by the guarded statement"
+    assert locked == [], "every command was decided by the guarded statement"
     assert world.task(offer.task.task_id).task.state == "SUCCEEDED"
-    assert world.sql("SELECT state, revision, start_revision FROM leases") == [("FINISHED", 3, 1)]
+    assert world.sql("SELECT state, revision, start_revision FROM leases") == [("FINISHED", 4, 1)]
+    assert world.renew(w, offer, 2).receipt.duplicate, "a replay finds the lean path's receipt"
     assert BOOK.get(offer.lease.lease_id) is None, "a finished lease is forgotten"
 
 
@@ -129,6 +134,17 @@ def test_a_cancel_committed_after_the_start_is_resolved_by_the_locking_path(worl
     assert not isinstance(result, Refusal) and offer.lease.lease_id in locked
     assert world.sql("SELECT state FROM cancel_intents") != [("REQUESTED",)]
     assert world.task(offer.task.task_id).task.state == "SUCCEEDED"
+
+
+def test_a_cancel_committed_before_a_renew_is_capped_by_the_locking_path(world, locked):
+    w = world.worker("q")
+    offer = world.running(w)
+    world.run(request_cancel, task_id=offer.task.task_id, reason="operator", requested_by="alice")
+    (deadline,) = world.sql("SELECT cancel_deadline FROM leases")[0]
+    renewed = world.renew(w, offer, 2)
+    assert offer.lease.lease_id in locked
+    assert renewed.lease.cancel_requested_at is not None
+    assert renewed.lease.expires_at.replace(tzinfo=None) == deadline, "the grace deadline caps the renewal"
 
 
 def test_a_batch_the_guard_matches_only_in_part_is_undone_and_screened(world, locked):
