@@ -2,9 +2,9 @@
 
 A claim (``lease.assign``) writes each lease row from values it holds, and a
 lease command accepted here moves it by a known step (revision + 1, a known
-state). Remembering those values lets ``task.start`` and ``task.finish`` be
-written by one guarded UPDATE instead of a locking read, a decision in
-Python and a write (docs/storage.md §11).
+state). Remembering those values lets ``task.start``, ``task.renew`` and
+``task.finish`` be written by one guarded UPDATE instead of a locking read,
+a decision in Python and a write (docs/storage.md §11).
 
 Nothing here is trusted for what may change under us. The book only says
 what the row *should* be (state, revision, owner session); the guarded

@@ -377,7 +377,7 @@ def _outcome_sets(lease_ids: Sequence[str], reports: Sequence[FinishReport]) -> 
 
 # -- the lean path ------------------------------------------------------------------
 # A lease this process offered (or last moved) is in a state, at a revision and with an owner it
-# knows (known_leases). Its start or finish is then one guarded UPDATE: the database checks the
+# knows (known_leases). Its start, renewal or finish is then one guarded UPDATE: the database checks the
 # expectations and what only it knows (time, a cancel intent), and no locking read precedes it.
 # Anything the guard does not match takes the locking path above, so every refusal, replay and
 # cancel resolution is exactly the locking path's. Renewals take it too (without a cancel intent their
@@ -525,7 +525,7 @@ def _screen_rest(tx: Tx, trigger: str, batch: Sequence[LeaseCommand], reports: S
 
 
 def _learn(accepted: Sequence[Accepted], now: dt.datetime) -> None:
-    """Remember what the locking path just wrote, so the lease's next start or finish may be lean."""
+    """Remember what the locking path just wrote, so the lease's next command may be lean."""
     BOOK.put([KnownLease(a.lease.lease_id, a.lease.task_id, a.lease.secret_digest, a.command.session_id, a.dest,
                          a.lease.revision + 1, a.lease.attempt, a.lease.epoch, a.lease.ttl_ms,
                          a.lease.concurrency_token, a.task.queue, max(a.task.due_at, a.task.created_at),

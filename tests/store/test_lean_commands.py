@@ -191,3 +191,19 @@ def test_a_revoke_racing_a_start_never_lets_both_win(world, db):
     finally:
         for s in stores:
             s.close()
+
+
+def test_the_book_is_bounded_and_drops_the_oldest_first():
+    from pulse_trio.store.known_leases import KnownLease, LeaseBook
+
+    def entry(n: int) -> KnownLease:
+        return KnownLease(f"lse_{n}", f"tsk_{n}", b"\0" * 32, "ses_1", "OFFERED", 1, 1, 1, 30_000, None, "q",
+                          dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+
+    book = LeaseBook(limit=2)
+    book.put([entry(1), entry(2)])
+    book.put([entry(1)])  # written again: the newest now
+    book.put([entry(3)])
+    assert (book.get("lse_1"), book.get("lse_2"), len(book)) == (entry(1), None, 2)
+    book.forget(["lse_1", "lse_9"])
+    assert book.get("lse_1") is None and book.get("lse_3") == entry(3)
