@@ -1,4 +1,4 @@
-"""The lean start/finish path (one guarded UPDATE) against the locking path, on the real database.
+"""The lean start/renew/finish path (one guarded UPDATE) against the locking path, on the real database.
 
 Whenever something committed between the offer and the command (a lapse,
 a revoke, a cancel, a resume, time running out) or the command is not the
@@ -166,7 +166,6 @@ def test_a_revoke_racing_a_start_never_lets_both_win(world, db):
     barrier = threading.Barrier(2)
     try:
         w = world.worker("q", capacity=100)
-        outcomes = []
         for _ in range(ROUNDS):
             offer = world.offer(w)
             command = world.command(w, offer, 1)
@@ -187,7 +186,6 @@ def test_a_revoke_racing_a_start_never_lets_both_win(world, db):
                 assert (started.code, state) == ("task_cancelled", "REVOKED")
             else:  # the start won: the cancel found a running lease and recorded its intent on it
                 assert (state, cancel_requested) == ("RUNNING", 1)
-            outcomes.append(isinstance(started, Refusal))
     finally:
         for s in stores:
             s.close()
