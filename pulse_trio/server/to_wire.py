@@ -2,11 +2,20 @@
 
 The store speaks rows and refusals; the contract speaks frozen messages.
 Converting here keeps both sides ignorant of each other.
+
+A lease command's ack (receipt and lease) is built from values that were
+checked on the way in (the command's own ids, decoded by the strict
+reader) or that the store just wrote (revision, state, times, epoch): it is
+made without the contract's per-field checks, which guard what a peer or a
+caller builds, not what the store hands back. Offers and welcomes, rare by
+comparison, still go through them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+from typing import Any
 
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.jsontext import JsonText
@@ -33,13 +42,37 @@ def assigned_task(task: r.TaskSnapshot) -> m.AssignedTask:
     )
 
 
+class _Trusted:
+    """Builds a frozen contract value field by field, skipping its ``__post_init__`` checks.
+
+    The object is as frozen as one made by its constructor; only the checks
+    are not run again (see the module docstring for which values qualify).
+    """
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self._setters = tuple(getattr(cls, f.name).__set__ for f in dataclasses.fields(cls))
+
+    def __call__(self, *values: Any) -> Any:
+        made = object.__new__(self.cls)
+        for set_slot, value in zip(self._setters, values, strict=True):
+            set_slot(made, value)
+        return made
+
+
+_RECEIPT = _Trusted(m.Receipt)
+_LEASE = _Trusted(m.Lease)
+_COMMAND_RESULT = _Trusted(m.CommandResult)
+
+
 def command_result(result: r.CommandAck) -> m.CommandResult:
     receipt = result.receipt
-    return m.CommandResult(
-        receipt=m.Receipt(command=receipt.command, task_id=receipt.task_id, lease_id=receipt.lease_id,
-                          revision=receipt.revision, committed_at=receipt.committed_at,
-                          duplicate=receipt.duplicate),
-        lease=lease(result.lease) if result.lease is not None else None,
+    view = result.lease
+    return _COMMAND_RESULT(
+        _RECEIPT(receipt.command, receipt.task_id, receipt.lease_id, receipt.revision, receipt.committed_at,
+                 receipt.duplicate),
+        None if view is None else _LEASE(view.lease_id, view.task_id, view.revision, view.epoch, view.state,
+                                         view.expires_at, None, view.cancel_requested_at),
     )
 
 

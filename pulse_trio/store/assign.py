@@ -29,7 +29,7 @@ import datetime as dt
 import heapq
 from collections.abc import Collection, Sequence
 
-from pulse_trio.store import ids, instances, permits, task_steps
+from pulse_trio.store import ids, instances, known_leases, permits, task_steps
 from pulse_trio.store.leases import lease_view
 from pulse_trio.store.queues import paused_queues
 from pulse_trio.store.chart_write import destination
@@ -222,6 +222,8 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
         "INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id,"
         " owner_session_id, epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token)"
         f" VALUES {values}", rows)
+    # What the lean start/finish path expects of these rows (leases.py): ttl and digest columns of each row.
+    known_leases.offered(session.session_id, offers, ttl_ms=rows[4::7], digests=rows[2::7])
     return AssignResult(tuple(offers), free)
 
 

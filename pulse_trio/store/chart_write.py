@@ -88,14 +88,35 @@ def move(tx: Tx, chart: str, trigger: str, ids: Collection[Any], *, source: str 
     One guarded UPDATE that must change one row per id, else
     :class:`~pulse_trio.store.tx.CasMismatch` rolls the transaction back.
     """
+    keys = tuple(ids)
+    sql, params, state = _prepared(tx, chart, trigger, keys, source, dest, sets, args, where, where_args, key)
+    tx.cas(sql, params, expected=len(keys))
+    return state
+
+
+def try_move(tx: Tx, chart: str, trigger: str, ids: Collection[Any], *, source: str | Sequence[str],
+             dest: str | None = None, sets: str = "", args: Sequence[Any] = (), where: str = "",
+             where_args: Sequence[Any] = (), key: str | None = None) -> int:
+    """:func:`move` for rows nobody locked first: the rows changed, which may be fewer than ``ids``.
+
+    The statement is the same chart-checked compare-and-set; ``where`` is
+    the guard the database checks in place of a locking read. A caller that
+    gets fewer rows than it asked for decides what to do (the lean lease
+    commands take the locking path, or roll back and run again).
+    """
+    sql, params, _ = _prepared(tx, chart, trigger, ids, source, dest, sets, args, where, where_args, key)
+    return tx.write(sql, params)
+
+
+def _prepared(tx: Tx, chart: str, trigger: str, ids: Collection[Any], source: str | Sequence[str],
+              dest: str | None, sets: str, args: Sequence[Any], where: str, where_args: Sequence[Any],
+              key: str | None) -> tuple[str, tuple, str]:
     name = f"{chart}.{trigger}"
     if tx.current != name:
         raise UnregisteredWrite(f"{name} is written only by its own transaction function, not {tx.current}")
     sources = (source,) if isinstance(source, str) else tuple(source)
     state = _dest_of(chart, trigger, sources, dest)
-    keys = tuple(ids)
-    tx.cas(statement(chart, sets, where, key), (state, *args, keys, sources, *where_args), expected=len(keys))
-    return state
+    return statement(chart, sets, where, key), (state, *args, tuple(ids), sources, *where_args), state
 
 
-__all__ = ["TABLES", "UndeclaredTransition", "destination", "move", "statement"]
+__all__ = ["TABLES", "UndeclaredTransition", "destination", "move", "statement", "try_move"]

@@ -28,6 +28,11 @@ SELECT, one UPDATE per group of rows that change the same way, multi-row
 INSERTs and the COMMIT; each command still gets its own result, and a
 refused one writes nothing. That is how a task costs far fewer statements
 than its three transitions would one by one (docs/storage.md §8).
+
+Starts, renewals and finishes of a lease this process knows (``known_leases``)
+first try the lean path: one guarded UPDATE that the database checks in place of
+the locking SELECT and the decision (docs/storage.md §11). Whatever it does
+not match goes through the steps above, so every refusal is theirs.
 """
 
 from __future__ import annotations
@@ -38,16 +43,19 @@ import datetime as dt
 import hashlib
 from collections.abc import Sequence
 
-from pulse_trio.store import cancellation, lease_guards, permits, task_steps  # noqa: F401  (guards)
-from pulse_trio.store.chart_write import move
+from pulse_trio.store import cancellation, ids, lease_guards, permits, task_steps  # noqa: F401  (guards)
+from pulse_trio.store.chart_write import destination, move, try_move
+from pulse_trio.store.known_leases import BOOK, KnownLease
 from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, screen, transition
 from pulse_trio.store.results import (
     LEASE_NOT_FOUND, REVISION_CONFLICT, CommandAck, CommandReceipt, LeaseView, Refusal,
 )
-from pulse_trio.store.rows import LEASE_COMMAND, LEASE_FULL, TASK_COMMAND, TASK_LEAN, LeaseRow, TaskRow
+from pulse_trio.store.rows import (
+    LEASE_COMMAND, LEASE_FULL, LEASE_KNOWN, TASK_COMMAND, TASK_KNOWN, TASK_LEAN, LeaseRow, TaskRow,
+)
 from pulse_trio.store.task_steps import FinishReport
-from pulse_trio.store.tx import Tx, after_ms, db_time, py_time
+from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
 _LOCK_BOTH = (
     f"SELECT {LEASE_FULL.columns('l')}, {TASK_LEAN.columns('t')} FROM leases l"
@@ -210,10 +218,13 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
     return results, accepted
 
 
+_INSERT_RENEW_RECEIPTS = ("INSERT INTO renew_receipts (lease_id, revision, command, task_id, content_digest,"
+                          " committed_at) VALUES (%s, %s, %s, %s, %s, %s)")
+
+
 def _renew_receipts(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, CommandReceipt]:
     tx.write_many(
-        "INSERT INTO renew_receipts (lease_id, revision, command, task_id, content_digest, committed_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s)",
+        _INSERT_RENEW_RECEIPTS,
         [(a.command.lease_id, a.command.revision, "task.renew", a.command.task_id,
           content_digest("task.renew", a.command), db_time(now)) for a in accepted])
     return _receipts("task.renew", accepted, now)
@@ -257,10 +268,14 @@ def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
     """task.start: OFFERED -> RUNNING; the ack authorizes execution.
 
     ``command=`` answers one command; ``commands=`` a batch that shares the
-    statements and the COMMIT (one result per command, in order).
+    statements and the COMMIT (one result per command, in order). Leases
+    this process knows take the lean path (:func:`_lean_start`); the others,
+    and any the database's guard did not match, the locking path.
     """
     batch = _batch(command, commands)
-    results, accepted = _screen(tx, "start", batch, [None] * len(batch), now)
+    results: list = [None] * len(batch)
+    done = _lean_start(tx, batch, now, results)
+    results, accepted = _screen_rest(tx, "start", batch, [None] * len(batch), now, results, done)
     if accepted:
         # start_revision takes the revision before revision + 1 does (SET runs left to right).
         expiries = _extend(tx, "start", accepted, now, "started_at = %s, start_revision = revision, ",
@@ -272,15 +287,21 @@ def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
                 receipts[a.index],
                 lease_view(a.lease, state=a.dest, revision=a.lease.revision + 1, expires_at=expiries[a.index]),
                 a.task.queue, max(a.task.due_at, a.task.created_at))
+        _learn(accepted, now)
     return results[0] if command is not None else results
 
 
 @transition("lease", "renew")
 def renew(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
           commands: Sequence[LeaseCommand] | None = None) -> CommandAck | Refusal | list[CommandAck | Refusal]:
-    """task.renew: expires at now + ttl (capped by the cancel grace deadline), revision + 1."""
+    """task.renew: expires at now + ttl (capped by the cancel grace deadline), revision + 1.
+
+    Known leases without a cancel intent take the lean path (:func:`_lean_renew`).
+    """
     batch = _batch(command, commands)
-    results, accepted = _screen(tx, "renew", batch, [None] * len(batch), now)
+    results: list = [None] * len(batch)
+    done = _lean_renew(tx, batch, now, results)
+    results, accepted = _screen_rest(tx, "renew", batch, [None] * len(batch), now, results, done)
     if accepted:
         expiries = _extend(tx, "renew", accepted, now)
         receipts = _renew_receipts(tx, accepted, now)
@@ -288,6 +309,7 @@ def renew(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
             results[a.index] = CommandAck(
                 receipts[a.index],
                 lease_view(a.lease, state=a.dest, revision=a.lease.revision + 1, expires_at=expiries[a.index]))
+        _learn(accepted, now)
     return results[0] if command is not None else results
 
 
@@ -303,8 +325,12 @@ def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, rep
         raise TypeError("finish needs the report")
     pairs = [(command, report)] if command is not None else list(commands or ())
     batch = _batch(command, [c for c, _ in pairs] if commands is not None else None)
-    results, accepted = _screen(tx, "finish", batch, [r for _, r in pairs], now)
+    reports = [r for _, r in pairs]
+    results: list = [None] * len(batch)
+    done = _lean_finish(tx, batch, reports, now, results)
+    results, accepted = _screen_rest(tx, "finish", batch, reports, now, results, done)
     if accepted:
+        BOOK.forget([a.command.lease_id for a in accepted])
         _record_outcomes(tx, accepted, now)
         task_steps.finish(tx, items=[(a.task, a.lease, a.report) for a in accepted], now=now)
         keyed = [a.lease for a in accepted if a.lease.concurrency_token is not None]
@@ -320,14 +346,21 @@ def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, rep
 
 
 def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> None:
-    """The chart's move (RUNNING -> FINISHED), each lease with its own outcome and finish digest, in one UPDATE.
+    """The chart's move (RUNNING -> FINISHED), each lease with its own outcome and finish digest, in one UPDATE."""
+    ids_ = [a.command.lease_id for a in accepted]
+    sets, args = _outcome_sets(ids_, [a.report for a in accepted])
+    (dest,) = {a.dest for a in accepted}  # finish has one destination: the guards only refuse
+    move(tx, "lease", "finish", ids_, source=tuple(sorted({a.lease.state for a in accepted})), dest=dest,
+         sets=f"revision = revision + 1, ended_at = %s, {sets}", args=(db_time(now), *args))
+
+
+def _outcome_sets(lease_ids: Sequence[str], reports: Sequence[FinishReport]) -> tuple[str, list]:
+    """The SET list recording each lease's outcome and finish digest.
 
     A column every lease of the batch gets the same value for (the status,
     say, or the result of tasks that return nothing) is one parameter; one
     whose values differ is a CASE over the lease ids.
     """
-    ids = [a.command.lease_id for a in accepted]
-    reports = [a.report for a in accepted]
     rows = [(r.status, r.error_code or None, r.error_message, r.retryable, r.result_json, outcome_digest(r))
             for r in reports]
     sets, args = [], []
@@ -337,8 +370,164 @@ def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> 
             args.append(values[0])
         else:
             sets.append(f"{column} = CASE lease_id{' WHEN %s THEN %s' * len(values)} END")
-            for lease_id, value in zip(ids, values):
+            for lease_id, value in zip(lease_ids, values):
                 args += (lease_id, value)
-    (dest,) = {a.dest for a in accepted}  # finish has one destination: the guards only refuse
-    move(tx, "lease", "finish", ids, source=tuple(sorted({a.lease.state for a in accepted})), dest=dest,
-         sets=f"revision = revision + 1, ended_at = %s, {', '.join(sets)}", args=(db_time(now), *args))
+    return ", ".join(sets), args
+
+
+# -- the lean path ------------------------------------------------------------------
+# A lease this process offered (or last moved) is in a state, at a revision and with an owner it
+# knows (known_leases). Its start, renewal or finish is then one guarded UPDATE: the database checks the
+# expectations and what only it knows (time, a cancel intent), and no locking read precedes it.
+# Anything the guard does not match takes the locking path above, so every refusal, replay and
+# cancel resolution is exactly the locking path's. Renewals take it too (without a cancel intent their
+# expiry is uncapped); finishes only with outcomes the task chart settles from the report alone
+# (SUCCEEDED, FAILED without retry): retries, UNKNOWN and CANCELLED read the task.
+
+_LEASE_OFFERED = destination("lease", "assign", "NONE")
+_LEASE_RUNNING = destination("lease", "start", _LEASE_OFFERED)
+_LEASE_RENEWED = destination("lease", "renew", _LEASE_RUNNING)
+_TASK_OFFERED = destination("task", "offer", "READY")
+_TASK_RUNNING = destination("task", "start", _TASK_OFFERED)
+#: What the database checks in place of the locking read: the owner and revision this process expects,
+#: the lease not timed out at ``now``, no cancel intent (the state is move's own ``state IN``).
+_LEAN_GUARD = ("(lease_id, owner_session_id, revision) IN %s AND expires_at > %s"
+               " AND cancel_requested_at IS NULL AND cancel_deadline IS NULL")
+
+
+def _lean_outcome(report: FinishReport) -> bool:
+    return report.status == "SUCCEEDED" or (report.status == "FAILED" and not report.retryable)
+
+
+def _known(tx: Tx, state: str, batch: Sequence[LeaseCommand],
+           reports: Sequence[FinishReport | None]) -> list[tuple[int, LeaseCommand, KnownLease]]:
+    """The commands whose lease this process knows in ``state`` at the command's revision and owner."""
+    if tx.recovering:  # an earlier run may have committed: the locking path re-reads and finds its receipts
+        return []
+    found = []
+    for i, (cmd, report) in enumerate(zip(batch, reports, strict=True)):
+        known = BOOK.get(cmd.lease_id)
+        if (known is not None and known.state == state and known.revision == cmd.revision
+                and known.owner_session_id == cmd.session_id and known.task_id == cmd.task_id
+                and (report is None or (_lean_outcome(report) and known.started_at is not None))
+                and ids.secret_matches(cmd.lease_secret, known.secret_digest)):
+            found.append((i, cmd, known))
+    return found
+
+
+def _lean_move(tx: Tx, trigger: str, found: Sequence[tuple[int, LeaseCommand, KnownLease]], now: dt.datetime,
+               sets: str, args: tuple) -> bool:
+    """The chart's move of every known lease, guarded by the database; False (nothing written) if none matched.
+
+    When only some rows matched (a race lost by part of a batch), the book
+    forgets the batch's leases and :class:`ConcurrentChange` rolls the
+    transaction back; its re-run takes the locking path for them. Costing a
+    re-run only when a race happens keeps every other batch at one statement.
+    """
+    expected = tuple((k.lease_id, k.owner_session_id, k.revision) for _, _, k in found)
+    lease_ids = [k.lease_id for _, _, k in found]
+    changed = try_move(tx, "lease", trigger, lease_ids, source=found[0][2].state,
+                       sets=sets, args=args, where=_LEAN_GUARD, where_args=(expected, db_time(now)))
+    if changed == len(found):
+        return True
+    if changed:
+        BOOK.forget(lease_ids)
+        raise ConcurrentChange(f"lease.{trigger}: the guard matched {changed} of {len(found)} known leases")
+    return False
+
+
+def _known_rows(known: KnownLease, task_state: str, task_attempt: int) -> tuple[TaskRow, LeaseRow]:
+    """The task and lease rows the chart says go with a lease this process knows (for the task and permit steps)."""
+    return (TASK_KNOWN.build((known.task_id, task_state, task_attempt)),
+            LEASE_KNOWN.build((known.lease_id, known.task_id, known.attempt, known.concurrency_token)))
+
+
+def _lean_start(tx: Tx, batch: Sequence[LeaseCommand], now: dt.datetime, results: list) -> set[int]:
+    """Start the known offers by one guarded UPDATE; the indexes answered (all of the known ones, or none)."""
+    found = _known(tx, _LEASE_OFFERED, batch, [None] * len(batch))
+    stamp = db_time(now)
+    # expires_at is computed by the database from now and the row's ttl, as the ack computes it below.
+    if not found or not _lean_move(
+            tx, "start", found, now,
+            "started_at = %s, start_revision = revision, revision = revision + 1,"
+            " expires_at = TIMESTAMPADD(MICROSECOND, ttl_ms * 1000, %s)", (stamp, stamp)):
+        return set()
+    task_steps.start(tx, items=[_known_rows(k, _TASK_OFFERED, k.attempt - 1) for _, _, k in found], now=now)
+    moved = []
+    for i, cmd, k in found:
+        results[i] = CommandAck(
+            CommandReceipt("task.start", cmd.task_id, cmd.lease_id, cmd.revision, now, False),
+            LeaseView(k.lease_id, k.task_id, k.revision + 1, k.epoch, _LEASE_RUNNING, after_ms(now, k.ttl_ms)),
+            k.queue, k.waited_from)
+        moved.append(dataclasses.replace(k, state=_LEASE_RUNNING, revision=k.revision + 1, started_at=now))
+    BOOK.put(moved)
+    return {i for i, _, _ in found}
+
+
+def _lean_renew(tx: Tx, batch: Sequence[LeaseCommand], now: dt.datetime, results: list) -> set[int]:
+    """Renew the known running leases by one guarded UPDATE and their receipt rows."""
+    found = _known(tx, _LEASE_RUNNING, batch, [None] * len(batch))
+    # No cancel intent (the guard): the new expiry is now + ttl, uncapped, computed by the database.
+    if not found or not _lean_move(tx, "renew", found, now,
+                                   "revision = revision + 1, expires_at = TIMESTAMPADD(MICROSECOND, ttl_ms * 1000, %s)",
+                                   (db_time(now),)):
+        return set()
+    tx.write_many(_INSERT_RENEW_RECEIPTS, [(cmd.lease_id, cmd.revision, "task.renew", cmd.task_id,
+                                            content_digest("task.renew", cmd), db_time(now)) for _, cmd, _ in found])
+    moved = []
+    for i, cmd, k in found:
+        results[i] = CommandAck(
+            CommandReceipt("task.renew", cmd.task_id, cmd.lease_id, cmd.revision, now, False),
+            LeaseView(k.lease_id, k.task_id, k.revision + 1, k.epoch, _LEASE_RENEWED, after_ms(now, k.ttl_ms)))
+        moved.append(dataclasses.replace(k, revision=k.revision + 1))
+    BOOK.put(moved)
+    return {i for i, _, _ in found}
+
+
+def _lean_finish(tx: Tx, batch: Sequence[LeaseCommand], reports: Sequence[FinishReport], now: dt.datetime,
+                 results: list) -> set[int]:
+    """Finish the known running leases by one guarded UPDATE (then the task and permit steps)."""
+    found = _known(tx, _LEASE_RUNNING, batch, reports)
+    if not found:
+        return set()
+    lease_ids = [cmd.lease_id for _, cmd, _ in found]
+    sets, args = _outcome_sets(lease_ids, [reports[i] for i, _, _ in found])
+    if not _lean_move(tx, "finish", found, now, f"revision = revision + 1, ended_at = %s, {sets}",
+                      (db_time(now), *args)):
+        return set()
+    rows = [_known_rows(k, _TASK_RUNNING, k.attempt) for _, _, k in found]
+    task_steps.finish(tx, items=[(task, lease, reports[i]) for (task, lease), (i, _, _) in zip(rows, found)],
+                      now=now)
+    keyed = [lease for _, lease in rows if lease.concurrency_token is not None]
+    if keyed:
+        permits.release(tx, leases=keyed, now=now)
+    for i, cmd, k in found:
+        results[i] = CommandAck(CommandReceipt("task.finish", cmd.task_id, cmd.lease_id, cmd.revision, now, False),
+                                None, k.queue, started_at=k.started_at)
+    BOOK.forget(lease_ids)
+    return {i for i, _, _ in found}
+
+
+def _screen_rest(tx: Tx, trigger: str, batch: Sequence[LeaseCommand], reports: Sequence[FinishReport | None],
+                 now: dt.datetime, results: list, done: set[int]) -> tuple[list, list[Accepted]]:
+    """The locking path (:func:`_screen`) for the commands the lean path did not answer."""
+    if not done:
+        return _screen(tx, trigger, batch, reports, now)
+    rest = [i for i in range(len(batch)) if i not in done]
+    if not rest:
+        return results, []
+    answers, accepted = _screen(tx, trigger, [batch[i] for i in rest], [reports[i] for i in rest], now)
+    for j, answer in zip(rest, answers):
+        results[j] = answer
+    for a in accepted:
+        a.index = rest[a.index]
+    return results, accepted
+
+
+def _learn(accepted: Sequence[Accepted], now: dt.datetime) -> None:
+    """Remember what the locking path just wrote, so the lease's next command may be lean."""
+    BOOK.put([KnownLease(a.lease.lease_id, a.lease.task_id, a.lease.secret_digest, a.command.session_id, a.dest,
+                         a.lease.revision + 1, a.lease.attempt, a.lease.epoch, a.lease.ttl_ms,
+                         a.lease.concurrency_token, a.task.queue, max(a.task.due_at, a.task.created_at),
+                         now if a.lease.started_at is None else a.lease.started_at)
+              for a in accepted if a.lease.cancel_requested_at is None])

@@ -288,3 +288,8 @@ TASK_PICKUP = RowShape(TaskRow, (
     "task_id", "queue", "kind", "state", "payload", "priority", "due_at", "effective_at", "idempotency_key",
     "concurrency_key", "concurrency_limit", "max_attempts", "lease_ttl_ms", "attempt", "effect_uncertain",
     "retry_of", "created_at"))
+#: What the lean lease path knows of a lease without reading it (known_leases.KnownLease): enough for the
+#: task and permit steps that follow its guarded UPDATE.
+LEASE_KNOWN = RowShape(LeaseRow, ("lease_id", "task_id", "attempt", "concurrency_token"))
+#: ... and of its task: the state the chart says it is in alongside the lease, and its attempt.
+TASK_KNOWN = RowShape(TaskRow, ("task_id", "state", "attempt"))
