@@ -58,11 +58,13 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = headers or {}
-        #: The input at fault, where one is: the request field of a 422, or each task's in a batch's refusal.
+        #: The input at fault, where one is. A 422 names it in its answer; a 400 keeps it for a batch's
+        #: refusal, which names it per task (a single 400 answers code and message only).
         self.field = field
 
     def response(self) -> Response:
-        return error_response(self.status, self.code, self.message, self.headers, field=self.field)
+        field = self.field if self.status == 422 else None
+        return error_response(self.status, self.code, self.message, self.headers, field=field)
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None, *,

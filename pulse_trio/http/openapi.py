@@ -82,7 +82,7 @@ SCHEMAS: dict[str, Any] = {
         "code": {"type": "string", "pattern": f"^{g.ERROR_CODE_PATTERN}$",
                  "description": "Stable, machine-readable."},
         "message": {"type": "string", "description": "For people."},
-        "field": {"type": "string", "description": "The request field at fault, where one is known."},
+        "field": {"type": "string", "description": "422 only: the request field at fault."},
         "items": {"type": "array", "description": "A refused batch only: one entry per refused task.",
                   "items": _obj({
                       "index": {"type": "integer", "minimum": 0, "description": "The task's place in `tasks`."},
