@@ -102,35 +102,32 @@ class Dispatcher:
         retrying: set[str] = set()  # second-chance sessions: they claim alone in the next round
         offered = 0
         round_share = 1 if self.backlogged else ROUND_SHARE
-        first = True
         owed: dict[str, int] = {}  # free slots a session had when this pass took it on
-
-        def wants_work(s: SessionService) -> bool:
-            if s.free_slots < 1:
-                return False
-            if s.session_id in owed:  # taken on: filled round by round, then it waits for the next pass
-                return owed[s.session_id] > 0
-            return s.free_slots >= (1 if fill_all and first else s.refill_at)
+        taken_on: dict[str, SessionService] = {}
+        ripe_only = not fill_all  # the first round's bar: any free slot, or the refill mark
 
         ready: set[str] | None = None
-        if (probe or len(hub) > PROBE_ABOVE) and not self.backlogged and any(wants_work(s) for s in hub):
+        if (probe or len(hub) > PROBE_ABOVE) and not self.backlogged and hub.has_hungry(ripe_only=ripe_only):
             ready = await self._ready_queues()
             if not ready:
                 return 0  # idle: one statement, and no walk over the sessions
+        # The first round: the hungry sessions the hub filed, on the queues with work when probed.
+        hungry = hub.hungry(ripe_only=ripe_only, queues=ready)
+        if ready is not None and len(hungry) < hub.hungry_count(ripe_only=ripe_only):
+            dry_elsewhere = True  # some hungry session's queues have no READY work: the queues are not deep
+        else:
+            dry_elsewhere = False
         while True:
-            hungry = [s for s in hub if s.session_id not in dry and wants_work(s)]
-            if first and ready is not None:
-                dry.update(s.session_id for s in hungry if ready.isdisjoint(s.queues))
-                hungry = [s for s in hungry if s.session_id not in dry]
-            first = False
             if retrying:
                 hungry = [s for s in hungry if s.session_id in retrying] or hungry
             if not hungry:
-                if offered or dry:  # a pass that found nobody hungry says nothing about the queues
-                    self.backlogged = not dry
+                if offered or dry or dry_elsewhere:  # a pass that found nobody hungry says nothing about the queues
+                    self.backlogged = not (dry or dry_elsewhere)
                 return offered
             for session in hungry:
-                owed.setdefault(session.session_id, session.free_slots)
+                if session.session_id not in owed:
+                    owed[session.session_id] = session.free_slots
+                    taken_on[session.session_id] = session
             # Fairness is between sessions that want work at the same time: one hungry
             # session has nobody to share with, so it claims all it wants at once. A
             # second chance keeps its share: the others are still hungry.
@@ -153,6 +150,16 @@ class Dispatcher:
                     second_chance.add(sid)
                     retrying.add(sid)
                     dry.discard(sid)
+            hungry = self._next_round(taken_on, owed, dry)
+
+    def _next_round(self, taken_on: dict[str, SessionService], owed: dict[str, int],
+                    dry: set[str]) -> list[SessionService]:
+        """Who claims in the next round: the sessions taken on that are still owed slots, then the
+        sessions that reached their refill mark during the pass (visited through the hub's ripe set)."""
+        hungry = [s for sid, s in taken_on.items()
+                  if owed[sid] > 0 and sid not in dry and s.free_slots >= 1 and self.hub.get(sid) is s]
+        hungry += [s for s in self.hub.hungry(ripe_only=True) if s.session_id not in owed and s.session_id not in dry]
+        return hungry
 
     def statistics(self) -> dict[str, int]:
         return {"claims": self.claims, "probes": self.probes, "backlogged": int(self.backlogged)}
@@ -164,7 +171,7 @@ class Dispatcher:
         claim transaction each on every poll, and a walk over all of them.
         """
         self.probes += 1
-        return await self.store.run(queues_with_ready_work, queues=self.hub.subscribed_queues())
+        return await self.store.run(queues_with_ready_work, queues=self.hub.hungry_queues())
 
     async def _claim(self, hungry: list[SessionService], round_share: int, dry: set[str]) -> dict[str, int]:
         """One round: each hungry session claims its share, all in one transaction (one thread hand-off)."""

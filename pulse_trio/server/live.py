@@ -38,7 +38,7 @@ class LiveService:
     def drain_hint(self, session_id: str) -> None:
         live = self._hub.get(session_id)
         if live is not None:
-            live.drain = True
+            live.drain_hinted()
 
     async def refresh_settings(self) -> None:
         if self._settings_sync is not None:

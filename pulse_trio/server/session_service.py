@@ -12,7 +12,10 @@ one place:
 * the live record the dispatcher reads (capacity, drain, active leases,
   subscriptions): only methods of this class change it, whoever learns
   the news (the session's own acks, the dispatcher's offers, the timers'
-  lease ends and reconciliation, a resume that moved a lease here);
+  lease ends and reconciliation, a resume that moved a lease here), and
+  each change re-files the session in the hub as hungry or not
+  (``SessionHub.refresh``), so a dispatch pass finds the hungry sessions
+  without walking the others;
 * backpressure: at most ``MAX_IN_FLIGHT`` lease commands at once; the
   transport stops reading while the limit is reached.
 
@@ -243,11 +246,12 @@ class SessionService:
             self.protocol.capacity_applied(result.instance.drain)
             self.capacity, self.drain = msg.capacity, result.instance.drain
             self.active_leases = result.instance.active_leases
+            endpoint.hub.refresh(self)
             endpoint.hub.wake()
         elif result.instance.drain:
             # A repeated sequence asks for the stored state (the SDK's drain check): an
             # operator's drain made through another instance reaches this session here.
-            self.drain = True
+            self.drain_hinted()
         settings = endpoint.settings
         body = to_wire.welcome(result.instance, lease_ttl_ms=settings.lease_ttl_ms,
                                start_timeout_ms=settings.start_timeout_ms, now=endpoint.clock.now())
@@ -265,11 +269,12 @@ class SessionService:
             self._refuse(msg.id, result.code, result.message or result.code, fatal=fatal)
             return
         self.active_leases += 1
+        endpoint.hub.refresh(self)
         # The lease left its previous owner: when that session lives here, free
         # its slot now (elsewhere, that instance's timers reconcile its count).
-        for previous in endpoint.hub:
-            if previous.instance_id == msg.instance_id and previous is not self:
-                previous.lease_ended()
+        previous = endpoint.hub.by_instance(msg.instance_id)
+        if previous is not None and previous is not self:
+            previous.lease_ended()
         self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
 
     def _submit(self, kind: str, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
@@ -306,6 +311,7 @@ class SessionService:
         """Push the offers a claim committed; True when the claim came back short (the queues are dry)."""
         offers = result.offers
         self.active_leases = self.capacity - result.free_slots + len(offers)
+        self.endpoint.hub.refresh(self)
         now = self.endpoint.clock.now()
         metrics = self.endpoint.metrics
         for offer in offers:
@@ -320,7 +326,9 @@ class SessionService:
         """One of this session's leases ended (finish, a timer, a resume elsewhere)."""
         if self.active_leases > 0:
             self.active_leases -= 1
-        self.endpoint.hub.slot_freed()
+        hub = self.endpoint.hub
+        hub.refresh(self)
+        hub.slot_freed()
 
     def reconcile(self, actual: int) -> bool:
         """Lower the lease count to what the database holds; True if a slot came free.
@@ -336,8 +344,14 @@ class SessionService:
             return False
         if actual < self.active_leases:
             self.active_leases = actual
+            self.endpoint.hub.refresh(self)
             return True
         return False
+
+    def drain_hinted(self) -> None:
+        """The session is drained (an operator's drain seen elsewhere): no more offers."""
+        self.drain = True
+        self.endpoint.hub.refresh(self)
 
     def notify_cancel(self, notice: CancelNotice) -> None:
         frame = self.protocol.cancel(notice.task_id, notice.lease_id, notice.cancel_requested_at,

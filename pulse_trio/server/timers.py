@@ -6,7 +6,11 @@ in a task of its own), then lapse unstarted offers, expire lost leases, promote
 due scheduled tasks, end permit quarantines, and push ``task.cancel`` to
 this instance's opted-in sessions. One statement first asks which of them
 have anything due (``store/timer_probe.py``), so an idle tick costs one
-read, not a transaction per timer. A batch that came
+read, not a transaction per timer. What it asks about this instance's own
+sessions (cancels to push, lease counts to reconcile) names this process's
+node, never a list of session ids: the statements keep their size however
+many sessions are connected. (A store outside a serve process has no node;
+it names the hub's sessions instead.) A batch that came
 back full runs again at once; an ended lease frees a slot in its session
 (when that session lives here) and wakes the dispatcher.
 
@@ -52,6 +56,8 @@ class Timers:
         #: Swept for other lost nodes on every tick (None: a service without a node record).
         self.node = node
         self._reconciled_at = -math.inf
+        #: Ask about this instance's sessions by its node (a serve process), or by their ids.
+        self._by_node = getattr(store, "node_id", None) is not None
 
     @property
     def interval(self) -> float:
@@ -81,8 +87,7 @@ class Timers:
                 await self.node.sweep()
             except Exception:
                 log.exception("the sweep for lost nodes failed; retrying at the next tick")
-        opted = [s.session_id for s in self.hub if s.cancellation_notifications]
-        due = await store.run(due_work, now=clock.now(), session_ids=opted)
+        due = await store.run(due_work, now=clock.now(), cancels=self.hub.any_opted_in)
         if due.lapse:
             await self._drain(lambda: store.run(lease_timers.lapse, now=clock.now()))
         if due.expire:
@@ -93,7 +98,7 @@ class Timers:
             self.hub.wake()
         if due.quarantine:
             await self._drain(lambda: store.run(permits.release_after_quarantine, now=clock.now()))
-        if due.cancels:
+        if due.cancels or (self.hub.any_opted_in and not self._by_node):
             await self.notify_cancels()
         if trio.current_time() >= self._reconciled_at + RECONCILE_EVERY_S:
             self._reconciled_at = trio.current_time()
@@ -102,10 +107,13 @@ class Timers:
     async def reconcile(self) -> None:
         """Correct the hub's lease counts from the database (see the module docstring)."""
         hub = self.hub
-        sessions = [s for s in hub if s.active_leases > 0]  # a count of zero cannot be too high
+        sessions = hub.busy()  # a count of zero cannot be too high
         if not sessions:
             return
-        counts = await self.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
+        if self._by_node:
+            counts = await self.store.run(instances.live_lease_counts)
+        else:
+            counts = await self.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
         freed = False
         for session in sessions:
             freed |= session.reconcile(counts.get(session.session_id, 0))
@@ -135,10 +143,13 @@ class Timers:
 
     async def notify_cancels(self) -> None:
         hub = self.hub
-        opted = [s.session_id for s in hub if s.cancellation_notifications]
-        if not opted:
+        if not hub.any_opted_in:
             return
-        notices = await self.store.run(cancellation.notify, session_ids=opted, now=self.clock.now())
+        if self._by_node:
+            notices = await self.store.run(cancellation.notify, now=self.clock.now())
+        else:
+            opted = [s.session_id for s in hub if s.cancellation_notifications]
+            notices = await self.store.run(cancellation.notify, session_ids=opted, now=self.clock.now())
         for notice in notices:
             session = hub.get(notice.session_id)
             if session is not None:
