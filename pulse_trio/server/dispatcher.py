@@ -62,6 +62,7 @@ class Dispatcher:
         self.backlogged = False  # the last pass filled every session and nobody came up short
         self.claims = 0
         self.probes = 0
+        self.visited = 0  # sessions put into a round: the hungry ones, never the whole hub
         self._last_fill_all = -math.inf
 
     async def run(self) -> None:
@@ -124,6 +125,7 @@ class Dispatcher:
                 if offered or dry or dry_elsewhere:  # a pass that found nobody hungry says nothing about the queues
                     self.backlogged = not (dry or dry_elsewhere)
                 return offered
+            self.visited += len(hungry)
             for session in hungry:
                 if session.session_id not in owed:
                     owed[session.session_id] = session.free_slots
@@ -150,19 +152,23 @@ class Dispatcher:
                     second_chance.add(sid)
                     retrying.add(sid)
                     dry.discard(sid)
-            hungry = self._next_round(taken_on, owed, dry)
+            hungry = self._next_round(taken_on, owed, dry, ready)
 
-    def _next_round(self, taken_on: dict[str, SessionService], owed: dict[str, int],
-                    dry: set[str]) -> list[SessionService]:
+    def _next_round(self, taken_on: dict[str, SessionService], owed: dict[str, int], dry: set[str],
+                    ready: set[str] | None) -> list[SessionService]:
         """Who claims in the next round: the sessions taken on that are still owed slots, then the
-        sessions that reached their refill mark during the pass (visited through the hub's ripe set)."""
+        sessions that reached their refill mark during the pass (from the hub's ripe set; on the
+        probed queues only, when the pass probed: the others found nothing to claim)."""
+        hub = self.hub
         hungry = [s for sid, s in taken_on.items()
-                  if owed[sid] > 0 and sid not in dry and s.free_slots >= 1 and self.hub.get(sid) is s]
-        hungry += [s for s in self.hub.hungry(ripe_only=True) if s.session_id not in owed and s.session_id not in dry]
+                  if owed[sid] > 0 and sid not in dry and s.free_slots >= 1 and hub.get(sid) is s]
+        hungry += [s for s in hub.hungry(ripe_only=True, queues=ready)
+                   if s.session_id not in owed and s.session_id not in dry]
         return hungry
 
     def statistics(self) -> dict[str, int]:
-        return {"claims": self.claims, "probes": self.probes, "backlogged": int(self.backlogged)}
+        return {"claims": self.claims, "probes": self.probes, "visited": self.visited,
+                "backlogged": int(self.backlogged)}
 
     async def _ready_queues(self) -> set[str]:
         """The subscribed queues with READY work; sessions on the others are dry for the pass.
@@ -179,18 +185,22 @@ class Dispatcher:
         now = self.clock.now()
         start_timeout_ms, lease_ttl_ms = settings.start_timeout_ms, settings.lease_ttl_ms
         wants = [min(MAX_BATCH, max(1, math.ceil(s.free_slots / round_share))) for s in hungry]
+        # Each session's lease count goes with its claim (held=): the claim need not count them again.
         calls = [(assign, {"session_id": s.session_id, "credentials": new_credentials(want), "now": now,
-                           "start_timeout_ms": start_timeout_ms, "default_lease_ttl_ms": lease_ttl_ms})
+                           "start_timeout_ms": start_timeout_ms, "default_lease_ttl_ms": lease_ttl_ms,
+                           "held": s.active_leases})
                  for s, want in zip(hungry, wants)]
         self.claims += len(calls)
         results: list = []
         for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
             results += await store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
         counts: dict[str, int] = {}
-        for session, want, result in zip(hungry, wants, results, strict=True):
+        for session, want, (_, call), result in zip(hungry, wants, calls, results, strict=True):
             if isinstance(result, (Refusal, BaseException)):
                 if isinstance(result, BaseException):
                     log.warning("claim for %s failed: %r", session.session_id, result)
+                    # Its outcome is unknown: count the leases it may have made until reconciled.
+                    session.leases_uncertain(c.lease_id for c in call["credentials"])
                 dry.add(session.session_id)
                 continue
             counts[session.session_id] = len(result.offers)

@@ -14,12 +14,15 @@ it names the hub's sessions instead.) A batch that came
 back full runs again at once; an ended lease frees a slot in its session
 (when that session lives here) and wakes the dispatcher.
 
-Because another instance's timers may end a lease of a session that lives
-here (or its resume may move one away), every ``RECONCILE_EVERY_S`` a tick
-also reconciles the local sessions' lease counts with the database; a
-count that went down wakes the dispatcher. The counts are only the dispatcher's hint of who to
-ask: ``assign`` recounts under the session's row lock, so a stale hint
-never over-assigns.
+Because another instance's timers (or an operator's cancel) may end a
+lease of a session that lives here, or its resume may move one away, every
+``RECONCILE_EVERY_S`` a tick also reconciles the local sessions' leases with
+the database: one statement counts the live leases of this node's sessions,
+and only the sessions that hold fewer than they count here have their
+lease ids read, to forget those that ended; a slot that came free wakes the
+dispatcher. A session's count here is never below the database's (it adds
+a lease once committed, or when the outcome is unknown, and forgets one
+only once it ended), so the claim takes it as given (``assign(held=...)``).
 """
 
 from __future__ import annotations
@@ -105,18 +108,23 @@ class Timers:
             await self.reconcile()
 
     async def reconcile(self) -> None:
-        """Correct the hub's lease counts from the database (see the module docstring)."""
+        """Forget the leases that ended elsewhere (see the module docstring)."""
         hub = self.hub
-        sessions = hub.busy()  # a count of zero cannot be too high
+        sessions = hub.busy()  # a session holding nothing has nothing to forget
         if not sessions:
             return
         if self._by_node:
             counts = await self.store.run(instances.live_lease_counts)
         else:
             counts = await self.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
+        short = [s for s in sessions if counts.get(s.session_id, 0) < s.active_leases]
+        if not short:
+            return
+        known = {s.session_id: s.held_leases() for s in short}  # before the read: each of them had committed
+        live = await self.store.run(instances.live_lease_ids, session_ids=list(known))
         freed = False
-        for session in sessions:
-            freed |= session.reconcile(counts.get(session.session_id, 0))
+        for session in short:
+            freed |= session.reconcile(known[session.session_id], live.get(session.session_id, frozenset()))
         if freed:
             hub.slot_freed()  # not news: the leases ended elsewhere, their tasks were seen there
 
@@ -138,7 +146,7 @@ class Timers:
             metrics.count_lease_end(end)
             session = hub.get(end.session_id)
             if session is not None:
-                session.lease_ended()
+                session.lease_ended(end.lease_id)
         hub.wake()
 
     async def notify_cancels(self) -> None:

@@ -138,6 +138,23 @@ def live_lease_counts(tx: Tx, *, session_ids: Sequence[str] | None = None) -> di
     return {row[0]: int(row[1]) for row in rows}
 
 
+@read_only(takes_locks=False)
+def live_lease_ids(tx: Tx, *, session_ids: Sequence[str]) -> dict[str, frozenset[str]]:
+    """The offered or running leases of each session (sessions without any are absent).
+
+    Asked only for the sessions whose count a serve process found higher
+    than the database's: the list is what changed, not what is connected.
+    """
+    if not session_ids:
+        return {}
+    rows = tx.all(f"SELECT owner_session_id, lease_id FROM leases FORCE INDEX (leases_owner)"
+                  f" WHERE owner_session_id IN %s AND state IN {sql_list(LIVE_LEASE_STATES)}", (tuple(session_ids),))
+    found: dict[str, set[str]] = {}
+    for session_id, lease_id in rows:
+        found.setdefault(session_id, set()).add(lease_id)
+    return {sid: frozenset(ids) for sid, ids in found.items()}
+
+
 _NODE_LEASE_COUNTS = (
     "SELECT l.owner_session_id, COUNT(*) FROM worker_instances i FORCE INDEX (worker_instances_node)"
     " JOIN leases l FORCE INDEX (leases_owner) ON l.owner_session_id = i.session_id"
