@@ -192,8 +192,14 @@ class Dispatcher:
                  for s, want in zip(hungry, wants)]
         self.claims += len(calls)
         results: list = []
-        for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
-            results += await store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
+        try:
+            for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
+                results += await store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
+        except BaseException:
+            # Some of these claims may have committed, and none is pushed: count what they may hold.
+            for session, (_, call) in zip(hungry, calls):
+                session.leases_uncertain(c.lease_id for c in call["credentials"])
+            raise
         counts: dict[str, int] = {}
         for session, want, (_, call), result in zip(hungry, wants, calls, results, strict=True):
             if isinstance(result, (Refusal, BaseException)):
