@@ -205,8 +205,8 @@ class SessionService:
             session_id=self.session_id,
         )
         try:
-            result = await endpoint.store.run(instances.register, instance=new, now=endpoint.clock.now(),
-                                              allowed_queues=self.token.queues or None)
+            result = await endpoint.requests.call(instances.register, instance=new, now=endpoint.clock.now(),
+                                                  allowed_queues=self.token.queues or None)
         except Exception:
             log.exception("registration failed in the store")
             self._refuse_internal(hello.id, fatal=True)
@@ -246,9 +246,9 @@ class SessionService:
 
     async def _capacity(self, msg: m.WorkerCapacity) -> None:
         endpoint = self.endpoint
-        result = await endpoint.store.run(instances.set_capacity, session_id=self.session_id,
-                                          sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
-                                          now=endpoint.clock.now())
+        result = await endpoint.requests.call(instances.set_capacity, session_id=self.session_id,
+                                              sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
+                                              now=endpoint.clock.now())
         if isinstance(result, Refusal):
             self._refuse(msg.id, e.INVALID_TRANSITION, result.message or result.code)
             return
