@@ -7,8 +7,10 @@ one place:
 
 * request handling: hello, capacity and resume run their transaction and
   answer before the next frame is read (they are rare and their order
-  matters); lease commands go to the command batcher and are answered by
-  callback, so a connection costs no Trio task per command;
+  matters; hello and capacity share their transaction with other
+  connections', ``registrations.py``); lease commands go to the command
+  batcher and are answered by callback, so a connection costs no Trio task
+  per command;
 * the live record the dispatcher reads (capacity, drain, active leases,
   subscriptions): only methods of this class change it, whoever learns
   the news (the session's own acks, the dispatcher's offers, the timers'
