@@ -62,6 +62,7 @@ class Dispatcher:
         self.backlogged = False  # the last pass filled every session and nobody came up short
         self.claims = 0
         self.probes = 0
+        self.visited = 0  # sessions put into a round: the hungry ones, never the whole hub
         self._last_fill_all = -math.inf
 
     async def run(self) -> None:
@@ -102,35 +103,33 @@ class Dispatcher:
         retrying: set[str] = set()  # second-chance sessions: they claim alone in the next round
         offered = 0
         round_share = 1 if self.backlogged else ROUND_SHARE
-        first = True
         owed: dict[str, int] = {}  # free slots a session had when this pass took it on
-
-        def wants_work(s: SessionService) -> bool:
-            if s.free_slots < 1:
-                return False
-            if s.session_id in owed:  # taken on: filled round by round, then it waits for the next pass
-                return owed[s.session_id] > 0
-            return s.free_slots >= (1 if fill_all and first else s.refill_at)
+        taken_on: dict[str, SessionService] = {}
+        ripe_only = not fill_all  # the first round's bar: any free slot, or the refill mark
 
         ready: set[str] | None = None
-        if (probe or len(hub) > PROBE_ABOVE) and not self.backlogged and any(wants_work(s) for s in hub):
+        if (probe or len(hub) > PROBE_ABOVE) and not self.backlogged and hub.has_hungry(ripe_only=ripe_only):
             ready = await self._ready_queues()
             if not ready:
                 return 0  # idle: one statement, and no walk over the sessions
+        # The first round: the hungry sessions the hub filed, on the queues with work when probed.
+        hungry = hub.hungry(ripe_only=ripe_only, queues=ready)
+        if ready is not None and len(hungry) < hub.hungry_count(ripe_only=ripe_only):
+            dry_elsewhere = True  # some hungry session's queues have no READY work: the queues are not deep
+        else:
+            dry_elsewhere = False
         while True:
-            hungry = [s for s in hub if s.session_id not in dry and wants_work(s)]
-            if first and ready is not None:
-                dry.update(s.session_id for s in hungry if ready.isdisjoint(s.queues))
-                hungry = [s for s in hungry if s.session_id not in dry]
-            first = False
             if retrying:
                 hungry = [s for s in hungry if s.session_id in retrying] or hungry
             if not hungry:
-                if offered or dry:  # a pass that found nobody hungry says nothing about the queues
-                    self.backlogged = not dry
+                if offered or dry or dry_elsewhere:  # a pass that found nobody hungry says nothing about the queues
+                    self.backlogged = not (dry or dry_elsewhere)
                 return offered
+            self.visited += len(hungry)
             for session in hungry:
-                owed.setdefault(session.session_id, session.free_slots)
+                if session.session_id not in owed:
+                    owed[session.session_id] = session.free_slots
+                    taken_on[session.session_id] = session
             # Fairness is between sessions that want work at the same time: one hungry
             # session has nobody to share with, so it claims all it wants at once. A
             # second chance keeps its share: the others are still hungry.
@@ -153,9 +152,23 @@ class Dispatcher:
                     second_chance.add(sid)
                     retrying.add(sid)
                     dry.discard(sid)
+            hungry = self._next_round(taken_on, owed, dry, ready)
+
+    def _next_round(self, taken_on: dict[str, SessionService], owed: dict[str, int], dry: set[str],
+                    ready: set[str] | None) -> list[SessionService]:
+        """Who claims in the next round: the sessions taken on that are still owed slots, then the
+        sessions that reached their refill mark during the pass (from the hub's ripe set; on the
+        probed queues only, when the pass probed: the others found nothing to claim)."""
+        hub = self.hub
+        hungry = [s for sid, s in taken_on.items()
+                  if owed[sid] > 0 and sid not in dry and s.free_slots >= 1 and hub.get(sid) is s]
+        hungry += [s for s in hub.hungry(ripe_only=True, queues=ready)
+                   if s.session_id not in owed and s.session_id not in dry]
+        return hungry
 
     def statistics(self) -> dict[str, int]:
-        return {"claims": self.claims, "probes": self.probes, "backlogged": int(self.backlogged)}
+        return {"claims": self.claims, "probes": self.probes, "visited": self.visited,
+                "backlogged": int(self.backlogged)}
 
     async def _ready_queues(self) -> set[str]:
         """The subscribed queues with READY work; sessions on the others are dry for the pass.
@@ -164,7 +177,7 @@ class Dispatcher:
         claim transaction each on every poll, and a walk over all of them.
         """
         self.probes += 1
-        return await self.store.run(queues_with_ready_work, queues=self.hub.subscribed_queues())
+        return await self.store.run(queues_with_ready_work, queues=self.hub.hungry_queues())
 
     async def _claim(self, hungry: list[SessionService], round_share: int, dry: set[str]) -> dict[str, int]:
         """One round: each hungry session claims its share, all in one transaction (one thread hand-off)."""
@@ -172,19 +185,28 @@ class Dispatcher:
         now = self.clock.now()
         start_timeout_ms, lease_ttl_ms = settings.start_timeout_ms, settings.lease_ttl_ms
         wants = [min(MAX_BATCH, max(1, math.ceil(s.free_slots / round_share))) for s in hungry]
+        # Each session's lease count goes with its claim (held=): the claim need not count them again.
         calls = [(assign, {"session_id": s.session_id, "credentials": new_credentials(want), "now": now,
                            "start_timeout_ms": start_timeout_ms, "default_lease_ttl_ms": lease_ttl_ms,
-                           "paused": self.hub.paused})
+                           "paused": self.hub.paused, "held": s.active_leases})
                  for s, want in zip(hungry, wants)]
         self.claims += len(calls)
         results: list = []
-        for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
-            results += await store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
+        try:
+            for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
+                results += await store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
+        except BaseException:
+            # Some of these claims may have committed, and none is pushed: count what they may hold.
+            for session, (_, call) in zip(hungry, calls):
+                session.leases_uncertain(c.lease_id for c in call["credentials"])
+            raise
         counts: dict[str, int] = {}
-        for session, want, result in zip(hungry, wants, results, strict=True):
+        for session, want, (_, call), result in zip(hungry, wants, calls, results, strict=True):
             if isinstance(result, (Refusal, BaseException)):
                 if isinstance(result, BaseException):
                     log.warning("claim for %s failed: %r", session.session_id, result)
+                    # Its outcome is unknown: count the leases it may have made until reconciled.
+                    session.leases_uncertain(c.lease_id for c in call["credentials"])
                 dry.add(session.session_id)
                 continue
             counts[session.session_id] = len(result.offers)

@@ -16,6 +16,7 @@ from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.store.trio_bridge import Store
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ class WorkerEndpoint:
     hub: SessionHub
     metrics: ServiceMetrics
     batcher: LeaseCommandBatcher
+    #: Hellos and capacity frames of every connection, in shared transactions.
+    requests: SessionRequests
     #: The open connections (the service shuts them down; liveness too, when the node is cut off or lost).
     connections: set[WireConnection]
 

@@ -1,15 +1,19 @@
 """The live sessions of this instance, as the dispatcher sees them.
 
 A session registers here once welcomed; its :class:`SessionService`
-keeps its own numbers (capacity, drain, active leases) current. The
-dispatcher reads them to decide who gets work and hands committed offers
+keeps its own numbers (capacity, drain, active leases) current and tells
+the hub whenever they change (:meth:`SessionHub.refresh`). The hub keeps,
+beside every session, the *hungry* ones: those with a free slot, per
+queue they subscribe to, and those past their refill mark. A dispatch
+pass visits only those, so its cost follows the sessions that can take
+work, not the sessions connected. The dispatcher hands committed offers
 back to the session (``offers_committed``); it never touches a socket.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING
 
 import trio
@@ -27,11 +31,20 @@ class Wake(enum.Enum):
 
 
 class SessionHub:
-    """Registry of live sessions plus the dispatcher's wake-up signal."""
+    """Registry of live sessions, the hungry ones among them, and the dispatcher's wake-up signal."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, SessionService] = {}
-        self._queues: list[str] | None = None  # every subscribed queue, rebuilt after add/remove
+        self._by_instance: dict[str, SessionService] = {}
+        #: Sessions with at least one free slot, in the order they became hungry (dicts as ordered sets).
+        self._free: dict[str, SessionService] = {}
+        #: The same, per subscribed queue; a queue without hungry sessions has no entry.
+        self._free_by_queue: dict[str, dict[str, SessionService]] = {}
+        #: Sessions with at least their refill mark of free slots (a subset of ``_free``).
+        self._ripe: dict[str, SessionService] = {}
+        #: Sessions holding a lease: the ones whose count the timers reconcile.
+        self._busy: dict[str, SessionService] = {}
+        self._opted_in = 0  # sessions that declared cancellation_notifications
         self._wake = trio.Event()
         self._news = False  # new work or capacity since the last pass, not only freed slots
         self._ended_listeners: list[Callable[[str], None]] = []
@@ -40,19 +53,86 @@ class SessionHub:
         self.paused: frozenset[str] | None = None
 
     def add(self, session: SessionService) -> None:
+        if session.session_id not in self._sessions:
+            self._opted_in += bool(session.cancellation_notifications)
         self._sessions[session.session_id] = session
-        self._queues = None
+        if session.instance_id is not None:
+            self._by_instance[session.instance_id] = session
+        self.refresh(session)
 
     def remove(self, session_id: str) -> None:
-        if self._sessions.pop(session_id, None) is not None:
-            self._queues = None
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            if self._by_instance.get(session.instance_id) is session:
+                del self._by_instance[session.instance_id]
+            self._opted_in -= bool(session.cancellation_notifications)
+            self._busy.pop(session_id, None)
+            self._forget(session)
 
-    def subscribed_queues(self) -> list[str]:
-        """Every queue some live session subscribes to and nobody paused, sorted (cached between changes)."""
-        if self._queues is None:
-            paused = self.paused or frozenset()
-            self._queues = sorted({q for s in self._sessions.values() for q in s.queues if q not in paused})
-        return self._queues
+    def refresh(self, session: SessionService) -> None:
+        """Re-file ``session`` as hungry or not after its numbers changed: O(its queues)."""
+        sid = session.session_id
+        if self._sessions.get(sid) is not session:
+            return
+        if session.active_leases > 0:
+            self._busy[sid] = session
+        else:
+            self._busy.pop(sid, None)
+        free = session.free_slots
+        if free < 1:
+            self._forget(session)
+            return
+        if sid not in self._free:
+            self._free[sid] = session
+            for queue in session.queues:
+                self._free_by_queue.setdefault(queue, {})[sid] = session
+        if free >= session.refill_at:
+            self._ripe[sid] = session
+        else:
+            self._ripe.pop(sid, None)
+
+    def _forget(self, session: SessionService) -> None:
+        sid = session.session_id
+        self._ripe.pop(sid, None)
+        if self._free.pop(sid, None) is None:
+            return
+        for queue in session.queues:
+            hungry = self._free_by_queue.get(queue)
+            if hungry is not None:
+                hungry.pop(sid, None)
+                if not hungry:
+                    del self._free_by_queue[queue]
+
+    # -- what the dispatcher asks ---------------------------------------------
+    def has_hungry(self, *, ripe_only: bool = False) -> bool:
+        return bool(self._ripe if ripe_only else self._free)
+
+    def hungry(self, *, ripe_only: bool = False, queues: Collection[str] | None = None) -> list[SessionService]:
+        """Sessions with a free slot (past their refill mark if ``ripe_only``), on ``queues`` if given.
+
+        The cost is the number of sessions returned (and, with ``queues``,
+        the queues named), never the number of sessions connected.
+        """
+        if queues is None:
+            return list((self._ripe if ripe_only else self._free).values())
+        picked: dict[str, SessionService] = {}
+        for queue in queues:
+            picked.update(self._free_by_queue.get(queue, {}))
+        if ripe_only:
+            return [s for sid, s in picked.items() if sid in self._ripe]
+        return list(picked.values())
+
+    def hungry_count(self, *, ripe_only: bool = False) -> int:
+        return len(self._ripe if ripe_only else self._free)
+
+    def busy(self) -> list[SessionService]:
+        """Sessions that hold at least one lease, as far as their counts know."""
+        return list(self._busy.values())
+
+    def hungry_queues(self) -> list[str]:
+        """The queues some hungry session subscribes to and nobody paused, sorted: what a dispatch probe asks about."""
+        paused = self.paused or frozenset()
+        return sorted(q for q in self._free_by_queue if q not in paused)
 
     def set_paused(self, paused: frozenset[str]) -> None:
         """The paused queues as just read; a queue resumed since the last read wakes the dispatcher."""
@@ -60,12 +140,20 @@ class SessionHub:
             return
         resumed = self.paused is not None and bool(self.paused - paused)
         self.paused = paused
-        self._queues = None
         if resumed:
             self.wake()
 
+    @property
+    def any_opted_in(self) -> bool:
+        """Some live session here declared cancellation_notifications (the timers push cancels)."""
+        return self._opted_in > 0
+
     def get(self, session_id: str) -> SessionService | None:
         return self._sessions.get(session_id)
+
+    def by_instance(self, instance_id: str) -> SessionService | None:
+        """The live session here of a worker instance, if it lives here."""
+        return self._by_instance.get(instance_id)
 
     def __iter__(self) -> Iterator[SessionService]:
         return iter(list(self._sessions.values()))
@@ -107,4 +195,5 @@ class SessionHub:
             "capacity": sum(s.capacity for s in sessions),
             "active_leases": sum(s.active_leases for s in sessions),
             "free_slots": sum(s.free_slots for s in sessions),
+            "hungry_sessions": len(self._free),
         }

@@ -40,7 +40,7 @@ class LiveService:
     def drain_hint(self, session_id: str) -> None:
         live = self._hub.get(session_id)
         if live is not None:
-            live.drain = True
+            live.drain_hinted()
 
     def on_task_ended(self, listener: Callable[[str], None]) -> None:
         self._hub.on_task_ended(listener)

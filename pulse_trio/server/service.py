@@ -43,6 +43,7 @@ from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.listen import bind_workers
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.server.batcher import LeaseCommandBatcher
+from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.dispatcher import Dispatcher
 from pulse_trio.server.endpoint import WorkerEndpoint
@@ -142,11 +143,12 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     hub = SessionHub()
     connections: set[WireConnection] = set()
     batcher = LeaseCommandBatcher(store, clock)
+    requests = SessionRequests(store)
     settings_sync = SettingsSync(store=store, clock=clock, settings=live_settings, given_ms=settings.given_ms())
     node = NodeLiveness(store=store, clock=clock, settings=live_settings, metrics=metrics, connections=connections,
                         settings_sync=settings_sync)
     endpoint = WorkerEndpoint(settings=live_settings, store=store, clock=clock, hub=hub, metrics=metrics,
-                              batcher=batcher, connections=connections)
+                              batcher=batcher, requests=requests, connections=connections)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)
     retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval)
@@ -185,6 +187,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 port = await root.start(listen)
                 root.start_soon(keepalive, endpoint)
                 root.start_soon(batcher.run)
+                root.start_soon(requests.run)
                 root.start_soon(dispatcher.run)
                 root.start_soon(node.run_heartbeats)
                 root.start_soon(settings_sync.run)

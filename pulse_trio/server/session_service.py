@@ -7,12 +7,17 @@ one place:
 
 * request handling: hello, capacity and resume run their transaction and
   answer before the next frame is read (they are rare and their order
-  matters); lease commands go to the command batcher and are answered by
-  callback, so a connection costs no Trio task per command;
+  matters; hello and capacity share their transaction with other
+  connections', ``registrations.py``); lease commands go to the command
+  batcher and are answered by callback, so a connection costs no Trio task
+  per command;
 * the live record the dispatcher reads (capacity, drain, active leases,
   subscriptions): only methods of this class change it, whoever learns
   the news (the session's own acks, the dispatcher's offers, the timers'
-  lease ends and reconciliation, a resume that moved a lease here);
+  lease ends and reconciliation, a resume that moved a lease here), and
+  each change re-files the session in the hub as hungry or not
+  (``SessionHub.refresh``), so a dispatch pass finds the hungry sessions
+  without walking the others;
 * backpressure: at most ``MAX_IN_FLIGHT`` lease commands at once; the
   transport stops reading while the limit is reached.
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -83,12 +89,22 @@ class SessionService:
         self.cancellation_notifications = False
         self.capacity = 0
         self.drain = False
-        self.active_leases = 0
+        #: The leases this session holds, as this process knows them: every lease it
+        #: gets (an offer, a resume) is added once committed, and removed when it ends
+        #: here or reconciliation finds it gone. Never fewer than the database holds,
+        #: so a claim can take ``active_leases`` as given (``assign(held=...)``).
+        self._held: set[str] = set()
+        self._resuming = 0  # resumes in flight: counted before they commit
         self.closing = False
         self._in_flight = 0
         self._room: trio.Event | None = None
 
     # -- what the dispatcher reads ------------------------------------------
+    @property
+    def active_leases(self) -> int:
+        """Offered or running leases this session holds: an upper bound of the database's count."""
+        return len(self._held) + self._resuming
+
     @property
     def free_slots(self) -> int:
         if self.drain or self.closing:
@@ -191,8 +207,8 @@ class SessionService:
             session_id=self.session_id,
         )
         try:
-            result = await endpoint.store.run(instances.register, instance=new, now=endpoint.clock.now(),
-                                              allowed_queues=self.token.queues or None)
+            result = await endpoint.requests.call(instances.register, instance=new, now=endpoint.clock.now(),
+                                                  allowed_queues=self.token.queues or None)
         except Exception:
             log.exception("registration failed in the store")
             self._refuse_internal(hello.id, fatal=True)
@@ -232,9 +248,9 @@ class SessionService:
 
     async def _capacity(self, msg: m.WorkerCapacity) -> None:
         endpoint = self.endpoint
-        result = await endpoint.store.run(instances.set_capacity, session_id=self.session_id,
-                                          sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
-                                          now=endpoint.clock.now())
+        result = await endpoint.requests.call(instances.set_capacity, session_id=self.session_id,
+                                              sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
+                                              now=endpoint.clock.now())
         if isinstance(result, Refusal):
             self._refuse(msg.id, e.INVALID_TRANSITION, result.message or result.code)
             return
@@ -242,12 +258,12 @@ class SessionService:
             # The stored state decides drain: an operator's drain outlives drain=false frames.
             self.protocol.capacity_applied(result.instance.drain)
             self.capacity, self.drain = msg.capacity, result.instance.drain
-            self.active_leases = result.instance.active_leases
+            endpoint.hub.refresh(self)
             endpoint.hub.wake()
         elif result.instance.drain:
             # A repeated sequence asks for the stored state (the SDK's drain check): an
             # operator's drain made through another instance reaches this session here.
-            self.drain = True
+            self.drain_hinted()
         settings = endpoint.settings
         body = to_wire.welcome(result.instance, lease_ttl_ms=settings.lease_ttl_ms,
                                start_timeout_ms=settings.start_timeout_ms, now=endpoint.clock.now())
@@ -258,18 +274,29 @@ class SessionService:
         request = ResumeRequest(session_id=self.session_id, instance_id=msg.instance_id,
                                 instance_secret=msg.instance_secret, task_id=msg.task_id,
                                 lease_id=msg.lease_id, lease_secret=msg.lease_secret)
-        result = await endpoint.store.run(resume, request=request, now=endpoint.clock.now(),
-                                          start_timeout_ms=endpoint.settings.start_timeout_ms)
+        # Counted before it can commit: a claim running meanwhile must not offer its slot.
+        self._resuming += 1
+        endpoint.hub.refresh(self)
+        try:
+            result = await endpoint.store.run(resume, request=request, now=endpoint.clock.now(),
+                                              start_timeout_ms=endpoint.settings.start_timeout_ms)
+        except BaseException:
+            self.leases_uncertain((msg.lease_id,))  # it may have committed
+            raise
+        finally:
+            self._resuming -= 1
+        if not isinstance(result, Refusal):
+            self._held.add(msg.lease_id)
+        endpoint.hub.refresh(self)
         if isinstance(result, Refusal):
             fatal = False if result.code == e.PERMISSION_DENIED else None
             self._refuse(msg.id, result.code, result.message or result.code, fatal=fatal)
             return
-        self.active_leases += 1
         # The lease left its previous owner: when that session lives here, free
         # its slot now (elsewhere, that instance's timers reconcile its count).
-        for previous in endpoint.hub:
-            if previous.instance_id == msg.instance_id and previous is not self:
-                previous.lease_ended()
+        previous = endpoint.hub.by_instance(msg.instance_id)
+        if previous is not None and previous is not self:
+            previous.lease_ended(msg.lease_id)
         self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
 
     def _submit(self, kind: str, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
@@ -297,7 +324,7 @@ class SessionService:
             self._refuse(msg.id, outcome.code, outcome.message or outcome.code)
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
-            self.lease_ended()
+            self.lease_ended(msg.lease_id)
             self.endpoint.hub.task_ended(msg.task_id)
         self._count_command(msg, outcome)
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
@@ -306,7 +333,8 @@ class SessionService:
     def offers_committed(self, result: AssignResult, want: int) -> bool:
         """Push the offers a claim committed; True when the claim came back short (the queues are dry)."""
         offers = result.offers
-        self.active_leases = self.capacity - result.free_slots + len(offers)
+        self._held.update(offer.lease.lease_id for offer in offers)
+        self.endpoint.hub.refresh(self)
         now = self.endpoint.clock.now()
         metrics = self.endpoint.metrics
         for offer in offers:
@@ -317,28 +345,44 @@ class SessionService:
             metrics.observe_assign(offer, now)
         return len(offers) < want
 
-    def lease_ended(self) -> None:
-        """One of this session's leases ended (finish, a timer, a resume elsewhere)."""
-        if self.active_leases > 0:
-            self.active_leases -= 1
-        self.endpoint.hub.slot_freed()
+    def leases_uncertain(self, lease_ids: Iterable[str]) -> None:
+        """A claim or resume whose outcome is unknown may have given these leases: count them.
 
-    def reconcile(self, actual: int) -> bool:
-        """Lower the lease count to what the database holds; True if a slot came free.
-
-        Only ever lowered: a higher count read here may predate a finish
-        counted since, and a too-low hint is corrected by the next claim.
-        Not while this session's own lease commands are in flight: the count
-        may already hold a finish whose answer has not come back, and that
-        finish lowers the count itself when it does (twice would offer a
-        slot early).
+        Reconciliation forgets those the database does not hold for this session.
         """
-        if self._in_flight:
+        self._held.update(lease_ids)
+        self.endpoint.hub.refresh(self)
+
+    def lease_ended(self, lease_id: str) -> None:
+        """One of this session's leases ended (finish, a timer, a resume elsewhere); told twice is told once."""
+        self._held.discard(lease_id)
+        hub = self.endpoint.hub
+        hub.refresh(self)
+        hub.slot_freed()
+
+    def held_leases(self) -> frozenset[str]:
+        """The lease ids this session is known to hold (what reconciliation checks)."""
+        return frozenset(self._held)
+
+    def reconcile(self, known: frozenset[str], live: frozenset[str]) -> bool:
+        """Forget the leases of ``known`` that the database no longer has live here; True if a slot came free.
+
+        ``known`` was read from :meth:`held_leases` before ``live`` was read
+        from the database, so each of them had committed: one missing from
+        ``live`` has ended or moved. Leases added since are not in
+        ``known`` and stay; one that ended here meanwhile is already gone.
+        """
+        gone = (known - live) & self._held
+        if not gone:
             return False
-        if actual < self.active_leases:
-            self.active_leases = actual
-            return True
-        return False
+        self._held -= gone
+        self.endpoint.hub.refresh(self)
+        return True
+
+    def drain_hinted(self) -> None:
+        """The session is drained (an operator's drain seen elsewhere): no more offers."""
+        self.drain = True
+        self.endpoint.hub.refresh(self)
 
     def notify_cancel(self, notice: CancelNotice) -> None:
         frame = self.protocol.cancel(notice.task_id, notice.lease_id, notice.cancel_requested_at,

@@ -6,16 +6,23 @@ in a task of its own), then lapse unstarted offers, expire lost leases, promote
 due scheduled tasks, end permit quarantines, and push ``task.cancel`` to
 this instance's opted-in sessions. One statement first asks which of them
 have anything due (``store/timer_probe.py``), so an idle tick costs one
-read, not a transaction per timer. A batch that came
+read, not a transaction per timer. What it asks about this instance's own
+sessions (cancels to push, lease counts to reconcile) names this process's
+node, never a list of session ids: the statements keep their size however
+many sessions are connected. (A store outside a serve process has no node;
+it names the hub's sessions instead.) A batch that came
 back full runs again at once; an ended lease frees a slot in its session
 (when that session lives here) and wakes the dispatcher.
 
-Because another instance's timers may end a lease of a session that lives
-here (or its resume may move one away), every ``RECONCILE_EVERY_S`` a tick
-also reconciles the local sessions' lease counts with the database; a
-count that went down wakes the dispatcher. The counts are only the dispatcher's hint of who to
-ask: ``assign`` recounts under the session's row lock, so a stale hint
-never over-assigns.
+Because another instance's timers (or an operator's cancel) may end a
+lease of a session that lives here, or its resume may move one away, every
+``RECONCILE_EVERY_S`` a tick also reconciles the local sessions' leases with
+the database: one statement counts the live leases of this node's sessions,
+and only the sessions that hold fewer than they count here have their
+lease ids read, to forget those that ended; a slot that came free wakes the
+dispatcher. A session's count here is never below the database's (it adds
+a lease once committed, or when the outcome is unknown, and forgets one
+only once it ended), so the claim takes it as given (``assign(held=...)``).
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ class Timers:
         #: Swept for other lost nodes on every tick (None: a service without a node record).
         self.node = node
         self._reconciled_at = -math.inf
+        #: Ask about this instance's sessions by its node (a serve process), or by their ids.
+        self._by_node = getattr(store, "node_id", None) is not None
 
     @property
     def interval(self) -> float:
@@ -81,8 +90,7 @@ class Timers:
                 await self.node.sweep()
             except Exception:
                 log.exception("the sweep for lost nodes failed; retrying at the next tick")
-        opted = [s.session_id for s in self.hub if s.cancellation_notifications]
-        due = await store.run(due_work, now=clock.now(), session_ids=opted)
+        due = await store.run(due_work, now=clock.now(), cancels=self.hub.any_opted_in)
         if due.lapse:
             await self._drain(lambda: store.run(lease_timers.lapse, now=clock.now()))
         if due.expire:
@@ -93,22 +101,30 @@ class Timers:
             self.hub.wake()
         if due.quarantine:
             await self._drain(lambda: store.run(permits.release_after_quarantine, now=clock.now()))
-        if due.cancels:
+        if due.cancels or (self.hub.any_opted_in and not self._by_node):
             await self.notify_cancels()
         if trio.current_time() >= self._reconciled_at + RECONCILE_EVERY_S:
             self._reconciled_at = trio.current_time()
             await self.reconcile()
 
     async def reconcile(self) -> None:
-        """Correct the hub's lease counts from the database (see the module docstring)."""
+        """Forget the leases that ended elsewhere (see the module docstring)."""
         hub = self.hub
-        sessions = [s for s in hub if s.active_leases > 0]  # a count of zero cannot be too high
+        sessions = hub.busy()  # a session holding nothing has nothing to forget
         if not sessions:
             return
-        counts = await self.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
+        if self._by_node:
+            counts = await self.store.run(instances.live_lease_counts)
+        else:
+            counts = await self.store.run(instances.live_lease_counts, session_ids=[s.session_id for s in sessions])
+        short = [s for s in sessions if counts.get(s.session_id, 0) < s.active_leases]
+        if not short:
+            return
+        known = {s.session_id: s.held_leases() for s in short}  # before the read: each of them had committed
+        live = await self.store.run(instances.live_lease_ids, session_ids=list(known))
         freed = False
-        for session in sessions:
-            freed |= session.reconcile(counts.get(session.session_id, 0))
+        for session in short:
+            freed |= session.reconcile(known[session.session_id], live.get(session.session_id, frozenset()))
         if freed:
             hub.slot_freed()  # not news: the leases ended elsewhere, their tasks were seen there
 
@@ -130,16 +146,19 @@ class Timers:
             metrics.count_lease_end(end)
             session = hub.get(end.session_id)
             if session is not None:
-                session.lease_ended()
+                session.lease_ended(end.lease_id)
             hub.task_ended(end.task_id)
         hub.wake()
 
     async def notify_cancels(self) -> None:
         hub = self.hub
-        opted = [s.session_id for s in hub if s.cancellation_notifications]
-        if not opted:
+        if not hub.any_opted_in:
             return
-        notices = await self.store.run(cancellation.notify, session_ids=opted, now=self.clock.now())
+        if self._by_node:
+            notices = await self.store.run(cancellation.notify, now=self.clock.now())
+        else:
+            opted = [s.session_id for s in hub if s.cancellation_notifications]
+            notices = await self.store.run(cancellation.notify, session_ids=opted, now=self.clock.now())
         for notice in notices:
             session = hub.get(notice.session_id)
             if session is not None:

@@ -3,7 +3,12 @@
 One transaction offers up to ``len(credentials)`` tasks to one session:
 
 1. lock the session's instance row (serialises assignment per session and
-   makes the free-slot count exact: capacity - live leases);
+   makes the free-slot count exact: capacity - live leases). The live
+   leases are the caller's ``held`` when it gives one: the serve process
+   holding the session knows every lease it got (offers, resumes) and
+   forgets one only once it ended, so its count is never below the
+   database's, and the claim does not count the session's leases again;
+   without ``held`` they are counted here;
 2. per subscribed queue (per queue and kind when the subscription names a
    few kinds), read READY tasks in pick-up order through ``tasks_pickup``
    (``tasks_pickup_kind``), ``FOR UPDATE SKIP LOCKED`` (another instance's
@@ -178,11 +183,13 @@ def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...
 @transition("lease", "assign")
 def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], now: dt.datetime,
            start_timeout_ms: int, default_lease_ttl_ms: int, max_scan: int | None = None,
-           paused: Collection[str] | None = None) -> AssignResult | Refusal:
+           paused: Collection[str] | None = None, held: int | None = None) -> AssignResult | Refusal:
     """Offer up to len(credentials) READY tasks to the session, in pick-up order.
 
     ``paused``: the queues to skip (chart ``queue``), as the caller's instance
     keeps them in memory; None reads them here (one indexed statement).
+    ``held``: the session's live leases as its serve process counts them (at
+    least the database's count); None: count them in the database.
     """
     session = instances.load_session(tx, session_id, lock=True)
     if session is None:
@@ -193,7 +200,8 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
             return AssignResult(recovered, len(recovered))
     if screen("lease", "assign", LeaseContext(session=session), through="session_dispatchable") is not None:
         return AssignResult((), 0)
-    free = max(0, session.capacity - instances.active_leases(tx, session_id))
+    live = instances.active_leases(tx, session_id) if held is None else held
+    free = max(0, session.capacity - live)
     want = min(free, len(credentials))
     if want == 0:
         return AssignResult((), free)

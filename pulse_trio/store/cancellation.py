@@ -20,7 +20,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
+from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.store import lease_steps, settings, task_steps
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import CancellationContext
@@ -122,23 +122,45 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
     return CancelResult(task_id, task_state, dest, True, now, grace, revoked)
 
 
+#: The leases that may need a task.cancel pushed: live (or revoked) and carrying a cancel request.
+PUSH_LEASE_STATES = ("OFFERED", "RUNNING", "REVOKED")
+_PUSH_LEASES = f"l.state IN {sql_list(PUSH_LEASE_STATES)} AND l.cancel_requested_at IS NOT NULL"
+#: This node's live, opted-in sessions and their leases, through the node index and
+#: ``leases_owner`` (FROM and WHERE, one node id argument): the same statement
+#: whatever the number of sessions.
+NODE_PUSH_FROM = ("worker_instances i FORCE INDEX (worker_instances_node)"
+                  " JOIN leases l FORCE INDEX (leases_owner) ON l.owner_session_id = i.session_id")
+NODE_PUSH_WHERE = (f"i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} AND i.cancellation_notifications"
+                   f" AND {_PUSH_LEASES}")
+_NOT_TOLD = " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s"
+
+
 @transition("cancellation", "notify")
-def notify(tx: Tx, *, session_ids: Sequence[str], now: dt.datetime, limit: int = 500) -> tuple[CancelNotice, ...]:
+def notify(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] | None = None,
+           limit: int = 500) -> tuple[CancelNotice, ...]:
     """Mark and return the task.cancel pushes due to these (local, opted-in) sessions.
+
+    ``session_ids``: those sessions; None: the live sessions of this
+    transaction's node that opted in (``tx.node_id``), asked by node, so
+    the statement does not grow with the sessions connected.
 
     Marked before the push: if the connection drops, the worker resumes
     elsewhere, the holder changes, and the new holder is told again.
     """
-    if not session_ids:
-        return ()
     # Non-locking look first (the common answer is "nothing"), then lock what is due.
-    due = tx.all(
-        "SELECT l.task_id, l.lease_id, l.owner_session_id, l.state FROM leases l"
-        " JOIN cancel_intents c ON c.task_id = l.task_id"
-        " WHERE l.owner_session_id IN %s AND l.state IN ('OFFERED', 'RUNNING', 'REVOKED')"
-        " AND l.cancel_requested_at IS NOT NULL"
-        " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s",
-        (tuple(session_ids), limit))
+    select = "SELECT l.task_id, l.lease_id, l.owner_session_id, l.state FROM "
+    if session_ids is None:
+        if tx.node_id is None:
+            return ()
+        due = tx.all(f"{select}{NODE_PUSH_FROM} JOIN cancel_intents c ON c.task_id = l.task_id"
+                     f" WHERE {NODE_PUSH_WHERE}{_NOT_TOLD}", (tx.node_id, limit))
+    elif not session_ids:
+        return ()
+    else:
+        due = tx.all(
+            select + "leases l JOIN cancel_intents c ON c.task_id = l.task_id"
+            f" WHERE l.owner_session_id IN %s AND {_PUSH_LEASES}" + _NOT_TOLD,
+            (tuple(session_ids), limit))
     if not due:
         return ()
     by_task = {r[0]: r for r in due}

@@ -1,9 +1,13 @@
 """Chart ``instance``: worker registration, capacity/drain, disconnect.
 
 One ``worker.hello`` registers one worker instance with its session. The
-epoch comes from the single ``epoch_counter`` row, updated under its row
-lock, so epochs strictly increase in commit order across every server
-instance; resume compares them to decide who owns a lease.
+epoch is allocated by the database as the row is inserted
+(AUTO_INCREMENT), so epochs strictly increase across every server
+instance, and a registration holds no cluster-wide row lock until its
+commit: registrations on any number of connections run side by side.
+Resume compares epochs to decide who owns a lease; a worker's old
+session always committed before its new one began, so the new epoch is
+the larger.
 
 The row names the serve process holding the session (``tx.node_id``, chart
 ``node``). Registration share-locks that node's row first, so it cannot be
@@ -114,14 +118,49 @@ def active_leases(tx: Tx, session_id: str) -> int:
 
 
 @read_only(takes_locks=False)
-def live_lease_counts(tx: Tx, *, session_ids: Sequence[str]) -> dict[str, int]:
-    """Offered or running leases per session (sessions without any are absent); one indexed query."""
+def live_lease_counts(tx: Tx, *, session_ids: Sequence[str] | None = None) -> dict[str, int]:
+    """Offered or running leases per session (sessions without any are absent); one indexed query.
+
+    ``session_ids``: those sessions; None: every live session of this
+    transaction's node (``tx.node_id``), found through the node index, so
+    the statement is the same size however many sessions the node holds.
+    """
+    if session_ids is None:
+        if tx.node_id is None:
+            return {}
+        rows = tx.all(_NODE_LEASE_COUNTS, (tx.node_id,))
+        return {row[0]: int(row[1]) for row in rows}
     if not session_ids:
         return {}
     marks = ", ".join(["%s"] * len(session_ids))
     rows = tx.all(f"SELECT owner_session_id, COUNT(*) FROM leases WHERE owner_session_id IN ({marks})"
                   f" AND state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY owner_session_id", tuple(session_ids))
     return {row[0]: int(row[1]) for row in rows}
+
+
+@read_only(takes_locks=False)
+def live_lease_ids(tx: Tx, *, session_ids: Sequence[str]) -> dict[str, frozenset[str]]:
+    """The offered or running leases of each session (sessions without any are absent).
+
+    Asked only for the sessions whose count a serve process found higher
+    than the database's: the list is what changed, not what is connected.
+    """
+    if not session_ids:
+        return {}
+    rows = tx.all(f"SELECT owner_session_id, lease_id FROM leases FORCE INDEX (leases_owner)"
+                  f" WHERE owner_session_id IN %s AND state IN {sql_list(LIVE_LEASE_STATES)}", (tuple(session_ids),))
+    found: dict[str, set[str]] = {}
+    for session_id, lease_id in rows:
+        found.setdefault(session_id, set()).add(lease_id)
+    return {sid: frozenset(ids) for sid, ids in found.items()}
+
+
+_NODE_LEASE_COUNTS = (
+    "SELECT l.owner_session_id, COUNT(*) FROM worker_instances i FORCE INDEX (worker_instances_node)"
+    " JOIN leases l FORCE INDEX (leases_owner) ON l.owner_session_id = i.session_id"
+    f" AND l.state IN {sql_list(LIVE_LEASE_STATES)}"
+    f" WHERE i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} GROUP BY l.owner_session_id"
+)
 
 
 def view(tx: Tx, row: InstanceRow) -> InstanceView:
@@ -150,19 +189,17 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
     dest = decide("instance", "register", "NONE", ctx)
     if isinstance(dest, Refusal):
         return dest
-    (last,) = tx.one("SELECT last_epoch FROM epoch_counter WHERE id = 1 FOR UPDATE")
-    epoch = int(last) + 1
-    tx.cas("UPDATE epoch_counter SET last_epoch = %s WHERE id = 1 AND last_epoch = %s", (epoch, last))
     stamp = db_time(now)
     tx.write(
-        "INSERT INTO worker_instances (instance_id, session_id, epoch, secret_digest, state, worker_name,"
+        "INSERT INTO worker_instances (instance_id, session_id, secret_digest, state, worker_name,"
         " subscriptions, cancellation_notifications, concurrency_keys, client_info, token_id, capacity,"
-        " node_id, sequence, registered_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,%s,NULL,%s,%s)",
-        (instance.instance_id, instance.session_id, epoch, ids.secret_digest(instance.instance_secret), dest,
+        " node_id, sequence, registered_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,%s,NULL,%s,%s)",
+        (instance.instance_id, instance.session_id, ids.secret_digest(instance.instance_secret), dest,
          instance.worker_name, json.dumps([s.as_json() for s in instance.subscriptions]),
          instance.cancellation_notifications, instance.concurrency_keys, instance.client_json,
          instance.token_id, tx.node_id, stamp, stamp),
     )
+    epoch = tx.last_insert_id()  # allocated by the insert: no counter row to lock
     return Registered(
         InstanceView(instance.instance_id, instance.session_id, epoch, dest, 0, False, None, 0),
         instance.instance_secret,

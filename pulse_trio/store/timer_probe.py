@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
 
+from pulse_trio.store.cancellation import NODE_PUSH_FROM, NODE_PUSH_WHERE
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.timer_scan import due_states
 from pulse_trio.store.tx import Tx, db_time
@@ -31,10 +31,7 @@ _PROBE = (
     " EXISTS (SELECT 1 FROM key_permits FORCE INDEX (key_permits_due)"
     f" WHERE {due_states('key_permit', 'release_after_quarantine', 'state')} AND quarantine_until <= %s)"
 )
-_CANCELS = (
-    ", EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_owner) WHERE owner_session_id IN %s"
-    "          AND state IN ('OFFERED', 'RUNNING', 'REVOKED') AND cancel_requested_at IS NOT NULL)"
-)
+_CANCELS = f", EXISTS (SELECT 1 FROM {NODE_PUSH_FROM} WHERE {NODE_PUSH_WHERE})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,17 +40,22 @@ class DueWork:
     expire: bool
     promote: bool
     quarantine: bool
-    cancels: bool  # some lease of the given sessions carries a cancel request (notify decides if it is news)
+    cancels: bool  # some lease of this node's opted-in sessions carries a cancel request (notify decides if it is news)
 
 
 @read_only(takes_locks=False)
-def due_work(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] = ()) -> DueWork:
-    """Which timers have rows due at ``now``; ``session_ids``: the opted-in sessions to push cancels to."""
+def due_work(tx: Tx, *, now: dt.datetime, cancels: bool = False) -> DueWork:
+    """Which timers have rows due at ``now``; ``cancels``: also look for cancels to push to this node's sessions.
+
+    The cancel look names the node (``tx.node_id``), not its sessions: the
+    statement is the same few hundred bytes with one session or ten thousand.
+    """
     stamp = db_time(now)
     args: list = [stamp] * 4
     sql = _PROBE
-    if session_ids:
+    cancels = cancels and tx.node_id is not None
+    if cancels:
         sql += _CANCELS
-        args.append(tuple(session_ids))
+        args.append(tx.node_id)
     row = tx.one(sql, args)
-    return DueWork(bool(row[0]), bool(row[1]), bool(row[2]), bool(row[3]), bool(session_ids) and bool(row[4]))
+    return DueWork(bool(row[0]), bool(row[1]), bool(row[2]), bool(row[3]), cancels and bool(row[4]))

@@ -130,6 +130,10 @@ class Tx:
         self.wrote = True
         return self.cursor.execute(sql, args)
 
+    def last_insert_id(self) -> int:
+        """The AUTO_INCREMENT value the last INSERT of this transaction allocated."""
+        return int(self.cursor.lastrowid)
+
     def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
         """A multi-row INSERT, sent as one statement.
 

@@ -194,3 +194,35 @@ def test_already_exists_rereads_the_version(database_server):
     finally:
         conn.close()
     assert last.version == code_version()
+
+
+def test_epochs_go_on_above_the_counter_they_replace(database_server):
+    """0020: the epoch counter row gives way to AUTO_INCREMENT; new epochs continue above its last one."""
+    import datetime as dt
+
+    from pulse_trio.store import NewInstance, SubscribedQueue, register
+    from pulse_trio.store.trio_bridge import Store
+
+    config = _fresh(database_server, "epochs")
+    migrate(config, upto=19)
+    conn = connect(config)
+    with conn.cursor() as cur:
+        # Two registrations of the old code, then a gap (rows pruned) before the counter's last epoch.
+        for i, epoch in enumerate((6, 7)):
+            cur.execute("INSERT INTO worker_instances (instance_id, session_id, epoch, secret_digest, state,"
+                        " worker_name, subscriptions, cancellation_notifications, concurrency_keys, capacity,"
+                        " registered_at, updated_at) VALUES (%s, %s, %s, %s, 'DISCONNECTED', 'w', '[]', FALSE,"
+                        " FALSE, 0, '2026-12-01', '2026-12-01')",
+                        (f"ins_{i:026d}", f"ses_{i:026d}", epoch, b"\0" * 32))
+        cur.execute("UPDATE epoch_counter SET last_epoch = 41")
+    conn.commit()
+    conn.close()
+    migrate(config)
+    store = Store(config, pool_size=1)
+    try:
+        now = dt.datetime(2026, 12, 1, 12, 5, tzinfo=dt.timezone.utc)
+        epochs = [store.run_sync(register, instance=NewInstance("w", (SubscribedQueue("q"),)), now=now)
+                  .instance.epoch for _ in range(2)]
+    finally:
+        store.close()
+    assert epochs == [42, 43]

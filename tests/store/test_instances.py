@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pulse_trio.dburl import connect
 from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, disconnect, register, set_capacity
 from pulse_trio.store.ids import secret_digest
+from pulse_trio.store.tx import Tx
 
 
 def test_register_gives_new_ids_a_secret_digest_and_increasing_epochs(world):
@@ -24,7 +26,10 @@ def test_register_refuses_a_queue_the_token_does_not_allow(world):
     result = world.run(register, instance=instance, allowed_queues={"billing"})
     assert isinstance(result, Refusal) and result.code == "permission_denied"
     assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(0,)]
-    assert world.sql("SELECT last_epoch FROM epoch_counter") == [(0,)], "a refusal consumes no epoch"
+    before = world.worker("q", capacity=0)
+    world.run(register, instance=instance, allowed_queues={"billing"})
+    after = world.worker("q", capacity=0)
+    assert after.epoch == before.epoch + 1, "a refusal consumes no epoch"
 
 
 def test_capacity_sequence_must_increase_stale_frames_change_nothing(world):
@@ -76,3 +81,28 @@ def test_register_is_idempotent_when_a_commit_was_cut_off(world):
         conn.close()
     assert again.instance.epoch == first.instance.epoch
     assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(1,)]
+
+
+def test_registrations_in_open_transactions_do_not_wait_for_each_other(world):
+    """The epoch comes from the insert (AUTO_INCREMENT), not a counter row locked until commit.
+
+    Two registrations, each left open in its own transaction on its own
+    connection, both complete at once (a lock wait would fail the second
+    within a second); the one allocated first has the smaller epoch.
+    """
+    conns = [connect(world.db) for _ in range(2)]
+    try:
+        results = []
+        for conn in conns:
+            conn.autocommit(False)
+            cur = conn.cursor()
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
+            results.append(register(Tx(cur), instance=NewInstance("w", (SubscribedQueue("q"),)), now=world.now))
+        first, second = (r.instance.epoch for r in results)
+        assert second > first
+        for conn in reversed(conns):  # commit order need not follow allocation order
+            conn.commit()
+        assert world.sql("SELECT epoch FROM worker_instances ORDER BY epoch") == [(first,), (second,)]
+    finally:
+        for conn in conns:
+            conn.close()
