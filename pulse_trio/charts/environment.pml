@@ -58,6 +58,7 @@ bit running[N_lease];          /* the holder believes it may run the task (its e
 byte next_lease[N_TASKS];      /* leases used so far per task */
 byte current[N_TASKS];         /* the latest lease of the task (its first before any) */
 byte receipt_rev[N_lease];     /* the revision the last command that left a receipt carried */
+bit resent[N_lease];           /* after a resume, the worker may resend what it sent before, old revision and all */
 byte workers_done;
 
 /* Ghosts: what happened, for the properties only. */
@@ -67,47 +68,51 @@ byte seen_rev[N_lease];
 byte seen_epoch[N_instance];
 byte seen_token;
 
-byte i, j, n;                  /* scratch for check_properties, zero between steps */
+byte i;                        /* scratch, zero between steps */
 
-inline check_properties() {
-  for (i : 0 .. N_TASKS - 1) {
-    n = 0;
-    for (j : 0 .. LPT - 1) { if :: LIVE_LEASE(i * LPT + j) -> n++ :: else fi }
-    if :: n > 1 -> printf("PROPERTY single_execution_right\n"); assert(false) :: else fi;
-    if :: OPEN_INTENT(i) && !(task_state[i] == task_RUNNING && lease_cancel[CUR_LEASE(i)]) ->
-            printf("PROPERTY cancel_kept\n"); assert(false) :: else fi;
-    if :: confirmed[i] && task_state[i] == task_SUCCEEDED -> printf("PROPERTY cancel_kept\n"); assert(false)
-       :: else fi;
-    for (j : 0 .. LPT - 1) {
-      if :: lost[i] && LIVE_LEASE(i * LPT + j) && !lease_uncertain[i * LPT + j] ->
-              printf("PROPERTY effect_uncertain\n"); assert(false) :: else fi
-    }
+/* The state properties, watched by a monitor that can only move when one fails. */
+#define ONLY_CURRENT_LIVE(l) (!LIVE_LEASE(l) || l == current[TASK_OF(l)])
+#define INTENT_CARRIED(t) (!OPEN_INTENT(t) || (task_state[t] == task_RUNNING && lease_cancel[current[t]]))
+#define CANCEL_STAYS(t) (!(confirmed[t] && task_state[t] == task_SUCCEEDED))
+#define UNCERTAINTY_KEPT(l) (!(lost[TASK_OF(l)] && LIVE_LEASE(l) && !lease_uncertain[l]))
+#define COUNTS_AGAINST_KEY(l) (key_permit_state[l] == key_permit_HELD || key_permit_state[l] == key_permit_QUARANTINED)
+#define LIVE_HOLDS_PERMIT(l) (!LIVE_LEASE(l) || key_permit_state[l] == key_permit_HELD)
+#define LOST_RUNNER_QUARANTINED(l) (!(running[l] && !LIVE_LEASE(l)) || key_permit_state[l] == key_permit_QUARANTINED)
+
+active proctype invariants() {
+end:
+  atomic {
+    if
+    :: !EVERY_lease(ONLY_CURRENT_LIVE) -> printf("PROPERTY single_execution_right\n")
+    :: !(EVERY_task(INTENT_CARRIED) && EVERY_task(CANCEL_STAYS)) -> printf("PROPERTY cancel_kept\n")
+    :: !EVERY_lease(UNCERTAINTY_KEPT) -> printf("PROPERTY effect_uncertain\n")
+    :: !(COUNT_key_permit(COUNTS_AGAINST_KEY) <= KEY_LIMIT && COUNT_key_permit(COUNTS_AGAINST_KEY) == key_outstanding
+         && EVERY_lease(LIVE_HOLDS_PERMIT) && EVERY_lease(LOST_RUNNER_QUARANTINED)) -> printf("PROPERTY key_limit\n")
+    fi;
+    assert(false)
   }
-  n = 0;
+}
+
+/* Revisions, tokens and epochs only grow: compared with what the last step left. */
+inline check_properties() {
   for (i : 0 .. N_lease - 1) {
     if :: lease_revision[i] < seen_rev[i] -> printf("PROPERTY fencing_grows\n"); assert(false) :: else fi;
-    seen_rev[i] = lease_revision[i];
-    if :: key_permit_state[i] == key_permit_HELD || key_permit_state[i] == key_permit_QUARANTINED -> n++ :: else fi;
-    if :: LIVE_LEASE(i) && key_permit_state[i] != key_permit_HELD -> printf("PROPERTY key_limit\n"); assert(false)
-       :: else fi;
-    if :: running[i] && !LIVE_LEASE(i) && key_permit_state[i] != key_permit_QUARANTINED ->
-            printf("PROPERTY key_limit\n"); assert(false) :: else fi
+    seen_rev[i] = lease_revision[i]
   }
-  if :: n > KEY_LIMIT || n != key_outstanding -> printf("PROPERTY key_limit\n"); assert(false) :: else fi;
   if :: key_last_token < seen_token -> printf("PROPERTY fencing_grows\n"); assert(false) :: else fi;
   seen_token = key_last_token;
   for (i : 1 .. N_instance - 1) {
     if :: instance_epoch[i] < seen_epoch[i] -> printf("PROPERTY fencing_grows\n"); assert(false) :: else fi;
     seen_epoch[i] = instance_epoch[i]
   }
-  i = 0; j = 0; n = 0
+  i = 0
 }
 
 /* A step the entry needs and its chart refuses: the charts disagree. */
 #define STEP(call, can) if :: can -> call :: else -> printf("PROPERTY steps_agree\n"); assert(false) fi
 
 /* The holder learns its lease is gone (a refusal, or its own ttl ran out: the SDK stops the task). */
-inline forget(l) { known_rev[l] = 0; running[l] = 0 }
+inline forget(l) { known_rev[l] = 0; running[l] = 0; resent[l] = 0 }
 
 /* lease.start + task.start; an accepted command must carry the current revision. */
 inline start(w, l, t, s) {
@@ -162,41 +167,45 @@ inline resume(w, l, t, s) {
   if
   :: APPLY(lease_resume_can, IDS(t, l, s, 0)) ->
        APPLY(fire_lease_resume, IDS(t, l, s, 0));
-       known_owner[l] = s; known_rev[l] = lease_revision[l]
+       known_owner[l] = s; known_rev[l] = lease_revision[l]; resent[l] = 1
   :: else -> forget(l)
   fi
 }
 
-/* A command delivered twice: the copy carries the revision the first one did. With a receipt for
-   it the store answers "duplicate" and hands the lease back only to its current live holder. */
+/* A command delivered late or twice: it carries the revision before the latest one the worker saw. With a
+   receipt for that revision the store answers "duplicate" and hands the lease back only to its current live
+   holder; without one (a resume moved the revision) it is a command like any other, which the chart must
+   refuse: a start while offered, a finish while running. The worker ignores the answer to a copy. */
 inline replay(w, l, t, s) {
-  cmd_revision = receipt_rev[l];
+  cmd_revision = known_rev[l] - 1;
   if
-  :: cmd_revision == lease_revision[l] -> skip   /* never accepted: not a duplicate */
-  :: else ->
+  :: cmd_revision != 0 && cmd_revision == receipt_rev[l] ->
        if
        :: (APPLY(lease_g_owned_by_session, IDS(t, l, s, 0)) && APPLY(lease_g_lease_live, IDS(t, l, s, 0)) &&
            APPLY(lease_g_not_revoked, IDS(t, l, s, 0)) && lease_state[l] != lease_FINISHED) ->
             if :: !(lease_state[l] == lease_RUNNING || lease_state[l] == lease_OFFERED) || lease_owner[l] != s ->
-                    printf("PROPERTY receipt_no_grant\n"); assert(false) :: else fi;
-            known_rev[l] = lease_revision[l]
-       :: else -> forget(l)
+                    printf("PROPERTY receipt_no_grant\n"); assert(false) :: else fi
+       :: else
+       fi
+  :: else ->
+       if
+       :: lease_state[l] == lease_OFFERED && APPLY(lease_start_can, IDS(t, l, s, 0)) ->
+            printf("PROPERTY revision_current\n"); assert(false)
+       :: lease_state[l] == lease_RUNNING && APPLY(lease_finish_can, IDS(t, l, s, 0)) ->
+            printf("PROPERTY revision_current\n"); assert(false)
+       :: else
        fi
   fi
 }
 
-#define WORKER_LEASE(l) \
-  :: atomic { sess[w] != 0 && holder[l] == w + 1 && known_rev[l] != 0 && !running[l] && known_owner[l] == sess[w] -> \
-       start(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd() } \
-  :: atomic { sess[w] != 0 && holder[l] == w + 1 && running[l] && known_owner[l] == sess[w] && known_rev[l] < REVCAP -> \
-       renew(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd() } \
-  :: atomic { sess[w] != 0 && holder[l] == w + 1 && running[l] && known_owner[l] == sess[w] -> \
-       finish(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd() } \
-  :: atomic { sess[w] != 0 && holder[l] == w + 1 && known_rev[l] != 0 && known_owner[l] != sess[w] -> \
-       resume(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd() } \
-  :: atomic { sess[w] != 0 && holder[l] == w + 1 && running[l] && receipt_rev[l] != 0 && faults > 0 -> \
-       faults--; replay(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd() } \
-  :: atomic { holder[l] == w + 1 && running[l] && lease_due[l] -> forget(l) }
+/* What a worker may do with lease l (its guards are the worker's own knowledge; a refusal is news to it). */
+#define MINE(l) (sess[w] != 0 && holder[l] == w + 1)
+#define MAY_START(l) (MINE(l) && known_rev[l] != 0 && !running[l] && known_owner[l] == sess[w])
+#define MAY_RENEW(l) (MINE(l) && running[l] && known_owner[l] == sess[w] && known_rev[l] < REVCAP)
+#define MAY_FINISH(l) (MINE(l) && running[l] && known_owner[l] == sess[w])
+#define MAY_RESUME(l) (MINE(l) && known_rev[l] != 0 && known_owner[l] != sess[w])
+#define MAY_REPLAY(l) (MINE(l) && known_rev[l] > 1 && (faults > 0 || resent[l]))
+#define GIVES_UP(l) (holder[l] == w + 1 && running[l] && lease_due[l])
 
 /* A worker connects to its own node, then (after a loss) to the other one, which must be alive. */
 #define HOME(w) ((w + used[w]) % 2)
@@ -207,9 +216,21 @@ inline replay(w, l, t, s) {
        used[w]++; check_properties(); clear_cmd() }
 
 proctype worker(byte w) {
+  byte l;
   do
   CONNECT
-  FOR_lease(WORKER_LEASE)
+  :: atomic { ANY_lease(MAY_START) -> PICK_lease(MAY_START, l);
+       start(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd(); l = 0 }
+  :: atomic { ANY_lease(MAY_RENEW) -> PICK_lease(MAY_RENEW, l);
+       renew(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd(); l = 0 }
+  :: atomic { ANY_lease(MAY_FINISH) -> PICK_lease(MAY_FINISH, l);
+       finish(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd(); l = 0 }
+  :: atomic { ANY_lease(MAY_RESUME) -> PICK_lease(MAY_RESUME, l);
+       resume(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd(); l = 0 }
+  :: atomic { ANY_lease(MAY_REPLAY) -> PICK_lease(MAY_REPLAY, l);
+       if :: resent[l] -> resent[l] = 0 :: else -> faults-- fi;
+       replay(w, l, TASK_OF(l), sess[w]); check_properties(); clear_cmd(); l = 0 }
+  :: atomic { ANY_lease(GIVES_UP) -> PICK_lease(GIVES_UP, l); forget(l); l = 0 }
   :: atomic { sess[w] != 0 && faults > 0 && LIVE_SESSION(sess[w]) ->
        faults--; APPLY(fire_instance_disconnect, IDS(0, 0, sess[w], 0)); sess[w] = 0; check_properties(); clear_cmd() }
   :: ALL_TASKS_DONE -> break
@@ -222,27 +243,32 @@ proctype worker(byte w) {
   }
 }
 
-/* lease.assign + key_permit.acquire + task.offer, to worker w's session. */
-#define ASSIGN_TO(t, w) \
-  :: atomic { sess[w] != 0 && next_lease[t] < LPT \
-              && APPLY(lease_assign_can, IDS(t, t * LPT + next_lease[t], sess[w], 0)) \
-              && APPLY(key_permit_acquire_can, IDS(t, t * LPT + next_lease[t], sess[w], 0)) -> \
-       STEP(APPLY(fire_lease_assign, IDS(t, t * LPT + next_lease[t], sess[w], 0)), true); \
-       STEP(APPLY(fire_key_permit_acquire, IDS(t, t * LPT + next_lease[t], sess[w], 0)), true); \
-       STEP(APPLY(fire_task_offer, IDS(t, t * LPT + next_lease[t], sess[w], 0)), \
-            APPLY(task_offer_can, IDS(t, t * LPT + next_lease[t], sess[w], 0))); \
-       holder[t * LPT + next_lease[t]] = w + 1; known_rev[t * LPT + next_lease[t]] = 1; \
-       known_owner[t * LPT + next_lease[t]] = sess[w]; current[t] = t * LPT + next_lease[t]; next_lease[t]++; check_properties(); clear_cmd() }
+/* lease.assign + key_permit.acquire + task.offer, of task t to worker w's session. */
+#define NEXT(t) (t * LPT + next_lease[t])
+#define MAY_ASSIGN(t, w) (sess[w] != 0 && next_lease[t] < LPT \
+    && APPLY(lease_assign_can, IDS(t, NEXT(t), sess[w], 0)) && APPLY(key_permit_acquire_can, IDS(t, NEXT(t), sess[w], 0)))
+#define MAY_ASSIGN_0(t) MAY_ASSIGN(t, 0)
+#define MAY_ASSIGN_1(t) MAY_ASSIGN(t, 1)
+#define MAY_NOTIFY(t) APPLY(cancellation_notify_can, IDS(t, current[t], 0, 0))
+#define MAY_PROMOTE(t) (task_state[t] == task_SCHEDULED)
 
-#define DISPATCH(t) ASSIGN_TO(t, 0) ASSIGN_TO(t, 1) \
-  :: atomic { APPLY(cancellation_notify_can, IDS(t, CUR_LEASE(t), 0, 0)) -> \
-       APPLY(fire_cancellation_notify, IDS(t, CUR_LEASE(t), 0, 0)); check_properties(); clear_cmd() } \
-  :: atomic { task_state[t] == task_SCHEDULED -> cmd_due = 1; \
-       APPLY(fire_task_promote, IDS(t, 0, 0, 0)); check_properties(); clear_cmd() }
+inline assign(t, w) {
+  STEP(APPLY(fire_lease_assign, IDS(t, NEXT(t), sess[w], 0)), true);
+  STEP(APPLY(fire_key_permit_acquire, IDS(t, NEXT(t), sess[w], 0)), true);
+  STEP(APPLY(fire_task_offer, IDS(t, NEXT(t), sess[w], 0)), APPLY(task_offer_can, IDS(t, NEXT(t), sess[w], 0)));
+  holder[NEXT(t)] = w + 1; known_rev[NEXT(t)] = 1; known_owner[NEXT(t)] = sess[w]; current[t] = NEXT(t);
+  next_lease[t]++
+}
 
 proctype dispatcher() {
+  byte t;
   do
-  FOR_task(DISPATCH)
+  :: atomic { ANY_task(MAY_ASSIGN_0) -> PICK_task(MAY_ASSIGN_0, t); assign(t, 0); check_properties(); clear_cmd(); t = 0 }
+  :: atomic { ANY_task(MAY_ASSIGN_1) -> PICK_task(MAY_ASSIGN_1, t); assign(t, 1); check_properties(); clear_cmd(); t = 0 }
+  :: atomic { ANY_task(MAY_NOTIFY) -> PICK_task(MAY_NOTIFY, t);
+       APPLY(fire_cancellation_notify, IDS(t, current[t], 0, 0)); check_properties(); clear_cmd(); t = 0 }
+  :: atomic { ANY_task(MAY_PROMOTE) -> PICK_task(MAY_PROMOTE, t); cmd_due = 1;
+       APPLY(fire_task_promote, IDS(t, 0, 0, 0)); check_properties(); clear_cmd(); t = 0 }
   :: ALL_TASKS_DONE -> break
   od
 }
@@ -251,38 +277,41 @@ proctype dispatcher() {
 #define HOLDER_GONE(l) (!LIVE_SESSION(lease_owner[l]) || known_rev[l] == 0)
 
 /* Clocks and timers: a deadline passes (free when the holder is gone, a fault otherwise), then the sweep. */
-#define TIMERS(l) \
-  :: atomic { LIVE_LEASE(l) && !lease_due[l] && (HOLDER_GONE(l) || faults > 0) -> \
-       if :: !HOLDER_GONE(l) -> faults-- :: else fi; lease_due[l] = 1 } \
-  :: atomic { APPLY(lease_lapse_can, IDS(TASK_OF(l), l, 0, 0)) -> \
-       APPLY(fire_lease_lapse, IDS(TASK_OF(l), l, 0, 0)); \
-       STEP(APPLY(fire_task_lapse, IDS(TASK_OF(l), l, 0, 0)), APPLY(task_lapse_can, IDS(TASK_OF(l), l, 0, 0))); \
-       STEP(APPLY(fire_key_permit_release, IDS(TASK_OF(l), l, 0, 0)), \
-            APPLY(key_permit_release_can, IDS(TASK_OF(l), l, 0, 0))); \
-       check_properties(); clear_cmd() } \
-  :: atomic { APPLY(lease_expire_can, IDS(TASK_OF(l), l, 0, 0)) -> \
-       APPLY(fire_lease_expire, IDS(TASK_OF(l), l, 0, 0)); lost[TASK_OF(l)] = 1; \
-       STEP(APPLY(fire_task_expire, IDS(TASK_OF(l), l, 0, 0)), APPLY(task_expire_can, IDS(TASK_OF(l), l, 0, 0))); \
-       STEP(APPLY(fire_key_permit_quarantine, IDS(TASK_OF(l), l, 0, 0)), \
-            APPLY(key_permit_quarantine_can, IDS(TASK_OF(l), l, 0, 0))); \
-       if :: OPEN_INTENT(TASK_OF(l)) -> STEP(APPLY(fire_cancellation_escalate, IDS(TASK_OF(l), l, 0, 0)), \
-                                             APPLY(cancellation_escalate_can, IDS(TASK_OF(l), l, 0, 0))) \
-          :: else fi; \
-       if :: task_state[TASK_OF(l)] == task_CANCELLED -> confirmed[TASK_OF(l)] = 1 :: else fi; \
-       check_properties(); clear_cmd() } \
-  :: atomic { key_permit_state[l] == key_permit_QUARANTINED && !key_permit_due[l] && !running[l] -> \
-       key_permit_due[l] = 1 } \
-  :: atomic { APPLY(key_permit_release_after_quarantine_can, IDS(TASK_OF(l), l, 0, 0)) -> \
-       APPLY(fire_key_permit_release_after_quarantine, IDS(TASK_OF(l), l, 0, 0)); check_properties(); clear_cmd() }
+#define MAY_TICK(l) (LIVE_LEASE(l) && !lease_due[l] && (HOLDER_GONE(l) || faults > 0))
+#define MAY_LAPSE(l) APPLY(lease_lapse_can, IDS(TASK_OF(l), l, 0, 0))
+#define MAY_EXPIRE(l) APPLY(lease_expire_can, IDS(TASK_OF(l), l, 0, 0))
+#define QUARANTINE_ENDS(l) (key_permit_state[l] == key_permit_QUARANTINED && !running[l])
 
 proctype timers() {
+  byte l;
   do
-  FOR_lease(TIMERS)
+  :: atomic { ANY_lease(MAY_TICK) -> PICK_lease(MAY_TICK, l);
+       if :: !HOLDER_GONE(l) -> faults-- :: else fi; lease_due[l] = 1; l = 0 }
+  :: atomic { ANY_lease(MAY_LAPSE) -> PICK_lease(MAY_LAPSE, l);
+       APPLY(fire_lease_lapse, IDS(TASK_OF(l), l, 0, 0));
+       STEP(APPLY(fire_task_lapse, IDS(TASK_OF(l), l, 0, 0)), APPLY(task_lapse_can, IDS(TASK_OF(l), l, 0, 0)));
+       STEP(APPLY(fire_key_permit_release, IDS(TASK_OF(l), l, 0, 0)),
+            APPLY(key_permit_release_can, IDS(TASK_OF(l), l, 0, 0)));
+       check_properties(); clear_cmd(); l = 0 }
+  :: atomic { ANY_lease(MAY_EXPIRE) -> PICK_lease(MAY_EXPIRE, l);
+       APPLY(fire_lease_expire, IDS(TASK_OF(l), l, 0, 0)); lost[TASK_OF(l)] = 1;
+       STEP(APPLY(fire_task_expire, IDS(TASK_OF(l), l, 0, 0)), APPLY(task_expire_can, IDS(TASK_OF(l), l, 0, 0)));
+       STEP(APPLY(fire_key_permit_quarantine, IDS(TASK_OF(l), l, 0, 0)),
+            APPLY(key_permit_quarantine_can, IDS(TASK_OF(l), l, 0, 0)));
+       if :: OPEN_INTENT(TASK_OF(l)) -> STEP(APPLY(fire_cancellation_escalate, IDS(TASK_OF(l), l, 0, 0)),
+                                             APPLY(cancellation_escalate_can, IDS(TASK_OF(l), l, 0, 0)))
+          :: else fi;
+       if :: task_state[TASK_OF(l)] == task_CANCELLED -> confirmed[TASK_OF(l)] = 1 :: else fi;
+       check_properties(); clear_cmd(); l = 0 }
+  :: atomic { ANY_lease(QUARANTINE_ENDS) -> PICK_lease(QUARANTINE_ENDS, l); key_permit_due[l] = 1;
+       STEP(APPLY(fire_key_permit_release_after_quarantine, IDS(TASK_OF(l), l, 0, 0)),
+            APPLY(key_permit_release_after_quarantine_can, IDS(TASK_OF(l), l, 0, 0)));
+       check_properties(); clear_cmd(); l = 0 }
   :: ALL_TASKS_DONE && ALL_key_permit_SETTLED -> break
   od
 }
 
-/* cancellation.request: at once for a task not started (revoking its offer), else an intent the lease carries. */
+/* cancellation.request (of task 0: the other one is keyed alike and adds nothing new): at once for a task not started (revoking its offer), else an intent the lease carries. */
 #define CANCEL(t) \
   :: atomic { cancels > 0 && APPLY(cancellation_request_can, IDS(t, CUR_LEASE(t), 0, 0)) -> \
        cancels--; APPLY(fire_cancellation_request, IDS(t, CUR_LEASE(t), 0, 0)); \
@@ -303,7 +332,7 @@ proctype timers() {
 
 proctype producer() {
   do
-  FOR_task(CANCEL)
+  CANCEL(0)
   :: ALL_TASKS_DONE -> break
   :: cancels == 0 -> break
   od
@@ -349,6 +378,10 @@ init {
   atomic {
     for (i : 0 .. N_node - 1) { APPLY(fire_node_start, IDS(0, 0, 0, i)) };
     for (i : 0 .. N_TASKS - 1) { cmd_due = 1; APPLY(fire_task_submit, IDS(i, 0, 0, 0)); current[i] = i * LPT };
+    /* each worker opens its first session on its own node */
+    for (i : 0 .. N_WORKERS - 1) {
+      APPLY(fire_instance_register, IDS(0, 0, 1 + i * SPW, i)); sess[i] = 1 + i * SPW; used[i] = 1
+    };
     i = 0; clear_cmd();
     run nodes(); run timers(); run dispatcher(); run producer(); run worker(0); run worker(1)
   }

@@ -149,6 +149,10 @@ def chart_section(spec: ChartSpec, specs: Mapping[str, ChartSpec], env: Environm
     out.append(f"byte {name}_state[N_{name}] = {name}_{spec.initial};")
     out += [f"byte {name}_{f}[N_{name}] = {v};" for f, v in fields.items()]
     out.append(f"#define FOR_{name}(M) " + " ".join(f"M({i})" for i in range(size)))
+    out.append(f"#define ANY_{name}(M) (" + " || ".join(f"M({i})" for i in range(size)) + ")")
+    out.append(f"#define PICK_{name}(M, v) if " + " ".join(f":: M({i}) -> v = {i}" for i in range(size)) + " fi")
+    out.append(f"#define EVERY_{name}(M) (" + " && ".join(f"M({i})" for i in range(size)) + ")")
+    out.append(f"#define COUNT_{name}(M) (" + " + ".join(f"(M({i}) -> 1 : 0)" for i in range(size)) + ")")
     terminal = final_states(spec)
     settled = [spec.initial] + [s for s in terminal if s != spec.initial]
     out.append(f"#define {name}_terminal(i) (" + (" || ".join(f"{name}_state[i] == {name}_{s}" for s in terminal)
