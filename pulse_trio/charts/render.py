@@ -98,7 +98,8 @@ def page(chart: Chart) -> str:
         out.append(f"| `{t.trigger}` | {t.source} | {t.dest} | {guard_text} | {fn} | {_cell(t.description)} |")
     names = sorted(spec.guard_names)
     if names:
-        out += ["", "## Guards", "", "| guard | when it fails | meaning |", "|---|---|---|"]
+        meanings = spec.model.guards if spec.model else {}
+        out += ["", "## Guards", "", "| guard | when it fails | meaning | in the model |", "|---|---|---|---|"]
         for name in names:
             g = guards.get((spec.name, name))
             if g is None:
@@ -106,7 +107,8 @@ def page(chart: Chart) -> str:
             else:
                 effect = f"refuses with `{g.code}`" if g.code else "selects another transition"
                 meaning = _cell(g.doc)
-            out.append(f"| `{name}` | {effect} | {meaning} |")
+            model = f"`{_cell(meanings[name])}`" if name in meanings else "—"
+            out.append(f"| `{name}` | {effect} | {meaning} | {model} |")
     out += ["", *_verification(spec.name)]
     return "\n".join(out) + "\n"
 
