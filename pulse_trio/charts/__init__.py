@@ -35,5 +35,5 @@ def persistent_charts() -> list[Chart]:
     return [c for c in CHARTS.values() if c.spec.persistent]
 
 
-__all__ = ["CHARTS", "Chart", "ChartError", "ChartModel", "ChartSpec", "MachineChart", "Transition", "chart", "load_specs",
-           "machine_chart", "parse_chart", "persistent_charts"]
+__all__ = ["CHARTS", "Chart", "ChartError", "ChartModel", "ChartSpec", "MachineChart", "Transition", "chart",
+           "load_specs", "machine_chart", "parse_chart", "persistent_charts"]

@@ -36,6 +36,7 @@ class Tier:
     cancels: int = 1
     revcap: int = 2          # a worker renews while its lease's revision is below this (2: never)
     max_depth: int = 20000
+    memory_mb: int = 2048    # the verifier stops (a failure) beyond this
 
     @property
     def leases_per_task(self) -> int:
@@ -59,7 +60,7 @@ class Tier:
 #: The suite's default: small enough for CI on 2 cores.
 DEFAULT = Tier("default")
 #: Behind PULSE_MODEL_CHECK=large: more faults and cancels, a longer run.
-LARGE = Tier("large", max_attempts=2, revcap=3)
+LARGE = Tier("large", max_attempts=2, revcap=3, memory_mb=12288)
 TIERS = {t.name: t for t in (DEFAULT, LARGE)}
 
 
@@ -131,8 +132,8 @@ def check(tier: Tier = DEFAULT, specs: Mapping[str, ChartSpec] | None = None, en
             raise RuntimeError(f"spin could not read the generated model:\n{text}")
         # Both verifiers compile at once (two cores); -DNOBOUNDCHECK: indices are ids the model computes.
         compiles = [(search, subprocess.Popen(
-            [cc, "-O2", "-w", "-DNOBOUNDCHECK", "-DCOLLAPSE", "-DVECTORSZ=4096", "-DMEMLIM=2048", *cflags,
-             "-o", f"pan_{search}", "pan.c"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            [cc, "-O2", "-w", "-DNOBOUNDCHECK", "-DCOLLAPSE", "-DVECTORSZ=4096", f"-DMEMLIM={tier.memory_mb}",
+             *cflags, "-o", f"pan_{search}", "pan.c"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)) for search, cflags, _ in searches]
         for search, process in compiles:
             text, _ = process.communicate(timeout=timeout)

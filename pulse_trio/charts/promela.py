@@ -248,5 +248,5 @@ def properties(env: Environment | None = None) -> Sequence[Property]:
     return (env or load_environment()).properties
 
 
-__all__ = ["Environment", "Property", "chart_section", "dead_ends", "final_states", "generate", "load_environment", "properties",
-           "undriven"]
+__all__ = ["Environment", "Property", "chart_section", "dead_ends", "final_states", "generate", "load_environment",
+           "properties", "undriven"]
