@@ -145,12 +145,13 @@ def check(tier: Tier = DEFAULT, specs: Mapping[str, ChartSpec] | None = None, en
             text = _run([f"./pan_{search}", *pan_flags], folder, timeout)
             seconds = time.monotonic() - started
             errors = int(_number(r"errors: (\d+)", text))
-            if "max search depth too small" in text or "out of memory" in text:
-                errors = errors or 1
-            outcome = Outcome(search, errors == 0, int(_number(r"(\d+) states, stored", text)),
+            incomplete = any(m in text for m in ("max search depth too small", "out of memory", "reached -DMEMLIM"))
+            outcome = Outcome(search, errors == 0 and not incomplete, int(_number(r"(\d+) states, stored", text)),
                               int(_number(r"depth reached (\d+)", text)), seconds,
                               _number(r"([\d.]+)\s+total actual memory usage", text), output=text)
-            if not outcome.ok:
+            if incomplete and not errors:
+                outcome.property = "incomplete search (depth or memory bound reached)"
+            elif not outcome.ok:
                 trail = _run([spin, "-t", "model.pml"], folder, timeout)
                 outcome.steps = [Step(m.group(1), m.group(2), m.group(3), m.group(4), int(m.group(5)))
                                  for m in _STEP.finditer(trail)]
