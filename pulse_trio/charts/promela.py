@@ -208,8 +208,13 @@ def undriven(specs: Mapping[str, ChartSpec], env: Environment | None = None) -> 
 
 
 def final_states(spec: ChartSpec) -> list[str]:
-    """States no transition leads out of (self-loops aside: a row there stays there), in declaration order."""
-    leaving = {t.source for t in spec.transitions if t.dest != t.source}
+    """States a row never leaves, in declaration order.
+
+    Self-loops leave nothing, and neither does a purge back to the initial
+    state: it deletes the row, the end of its record rather than a step of
+    its life (as ``pulse_trio.charts.states`` counts terminal states).
+    """
+    leaving = {t.source for t in spec.transitions if t.dest not in (t.source, spec.initial)}
     return [s for s in spec.states if s not in leaving and s != spec.initial]
 
 

@@ -105,6 +105,15 @@ def test_no_chart_file_has_a_dead_end():
         assert dead_ends(spec) == [], f"{name}: {dead_ends(spec)} can never reach {final_states(spec)}"
 
 
+def test_a_purge_back_to_the_initial_state_keeps_a_state_final():
+    purged = parse_chart({"name": "kept", "persistent": True, "initial": "NONE", "states": ["NONE", "LIVE", "DONE"],
+                          "transitions": [{"trigger": "make", "source": "NONE", "dest": "LIVE"},
+                                          {"trigger": "end", "source": "LIVE", "dest": "DONE"},
+                                          {"trigger": "note", "source": "DONE", "dest": "DONE"},
+                                          {"trigger": "purge", "source": "DONE", "dest": "NONE"}]})
+    assert final_states(purged) == ["DONE"] and dead_ends(purged) == []
+
+
 def test_a_dead_end_is_found():
     trap = parse_chart({"name": "trap", "persistent": True, "initial": "NONE", "states": ["NONE", "A", "B", "C"],
                         "transitions": [{"trigger": "go", "source": "NONE", "dest": "A"},
