@@ -9,7 +9,7 @@ register against these charts, never the other way round.
 from __future__ import annotations
 
 from pulse_trio.charts.loader import (
-    Chart, ChartError, ChartSpec, MachineChart, Transition, build, load_specs, parse_chart,
+    Chart, ChartError, ChartModel, ChartSpec, MachineChart, Transition, build, load_specs, parse_chart,
 )
 
 CHARTS: dict[str, Chart] = {name: build(spec) for name, spec in load_specs().items()}
@@ -35,5 +35,5 @@ def persistent_charts() -> list[Chart]:
     return [c for c in CHARTS.values() if c.spec.persistent]
 
 
-__all__ = ["CHARTS", "Chart", "ChartError", "ChartSpec", "MachineChart", "Transition", "chart", "load_specs",
-           "machine_chart", "parse_chart", "persistent_charts"]
+__all__ = ["CHARTS", "Chart", "ChartError", "ChartModel", "ChartSpec", "MachineChart", "Transition", "chart",
+           "load_specs", "machine_chart", "parse_chart", "persistent_charts"]

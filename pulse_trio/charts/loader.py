@@ -16,6 +16,13 @@ is written down. This module validates it and offers it two ways:
 
 A guard named ``"!x"`` is the negation of guard ``x`` (``unless`` in
 ``transitions``).
+
+A chart may also say what its guards and transitions *mean* for the model
+checker (``pulse_trio.charts.promela``): an optional ``"model"`` object with
+``fields`` (the row's model variables and their initial values) and
+``guards`` (each guard's meaning as an expression), and an optional
+``"effects"`` list on each transition. The store ignores both; the checker
+reads nothing else (docs/statecharts/verification.md §2).
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ from typing import Any
 
 from transitions import Machine
 
-_FIELDS = {"name", "persistent", "initial", "states", "transitions", "description"}
-_TRANSITION_FIELDS = {"trigger", "source", "dest", "guards", "description"}
+_FIELDS = {"name", "persistent", "initial", "states", "transitions", "description", "model"}
+_TRANSITION_FIELDS = {"trigger", "source", "dest", "guards", "description", "effects"}
+_MODEL_FIELDS = {"fields", "guards"}
 
 
 class ChartError(ValueError):
@@ -45,6 +53,8 @@ class Transition:
     dest: str
     guards: tuple[str, ...]
     description: str
+    #: What the transition writes besides the state, as model assignments (``"lease.revision = lease.revision + 1"``).
+    effects: tuple[str, ...] = ()
 
     def machine_config(self) -> dict[str, Any]:
         return {
@@ -57,6 +67,16 @@ class Transition:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ChartModel:
+    """What the model checker needs beyond states and edges: row fields and the meaning of each guard."""
+
+    #: field name -> initial value (an integer)
+    fields: Mapping[str, int]
+    #: guard name (without ``!``) -> a boolean expression over ``<chart>.<field>``, ``cmd.<x>``, ``env.<X>``
+    guards: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ChartSpec:
     """A validated chart declaration, exactly as the file says."""
 
@@ -66,6 +86,7 @@ class ChartSpec:
     states: tuple[str, ...]
     transitions: tuple[Transition, ...]
     description: str = ""
+    model: ChartModel | None = None
 
     @property
     def triggers(self) -> tuple[str, ...]:
@@ -134,9 +155,14 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
             if key in seen:
                 raise fail(f"{where}: {trigger} from {source} with guards {list(guards)} is declared twice")
             seen.add(key)
-            transitions.append(Transition(trigger, source, raw["dest"], guards, raw.get("description", "")))
+            effects = raw.get("effects", [])
+            if not isinstance(effects, list) or not all(isinstance(e, str) and "=" in e for e in effects):
+                raise fail(f"{where}: effects must be a list of assignments")
+            transitions.append(Transition(trigger, source, raw["dest"], guards, raw.get("description", ""),
+                                          tuple(effects)))
     if not transitions:
         raise fail("a chart needs at least one transition")
+    model = _parse_model(data.get("model"), transitions, fail)
     return ChartSpec(
         name=data["name"],
         persistent=data["persistent"],
@@ -144,7 +170,29 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
         states=tuple(states),
         transitions=tuple(transitions),
         description=data.get("description", ""),
+        model=model,
     )
+
+
+def _parse_model(raw: Any, transitions: list[Transition], fail: Any) -> ChartModel | None:
+    """The optional ``model`` object: fields with integer initial values, a meaning for named guards only."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or set(raw) - _MODEL_FIELDS:
+        raise fail(f"model: an object with {sorted(_MODEL_FIELDS)}")
+    fields = raw.get("fields", {})
+    if not isinstance(fields, Mapping) or not all(
+            isinstance(k, str) and k.isidentifier() and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in fields.items()):
+        raise fail("model.fields: names to integer initial values")
+    guards = raw.get("guards", {})
+    named = {g.lstrip("!") for t in transitions for g in t.guards}
+    if not isinstance(guards, Mapping) or not all(isinstance(v, str) and v.strip() for v in guards.values()):
+        raise fail("model.guards: guard names to expressions")
+    unknown = set(guards) - named
+    if unknown:
+        raise fail(f"model.guards: {sorted(unknown)} not named by any transition")
+    return ChartModel(fields=dict(fields), guards=dict(guards))
 
 
 class Chart:

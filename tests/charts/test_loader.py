@@ -119,12 +119,29 @@ def _raw(name):
     (lambda d: d["transitions"].append({"trigger": "READY", "source": "NONE", "dest": "READY"}), "shadows"),
     (lambda d: d["transitions"].append({"trigger": "bad name", "source": "NONE", "dest": "READY"}), "identifier"),
     (lambda d: d["states"].append("READY"), "twice"),
+    (lambda d: d["model"].update(extra={}), "model: an object"),
+    (lambda d: d["model"]["fields"].update(attempt="0"), "model.fields"),
+    (lambda d: d["model"]["guards"].update(nobody_names_me="true"), "not named by any transition"),
+    (lambda d: d["transitions"][0].update(effects="task.attempt = 1"), "effects must be a list"),
 ])
 def test_malformed_declarations_are_refused_at_load(mutate, message):
     data = copy.deepcopy(_raw("task"))
     mutate(data)
     with pytest.raises(ChartError, match=message):
         parse_chart(data, origin="task.json")
+
+
+def test_the_model_check_data_is_loaded_and_optional():
+    """``model`` and ``effects`` are for the model checker (docs/statecharts/verification.md §2); the store ignores them."""
+    lease = load_specs()["lease"]
+    assert lease.model.guards["revision_current"] == "cmd.revision == lease.revision"
+    assert "lease.revision = lease.revision + 1" in next(t for t in lease.transitions if t.trigger == "finish").effects
+    bare = copy.deepcopy(_raw("key_permit"))
+    del bare["model"]
+    for t in bare["transitions"]:
+        t.pop("effects", None)
+    spec = parse_chart(bare, origin="key_permit.json")
+    assert spec.model is None and all(t.effects == () for t in spec.transitions)
 
 
 def test_load_specs_matches_the_files():

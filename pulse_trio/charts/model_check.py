@@ -1,0 +1,170 @@
+"""Run SPIN on the model generated from the chart files (docs/statecharts/verification.md §4).
+
+Two searches per tier: a safety search (every assertion, i.e. every named
+property but ``terminates``) and a liveness search of the ``terminates``
+claim under weak fairness (``pan -a -f``). A violation is replayed
+(``spin -t``) and turned into readable steps: each chart transition the
+model fired (chart, trigger, source, target, row) and the property that
+failed. Nothing here needs the store; it needs ``spin`` and a C compiler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from pulse_trio.charts.loader import ChartSpec, load_specs
+from pulse_trio.charts.promela import Environment, generate, load_environment
+
+
+@dataclasses.dataclass(frozen=True)
+class Tier:
+    """How big the model's world is; every count is small on purpose (the search is exhaustive)."""
+
+    name: str
+    tasks: int = 2
+    max_attempts: int = 1
+    faults: int = 1
+    key_limit: int = 1
+    cancels: int = 1
+    revcap: int = 2          # a worker renews while its lease's revision is below this (2: never)
+    max_depth: int = 20000
+    memory_mb: int = 2048    # the verifier stops (a failure) beyond this
+
+    @property
+    def leases_per_task(self) -> int:
+        return self.max_attempts + self.faults
+
+    @property
+    def sessions_per_worker(self) -> int:
+        return self.faults + 1
+
+    def constants(self) -> dict[str, int]:
+        return {"N_TASKS": self.tasks, "LPT": self.leases_per_task, "SPW": self.sessions_per_worker,
+                "FAULTS": self.faults, "MAX_ATTEMPTS": self.max_attempts, "KEY_LIMIT": self.key_limit,
+                "CANCELS": self.cancels, "REVCAP": self.revcap}
+
+    def sizes(self) -> dict[str, int]:
+        leases = self.tasks * self.leases_per_task
+        return {"task": self.tasks, "lease": leases, "key_permit": leases, "cancellation": self.tasks,
+                "instance": 1 + 2 * self.sessions_per_worker, "node": 2}
+
+
+#: The suite's default: small enough for CI on 2 cores.
+DEFAULT = Tier("default")
+#: Behind PULSE_MODEL_CHECK=large: more faults and cancels, a longer run.
+LARGE = Tier("large", max_attempts=2, revcap=3, memory_mb=12288)
+TIERS = {t.name: t for t in (DEFAULT, LARGE)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    chart: str
+    trigger: str
+    source: str
+    target: str
+    row: int
+
+    def __str__(self) -> str:
+        return f"{self.chart}[{self.row}]: {self.trigger} {self.source} -> {self.target}"
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One SPIN search: did it hold, how big it was, and the counterexample if not."""
+
+    search: str
+    ok: bool
+    states: int
+    depth: int
+    seconds: float
+    memory_mb: float
+    property: str | None = None
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    output: str = ""
+
+    def report(self) -> str:
+        if self.ok:
+            return f"{self.search}: holds ({self.states} states, depth {self.depth}, {self.seconds:.1f} s)"
+        lines = [f"{self.search}: property {self.property or '?'} violated; counterexample:"]
+        lines += [f"  {i + 1:3d}. {s}" for i, s in enumerate(self.steps)]
+        return "\n".join(lines)
+
+
+_STEP = re.compile(r"STEP (\w+) (\w+) (\w+) (\w+) (\d+)")
+_PROPERTY = re.compile(r"PROPERTY (\w+)")
+
+
+def _run(args: list[str], cwd: Path, timeout: float) -> str:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    return done.stdout + done.stderr
+
+
+def _number(pattern: str, text: str) -> float:
+    found = re.search(pattern, text)
+    return float(found.group(1)) if found else 0.0
+
+
+def check(tier: Tier = DEFAULT, specs: Mapping[str, ChartSpec] | None = None, env: Environment | None = None,
+          *, workdir: Path | None = None, liveness: bool = True, timeout: float = 900) -> list[Outcome]:
+    """Generate the model for ``tier`` and search it; one Outcome per search."""
+    spin, cc = shutil.which("spin"), shutil.which("cc") or shutil.which("gcc")
+    if not spin or not cc:
+        raise RuntimeError("spin and a C compiler are needed (scripts/bootstrap installs them)")
+    specs = specs if specs is not None else load_specs()
+    model = generate(specs, tier.sizes(), tier.constants(), env or load_environment())
+    own = workdir is None
+    folder = Path(tempfile.mkdtemp(prefix="pulse-model-")) if own else workdir
+    try:
+        (folder / "model.pml").write_text(model, "utf-8")
+        searches = [("safety", ["-DSAFETY", "-DNOCLAIM"], ["-m%d" % tier.max_depth])]
+        if liveness:
+            searches.append(("liveness", ["-DNFAIR=3"], ["-a", "-f", "-m%d" % tier.max_depth]))
+        text = _run([spin, "-a", "model.pml"], folder, timeout)
+        if not (folder / "pan.c").exists():
+            raise RuntimeError(f"spin could not read the generated model:\n{text}")
+        # Both verifiers compile at once (two cores); -DNOBOUNDCHECK: indices are ids the model computes.
+        compiles = [(search, subprocess.Popen(
+            [cc, "-O2", "-w", "-DNOBOUNDCHECK", "-DCOLLAPSE", "-DVECTORSZ=4096", f"-DMEMLIM={tier.memory_mb}",
+             *cflags, "-o", f"pan_{search}", "pan.c"], cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)) for search, cflags, _ in searches]
+        for search, process in compiles:
+            text, _ = process.communicate(timeout=timeout)
+            if process.returncode != 0:
+                raise RuntimeError(f"the {search} verifier did not compile:\n{text}")
+        outcomes = []
+        for search, _, pan_flags in searches:
+            started = time.monotonic()
+            text = _run([f"./pan_{search}", *pan_flags], folder, timeout)
+            seconds = time.monotonic() - started
+            errors = int(_number(r"errors: (\d+)", text))
+            incomplete = any(m in text for m in ("max search depth too small", "out of memory", "reached -DMEMLIM"))
+            outcome = Outcome(search, errors == 0 and not incomplete, int(_number(r"(\d+) states, stored", text)),
+                              int(_number(r"depth reached (\d+)", text)), seconds,
+                              _number(r"([\d.]+)\s+total actual memory usage", text), output=text)
+            if incomplete and not errors:
+                outcome.property = "incomplete search (depth or memory bound reached)"
+            elif not outcome.ok:
+                trail = _run([spin, "-t", "model.pml"], folder, timeout)
+                outcome.steps = [Step(m.group(1), m.group(2), m.group(3), m.group(4), int(m.group(5)))
+                                 for m in _STEP.finditer(trail)]
+                named = _PROPERTY.findall(trail)
+                outcome.property = named[-1] if named else ("terminates" if search == "liveness" else None)
+                outcome.output = text + "\n--- trail ---\n" + trail
+            outcomes.append(outcome)
+            if not outcome.ok:
+                break
+        return outcomes
+    finally:
+        if own and not os.environ.get("PULSE_MODEL_KEEP"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+__all__ = ["DEFAULT", "LARGE", "TIERS", "Outcome", "Step", "Tier", "check"]

@@ -1,0 +1,148 @@
+"""SPIN checks the model generated from statecharts/*.json (docs/statecharts/verification.md).
+
+The default tier runs in the normal suite; ``PULSE_MODEL_CHECK=large`` adds
+the bigger world (minutes). Mutation tests copy the charts, weaken a guard
+and require SPIN to find a counterexample naming the property it breaks.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+import pytest
+
+from pulse_trio.charts.loader import ChartSpec, load_specs, parse_chart
+from pulse_trio.charts.model_check import DEFAULT, TIERS, Tier, check
+from pulse_trio.charts.promela import dead_ends, final_states, generate, load_environment, undriven
+
+#: Small enough for a counterexample to turn up in seconds, big enough to have one.
+MUTANT = dataclasses.replace(DEFAULT, name="mutant", max_attempts=2)
+
+
+def _without_guard(specs: dict[str, ChartSpec], chart: str, trigger: str, guard: str) -> dict[str, ChartSpec]:
+    """The charts with ``guard`` struck from every transition of ``chart``.``trigger``."""
+    spec = specs[chart]
+    transitions = tuple(dataclasses.replace(t, guards=tuple(g for g in t.guards if g != guard))
+                        if t.trigger == trigger else t for t in spec.transitions)
+    assert transitions != spec.transitions, f"{chart}.{trigger} has no guard {guard}"
+    return {**specs, chart: dataclasses.replace(spec, transitions=transitions)}
+
+
+def _without_effect(specs: dict[str, ChartSpec], chart: str, trigger: str, dest: str,
+                    effect: str) -> dict[str, ChartSpec]:
+    spec = specs[chart]
+    transitions = tuple(dataclasses.replace(t, effects=tuple(e for e in t.effects if e != effect))
+                        if (t.trigger, t.dest) == (trigger, dest) else t for t in spec.transitions)
+    mutated = dict(specs)
+    mutated[chart] = dataclasses.replace(spec, transitions=transitions)
+    return mutated
+
+
+def _failure(outcomes) -> str:
+    return "\n".join(o.report() for o in outcomes)
+
+
+def test_the_real_charts_hold_every_property(tmp_path):
+    outcomes = check(DEFAULT, workdir=tmp_path)
+    assert all(o.ok for o in outcomes), _failure(outcomes) + "\n" + outcomes[-1].output[-3000:]
+    assert [o.search for o in outcomes] == ["safety", "liveness"]
+    assert outcomes[0].states > 100_000  # the world is not trivially small
+
+
+@pytest.mark.skipif(os.environ.get("PULSE_MODEL_CHECK") != "large", reason="PULSE_MODEL_CHECK=large runs it")
+def test_the_large_world_holds_every_property(tmp_path):
+    outcomes = check(TIERS["large"], workdir=tmp_path, timeout=3600)
+    assert all(o.ok for o in outcomes), _failure(outcomes)
+
+
+@pytest.mark.parametrize(("chart", "trigger", "guard", "prop"), [
+    ("lease", "finish", "revision_current", "revision_current"),
+    ("lease", "start", "revision_current", "revision_current"),
+    ("key_permit", "acquire", "permit_available", "key_limit"),
+    ("lease", "assign", "task_ready", "steps_agree"),
+])
+def test_a_weakened_guard_is_caught_and_named(tmp_path, chart, trigger, guard, prop):
+    specs = _without_guard(load_specs(), chart, trigger, guard)
+    outcomes = check(MUTANT, specs, workdir=tmp_path, liveness=False)
+    failed = outcomes[-1]
+    assert not failed.ok, f"removing {guard} from {chart}.{trigger} went unnoticed"
+    assert failed.property == prop, failed.report()
+    assert failed.steps and any(s.chart == chart and s.trigger == trigger for s in failed.steps), failed.report()
+    report = failed.report()
+    assert report.splitlines()[0] == f"safety: property {prop} violated; counterexample:"
+    assert f"{chart}[" in report and "task[0]: submit NONE -> READY" in report
+
+
+@pytest.mark.parametrize(("chart", "trigger", "dest", "effect", "prop"), [
+    ("task", "expire", "READY", "task.uncertain = 1", "effect_uncertain"),
+    ("lease", "cancel", "RUNNING", "lease.cancel = 1", "cancel_kept"),
+])
+def test_a_dropped_effect_is_caught_and_named(tmp_path, chart, trigger, dest, effect, prop):
+    specs = _without_effect(load_specs(), chart, trigger, dest, effect)
+    failed = check(MUTANT, specs, workdir=tmp_path, liveness=False)[-1]
+    assert not failed.ok and failed.property == prop, failed.report()
+
+
+def test_a_chart_the_environment_does_not_drive_still_generates():
+    specs = load_specs()
+    extra = parse_chart({"name": "schedule", "persistent": True, "initial": "NONE",
+                         "states": ["NONE", "ACTIVE", "PAUSED", "ENDED"],
+                         "transitions": [{"trigger": "create", "source": "NONE", "dest": "ACTIVE"},
+                                         {"trigger": "pause", "source": "ACTIVE", "dest": "PAUSED"},
+                                         {"trigger": "resume", "source": "PAUSED", "dest": "ACTIVE"},
+                                         {"trigger": "end", "source": ["ACTIVE", "PAUSED"], "dest": "ENDED"}]})
+    model = generate({**specs, "schedule": extra}, DEFAULT.sizes(), DEFAULT.constants())
+    assert model == generate(specs, DEFAULT.sizes(), DEFAULT.constants())
+    assert "schedule" in undriven({**specs, "schedule": extra})
+    assert dead_ends(extra) == []
+
+
+def test_no_chart_file_has_a_dead_end():
+    """The generic check of every chart file, driven or not: every reachable state can still end."""
+    for name, spec in load_specs().items():
+        assert dead_ends(spec) == [], f"{name}: {dead_ends(spec)} can never reach {final_states(spec)}"
+
+
+def test_a_purge_back_to_the_initial_state_keeps_a_state_final():
+    purged = parse_chart({"name": "kept", "persistent": True, "initial": "NONE", "states": ["NONE", "LIVE", "DONE"],
+                          "transitions": [{"trigger": "make", "source": "NONE", "dest": "LIVE"},
+                                          {"trigger": "end", "source": "LIVE", "dest": "DONE"},
+                                          {"trigger": "note", "source": "DONE", "dest": "DONE"},
+                                          {"trigger": "purge", "source": "DONE", "dest": "NONE"}]})
+    assert final_states(purged) == ["DONE"] and dead_ends(purged) == []
+
+
+def test_a_dead_end_is_found():
+    trap = parse_chart({"name": "trap", "persistent": True, "initial": "NONE", "states": ["NONE", "A", "B", "C"],
+                        "transitions": [{"trigger": "go", "source": "NONE", "dest": "A"},
+                                        {"trigger": "spin", "source": "A", "dest": "B"},
+                                        {"trigger": "spin", "source": "B", "dest": "A"},
+                                        {"trigger": "end", "source": "NONE", "dest": "C"}]})
+    assert dead_ends(trap) == ["A", "B"]
+
+
+def test_every_driven_guard_has_a_meaning_and_every_property_is_documented():
+    env = load_environment()
+    specs = load_specs()
+    for name in env.drives:
+        assert specs[name].guard_names <= set(specs[name].model.guards), name
+    text = (os.path.dirname(__file__) + "/../../docs/statecharts/verification.md")
+    with open(text, encoding="utf-8") as f:
+        doc = f.read()
+    for prop in env.properties:
+        assert f"`{prop.name}`" in doc, prop.name
+    assert {p.name for p in env.properties} >= {"single_execution_right", "revision_current", "fencing_grows",
+                                                 "key_limit", "cancel_kept", "receipt_no_grant",
+                                                 "effect_uncertain", "terminates", "no_dead_end"}
+
+
+def test_a_meaning_naming_an_unknown_field_fails_generation():
+    specs = load_specs()
+    spec = specs["lease"]
+    broken = dataclasses.replace(spec, model=dataclasses.replace(
+        spec.model, guards={**spec.model.guards, "revision_current": "cmd.revision == lease.generation"}))
+    with pytest.raises(Exception, match="lease has no field or state 'generation'"):
+        generate({**specs, "lease": broken}, DEFAULT.sizes(), DEFAULT.constants())
+    assert copy.copy(Tier("x")).sizes()["node"] == 2
