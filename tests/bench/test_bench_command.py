@@ -44,7 +44,7 @@ def test_bench_with_a_history_reports_what_the_servers_purged(database_server):
     assert done.returncode == 0, done.stderr
     history = json.loads(done.stdout)["history"]
     assert (history["tasks"], history["rows"]) == (3000, 9000)
-    assert history["left_after_run"] < 3000 or history["purged_during_run_s"] is not None
+    assert history["purged_during_run_s"] is not None  # the servers purged all of it, within the run's deadline
 
 
 def test_fill_finished_inserts_history_with_leases_and_receipts(db):
