@@ -64,6 +64,8 @@ from pulse_trio.store.ids import new_node_id
 log = logging.getLogger("pulse_trio.service")
 
 SHUTDOWN_GRACE_S = 5.0
+#: How long a stop waits for the surface beside (the HTTP API) to finish its own graceful shutdown.
+BESIDE_GRACE_S = 5.0
 DEFAULT_POOL_SIZE = 8
 
 
@@ -197,7 +199,15 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 root.start_soon(firing.run)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
-                http_port = await root.start(beside.serve, live, store, stop) if beside is not None else 0
+                beside_done = trio.Event()
+
+                async def serve_beside(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+                    try:
+                        await beside.serve(live, store, stop, task_status=task_status)
+                    finally:
+                        beside_done.set()
+
+                http_port = await root.start(serve_beside) if beside is not None else 0
                 task_status.started(ServiceHandle(
                     worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
                     metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
@@ -214,6 +224,9 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 handlers.cancel_scope.cancel()
             # STOPPED once every connection has closed (and its disconnect ran).
             await node.stop()
+            if beside is not None:  # its in-flight requests (long-polls among them) answer within its grace
+                with trio.move_on_after(BESIDE_GRACE_S):
+                    await beside_done.wait()
             root.cancel_scope.cancel()
     finally:
         for sock in worker_sockets:

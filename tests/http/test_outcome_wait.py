@@ -149,7 +149,9 @@ async def test_a_stopping_server_answers_its_waiters_at_once(start_service, toke
         answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=token))
 
     nursery.start_soon(wait)
-    await trio.sleep(0.3)
+    with trio.fail_after(10):  # the long-poll is parked on the server (its gauge says so) before the stop
+        while "pulse_http_outcome_waiters 1\n" not in (await http.get("/metrics")).body.decode():
+            await trio.sleep(0.02)
     service.stop()
     with trio.fail_after(5):  # not the wait's 30 s
         while not answered:
