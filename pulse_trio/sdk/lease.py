@@ -74,7 +74,7 @@ from pulse_trio.sdk.registry import Handler
 if TYPE_CHECKING:
     from pulse_trio.sdk.clock import LeaseClock, Timer
     from pulse_trio.sdk.transport import Answer, Connection
-    from pulse_trio.sdk.worker import WorkerStats
+    from pulse_trio.sdk.stats import WorkerStats
 
 log = logging.getLogger("pulse_trio.sdk")
 

@@ -39,6 +39,7 @@ from pulse_trio.sdk import protocol as p
 from pulse_trio.sdk.clock import LeaseClock, loop_clock
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
 from pulse_trio.sdk.lease import Credentials, LeaseRunner
+from pulse_trio.sdk.stats import WorkerStats
 from pulse_trio.sdk.registry import Registry
 from pulse_trio.sdk.transport import Closed, Connection, open_connection
 
@@ -60,35 +61,6 @@ class Backoff:
     def delay(self, attempt: int) -> float:
         ceiling = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
-
-
-@dataclasses.dataclass
-class WorkerStats:
-    """Counters for progress reports and tests (``Worker.stats``)."""
-
-    connects: int = 0
-    failed_connects: int = 0
-    offers: int = 0
-    rejected_offers: int = 0
-    started: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    unknown: int = 0
-    cancelled: int = 0
-    lost: int = 0
-    renewals: int = 0
-    resumed: int = 0
-    unsettled: int = 0
-    duplicates: int = 0
-    running: int = 0
-
-    def count(self, status: str, *, duplicate: bool = False) -> None:
-        name = {"SUCCEEDED": "succeeded", "FAILED": "failed", "UNKNOWN": "unknown", "CANCELLED": "cancelled"}[status]
-        setattr(self, name, getattr(self, name) + 1)
-
-    @property
-    def finished(self) -> int:
-        return self.succeeded + self.failed + self.unknown + self.cancelled
 
 
 def default_name() -> str:
