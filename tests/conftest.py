@@ -117,11 +117,6 @@ def db(database_config: DatabaseConfig, _seed_snapshot) -> DatabaseConfig:
 
 # -- a running service, in-process, on real sockets ---------------------------------
 
-import datetime as _dt  # noqa: E402
-import dataclasses as _dc  # noqa: E402
-
-import trio  # noqa: E402
-
 from pulse_trio.config import Settings  # noqa: E402
 from token_support import make_token  # noqa: E402  (beside this file)
 

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pulse_trio import cluster_settings as cs
-from pulse_trio.http import auth, bodies
+from pulse_trio.http import bodies
 from pulse_trio.http.api import json_value
 from pulse_trio.client.producer import check_weight
 from pulse_trio.http.errors import forbidden, not_found

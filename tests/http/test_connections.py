@@ -9,7 +9,6 @@ import time
 import pytest
 import trio
 
-from pulse_trio.http.bodies import MAX_BODY_BYTES
 from socket_support import open_server_sockets, settle_to
 
 OVERSIZED = 600 * 1024

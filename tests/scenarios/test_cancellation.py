@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 
 import trio
 
 from pulse_trio.contract.grammar import parse_time
-from scenario_support import error_code, offered, running, sleep_until_wire
+from scenario_support import error_code, offered, running
 
 TTL = 10
 GRACE = 6

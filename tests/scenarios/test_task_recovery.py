@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from pulse_trio.client import ClientError
-from scenario_support import Held, offered, running
+from scenario_support import offered, running
 
 TTL = 5
 SETTINGS = dict(start_timeout=5, lease_ttl=TTL, cancel_grace=4)

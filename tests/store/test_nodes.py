@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from pulse_trio.dburl import connect
-from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, assign, new_credentials, nodes, register, start
+from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, assign, new_credentials, nodes, register
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.results import NODE_LOST, SERVER_SHUTTING_DOWN
 from pulse_trio.store.tx import Tx, db_time

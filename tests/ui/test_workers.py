@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ui_support import screenshot, sign_in, wait_for
+from ui_support import screenshot, sign_in
 
 
 def test_an_operator_drains_a_worker(page, service, start_worker):
