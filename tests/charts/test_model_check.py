@@ -17,6 +17,8 @@ from pulse_trio.charts.loader import ChartSpec, load_specs, parse_chart
 from pulse_trio.charts.model_check import DEFAULT, TIERS, Tier, check
 from pulse_trio.charts.promela import dead_ends, final_states, generate, load_environment, undriven
 
+pytestmark = pytest.mark.live  # it compiles and runs SPIN's verifier (tiers: tests/conftest.py)
+
 #: Small enough for a counterexample to turn up in seconds, big enough to have one.
 MUTANT = dataclasses.replace(DEFAULT, name="mutant", max_attempts=2)
 
