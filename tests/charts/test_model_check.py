@@ -54,6 +54,7 @@ def test_the_real_charts_hold_every_property(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get("PULSE_MODEL_CHECK") != "large", reason="PULSE_MODEL_CHECK=large runs it")
+@pytest.mark.timeout(3700)  # the search's own limit is an hour
 def test_the_large_world_holds_every_property(tmp_path):
     outcomes = check(TIERS["large"], workdir=tmp_path, timeout=3600)
     assert all(o.ok for o in outcomes), _failure(outcomes)
