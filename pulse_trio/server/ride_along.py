@@ -136,8 +136,10 @@ class RideAlong:
                 continue  # the session is gone (refused): nothing was offered
             self.claims += 1
             self.offers += len(result.offers)
-            if rider.session.offers_committed(result, want):
-                self.dispatcher.backlogged = False  # came back short: the queues are not deep any more
+            rider.session.offers_committed(result, want)
+            if len(result.offers) < min(want, result.free_slots):
+                # Short of work, not of room (a lowered capacity, a drain): the queues are not deep any more.
+                self.dispatcher.backlogged = False
 
     def uncertain(self, plan: RideAlongPlan) -> None:
         """The batch's outcome is unknown after its claims ran: count the leases they may have made."""

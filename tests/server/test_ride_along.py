@@ -160,3 +160,25 @@ async def test_a_keyed_permit_freed_by_the_finish_is_taken_in_the_same_transacti
     assert frame["body"]["task"]["task_id"] == second["task_id"]  # older than the unkeyed work left
     assert int(frame["body"]["task"]["concurrency_token"]) != int(held[0].task["concurrency_token"])
     assert batcher.statistics()["ride_along_offers"] - riding == 1
+
+
+async def test_a_lowered_capacity_is_not_refilled_and_does_not_end_the_deep_spell(start_service, connect,
+                                                                                 worker_token, client):
+    """Finishes refill only below the capacity the session declares now; room, not work, was short."""
+    service = await start_service(poll_interval=60)
+    dispatcher, batcher = service.dispatcher, service.batcher
+    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(30)])
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=8)
+    held = [await w.expect_assign() for _ in range(8)]
+    await _backlogged(service)
+    await w.capacity_ok(4)  # 8 held: no room until four have finished
+    riding = batcher.statistics()["ride_along_offers"]
+    for h in held[:5]:
+        await w.ok(w.start(h))
+        await w.ok(w.finish(h))
+    assert (await w.expect_assign()).task_id not in {h.task_id for h in held}  # the fifth finish made room for one
+    ack = await w.capacity_ok(4)
+    assert ack["active_leases"] == 4 and not w.assigns_buffered()
+    assert batcher.statistics()["ride_along_offers"] - riding == 1
+    assert dispatcher.backlogged  # the claims that found no room said nothing about the queues
