@@ -12,7 +12,7 @@ The rules (docs/priority-and-fairness.md §4):
 
 * only while the dispatcher found the queues deep when the batch started;
   scarce work still goes through its fair rounds, and a ride-along claim
-  that comes back short ends the deep spell, as a short claim of a pass does;
+  that comes back short of work ends the deep spell, as a short claim of a pass does;
 * per session, at most as many offers as the batch's accepted finishes of
   that session's leases freed; the claim never raises the session's live
   lease count in the database, so it needs no exclusive lock on the
