@@ -382,6 +382,10 @@ class SessionService:
         hub.refresh(self)
         hub.slot_freed()
 
+    def holds(self, lease_id: str) -> bool:
+        """This session counts the lease among its own (a finish of it frees one of its slots)."""
+        return lease_id in self._held
+
     def held_leases(self) -> frozenset[str]:
         """The lease ids this session is known to hold (what reconciliation checks)."""
         return frozenset(self._held)
