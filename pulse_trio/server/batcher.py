@@ -66,7 +66,8 @@ class RideAlong(Protocol):
     def plan(self, finishes: Sequence[LeaseCommand], now: Any) -> Any:
         """What to claim, decided before the batch runs (None: nothing).
 
-        ``plan.lock_sessions(tx)`` runs first in the batch's transaction, ``plan.claims(tx, results)`` last.
+        ``plan.lock_sessions(tx)`` runs first in the batch's transaction, ``plan.claims(tx, results)`` last;
+        ``plan.settle()`` once the batch is over, whatever its outcome.
         """
 
     def committed(self, claims: Any) -> None:
@@ -152,9 +153,24 @@ class LeaseCommandBatcher:
         except Exception as exc:  # the store gave up: every caller answers internal
             log.warning("lease command batch of %d failed: %r", len(batch), exc)
             outcomes = [exc] * len(calls)
+        except BaseException:
+            if plan is not None:
+                ride_along.uncertain(plan)
+                plan.settle()
+            raise
+        try:
+            self._complete(batch, groups, outcomes, plan, len(calls))
+        finally:
+            if plan is not None:
+                plan.settle()
+
+    def _complete(self, batch: Sequence[_Pending], groups: dict[str, list[_Pending]], outcomes: list,
+                  plan: Any, calls: int) -> None:
+        """Answer every command of the batch, then push its ride-along offers (same outbox write)."""
+        ride_along = self.ride_along
         claims = None
         if plan is not None:
-            if len(outcomes) > len(calls):
+            if len(outcomes) > calls:
                 claims = outcomes.pop()
             else:  # it failed or fell back after its claims may have run: their outcome is unknown
                 ride_along.uncertain(plan)

@@ -56,6 +56,7 @@ class _Rider:
     held: int  # the session's live leases as counted when the batch started (its finishes among them)
     leases: frozenset[str]  # its finishing leases that count was made of
     credentials: tuple[LeaseCredential, ...]  # one per finish: the most it may be offered
+    claim: Any = None  # the session's token for this claim (SessionService.claim_begun): resumes wait for it
 
 
 @dataclasses.dataclass(slots=True)
@@ -69,6 +70,13 @@ class RideAlongPlan:
     lease_ttl_ms: int
     paused: frozenset[str] | None
     ran: bool = False  # a transaction ran the claims (they may have committed)
+
+    def settle(self) -> None:
+        """The batch is over (committed, failed or cancelled): resumes into the riders may go on."""
+        for rider in self.riders.values():
+            if rider.claim is not None:
+                rider.session.claim_settled(rider.claim)
+                rider.claim = None
 
     def lock_sessions(self, tx: Tx) -> None:
         """First in the batch's transaction: the riders' session rows, shared, before any lease is locked."""
@@ -126,6 +134,8 @@ class RideAlong:
                 riders[sid] = _Rider(session, session.active_leases, mine, new_credentials(len(mine)))
         if not riders:
             return None
+        for rider in riders.values():  # its held= is a count taken now (see SessionService.claim_begun)
+            rider.claim = rider.session.claim_begun()
         settings = self.settings
         return RideAlongPlan(riders, finishes, now, settings.start_timeout_ms, settings.lease_ttl_ms, hub.paused)
 

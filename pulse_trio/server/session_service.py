@@ -362,6 +362,11 @@ class SessionService:
         self._claims.add(claim)
         return claim
 
+    @property
+    def claims_in_flight(self) -> int:
+        """Claims built with this session's count and not yet settled (a resume waits for them)."""
+        return len(self._claims)
+
     def claim_settled(self, claim: trio.Event) -> None:
         """The claim committed (its offers counted) or failed (its leases counted as uncertain)."""
         claim.set()
