@@ -20,6 +20,7 @@ if _HERE not in sys.path:
 import harness  # noqa: E402
 
 from pulse_trio.client import Client  # noqa: E402
+from sql_support import rows  # noqa: E402  (tests/, on sys.path)
 from token_support import revoke_token  # noqa: E402  (tests/, on sys.path)
 
 
@@ -90,19 +91,10 @@ async def start_service(start_service, connect, db):
 
 def _live_rows(db) -> list[tuple]:
     """The tasks not yet terminal and the live leases, as the database has them now."""
-    from pulse_trio.dburl import connect as connect_db
-
-    conn = connect_db(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT task_id, queue, state, attempt FROM tasks"
-                        " WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'UNKNOWN', 'CANCELLED') LIMIT 20")
-            rows = [("task",) + tuple(r) for r in cur.fetchall()]
-            cur.execute("SELECT lease_id, task_id, state, owner_session_id, revision FROM leases"
-                        " WHERE state IN ('OFFERED', 'RUNNING') LIMIT 20")
-            return rows + [("lease",) + tuple(r) for r in cur.fetchall()]
-    finally:
-        conn.close()
+    tasks = rows(db, "SELECT 'task', task_id, queue, state, attempt FROM tasks"
+                     " WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'UNKNOWN', 'CANCELLED') LIMIT 20")
+    return tasks + rows(db, "SELECT 'lease', lease_id, task_id, state, owner_session_id, revision FROM leases"
+                            " WHERE state IN ('OFFERED', 'RUNNING') LIMIT 20")
 
 
 @pytest.fixture

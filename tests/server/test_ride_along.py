@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import trio
 
-from pulse_trio.dburl import connect as db_connect
+from sql_support import rows  # tests/, on sys.path
 
 
 def _pickup_order(db) -> list[str]:
     """The READY tasks of queue billing in pick-up order, as the database keeps them."""
-    conn = db_connect(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT task_id FROM tasks WHERE queue = 'billing' AND pick_state = 'READY'"
-                        " ORDER BY effective_at, task_id")
-            return [r[0] for r in cur.fetchall()]
-    finally:
-        conn.close()
+    return [r[0] for r in rows(db, "SELECT task_id FROM tasks WHERE queue = 'billing' AND pick_state = 'READY'"
+                                   " ORDER BY effective_at, task_id")]
 
 
 async def _backlogged(service) -> None:
