@@ -1,4 +1,4 @@
-"""One lease, from offer to finish: steps completed by their acks, and one task for the handler.
+"""One lease, from offer to finish: steps completed by their acks, and the handler run in a task of the worker's pool.
 
 Theory of operation. A runner owns one lease and never lets two commands
 on it overlap: each command carries the revision the previous ack returned,
@@ -9,8 +9,9 @@ A runner holds at most one step, so the order is kept without a lock, and
 no task waits for an ack:
 
 1. At the offer, ``task.start``. Only its ack starts the handler, in a
-   task of its own in the worker's nursery (an offer is not permission to
-   act).
+   task of the worker's pool (``pool``: one handler at a time per task, in
+   a context of its own; an offer is not permission to act). Every command
+   frame is joined from the lease's fields encoded once (``frames``).
 2. While the handler runs: a renewal every third of the time left on the
    lease, and a watchdog that stops the handler when the local estimate of
    ``expires_at`` passes without a renewal (the lease is lost: someone else
@@ -21,8 +22,8 @@ no task waits for an ack:
    scope.
 3. ``task.finish`` with the mapped outcome, issued as the handler returns,
    or, when a renewal is under way, at its ack (the finish needs the
-   revision it returns). The handler's task ends there; the finish's ack
-   retires the runner.
+   revision it returns). The handler's job ends there (its task goes back
+   to the pool); the finish's ack retires the runner.
 
 Reconnects. A step whose connection dropped before its ack keeps its exact
 content as ``inflight``, and the runner *parks*. On the next connection the
@@ -228,7 +229,7 @@ class LeaseRunner:
         self._retire()
 
     async def _run_handler(self) -> None:
-        """The handler's own task: run it, then issue the finish and end."""
+        """The handler's job in a pool task: run it, then issue the finish and end."""
         try:
             outcome = await self._call_handler()
         except BaseException:  # the worker is stopping hard: nothing is finished
