@@ -307,7 +307,8 @@ class Worker:
             if self._sequence == 0 or conn.closed.is_set():
                 return
             try:
-                body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=self.capacity,
+                declared = self._declared_capacity if self._declared_capacity is not None else self.capacity
+                body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=declared,
                                           drain=self._draining)
             except CommandRefused as exc:
                 if exc.fatal:
