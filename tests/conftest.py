@@ -26,6 +26,35 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 
+#: The suite's tiers, cheapest first: ``./scripts/test -m unit`` runs the in-memory tier in seconds.
+TIERS = ("unit", "db", "live")
+#: Fixtures that start a service, a worker, a browser, a proxy or a cluster: their tests are ``live``.
+LIVE_FIXTURES = frozenset({
+    "start_service", "scenario_service", "service", "http", "connect", "connect_worker", "open_worker",
+    "run_worker", "start_worker", "world", "chromium", "page", "proxy_for", "galera", "cluster",
+    "pulse_server", "pulse_worker", "pulse_client", "pulse_sync_client", "pulse_queue",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """File every test in one tier, by what it uses, unless its module names its tier.
+
+    ``live``: a running service, worker, browser or cluster (or a chaos or
+    Galera mark); ``db``: a database; ``unit``: neither. A module that starts
+    processes on its own says so with ``pytestmark = pytest.mark.live``.
+    """
+    for item in items:
+        if any(item.get_closest_marker(tier) for tier in TIERS):
+            continue
+        used = set(getattr(item, "fixturenames", ()))
+        if used & LIVE_FIXTURES or item.get_closest_marker("chaos") or item.get_closest_marker("galera"):
+            item.add_marker(pytest.mark.live)
+        elif "database_server" in used:
+            item.add_marker(pytest.mark.db)
+        else:
+            item.add_marker(pytest.mark.unit)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _state_dir_outside_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Commands run by tests keep their managed database in the run's temp folder, never in ~."""

@@ -208,6 +208,40 @@ def task_timings(config: DatabaseConfig, kind: str) -> dict[str, object]:
     }
 
 
+#: The run's lease rows: who held each, from when to when.
+SLOT_USE_SQL = ("SELECT l.owner_session_id, l.offered_at, l.ended_at FROM leases l JOIN tasks t"
+                " ON t.task_id = l.task_id WHERE t.kind = %s AND l.ended_at IS NOT NULL")
+
+
+def slot_use(config: DatabaseConfig, kind: str, slots: int) -> dict[str, object]:
+    """Slot utilisation (held lease time over slots x span) and the claims, from the run's lease rows.
+
+    A slot is held from its offer (``offered_at``) to its end (``ended_at``);
+    the span runs from the run's first offer to its last end, and what is
+    left is the time slots sat idle between a finish and the next offer. A
+    claim offers its batch to one session at one time, so its leases share
+    (owner_session_id, offered_at); a claim made in a finish's transaction
+    (a ride-along claim) shares its time with the ends it made room for.
+    """
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(SLOT_USE_SQL, (kind,))
+            rows = cur.fetchall()
+        conn.rollback()
+    finally:
+        conn.close()
+    if not rows or slots <= 0:
+        return {"slot_utilisation": None, "claims": 0, "offers_per_claim": None, "claims_with_finishes": 0}
+    held = sum((ended - offered).total_seconds() for _, offered, ended in rows)
+    span = (max(r[2] for r in rows) - min(r[1] for r in rows)).total_seconds()
+    claims = {(session, offered) for session, offered, _ in rows}
+    ends = {ended for _, _, ended in rows}
+    return {"slot_utilisation": round(held / (slots * span), 3) if span > 0 else None, "claims": len(claims),
+            "offers_per_claim": round(len(rows) / len(claims), 2),
+            "claims_with_finishes": sum(1 for _, offered in claims if offered in ends)}
+
+
 def connected_sessions(config: DatabaseConfig) -> int:
     """Worker instances whose session is not disconnected, counted in the database."""
     conn = connect(config)

@@ -11,6 +11,10 @@
    them have finished. Everything goes through offer, start and finish
    under the full contract.
 
+Besides throughput, latencies and CPU, the report has the slot utilisation
+(held lease time over slots x span) and the number of claims, read from
+the lease rows the run wrote.
+
 The result is one JSON object on stdout. Figures are reported, never
 asserted: the test suite only checks that the command runs.
 """
@@ -160,6 +164,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
     finally:
         client.close()
     timings = measure.task_timings(db, KIND)
+    slots = measure.slot_use(db, KIND, options.workers * options.capacity)
     span = timings.pop("span_s") or float("nan")
     cpu = sum(a.cpu_seconds - b.cpu_seconds for a, b in zip(after, before))
     return {
@@ -168,6 +173,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         "submit_tasks_per_s": round(options.tasks / submit_s, 1),
         **timings,
         **database_work,
+        **slots,
         "server_cpu_s_per_task": round(cpu / options.tasks, 6),
         "workers_cpu_s_per_task": round((others_after[0] - others_before[0]) / options.tasks, 6),
         "database_cpu_s_per_task": (round((others_after[1] - others_before[1]) / options.tasks, 6)

@@ -25,6 +25,11 @@ order, and a deadlock between two batches is retried, then falls back to
 one transaction per command, as for the batches of two service instances.
 A command that was queued always runs, even if its connection has gone
 since: its outcome is in the database and a replay finds the receipt.
+
+While the queues are deep, a batch with finishes also claims the next work
+for the slots they freed, in its own transaction (``ride_along.py``): the
+offers are pushed right after the acks, in the same outbox write. A batch
+that falls back to one transaction per command claims nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import collections
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -55,6 +60,24 @@ _ORDER = ("start", "renew", "finish")
 Done = Callable[[Any], None]
 
 
+class RideAlong(Protocol):
+    """Claims for the slots a batch's finishes free, run in the batch's transaction (``ride_along.py``)."""
+
+    def plan(self, finishes: Sequence[LeaseCommand], now: Any) -> Any:
+        """What to claim, decided before the batch runs (None: nothing).
+
+        ``plan.lock_sessions(tx)`` runs first in the batch's transaction, ``plan.claims(tx, results)`` last.
+        """
+
+    def committed(self, claims: Any) -> None:
+        """The batch committed (its acks are queued): push the offers its claims made."""
+
+    def uncertain(self, plan: Any) -> None:
+        """The batch failed or fell back: count the leases the plan's claims may have made."""
+
+    def statistics(self) -> dict[str, int]: ...
+
+
 @dataclasses.dataclass(eq=False, slots=True)
 class _Pending:
     kind: str
@@ -72,6 +95,8 @@ class LeaseCommandBatcher:
         # waking lane replaced would strand lanes on events nobody sets.)
         self._idle_lanes = trio.lowlevel.ParkingLot()
         self._held: set[str] = set()
+        #: Claims for the slots a batch's finishes free, in its transaction (None: the dispatcher's only).
+        self.ride_along: RideAlong | None = None
         self.batches = 0
         self.commands = 0
 
@@ -81,8 +106,10 @@ class LeaseCommandBatcher:
         self._idle_lanes.unpark()
 
     def statistics(self) -> dict[str, float]:
+        riding = self.ride_along.statistics() if self.ride_along is not None else {"claims": 0, "offers": 0}
         return {"batches": self.batches, "commands": self.commands, "queued": len(self._queue),
-                "mean_batch": self.commands / self.batches if self.batches else 0.0}
+                "mean_batch": self.commands / self.batches if self.batches else 0.0,
+                "ride_along_claims": riding["claims"], "ride_along_offers": riding["offers"]}
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -113,11 +140,24 @@ class LeaseCommandBatcher:
             else:
                 kwargs = {"commands": [p.command for p in items], "now": now}
             calls.append((_FUNCTIONS[kind], kwargs))
+        ride_along = self.ride_along
+        plan = None
+        if ride_along is not None and "finish" in groups:  # finishes run last: their results end the list
+            plan = ride_along.plan([p.command for p in groups["finish"]], now)
         try:
-            outcomes = await self.store.run_batch(calls)
+            if plan is None:
+                outcomes = await self.store.run_batch(calls)
+            else:
+                outcomes = await self.store.run_batch(calls, then=plan.claims, first=plan.lock_sessions)
         except Exception as exc:  # the store gave up: every caller answers internal
             log.warning("lease command batch of %d failed: %r", len(batch), exc)
             outcomes = [exc] * len(calls)
+        claims = None
+        if plan is not None:
+            if len(outcomes) > len(calls):
+                claims = outcomes.pop()
+            else:  # it failed or fell back after its claims may have run: their outcome is unknown
+                ride_along.uncertain(plan)
         self.batches += 1
         self.commands += len(batch)
         for (kind, items), outcome in zip(groups.items(), outcomes, strict=True):
@@ -126,6 +166,8 @@ class LeaseCommandBatcher:
                     pending.done(outcome if isinstance(outcome, BaseException) else outcome[i])
                 except Exception:  # one connection's bug must not cost the others their answers
                     log.exception("completing %s of lease %s failed", kind, pending.command.lease_id)
+        if claims:  # after the acks, with no await between: the same outbox write, and counts never low
+            ride_along.committed(claims)
 
 
 def _take_batch(queue: collections.deque[_Pending], held: set[str]) -> list[_Pending]:

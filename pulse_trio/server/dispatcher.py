@@ -181,7 +181,7 @@ class Dispatcher:
 
     async def _claim(self, hungry: list[SessionService], round_share: int, dry: set[str]) -> dict[str, int]:
         """One round: each hungry session claims its share, all in one transaction (one thread hand-off)."""
-        store, settings = self.store, self.settings
+        settings = self.settings
         now = self.clock.now()
         start_timeout_ms, lease_ttl_ms = settings.start_timeout_ms, settings.lease_ttl_ms
         wants = [min(MAX_BATCH, max(1, math.ceil(s.free_slots / round_share))) for s in hungry]
@@ -191,15 +191,31 @@ class Dispatcher:
                            "paused": self.hub.paused, "held": s.active_leases})
                  for s, want in zip(hungry, wants)]
         self.claims += len(calls)
+        # Each held= is a count taken now: until the claim is settled, a resume into one of
+        # these sessions waits (SessionService.claim_settled), or both could fill one slot.
+        claims = [session.claim_begun() for session in hungry]
+        try:
+            return self._settle(hungry, wants, calls, await self._run_claims(calls, hungry), dry)
+        finally:
+            for session, claim in zip(hungry, claims):
+                session.claim_settled(claim)
+
+    async def _run_claims(self, calls: list, hungry: list[SessionService]) -> list:
         results: list = []
         try:
             for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
-                results += await store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
+                results += await self.store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
         except BaseException:
             # Some of these claims may have committed, and none is pushed: count what they may hold.
             for session, (_, call) in zip(hungry, calls):
                 session.leases_uncertain(c.lease_id for c in call["credentials"])
             raise
+        return results
+
+    @staticmethod
+    def _settle(hungry: list[SessionService], wants: list[int], calls: list, results: list,
+                dry: set[str]) -> dict[str, int]:
+        """Push each claim's committed offers to its session; a refused or failed claim is dry."""
         counts: dict[str, int] = {}
         for session, want, (_, call), result in zip(hungry, wants, calls, results, strict=True):
             if isinstance(result, (Refusal, BaseException)):

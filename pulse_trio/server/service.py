@@ -43,6 +43,7 @@ from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.listen import bind_workers
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.server.batcher import LeaseCommandBatcher
+from pulse_trio.server.ride_along import RideAlong
 from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.dispatcher import Dispatcher
@@ -152,6 +153,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     endpoint = WorkerEndpoint(settings=live_settings, store=store, clock=clock, hub=hub, metrics=metrics,
                               batcher=batcher, requests=requests, connections=connections)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
+    batcher.ride_along = RideAlong(hub=hub, dispatcher=dispatcher, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)
     retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval)
     timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)

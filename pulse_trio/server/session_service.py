@@ -110,6 +110,8 @@ class SessionService:
         #: so a claim can take ``active_leases`` as given (``assign(held=...)``).
         self._held: set[str] = set()
         self._resuming = 0  # resumes in flight: counted before they commit
+        #: One event per claim in flight that was built with this session's count (:meth:`claim_begun`).
+        self._claims: set[trio.Event] = set()
         self.closing = False
         self._in_flight = 0
         self.in_flight_limit = MIN_IN_FLIGHT  # follows the declared capacity
@@ -291,10 +293,13 @@ class SessionService:
         request = ResumeRequest(session_id=self.session_id, instance_id=msg.instance_id,
                                 instance_secret=msg.instance_secret, task_id=msg.task_id,
                                 lease_id=msg.lease_id, lease_secret=msg.lease_secret)
-        # Counted before it can commit: a claim running meanwhile must not offer its slot.
+        # Counted before it can commit: a claim built from now on leaves its slot alone. A claim
+        # built before took the session's count without it: let that claim settle first.
         self._resuming += 1
         endpoint.hub.refresh(self)
         try:
+            for claim in list(self._claims):
+                await claim.wait()
             result = await endpoint.store.run(resume, request=request, now=endpoint.clock.now(),
                                               start_timeout_ms=endpoint.settings.start_timeout_ms)
         except BaseException:
@@ -362,6 +367,23 @@ class SessionService:
             metrics.observe_assign(offer, now)
         return len(offers) < want
 
+    def claim_begun(self) -> trio.Event:
+        """A claim took this session's lease count as given (``assign(held=...)``).
+
+        Until :meth:`claim_settled`, a lease resumed into this session would
+        not be in that count, and the claim could fill the slot the resume
+        took: a resume waits for the claims begun before it (a claim is
+        short, and resumes are rare). Returns the claim's token.
+        """
+        claim = trio.Event()
+        self._claims.add(claim)
+        return claim
+
+    def claim_settled(self, claim: trio.Event) -> None:
+        """The claim committed (its offers counted) or failed (its leases counted as uncertain)."""
+        claim.set()
+        self._claims.discard(claim)
+
     def leases_uncertain(self, lease_ids: Iterable[str]) -> None:
         """A claim or resume whose outcome is unknown may have given these leases: count them.
 
@@ -376,6 +398,10 @@ class SessionService:
         hub = self.endpoint.hub
         hub.refresh(self)
         hub.slot_freed()
+
+    def holds(self, lease_id: str) -> bool:
+        """This session counts the lease among its own (a finish of it frees one of its slots)."""
+        return lease_id in self._held
 
     def held_leases(self) -> frozenset[str]:
         """The lease ids this session is known to hold (what reconciliation checks)."""

@@ -183,15 +183,24 @@ def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...
 @transition("lease", "assign")
 def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], now: dt.datetime,
            start_timeout_ms: int, default_lease_ttl_ms: int, max_scan: int | None = None,
-           paused: Collection[str] | None = None, held: int | None = None) -> AssignResult | Refusal:
+           paused: Collection[str] | None = None, held: int | None = None, want: int | None = None,
+           shared_lock: bool = False) -> AssignResult | Refusal:
     """Offer up to len(credentials) READY tasks to the session, in pick-up order.
 
     ``paused``: the queues to skip (chart ``queue``), as the caller's instance
     keeps them in memory; None reads them here (one indexed statement).
     ``held``: the session's live leases as its serve process counts them (at
     least the database's count); None: count them in the database.
+    ``want``: at most this many offers (default: one per credential); the
+    rest stay unused, and a re-run after a lost COMMIT still looks for all
+    of them, so it finds every lease the first run may have made.
+    ``shared_lock``: read the session's row with a shared lock, for a claim
+    that cannot raise the session's lease count (a finish batch's ride-along
+    offers at most what the batch's finishes of that session freed): such
+    claims need not wait for each other, and still serialise with the
+    dispatcher's, which lock the row exclusively.
     """
-    session = instances.load_session(tx, session_id, lock=True)
+    session = instances.load_session(tx, session_id, lock=True, shared=shared_lock)
     if session is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
     if tx.recovering:
@@ -202,7 +211,7 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
         return AssignResult((), 0)
     live = instances.active_leases(tx, session_id) if held is None else held
     free = max(0, session.capacity - live)
-    want = min(free, len(credentials))
+    want = min(free, len(credentials) if want is None else min(want, len(credentials)))
     if want == 0:
         return AssignResult((), free)
     if paused is None:

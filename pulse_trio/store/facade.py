@@ -85,7 +85,9 @@ class SyncStore:
         self._stats_lock = threading.Lock()
         self._counts = {"commits": 0, "rollbacks": 0, "retries": 0, "recoveries": 0}
 
-    def run_batch_sync(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]]) -> list[Any]:
+    def run_batch_sync(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]],
+                       then: Callable[[Tx, list[Any]], Any] | None = None,
+                       first: Callable[[Tx], None] | None = None) -> list[Any]:
         """Several entry functions in ONE transaction (one COMMIT), results in order.
 
         For the server to coalesce concurrent lease commands: each function is
@@ -94,15 +96,28 @@ class SyncStore:
         commit. If the batch fails as a whole (a deadlock after the retries,
         a bug in one call), it falls back to one transaction per call so one
         bad command cannot take its neighbours down.
+
+        ``then(tx, results)``, if given, runs last in the same transaction,
+        with the calls' results (a finish batch's ride-along claims); what it
+        returns is appended to the results. ``first(tx)``, if given, runs
+        before the calls (the locks ``then`` needs, taken in the lock
+        order). Both run again if the transaction does, and only in the
+        shared transaction: after a fallback the results have no entry for
+        ``then``.
         """
         for fn, _ in calls:
             self._check_runnable(fn)
-        if len(calls) == 1:
+        if len(calls) == 1 and then is None and first is None:
             fn, kwargs = calls[0]
             return [self.run_sync(fn, **kwargs)]
 
         def body(tx: Tx) -> list[Any]:
-            return [fn(tx, **kwargs) for fn, kwargs in calls]
+            if first is not None:
+                first(tx)
+            results = [fn(tx, **kwargs) for fn, kwargs in calls]
+            if then is not None:
+                results.append(then(tx, results))
+            return results
 
         try:
             return self._transaction(body, "batch")

@@ -171,9 +171,24 @@ def view(tx: Tx, row: InstanceRow) -> InstanceView:
     )
 
 
-def load_session(tx: Tx, session_id: str, *, lock: bool) -> InstanceRow | None:
-    row = tx.one(_SELECT + " WHERE i.session_id = %s" + (" FOR UPDATE" if lock else ""), (session_id,))
+def load_session(tx: Tx, session_id: str, *, lock: bool, shared: bool = False) -> InstanceRow | None:
+    """The session's instance row; ``lock``: FOR UPDATE, or a shared lock with ``shared``."""
+    suffix = (" LOCK IN SHARE MODE" if shared else " FOR UPDATE") if lock else ""
+    row = tx.one(_SELECT + " WHERE i.session_id = %s" + suffix, (session_id,))
     return InstanceRow.from_row(row) if row else None
+
+
+def share_lock_sessions(tx: Tx, session_ids: Sequence[str]) -> None:
+    """Lock these sessions' rows shared, in session-id order: a finish batch's ride-along claims, taken first.
+
+    Taken before the batch locks any lease, it keeps the lock order
+    (session -> lease -> task); shared locks of concurrent batches do not
+    wait on each other, only on a dispatcher's claim, which locks the row
+    exclusively.
+    """
+    if session_ids:
+        tx.all("SELECT session_id FROM worker_instances WHERE session_id IN %s ORDER BY session_id"
+               " LOCK IN SHARE MODE", (tuple(session_ids),))
 
 
 @transition("instance", "register")

@@ -40,9 +40,11 @@ class Store(SyncStore):
         """Run ``fn`` as one transaction in a worker thread; cancellation waits for it."""
         return await self._in_thread(functools.partial(self.run_sync, fn, **kwargs))
 
-    async def run_batch(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]]) -> list[Any]:
+    async def run_batch(self, calls: Sequence[tuple[Callable[..., Any], dict[str, Any]]],
+                        then: Callable[[Any, list[Any]], Any] | None = None,
+                        first: Callable[[Any], None] | None = None) -> list[Any]:
         """:meth:`SyncStore.run_batch_sync` in a worker thread: several entry functions, one COMMIT."""
-        return await self._in_thread(functools.partial(self.run_batch_sync, calls))
+        return await self._in_thread(functools.partial(self.run_batch_sync, calls, then, first))
 
     async def _in_thread(self, work: Callable[[], T]) -> T:
         observe = self.on_transaction

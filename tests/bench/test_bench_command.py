@@ -32,6 +32,10 @@ def test_bench_reports_every_figure(database_server, backend):
     assert set(report["db_statements_by_kind_per_task"]) == {"select", "insert", "update", "delete"}
     assert report["workers_cpu_s_per_task"] > 0  # the worker processes were found and read
     assert report["database_cpu_s_per_task"] > 0  # the test's MariaDB runs here: its pid file was read
+    # Read from the run's lease rows: every task held a slot for some time, and some claim offered each.
+    assert 0 < report["slot_utilisation"] <= 1
+    assert 1 <= report["claims"] <= 60 and report["offers_per_claim"] >= 1
+    assert 0 <= report["claims_with_finishes"] <= report["claims"]
 
 
 def test_bench_with_a_history_reports_what_the_servers_purged(database_server):

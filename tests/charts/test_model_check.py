@@ -17,6 +17,8 @@ from pulse_trio.charts.loader import ChartSpec, load_specs, parse_chart
 from pulse_trio.charts.model_check import DEFAULT, TIERS, Tier, check
 from pulse_trio.charts.promela import dead_ends, final_states, generate, load_environment, undriven
 
+pytestmark = pytest.mark.live  # it compiles and runs SPIN's verifier (tiers: tests/conftest.py)
+
 #: Small enough for a counterexample to turn up in seconds, big enough to have one.
 MUTANT = dataclasses.replace(DEFAULT, name="mutant", max_attempts=2)
 
@@ -52,6 +54,7 @@ def test_the_real_charts_hold_every_property(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get("PULSE_MODEL_CHECK") != "large", reason="PULSE_MODEL_CHECK=large runs it")
+@pytest.mark.timeout(3700)  # the search's own limit is an hour
 def test_the_large_world_holds_every_property(tmp_path):
     outcomes = check(TIERS["large"], workdir=tmp_path, timeout=3600)
     assert all(o.ok for o in outcomes), _failure(outcomes)

@@ -16,6 +16,8 @@ from cli_support import run
 from pulse_trio.dburl import connect
 from pulse_trio.managed_db import default_state_dir
 
+pytestmark = pytest.mark.live  # it runs commands that start a managed mariadbd
+
 EXIT_UNREACHABLE = 4
 
 READ_ONLY = [

@@ -78,6 +78,7 @@ def test_no_node_answering_is_a_connection_error_naming_the_nodes():
     assert writer_for(config).writer is None
 
 
+@pytest.mark.live  # a listening socket that never answers
 def test_a_node_that_accepts_and_never_answers_is_not_ready_and_does_not_block():
     """connect_timeout covers only the TCP connect; the probe bounds the greeting too."""
     import socket

@@ -10,7 +10,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from pulse_trio.store.migrate import code_version, current_version
+
+pytestmark = pytest.mark.live  # it runs serve and a managed mariadbd as processes
 
 
 def _free_port() -> int:

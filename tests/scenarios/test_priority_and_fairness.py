@@ -173,14 +173,18 @@ async def test_a_busy_session_is_topped_up_at_its_refill_mark_or_at_the_poll(
 
     New work and the poll fill every free slot; a finish only tops a session
     up once a quarter of its capacity is free, so a busy worker costs one
-    claim per few tasks instead of one per task.
+    claim per few tasks instead of one per task. (The queues are not deep
+    here: an idle session finds nothing on its queue, so no finish claims for
+    its own slot, as the next test's do.)
     """
     service = await scenario_service(**dict(SETTINGS, poll_interval=5))
     await submit.many(service, [dict(idempotency_key=f"t{i}") for i in range(12)])
-    async with connect_worker(service) as worker:
+    async with connect_worker(service, queues=("idle",)) as idle, connect_worker(service) as worker:
+        await idle.capacity(4)
         held = await _every_slot_running(worker, 8)
         await worker.listen(6)  # a poll pass has run since: nothing is offered while every slot is busy
         assert not worker.pushed("task.assign")
+        assert not service.dispatcher.backlogged
 
         await held[0].finish()
         finished_at = trio.current_time()
@@ -194,6 +198,28 @@ async def test_a_busy_session_is_topped_up_at_its_refill_mark_or_at_the_poll(
         pair = [await offered(worker), await offered(worker)]
         assert trio.current_time() - started < 1.0
         assert len({h.task_id for h in pair} | {h.task_id for h in held} | {topped_up.task_id}) == 11
+        assert service.batcher.statistics()["ride_along_claims"] == 0
+
+
+async def test_deep_queues_refill_each_finished_slot_at_once_in_the_finish_transaction(
+        virtual_clock, scenario_service, connect_worker, submit):
+    """Every session full and none short of work: a finish claims for its own slot, below the refill mark too."""
+    service = await scenario_service(**dict(SETTINGS, poll_interval=5))
+    await submit.many(service, [dict(idempotency_key=f"t{i}") for i in range(12)])
+    async with connect_worker(service) as worker:
+        held = await _every_slot_running(worker, 8)
+        await worker.listen(6)
+        assert service.dispatcher.backlogged
+        claims = service.dispatcher.statistics()["claims"]
+        refilled = []
+        for h in held[:4]:  # one slot at a time, each refilled by its own finish, without waiting for the poll
+            await h.finish()
+            finished_at = trio.current_time()
+            refilled.append(await offered(worker))
+            assert trio.current_time() - finished_at < 1.0
+        assert len({h.task_id for h in refilled} | {h.task_id for h in held}) == 12
+        assert service.dispatcher.statistics()["claims"] == claims  # no claim transaction of its own
+        assert service.batcher.statistics()["ride_along_offers"] == 4
 
 
 async def test_new_work_fills_a_busy_session_at_once(virtual_clock, scenario_service, connect_worker, submit):
@@ -212,10 +238,14 @@ async def test_new_work_fills_a_busy_session_at_once(virtual_clock, scenario_ser
 
 
 async def test_a_fast_poll_still_keeps_the_refill_mark(virtual_clock, scenario_service, connect_worker, submit):
-    """--poll-interval 0.01: single free slots are served by fill-all passes, and those come every 0.1 s at most."""
+    """--poll-interval 0.01: single free slots are served by fill-all passes, and those come every 0.1 s at most.
+
+    (The queues are not deep: an idle session finds nothing on its queue.)
+    """
     service = await scenario_service(**dict(SETTINGS, poll_interval=0.01))
     await submit.many(service, [dict(idempotency_key=f"t{i}") for i in range(12)])
-    async with connect_worker(service) as worker:
+    async with connect_worker(service, queues=("idle",)) as idle, connect_worker(service) as worker:
+        await idle.capacity(4)
         held = await _every_slot_running(worker, 8)
         served = []
         for h in held[:4]:  # one slot at a time: below the refill mark (2) each time
@@ -224,6 +254,7 @@ async def test_a_fast_poll_still_keeps_the_refill_mark(virtual_clock, scenario_s
             served.append(trio.current_time())
     gaps = [b - a for a, b in zip(served, served[1:])]
     assert min(gaps) >= 0.09, gaps
+    assert service.batcher.statistics()["ride_along_claims"] == 0
 
 
 async def test_a_flood_and_a_trickle_share_the_queue_by_weight(virtual_clock, scenario_service, connect_worker,

@@ -49,7 +49,7 @@ async def connect():
 
 
 @pytest.fixture
-async def start_service(start_service, connect):
+async def start_service(start_service, connect, db):
     """The global ``start_service``, plus a graceful stop of every instance at teardown.
 
     Requesting ``connect`` makes the clients outlive this teardown, so the
@@ -65,12 +65,44 @@ async def start_service(start_service, connect):
         handles.append(handle)
         return handle
 
-    yield start
+    def describe() -> str:
+        lines = []
+        for n, handle in enumerate(handles):
+            lines.append(f"service {n}: hub {handle.hub.statistics()} dispatcher {handle.dispatcher.statistics()}"
+                         f" store threads busy {handle.store.threads_busy()}")
+            lines += [f"  session {s.session_id} instance {s.instance_id} capacity {s.capacity} drain {s.drain}"
+                      f" held {sorted(s.held_leases())} active {s.active_leases} free {s.free_slots}"
+                      for s in handle.hub]
+        lines += [f"  row {row}" for row in _live_rows(db)]
+        return "\n".join(lines)
+
+    harness.DIAGNOSTICS.append(describe)
+    try:
+        yield start
+    finally:
+        harness.DIAGNOSTICS.remove(describe)
     for handle in handles:
         handle.stop()
     with trio.move_on_after(10):
         while any(handle.connections for handle in handles):
             await trio.sleep(0.01)
+
+
+def _live_rows(db) -> list[tuple]:
+    """The tasks not yet terminal and the live leases, as the database has them now."""
+    from pulse_trio.dburl import connect as connect_db
+
+    conn = connect_db(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT task_id, queue, state, attempt FROM tasks"
+                        " WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'UNKNOWN', 'CANCELLED') LIMIT 20")
+            rows = [("task",) + tuple(r) for r in cur.fetchall()]
+            cur.execute("SELECT lease_id, task_id, state, owner_session_id, revision FROM leases"
+                        " WHERE state IN ('OFFERED', 'RUNNING') LIMIT 20")
+            return rows + [("lease",) + tuple(r) for r in cur.fetchall()]
+    finally:
+        conn.close()
 
 
 @pytest.fixture

@@ -46,6 +46,20 @@ SUBPROTOCOL = "pulse.worker.v1"
 PATH = "/v1/worker"
 MAX_FRAME_BYTES = 524_288
 DEFAULT_TIMEOUT = 10.0
+#: Callables that describe the running services (sessions, dispatcher, rows) for a wait's failure
+#: message; the fixtures that start services register them (tests/server/conftest.py).
+DIAGNOSTICS: list[Any] = []
+def describe_services() -> str:
+    """What the registered services and their database say now: a wait's failure names its cause."""
+    parts = []
+    for describe in DIAGNOSTICS:
+        try:
+            parts.append(describe())
+        except Exception as exc:  # a diagnosis must never hide the failure it explains
+            parts.append(f"(diagnosis failed: {exc!r})")
+    return "".join(f"\n{part}" for part in parts)
+
+
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 TIME_FIELDS = {"server_time", "expires_at", "cancel_requested_at", "committed_at", "created_at", "due_at",
                "grace_expires_at"}
@@ -454,7 +468,7 @@ class Worker:
                     self.buffer.append(frame)
         except trio.TooSlowError:
             raise AssertionError(f"{self.name}: no {what} within {timeout}s; "
-                                 f"buffered: {list(self.buffer)}") from None
+                                 f"buffered: {list(self.buffer)}{describe_services()}") from None
 
     async def reply(self, id_: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         return await self.wait_for(lambda f: f.get("reply_to") == id_, timeout, f"reply to {id_}")

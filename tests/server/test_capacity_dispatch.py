@@ -277,22 +277,26 @@ async def test_many_idle_sessions_on_an_empty_queue_cost_one_probe_per_pass_not_
 
 
 async def test_a_deep_queue_refills_a_busy_session_in_one_claim(start_service, connect, worker_token, client):
-    """After a pass that filled every session with work left over, the next top-up is one claim of all free slots."""
+    """After a pass that filled every session with work left over, the next top-up is one claim of all free slots.
+
+    (Slots that finishes free are refilled inside the finishes' own transactions then,
+    tests/server/test_ride_along.py; new capacity goes through the dispatcher.)
+    """
     service = await start_service(poll_interval=60)  # no poll passes: only what wakes the dispatcher runs
     dispatcher = service.dispatcher
-    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(40)])
-    w = await connect(service, worker_token)
-    await w.register(["billing"], capacity=16)  # one claim fills it: the session is alone
-    held = [await w.expect_assign() for _ in range(16)]
+    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(60)])
+    a = await connect(service, worker_token, name="a")
+    b = await connect(service, worker_token, name="b")
+    await a.register(["billing"], capacity=8)
+    await b.register(["billing"], capacity=8)
+    held = [await a.expect_assign() for _ in range(8)] + [await b.expect_assign() for _ in range(8)]
     with trio.fail_after(10):
         while not dispatcher.backlogged:
             await trio.sleep(0.01)
     before = dispatcher.statistics()["claims"]
-    for h in held[:4]:  # the refill mark of capacity 16 is 4 free slots
-        await w.ok(w.start(h))
-        await w.ok(w.finish(h))
-    refilled = [await w.expect_assign() for _ in range(4)]
-    assert len({h.task_id for h in refilled + held}) == 20
+    await a.capacity_ok(24)  # 16 free slots: rounds of a quarter would take several claims
+    refilled = [await a.expect_assign() for _ in range(16)]
+    assert len({h.task_id for h in refilled + held}) == 32
     assert dispatcher.statistics()["claims"] - before == 1
 
 

@@ -74,6 +74,38 @@ async def test_the_old_session_is_refused_with_lease_not_owned(start_service, co
     await new.ok(new.finish(moved))
 
 
+async def test_a_resume_waits_for_a_claim_that_took_the_session_count_without_it(
+        start_service, connect, worker_token, client):
+    """A claim counts its session's leases when it is built (``assign(held=...)``). A resume
+    committed before that claim runs would not be in the count, and the claim could offer
+    the slot the resume took (seen as a capacity-1 session holding two leases): the resume
+    waits until the claim has settled."""
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    await old.drop()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+    session = service.hub.get(new.session_id)
+    claim = session.claim_begun()  # what the dispatcher does when it builds a claim with the count
+    replies = []
+
+    async def resume_now():
+        replies.append(await new.resume(old, held))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(resume_now)
+        with trio.fail_after(10):
+            while claim.statistics().tasks_waiting == 0:
+                await trio.sleep(0.01)
+        # Waiting: counted already (a claim built now leaves the slot alone), not yet run.
+        assert not replies and session.active_leases == 1 and not session.held_leases()
+        assert session.free_slots == 0
+        session.claim_settled(claim)
+    assert replies[0]["type"] == "ack", replies[0]
+    lease = replies[0]["body"]
+    assert lease["state"] == "RUNNING" and session.held_leases() == {held.lease_id}
+
+
 async def test_wrong_secrets_are_lease_not_found(start_service, connect, worker_token, client):
     service = await start_service()
     old, held = await running(service, connect, worker_token, client)

@@ -12,6 +12,8 @@ import trio
 
 from pulse_trio.dburl import connect
 from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, start
+from pulse_trio.store.leases import finish
+from pulse_trio.store.task_steps import FinishReport
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.instances import NewInstance, SubscribedQueue
 from pulse_trio.store.registry import read_only
@@ -256,3 +258,55 @@ def test_a_batch_whose_commit_was_lost_falls_back_to_calls_that_re_read(world, d
     for result, creds in zip(results, mine.values()):
         assert {o.lease_secret for o in result.offers} == {c.lease_secret for c in creds}
     assert world.sql("SELECT COUNT(*) FROM leases") == [(4,)], "the committed claims, and no second one"
+
+
+def _ride_along(world, w, credentials):
+    """A finish batch's hooks as the server's ride-along uses them: session rows first, a claim after the finishes."""
+    from pulse_trio.store.instances import share_lock_sessions
+
+    seen = []
+
+    def first(tx):
+        share_lock_sessions(tx, [w.session_id])
+
+    def then(tx, results):
+        seen.append(results)
+        freed = sum(1 for r in results[-1] if not isinstance(r, BaseException) and not r.receipt.duplicate)
+        return assign(tx, session_id=w.session_id, credentials=credentials, want=freed, now=world.now,
+                      start_timeout_ms=30_000, default_lease_ttl_ms=30_000, held=2 - freed, shared_lock=True)
+
+    return first, then, seen
+
+
+def test_a_batch_runs_its_hooks_in_its_transaction_and_appends_the_claim(world, store):
+    w = world.worker("q", capacity=2)
+    offers = [world.running(w), world.running(w)]
+    waiting = world.submit()
+    credentials = new_credentials(2)
+    first, then, seen = _ride_along(world, w, credentials)
+    report = FinishReport("SUCCEEDED", '{"ok":1}', None, None, False)
+    calls = [(finish, {"commands": [(world.command(w, offers[0], 2), report)], "now": world.now})]
+    results = store.run_batch_sync(calls, then=then, first=first)
+    assert len(results) == 2 and len(seen) == 1
+    claim = results[-1]
+    assert [o.task.task_id for o in claim.offers] == [waiting]  # one finish freed one slot: one offer
+    assert claim.offers[0].lease.lease_id == credentials[0].lease_id
+    assert world.sql("SELECT COUNT(*) FROM leases WHERE state IN ('OFFERED', 'RUNNING')") == [(2,)]
+
+
+def test_a_ride_along_claim_whose_commit_was_lost_is_re_read_with_its_finish(world, lossy):
+    w = world.worker("q", capacity=2)
+    offers = [world.running(w), world.running(w)]
+    waiting = [world.submit(), world.submit()]
+    credentials = new_credentials(2)
+    first, then, seen = _ride_along(world, w, credentials)
+    report = FinishReport("SUCCEEDED", '{"ok":1}', None, None, False)
+    calls = [(finish, {"commands": [(world.command(w, offers[0], 2), report)], "now": world.now})]
+    _CommitThenDrop.armed = True
+    results = lossy.run_batch_sync(calls, then=then, first=first)
+    assert lossy.statistics().recoveries == 1 and len(seen) == 2  # the re-run ran the claim again
+    (ack,), claim = results
+    assert not ack.receipt.duplicate, "our own finish, re-read"
+    assert [o.task.task_id for o in claim.offers] == [waiting[0]]
+    assert claim.offers[0].lease_secret == credentials[0].lease_secret
+    assert world.sql("SELECT COUNT(*) FROM leases WHERE state = 'OFFERED'") == [(1,)], "no second claim"
