@@ -59,6 +59,35 @@ def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:
     return on_fresh_database(server, lambda db, fleet: _run(db, options, fleet))
 
 
+#: A capacity whose throughput is within this share of the sweep's best counts as at the ceiling.
+CEILING_SHARE = 0.95
+
+
+def sweep(server: DatabaseConfig, options: BenchOptions, capacities: list[int]) -> dict[str, object]:
+    """The same run at each capacity in turn, each on a fresh database: where throughput stops growing.
+
+    ``ceiling_capacity`` is the smallest capacity whose throughput is within
+    CEILING_SHARE of the best run's: past it, more slots per worker add
+    leases in flight but no throughput.
+    """
+    runs = []
+    for capacity in capacities:
+        progress(f"sweep: capacity {capacity}")
+        runs.append(run(server, dataclasses.replace(options, capacity=capacity)))
+    rows = [{
+        "capacity": capacity,
+        "end_to_end_tasks_per_s": result["end_to_end_tasks_per_s"],
+        "workers_cpu_s_per_task": result["workers_cpu_s_per_task"],
+        "server_cpu_s_per_task": result["server_cpu_s_per_task"],
+        "database_cpu_s_per_task": result["database_cpu_s_per_task"],
+        "assign_to_finish_ms_p50": result["assign_to_finish_ms"]["p50"],  # type: ignore[index]
+    } for capacity, result in zip(capacities, runs)]
+    best = max(row["end_to_end_tasks_per_s"] for row in rows)  # type: ignore[type-var]
+    ceiling = min(row["capacity"] for row in rows  # type: ignore[type-var]
+                  if row["end_to_end_tasks_per_s"] >= CEILING_SHARE * best)  # type: ignore[operator]
+    return {"sweep": rows, "ceiling_capacity": ceiling, "best_tasks_per_s": best, "runs": runs}
+
+
 def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, object]:
     token, _ = bench_tokens(db, worker_queues=[QUEUE])
     env = bench_env(PULSE_WORKER_TOKEN=token)

@@ -25,7 +25,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("bench", help="measure throughput and latency with real server and worker processes",
                                  description="Without MODE: throughput of no-op tasks submitted in batches.")
     parser.add_argument("--workers", type=int, default=2, help="SDK worker processes (default 2)")
-    parser.add_argument("--capacity", type=int, default=64, help="capacity of each worker (default 64)")
+    parser.add_argument("--capacity", type=_capacities, default=[64],
+                        help="capacity of each worker (default 64); several, comma-separated (8,16,32,64,128), "
+                             "run one after another on fresh databases: a sweep for where throughput stops growing")
     parser.add_argument("--tasks", type=int, default=2000, help="no-op tasks to run (default 2000)")
     parser.add_argument("--payload-bytes", type=int, default=0, help="payload size per task (e.g. 1024)")
     parser.add_argument("--backlog", type=int, default=0, help="READY tasks no worker takes, pre-filled")
@@ -125,15 +127,26 @@ def _add_mode_database_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from pulse_trio.bench.runner import BenchOptions, run
+    from pulse_trio.bench.runner import BenchOptions, run, sweep
 
-    options = BenchOptions(workers=args.workers, capacity=args.capacity, tasks=args.tasks,
+    options = BenchOptions(workers=args.workers, capacity=args.capacity[0], tasks=args.tasks,
                            payload_bytes=args.payload_bytes, backlog=args.backlog, instances=args.instances,
                            keyed_share=args.keyed_share, fairness_keys=args.fairness_keys, timeout_s=args.timeout,
                            worker_backend=args.worker_backend, history=args.history)
     with database(args, ensure_schema=False, create=True) as server:
-        print_json(run(server, options))
+        print_json(run(server, options) if len(args.capacity) == 1 else sweep(server, options, args.capacity))
     return 0
+
+
+def _capacities(text: str) -> list[int]:
+    """One capacity, or several comma-separated for a sweep."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a capacity or a comma-separated list of them: {text!r}") from None
+    if not all(1 <= value <= MAX_CAPACITY for value in values):
+        raise argparse.ArgumentTypeError(f"capacities are 1..{MAX_CAPACITY}: {text!r}")
+    return values
 
 
 def _latency(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""One lease, from offer to finish: steps completed by their acks, and one task for the handler.
+"""One lease, from offer to finish: steps completed by their acks, and the handler run in a task of the worker's pool.
 
 Theory of operation. A runner owns one lease and never lets two commands
 on it overlap: each command carries the revision the previous ack returned,
@@ -9,8 +9,9 @@ A runner holds at most one step, so the order is kept without a lock, and
 no task waits for an ack:
 
 1. At the offer, ``task.start``. Only its ack starts the handler, in a
-   task of its own in the worker's nursery (an offer is not permission to
-   act).
+   task of the worker's pool (``pool``: one handler at a time per task, in
+   a context of its own; an offer is not permission to act). Every command
+   frame is joined from the lease's fields encoded once (``frames``).
 2. While the handler runs: a renewal every third of the time left on the
    lease, and a watchdog that stops the handler when the local estimate of
    ``expires_at`` passes without a renewal (the lease is lost: someone else
@@ -21,8 +22,8 @@ no task waits for an ack:
    scope.
 3. ``task.finish`` with the mapped outcome, issued as the handler returns,
    or, when a renewal is under way, at its ack (the finish needs the
-   revision it returns). The handler's task ends there; the finish's ack
-   retires the runner.
+   revision it returns). The handler's job ends there (its task goes back
+   to the pool); the finish's ack retires the runner.
 
 Reconnects. A step whose connection dropped before its ack keeps its exact
 content as ``inflight``, and the runner *parks*. On the next connection the
@@ -68,6 +69,7 @@ from pulse_trio.contract import messages as m
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost
+from pulse_trio.sdk.frames import PLAIN_TAIL, LeaseFrames, finish_tail
 from pulse_trio.sdk.invoke import call_handler
 from pulse_trio.sdk.registry import Handler
 
@@ -129,13 +131,14 @@ class LeaseHost(Protocol):
 class _Step:
     """One command of a lease, from issue to its ack; ``answer`` is what the connection calls back."""
 
-    __slots__ = ("runner", "cls", "extra", "done", "refused", "state", "conn", "sent_at", "tries")
+    __slots__ = ("runner", "cls", "outcome", "tail", "done", "refused", "state", "conn", "sent_at", "tries")
 
-    def __init__(self, runner: LeaseRunner, cls: type, extra: dict[str, Any],
+    def __init__(self, runner: LeaseRunner, cls: type, outcome: oc.Outcome | None, tail: bytes,
                  done: Callable[[m.CommandResult], None], refused: Callable[[CommandRefused], None]) -> None:
         self.runner = runner
         self.cls = cls
-        self.extra = extra
+        self.outcome = outcome  # a finish's fields after the lease's
+        self.tail = tail  # the frame after the revision: encoded once per command
         self.done = done
         self.refused = refused
         self.state = PARKED
@@ -155,6 +158,7 @@ class LeaseRunner:
         self.task = offer.task
         self.lease_id = offer.lease.lease_id
         self._secret = offer.lease.lease_secret
+        self.frames = LeaseFrames(self.task.task_id, self.lease_id, self._secret)  # encoded once for every command
         self.lease = offer.lease
         self._now = now = host.clock.now
         self.deadline = conn.local_deadline(offer.lease.expires_at)
@@ -165,8 +169,8 @@ class LeaseRunner:
         self._max_result_bytes = conn.max_result_bytes
         self.owners: list[Credentials] = [owner]
         self.phase = STARTING
-        #: The command sent on a connection that dropped before its ack: (type, exact fields).
-        self.inflight: tuple[type, dict[str, Any]] | None = None
+        #: The command sent on a connection that dropped before its ack: (type, revision, finish outcome).
+        self.inflight: tuple[type, int, oc.Outcome | None] | None = None
         self.replayed: m.CommandResult | None = None  # its ack, recovered by reattach
         self.lost: str | None = None
         self.finished = False
@@ -190,7 +194,7 @@ class LeaseRunner:
     def begin(self) -> None:
         """At the offer (in the connection's reader): arm the watchdog and issue task.start."""
         self._arm()
-        self._issue(m.TaskStart, {}, self._started, self._start_refused)
+        self._issue(m.TaskStart, None, self._started, self._start_refused)
 
     def _started(self, body: m.CommandResult) -> None:
         self.host.stats.started += 1
@@ -213,7 +217,7 @@ class LeaseRunner:
             return
         log.info("task %s: %.0f ms of lease left; renewing before the handler is called", self.label,
                  max(0.0, left) * 1000)
-        self._issue(m.TaskRenew, {}, self._renewed, self._renew_refused)
+        self._issue(m.TaskRenew, None, self._renewed, self._renew_refused)
         self._arm()
 
     @property
@@ -225,7 +229,7 @@ class LeaseRunner:
         self._retire()
 
     async def _run_handler(self) -> None:
-        """The handler's own task: run it, then issue the finish and end."""
+        """The handler's job in a pool task: run it, then issue the finish and end."""
         try:
             outcome = await self._call_handler()
         except BaseException:  # the worker is stopping hard: nothing is finished
@@ -249,7 +253,7 @@ class LeaseRunner:
 
     def _finish(self, outcome: oc.Outcome) -> None:
         self._outcome = outcome
-        self._issue(m.TaskFinish, outcome.fields(), self._finished, self._finish_refused)
+        self._issue(m.TaskFinish, outcome, self._finished, self._finish_refused)
 
     def _finished(self, body: m.CommandResult) -> None:
         outcome = self._outcome
@@ -357,7 +361,7 @@ class LeaseRunner:
             return
         if (self.phase is RUNNING and step is None and self._can_extend
                 and now >= renew_due(self._absorbed_at, self.deadline)):
-            self._issue(m.TaskRenew, {}, self._renewed, self._renew_refused)
+            self._issue(m.TaskRenew, None, self._renewed, self._renew_refused)
         self._arm()
 
     def _renewed(self, body: m.CommandResult) -> None:
@@ -432,11 +436,12 @@ class LeaseRunner:
             self.request_cancel("")
 
     # -- one command, through reconnects ---------------------------------------------
-    def _issue(self, cls: type, extra: dict[str, Any], done: Callable[[m.CommandResult], None],
+    def _issue(self, cls: type, outcome: oc.Outcome | None, done: Callable[[m.CommandResult], None],
                refused: Callable[[CommandRefused], None]) -> None:
         """Start the lease's next command; ``done`` or ``refused`` is called once it is answered."""
         assert self._step is None, "two commands of one lease at once"
-        self._step = _Step(self, cls, extra, done, refused)
+        self._step = _Step(self, cls, outcome, finish_tail_of(outcome) if outcome is not None else PLAIN_TAIL,
+                           done, refused)
         self._send()
 
     def _send(self) -> None:
@@ -447,15 +452,14 @@ class LeaseRunner:
         if conn is None:
             step.state = PARKED
             return
-        fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,
-                      revision=self.lease.revision, **step.extra)
+        revision = self.lease.revision
         step.state, step.conn, step.sent_at = SENT, conn, self._now()
         try:
-            conn.submit(step.cls, fields, step.answer)
+            conn.submit_lease(step.cls, self.frames, revision, step.tail, step.answer)
         except ConnectionLost:
             step.state = PARKED  # never sent: nothing to settle
             return
-        self.inflight = (step.cls, fields)
+        self.inflight = (step.cls, revision, step.outcome)
 
     def _answered(self, step: _Step, result: Answer) -> None:
         """The connection's callback: the ack, a refusal, or ConnectionLost."""
@@ -537,7 +541,9 @@ class LeaseRunner:
         if self.lost is not None or self.phase is RETIRED:
             return
         if self.inflight is not None:
-            cls, fields = self.inflight
+            cls, revision, outcome = self.inflight
+            fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,
+                          revision=revision, **(outcome.fields() if outcome is not None else {}))
             try:
                 body = await self._ask(conn, cls, fields, finish=cls is m.TaskFinish)
             except CommandRefused as exc:
@@ -607,6 +613,16 @@ class LeaseRunner:
             self.host.stats.resumed += 1
             log.info("task %s: lease resumed at revision %d", self.label, lease.revision)
             return
+
+
+_SUCCEEDED_EMPTY_TAIL = finish_tail(**oc.SUCCEEDED_EMPTY.fields())
+
+
+def finish_tail_of(outcome: oc.Outcome) -> bytes:
+    """A finish's encoded fields after the revision (the common empty success is encoded once for all)."""
+    if outcome is oc.SUCCEEDED_EMPTY:
+        return _SUCCEEDED_EMPTY_TAIL
+    return finish_tail(**outcome.fields())
 
 
 def retryable(exc: CommandRefused) -> bool:

@@ -35,21 +35,26 @@ from pulse_trio.contract.codec import decode_server, scan_frame
 from pulse_trio.contract.errors import ProtocolError
 from pulse_trio.contract.fast_server import try_decode_server
 from pulse_trio.contract.limits import MAX_FRAME_BYTES
+from pulse_trio.sdk import frames as f
 from pulse_trio.sdk.errors import CommandRefused, ProtocolViolation, WorkerRefused
 
 #: Errors at hello that no reconnect can fix.
 REFUSING_CODES = frozenset({"permission_denied", "unsupported_version", "invalid_frame"})
 
 
+#: A pending request: a message built by :meth:`ClientProtocol.request`, or a lease command's record.
+Request = m.ClientMessage | f.LeaseRequest
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Answered:
-    request: m.ClientMessage
+    request: Request
     body: m.AckBody
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Refused:
-    request: m.ClientMessage
+    request: Request
     error: m.Error
 
 
@@ -77,7 +82,7 @@ class Dropped:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Broken:
     reason: str
-    request: m.ClientMessage | None = None
+    request: Request | None = None
 
 
 Event = Answered | Refused | Offered | CancelPushed | Fatal | Dropped | Broken
@@ -115,8 +120,10 @@ class ClientProtocol:
         self._kinds: dict[str, frozenset[str] | None] = {
             s.queue: (frozenset(s.kinds) if s.kinds is not None else None) for s in hello.subscriptions
         }
-        self._pending: dict[str, m.ClientMessage] = {}
+        self._pending: dict[str, Request] = {}
         self._counter = 0
+        self._session_part = f.session_part(self.session_id)
+        self._epoch_text = str(self.epoch)
 
     # -- requests ---------------------------------------------------------------
     def request(self, cls: type, **fields: Any) -> m.ClientMessage:
@@ -126,16 +133,30 @@ class ClientProtocol:
         self._pending[message.id] = message
         return message
 
+    def lease_request(self, cls: type, lease: f.LeaseFrames, revision: int, tail: bytes) -> tuple[str, bytes]:
+        """A lease command's id and frame, from the lease's pre-encoded fields; recorded as pending."""
+        self._counter += 1
+        command, _, prefix = f.COMMANDS[cls]
+        request_id = f"{prefix}{self._counter}"
+        self._pending[request_id] = f.LeaseRequest(request_id, command, lease, revision)
+        return request_id, f.command_frame(cls, request_id, self._session_part, lease, revision, tail)
+
     def forget(self, request_id: str) -> None:
         """The frame was never sent: no answer will come."""
         self._pending.pop(request_id, None)
 
-    def pending(self) -> list[m.ClientMessage]:
+    def pending(self) -> list[Request]:
         return list(self._pending.values())
 
     # -- receiving --------------------------------------------------------------
     def receive(self, text: str | bytes) -> Event:
         data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+        if data.startswith(f.ACK_START) and len(data) <= MAX_FRAME_BYTES:
+            answered = f.decode_command_ack(data, self._pending, self.session_id, self.epoch, self._epoch_text)
+            if answered is not None:
+                request, body = answered
+                del self._pending[request.id]
+                return Answered(request, body)
         message = try_decode_server(data, self._pending_type) if len(data) <= MAX_FRAME_BYTES else None
         if message is not None:
             reply_to = getattr(message, "reply_to", None)
@@ -198,7 +219,7 @@ class ClientProtocol:
             return f"lease epoch {lease.epoch} is not this session's epoch {self.epoch}"
         return None
 
-    def _check_ack(self, request: m.ClientMessage, body: m.AckBody) -> str | None:
+    def _check_ack(self, request: Request, body: m.AckBody) -> str | None:
         what = f"ack to {request.TYPE} {request.id}"
         if isinstance(request, m.WorkerCapacity):
             assert isinstance(body, m.Welcome)
@@ -226,9 +247,9 @@ class ClientProtocol:
                 return f"{what}: the lease revision did not advance"
             if lease.epoch != self.epoch:
                 return f"{what}: lease epoch {lease.epoch} is not this session's"
-            if isinstance(request, m.TaskFinish) and not receipt.duplicate:
+            if request.TYPE == "task.finish" and not receipt.duplicate:
                 return f"{what} still carries a lease after the finish"
-        elif isinstance(request, (m.TaskStart, m.TaskRenew)) and not receipt.duplicate:
+        elif request.TYPE != "task.finish" and not receipt.duplicate:
             return f"{what} grants no lease"
         return None
 
@@ -238,6 +259,6 @@ _PREFIX: dict[type, str] = {
 }
 
 __all__ = [
-    "Answered", "Broken", "CancelPushed", "ClientProtocol", "Dropped", "Event", "Fatal", "Offered", "Refused",
+    "Answered", "Broken", "CancelPushed", "ClientProtocol", "Dropped", "Event", "Fatal", "Offered", "Refused", "Request",
     "read_welcome", "refusal",
 ]

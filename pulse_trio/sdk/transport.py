@@ -35,6 +35,7 @@ from pulse_trio.contract import messages as m
 from pulse_trio.contract.encoder import encode_bytes
 from pulse_trio.contract.limits import SUBPROTOCOL
 from pulse_trio.sdk import protocol as p
+from pulse_trio.sdk.frames import LeaseFrames
 from pulse_trio.sdk.websocket import ClientSocket, HandshakeRejected, SocketClosed, connect
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, ProtocolViolation, WorkerRefused
 
@@ -132,6 +133,16 @@ class Connection:
         self.socket.send_text(encode_bytes(message))
         self._wake.set()
 
+    def submit_lease(self, cls: type, lease: LeaseFrames, revision: int, tail: bytes,
+                     on_answer: Callable[[Answer], None]) -> None:
+        """Queue one lease command built from the lease's pre-encoded fields (see ``frames``); as ``submit``."""
+        if self.closed.is_set():
+            raise ConnectionLost(self.close_reason)
+        request_id, frame = self.protocol.lease_request(cls, lease, revision, tail)
+        self._callbacks[request_id] = on_answer
+        self.socket.send_text(frame)
+        self._wake.set()
+
     async def request(self, cls: type, **fields: Any) -> m.AckBody:
         """Send one request and wait for its ack body; raises CommandRefused or ConnectionLost."""
         waiter = _Waiter()
@@ -203,7 +214,7 @@ class Connection:
             self._end(f"no pong within {2 * interval:g}s")
             return
 
-    def _answer(self, request: m.ClientMessage, answer: Answer) -> None:
+    def _answer(self, request: p.Request, answer: Answer) -> None:
         callback = self._callbacks.pop(request.id, None)
         if callback is not None:
             callback(answer)

@@ -5,8 +5,10 @@ Structure (every task in a task group)::
     Worker.run
     ├── signal watcher (optional): 1st SIGINT/SIGTERM drains, 2nd stops hard
     ├── lease clock: one task for every lease's renewal and watchdog timer
-    ├── handlers: one task per started lease (its LeaseRunner's commands
-    │   need none: the connection's reader completes them)
+    ├── handlers: a pool of tasks, each running one started lease's handler
+    │   at a time (``pool``: as many kept idle as the capacity; a new one when
+    │   all are busy); a LeaseRunner's commands need none: the connection's
+    │   reader completes them
     └── connection loop: connect → reattach every lease → declare capacity
         → serve until the socket ends or the drain is done → back off → again
         (the connection's reader, writer and heartbeat: see ``transport``)
@@ -27,7 +29,8 @@ import random
 import signal
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -39,6 +42,7 @@ from pulse_trio.sdk import protocol as p
 from pulse_trio.sdk.clock import LeaseClock, loop_clock
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
 from pulse_trio.sdk.lease import Credentials, LeaseRunner
+from pulse_trio.sdk.pool import HandlerPool
 from pulse_trio.sdk.stats import WorkerStats
 from pulse_trio.sdk.registry import Registry
 from pulse_trio.sdk.transport import Closed, Connection, open_connection
@@ -103,6 +107,7 @@ class Worker:
         self.stats = WorkerStats()
         self._threads = max(1, capacity)
         self.thread_limiter: anyio.CapacityLimiter | None = None  # made by run(): it belongs to one event loop
+        self.pool = HandlerPool(capacity)
         self.clock = LeaseClock()
         self.runners: dict[str, LeaseRunner] = {}
         self.credentials: Credentials | None = None
@@ -111,6 +116,7 @@ class Worker:
         self._changed: anyio.Event | None = None
         self._draining = False
         self._sequence = 0
+        self._declared_capacity: int | None = None  # what the last worker.capacity said
         self._capacity_lock: anyio.Lock | None = None
         self._declared_drain: Connection | None = None
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -133,6 +139,22 @@ class Worker:
         self.stopped = self._stop_requested = True
         if self._root is not None:
             self._root.cancel()
+
+    def set_capacity(self, capacity: int) -> None:
+        """Run up to ``capacity`` tasks at once from now on; declared to the service at once when connected.
+
+        Lowering it stops no running handler: the service offers no new
+        task until fewer than ``capacity`` run. The pool of handler tasks
+        and the threads for ``def`` handlers follow it.
+        """
+        if not 0 <= capacity <= lim.MAX_CAPACITY:
+            raise ValueError(f"capacity must be 0..{lim.MAX_CAPACITY}")
+        self.capacity = capacity
+        self._threads = max(1, capacity)
+        if self.thread_limiter is not None:
+            self.thread_limiter.total_tokens = self._threads
+        self.pool.resize(capacity)
+        self._poke()
 
     @property
     def draining(self) -> bool:
@@ -168,6 +190,7 @@ class Worker:
                     root.cancel()
                 async with anyio.create_task_group() as tasks:
                     self._tasks = tasks
+                    self.pool.attach(tasks)
                     if handle_signals:
                         tasks.start_soon(self._watch_signals)
                     tasks.start_soon(self.clock.run)
@@ -179,6 +202,7 @@ class Worker:
                     tasks.cancel_scope.cancel()
         finally:
             self._tasks = self._root = None
+            self.pool.attach(None)
         if refused is not None:
             raise refused
 
@@ -237,6 +261,9 @@ class Worker:
             assert changed is not None
             if conn.closed.is_set():
                 raise ConnectionLost(conn.close_reason)
+            if not self._draining and self._declared_capacity != self.capacity:
+                await self._declare(conn)  # set_capacity() changed it
+                continue
             if self._draining:
                 if not drain_declared:
                     await self._declare(conn)
@@ -258,9 +285,10 @@ class Worker:
         assert self._capacity_lock is not None
         async with self._capacity_lock:
             self._sequence += 1
-            drain = self._draining
-            body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=self.capacity,
+            drain, capacity = self._draining, self.capacity
+            body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=capacity,
                                       drain=drain)
+            self._declared_capacity = capacity
             assert isinstance(body, m.Welcome)
             if drain:
                 self._declared_drain = conn
@@ -279,7 +307,8 @@ class Worker:
             if self._sequence == 0 or conn.closed.is_set():
                 return
             try:
-                body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=self.capacity,
+                declared = self._declared_capacity if self._declared_capacity is not None else self.capacity
+                body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=declared,
                                           drain=self._draining)
             except CommandRefused as exc:
                 if exc.fatal:
@@ -337,10 +366,9 @@ class Worker:
             return conn
         return None
 
-    def spawn(self, fn: Callable[[], Awaitable[object]]) -> None:
-        """Start a handler's task in the worker's nursery."""
-        assert self._tasks is not None
-        self._tasks.start_soon(fn)
+    def spawn(self, fn: Callable[[], Coroutine[Any, Any, object]]) -> None:
+        """Run a handler's job in a task of the pool (see ``pool``)."""
+        self.pool.run(fn)
 
     def retire(self, runner: LeaseRunner) -> None:
         """The runner is done (finished, lost or never started): forget it."""

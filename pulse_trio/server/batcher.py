@@ -12,8 +12,8 @@ overlaps the next batch's Python instead of holding every lease behind it.
 Submitting costs no Trio task and no channel hop: :meth:`submit` appends to
 a queue and the lane calls each command's ``done`` callback, in the Trio
 thread, once the batch has committed. The queue is bounded by its callers:
-a connection holds at most ``MAX_IN_FLIGHT`` commands, and stops reading
-while it does.
+a connection holds at most ``in_flight_limit(capacity)`` commands, and
+stops reading while it does.
 
 Each batch holds at most one command per lease, and no lease is in two
 running batches: a command whose lease another lane holds waits in the

@@ -18,8 +18,9 @@ one place:
   each change re-files the session in the hub as hungry or not
   (``SessionHub.refresh``), so a dispatch pass finds the hungry sessions
   without walking the others;
-* backpressure: at most ``MAX_IN_FLIGHT`` lease commands at once; the
-  transport stops reading while the limit is reached.
+* backpressure: at most :func:`in_flight_limit` lease commands at once,
+  which grows with the declared capacity; the transport stops reading
+  while the limit is reached.
 
 Nothing about a session's leases is decided here: a closing connection
 leaves them valid until they expire, so the worker can resume them on a
@@ -53,7 +54,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pulse_trio.connection")
 
-MAX_IN_FLIGHT = 64
+#: Lease commands a connection may have in flight however small its capacity.
+MIN_IN_FLIGHT = 64
+
+
+def in_flight_limit(capacity: int) -> int:
+    """Lease commands read ahead of their answers: twice the capacity, at least MIN_IN_FLIGHT.
+
+    A worker sends at most one command per lease at a time, and may hold
+    more leases than its capacity for a while after lowering it; so a
+    compliant worker never waits on this limit, and a worker that floods
+    the connection is held to a bound set by its own declaration.
+    """
+    return max(MIN_IN_FLIGHT, 2 * capacity)
+
+
 INTERNAL_RETRY_AFTER_MS = 1000
 REFILL_MAX = 16
 _COMMAND_KIND = {m.TaskStart: "start", m.TaskRenew: "renew", m.TaskFinish: "finish"}
@@ -99,6 +114,7 @@ class SessionService:
         self._claims: set[trio.Event] = set()
         self.closing = False
         self._in_flight = 0
+        self.in_flight_limit = MIN_IN_FLIGHT  # follows the declared capacity
         self._room: trio.Event | None = None
 
     # -- what the dispatcher reads ------------------------------------------
@@ -133,7 +149,7 @@ class SessionService:
             kind = _COMMAND_KIND.get(type(message))
             if kind is not None:
                 self._submit(kind, message)
-                if self._in_flight >= MAX_IN_FLIGHT:
+                if self._in_flight >= self.in_flight_limit:
                     self._room = trio.Event()
                     await self._room.wait()
                 return True
@@ -260,6 +276,7 @@ class SessionService:
             # The stored state decides drain: an operator's drain outlives drain=false frames.
             self.protocol.capacity_applied(result.instance.drain)
             self.capacity, self.drain = msg.capacity, result.instance.drain
+            self.in_flight_limit = in_flight_limit(msg.capacity)
             endpoint.hub.refresh(self)
             endpoint.hub.wake()
         elif result.instance.drain:
@@ -318,7 +335,7 @@ class SessionService:
     def _command_done(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish, outcome: Any) -> None:
         """The batcher's callback, in the Trio thread, once the command's batch has run."""
         self._in_flight -= 1
-        if self._room is not None and self._in_flight < MAX_IN_FLIGHT:
+        if self._room is not None and self._in_flight < self.in_flight_limit:
             self._room.set()
             self._room = None
         if isinstance(outcome, BaseException):

@@ -41,7 +41,7 @@ from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
-from pulse_trio.server.session_service import MAX_IN_FLIGHT, SessionService
+from pulse_trio.server.session_service import SessionService, in_flight_limit
 from pulse_trio.store.tokens import WORKER, live_token
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ CODEC_MAX_BYTES = 2 * MAX_FRAME_BYTES
 CLOSE_TIMEOUT_S = 2.0
 MAX_REASON_BYTES = 123  # a close frame's payload is at most 125 bytes, 2 of them the code
 # Every frame the outbox can hold is bounded by the protocol: at most
-# `capacity` offers outstanding, at most MAX_IN_FLIGHT answers, a few pushes.
-OUTBOX_FRAMES = MAX_CAPACITY + MAX_IN_FLIGHT + 16
+# `capacity` offers outstanding, at most in_flight_limit(capacity) answers, a few pushes.
+OUTBOX_FRAMES = MAX_CAPACITY + in_flight_limit(MAX_CAPACITY) + 16
 
 
 async def serve_workers(endpoint: WorkerEndpoint, handler_nursery: trio.Nursery, ssl_context: ssl.SSLContext | None,

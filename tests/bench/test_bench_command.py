@@ -62,3 +62,19 @@ def test_fill_finished_inserts_history_with_leases_and_receipts(db):
         task = client.get(page["tasks"][0]["task_id"])  # every id parses, every row reads as a task
         assert task["state"] == "SUCCEEDED" and len(task["attempts"]) == 1
         assert client.queues()["old"]["states"] == {"SUCCEEDED": 1234}
+
+
+def test_a_capacity_sweep_reports_each_capacity_and_the_ceiling(database_server):
+    """``--capacity 2,4``: one run per capacity, their throughput and CPU per task side by side."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "40", "--workers", "1", "--capacity", "2,4",
+         "--timeout", "120", "--database-url", database_server.with_database("unused").url(redact=False)],
+        capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [row["capacity"] for row in report["sweep"]] == [2, 4]
+    assert [run["options"]["capacity"] for run in report["runs"]] == [2, 4]
+    for row in report["sweep"]:
+        assert row["end_to_end_tasks_per_s"] > 0 and row["workers_cpu_s_per_task"] > 0
+    assert report["ceiling_capacity"] in (2, 4)
+    assert report["best_tasks_per_s"] == max(row["end_to_end_tasks_per_s"] for row in report["sweep"])

@@ -207,6 +207,9 @@ class RunningWorker:
     def stop(self) -> None:
         self._on_loop(self.worker.stop)
 
+    def set_capacity(self, capacity: int) -> None:
+        self._on_loop(lambda: self.worker.set_capacity(capacity))
+
     async def run(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the worker to its end (in its loop); never raises: see ``error``."""
         try:

@@ -1,0 +1,245 @@
+"""The worker's hot frames: lease commands encoded from pre-encoded parts, command acks decoded in one pass.
+
+A lease sends the same task id, lease id and secret in every
+``task.start``, ``task.renew`` and ``task.finish``, and a connection the
+same session id: :class:`LeaseFrames` encodes them once, and a command's
+frame is those bytes joined around its id, revision and (for a finish) the
+outcome's tail, which is encoded once per outcome. The bytes are exactly
+the reference encoder's (``contract.encoder``); ``tests/sdk/test_frames.py``
+compares the two.
+
+The values need no validating again: the lease's fields come from an offer
+that passed every check, the ids and revisions are the SDK's own, and an
+outcome's tail is checked once by :func:`finish_tail` against the rules
+``TaskFinish`` enforces.
+
+:func:`decode_command_ack` reads the frequent answer, the ack of a lease
+command, in one typed msgspec pass and checks it against the pending
+request it names; anything irregular (another shape, a failed check, a
+repeated key) returns None and goes to the reference path of
+:mod:`~pulse_trio.sdk.protocol`, which gives it its exact verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from pulse_trio.contract import _checks as c
+from pulse_trio.contract import grammar as g
+from pulse_trio.contract import limits as lim
+from pulse_trio.contract import messages as m
+from pulse_trio.contract.errors import InvalidMessage
+from pulse_trio.contract.jsontext import JsonText, utf8_size
+from pulse_trio.contract.limits import PROTOCOL_VERSION
+from pulse_trio.contract.scanner import ScanError
+
+_json = msgspec.json.encode
+
+#: A lease command's type, the start of its frame, and the prefix of its request ids.
+COMMANDS: dict[type, tuple[str, bytes, str]] = {
+    cls: (cls.TYPE, b'{"protocol_version":' + _json(PROTOCOL_VERSION) + b',"type":' + _json(cls.TYPE)
+          + b',"id":"', prefix)
+    for cls, prefix in ((m.TaskStart, "s"), (m.TaskRenew, "n"), (m.TaskFinish, "f"))
+}
+#: The end of a start or renewal: the revision's closing quote, the body, the frame.
+PLAIN_TAIL = b'"}}'
+
+
+class LeaseFrames:
+    """One lease's fixed request fields, encoded once (the body from ``task_id`` to ``"revision":"``)."""
+
+    __slots__ = ("task_id", "lease_id", "lease_secret", "body")
+
+    def __init__(self, task_id: str, lease_id: str, lease_secret: str) -> None:
+        self.task_id = task_id
+        self.lease_id = lease_id
+        self.lease_secret = lease_secret
+        self.body = (b'{"task_id":' + _json(task_id) + b',"lease_id":' + _json(lease_id)
+                     + b',"lease_secret":' + _json(lease_secret) + b',"revision":"')
+
+
+def session_part(session_id: str) -> bytes:
+    """What follows a request's id on one connection: its session, and the body's key."""
+    return b'","session_id":' + _json(session_id) + b',"body":'
+
+
+def command_frame(cls: type, request_id: str, session: bytes, lease: LeaseFrames, revision: int,
+                  tail: bytes) -> bytes:
+    """The frame of one lease command (``session`` from :func:`session_part`, ``tail`` from :func:`finish_tail` or PLAIN_TAIL)."""
+    return b"".join((COMMANDS[cls][1], request_id.encode(), session, lease.body, str(revision).encode(), tail))
+
+
+def finish_tail(status: str, result: str, error_code: str = "", error_message: str = "",
+                retryable: bool = False) -> bytes:
+    """A finish's fields after the revision, checked by the rules ``TaskFinish`` enforces.
+
+    Raises ``InvalidMessage`` as building the message would; a ``JsonText``
+    result is canonical already and is not parsed again.
+    """
+    c.one_of(status, "status", m.STATUSES)
+    if type(result) is not JsonText:
+        if not isinstance(result, str):
+            raise InvalidMessage("result", "must be JSON text (str); see JsonText.from_value")
+        try:
+            result = JsonText.parse(result, max_depth=lim.MAX_RESULT_DEPTH)
+        except ScanError as exc:
+            raise InvalidMessage("result", f"not strict JSON: {exc}") from None
+    c.need(result != "null", "result", "must not be null")
+    c.need(utf8_size(result) <= lim.MAX_RESULT_BYTES, "result", "must be at most 262144 UTF-8 bytes")
+    if status == "SUCCEEDED":
+        c.need(error_code == "", "error_code", "must be empty when SUCCEEDED")
+    else:
+        c.string(error_code, "error_code", g.is_error_code, "a non-empty error code")
+    c.text(error_message, "error_message", lim.MAX_ERROR_MESSAGE_CHARS)
+    c.boolean(retryable, "retryable")
+    c.need(not retryable or status == "FAILED", "retryable", "may be true only when FAILED")
+    parts = [b'","status":', _json(status), b',"result":', result.encode()]
+    if error_code:
+        parts += (b',"error_code":', _json(error_code))
+    if error_message:
+        parts += (b',"error_message":', _json(error_message))
+    if retryable:
+        parts.append(b',"retryable":true')
+    parts.append(b"}}")
+    return b"".join(parts)
+
+
+class LeaseRequest:
+    """A pending lease command as the session checks its answer (the frame itself is sent and gone)."""
+
+    __slots__ = ("id", "TYPE", "task_id", "lease_id", "revision", "revision_text")
+
+    def __init__(self, request_id: str, command: str, lease: LeaseFrames, revision: int) -> None:
+        self.id = request_id
+        self.TYPE = command
+        self.task_id = lease.task_id
+        self.lease_id = lease.lease_id
+        self.revision = revision
+        self.revision_text = str(revision)
+
+    def __repr__(self) -> str:
+        return f"LeaseRequest({self.TYPE} {self.id} {self.lease_id} revision {self.revision})"
+
+
+# -- the ack of a lease command, in one pass ---------------------------------------------
+class _Receipt(Struct, forbid_unknown_fields=True):
+    command: str
+    task_id: str
+    lease_id: str
+    revision: str
+    committed_at: str
+    duplicate: bool
+
+
+class _Lease(Struct, forbid_unknown_fields=True):
+    lease_id: str
+    task_id: str
+    revision: str
+    epoch: str
+    state: str
+    expires_at: str
+    cancel_requested_at: str | UnsetType = UNSET
+
+
+class _Result(Struct, forbid_unknown_fields=True):
+    receipt: _Receipt
+    lease: _Lease | UnsetType = UNSET
+
+
+class _CommandAck(Struct, tag="ack", tag_field="type", forbid_unknown_fields=True):
+    protocol_version: Literal["1"]
+    id: str
+    session_id: str
+    reply_to: str
+    body: _Result
+
+
+_ACK = msgspec.json.Decoder(_CommandAck)
+#: How every canonical ack starts; other frames are left to the reference path at once.
+ACK_START = b'{"protocol_version":' + _json(PROTOCOL_VERSION) + b',"type":"ack",'
+#: protocol_version, type, id, session_id, reply_to, body; receipt and its six fields.
+_ACK_KEYS = 6 + 1 + 6
+
+T = TypeVar("T")
+
+
+def _unchecked(cls: type[T]) -> Callable[..., T]:
+    """Build a frozen, slotted message value from values already checked, skipping ``__post_init__``."""
+    setters = [getattr(cls, name).__set__ for name in cls.__slots__]  # type: ignore[attr-defined]
+    new = object.__new__
+
+    def build(*values: Any) -> T:
+        obj = new(cls)
+        for put, value in zip(setters, values):
+            put(obj, value)
+        return obj
+    return build
+
+
+_receipt = _unchecked(m.Receipt)
+_lease = _unchecked(m.Lease)
+_result = _unchecked(m.CommandResult)
+
+
+def decode_command_ack(data: bytes, pending: dict[str, Any], session_id: str, epoch: int,
+                       epoch_text: str) -> tuple[LeaseRequest, m.CommandResult] | None:
+    """The pending lease command a well-formed, matching ack answers, and its body; else None.
+
+    Accepts only what the reference path would answer with ``Answered``:
+    this session, a pending lease command, its receipt (command, lease,
+    revision), a lease that is the same one at a higher revision and this
+    session's epoch, none after a first finish, one after a first start or
+    renewal; every counter and time by its grammar; no repeated key.
+    """
+    try:
+        ack = _ACK.decode(data)
+    except msgspec.DecodeError:
+        return None
+    request = pending.get(ack.reply_to)
+    if type(request) is not LeaseRequest or ack.session_id != session_id or not g.is_message_id(ack.id):
+        return None
+    r = ack.body.receipt
+    if (r.command != request.TYPE or r.task_id != request.task_id or r.lease_id != request.lease_id
+            or r.revision != request.revision_text):
+        return None
+    keys, colons = _ACK_KEYS, ack.id.count(":") + ack.reply_to.count(":") + r.committed_at.count(":")
+    try:
+        committed_at = g.parse_time(r.committed_at)
+        lease = ack.body.lease
+        if lease is UNSET:
+            if not r.duplicate and request.TYPE != "task.finish":
+                return None
+            body = _result(_receipt(r.command, r.task_id, r.lease_id, request.revision, committed_at, r.duplicate),
+                           None)
+        else:
+            if ((not r.duplicate and request.TYPE == "task.finish") or lease.lease_id != request.lease_id
+                    or lease.task_id != request.task_id or lease.epoch != epoch_text
+                    or lease.state not in m.LEASE_STATES):
+                return None
+            revision = g.parse_counter(lease.revision)
+            if revision <= request.revision:
+                return None
+            keys += 1 + 6
+            colons += lease.expires_at.count(":")
+            cancel = None
+            if lease.cancel_requested_at is not UNSET:
+                keys += 1
+                colons += lease.cancel_requested_at.count(":")
+                cancel = g.parse_time(lease.cancel_requested_at)
+            held = _lease(lease.lease_id, lease.task_id, revision, epoch, lease.state,
+                          g.parse_time(lease.expires_at), None, cancel)
+            body = _result(_receipt(r.command, r.task_id, r.lease_id, request.revision, committed_at, r.duplicate),
+                           held)
+    except ValueError:
+        return None
+    if data.count(b"\\") or data.count(b":") != keys + colons:
+        return None  # a repeated key (msgspec keeps the last) or an escape: the reference path decides
+    return request, body
+
+
+__all__ = ["ACK_START", "COMMANDS", "LeaseFrames", "LeaseRequest", "PLAIN_TAIL", "command_frame",
+           "decode_command_ack", "finish_tail", "session_part"]

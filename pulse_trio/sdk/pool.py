@@ -1,0 +1,153 @@
+"""Handler tasks kept between leases, so a lease costs a hand-off instead of a new task.
+
+:meth:`HandlerPool.run` hands a job (a lease runner's handler call) to a
+task that waits idle, or starts a new task when every one is busy: a
+handler never waits for a free task, whatever the worker's capacity or the
+number of leases still winding down. A task that finishes its job waits
+for the next one if fewer than ``size`` wait already (``size`` follows the
+worker's capacity, :meth:`resize`), else it ends.
+
+Each job runs in a fresh copy of the pool's context (:func:`in_context`),
+so a context variable a handler sets (a tracing span, a log correlation
+id) is never seen by the next handler of the same task, just as if it had a
+task of its own.
+
+The hand-off uses each backend's own primitive (an asyncio future; Trio's
+``wait_task_rescheduled``): an AnyIO event or memory stream per hand-off
+would cost about as much as the task it saves.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any
+
+import anyio.abc
+import sniffio
+
+Job = Callable[[], Coroutine[Any, Any, object]]
+
+
+@types.coroutine
+def in_context(context: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> Generator[Any, Any, Any]:
+    """Await ``coro`` with each of its steps run in ``context`` (what a task of its own would give it)."""
+    run, send, throw = context.run, coro.send, coro.throw
+    try:
+        signal = run(send, None)
+        while True:
+            try:
+                value = yield signal
+            except BaseException as exc:  # cancellation, GeneratorExit: the coroutine handles them itself
+                signal = run(throw, exc)
+            else:
+                signal = run(send, value)
+    except StopIteration as stop:
+        return stop.value
+
+
+class _AsyncioParked:
+    """An idle task on asyncio: waits on a future that the hand-off completes."""
+
+    __slots__ = ("future",)
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.future = asyncio.get_running_loop().create_future()
+
+    def wake(self, job: Job | None) -> bool:
+        if self.future.done():  # the task was cancelled meanwhile
+            return False
+        self.future.set_result(job)
+        return True
+
+    def wait(self) -> Awaitable[Job | None]:
+        return self.future
+
+
+class _TrioParked:
+    """An idle task on Trio: parked with ``wait_task_rescheduled``, rescheduled by the hand-off."""
+
+    __slots__ = ("task", "gone")
+
+    def __init__(self) -> None:
+        import trio
+
+        self.task = trio.lowlevel.current_task()
+        self.gone = False
+
+    def wake(self, job: Job | None) -> bool:
+        import outcome
+        import trio
+
+        if self.gone:
+            return False
+        self.gone = True
+        trio.lowlevel.reschedule(self.task, outcome.Value(job))
+        return True
+
+    def wait(self) -> Awaitable[Job | None]:
+        import trio
+
+        def abort(_: Any) -> Any:
+            self.gone = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return trio.lowlevel.wait_task_rescheduled(abort)
+
+
+class HandlerPool:
+    """Tasks in the worker's task group that run handler jobs one after another."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size  # idle tasks kept
+        self.tasks = 0  # live tasks, busy or idle
+        self.started = 0  # tasks ever started (what the pool saves shows against the jobs run)
+        self.jobs = 0
+        self._idle: list[_AsyncioParked | _TrioParked] = []
+        self._group: anyio.abc.TaskGroup | None = None
+        self._parked: type[_AsyncioParked] | type[_TrioParked] = _AsyncioParked
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    def attach(self, group: anyio.abc.TaskGroup | None) -> None:
+        """Start tasks in ``group`` from now on (None: the worker stopped); called in the event loop."""
+        self._group = group
+        self._idle.clear()
+        if group is not None:
+            self._parked = _TrioParked if sniffio.current_async_library() == "trio" else _AsyncioParked
+
+    def run(self, job: Job) -> None:
+        """Run ``job`` in an idle task, or in a new one when none is idle; never waits."""
+        self.jobs += 1
+        idle = self._idle
+        while idle:
+            if idle.pop().wake(job):
+                return
+        assert self._group is not None, "the pool is not attached to a running worker"
+        self.tasks += 1
+        self.started += 1
+        self._group.start_soon(self._serve, job)
+
+    def resize(self, size: int) -> None:
+        """Keep at most ``size`` idle tasks from now on; the extra ones end now."""
+        self.size = size
+        idle = self._idle
+        while len(idle) > size:
+            idle.pop(0).wake(None)
+
+    async def _serve(self, job: Job | None) -> None:
+        try:
+            while job is not None:
+                await in_context(contextvars.copy_context(), job())
+                if len(self._idle) >= self.size:
+                    return
+                parked = self._parked()
+                self._idle.append(parked)
+                job = await parked.wait()
+        finally:
+            self.tasks -= 1
