@@ -14,8 +14,11 @@ How a pass works, and why it stays out of dispatch's way:
   ended tasks older than the cutoff through ``tasks_finished (queue,
   outcome_status, finished_at)`` ``FOR UPDATE SKIP LOCKED``, so two
   processes purging at once take disjoint batches and neither waits; then
-  it deletes the batch's children by primary key (receipts, permits,
-  leases, cancel intents) and the tasks. The rows it locks are terminal
+  it reads the batch's leases with their key permits (one join) and its
+  cancel intents, and deletes the children by primary key (receipts,
+  permits, leases, cancel intents; a table only when it holds something
+  of the batch's) and the tasks: five to seven statements per batch,
+  whatever its size. The rows it locks are terminal
   tasks and their ended leases, which no claim, command or timer touches;
   the transaction is short, and the caller pauses between batches.
 * A task whose key permit is not RELEASED yet (quarantined after a lost
@@ -126,25 +129,28 @@ def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int) -> PurgeBatch:
     for _, state in rows:
         destination("task", "purge", state)  # UndeclaredTransition for a state the chart does not purge
     ids = _in([task_id for task_id, _ in rows])
-    leases = tx.all("SELECT lease_id, task_id, state FROM leases FORCE INDEX (leases_task) WHERE task_id IN %s",
-                    (ids,))
-    held = {task_id for _, task_id, state in leases if state in LIVE_LEASE_STATES}
-    lease_ids = _in([lease_id for lease_id, _, _ in leases])
-    if lease_ids:
-        held |= {task_id for (task_id,) in tx.all(
-            "SELECT task_id FROM key_permits WHERE lease_id IN %s AND state <> %s", (lease_ids, _PERMIT_DONE))}
-    held |= {task_id for (task_id,) in tx.all(
-        f"SELECT task_id FROM cancel_intents WHERE task_id IN %s AND state IN {sql_list(_INTENT_LIVE)}", (ids,))}
-    if held:
-        ids = _in([t for t in ids if t not in held])
-        lease_ids = _in([lease_id for lease_id, task_id, _ in leases if task_id not in held])
+    # The leases with their key permit (if any) in one read; a batch's tasks rarely have permits or
+    # intents, so the deletes below only touch the tables that hold something of theirs.
+    leases = tx.all("SELECT l.lease_id, l.task_id, l.state, p.state FROM leases l FORCE INDEX (leases_task)"
+                    " LEFT JOIN key_permits p ON p.lease_id = l.lease_id WHERE l.task_id IN %s", (ids,))
+    held = {task_id for _, task_id, state, permit in leases
+            if state in LIVE_LEASE_STATES or (permit is not None and permit != _PERMIT_DONE)}
+    intents = tx.all("SELECT task_id, state FROM cancel_intents WHERE task_id IN %s", (ids,))
+    held |= {task_id for task_id, state in intents if state in _INTENT_LIVE}
+    keep = [(lease_id, permit) for lease_id, task_id, _, permit in leases if task_id not in held]
+    lease_ids = _in([lease_id for lease_id, _ in keep])
+    permit_ids = _in([lease_id for lease_id, permit in keep if permit is not None])
+    intent_ids = _in([task_id for task_id, _ in intents if task_id not in held])
+    ids = _in([t for t in ids if t not in held])
     deleted = dict.fromkeys(TABLES, 0)
     if lease_ids:
         deleted["renew_receipts"] = tx.write("DELETE FROM renew_receipts WHERE lease_id IN %s", (lease_ids,))
-        deleted["key_permits"] = tx.write("DELETE FROM key_permits WHERE lease_id IN %s", (lease_ids,))
+        if permit_ids:
+            deleted["key_permits"] = tx.write("DELETE FROM key_permits WHERE lease_id IN %s", (permit_ids,))
         deleted["leases"] = tx.write("DELETE FROM leases WHERE lease_id IN %s", (lease_ids,))
+    if intent_ids:
+        deleted["cancel_intents"] = tx.write("DELETE FROM cancel_intents WHERE task_id IN %s", (intent_ids,))
     if ids:
-        deleted["cancel_intents"] = tx.write("DELETE FROM cancel_intents WHERE task_id IN %s", (ids,))
         deleted["tasks"] = tx.write(f"DELETE FROM tasks WHERE task_id IN %s AND state IN {sql_list(PURGEABLE)}",
                                     (ids,))
     return PurgeBatch(deleted, len(rows), len(held))
