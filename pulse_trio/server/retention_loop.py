@@ -126,15 +126,17 @@ class RetentionPurge:
         total = 0
         busy = self.busy()
         for cut in await self.store.run(retention_plan, now=self.clock.now()):
+            after = None
             while True:
                 limit = self.pace.batch(busy)
                 began = self.timer()
-                batch = await self.store.run(purge, queue=cut.queue, before=cut.before, limit=limit)
+                batch = await self.store.run(purge, queue=cut.queue, before=cut.before, limit=limit, after=after)
                 took = self.timer() - began
                 self.metrics.observe_purge(batch.deleted)
                 total += batch.tasks
-                if batch.selected < limit or not batch.tasks:
-                    break  # the queue has nothing more due (or only tasks a later pass must take)
+                if batch.selected < limit:
+                    break  # the queue has nothing more due past this pass's position
+                after = batch.last
                 await self.sleep(self.pace.pause(took, busy))
                 busy = self.busy()
         if total:

@@ -12,8 +12,10 @@ How a pass works, and why it stays out of dispatch's way:
   the cutoff: ``now`` minus the queue's own retention, or the cluster's.
 * :func:`purge` deletes one batch of one queue: it reads up to ``limit``
   ended tasks older than the cutoff through ``tasks_finished (queue,
-  outcome_status, finished_at)`` ``FOR UPDATE SKIP LOCKED``, so two
-  processes purging at once take disjoint batches and neither waits; then
+  outcome_status, finished_at)`` ``FOR UPDATE SKIP LOCKED``, in that
+  index's order from where the pass's previous batch stopped
+  (:class:`PurgePosition`), so two processes purging at once take
+  disjoint batches and neither waits; then
   it reads the batch's leases with their key permits (one join) and its
   cancel intents, and deletes the children by primary key (receipts,
   permits, leases, cancel intents; a table only when it holds something
@@ -57,6 +59,26 @@ TABLES = ("renew_receipts", "key_permits", "leases", "cancel_intents", "tasks")
 
 _DUE = (f"SELECT task_id, state FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
         f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s")
+#: One state's due tasks in the index's own order, from a position on (the batch's select).
+_DUE_FROM = ("SELECT task_id, state, finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
+             " AND outcome_status = %s AND finished_at < %s{after}"
+             " ORDER BY finished_at, task_id LIMIT %s FOR UPDATE SKIP LOCKED")
+_AFTER = " AND (finished_at > %s OR (finished_at = %s AND task_id > %s))"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PurgePosition:
+    """Where a batch's select stopped in ``tasks_finished``: the next batch of the pass starts after it.
+
+    Deleted index entries stay behind as delete marks until InnoDB's own
+    purge removes them, which lags while the database is busy; a select
+    that started at the range's beginning every time would step over all
+    the marks the pass has left so far.
+    """
+
+    status: str
+    finished_at: dt.datetime
+    task_id: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,6 +98,7 @@ class PurgeBatch:
     deleted: dict[str, int]
     selected: int
     held: int = 0
+    last: PurgePosition | None = None  # where the select stopped (None: it found nothing)
 
     @property
     def tasks(self) -> int:
@@ -121,9 +144,33 @@ def _in(ids: Sequence[str]) -> tuple[str, ...]:
 
 
 @transition("task", "purge")
-def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int) -> PurgeBatch:
-    """Delete up to ``limit`` of the queue's tasks that ended before ``before``, with everything that is theirs."""
-    rows = tx.all(_DUE + " LIMIT %s FOR UPDATE SKIP LOCKED", (queue, db_time(before), limit))
+def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int,
+          after: PurgePosition | None = None) -> PurgeBatch:
+    """Delete up to ``limit`` of the queue's tasks that ended before ``before``, with everything that is theirs.
+
+    ``after``: the previous batch's ``last``, so that this one's select
+    starts where that one stopped (state by state, then ``finished_at``,
+    then ``task_id``). Rows passed over (another purge held them, or they
+    were left for a later pass) are found by the next pass, which starts
+    from the beginning.
+    """
+    rows: list[tuple[str, str]] = []
+    last = after
+    statuses = PURGEABLE[PURGEABLE.index(after.status):] if after is not None else PURGEABLE
+    for status in statuses:
+        if last is not None and last.status == status:
+            found = tx.all(_DUE_FROM.format(after=_AFTER), (queue, status, db_time(before), db_time(last.finished_at),
+                                                           db_time(last.finished_at), last.task_id, limit - len(rows)))
+        else:
+            found = tx.all(_DUE_FROM.format(after=""), (queue, status, db_time(before), limit - len(rows)))
+        rows += [(task_id, state) for task_id, state, _ in found]
+        if found:
+            task_id, _, finished_at = found[-1]
+            when = py_time(finished_at)
+            assert when is not None  # an ended task has its finished_at
+            last = PurgePosition(status, when, task_id)
+        if len(rows) >= limit:
+            break
     if not rows:
         return PurgeBatch({}, 0)
     for _, state in rows:
@@ -153,7 +200,7 @@ def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int) -> PurgeBatch:
     if ids:
         deleted["tasks"] = tx.write(f"DELETE FROM tasks WHERE task_id IN %s AND state IN {sql_list(PURGEABLE)}",
                                     (ids,))
-    return PurgeBatch(deleted, len(rows), len(held))
+    return PurgeBatch(deleted, len(rows), len(held), last)
 
 
 @read_only(takes_locks=False)
@@ -164,5 +211,5 @@ def oldest_due(tx: Tx, *, queue: str, before: dt.datetime) -> dt.datetime | None
     return py_time(row[0]) if row and row[0] is not None else None
 
 
-__all__ = ["BATCH_TASKS", "PURGEABLE", "TABLES", "PurgeBatch", "QueueCutoff", "count_due", "oldest_due", "purge",
+__all__ = ["BATCH_TASKS", "PURGEABLE", "TABLES", "PurgeBatch", "PurgePosition", "QueueCutoff", "count_due", "oldest_due", "purge",
            "retention_plan"]
