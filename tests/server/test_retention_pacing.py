@@ -85,3 +85,9 @@ async def test_dispatch_activity_is_busy_while_this_process_assigns_and_acks(sta
         await trio.sleep(0.01)
     assert activity()  # an assignment and two acked commands since the last look
     assert not activity()  # nothing since
+
+
+async def test_serve_paces_its_purge_with_the_busy_share_it_was_given(start_service):
+    service = await start_service(purge_busy_share=0.2)
+    assert (service.retention.pace.busy_share, service.retention.pace.idle_share) == (0.2, PurgePace().idle_share)
+    assert isinstance(service.retention.busy, DispatchActivity)
