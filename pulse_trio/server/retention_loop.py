@@ -16,9 +16,10 @@ the loop sleeps in proportion to the time the batch took, which bounds the
 purge to a share of one connection's time: ``idle_share`` while this
 process dispatches nothing, ``busy_share`` (and smaller batches) while it
 assigns tasks or acks lease commands (its metrics' counters moved since the
-last batch). A slower database makes the
-batches slower and so the pauses longer. Deleted rows are counted in
-``pulse_purged_rows_total`` (by table).
+last batch). A slower database makes the batches slower and so the pauses
+longer; the pause after a queue's last batch is slept before the next
+queue's first, so many small queues do not add up to more than the share.
+Deleted rows are counted in ``pulse_purged_rows_total`` (by table).
 """
 
 from __future__ import annotations
@@ -125,20 +126,22 @@ class RetentionPurge:
         self.passes += 1
         total = 0
         busy = self.busy()
+        owed = 0.0  # the pause the last batch earned, slept before the next one (in this queue or the next)
         for cut in await self.store.run(retention_plan, now=self.clock.now()):
             after = None
             while True:
+                if owed:
+                    await self.sleep(owed)
+                    busy = self.busy()
                 limit = self.pace.batch(busy)
                 began = self.timer()
                 batch = await self.store.run(purge, queue=cut.queue, before=cut.before, limit=limit, after=after)
-                took = self.timer() - began
+                owed = self.pace.pause(self.timer() - began, busy) if batch.selected else 0.0
                 self.metrics.observe_purge(batch.deleted)
                 total += batch.tasks
                 if batch.selected < limit:
                     break  # the queue has nothing more due past this pass's position
                 after = batch.last
-                await self.sleep(self.pace.pause(took, busy))
-                busy = self.busy()
         if total:
             log.info("retention: purged %d task(s) past their retention", total)
         return total

@@ -43,7 +43,9 @@ def test_the_pause_is_the_batch_time_scaled_by_the_share_within_bounds():
 
 async def test_a_pass_sleeps_after_each_batch_by_the_pace_and_shrinks_its_batches_while_busy(start_service, db):
     now = dt.datetime.now(dt.timezone.utc)
-    await trio.to_thread.run_sync(lambda: fill(db, FillOptions(tasks=700, queue="billing", age_s=8 * DAY_S), now=now))
+    for tasks, queue in ((700, "billing"), (50, "mail")):
+        options = FillOptions(tasks=tasks, queue=queue, age_s=8 * DAY_S)
+        await trio.to_thread.run_sync(lambda o=options: fill(db, o, now=now))
     service = await start_service()
     slept: list[float] = []
 
@@ -51,7 +53,8 @@ async def test_a_pass_sleeps_after_each_batch_by_the_pace_and_shrinks_its_batche
         slept.append(seconds)
         await trio.sleep(0)
 
-    flags = iter([False, True, True, False, True, True, True])  # idle 300, busy 100, 100, idle 200 (the rest)
+    # billing: idle 300, busy 100, 100, idle 200 (the rest); then mail: busy 50 (all of it)
+    flags = iter([False, True, True, False, True, False])
     seen: list[bool] = []
 
     def busy() -> bool:
@@ -62,12 +65,13 @@ async def test_a_pass_sleeps_after_each_batch_by_the_pace_and_shrinks_its_batche
     retention.pace = PurgePace(idle_share=0.5, busy_share=0.1, idle_batch=300, busy_batch=100, min_pause=0.001)
     retention.busy, retention.timer, retention.sleep = busy, _Ticks(0.02), sleep
     with trio.fail_after(30):
-        assert await retention.purge_pass() == 700
-    # One look before the first batch and one after each pause; a pause after every full batch.
-    assert seen == [False, True, True, False]
-    assert slept == pytest.approx([0.02, 0.18, 0.18])  # 0.02 s at 1/2, then at 1/10, twice
-    assert retention.metrics.purge_batches == 4
-    assert rows(db, "SELECT COUNT(*) FROM tasks WHERE queue = 'billing'")[0][0] == 0
+        assert await retention.purge_pass() == 750
+    # One look before the first batch and one after each pause; a pause after every batch that
+    # found something, slept before the next batch, also when that is the next queue's first.
+    assert seen == [False, True, True, False, True]
+    assert slept == pytest.approx([0.02, 0.18, 0.18, 0.02])  # 0.02 s at 1/2, then at 1/10, twice; 1/2
+    assert retention.metrics.purge_batches == 5
+    assert rows(db, "SELECT COUNT(*) FROM tasks WHERE queue IN ('billing', 'mail')")[0][0] == 0
 
 
 async def test_dispatch_activity_is_busy_while_this_process_assigns_and_acks(start_service, connect, worker_token,
