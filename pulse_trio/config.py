@@ -39,6 +39,17 @@ def parse_seconds(text: str) -> float:
     return float(value)
 
 
+def parse_share(text: str) -> float:
+    """A fraction of time: a number greater than 0 and at most 1."""
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value.is_finite() or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"a share must be greater than 0 and at most 1: {text!r}")
+    return float(value)
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """``host:port`` (``[::1]:7380`` for IPv6); port 0 picks a free one."""
     host, sep, port = text.rpartition(":")
@@ -97,6 +108,9 @@ class Settings:
     poll_interval: float = 0.05
     # Seconds between this process's retention passes (each ± a fifth, at random).
     purge_interval: float = 60.0
+    # The share of one connection's time the purge may take while this process dispatches
+    # (docs/operations.md §10); while it dispatches nothing, PurgePace's idle share.
+    purge_busy_share: float = 0.05
     # Server-process liveness: heartbeat this often; another instance declares
     # this process lost (and disconnects its sessions) once a heartbeat is
     # this late (three missed heartbeats by default).
@@ -162,6 +176,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--poll-interval", "poll_interval", parse_seconds, "seconds between dispatcher polls for new work"),
     ("--purge-interval", "purge_interval", parse_seconds,
      "seconds between this process's passes purging tasks past their retention"),
+    ("--purge-busy-share", "purge_busy_share", parse_share,
+     "share of the time this process's retention purge may spend in its transactions while it dispatches"),
     ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB when this command starts it "
      "(default: a free one)"),
 )

@@ -41,11 +41,13 @@ import time
 from collections.abc import Callable
 
 from pulse_trio.bench import measure
+from pulse_trio.bench.fill_finished import FillOptions, fill, history_left
 from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.noop_worker import CLIENT_KIND, HTTP_KIND, QUEUE, WARM_UP_KIND
 from pulse_trio.bench.processes import (
     Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress, wait_until,
 )
+from pulse_trio.bench.runner import HISTORY_QUEUE, purge_rates
 from pulse_trio.client import Client
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
@@ -65,6 +67,7 @@ class LatencyOptions:
     paths: tuple[str, ...] = PATHS
     timeout_s: float = 600.0
     worker_backend: str = "asyncio"
+    history: int = 0
 
 
 def run(server: DatabaseConfig, options: LatencyOptions) -> dict[str, object]:
@@ -75,7 +78,14 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
     worker_token, producer_token = bench_tokens(db, worker_queues=[QUEUE], producer_queues=[QUEUE])
     env = bench_env(PULSE_WORKER_TOKEN=worker_token)
     worker_port, http_port = free_port(), free_port()
-    fleet.server(db, env, worker_port=worker_port, http_port=http_port, poll_interval=options.poll_interval)
+    history = None
+    if options.history:
+        history = fill(db, FillOptions(tasks=options.history, queue=HISTORY_QUEUE))
+        progress(f"history of {options.history} finished tasks filled in {history['seconds']}s")
+    extra = ("--purge-interval", "1") if options.history else ()
+    fleet.server(db, env, worker_port=worker_port, http_port=http_port, poll_interval=options.poll_interval,
+                 extra=extra)
+    began = time.perf_counter()
     progress(f"server up (poll interval {options.poll_interval:g}s)")
     client = Client(db)
     api = InstanceHttp(http_port, producer_token)
@@ -113,6 +123,11 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
             progress(f"{path}: {options.tasks} tasks at {report[path]['achieved_rate_per_s']}/s, "
                      f"submit→assign p50 {timings['submit_to_assign_ms']['p50']} ms")
             time.sleep(SETTLE_S)
+        if history is not None:
+            left = history_left(db, HISTORY_QUEUE, count=True)
+            run_s = time.perf_counter() - began
+            report["history"] = {"tasks": options.history, "left_after_run": left,
+                                 **purge_rates(options.history, left, run_s)}
     finally:
         api.close()
         client.close()

@@ -55,6 +55,16 @@ class BenchOptions:
     history: int = 0
 
 
+def purge_rates(history: int, left: int, run_s: float, *, left_end: int | None = None,
+                end_s: float | None = None) -> dict[str, float | None]:
+    """The purge's tasks per second while the run went (under load) and from its end to ``end_s`` (idle)."""
+    rates: dict[str, float | None] = {
+        "purge_tasks_per_s_under_load": round((history - left) / run_s, 1) if run_s > 0 else None}
+    if left_end is not None and end_s is not None:
+        rates["purge_tasks_per_s_after_run"] = round((left - left_end) / (end_s - run_s), 1) if end_s > run_s else None
+    return rates
+
+
 def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:
     return on_fresh_database(server, lambda db, fleet: _run(db, options, fleet))
 
@@ -146,6 +156,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
                 if history is not None and history_gone_s is None and not history_left(db, HISTORY_QUEUE):
                     history_gone_s = time.perf_counter() - submit_started
                 time.sleep(0.1)
+        run_s = time.perf_counter() - submit_started
         after = [measure.ProcessSample.read(p.pid) for p in servers]
         others_after = (measure.cpu_seconds([w.pid for w in workers]),
                         measure.cpu_seconds([db_pid]) if db_pid else 0.0)
@@ -159,8 +170,11 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
                     history_gone_s = time.perf_counter() - submit_started
                 else:
                     time.sleep(0.1)
+            end_s = history_gone_s if history_gone_s is not None else time.perf_counter() - submit_started
+            left_end = 0 if history_gone_s is not None else history_left(db, HISTORY_QUEUE, count=True)
             history = {"tasks": options.history, "rows": history["rows"], "left_after_run": left,
-                       "purged_during_run_s": round(history_gone_s, 2) if history_gone_s else None}
+                       "purged_during_run_s": round(history_gone_s, 2) if history_gone_s else None,
+                       **purge_rates(options.history, left, run_s, left_end=left_end, end_s=end_s)}
     finally:
         client.close()
     timings = measure.task_timings(db, KIND)

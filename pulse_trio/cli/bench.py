@@ -62,6 +62,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     latency.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each path's tasks")
     latency.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
                          help="event loop of the SDK workers (worker run --backend; default asyncio)")
+    latency.add_argument("--history", type=int, default=0,
+                         help="finished tasks past the retention, filled before the run and purged by the server "
+                              "during it (--purge-interval 1): what the purge costs the latency")
     _add_mode_database_options(latency)
     latency.set_defaults(run=run_guarded(_latency))
 
@@ -154,7 +157,7 @@ def _latency(args: argparse.Namespace) -> int:
 
     options = LatencyOptions(rate=args.rate, tasks=args.tasks, workers=args.workers, capacity=args.capacity,
                              poll_interval=args.poll_interval, paths=tuple(dict.fromkeys(args.paths or PATHS)),
-                             timeout_s=args.timeout, worker_backend=args.worker_backend)
+                             timeout_s=args.timeout, worker_backend=args.worker_backend, history=args.history)
     return _report(args, lambda server: run(server, options))
 
 

@@ -435,15 +435,18 @@ class DatabaseClient:
                 totals["tasks"] += entry["due"]
             else:
                 entry.update(tasks=0, batches=0, held=0)
+                after = None
                 while True:
-                    done = self.store.run_sync(retention.purge, queue=cut.queue, before=cut.before, limit=batch)
+                    done = self.store.run_sync(retention.purge, queue=cut.queue, before=cut.before, limit=batch,
+                                               after=after)
                     for table, count in done.deleted.items():
                         totals[table] += count
                     entry["tasks"] += done.tasks
                     entry["batches"] += 1 if done.tasks else 0
-                    entry["held"] = done.held
-                    if done.selected < batch or not done.tasks:
+                    entry["held"] += done.held
+                    if done.selected < batch:
                         break
+                    after = done.last
             queues[cut.queue] = entry
         key = "due" if dry_run else "purged"
         return {"dry_run": dry_run, key: {"tasks": totals["tasks"]} if dry_run else totals, "queues": queues}

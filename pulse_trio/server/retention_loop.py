@@ -1,26 +1,34 @@
-"""Retention inside ``serve``: every instance purges what is past its retention, a small batch at a time.
+"""Retention inside ``serve``: every instance purges what is past its retention, a small batch at a time, paced.
 
 Every ``--purge-interval`` (``INTERVAL_S`` by default; jittered, so that
 instances started together drift apart) the loop asks the store for each queue's cutoff
 (:func:`~pulse_trio.store.retention.retention_plan`: the queue's own
 ``task_retention`` or the cluster's, read from the database at that moment)
-and deletes each queue's due tasks in transactions of at most
-``BATCH_TASKS`` tasks, pausing ``BATCH_PAUSE_S`` between them. Several
-instances purging at once take disjoint batches (``SKIP LOCKED``) and a
-deleted row cannot be deleted twice, so they share the work and never
+and deletes each queue's due tasks in short transactions until none is due.
+Several instances purging at once take disjoint batches (``SKIP LOCKED``)
+and a deleted row cannot be deleted twice, so they share the work and never
 repeat it. A pass that meets an error logs it and waits for the next one.
 
-It runs beside the dispatcher and the timers, on the same store and pool:
-each batch is one short transaction that locks only terminal tasks and
-their ended leases, which nothing on the hot path reads. Deleted rows are
-counted in ``pulse_purged_rows_total`` (by table).
+Why it is paced (:class:`PurgePace`): deleting a task costs the database
+about as much as a dispatch step (every index entry of the task and its
+lease goes), on the same CPUs and redo log as dispatch. So after each batch
+the loop sleeps in proportion to the time the batch took, which bounds the
+purge to a share of one connection's time: ``idle_share`` while this
+process dispatches nothing, ``busy_share`` (and smaller batches) while it
+assigns tasks or acks lease commands (its metrics' counters moved since the
+last batch). A slower database makes the batches slower and so the pauses
+longer; the pause after a queue's last batch is slept before the next
+queue's first, so many small queues do not add up to more than the share.
+Deleted rows are counted in ``pulse_purged_rows_total`` (by table).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -33,19 +41,74 @@ log = logging.getLogger("pulse_trio.retention")
 
 #: Seconds between passes by default (each pass works until nothing due is left, batch by batch).
 INTERVAL_S = 60.0
-#: Seconds between two batches of a pass: room for the hot path's transactions.
-BATCH_PAUSE_S = 0.02
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PurgePace:
+    """How much of the database's time the purge may take: a duty cycle, smaller while dispatch is busy.
+
+    After a batch that took ``took`` seconds the loop sleeps
+    ``took * (1 - share) / share`` (at least ``min_pause``, at most
+    ``max_pause``), so the purge's transactions fill at most ``share`` of
+    the wall time.
+    """
+
+    idle_share: float = 0.5
+    busy_share: float = 0.05  # serve --purge-busy-share
+    idle_batch: int = BATCH_TASKS
+    busy_batch: int = 100
+    min_pause: float = 0.01
+    max_pause: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.busy_share <= 1 and 0 < self.idle_share <= 1):
+            raise ValueError("a purge share must be in (0, 1]")
+        if self.idle_batch < 1 or self.busy_batch < 1:
+            raise ValueError("a purge batch must be at least one task")
+        if not 0 <= self.min_pause <= self.max_pause:
+            raise ValueError("min_pause must be between 0 and max_pause")
+
+    def batch(self, busy: bool) -> int:
+        """Tasks in the next transaction."""
+        return self.busy_batch if busy else self.idle_batch
+
+    def pause(self, took: float, busy: bool) -> float:
+        """Seconds to sleep after a batch that took ``took`` seconds."""
+        share = self.busy_share if busy else self.idle_share
+        return min(self.max_pause, max(self.min_pause, max(0.0, took) * (1 - share) / share))
+
+
+class DispatchActivity:
+    """Whether this process has been dispatching since the last look: the purge's busy signal.
+
+    Reads counters the metrics keep anyway: the tasks this process assigned
+    and the lease commands it acked. (Not the dispatcher's ``backlogged``:
+    sessions full of long tasks keep it set while the database is quiet.)
+    """
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self.metrics = metrics
+        self._seen = self._count()
+
+    def _count(self) -> int:
+        return sum(self.metrics.assignments.values()) + sum(self.metrics.commands.values())
+
+    def __call__(self) -> bool:
+        seen, self._seen = self._seen, self._count()
+        return self._seen != seen
 
 
 class RetentionPurge:
     """This instance's share of the retention purge."""
 
     def __init__(self, *, store: Store, clock: ServiceClock, metrics: ServiceMetrics, interval: float = INTERVAL_S,
-                 batch: int = BATCH_TASKS, pause: float = BATCH_PAUSE_S,
-                 jitter: Callable[[], float] = random.random) -> None:
+                 pace: PurgePace = PurgePace(), busy: Callable[[], bool] | None = None,
+                 jitter: Callable[[], float] = random.random, timer: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], Awaitable[None]] = trio.sleep) -> None:
         self.store, self.clock, self.metrics = store, clock, metrics
-        self.interval, self.batch, self.pause = interval, batch, pause
-        self.jitter = jitter
+        self.interval, self.pace = interval, pace
+        self.busy = busy if busy is not None else DispatchActivity(metrics)
+        self.jitter, self.timer, self.sleep = jitter, timer, sleep
         self.passes = 0
 
     async def run(self) -> None:
@@ -59,20 +122,29 @@ class RetentionPurge:
                             exc_info=True)
 
     async def purge_pass(self) -> int:
-        """Delete every task now past its retention, queue by queue; the number of tasks deleted."""
+        """Delete every task now past its retention, queue by queue, paced; the number of tasks deleted."""
         self.passes += 1
         total = 0
+        busy = self.busy()
+        owed = 0.0  # the pause the last batch earned, slept before the next one (in this queue or the next)
         for cut in await self.store.run(retention_plan, now=self.clock.now()):
+            after = None
             while True:
-                batch = await self.store.run(purge, queue=cut.queue, before=cut.before, limit=self.batch)
+                if owed:
+                    await self.sleep(owed)
+                    busy = self.busy()
+                limit = self.pace.batch(busy)
+                began = self.timer()
+                batch = await self.store.run(purge, queue=cut.queue, before=cut.before, limit=limit, after=after)
+                owed = self.pace.pause(self.timer() - began, busy) if batch.selected else 0.0
                 self.metrics.observe_purge(batch.deleted)
                 total += batch.tasks
-                if batch.selected < self.batch or not batch.tasks:
-                    break  # the queue has nothing more due (or only tasks a later pass must take)
-                await trio.sleep(self.pause)
+                if batch.selected < limit:
+                    break  # the queue has nothing more due past this pass's position
+                after = batch.last
         if total:
             log.info("retention: purged %d task(s) past their retention", total)
         return total
 
 
-__all__ = ["BATCH_PAUSE_S", "INTERVAL_S", "RetentionPurge"]
+__all__ = ["INTERVAL_S", "DispatchActivity", "PurgePace", "RetentionPurge"]

@@ -54,7 +54,7 @@ from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.liveness import NodeLiveness
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.queue_sync import PausedQueueSync
-from pulse_trio.server.retention_loop import RetentionPurge
+from pulse_trio.server.retention_loop import PurgePace, RetentionPurge
 from pulse_trio.server.schedule_firing import ScheduleFiring
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
@@ -155,7 +155,8 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     batcher.ride_along = RideAlong(hub=hub, dispatcher=dispatcher, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)
-    retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval)
+    retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval,
+                               pace=PurgePace(busy_share=settings.purge_busy_share))
     timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
     firing = ScheduleFiring(store=store, clock=clock, wake=hub.wake)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,

@@ -49,6 +49,7 @@ def test_bench_with_a_history_reports_what_the_servers_purged(database_server):
     history = json.loads(done.stdout)["history"]
     assert (history["tasks"], history["rows"]) == (3000, 9000)
     assert history["purged_during_run_s"] is not None  # the servers purged all of it, within the run's deadline
+    assert history["purge_tasks_per_s_under_load"] is not None and "purge_tasks_per_s_after_run" in history
 
 
 def test_fill_finished_inserts_history_with_leases_and_receipts(db):

@@ -32,6 +32,15 @@ def test_latency_reports_both_producer_paths(database_server):
         assert figures["achieved_rate_per_s"] > 0
 
 
+def test_latency_with_a_history_reports_what_the_server_purged_meanwhile(database_server):
+    report = _bench(database_server, "latency", "--rate", "40", "--tasks", "20", "--timeout", "60",
+                    "--path", "http", "--history", "2000")
+    assert report["options"]["history"] == 2000
+    history = report["history"]
+    assert history["tasks"] == 2000 and 0 <= history["left_after_run"] <= 2000
+    assert history["purge_tasks_per_s_under_load"] is not None
+
+
 def test_connections_registers_every_session_and_stays_healthy(database_server):
     report = _bench(database_server, "connections", "--sessions", "50", "--idle", "1", "--timeout", "60")
     assert report["mode"] == "connections"

@@ -127,3 +127,12 @@ def test_a_lapse_shorter_than_two_heartbeats_is_refused(tmp_path):
                            "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--node-lapse" in done.stderr, done
     assert not (tmp_path / "mariadb").exists()  # refused before anything started
+
+
+def test_purge_busy_share_is_a_fraction_of_time(monkeypatch):
+    assert _parse([]).purge_busy_share == 0.05
+    assert _parse(["--purge-busy-share", "0.2"]).purge_busy_share == 0.2
+    assert _parse([], monkeypatch, {"PULSE_PURGE_BUSY_SHARE": "1"}).purge_busy_share == 1
+    for bad in ("0", "-0.1", "1.5", "abc", "nan"):
+        with pytest.raises(SystemExit):
+            _parse(["--purge-busy-share", bad])

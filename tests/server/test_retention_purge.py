@@ -12,6 +12,7 @@ import datetime as dt
 import trio
 
 from pulse_trio.bench.fill_finished import FillOptions, fill
+from pulse_trio.server.retention_loop import PurgePace
 from sql_support import rows
 
 DAY_S = 86_400
@@ -32,9 +33,9 @@ async def test_two_instances_purge_exactly_what_is_due_in_batches_while_dispatch
     assert _count(db, old, ("billing", now - dt.timedelta(days=7))) == 1_200
 
     first, second = await start_service(), await start_service()
-    for service in (first, second):
-        service.retention.batch = 100
-        service.retention.pause = 0.001
+    for service in (first, second):  # unpaced batches of 100: the rule here is what goes, not how fast
+        service.retention.pace = PurgePace(idle_batch=100, busy_batch=100, idle_share=1, busy_share=1,
+                                           min_pause=0.001)
     worker = await connect(first, worker_token)
     await worker.register(["billing"], capacity=4)
     stream: list[str] = []

@@ -41,11 +41,13 @@ def _exists(world, task_id: str) -> bool:
 def _purge_all(world, *, limit: int = 100, older_than_ms: int | None = None) -> list:
     batches = []
     for cut in world.store.run_sync(retention_plan, now=world.now, older_than_ms=older_than_ms):
+        after = None  # as serve's pass does: each batch starts where the previous one stopped
         while True:
-            batch = world.store.run_sync(purge, queue=cut.queue, before=cut.before, limit=limit)
+            batch = world.store.run_sync(purge, queue=cut.queue, before=cut.before, limit=limit, after=after)
             batches.append(batch)
-            if batch.selected < limit or not batch.tasks:
+            if batch.selected < limit:
                 break
+            after = batch.last
     return batches
 
 
@@ -118,6 +120,33 @@ def test_two_purges_at_once_take_disjoint_batches_and_never_wait(world, db):
     finally:
         other.close()
     assert not any(_exists(world, t) for t in done)
+
+
+def test_a_pass_goes_on_from_where_its_last_batch_stopped_across_states_and_past_locked_rows(world, db):
+    w = world.worker("q", capacity=20)
+    done = []
+    for status in ("SUCCEEDED", "SUCCEEDED", "SUCCEEDED", "FAILED", "FAILED"):
+        done.append(_finished(world, w, status=status, renewals=0))
+        world.advance(10)
+    world.advance(1_000)
+    before = world.now - dt.timedelta(milliseconds=500)
+    other = connect(db)
+    try:
+        with other.cursor() as cur:
+            other.begin()
+            cur.execute("SELECT task_id FROM tasks WHERE task_id = %s FOR UPDATE", (done[0],))  # another purge's row
+            first = world.store.run_sync(purge, queue="q", before=before, limit=2)
+            assert (first.selected, first.tasks, first.last.status, first.last.task_id) == (
+                2, 2, "SUCCEEDED", done[2])  # the locked one skipped, the next two in finished_at order
+            second = world.store.run_sync(purge, queue="q", before=before, limit=2, after=first.last)
+            assert (second.selected, second.last.status, second.last.task_id) == (2, "FAILED", done[4])
+            third = world.store.run_sync(purge, queue="q", before=before, limit=2, after=second.last)
+            assert (third.selected, third.tasks, third.last) == (0, 0, None)  # nothing after it: the pass ends
+        other.commit()
+    finally:
+        other.close()
+    assert [_exists(world, t) for t in done] == [True, False, False, False, False]
+    assert [b.tasks for b in _purge_all(world, limit=2, older_than_ms=500)] == [1]  # the next pass takes it
 
 
 def test_a_task_whose_permit_is_still_quarantined_waits_for_a_later_pass(world):
