@@ -12,9 +12,10 @@ so a context variable a handler sets (a tracing span, a log correlation
 id) is never seen by the next handler of the same task, just as if it had a
 task of its own.
 
-The hand-off uses each backend's own primitive (an asyncio future; Trio's
-``wait_task_rescheduled``): an AnyIO event or memory stream per hand-off
-would cost about as much as the task it saves.
+The hand-off on asyncio (the default backend) is a bare future: an AnyIO
+event or memory stream per hand-off would cost about as much as the task
+it saves there. Other backends (Trio) use an AnyIO event: the SDK never
+imports Trio itself.
 """
 
 from __future__ import annotations
@@ -67,35 +68,32 @@ class _AsyncioParked:
         return self.future
 
 
-class _TrioParked:
-    """An idle task on Trio: parked with ``wait_task_rescheduled``, rescheduled by the hand-off."""
+class _EventParked:
+    """An idle task on any other backend (Trio): waits on an AnyIO event that the hand-off sets.
 
-    __slots__ = ("task", "gone")
+    The SDK never imports Trio itself, so Trio gets AnyIO's event; a
+    hand-off that reaches a task whose wait was cancelled meanwhile is
+    handed on by :meth:`HandlerPool._serve`, never lost.
+    """
+
+    __slots__ = ("event", "job", "gone")
 
     def __init__(self) -> None:
-        import trio
-
-        self.task = trio.lowlevel.current_task()
+        self.event = anyio.Event()
+        self.job: Job | None = None
         self.gone = False
 
     def wake(self, job: Job | None) -> bool:
-        import outcome
-        import trio
-
         if self.gone:
             return False
         self.gone = True
-        trio.lowlevel.reschedule(self.task, outcome.Value(job))
+        self.job = job
+        self.event.set()
         return True
 
-    def wait(self) -> Awaitable[Job | None]:
-        import trio
-
-        def abort(_: Any) -> Any:
-            self.gone = True
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return trio.lowlevel.wait_task_rescheduled(abort)
+    async def wait(self) -> Job | None:
+        await self.event.wait()
+        return self.job
 
 
 class HandlerPool:
@@ -106,9 +104,9 @@ class HandlerPool:
         self.tasks = 0  # live tasks, busy or idle
         self.started = 0  # tasks ever started (what the pool saves shows against the jobs run)
         self.jobs = 0
-        self._idle: list[_AsyncioParked | _TrioParked] = []
+        self._idle: list[_AsyncioParked | _EventParked] = []
         self._group: anyio.abc.TaskGroup | None = None
-        self._parked: type[_AsyncioParked] | type[_TrioParked] = _AsyncioParked
+        self._parked: type[_AsyncioParked] | type[_EventParked] = _AsyncioParked
 
     @property
     def idle(self) -> int:
@@ -119,7 +117,7 @@ class HandlerPool:
         self._group = group
         self._idle.clear()
         if group is not None:
-            self._parked = _TrioParked if sniffio.current_async_library() == "trio" else _AsyncioParked
+            self._parked = _AsyncioParked if sniffio.current_async_library() == "asyncio" else _EventParked
 
     def run(self, job: Job) -> None:
         """Run ``job`` in an idle task, or in a new one when none is idle; never waits."""
@@ -148,6 +146,14 @@ class HandlerPool:
                     return
                 parked = self._parked()
                 self._idle.append(parked)
-                job = await parked.wait()
+                try:
+                    job = await parked.wait()
+                except BaseException:
+                    if type(parked) is _EventParked:  # (a cancelled asyncio future refuses hand-offs itself)
+                        if not parked.gone:
+                            parked.gone = True  # no hand-off reaches it from now on
+                        elif parked.job is not None:
+                            self.run(parked.job)  # woken and cancelled at once: the job goes to another task
+                    raise
         finally:
             self.tasks -= 1
