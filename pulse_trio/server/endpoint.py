@@ -20,7 +20,7 @@ from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.store.trio_bridge import Store
 
 if TYPE_CHECKING:
-    from pulse_trio.server.wire import WireConnection
+    from pulse_trio.server.wire import Keepalive, WireConnection
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -37,6 +37,8 @@ class WorkerEndpoint:
     requests: SessionRequests
     #: The open connections (the service shuts them down; liveness too, when the node is cut off or lost).
     connections: set[WireConnection]
+    #: Pings the open connections, each in its slot (set once, by the service, before any connection).
+    keepalive: Keepalive
 
 
 __all__ = ["WorkerEndpoint"]
