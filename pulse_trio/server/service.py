@@ -57,6 +57,7 @@ from pulse_trio.server.retention_loop import RetentionPurge
 from pulse_trio.server.schedule_firing import ScheduleFiring
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
+from pulse_trio.server.token_checks import TokenChecks
 from pulse_trio.server.wire import Keepalive, WireConnection, serve_workers
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.ids import new_node_id
@@ -151,7 +152,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                         settings_sync=settings_sync)
     endpoint = WorkerEndpoint(settings=live_settings, store=store, clock=clock, hub=hub, metrics=metrics,
                               batcher=batcher, requests=requests, connections=connections,
-                              keepalive=Keepalive(live_settings))
+                              tokens=TokenChecks(store), keepalive=Keepalive(live_settings))
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)
     retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval)

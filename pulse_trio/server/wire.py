@@ -48,7 +48,6 @@ from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCO
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
 from pulse_trio.server.session_service import MAX_IN_FLIGHT, SessionService
-from pulse_trio.store.tokens import WORKER, live_token
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint
@@ -298,7 +297,7 @@ class WireConnection:
         info = None
         if refusal is None:
             token = bearer_token(headers)
-            info = await self.endpoint.store.run(live_token, token=token, roles=WORKER) if token else None
+            info = await self.endpoint.tokens.check(token) if token else None
         if refusal is not None or info is None:
             if refusal is not None:
                 response = self.ws.reject(refusal.status, refusal.reason + "\n")
