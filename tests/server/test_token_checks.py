@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import trio
-import trio.testing
 
 from pulse_trio.server.token_checks import TokenChecks
 from pulse_trio.store.trio_bridge import Store
