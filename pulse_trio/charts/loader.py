@@ -282,12 +282,22 @@ class MachineChart(Chart):
         self.machine = Machine(model=None, name=spec.name, **spec.machine_config())
 
     def attach(self, model: object) -> None:
-        """Put ``model`` under this chart in the initial state."""
-        self.machine.add_model(model, initial=self.spec.initial)
+        """Put ``model`` in the chart's initial state.
 
-    def detach(self, model: object) -> None:
-        """Forget ``model`` (on disconnect), so the machine does not grow."""
-        self.machine.remove_model(model)
+        The model is not added to the machine's model list: ``add_model``
+        scans that list and binds a method per trigger and state on every
+        model, so a registration cost time (and memory) that grew with the
+        sessions connected. Triggers are fired through :meth:`fire` instead.
+        """
+        self.machine.set_state(self.spec.initial, model=model)
+
+    def fire(self, model: object, trigger: str) -> bool:
+        """Fire ``trigger`` on ``model``; MachineError where the chart does not allow it from its state."""
+        try:
+            event = self.machine.events[trigger]
+        except KeyError:
+            raise ChartError(f"chart {self.name!r} has no trigger {trigger!r}") from None
+        return event.trigger(model)
 
 
 def build(spec: ChartSpec) -> Chart:

@@ -36,6 +36,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--fairness-keys", type=int, default=0,
                         help="spread the tasks over this many fairness keys, round robin (default 0: none); "
                              "compare 1 with 10000 for the claim cost per key")
+    parser.add_argument("--submit-first", action="store_true",
+                        help="submit every task before the workers connect, so the CPU and statements per task "
+                             "are the dispatch's alone (the claims and lease commands, not the submits)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the run to finish")
     parser.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
                         help="event loop of the SDK workers (worker run --backend; default asyncio)")
@@ -135,7 +138,8 @@ def _bench(args: argparse.Namespace) -> int:
     options = BenchOptions(workers=args.workers, capacity=args.capacity[0], tasks=args.tasks,
                            payload_bytes=args.payload_bytes, backlog=args.backlog, instances=args.instances,
                            keyed_share=args.keyed_share, fairness_keys=args.fairness_keys, timeout_s=args.timeout,
-                           worker_backend=args.worker_backend, history=args.history)
+                           worker_backend=args.worker_backend, history=args.history,
+                           submit_first=args.submit_first)
     with database(args, ensure_schema=False, create=True) as server:
         print_json(run(server, options) if len(args.capacity) == 1 else sweep(server, options, args.capacity))
     return 0

@@ -17,10 +17,11 @@ from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.registrations import SessionRequests
+from pulse_trio.server.token_checks import TokenChecks
 from pulse_trio.store.trio_bridge import Store
 
 if TYPE_CHECKING:
-    from pulse_trio.server.wire import WireConnection
+    from pulse_trio.server.wire import Keepalive, WireConnection
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -37,6 +38,10 @@ class WorkerEndpoint:
     requests: SessionRequests
     #: The open connections (the service shuts them down; liveness too, when the node is cut off or lost).
     connections: set[WireConnection]
+    #: The handshakes' worker token checks (one lookup per token at a time).
+    tokens: TokenChecks
+    #: Pings the open connections, each in its slot (set once, by the service, before any connection).
+    keepalive: Keepalive
 
 
 __all__ = ["WorkerEndpoint"]

@@ -58,7 +58,8 @@ from pulse_trio.server.retention_loop import PurgePace, RetentionPurge
 from pulse_trio.server.schedule_firing import ScheduleFiring
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
-from pulse_trio.server.wire import WireConnection, keepalive, serve_workers
+from pulse_trio.server.token_checks import TokenChecks
+from pulse_trio.server.wire import Keepalive, WireConnection, serve_workers
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.ids import new_node_id
 
@@ -151,7 +152,8 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     node = NodeLiveness(store=store, clock=clock, settings=live_settings, metrics=metrics, connections=connections,
                         settings_sync=settings_sync)
     endpoint = WorkerEndpoint(settings=live_settings, store=store, clock=clock, hub=hub, metrics=metrics,
-                              batcher=batcher, requests=requests, connections=connections)
+                              batcher=batcher, requests=requests, connections=connections,
+                              tokens=TokenChecks(store), keepalive=Keepalive(live_settings))
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     batcher.ride_along = RideAlong(hub=hub, dispatcher=dispatcher, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)
@@ -190,7 +192,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                                             task_status=task_status)
 
                 port = await root.start(listen)
-                root.start_soon(keepalive, endpoint)
+                root.start_soon(endpoint.keepalive.run)
                 root.start_soon(batcher.run)
                 root.start_soon(requests.run)
                 root.start_soon(dispatcher.run)

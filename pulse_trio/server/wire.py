@@ -13,8 +13,14 @@ connection's nursery:
 
 So a frame costs no task, channel or lock of its own: the codec's buffer is
 the outbox, and a batch of acks committed together leaves in one write.
-Keepalive is one task for the whole endpoint (:func:`keepalive`), not one
-per connection.
+
+Keepalive is one task for the whole endpoint (:class:`Keepalive`), not one
+per connection, and an idle connection's ping costs no task switch: each
+connection has a fixed slot among :data:`KEEPALIVE_SLOTS`, one slot is
+pinged every ``interval / KEEPALIVE_SLOTS`` (so 10 000 sessions are not
+pinged in one burst), and the ping is a constant two-byte frame written
+straight to the socket when the writer has nothing in hand (through the
+codec and the writer otherwise, and always under TLS).
 
 Refusals happen before a WebSocket exists and are plain HTTP: 404 for
 another path, 400 without the ``pulse.worker.v1`` subprotocol, 401 without
@@ -42,10 +48,10 @@ from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCO
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
 from pulse_trio.server.session_service import SessionService, in_flight_limit
-from pulse_trio.store.tokens import WORKER, live_token
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint
+    from pulse_trio.server.live_settings import LiveSettings
 
 log = logging.getLogger("pulse_trio.connection")
 _CODEC_LOG = logging.getLogger("pulse_trio.websocket")
@@ -60,6 +66,9 @@ MAX_REASON_BYTES = 123  # a close frame's payload is at most 125 bytes, 2 of the
 # Every frame the outbox can hold is bounded by the protocol: at most
 # `capacity` offers outstanding, at most in_flight_limit(capacity) answers, a few pushes.
 OUTBOX_FRAMES = MAX_CAPACITY + in_flight_limit(MAX_CAPACITY) + 16
+KEEPALIVE_SLOTS = 20
+# A server's frames are not masked (RFC 6455 §5.1): a ping with no payload is always these two bytes.
+PING_FRAME = b"\x89\x00"
 
 
 async def serve_workers(endpoint: WorkerEndpoint, handler_nursery: trio.Nursery, ssl_context: ssl.SSLContext | None,
@@ -102,15 +111,39 @@ async def _connection(stream: trio.SocketStream, *, endpoint: WorkerEndpoint,
         log.exception("connection handler failed")
 
 
-async def keepalive(endpoint: WorkerEndpoint) -> None:
-    """Ping every connection each interval; close those that left a ping unanswered for three."""
-    settings, connections = endpoint.settings, endpoint.connections
-    while True:
-        interval = settings.current.ping_interval
-        await trio.sleep(interval)
-        now = trio.current_time()
-        for connection in list(connections):
-            connection.keepalive(now, interval)
+class Keepalive:
+    """Pings every connection once per interval, a slot at a time; closes those that left a ping unanswered for three.
+
+    A connection keeps its slot for its whole life, so it is visited every
+    interval exactly and the three intervals are counted as the contract
+    states them, whatever comes and goes around it.
+    """
+
+    def __init__(self, settings: LiveSettings) -> None:
+        self._settings = settings
+        self._slots: list[set[WireConnection]] = [set() for _ in range(KEEPALIVE_SLOTS)]
+        self._next_slot = 0
+
+    def add(self, connection: WireConnection) -> None:
+        slot = self._next_slot
+        self._next_slot = (slot + 1) % KEEPALIVE_SLOTS
+        connection.keepalive_slot = slot
+        self._slots[slot].add(connection)
+
+    def discard(self, connection: WireConnection) -> None:
+        self._slots[connection.keepalive_slot].discard(connection)
+
+    async def run(self) -> None:
+        slot = 0
+        due = trio.current_time()
+        while True:
+            interval = self._settings.current.ping_interval
+            due = max(due + interval / KEEPALIVE_SLOTS, trio.current_time())
+            await trio.sleep_until(due)
+            now = trio.current_time()
+            for connection in list(self._slots[slot]):
+                connection.keepalive(now, interval)
+            slot = (slot + 1) % KEEPALIVE_SLOTS
 
 
 class WireConnection:
@@ -134,6 +167,9 @@ class WireConnection:
         self._early: list = []  # frames that arrived with the upgrade request
         self._pinged_at: float | None = None
         self._scope: trio.CancelScope | None = None
+        self.keepalive_slot = 0
+        self._writing = False  # the writer is inside send_all
+        self._unsent = b""  # the rest of a ping written straight to the socket in part, sent before the codec's data
 
     # -- the Outbox --------------------------------------------------------------
     def send(self, frame: bytes) -> bool:
@@ -173,7 +209,23 @@ class WireConnection:
                 self.service.pong_missing()
             return
         self._pinged_at = now
-        self.ws.send_ping(os.urandom(4))
+        if not (self._writing or self._wake.is_set() or self.ws.writes) and isinstance(self.stream, trio.SocketStream):
+            # Nothing is queued or being written, so the frame cannot land inside
+            # another: write it now instead of waking the writer for two bytes.
+            fd = self.stream.socket.fileno()
+            if fd == -1:
+                return
+            try:
+                sent = os.write(fd, PING_FRAME)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                return  # the socket failed; the reader sees it
+            if sent == len(PING_FRAME):
+                return
+            self._unsent = PING_FRAME[sent:]
+        else:
+            self.ws.send_ping(b"")
         self._wake.set()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -184,6 +236,7 @@ class WireConnection:
                 return
             self.service = SessionService(self.endpoint, token, self)
             self.endpoint.connections.add(self)
+            self.endpoint.keepalive.add(self)
             try:
                 async with trio.open_nursery() as nursery:
                     self._scope = nursery.cancel_scope
@@ -198,6 +251,7 @@ class WireConnection:
                     nursery.cancel_scope.cancel()
             finally:
                 self.endpoint.connections.discard(self)
+                self.endpoint.keepalive.discard(self)
                 with trio.CancelScope(shield=True):
                     await self.service.release()
         finally:
@@ -243,7 +297,7 @@ class WireConnection:
         info = None
         if refusal is None:
             token = bearer_token(headers)
-            info = await self.endpoint.store.run(live_token, token=token, roles=WORKER) if token else None
+            info = await self.endpoint.tokens.check(token) if token else None
         if refusal is not None or info is None:
             if refusal is not None:
                 response = self.ws.reject(refusal.status, refusal.reason + "\n")
@@ -362,8 +416,13 @@ class WireConnection:
                 eof = b"" in chunks
                 if eof:
                     chunks = chunks[:chunks.index(b"")]
+                if self._unsent:
+                    chunks.insert(0, self._unsent)
+                    self._unsent = b""
                 if chunks:
+                    self._writing = True
                     await self.stream.send_all(b"".join(chunks))
+                    self._writing = False
                 if eof:
                     break
         except (trio.BrokenResourceError, trio.ClosedResourceError):

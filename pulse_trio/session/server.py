@@ -87,6 +87,7 @@ Event = Request | Reject | Close
 class _Model:
     """The object the session chart moves; it holds nothing but the state."""
 
+    __slots__ = ("state", "drain")
     state: str
 
     def __init__(self) -> None:
@@ -132,14 +133,13 @@ class ServerSession:
         return dict(self._pending)
 
     def release(self) -> None:
-        """Close and detach from the chart's machine; safe to call more than once."""
+        """Close the session's state (peer_closed, finalize); safe to call more than once."""
         if not self._attached:
             return
         if self.state not in _ENDING:
             self._fire("peer_closed")
         if self.state == "closing":
             self._fire("finalize")
-        _SESSION_CHART.detach(self._model)
         self._attached = False
 
     # -- receiving -------------------------------------------------------
@@ -314,7 +314,7 @@ class ServerSession:
     def _fire(self, trigger: str) -> bool:
         """Fire a state-changing trigger; False (and no change) where the chart does not allow it."""
         try:
-            return bool(self._model.trigger(trigger))
+            return bool(_SESSION_CHART.fire(self._model, trigger))
         except MachineError:
             return False
 

@@ -38,6 +38,21 @@ def test_bench_reports_every_figure(database_server, backend):
     assert 0 <= report["claims_with_finishes"] <= report["claims"]
 
 
+def test_bench_submit_first_measures_the_dispatch_without_the_submits(database_server):
+    """``--submit-first``: the tasks (and their fairness keys' placement) are written before the window opens."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "60", "--workers", "1", "--capacity", "8",
+         "--fairness-keys", "60", "--submit-first", "--timeout", "120",
+         "--database-url", database_server.with_database("unused").url(redact=False)],
+        capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["options"]["submit_first"] is True
+    # Within the window each task gets its lease row; the task rows and the keys' rows were inserted before it.
+    assert report["db_rows_written_by_kind_per_task"]["inserted"] < 2
+    assert report["server_cpu_s_per_task"] > 0 and report["end_to_end_tasks_per_s"] > 0
+
+
 def test_bench_with_a_history_reports_what_the_servers_purged(database_server):
     """``--history``: finished tasks past the retention, filled first and purged by the servers during the run."""
     done = subprocess.run(

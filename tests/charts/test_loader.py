@@ -69,32 +69,36 @@ class _Session:
         return self.drain
 
 
-def test_session_models_attach_follow_and_detach():
+def test_session_models_attach_and_fire_without_joining_the_machine():
+    """Models are fired through the chart; the machine keeps no list of them (it would grow with sessions)."""
     c = chart("session")
-    before = len(c.machine.models)
     s = _Session()
     c.attach(s)
     assert s.state == "awaiting_hello"
+    assert c.machine.models == [] and not hasattr(s, "hello")
     with pytest.raises(MachineError):
-        s.capacity()  # nothing but hello before hello
-    s.hello()
+        c.fire(s, "capacity")  # nothing but hello before hello
+    c.fire(s, "hello")
     with pytest.raises(MachineError):
-        s.hello()  # a second hello: the server answers invalid_transition
+        c.fire(s, "hello")  # a second hello: the server answers invalid_transition
     assert s.state == "active"
     s.drain = True
-    s.capacity()
+    c.fire(s, "capacity")
     assert s.state == "draining"
     with pytest.raises(MachineError):
-        s.dispatch()  # never offer to a draining session
-    s.command()
+        c.fire(s, "dispatch")  # never offer to a draining session
+    c.fire(s, "command")
     s.drain = False
-    s.capacity()
+    c.fire(s, "capacity")
     assert s.state == "active"
-    s.shutdown()
-    s.finalize()
+    other = _Session()
+    c.attach(other)
+    assert other.state == "awaiting_hello" and s.state == "active"
+    c.fire(s, "shutdown")
+    c.fire(s, "finalize")
     assert s.state == "closed"
-    c.detach(s)
-    assert len(c.machine.models) == before
+    with pytest.raises(ChartError):
+        c.fire(s, "no_such_trigger")
 
 
 def test_candidates_come_from_the_chart_index():

@@ -1,0 +1,90 @@
+"""Keepalive (docs/protocol.md §1.4): pings each interval, in the connection's slot, written whole between frames."""
+
+from __future__ import annotations
+
+import trio
+
+import harness
+
+PING = b"\x89\x00"  # a server's ping: unmasked, no payload
+MASKED_EMPTY_PONG = b"\x8a\x80\x01\x02\x03\x04"
+
+
+async def _raw_upgrade(port: int, token: str) -> trio.SocketStream:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all((f"GET {harness.PATH} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                           f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {harness.SUBPROTOCOL}\r\n"
+                           f"Authorization: Bearer {token}\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(4096)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    assert rest == b""
+    return stream
+
+
+async def test_an_answering_peer_is_pinged_every_interval_and_kept(start_service, worker_token):
+    """Each ping is the two-byte frame; a peer that answers every one outlives many intervals."""
+    interval = 0.1
+    service = await start_service(ping_interval=interval, hello_timeout=30)
+    stream = await _raw_upgrade(service.worker_port, worker_token)
+    pings = 0
+    with trio.fail_after(10):
+        buffer = b""
+        while pings < 8:  # more than the three intervals after which an unanswered ping closes
+            buffer += await stream.receive_some(4096)
+            assert not buffer.startswith(b"\x88"), f"closed: {buffer!r}"
+            while buffer.startswith(PING):
+                buffer = buffer[len(PING):]
+                pings += 1
+                await stream.send_all(MASKED_EMPTY_PONG)
+            assert buffer == b"" or PING.startswith(buffer), buffer
+    assert len(service.connections) == 1
+    await stream.aclose()
+
+
+async def test_pings_never_land_inside_a_frame(start_service, connect, worker_token, client):
+    """Large assigns leave while pings are due at every turn; the client's codec reads every frame whole."""
+    service = await start_service(ping_interval=0.05)
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=8)
+    payload = "x" * 250_000
+    for _ in range(24):
+        client.submit("billing", "invoice.send", {"payload": payload})
+    with trio.fail_after(60):
+        for _ in range(24):
+            held = await w.expect_assign()
+            assert held.task["payload"]["payload"] == payload
+            await w.ok(w.start(held))
+            await w.ok(w.finish(held))
+    assert (await w.capacity_ok(8))["capacity"] == 8
+    assert len(service.connections) == 1
+
+
+async def test_many_connections_share_the_slots_and_all_are_pinged(start_service, connect, worker_token):
+    """More connections than slots; each is pinged (its pong keeps it) and survives past three intervals."""
+    interval = 0.1
+    service = await start_service(ping_interval=interval)
+    workers = [await connect(service, worker_token, name=f"w{i}") for i in range(25)]
+    for w in workers:
+        await w.register(["billing"])
+    await trio.sleep(5 * interval)
+    assert len(service.connections) == 25
+    for w in workers:
+        assert (await w.capacity_ok(1))["capacity"] == 1
+
+
+async def test_pings_over_tls_go_through_the_writer(start_service, connect, worker_token, tls):
+    """Under TLS the ping cannot be written to the socket directly; the session still lives on its pongs."""
+    cert, key, context = tls
+    interval = 0.05
+    service = await start_service(tls_cert=cert, tls_key=key, ping_interval=interval)
+    w = await connect(service, worker_token, ssl_context=context)
+    await w.register(["billing"])
+    with trio.fail_after(10):
+        for _ in range(10):
+            await trio.sleep(interval)
+            await w.capacity_ok(1)
+    assert len(service.connections) == 1
