@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -41,6 +42,7 @@ log = logging.getLogger("pulse_trio.retention")
 
 #: Seconds between passes by default (each pass works until nothing due is left, batch by batch).
 INTERVAL_S = 60.0
+BUSY_HOLD_S = 2.0  # dispatch seen this recently keeps the purge at its busy share
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -79,23 +81,31 @@ class PurgePace:
 
 
 class DispatchActivity:
-    """Whether this process has been dispatching since the last look: the purge's busy signal.
+    """Whether this process dispatched within the last ``hold`` seconds: the purge's busy signal.
 
     Reads counters the metrics keep anyway: the tasks this process assigned
     and the lease commands it acked. (Not the dispatcher's ``backlogged``:
     sessions full of long tasks keep it set while the database is quiet.)
+    A look between two tasks of a light, steady stream sees nothing new, so
+    activity counts for ``hold`` seconds after it was seen: otherwise a
+    trickle of tasks would meet the purge at its idle share.
     """
 
-    def __init__(self, metrics: ServiceMetrics) -> None:
-        self.metrics = metrics
+    def __init__(self, metrics: ServiceMetrics, *, hold: float = BUSY_HOLD_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.metrics, self.hold, self.clock = metrics, hold, clock
         self._seen = self._count()
+        self._active_at = -math.inf
 
     def _count(self) -> int:
         return sum(self.metrics.assignments.values()) + sum(self.metrics.commands.values())
 
     def __call__(self) -> bool:
         seen, self._seen = self._seen, self._count()
-        return self._seen != seen
+        now = self.clock()
+        if self._seen != seen:
+            self._active_at = now
+        return now - self._active_at < self.hold
 
 
 class RetentionPurge:

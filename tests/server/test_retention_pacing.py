@@ -77,7 +77,8 @@ async def test_a_pass_sleeps_after_each_batch_by_the_pace_and_shrinks_its_batche
 async def test_dispatch_activity_is_busy_while_this_process_assigns_and_acks(start_service, connect, worker_token,
                                                                            client):
     service = await start_service()
-    activity = DispatchActivity(service.metrics)
+    clock = [0.0]
+    activity = DispatchActivity(service.metrics, hold=2.0, clock=lambda: clock[0])
     assert not activity()
     worker = await connect(service, worker_token)
     await worker.register(["billing"], capacity=1)
@@ -88,7 +89,10 @@ async def test_dispatch_activity_is_busy_while_this_process_assigns_and_acks(sta
     while sum(service.metrics.commands.values()) < 2:  # counted once its reply is on its way
         await trio.sleep(0.01)
     assert activity()  # an assignment and two acked commands since the last look
-    assert not activity()  # nothing since
+    clock[0] = 1.9
+    assert activity()  # nothing since, but a light stream's next task may be a moment away
+    clock[0] = 2.0
+    assert not activity()  # nothing for the whole hold: the purge may take its idle share
 
 
 async def test_serve_paces_its_purge_with_the_busy_share_it_was_given(start_service):
