@@ -85,6 +85,10 @@ class _CommandResult(Struct, forbid_unknown_fields=True):
     lease: _Lease | UnsetType = UNSET
 
 
+#: The body of a lease command's ack, declared once: the SDK reads acks with it too (sdk/frames.py).
+CommandResultBody = _CommandResult
+
+
 class _Task(Struct, forbid_unknown_fields=True):
     task_id: str
     queue: str

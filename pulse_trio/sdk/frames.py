@@ -33,6 +33,7 @@ from pulse_trio.contract import grammar as g
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.errors import InvalidMessage
+from pulse_trio.contract.fast_server import CommandResultBody
 from pulse_trio.contract.jsontext import JsonText, utf8_size
 from pulse_trio.contract.limits import PROTOCOL_VERSION
 from pulse_trio.contract.scanner import ScanError
@@ -126,36 +127,12 @@ class LeaseRequest:
 
 
 # -- the ack of a lease command, in one pass ---------------------------------------------
-class _Receipt(Struct, forbid_unknown_fields=True):
-    command: str
-    task_id: str
-    lease_id: str
-    revision: str
-    committed_at: str
-    duplicate: bool
-
-
-class _Lease(Struct, forbid_unknown_fields=True):
-    lease_id: str
-    task_id: str
-    revision: str
-    epoch: str
-    state: str
-    expires_at: str
-    cancel_requested_at: str | UnsetType = UNSET
-
-
-class _Result(Struct, forbid_unknown_fields=True):
-    receipt: _Receipt
-    lease: _Lease | UnsetType = UNSET
-
-
 class _CommandAck(Struct, tag="ack", tag_field="type", forbid_unknown_fields=True):
     protocol_version: Literal["1"]
     id: str
     session_id: str
     reply_to: str
-    body: _Result
+    body: CommandResultBody
 
 
 _ACK = msgspec.json.Decoder(_CommandAck)
