@@ -161,3 +161,27 @@ async def test_the_services_in_flight_limit_follows_the_declared_capacity(start_
     worker.set_capacity(10)
     await limit_is(10, 64)
     release.set()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_job_handed_to_an_idle_task_as_it_is_cancelled_is_not_lost(backend):
+    """The hand-off may reach an idle task whose wait was just cancelled: the job goes to another task."""
+
+    async def main() -> None:
+        pool = HandlerPool(1)
+        started: list[str] = []
+
+        def job(name: str):
+            async def run() -> None:
+                started.append(name)  # before any checkpoint: it ran, even in a cancelled group
+            return run
+
+        async with anyio.create_task_group() as tasks:
+            pool.attach(tasks)
+            pool.run(job("first"))
+            await wait_until(lambda: pool.idle == 1)  # its task waits for the next job
+            tasks.cancel_scope.cancel()  # the idle task's wait is cancelled ...
+            pool.run(job("second"))  # ... and, before it runs again, it is handed a job
+        assert started == ["first", "second"]
+
+    anyio.run(main, backend=backend)
