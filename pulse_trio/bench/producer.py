@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from pulse_trio.bench.http_client import InstanceHttp
+from pulse_trio.bench.measure import global_statuses
 from pulse_trio.bench.processes import Fleet, bench_env, free_port, on_fresh_database, progress, wait_until
 from pulse_trio.dburl import DatabaseConfig, connect
 
@@ -46,13 +47,7 @@ def run(server: DatabaseConfig, options: ProducerOptions) -> dict[str, object]:
 
 
 def _questions(db: DatabaseConfig) -> int:
-    conn = connect(db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW GLOBAL STATUS LIKE 'Questions'")
-            return int(cur.fetchone()[1])
-    finally:
-        conn.close()
+    return global_statuses(db, ("Questions",))["Questions"]
 
 
 def _queries_per_s(db: DatabaseConfig, seconds: float) -> float:
