@@ -139,6 +139,7 @@ class RetentionPurge:
         owed = 0.0  # the pause the last batch earned, slept before the next one (in this queue or the next)
         for cut in await self.store.run(retention_plan, now=self.clock.now()):
             after = None
+            swept = False  # the one batch from the start that ends the queue's pass (see below)
             while True:
                 if owed:
                     await self.sleep(owed)
@@ -150,7 +151,12 @@ class RetentionPurge:
                 self.metrics.observe_purge(batch.deleted)
                 total += batch.tasks
                 if batch.selected < limit:
-                    break  # the queue has nothing more due past this pass's position
+                    if after is None or swept:
+                        break  # nothing more due: from the start, or past this pass's position
+                    # Rows the position passed over (another process held them then) that are
+                    # still here: one batch from the start takes them in this pass.
+                    after, swept = None, True
+                    continue
                 after = batch.last
         if total:
             log.info("retention: purged %d task(s) past their retention", total)

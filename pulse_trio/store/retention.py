@@ -150,9 +150,10 @@ def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int,
 
     ``after``: the previous batch's ``last``, so that this one's select
     starts where that one stopped (state by state, then ``finished_at``,
-    then ``task_id``). Rows passed over (another purge held them, or they
-    were left for a later pass) are found by the next pass, which starts
-    from the beginning.
+    then ``task_id``). Rows passed over (another purge held them) are taken by
+    the queue's last batch of the pass, which starts from the beginning again
+    (``RetentionPurge.purge_pass``); rows left for later (a live lease, a
+    permit not yet released) wait for a later pass.
     """
     rows: list[tuple[str, str]] = []
     last = after
