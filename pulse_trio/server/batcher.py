@@ -45,7 +45,7 @@ import trio
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.leases import LeaseCommand, finish, renew, start
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import FinishReport
 
 log = logging.getLogger("pulse_trio.batcher")
 

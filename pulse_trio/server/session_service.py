@@ -46,7 +46,7 @@ from pulse_trio.session import Close, Reject, Request, ServerSession
 from pulse_trio.store import instances, leases
 from pulse_trio.store.results import AssignResult, CancelNotice, Refusal
 from pulse_trio.store.resume import ResumeRequest, resume
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import FinishReport
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint

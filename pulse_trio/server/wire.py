@@ -14,9 +14,9 @@ connection's nursery:
 So a frame costs no task, channel or lock of its own: the codec's buffer is
 the outbox, and a batch of acks committed together leaves in one write.
 
-Keepalive is one task for the whole endpoint (:class:`Keepalive`), not one
+Keepalive is one task for the whole endpoint (:class:`~pulse_trio.server.keepalive.Keepalive`), not one
 per connection, and an idle connection's ping costs no task switch: each
-connection has a fixed slot among :data:`KEEPALIVE_SLOTS`, one slot is
+connection has a fixed slot among ``KEEPALIVE_SLOTS``, one slot is
 pinged every ``interval / KEEPALIVE_SLOTS`` (so 10 000 sessions are not
 pinged in one burst), and the ping is a constant two-byte frame written
 straight to the socket when the writer has nothing in hand (through the
@@ -66,7 +66,6 @@ MAX_REASON_BYTES = 123  # a close frame's payload is at most 125 bytes, 2 of the
 # Every frame the outbox can hold is bounded by the protocol: at most
 # `capacity` offers outstanding, at most in_flight_limit(capacity) answers, a few pushes.
 OUTBOX_FRAMES = MAX_CAPACITY + in_flight_limit(MAX_CAPACITY) + 16
-KEEPALIVE_SLOTS = 20
 # A server's frames are not masked (RFC 6455 §5.1): a ping with no payload is always these two bytes.
 PING_FRAME = b"\x89\x00"
 
@@ -109,41 +108,6 @@ async def _connection(stream: trio.SocketStream, *, endpoint: WorkerEndpoint,
         # A bug in one connection must not take the instance (and every
         # other session) down with it: log it and drop just this socket.
         log.exception("connection handler failed")
-
-
-class Keepalive:
-    """Pings every connection once per interval, a slot at a time; closes those that left a ping unanswered for three.
-
-    A connection keeps its slot for its whole life, so it is visited every
-    interval exactly and the three intervals are counted as the contract
-    states them, whatever comes and goes around it.
-    """
-
-    def __init__(self, settings: LiveSettings) -> None:
-        self._settings = settings
-        self._slots: list[set[WireConnection]] = [set() for _ in range(KEEPALIVE_SLOTS)]
-        self._next_slot = 0
-
-    def add(self, connection: WireConnection) -> None:
-        slot = self._next_slot
-        self._next_slot = (slot + 1) % KEEPALIVE_SLOTS
-        connection.keepalive_slot = slot
-        self._slots[slot].add(connection)
-
-    def discard(self, connection: WireConnection) -> None:
-        self._slots[connection.keepalive_slot].discard(connection)
-
-    async def run(self) -> None:
-        slot = 0
-        due = trio.current_time()
-        while True:
-            interval = self._settings.current.ping_interval
-            due = max(due + interval / KEEPALIVE_SLOTS, trio.current_time())
-            await trio.sleep_until(due)
-            now = trio.current_time()
-            for connection in list(self._slots[slot]):
-                connection.keepalive(now, interval)
-            slot = (slot + 1) % KEEPALIVE_SLOTS
 
 
 class WireConnection:

@@ -23,11 +23,11 @@ import json
 from collections.abc import Collection, Sequence
 
 from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
-from pulse_trio.contract.grammar import is_kind, is_queue
-from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTIONS
+from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER
 from pulse_trio.store import ids
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import InstanceContext
+from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.registry import decide, guard, read_only, transition
 from pulse_trio.store.results import (
     INSTANCE_NOT_FOUND, PERMISSION_DENIED, SERVER_SHUTTING_DOWN, SESSION_NOT_FOUND, STALE_SEQUENCE,
@@ -35,48 +35,6 @@ from pulse_trio.store.results import (
 )
 from pulse_trio.store.rows import InstanceRow
 from pulse_trio.store.tx import Tx, db_time
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SubscribedQueue:
-    """One queue of a registration, and the kinds taken from it."""
-
-    queue: str
-    kinds: frozenset[str] | None = None  # None: every kind of the queue
-
-    def __post_init__(self) -> None:
-        if not is_queue(self.queue):
-            raise ValueError(f"bad queue name {self.queue!r}")
-        if self.kinds is not None and not all(is_kind(k) for k in self.kinds):
-            raise ValueError(f"bad kind in {sorted(self.kinds)!r}")
-
-    def as_json(self) -> dict[str, object]:
-        return {"queue": self.queue, "kinds": None if self.kinds is None else sorted(self.kinds)}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NewInstance:
-    """A registration, with its ids and secret made once, before any retry.
-
-    Making them here (not inside the transaction) is what lets a re-run after
-    a lost COMMIT find the row it may already have written.
-    """
-
-    worker_name: str
-    subscriptions: tuple[SubscribedQueue, ...]
-    cancellation_notifications: bool = False
-    concurrency_keys: bool = False
-    client_json: str | None = None
-    token_id: str | None = None
-    instance_id: str = dataclasses.field(default_factory=lambda: ids.new_id("ins"))
-    session_id: str = dataclasses.field(default_factory=lambda: ids.new_id("ses"))
-    instance_secret: str = dataclasses.field(default_factory=ids.new_secret, repr=False)
-
-    def __post_init__(self) -> None:
-        if not 1 <= len(self.subscriptions) <= MAX_SUBSCRIPTIONS:
-            raise ValueError(f"1 to {MAX_SUBSCRIPTIONS} subscriptions")
-        if len({s.queue for s in self.subscriptions}) != len(self.subscriptions):
-            raise ValueError("a queue is subscribed twice")
 
 
 @guard("instance", "node_alive", code=SERVER_SHUTTING_DOWN)

@@ -54,7 +54,7 @@ from pulse_trio.store.results import (
 from pulse_trio.store.rows import (
     LEASE_COMMAND, LEASE_FULL, LEASE_KNOWN, TASK_COMMAND, TASK_KNOWN, TASK_LEAN, LeaseRow, TaskRow,
 )
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import FinishReport
 from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
 _LOCK_BOTH = (

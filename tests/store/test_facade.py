@@ -13,9 +13,9 @@ import trio
 from pulse_trio.dburl import connect
 from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, start
 from pulse_trio.store.leases import finish
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import FinishReport
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.instances import NewInstance, SubscribedQueue
+from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.registry import read_only
 
 

@@ -17,7 +17,7 @@ from pulse_trio.store import (
     NewTask, Refusal, assign, expire, lapse, new_credentials, register, request_cancel, retry, submit,
 )
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.instances import NewInstance, SubscribedQueue
+from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 
 ROUNDS = 12
 
