@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from pulse_trio.server.hub import SessionHub
     from pulse_trio.server.live_settings import LiveSettings
     from pulse_trio.server.session_service import SessionService
-    from pulse_trio.store.leases import LeaseCommand
+    from pulse_trio.store.inputs import FinishCommand
     from pulse_trio.store.tx import Tx
 
 
@@ -64,7 +64,7 @@ class RideAlongPlan:
     """The ride-along claims of one batch, decided in the Trio thread, run in the batch's transaction."""
 
     riders: dict[str, _Rider]  # by session id, in session-id order: batches lock session rows in one order
-    commands: Sequence[LeaseCommand]  # the batch's finish commands, in the order of their results
+    commands: Sequence[FinishCommand]  # the batch's finish commands, in the order of their results
     now: dt.datetime  # the batch's time
     start_timeout_ms: int
     lease_ttl_ms: int
@@ -116,7 +116,7 @@ class RideAlong:
         self.claims = 0  # ride-along claims committed
         self.offers = 0  # offers they made
 
-    def plan(self, finishes: Sequence[LeaseCommand], now: dt.datetime) -> RideAlongPlan | None:
+    def plan(self, finishes: Sequence[FinishCommand], now: dt.datetime) -> RideAlongPlan | None:
         """The ride-along claims for a batch with these finishes; None when the queues are not deep."""
         if not finishes or not self.dispatcher.backlogged:
             return None

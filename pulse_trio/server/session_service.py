@@ -43,10 +43,10 @@ from pulse_trio.contract import messages as m
 from pulse_trio.contract.grammar import new_id
 from pulse_trio.server import to_wire
 from pulse_trio.session import Close, Reject, Request, ServerSession
-from pulse_trio.store import instances, leases
+from pulse_trio.store import instances
 from pulse_trio.store.results import AssignResult, CancelNotice, Refusal
 from pulse_trio.store.resume import ResumeRequest, resume
-from pulse_trio.store.inputs import FinishReport
+from pulse_trio.store.inputs import AnyLeaseCommand, FinishCommand, FinishReport, RenewCommand, StartCommand
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint
@@ -71,7 +71,7 @@ def in_flight_limit(capacity: int) -> int:
 
 INTERNAL_RETRY_AFTER_MS = 1000
 REFILL_MAX = 16
-_COMMAND_KIND = {m.TaskStart: "start", m.TaskRenew: "renew", m.TaskFinish: "finish"}
+_LEASE_COMMANDS = (m.TaskStart, m.TaskRenew, m.TaskFinish)
 
 
 class Outbox(Protocol):
@@ -146,9 +146,8 @@ class SessionService:
         event = self.protocol.receive(data)
         if type(event) is Request:
             message = event.message
-            kind = _COMMAND_KIND.get(type(message))
-            if kind is not None:
-                self._submit(kind, message)
+            if type(message) in _LEASE_COMMANDS:
+                self._submit(message)
                 if self._in_flight >= self.in_flight_limit:
                     self._room = trio.Event()
                     await self._room.wait()
@@ -321,16 +320,20 @@ class SessionService:
             previous.lease_ended(msg.lease_id)
         self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
 
-    def _submit(self, kind: str, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
-        command = leases.LeaseCommand(session_id=self.session_id, task_id=msg.task_id, lease_id=msg.lease_id,
-                                      lease_secret=msg.lease_secret, revision=msg.revision)
-        report = None
-        if kind == "finish":
+    def _submit(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
+        command: AnyLeaseCommand
+        if type(msg) is m.TaskFinish:
             report = FinishReport(status=msg.status, result_json=str(msg.result),
                                   error_code=msg.error_code or None, error_message=msg.error_message or None,
                                   retryable=msg.retryable)
+            command = FinishCommand(self.session_id, msg.task_id, msg.lease_id, msg.lease_secret, msg.revision,
+                                    report)
+        elif type(msg) is m.TaskStart:
+            command = StartCommand(self.session_id, msg.task_id, msg.lease_id, msg.lease_secret, msg.revision)
+        else:
+            command = RenewCommand(self.session_id, msg.task_id, msg.lease_id, msg.lease_secret, msg.revision)
         self._in_flight += 1
-        self._submit_command(kind, command, report, functools.partial(self._command_done, msg))
+        self._submit_command(command, functools.partial(self._command_done, msg))
 
     def _command_done(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish, outcome: Any) -> None:
         """The batcher's callback, in the Trio thread, once the command's batch has run."""

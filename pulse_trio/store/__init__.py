@@ -35,7 +35,8 @@ from pulse_trio.store.facade import StoreStatistics, StoreUnavailable, SyncStore
 from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.instances import disconnect, node_gone, register, set_capacity
 from pulse_trio.store.lease_timers import expire, lapse
-from pulse_trio.store.leases import LeaseCommand, finish, renew, start
+from pulse_trio.store.inputs import FinishCommand, LeaseCommand, RenewCommand, StartCommand
+from pulse_trio.store.leases import finish, renew, start
 from pulse_trio.store.permits import release_after_quarantine
 from pulse_trio.store.registry import GUARDS, REGISTRY, Registration, decide
 from pulse_trio.store.results import Refusal
@@ -49,7 +50,8 @@ from pulse_trio.store.views import TaskView, get_task
 TIMERS = (lapse, expire, promote, release_after_quarantine, nodes.lose)
 
 __all__ = [
-    "GUARDS", "REGISTRY", "TIMERS", "FinishReport", "LeaseCommand", "LeaseCredential", "NewInstance", "NewTask",
+    "GUARDS", "REGISTRY", "TIMERS", "FinishCommand", "FinishReport", "LeaseCommand", "LeaseCredential", "NewInstance",
+    "NewTask", "RenewCommand", "StartCommand",
     "Refusal", "Registration", "ResumeRequest", "StoreStatistics", "StoreUnavailable", "SubscribedQueue", "SyncStore",
     "TaskView", "Tx", "assign", "decide", "disconnect", "expire", "finish", "get_task", "lapse", "new_credentials",
     "node_gone", "nodes",

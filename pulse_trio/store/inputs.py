@@ -1,4 +1,4 @@
-"""What transaction functions are handed, made before the transaction: a registration, a finish's report.
+"""What transaction functions are handed, made before the transaction: a registration, a lease command.
 
 They sit below the guards and the transaction functions (``guard_context``
 reads them, ``instances`` and ``task_steps`` take them), so neither has to
@@ -80,4 +80,37 @@ class FinishReport:
             raise ValueError("retryable is only allowed with FAILED")
 
 
-__all__ = ["FINISH_STATUSES", "FinishReport", "NewInstance", "SubscribedQueue"]
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseCommand:
+    """The common body of task.start / task.renew / task.finish, plus the calling session."""
+
+    session_id: str
+    task_id: str
+    lease_id: str
+    lease_secret: str = dataclasses.field(repr=False)
+    revision: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StartCommand(LeaseCommand):
+    """task.start: run by ``leases.start``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RenewCommand(LeaseCommand):
+    """task.renew: run by ``leases.renew``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FinishCommand(LeaseCommand):
+    """task.finish with its outcome: run by ``leases.finish``."""
+
+    report: FinishReport
+
+
+#: A lease command: its type says which transaction function runs it.
+AnyLeaseCommand = StartCommand | RenewCommand | FinishCommand
+
+
+__all__ = ["FINISH_STATUSES", "AnyLeaseCommand", "FinishCommand", "FinishReport", "LeaseCommand", "NewInstance",
+           "RenewCommand", "StartCommand", "SubscribedQueue"]
