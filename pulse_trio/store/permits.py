@@ -19,6 +19,7 @@ import collections
 import datetime as dt
 from collections.abc import Sequence
 
+from pulse_trio.charts.states import HELD_PERMIT_STATES, sql_list
 from pulse_trio.store import task_steps
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import KeyPermitContext
@@ -78,7 +79,8 @@ def _held(tx: Tx, lease_ids: Sequence[str]) -> list[tuple[str, str]]:
     if not lease_ids:
         return []
     return [(r[0], r[1]) for r in tx.all(
-        "SELECT lease_id, concurrency_key FROM key_permits WHERE lease_id IN %s AND state = 'HELD' FOR UPDATE",
+        "SELECT lease_id, concurrency_key FROM key_permits WHERE lease_id IN %s"
+        f" AND state IN {sql_list(HELD_PERMIT_STATES)} FOR UPDATE",
         (tuple(lease_ids),))]
 
 

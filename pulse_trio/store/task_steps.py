@@ -19,7 +19,7 @@ from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import TaskContext
 from pulse_trio.store.inputs import FinishReport
 from pulse_trio.store.registry import guard, require, transition
-from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.rows import KEY_WAIT, LeaseRow, TaskRow
 from pulse_trio.store.tx import InvariantViolation, Tx, after_ms, db_time
 
 #: For the steps whose transitions have no guard (offer, start, lapse, cancel): nothing to read.
@@ -112,7 +112,7 @@ def waiting_of_key(tx: Tx, key: str, count: int, *, skip_locked: bool = False) -
     back); a cancel (``skip_locked``) only tops up and never waits.
     """
     return [r[0] for r in tx.all(
-        "SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = 'KEY_WAIT'"
+        f"SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = '{KEY_WAIT}'"
         " ORDER BY effective_at, task_id LIMIT %s FOR UPDATE" + (" SKIP LOCKED" if skip_locked else ""),
         (key, count))]
 
