@@ -37,7 +37,7 @@ from collections.abc import Collection, Sequence
 from pulse_trio.store import ids, instances, known_leases, permits, task_steps
 from pulse_trio.store.leases import lease_view
 from pulse_trio.store.queues import paused_queues
-from pulse_trio.store.chart_write import destination
+from pulse_trio.store.chart_write import create, destination
 from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, read_only, screen, transition
 from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
@@ -165,6 +165,8 @@ def _snapshot(task: TaskRow, attempt: int, token: int | None) -> TaskSnapshot:
 
 #: Where lease.assign puts the lease it inserts (the chart's one transition from NONE).
 _OFFERED = destination("lease", "assign", "NONE")
+_LEASE_COLUMNS = ("lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id, owner_session_id,"
+                  " epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token")
 
 
 def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...]:
@@ -228,19 +230,15 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
     rows, offers = [], []
     for task, credential, token in chosen:
         attempt = task.attempt + 1
-        rows += (credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), attempt,
-                 task.lease_ttl_ms or default_lease_ttl_ms, task.effect_uncertain, token)
+        rows.append((credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), attempt,
+                     task.lease_ttl_ms or default_lease_ttl_ms, task.effect_uncertain, token))
         offers.append(Offer(_snapshot(task, attempt, token),
                             LeaseView(credential.lease_id, task.task_id, 1, session.epoch, _OFFERED, expires),
                             credential.lease_secret))
-    state = tx.literal(_OFFERED)
-    values = ", ".join([f"(%s, %s, %s, {state}, 1, %s, {shared}, %s, %s, %s)"] * len(chosen))
-    tx.write(
-        "INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id,"
-        " owner_session_id, epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token)"
-        f" VALUES {values}", rows)
+    create(tx, "lease", "assign", columns=_LEASE_COLUMNS, row=f"(%s, %s, %s, {{state}}, 1, %s, {shared}, %s, %s, %s)",
+           rows=rows)
     # What the lean start/finish path expects of these rows (leases.py): ttl and digest columns of each row.
-    known_leases.offered(session.session_id, offers, ttl_ms=rows[4::7], digests=rows[2::7])
+    known_leases.offered(session.session_id, offers, ttl_ms=[r[4] for r in rows], digests=[r[2] for r in rows])
     return AssignResult(tuple(offers), free)
 
 

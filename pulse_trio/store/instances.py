@@ -25,7 +25,7 @@ from collections.abc import Collection, Sequence
 from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER
 from pulse_trio.store import ids
-from pulse_trio.store.chart_write import move
+from pulse_trio.store.chart_write import create, move
 from pulse_trio.store.guard_context import InstanceContext
 from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.registry import decide, guard, read_only, transition
@@ -163,15 +163,15 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
     if isinstance(dest, Refusal):
         return dest
     stamp = db_time(now)
-    tx.write(
-        "INSERT INTO worker_instances (instance_id, session_id, secret_digest, state, worker_name,"
-        " subscriptions, cancellation_notifications, concurrency_keys, client_info, token_id, capacity,"
-        " node_id, sequence, registered_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,%s,NULL,%s,%s)",
-        (instance.instance_id, instance.session_id, ids.secret_digest(instance.instance_secret), dest,
-         instance.worker_name, json.dumps([s.as_json() for s in instance.subscriptions]),
-         instance.cancellation_notifications, instance.concurrency_keys, instance.client_json,
-         instance.token_id, tx.node_id, stamp, stamp),
-    )
+    create(tx, "instance", "register", dest=dest,
+           columns="instance_id, session_id, secret_digest, state, worker_name, subscriptions,"
+                   " cancellation_notifications, concurrency_keys, client_info, token_id, capacity, node_id, sequence,"
+                   " registered_at, updated_at",
+           row="(%s, %s, %s, {state}, %s, %s, %s, %s, %s, %s, 0, %s, NULL, %s, %s)",
+           rows=[(instance.instance_id, instance.session_id, ids.secret_digest(instance.instance_secret),
+                  instance.worker_name, json.dumps([s.as_json() for s in instance.subscriptions]),
+                  instance.cancellation_notifications, instance.concurrency_keys, instance.client_json,
+                  instance.token_id, tx.node_id, stamp, stamp)])
     epoch = tx.last_insert_id()  # allocated by the insert: no counter row to lock
     return Registered(
         InstanceView(instance.instance_id, instance.session_id, epoch, dest, 0, False, None, 0),

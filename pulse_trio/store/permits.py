@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from pulse_trio.charts.states import HELD_PERMIT_STATES, sql_list
 from pulse_trio.store import task_steps
-from pulse_trio.store.chart_write import move
+from pulse_trio.store.chart_write import create, move
 from pulse_trio.store.guard_context import KeyPermitContext
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TimerResult
@@ -68,10 +68,9 @@ def acquire(tx: Tx, *, task: TaskRow, lease_id: str, now: dt.datetime) -> int | 
     token = last + 1
     tx.cas("UPDATE key_counters SET last_token = %s, outstanding = outstanding + 1"
            " WHERE concurrency_key = %s AND last_token = %s", (token, key, last))
-    tx.write(
-        "INSERT INTO key_permits (lease_id, concurrency_key, concurrency_token, task_id, state, acquired_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s)", (lease_id, key, token, task.task_id, dest, db_time(now)),
-    )
+    create(tx, "key_permit", "acquire", dest=dest,
+           columns="lease_id, concurrency_key, concurrency_token, task_id, state, acquired_at",
+           row="(%s, %s, %s, %s, {state}, %s)", rows=[(lease_id, key, token, task.task_id, db_time(now))])
     return token
 
 

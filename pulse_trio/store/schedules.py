@@ -33,6 +33,7 @@ from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import terminal_states
 from pulse_trio.contract.grammar import new_ulid
 from pulse_trio.schedule_timing import Timing
+from pulse_trio.store import chart_write
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import ScheduleContext
 from pulse_trio.store.registry import decide, read_only, require, transition
@@ -126,11 +127,12 @@ def create(tx: Tx, *, schedule: NewSchedule, now: dt.datetime, created_by: str) 
     state = require("schedule", "create", "NONE", ScheduleContext(now=now))
     s, stamp, who = schedule, db_time(now), created_by[:128]
     try:
-        tx.write(f"INSERT INTO schedules ({_COLUMNS}) VALUES"
-                 " (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,NULL,NULL,0,%s,%s,%s,%s)",
-                 (s.schedule_id, s.name, state, s.queue, s.kind, s.payload_json, s.priority, s.max_attempts,
-                  s.timing.cron, s.timing.interval_s, s.timing.timezone, s.missed, s.catch_up_limit,
-                  db_time(_next_after(s.timing, now)), stamp, who, stamp, who))
+        chart_write.create(
+            tx, "schedule", "create", dest=state, columns=_COLUMNS,
+            row="(%s, %s, {state}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, 0, %s, %s, %s, %s)",
+            rows=[(s.schedule_id, s.name, s.queue, s.kind, s.payload_json, s.priority, s.max_attempts,
+                   s.timing.cron, s.timing.interval_s, s.timing.timezone, s.missed, s.catch_up_limit,
+                   db_time(_next_after(s.timing, now)), stamp, who, stamp, who)])
     except pymysql.err.IntegrityError as exc:
         if exc.args[0] != DUPLICATE_KEY:
             raise
