@@ -70,6 +70,8 @@ class RideAlongPlan:
     lease_ttl_ms: int
     paused: frozenset[str] | None
     ran: bool = False  # a transaction ran the claims (they may have committed)
+    #: The riders' session rows as lock_sessions read them, under the shared lock the claims rely on.
+    sessions: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def settle(self) -> None:
         """The batch is over (committed, failed or cancelled): resumes into the riders may go on."""
@@ -80,7 +82,7 @@ class RideAlongPlan:
 
     def lock_sessions(self, tx: Tx) -> None:
         """First in the batch's transaction: the riders' session rows, shared, before any lease is locked."""
-        share_lock_sessions(tx, list(self.riders))
+        self.sessions = share_lock_sessions(tx, list(self.riders))
 
     def claims(self, tx: Tx, results: list[Any]) -> list[tuple[_Rider, int, Any]]:
         """In the batch's transaction, after its commands: each rider claims what its accepted finishes freed.
@@ -103,7 +105,8 @@ class RideAlongPlan:
             # Its finishes that ended here were in ``held``: the claim sees the count after them.
             result = assign(tx, session_id=sid, credentials=rider.credentials, want=count, now=self.now,
                             start_timeout_ms=self.start_timeout_ms, default_lease_ttl_ms=self.lease_ttl_ms,
-                            paused=self.paused, held=rider.held - count, shared_lock=True)
+                            paused=self.paused, held=rider.held - count, shared_lock=True,
+                            session=self.sessions.get(sid))
             out.append((rider, count, result))
         return out
 

@@ -186,7 +186,7 @@ def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...
 def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], now: dt.datetime,
            start_timeout_ms: int, default_lease_ttl_ms: int, max_scan: int | None = None,
            paused: Collection[str] | None = None, held: int | None = None, want: int | None = None,
-           shared_lock: bool = False) -> AssignResult | Refusal:
+           shared_lock: bool = False, session: InstanceRow | None = None) -> AssignResult | Refusal:
     """Offer up to len(credentials) READY tasks to the session, in pick-up order.
 
     ``paused``: the queues to skip (chart ``queue``), as the caller's instance
@@ -200,9 +200,12 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
     that cannot raise the session's lease count (a finish batch's ride-along
     offers at most what the batch's finishes of that session freed): such
     claims need not wait for each other, and still serialise with the
-    dispatcher's, which lock the row exclusively.
+    dispatcher's, which lock the row exclusively. ``session``: that row as
+    the caller's transaction already read it under the shared lock
+    (``instances.share_lock_sessions``), so it is not read again.
     """
-    session = instances.load_session(tx, session_id, lock=True, shared=shared_lock)
+    if session is None or not shared_lock:
+        session = instances.load_session(tx, session_id, lock=True, shared=shared_lock)
     if session is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
     if tx.recovering:

@@ -136,17 +136,21 @@ def load_session(tx: Tx, session_id: str, *, lock: bool, shared: bool = False) -
     return InstanceRow.from_row(row) if row else None
 
 
-def share_lock_sessions(tx: Tx, session_ids: Sequence[str]) -> None:
-    """Lock these sessions' rows shared, in session-id order: a finish batch's ride-along claims, taken first.
+def share_lock_sessions(tx: Tx, session_ids: Sequence[str]) -> dict[str, InstanceRow]:
+    """Lock these sessions' rows shared, in session-id order, and read them: a finish batch's ride-along claims.
 
     Taken before the batch locks any lease, it keeps the lock order
     (session -> lease -> task); shared locks of concurrent batches do not
     wait on each other, only on a dispatcher's claim, which locks the row
-    exclusively.
+    exclusively. Nothing can change a row while the lock is held, so the
+    claims at the end of the batch take these rows as read here instead of
+    reading each again.
     """
-    if session_ids:
-        tx.all("SELECT session_id FROM worker_instances WHERE session_id IN %s ORDER BY session_id"
-               " LOCK IN SHARE MODE", (tuple(session_ids),))
+    if not session_ids:
+        return {}
+    rows = tx.all(_SELECT + " WHERE i.session_id IN %s ORDER BY i.session_id LOCK IN SHARE MODE",
+                  (tuple(session_ids),))
+    return {row.session_id: row for row in map(InstanceRow.from_row, rows)}
 
 
 @transition("instance", "register")
