@@ -91,13 +91,7 @@ def finish_tail(status: str, result: str, error_code: str = "", error_message: s
             raise InvalidMessage("result", f"not strict JSON: {exc}") from None
     c.need(result != "null", "result", "must not be null")
     c.need(utf8_size(result) <= lim.MAX_RESULT_BYTES, "result", "must be at most 262144 UTF-8 bytes")
-    if status == "SUCCEEDED":
-        c.need(error_code == "", "error_code", "must be empty when SUCCEEDED")
-    else:
-        c.string(error_code, "error_code", g.is_error_code, "a non-empty error code")
-    c.text(error_message, "error_message", lim.MAX_ERROR_MESSAGE_CHARS)
-    c.boolean(retryable, "retryable")
-    c.need(not retryable or status == "FAILED", "retryable", "may be true only when FAILED")
+    m.check_outcome(status, error_code, error_message, retryable)
     parts = [b'","status":', _json(status), b',"result":', result.encode()]
     if error_code:
         parts += (b',"error_code":', _json(error_code))

@@ -11,6 +11,7 @@ import dataclasses
 
 from pulse_trio.contract.grammar import is_kind, is_queue
 from pulse_trio.contract.limits import MAX_SUBSCRIPTIONS
+from pulse_trio.contract.messages import check_outcome
 from pulse_trio.store import ids
 
 #: The statuses a finish reports (``task.finish``).
@@ -70,14 +71,8 @@ class FinishReport:
     retryable: bool = False
 
     def __post_init__(self) -> None:
-        if self.status not in FINISH_STATUSES:
-            raise ValueError(f"status must be one of {FINISH_STATUSES}")
-        if self.status == "SUCCEEDED" and self.error_code:
-            raise ValueError("SUCCEEDED carries no error_code")
-        if self.status != "SUCCEEDED" and not self.error_code:
-            raise ValueError(f"{self.status} needs an error_code")
-        if self.retryable and self.status != "FAILED":
-            raise ValueError("retryable is only allowed with FAILED")
+        # The finish rules are the contract's, which task.finish passed already; asked again for direct callers.
+        check_outcome(self.status, self.error_code or "", self.error_message or "", self.retryable)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
