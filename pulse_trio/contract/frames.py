@@ -221,11 +221,12 @@ def _body(obj: Obj) -> dict[str, bool]:
     return {f.name: f.presence != REQUIRED for f in obj.fields}
 
 
-def _check() -> None:
-    if set(FRAMES) != set(m.CLIENT_TYPES.values()) | set(m.SERVER_TYPES.values()):
+def check(table: dict[type, Frame]) -> None:
+    """Raise TypeError where the table and the message classes disagree (run on ``FRAMES`` at import)."""
+    if set(table) != set(m.CLIENT_TYPES.values()) | set(m.SERVER_TYPES.values()):
         raise TypeError("frames.FRAMES must declare every message type, once")
     objects: dict[str, Obj] = {}
-    for frame in FRAMES.values():
+    for frame in table.values():
         envelope = {"id": False}
         for key in ("session_id", "reply_to"):
             if getattr(frame, key) != ABSENT:
@@ -239,4 +240,4 @@ def _check() -> None:
             _same(obj.name, _body(obj), obj.cls)
 
 
-_check()
+check(FRAMES)
