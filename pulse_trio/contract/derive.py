@@ -197,7 +197,8 @@ def envelope_count(frame: fr.Frame) -> tuple[int, tuple[str, ...]]:
 def fast_frame(frame: fr.Frame, json: dict[str, Callable[[bytes], Any]],
                keys_add_up: Callable[..., bool]) -> Callable:
     """``build(frame_struct, data) -> message or None`` for a frame whose body sits on the message."""
-    assert frame.flat
+    if not frame.flat:
+        raise TypeError(f"{frame.cls.TYPE}: only a frame whose body sits on the message has a fast builder")
     src = _Source()
     src.names["keys_add_up"] = keys_add_up
     keys, strings = envelope_count(frame)
