@@ -16,6 +16,9 @@ default (the value the encoder omits), so adding a field in one place only
 fails loudly. The published schema is held to the decoders by the contract
 tests.
 
+Declarations compare and hash by identity (``eq=False``): each is one
+object, and the caches keyed by them must not walk their fields per frame.
+
 Field kinds: ``str``, ``counter`` (a decimal string, an ``int`` in the
 message), ``int``, ``bool``, ``time`` (RFC 3339 text, an aware ``datetime``),
 ``json`` (open JSON kept as text: a result or a payload), ``strs`` (an
@@ -42,7 +45,7 @@ SCALARS = ("str", "counter", "int", "bool", "time", "json", "strs")
 STRING_KINDS = ("str", "counter", "time")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Many:
     """A JSON array of 1..``most`` objects."""
 
@@ -50,7 +53,7 @@ class Many:
     most: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Field:
     name: str  # the wire key and the attribute
     kind: Union[str, Obj, Many]
@@ -62,7 +65,7 @@ class Field:
     variant: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Obj:
     """One closed JSON object; ``cls`` is its value type, or None when its fields sit on the message itself."""
 
@@ -85,7 +88,7 @@ class Obj:
         return tuple(head + rest)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Frame:
     """A message type's envelope: which of ``session_id`` / ``reply_to`` it carries, and its body."""
 

@@ -142,10 +142,10 @@ def envelope(frame: fr.Frame) -> Shape:
 
 
 @functools.cache
-def _order(obj: fr.Obj, cls: type, first: tuple[str, ...]) -> tuple[tuple[fr.Field, Any], ...]:
-    """The fields in reading order, each with its default in ``cls``."""
+def _order(obj: fr.Obj, cls: type, first: tuple[str, ...]) -> tuple[tuple[fr.Field, Any, Callable], ...]:
+    """The fields in reading order, each with its default in ``cls`` and its reader."""
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-    return tuple((f, defaults.get(f.name)) for f in obj.read_order(first))
+    return tuple((f, defaults.get(f.name), _reader(f)) for f in obj.read_order(first))
 
 
 def fields(obj: fr.Obj, tree: dict, path: str, strict: bool, *, variant: bool = False, cls: type | None = None,
@@ -162,28 +162,41 @@ def fields(obj: fr.Obj, tree: dict, path: str, strict: bool, *, variant: bool = 
     """
     first = first or {}
     out: dict[str, Any] = {}
-    for f, default in _order(obj, cls or obj.cls, first.get(obj.name, ())):
-        if f.name not in tree or (f.presence == fr.VARIANT and not variant) or (only and f.name not in only):
+    for f, default, read in _order(obj, cls or obj.cls, first.get(obj.name, ())):
+        name = f.name
+        if name not in tree or (f.presence == fr.VARIANT and not variant) or (only and name not in only):
             continue
-        kind, name = f.kind, f.name
-        if isinstance(kind, fr.Obj):
-            value = _object(kind, tree[name], f"{path}.{name}", strict, f.variant, first, given)
-        elif isinstance(kind, fr.Many):
-            value = tuple(_object(kind.item, item, f"{path}.{name}[{i}]", strict, False, first, given)
-                          for i, item in enumerate(array(tree, name, path, kind.most)))
-        elif kind == "json":
-            value = given[name]  # type: ignore[index]
-        elif kind == "strs":
-            value = array(tree, name, path, f.most)
-            for j, item in enumerate(value):
-                if type(item) is not str:
-                    raise Bad(f"{path}.{name}[{j}]", f"must be a string, got {show(item)}")
-        else:
-            value = _READ[kind](tree, name, path)
+        value = read(f, tree, path, strict, first, given)
         if f.refuse_default and value == default:
             raise Bad(f"{path}.{name}", f.refuse_default)
         out[name] = value
     return out
+
+
+def _reader(f: fr.Field) -> Callable[..., Any]:
+    """How one declared field is read: ``read(field, tree, path, strict, first, given)``."""
+    kind = f.kind
+    if isinstance(kind, fr.Obj):
+        return lambda f, tree, path, strict, first, given: _object(
+            f.kind, tree[f.name], f"{path}.{f.name}", strict, f.variant, first, given)
+    if isinstance(kind, fr.Many):
+        return lambda f, tree, path, strict, first, given: tuple(
+            _object(f.kind.item, item, f"{path}.{f.name}[{i}]", strict, False, first, given)
+            for i, item in enumerate(array(tree, f.name, path, f.kind.most)))
+    if kind == "json":
+        return lambda f, tree, path, strict, first, given: given[f.name]
+    if kind == "strs":
+        return _strings
+    scalar = _READ[kind]
+    return lambda f, tree, path, strict, first, given: scalar(tree, f.name, path)
+
+
+def _strings(f: fr.Field, tree: dict, path: str, strict: bool, first: Any, given: Any) -> list:
+    value = array(tree, f.name, path, f.most)
+    for j, item in enumerate(value):
+        if type(item) is not str:
+            raise Bad(f"{path}.{f.name}[{j}]", f"must be a string, got {show(item)}")
+    return value
 
 
 def _object(obj: fr.Obj, value: Any, path: str, strict: bool, variant: bool, first: dict, given: Any) -> Any:
