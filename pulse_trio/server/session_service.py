@@ -103,7 +103,6 @@ class SessionService:
         self.concurrency_keys = False
         self.cancellation_notifications = False
         self.capacity = 0
-        self.drain = False
         #: The leases this session holds, as this process knows them: every lease it
         #: gets (an offer, a resume) is added once committed, and removed when it ends
         #: here or reconciliation finds it gone. Never fewer than the database holds,
@@ -274,7 +273,7 @@ class SessionService:
         if result.applied:
             # The stored state decides drain: an operator's drain outlives drain=false frames.
             self.protocol.capacity_applied(result.instance.drain)
-            self.capacity, self.drain = msg.capacity, result.instance.drain
+            self.capacity = msg.capacity
             self.in_flight_limit = in_flight_limit(msg.capacity)
             endpoint.hub.refresh(self)
             endpoint.hub.wake()
@@ -430,9 +429,14 @@ class SessionService:
         self.endpoint.hub.refresh(self)
         return True
 
+    @property
+    def drain(self) -> bool:
+        """Whether the session drains: its chart's state (``ServerSession.draining``), the one owner of it."""
+        return self.protocol.draining
+
     def drain_hinted(self) -> None:
         """The session is drained (an operator's drain seen elsewhere): no more offers."""
-        self.drain = True
+        self.protocol.operator_drained()
         self.endpoint.hub.refresh(self)
 
     def notify_cancel(self, notice: CancelNotice) -> None:

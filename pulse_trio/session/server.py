@@ -228,6 +228,17 @@ class ServerSession:
         if not self.ending:
             self._fire("capacity")
 
+    def operator_drained(self) -> None:
+        """An operator's drain of this session committed (seen here or through another instance)."""
+        self._model.drain = True
+        if not self.ending:
+            self._fire("operator_drain")
+
+    @property
+    def draining(self) -> bool:
+        """The chart's draining state: nothing is offered to this session."""
+        return self._model.state == "draining"
+
     def ack(self, reply_to: str, body: m.AckBody) -> bytes | None:
         """Answer a capacity, resume or lease command; None if the session is closing."""
         request_type = self._pending.get(reply_to)
