@@ -1,6 +1,6 @@
 """What one worker connection needs of its instance: built once by the service, shared by every connection.
 
-A connection (``wire.py``) and its session (``session_service.py``) see
+A connection (``wire.py``) and its session (``live_session.py``) see
 the instance only through this object, never through the service that
 composes it; each binds the few methods it calls per frame when it is
 built, so a frame pays no lookup through here.

@@ -1,6 +1,6 @@
 """The live sessions of this instance, as the dispatcher sees them.
 
-A session registers here once welcomed; its :class:`~pulse_trio.server.session_service.SessionService`
+A session registers here once welcomed; its :class:`~pulse_trio.server.live_session.LiveSession`
 keeps its own numbers (capacity, drain, active leases) current and tells
 the hub whenever they change (:meth:`SessionHub.refresh`). The hub keeps,
 beside every session, the *hungry* ones: those with a free slot, per
@@ -20,7 +20,7 @@ import trio
 
 
 class HubMember(Protocol):
-    """What the hub reads of a session to file it (``SessionService`` is one; the hub never imports it)."""
+    """What the hub reads of a session to file it (``LiveSession`` is one; the hub never imports it)."""
 
     @property
     def session_id(self) -> str: ...

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from pulse_trio.server.dispatcher import Dispatcher
     from pulse_trio.server.hub import SessionHub
     from pulse_trio.server.live_settings import LiveSettings
-    from pulse_trio.server.session_service import SessionService
+    from pulse_trio.server.live_session import LiveSession
     from pulse_trio.store.inputs import FinishCommand
     from pulse_trio.store.tx import Tx
 
@@ -52,11 +52,11 @@ if TYPE_CHECKING:
 class _Rider:
     """One session whose finishes are in the batch: what its claim may take."""
 
-    session: SessionService
+    session: LiveSession
     held: int  # the session's live leases as counted when the batch started (its finishes among them)
     leases: frozenset[str]  # its finishing leases that count was made of
     credentials: tuple[LeaseCredential, ...]  # one per finish: the most it may be offered
-    claim: Any = None  # the session's token for this claim (SessionService.claim_begun): resumes wait for it
+    claim: Any = None  # the session's token for this claim (LiveSession.claim_begun): resumes wait for it
 
 
 @dataclasses.dataclass(slots=True)
@@ -137,7 +137,7 @@ class RideAlong:
                 riders[sid] = _Rider(session, session.active_leases, mine, new_credentials(len(mine)))
         if not riders:
             return None
-        for rider in riders.values():  # its held= is a count taken now (see SessionService.claim_begun)
+        for rider in riders.values():  # its held= is a count taken now (see LiveSession.claim_begun)
             rider.claim = rider.session.claim_begun()
         settings = self.settings
         return RideAlongPlan(riders, finishes, now, settings.start_timeout_ms, settings.lease_ttl_ms, hub.paused)

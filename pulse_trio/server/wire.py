@@ -6,7 +6,7 @@ ping/pong, close codes and the message size limit), with two tasks in the
 connection's nursery:
 
 * the reader receives a chunk, lets the codec cut it into frames, and hands
-  every complete text message in it to the :class:`SessionService` before
+  every complete text message in it to the :class:`LiveSession` before
   it awaits the socket again;
 * the writer sleeps until something is due, then sends everything that
   accumulated (answers, pushes, pongs, the close) in one ``send_all``.
@@ -47,7 +47,7 @@ from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
-from pulse_trio.server.session_service import SessionService, in_flight_limit
+from pulse_trio.server.live_session import LiveSession, in_flight_limit
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint
@@ -122,7 +122,7 @@ class WireConnection:
         self._count_frame_in = endpoint.metrics.count_frame_in
         self._count_frame_out = endpoint.metrics.count_frame_out
         self.ws = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=CODEC_MAX_BYTES, logger=_CODEC_LOG)
-        self.service: SessionService | None = None
+        self.session: LiveSession | None = None
         self._wake = trio.Event()
         self._queued = 0
         self._closing = False
@@ -141,7 +141,7 @@ class WireConnection:
         if self._closing or self.ws.state is not OPEN:
             return False
         if self._queued >= OUTBOX_FRAMES:  # cannot happen within the protocol's bounds
-            log.error("outbox full for %s; closing", self.service.session_id if self.service else "?")
+            log.error("outbox full for %s; closing", self.session.session_id if self.session else "?")
             self._abort()
             return False
         self.ws.send_text(frame)
@@ -162,15 +162,15 @@ class WireConnection:
     # -- what the rest of the service asks ------------------------------------------
     def shutdown(self) -> None:
         """server_shutting_down, then close (the instance is stopping)."""
-        if self.service is not None:
-            self.service.shutdown()
+        if self.session is not None:
+            self.session.shutdown()
 
     def keepalive(self, now: float, interval: float) -> None:
-        if self._closing or self.ws.state is not OPEN or self.service is None:
+        if self._closing or self.ws.state is not OPEN or self.session is None:
             return
         if self._pinged_at is not None:
             if now - self._pinged_at >= 3 * interval:
-                self.service.pong_missing()
+                self.session.pong_missing()
             return
         self._pinged_at = now
         if not (self._writing or self._wake.is_set() or self.ws.writes) and isinstance(self.stream, trio.SocketStream):
@@ -198,7 +198,7 @@ class WireConnection:
             token = await self._handshake()
             if token is None:
                 return
-            self.service = SessionService(self.endpoint, token, self)
+            self.session = LiveSession(self.endpoint, token, self)
             self.endpoint.connections.add(self)
             self.endpoint.keepalive.add(self)
             try:
@@ -217,7 +217,7 @@ class WireConnection:
                 self.endpoint.connections.discard(self)
                 self.endpoint.keepalive.discard(self)
                 with trio.CancelScope(shield=True):
-                    await self.service.release()
+                    await self.session.release()
         finally:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
@@ -294,7 +294,7 @@ class WireConnection:
     # -- reading -------------------------------------------------------------------
     async def _read_loop(self) -> None:
         """Read until the closing handshake is done, the peer is gone, or a deadline passes."""
-        service = self.service
+        service = self.session
         assert service is not None
         hello_deadline = trio.current_time() + self.endpoint.settings.current.hello_timeout
         events, self._early = self._early, []
@@ -338,7 +338,7 @@ class WireConnection:
 
     async def _handle(self, events: list) -> bool:
         """Every frame of one chunk, in order; False once nothing more will be read."""
-        service, count_in = self.service, self._count_frame_in
+        service, count_in = self.session, self._count_frame_in
         for frame in events:
             opcode = frame.opcode
             if opcode is Opcode.TEXT or opcode is Opcode.CONT:

@@ -1,7 +1,12 @@
-"""One worker session on this instance, without its socket.
+"""One worker session live on this instance, without its socket.
+
+Not to be confused with :class:`pulse_trio.session.ServerSession`, the
+sans-IO protocol state of the server's side of the wire, which this class
+drives (``self.protocol``): that one knows frames and the session chart,
+this one the instance around them (store, batcher, hub).
 
 The transport (``wire.py``) owns the bytes: it hands every complete text
-message to :meth:`SessionService.receive` and sends what the service puts
+message to :meth:`LiveSession.receive` and sends what the service puts
 in its :class:`Outbox`. Everything else about the session lives here, in
 one place:
 
@@ -84,7 +89,7 @@ class Outbox(Protocol):
         """Close after what is queued has been sent."""
 
 
-class SessionService:
+class LiveSession:
     """Requests, lease counting and drain bookkeeping of one connection."""
 
     def __init__(self, endpoint: WorkerEndpoint, token: TokenInfo, outbox: Outbox) -> None:
