@@ -11,14 +11,17 @@ a flood that was spread past it (docs/priority-and-fairness.md §5).
 
 Everything is decided when the task becomes READY: the claim reads the
 same index in the same order as without fairness keys, whatever the number
-of keys, and tasks without a key pay nothing. The key's row is locked for
-the placement (rows in one order, by ``share_id``), so every serve process
-and producer places the key's tasks on one clock.
+of keys, and tasks without a key pay nothing. A batch reads its keys'
+clocks and weights in one statement that locks nothing, and moves each
+key's clock with one UPDATE that only changes the clock it read (rows in
+one order, by ``share_id``); another placer's move in between makes it
+read the row again under its lock. So every serve process and producer
+places the key's tasks on one clock, and a batch of one key costs two
+statements.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as dt
 from collections.abc import Sequence
@@ -26,7 +29,7 @@ from collections.abc import Sequence
 import pymysql
 
 from pulse_trio.store import settings
-from pulse_trio.store.chart_write import destination, move
+from pulse_trio.store.chart_write import destination, move, try_move
 from pulse_trio.store.registry import read_only, transition
 from pulse_trio.store.tx import Tx, db_time, py_time
 
@@ -61,69 +64,140 @@ def weights(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
 
 #: Where fair_share.open puts the row it inserts.
 _ACTIVE = destination("fair_share", "open", "NONE")
+_OPEN = ("INSERT INTO fair_shares (share_id, queue, fairness_key, state, virtual_at, placed, updated_at)"
+         " VALUES (%s, %s, %s, %s, %s, %s, %s)")
 
 
 @transition("fair_share", "open", entry=False)
-def _open(tx: Tx, *, arrivals: Sequence[Arrival], now: dt.datetime) -> None:
+def _open(tx: Tx, *, arrivals: Sequence[Arrival], now: dt.datetime) -> set[str]:
     """NONE -> ACTIVE: a row per new (queue, key), its clock at the first arrival's due time.
 
-    A concurrent first submit of the same key may insert it first: its
-    duplicate is fine, the lock that follows orders the two.
+    One multi-row INSERT; the rows it inserted are locked by this
+    transaction until it ends, so their clocks are known without a read. A
+    concurrent first submit of the same key may insert it first: then one
+    row at a time, and the duplicate is left to the locking read that
+    :func:`_advance` takes for a row it does not hold.
     """
-    for a in arrivals:
+    rows = [(share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(a.due_at), 0, db_time(now))
+            for a in arrivals]
+    try:
+        tx.write_many(_OPEN, rows)
+        return {row[0] for row in rows}
+    except pymysql.err.IntegrityError as exc:
+        if exc.args[0] != DUPLICATE_KEY:
+            raise
+    inserted = set()
+    for row in rows:
         try:
-            tx.write("INSERT INTO fair_shares (share_id, queue, fairness_key, state, virtual_at, placed, updated_at)"
-                     " VALUES (%s, %s, %s, %s, %s, 0, %s)",
-                     (share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(a.due_at),
-                      db_time(now)))
+            tx.write(_OPEN, row)
+            inserted.add(row[0])
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
                 raise
+    return inserted
+
+
+@dataclasses.dataclass(slots=True)
+class _Share:
+    """One (queue, key) of a placement: its arrivals (indexes, in order), weight and the clock last seen."""
+
+    arrivals: list[int]
+    weight: int = DEFAULT_WEIGHT
+    clock: dt.datetime | None = None  # None: not read (another transaction inserted the row first)
+    held: bool = False  # this transaction inserted the row: it is locked, ``clock`` is current
+
+
+def _walk(arrivals: Sequence[Arrival], share: _Share, clock: dt.datetime, step: dt.timedelta,
+          placed: list[dt.datetime]) -> dt.datetime:
+    """Place the share's arrivals from ``clock`` on, in order; the clock after them."""
+    due_of: dict[dt.datetime, dt.datetime] = {}
+    for i in share.arrivals:
+        a = arrivals[i]
+        due = due_of.get(a.due_at)
+        if due is None:
+            due = due_of[a.due_at] = py_time(db_time(a.due_at))
+        fair = due if due > clock else clock
+        placed[i] = fair - dt.timedelta(milliseconds=a.priority_offset_ms) if a.priority_offset_ms else fair
+        clock = fair + step
+    return clock
+
+
+_SETS = "virtual_at = %s, placed = placed + %s, updated_at = %s"
 
 
 @transition("fair_share", "advance", entry=False)
-def _advance(tx: Tx, *, clocks: dict[str, tuple[dt.datetime, int]], now: dt.datetime) -> None:
-    """ACTIVE -> ACTIVE: each key's clock moved past the tasks just placed (one statement per key)."""
-    for sid, (clock, count) in sorted(clocks.items()):
-        move(tx, "fair_share", "advance", [sid], source="ACTIVE",
-             sets="virtual_at = %s, placed = placed + %s, updated_at = %s",
-             args=(db_time(clock), count, db_time(now)))
+def _advance(tx: Tx, *, arrivals: Sequence[Arrival], shares: dict[str, _Share], quantum_ms: int,
+             now: dt.datetime) -> list[dt.datetime]:
+    """ACTIVE -> ACTIVE: each key's arrivals placed on its clock and the clock moved past them.
+
+    One statement per key: a compare-and-set on the clock this transaction
+    read, so the row is locked only by the UPDATE that moves it. If another
+    placer moved the clock in between, nothing changed: the row is read
+    again under its lock and the arrivals placed from there. Keys go in
+    ``share_id`` order, so two placers lock rows in one order.
+    """
+    placed: list[dt.datetime] = [now] * len(arrivals)
+    stamp = db_time(now)
+    for sid in sorted(shares):
+        share = shares[sid]
+        step = dt.timedelta(microseconds=quantum_ms * 1000 // share.weight)
+        count = len(share.arrivals)
+        if share.clock is not None:
+            end = _walk(arrivals, share, share.clock, step, placed)
+            if share.held:
+                move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS, args=(db_time(end), count, stamp))
+                continue
+            if try_move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS,
+                        args=(db_time(end), count, stamp), where="virtual_at = %s",
+                        where_args=(db_time(share.clock),)) == 1:
+                continue
+        row = tx.one("SELECT virtual_at FROM fair_shares WHERE share_id = %s FOR UPDATE", (sid,))
+        assert row is not None  # rows of fair_shares are never deleted
+        end = _walk(arrivals, share, py_time(row[0]), step, placed)
+        move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS, args=(db_time(end), count, stamp))
+    return placed
 
 
-def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime) -> list[dt.datetime]:
+def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime,
+          quantum_ms: int | None = None) -> list[dt.datetime]:
     """The fair ``effective_at`` of each arrival, in order, with the keys' clocks moved on.
 
-    Arrivals of one key are placed in the order given. A submit whose
+    ``quantum_ms``: the fairness_quantum the caller read in this
+    transaction (a submit reads it with the priority step); None reads it
+    here. Arrivals of one key are placed in the order given. A submit whose
     idempotency key turns out to exist already was placed too: its slot
     stays a gap on the key's clock (the key's next task comes one slot
     later, never earlier).
     """
     if not arrivals:
         return []
-    quantum_ms = settings.value_ms(tx, "fairness_quantum")
-    assert quantum_ms is not None
-    ids = sorted({share_id(a.queue, a.fairness_key) for a in arrivals})
-    have = {r[0] for r in tx.all("SELECT share_id FROM fair_shares WHERE share_id IN %s", (tuple(ids),))}
-    first: dict[str, Arrival] = {}
-    for a in arrivals:
-        first.setdefault(share_id(a.queue, a.fairness_key), a)
-    new = [first[sid] for sid in ids if sid not in have]
-    if new:
-        _open(tx, arrivals=new, now=now)
-    clock = {r[0]: py_time(r[1]) for r in tx.all(
-        "SELECT share_id, virtual_at FROM fair_shares WHERE share_id IN %s ORDER BY share_id FOR UPDATE",
-        (tuple(ids),))}
-    weight = weights(tx, sorted({a.fairness_key for a in arrivals}))
-    placed: list[dt.datetime] = []
-    counts: collections.Counter[str] = collections.Counter()
-    for a in arrivals:
+    if quantum_ms is None:
+        quantum_ms = settings.value_ms(tx, "fairness_quantum")
+        assert quantum_ms is not None
+    shares: dict[str, _Share] = {}
+    for i, a in enumerate(arrivals):
         sid = share_id(a.queue, a.fairness_key)
-        fair_due = max(py_time(db_time(a.due_at)), clock[sid])
-        placed.append(fair_due - dt.timedelta(milliseconds=a.priority_offset_ms))
-        clock[sid] = fair_due + dt.timedelta(microseconds=quantum_ms * 1000 // weight[a.fairness_key])
-        counts[sid] += 1
-    _advance(tx, clocks={sid: (clock[sid], n) for sid, n in counts.items()}, now=now)
-    return placed
+        share = shares.get(sid)
+        if share is None:
+            share = shares[sid] = _Share([])
+        share.arrivals.append(i)
+    # The clocks and weights in one read that locks nothing: the UPDATE that moves a clock checks it.
+    for sid, clock, weight in tx.all(
+            "SELECT s.share_id, s.virtual_at, w.weight FROM fair_shares s"
+            " LEFT JOIN fairness_weights w ON w.fairness_key = s.fairness_key WHERE s.share_id IN %s",
+            (tuple(sorted(shares)),)):
+        shares[sid].clock = py_time(clock)
+        shares[sid].weight = DEFAULT_WEIGHT if weight is None else int(weight)
+    new = [arrivals[share.arrivals[0]] for sid, share in sorted(shares.items()) if share.clock is None]
+    if new:
+        weight_of = weights(tx, sorted({a.fairness_key for a in new}))
+        inserted = _open(tx, arrivals=new, now=now)
+        for a in new:
+            share = shares[share_id(a.queue, a.fairness_key)]
+            share.weight = weight_of[a.fairness_key]
+            if share_id(a.queue, a.fairness_key) in inserted:
+                share.clock, share.held = py_time(db_time(a.due_at)), True
+    return _advance(tx, arrivals=arrivals, shares=shares, quantum_ms=quantum_ms, now=now)
 
 
 @read_only(takes_locks=False)
