@@ -31,6 +31,7 @@ import pymysql
 from pulse_trio.store import settings
 from pulse_trio.store.chart_write import destination, move, try_move
 from pulse_trio.store.registry import read_only, transition
+from pulse_trio.store.rows import READY_PICKS
 from pulse_trio.store.tx import Tx, db_time, py_time
 
 DUPLICATE_KEY = 1062
@@ -239,22 +240,32 @@ TOP_KEYS = 10
 OTHER = "other"
 
 
+#: READY tasks per (queue, fairness key): index only (a test EXPLAINs it).
+READY_BY_KEY = ("SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_pickup)"
+                " WHERE queue IN %s AND pick_state IN %s AND fairness_key IS NOT NULL GROUP BY queue, fairness_key")
+
+
 @read_only(takes_locks=False)
 def key_figures(tx: Tx, *, since: dt.datetime, queues: Sequence[str] | None = None,
                 top: int = TOP_KEYS) -> dict[str, list[dict[str, object]]]:
     """Per queue, the fairness keys with the most READY tasks, then ``other``: ready count and recent finishes.
 
     Bounded label sets: at most ``top`` keys plus ``other`` per queue. Ready
-    counts read ``tasks_fair_pick (queue, fair_pick, fairness_key)``, which
-    holds only READY tasks with a key (index only); the finishes since
-    ``since`` read each (queue, outcome) range of ``tasks_finished`` from
-    ``since`` on, so their cost follows the finishing rate.
+    counts read the READY ranges (``READY``, ``KEYED``, ``KEY_WAIT``) of
+    ``tasks_pickup (queue, pick_state, effective_at, task_id,
+    fairness_key)``, index only, in the queues where a key was ever placed
+    (``fair_shares``): an index of their own would move at every offer of a
+    keyed task. The finishes since ``since`` read each (queue, outcome)
+    range of ``tasks_finished`` from ``since`` on, so their cost follows the
+    finishing rate.
     """
     ready: dict[str, dict[str, int]] = {}
-    for queue, key, count in tx.all(
-            "SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_fair_pick)"
-            " WHERE fair_pick = 'READY' GROUP BY queue, fairness_key"):
-        ready.setdefault(queue, {})[key] = int(count)
+    fair_queues = [r[0] for r in tx.all("SELECT DISTINCT queue FROM fair_shares FORCE INDEX (fair_shares_key)")]
+    if queues is not None:
+        fair_queues = [q for q in fair_queues if q in set(queues)]
+    if fair_queues:
+        for queue, key, count in tx.all(READY_BY_KEY, (tuple(fair_queues), tuple(READY_PICKS))):
+            ready.setdefault(queue, {})[key] = int(count)
     finished: dict[str, dict[str, int]] = {}
     pairs = tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
                    " WHERE outcome_status IS NOT NULL")

@@ -260,3 +260,29 @@ def test_placing_a_batch_of_one_key_costs_a_read_and_one_update(world):
     keyed = statements([NewTask("q", "k", fairness_key="t") for _ in range(50)])
     assert keyed - plain == 2
 
+
+def test_ready_counts_by_key_are_an_index_only_read_and_count_every_ready_range(world):
+    """tasks_pickup carries fairness_key: no index of its own moves at the offer of a keyed task."""
+    from pulse_trio.dburl import connect
+    from pulse_trio.store.fairness import READY_BY_KEY, key_figures
+    from pulse_trio.store.rows import READY_PICKS
+
+    _submit(world, 4, fairness_key="f")
+    _submit(world, 3, fairness_key="f", concurrency_key="c")  # READY, in the KEYED range
+    _submit(world, 5)  # no fairness key
+    _submit(world, 1, fairness_key="g")
+    w = world.worker("q", capacity=5)
+    offered = _keys_in_offer_order(world, w, 3)  # out of READY: no longer counted
+    assert len(offered) == 3 and offered.count("f") >= 1  # the ones of f placed first come first
+    rows = {r["fairness_key"]: r["ready"] for r in world.store.run_sync(key_figures, since=world.now)["q"]}
+    left = {"f": 7 - offered.count("f"), "g": 1 - offered.count("g")}
+    assert rows == {key: n for key, n in left.items() if n}  # a key with nothing READY and no finish is not listed
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("EXPLAIN " + READY_BY_KEY, (("q",), tuple(READY_PICKS)))
+            names = [d[0] for d in cur.description]
+            (plan,) = [dict(zip(names, r)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+    assert plan["key"] == "tasks_pickup" and "Using index" in (plan["Extra"] or ""), plan
