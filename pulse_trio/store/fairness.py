@@ -15,9 +15,10 @@ of keys, and tasks without a key pay nothing. A batch reads its keys'
 clocks and weights in one statement that locks nothing, and moves each
 key's clock with one UPDATE that only changes the clock it read (rows in
 one order, by ``share_id``); another placer's move in between makes it
-read the row again under its lock. So every serve process and producer
-places the key's tasks on one clock, and a batch of one key costs two
-statements.
+read the row again under its lock. Keys new to the queue are inserted,
+in one statement, with their clocks already past the batch's tasks. So
+every serve process and producer places the key's tasks on one clock, and
+a batch of one key costs two statements.
 """
 
 from __future__ import annotations
@@ -69,43 +70,13 @@ _OPEN = ("INSERT INTO fair_shares (share_id, queue, fairness_key, state, virtual
          " VALUES (%s, %s, %s, %s, %s, %s, %s)")
 
 
-@transition("fair_share", "open", entry=False)
-def _open(tx: Tx, *, arrivals: Sequence[Arrival], now: dt.datetime) -> set[str]:
-    """NONE -> ACTIVE: a row per new (queue, key), its clock at the first arrival's due time.
-
-    One multi-row INSERT; the rows it inserted are locked by this
-    transaction until it ends, so their clocks are known without a read. A
-    concurrent first submit of the same key may insert it first: then one
-    row at a time, and the duplicate is left to the locking read that
-    :func:`_advance` takes for a row it does not hold.
-    """
-    rows = [(share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(a.due_at), 0, db_time(now))
-            for a in arrivals]
-    try:
-        tx.write_many(_OPEN, rows)
-        return {row[0] for row in rows}
-    except pymysql.err.IntegrityError as exc:
-        if exc.args[0] != DUPLICATE_KEY:
-            raise
-    inserted = set()
-    for row in rows:
-        try:
-            tx.write(_OPEN, row)
-            inserted.add(row[0])
-        except pymysql.err.IntegrityError as exc:
-            if exc.args[0] != DUPLICATE_KEY:
-                raise
-    return inserted
-
-
 @dataclasses.dataclass(slots=True)
 class _Share:
     """One (queue, key) of a placement: its arrivals (indexes, in order), weight and the clock last seen."""
 
     arrivals: list[int]
     weight: int = DEFAULT_WEIGHT
-    clock: dt.datetime | None = None  # None: not read (another transaction inserted the row first)
-    held: bool = False  # this transaction inserted the row: it is locked, ``clock`` is current
+    clock: dt.datetime | None = None  # None: no row read (a new key, or another transaction inserted it first)
 
 
 def _walk(arrivals: Sequence[Arrival], share: _Share, clock: dt.datetime, step: dt.timedelta,
@@ -123,13 +94,46 @@ def _walk(arrivals: Sequence[Arrival], share: _Share, clock: dt.datetime, step: 
     return clock
 
 
+def _step(quantum_ms: int, weight: int) -> dt.timedelta:
+    return dt.timedelta(microseconds=quantum_ms * 1000 // weight)
+
+
+@transition("fair_share", "open", entry=False)
+def _open(tx: Tx, *, rows: Sequence[tuple[Arrival, dt.datetime, int]], now: dt.datetime) -> set[str]:
+    """NONE -> ACTIVE: a row per new (queue, key), its clock already past the ``count`` tasks placed from
+    its first arrival's due time on (``end``); the share ids inserted.
+
+    One multi-row INSERT. A concurrent first submit of the same key may
+    insert it first: then one row at a time, and a key whose row another
+    transaction inserted is placed again by :func:`_advance`, from that
+    row's clock.
+    """
+    values = [(share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(end), count, db_time(now))
+              for a, end, count in rows]
+    try:
+        tx.write_many(_OPEN, values)
+        return {v[0] for v in values}
+    except pymysql.err.IntegrityError as exc:
+        if exc.args[0] != DUPLICATE_KEY:
+            raise
+    inserted = set()
+    for v in values:
+        try:
+            tx.write(_OPEN, v)
+            inserted.add(v[0])
+        except pymysql.err.IntegrityError as exc:
+            if exc.args[0] != DUPLICATE_KEY:
+                raise
+    return inserted
+
+
 _SETS = "virtual_at = %s, placed = placed + %s, updated_at = %s"
 
 
 @transition("fair_share", "advance", entry=False)
 def _advance(tx: Tx, *, arrivals: Sequence[Arrival], shares: dict[str, _Share], quantum_ms: int,
-             now: dt.datetime) -> list[dt.datetime]:
-    """ACTIVE -> ACTIVE: each key's arrivals placed on its clock and the clock moved past them.
+             now: dt.datetime, placed: list[dt.datetime]) -> None:
+    """ACTIVE -> ACTIVE: each key's arrivals placed on its clock (into ``placed``) and the clock moved past them.
 
     One statement per key: a compare-and-set on the clock this transaction
     read, so the row is locked only by the UPDATE that moves it. If another
@@ -137,17 +141,13 @@ def _advance(tx: Tx, *, arrivals: Sequence[Arrival], shares: dict[str, _Share], 
     again under its lock and the arrivals placed from there. Keys go in
     ``share_id`` order, so two placers lock rows in one order.
     """
-    placed: list[dt.datetime] = [now] * len(arrivals)
     stamp = db_time(now)
     for sid in sorted(shares):
         share = shares[sid]
-        step = dt.timedelta(microseconds=quantum_ms * 1000 // share.weight)
+        step = _step(quantum_ms, share.weight)
         count = len(share.arrivals)
         if share.clock is not None:
             end = _walk(arrivals, share, share.clock, step, placed)
-            if share.held:
-                move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS, args=(db_time(end), count, stamp))
-                continue
             if try_move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS,
                         args=(db_time(end), count, stamp), where="virtual_at = %s",
                         where_args=(db_time(share.clock),)) == 1:
@@ -156,7 +156,6 @@ def _advance(tx: Tx, *, arrivals: Sequence[Arrival], shares: dict[str, _Share], 
         assert row is not None  # rows of fair_shares are never deleted
         end = _walk(arrivals, share, py_time(row[0]), step, placed)
         move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS, args=(db_time(end), count, stamp))
-    return placed
 
 
 def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime,
@@ -189,16 +188,21 @@ def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime,
             (tuple(sorted(shares)),)):
         shares[sid].clock = py_time(clock)
         shares[sid].weight = DEFAULT_WEIGHT if weight is None else int(weight)
-    new = [arrivals[share.arrivals[0]] for sid, share in sorted(shares.items()) if share.clock is None]
+    placed: list[dt.datetime] = [now] * len(arrivals)
+    new = {sid: share for sid, share in sorted(shares.items()) if share.clock is None}
     if new:
-        weight_of = weights(tx, sorted({a.fairness_key for a in new}))
-        inserted = _open(tx, arrivals=new, now=now)
-        for a in new:
-            share = shares[share_id(a.queue, a.fairness_key)]
-            share.weight = weight_of[a.fairness_key]
-            if share_id(a.queue, a.fairness_key) in inserted:
-                share.clock, share.held = py_time(db_time(a.due_at)), True
-    return _advance(tx, arrivals=arrivals, shares=shares, quantum_ms=quantum_ms, now=now)
+        weight_of = weights(tx, sorted({arrivals[share.arrivals[0]].fairness_key for share in new.values()}))
+        rows = []
+        for share in new.values():
+            first = arrivals[share.arrivals[0]]
+            share.weight = weight_of[first.fairness_key]
+            end = _walk(arrivals, share, py_time(db_time(first.due_at)), _step(quantum_ms, share.weight), placed)
+            rows.append((first, end, len(share.arrivals)))
+        for sid in _open(tx, rows=rows, now=now):
+            del shares[sid]  # placed: its row starts past them
+    if shares:
+        _advance(tx, arrivals=arrivals, shares=shares, quantum_ms=quantum_ms, now=now, placed=placed)
+    return placed
 
 
 @read_only(takes_locks=False)

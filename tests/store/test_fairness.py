@@ -234,9 +234,9 @@ def test_a_placer_that_meets_another_on_its_key_places_after_it(world, row_exist
     assert world.sql("SELECT placed FROM fair_shares") == [(len(order),)]
 
 
-def test_placing_a_batch_of_one_key_costs_a_read_and_one_update(world):
+def test_placing_a_batch_costs_a_read_and_one_statement_per_key(world):
     """The clocks and weights in one read, each key's clock moved by one statement; the quantum is read
-    with the priority step, so a keyed batch costs the submit two statements more than an unkeyed one."""
+    with the priority step, so a batch of one key costs the submit two statements more than an unkeyed one."""
     from pulse_trio.dburl import connect
     from pulse_trio.store.tx import Tx
 
@@ -259,6 +259,11 @@ def test_placing_a_batch_of_one_key_costs_a_read_and_one_update(world):
     plain = statements([NewTask("q", "k") for _ in range(50)])
     keyed = statements([NewTask("q", "k", fairness_key="t") for _ in range(50)])
     assert keyed - plain == 2
+    # Fifty keys new to the queue: their rows go in one INSERT, already past their tasks (no UPDATE),
+    # plus the read of the clocks and one of the weights.
+    many = statements([NewTask("q", "k", fairness_key=f"n{i}") for i in range(50)])
+    assert many - plain == 3
+    assert world.sql("SELECT COUNT(*), SUM(placed) FROM fair_shares WHERE fairness_key LIKE 'n%%'") == [(50, 50)]
 
 
 def test_ready_counts_by_key_are_an_index_only_read_and_count_every_ready_range(world):
