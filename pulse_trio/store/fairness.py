@@ -18,7 +18,8 @@ one order, by ``share_id``); another placer's move in between makes it
 read the row again under its lock. Keys new to the queue are inserted,
 in one statement, with their clocks already past the batch's tasks. So
 every serve process and producer places the key's tasks on one clock, and
-a batch of one key costs two statements.
+a batch of one key costs two statements besides the quantum's read (which
+a submit shares with the priority step's).
 """
 
 from __future__ import annotations
