@@ -11,14 +11,19 @@ a flood that was spread past it (docs/priority-and-fairness.md §5).
 
 Everything is decided when the task becomes READY: the claim reads the
 same index in the same order as without fairness keys, whatever the number
-of keys, and tasks without a key pay nothing. The key's row is locked for
-the placement (rows in one order, by ``share_id``), so every serve process
-and producer places the key's tasks on one clock.
+of keys, and tasks without a key pay nothing. A batch reads its keys'
+clocks and weights in one statement that locks nothing, and moves each
+key's clock with one UPDATE that only changes the clock it read (rows in
+one order, by ``share_id``); another placer's move in between makes it
+read the row again under its lock. Keys new to the queue are inserted,
+in one statement, with their clocks already past the batch's tasks. So
+every serve process and producer places the key's tasks on one clock, and
+a batch of one key costs two statements besides the quantum's read (which
+a submit shares with the priority step's).
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as dt
 from collections.abc import Sequence
@@ -26,8 +31,9 @@ from collections.abc import Sequence
 import pymysql
 
 from pulse_trio.store import settings
-from pulse_trio.store.chart_write import destination, move
+from pulse_trio.store.chart_write import destination, move, try_move
 from pulse_trio.store.registry import read_only, transition
+from pulse_trio.store.rows import READY_PICKS
 from pulse_trio.store.tx import Tx, db_time, py_time
 
 DUPLICATE_KEY = 1062
@@ -61,68 +67,142 @@ def weights(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
 
 #: Where fair_share.open puts the row it inserts.
 _ACTIVE = destination("fair_share", "open", "NONE")
+_OPEN = ("INSERT INTO fair_shares (share_id, queue, fairness_key, state, virtual_at, placed, updated_at)"
+         " VALUES (%s, %s, %s, %s, %s, %s, %s)")
+
+
+@dataclasses.dataclass(slots=True)
+class _Share:
+    """One (queue, key) of a placement: its arrivals (indexes, in order), weight and the clock last seen."""
+
+    arrivals: list[int]
+    weight: int = DEFAULT_WEIGHT
+    clock: dt.datetime | None = None  # None: no row read (a new key, or another transaction inserted it first)
+
+
+def _walk(arrivals: Sequence[Arrival], share: _Share, clock: dt.datetime, step: dt.timedelta,
+          placed: list[dt.datetime]) -> dt.datetime:
+    """Place the share's arrivals from ``clock`` on, in order; the clock after them."""
+    due_of: dict[dt.datetime, dt.datetime] = {}
+    for i in share.arrivals:
+        a = arrivals[i]
+        due = due_of.get(a.due_at)
+        if due is None:
+            due = due_of[a.due_at] = py_time(db_time(a.due_at))
+        fair = due if due > clock else clock
+        placed[i] = fair - dt.timedelta(milliseconds=a.priority_offset_ms) if a.priority_offset_ms else fair
+        clock = fair + step
+    return clock
+
+
+def _step(quantum_ms: int, weight: int) -> dt.timedelta:
+    return dt.timedelta(microseconds=quantum_ms * 1000 // weight)
 
 
 @transition("fair_share", "open", entry=False)
-def _open(tx: Tx, *, arrivals: Sequence[Arrival], now: dt.datetime) -> None:
-    """NONE -> ACTIVE: a row per new (queue, key), its clock at the first arrival's due time.
+def _open(tx: Tx, *, rows: Sequence[tuple[Arrival, dt.datetime, int]], now: dt.datetime) -> set[str]:
+    """NONE -> ACTIVE: a row per new (queue, key), its clock already past the ``count`` tasks placed from
+    its first arrival's due time on (``end``); the share ids inserted.
 
-    A concurrent first submit of the same key may insert it first: its
-    duplicate is fine, the lock that follows orders the two.
+    One multi-row INSERT. A concurrent first submit of the same key may
+    insert it first: then one row at a time, and a key whose row another
+    transaction inserted is placed again by :func:`_advance`, from that
+    row's clock.
     """
-    for a in arrivals:
+    values = [(share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(end), count, db_time(now))
+              for a, end, count in rows]
+    try:
+        tx.write_many(_OPEN, values)
+        return {v[0] for v in values}
+    except pymysql.err.IntegrityError as exc:
+        if exc.args[0] != DUPLICATE_KEY:
+            raise
+    inserted = set()
+    for v in values:
         try:
-            tx.write("INSERT INTO fair_shares (share_id, queue, fairness_key, state, virtual_at, placed, updated_at)"
-                     " VALUES (%s, %s, %s, %s, %s, 0, %s)",
-                     (share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(a.due_at),
-                      db_time(now)))
+            tx.write(_OPEN, v)
+            inserted.add(v[0])
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
                 raise
+    return inserted
+
+
+_SETS = "virtual_at = %s, placed = placed + %s, updated_at = %s"
 
 
 @transition("fair_share", "advance", entry=False)
-def _advance(tx: Tx, *, clocks: dict[str, tuple[dt.datetime, int]], now: dt.datetime) -> None:
-    """ACTIVE -> ACTIVE: each key's clock moved past the tasks just placed (one statement per key)."""
-    for sid, (clock, count) in sorted(clocks.items()):
-        move(tx, "fair_share", "advance", [sid], source="ACTIVE",
-             sets="virtual_at = %s, placed = placed + %s, updated_at = %s",
-             args=(db_time(clock), count, db_time(now)))
+def _advance(tx: Tx, *, arrivals: Sequence[Arrival], shares: dict[str, _Share], quantum_ms: int,
+             now: dt.datetime, placed: list[dt.datetime]) -> None:
+    """ACTIVE -> ACTIVE: each key's arrivals placed on its clock (into ``placed``) and the clock moved past them.
+
+    One statement per key: a compare-and-set on the clock this transaction
+    read, so the row is locked only by the UPDATE that moves it. If another
+    placer moved the clock in between, nothing changed: the row is read
+    again under its lock and the arrivals placed from there. Keys go in
+    ``share_id`` order, so two placers lock rows in one order.
+    """
+    stamp = db_time(now)
+    for sid in sorted(shares):
+        share = shares[sid]
+        step = _step(quantum_ms, share.weight)
+        count = len(share.arrivals)
+        if share.clock is not None:
+            end = _walk(arrivals, share, share.clock, step, placed)
+            if try_move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS,
+                        args=(db_time(end), count, stamp), where="virtual_at = %s",
+                        where_args=(db_time(share.clock),)) == 1:
+                continue
+        row = tx.one("SELECT virtual_at FROM fair_shares WHERE share_id = %s FOR UPDATE", (sid,))
+        assert row is not None  # rows of fair_shares are never deleted
+        end = _walk(arrivals, share, py_time(row[0]), step, placed)
+        move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS, args=(db_time(end), count, stamp))
 
 
-def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime) -> list[dt.datetime]:
+def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime,
+          quantum_ms: int | None = None) -> list[dt.datetime]:
     """The fair ``effective_at`` of each arrival, in order, with the keys' clocks moved on.
 
-    Arrivals of one key are placed in the order given. A submit whose
+    ``quantum_ms``: the fairness_quantum the caller read in this
+    transaction (a submit reads it with the priority step); None reads it
+    here. Arrivals of one key are placed in the order given. A submit whose
     idempotency key turns out to exist already was placed too: its slot
     stays a gap on the key's clock (the key's next task comes one slot
     later, never earlier).
     """
     if not arrivals:
         return []
-    quantum_ms = settings.value_ms(tx, "fairness_quantum")
-    assert quantum_ms is not None
-    ids = sorted({share_id(a.queue, a.fairness_key) for a in arrivals})
-    have = {r[0] for r in tx.all("SELECT share_id FROM fair_shares WHERE share_id IN %s", (tuple(ids),))}
-    first: dict[str, Arrival] = {}
-    for a in arrivals:
-        first.setdefault(share_id(a.queue, a.fairness_key), a)
-    new = [first[sid] for sid in ids if sid not in have]
-    if new:
-        _open(tx, arrivals=new, now=now)
-    clock = {r[0]: py_time(r[1]) for r in tx.all(
-        "SELECT share_id, virtual_at FROM fair_shares WHERE share_id IN %s ORDER BY share_id FOR UPDATE",
-        (tuple(ids),))}
-    weight = weights(tx, sorted({a.fairness_key for a in arrivals}))
-    placed: list[dt.datetime] = []
-    counts: collections.Counter[str] = collections.Counter()
-    for a in arrivals:
+    if quantum_ms is None:
+        quantum_ms = settings.value_ms(tx, "fairness_quantum")
+        assert quantum_ms is not None
+    shares: dict[str, _Share] = {}
+    for i, a in enumerate(arrivals):
         sid = share_id(a.queue, a.fairness_key)
-        fair_due = max(py_time(db_time(a.due_at)), clock[sid])
-        placed.append(fair_due - dt.timedelta(milliseconds=a.priority_offset_ms))
-        clock[sid] = fair_due + dt.timedelta(microseconds=quantum_ms * 1000 // weight[a.fairness_key])
-        counts[sid] += 1
-    _advance(tx, clocks={sid: (clock[sid], n) for sid, n in counts.items()}, now=now)
+        share = shares.get(sid)
+        if share is None:
+            share = shares[sid] = _Share([])
+        share.arrivals.append(i)
+    # The clocks and weights in one read that locks nothing: the UPDATE that moves a clock checks it.
+    for sid, clock, weight in tx.all(
+            "SELECT s.share_id, s.virtual_at, w.weight FROM fair_shares s"
+            " LEFT JOIN fairness_weights w ON w.fairness_key = s.fairness_key WHERE s.share_id IN %s",
+            (tuple(sorted(shares)),)):
+        shares[sid].clock = py_time(clock)
+        shares[sid].weight = DEFAULT_WEIGHT if weight is None else int(weight)
+    placed: list[dt.datetime] = [now] * len(arrivals)
+    new = {sid: share for sid, share in sorted(shares.items()) if share.clock is None}
+    if new:
+        weight_of = weights(tx, sorted({arrivals[share.arrivals[0]].fairness_key for share in new.values()}))
+        rows = []
+        for share in new.values():
+            first = arrivals[share.arrivals[0]]
+            share.weight = weight_of[first.fairness_key]
+            end = _walk(arrivals, share, py_time(db_time(first.due_at)), _step(quantum_ms, share.weight), placed)
+            rows.append((first, end, len(share.arrivals)))
+        for sid in _open(tx, rows=rows, now=now):
+            del shares[sid]  # placed: its row starts past them
+    if shares:
+        _advance(tx, arrivals=arrivals, shares=shares, quantum_ms=quantum_ms, now=now, placed=placed)
     return placed
 
 
@@ -165,22 +245,32 @@ TOP_KEYS = 10
 OTHER = "other"
 
 
+#: READY tasks per (queue, fairness key): index only (a test EXPLAINs it).
+READY_BY_KEY = ("SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_pickup)"
+                " WHERE queue IN %s AND pick_state IN %s AND fairness_key IS NOT NULL GROUP BY queue, fairness_key")
+
+
 @read_only(takes_locks=False)
 def key_figures(tx: Tx, *, since: dt.datetime, queues: Sequence[str] | None = None,
                 top: int = TOP_KEYS) -> dict[str, list[dict[str, object]]]:
     """Per queue, the fairness keys with the most READY tasks, then ``other``: ready count and recent finishes.
 
     Bounded label sets: at most ``top`` keys plus ``other`` per queue. Ready
-    counts read ``tasks_fair_pick (queue, fair_pick, fairness_key)``, which
-    holds only READY tasks with a key (index only); the finishes since
-    ``since`` read each (queue, outcome) range of ``tasks_finished`` from
-    ``since`` on, so their cost follows the finishing rate.
+    counts read the READY ranges (``READY``, ``KEYED``, ``KEY_WAIT``) of
+    ``tasks_pickup (queue, pick_state, effective_at, task_id,
+    fairness_key)``, index only, in the queues where a key was ever placed
+    (``fair_shares``): an index of their own would move at every offer of a
+    keyed task. The finishes since ``since`` read each (queue, outcome)
+    range of ``tasks_finished`` from ``since`` on, so their cost follows the
+    finishing rate.
     """
     ready: dict[str, dict[str, int]] = {}
-    for queue, key, count in tx.all(
-            "SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_fair_pick)"
-            " WHERE fair_pick = 'READY' GROUP BY queue, fairness_key"):
-        ready.setdefault(queue, {})[key] = int(count)
+    fair_queues = [r[0] for r in tx.all("SELECT DISTINCT queue FROM fair_shares FORCE INDEX (fair_shares_key)")]
+    if queues is not None:
+        fair_queues = [q for q in fair_queues if q in set(queues)]
+    if fair_queues:
+        for queue, key, count in tx.all(READY_BY_KEY, (tuple(fair_queues), tuple(READY_PICKS))):
+            ready.setdefault(queue, {})[key] = int(count)
     finished: dict[str, dict[str, int]] = {}
     pairs = tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
                    " WHERE outcome_status IS NOT NULL")

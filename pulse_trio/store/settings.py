@@ -87,6 +87,14 @@ def value_ms(tx: Tx, name: str) -> int | None:
     return None if row[0] is None else int(row[0])
 
 
+def values_ms(tx: Tx, *names: str) -> dict[str, int | None]:
+    """:func:`value_ms` of several settings in one statement (a submit with fairness keys needs two)."""
+    for name in names:
+        cs.lookup(name)
+    found = {n: v for n, v in tx.all("SELECT name, value_ms FROM cluster_settings WHERE name IN %s", (names,))}
+    return {n: (None if found[n] is None else int(found[n])) if n in found else cs.DEFAULTS_MS[n] for n in names}
+
+
 @read_only(takes_locks=False)
 def read_all(tx: Tx) -> dict[str, StoredSetting]:
     """Every cluster setting, in the order of :data:`pulse_trio.cluster_settings.SETTINGS`."""
@@ -129,4 +137,4 @@ def set_values(tx: Tx, *, values: Mapping[str, int | None], now: dt.datetime,
     return SettingsChange(before, after)
 
 
-__all__ = ["SettingsChange", "StoredSetting", "read_all", "set_values", "value_ms"]
+__all__ = ["SettingsChange", "StoredSetting", "read_all", "set_values", "value_ms", "values_ms"]

@@ -156,8 +156,6 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
     """
     if not tasks:
         return ()
-    priority_step_ms = settings.value_ms(tx, "priority_step")
-    assert priority_step_ms is not None
     states = []
     for task in tasks:
         state = decide("task", "submit", "NONE", TaskContext(due_at=task.due_at or now, now=now))
@@ -166,9 +164,13 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
     # A due task of a fairness key is placed on its key's clock now; a
     # scheduled one when the promote timer makes it READY.
     fair = [i for i, (t, state) in enumerate(zip(tasks, states)) if t.fairness_key is not None and state == "READY"]
+    values = settings.values_ms(tx, "priority_step", *(("fairness_quantum",) if fair else ()))
+    priority_step_ms = values["priority_step"]
+    assert priority_step_ms is not None
     placed: dict[int, dt.datetime] = dict(zip(fair, fairness.place(tx, [
         fairness.Arrival(tasks[i].queue, tasks[i].fairness_key, tasks[i].due_at or now,  # type: ignore[arg-type]
-                         tasks[i].priority * priority_step_ms) for i in fair], now=now))) if fair else {}
+                         tasks[i].priority * priority_step_ms) for i in fair], now=now,
+        quantum_ms=values["fairness_quantum"]))) if fair else {}
     prepared = [(task, state, _row_for(task, state, now, priority_step_ms, placed.get(i)))
                 for i, (task, state) in enumerate(zip(tasks, states))]
     ensure_key_counters(tx, {t.concurrency_key for t in tasks if t.concurrency_key})

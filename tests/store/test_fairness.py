@@ -164,3 +164,130 @@ def test_the_worked_example_of_the_docs(world):
     order = [names[o.task.task_id] for o in world.assign(w, 13)]
     # within one submit the tasks are placed in the order given, a quantum / weight apart
     assert order == ["u", "a1", "b1", "b2", "a2", "b3", "b4", "b5", "a3", "b6", "a4", "a5", "a6"]
+
+
+def test_racing_placers_put_one_keys_tasks_on_one_clock(world, db):
+    """Four processes submit to one key at the same instant: each task gets its own slot, a quantum apart.
+
+    The first round creates the key's row (four first inserts race); the
+    second finds it, and each placer's compare-and-set on the clock it read
+    loses to the others' but one, which then read it again under its lock.
+    """
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pulse_trio.store.trio_bridge import Store
+
+    stores = [Store(db, pool_size=2) for _ in range(4)]
+    barrier = threading.Barrier(4)
+
+    def go(i: int) -> None:
+        barrier.wait()
+        stores[i].run_sync(submit, tasks=[NewTask("q", "k", fairness_key="t") for _ in range(25)], now=world.now)
+
+    try:
+        for _ in range(2):
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(go, range(4)))
+    finally:
+        for s in stores:
+            s.close()
+    placed = sorted(r[0] for r in world.sql("SELECT effective_at FROM tasks WHERE fairness_key = 't'"))
+    assert len(placed) == 200
+    assert {b - a for a, b in zip(placed, placed[1:])} == {dt.timedelta(milliseconds=QUANTUM_MS)}
+    assert placed[0] == world.now.replace(tzinfo=None)
+    assert world.sql("SELECT placed, virtual_at FROM fair_shares") == [
+        (200, placed[-1] + dt.timedelta(milliseconds=QUANTUM_MS))]
+
+
+@pytest.mark.parametrize("row_exists", [True, False], ids=["clock-moved", "row-inserted"])
+def test_a_placer_that_meets_another_on_its_key_places_after_it(world, row_exists):
+    """One placer holds the key's row, uncommitted; another reads the clock meanwhile, then waits for the row.
+
+    With the row there, the second one's compare-and-set finds the clock
+    moved and places again under the lock; without it, its insert finds the
+    first one's row. Either way its tasks come after the first one's, a
+    quantum apart, as if the two had run one after the other.
+    """
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pulse_trio.dburl import connect
+    from pulse_trio.store.tx import Tx
+
+    if row_exists:
+        _submit(world, 1, fairness_key="t")
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur, ThreadPoolExecutor(1) as pool:
+            first = submit(Tx(cur), tasks=[NewTask("q", "k", fairness_key="t") for _ in range(3)], now=world.now)
+            second = pool.submit(world.run, submit, tasks=[NewTask("q", "k", fairness_key="t") for _ in range(3)])
+            time.sleep(0.5)  # it reads the clock this transaction has not moved yet, then waits for the row
+            conn.commit()
+            later = second.result(timeout=30)
+    finally:
+        conn.close()
+    at = dict(world.sql("SELECT task_id, effective_at FROM tasks WHERE fairness_key = 't'"))
+    order = sorted(at, key=at.get)
+    assert order[-6:] == [s.task_id for s in first] + [s.task_id for s in later]
+    assert {at[b] - at[a] for a, b in zip(order, order[1:])} == {dt.timedelta(milliseconds=QUANTUM_MS)}
+    assert world.sql("SELECT placed FROM fair_shares") == [(len(order),)]
+
+
+def test_placing_a_batch_costs_a_read_and_one_statement_per_key(world):
+    """The clocks and weights in one read, each key's clock moved by one statement; the quantum is read
+    with the priority step, so a batch of one key costs the submit two statements more than an unkeyed one."""
+    from pulse_trio.dburl import connect
+    from pulse_trio.store.tx import Tx
+
+    def statements(tasks) -> int:
+        conn = connect(world.db)
+        try:
+            with conn.cursor() as cur:
+                counts = "SHOW SESSION STATUS WHERE Variable_name IN ('Com_select', 'Com_insert', 'Com_update')"
+                cur.execute(counts)
+                before = sum(int(v) for _, v in cur.fetchall())
+                submit(Tx(cur), tasks=tasks, now=world.now)
+                cur.execute(counts)
+                after = sum(int(v) for _, v in cur.fetchall())
+            conn.commit()
+        finally:
+            conn.close()
+        return after - before - 1  # the first SHOW counts as a select
+
+    _submit(world, 1, fairness_key="t")  # the key's row exists
+    plain = statements([NewTask("q", "k") for _ in range(50)])
+    keyed = statements([NewTask("q", "k", fairness_key="t") for _ in range(50)])
+    assert keyed - plain == 2
+    # Fifty keys new to the queue: their rows go in one INSERT, already past their tasks (no UPDATE),
+    # plus the read of the clocks and one of the weights.
+    many = statements([NewTask("q", "k", fairness_key=f"n{i}") for i in range(50)])
+    assert many - plain == 3
+    assert world.sql("SELECT COUNT(*), SUM(placed) FROM fair_shares WHERE fairness_key LIKE 'n%%'") == [(50, 50)]
+
+
+def test_ready_counts_by_key_are_an_index_only_read_and_count_every_ready_range(world):
+    """tasks_pickup carries fairness_key: no index of its own moves at the offer of a keyed task."""
+    from pulse_trio.dburl import connect
+    from pulse_trio.store.fairness import READY_BY_KEY, key_figures
+    from pulse_trio.store.rows import READY_PICKS
+
+    _submit(world, 4, fairness_key="f")
+    _submit(world, 3, fairness_key="f", concurrency_key="c")  # READY, in the KEYED range
+    _submit(world, 5)  # no fairness key
+    _submit(world, 1, fairness_key="g")
+    w = world.worker("q", capacity=5)
+    offered = _keys_in_offer_order(world, w, 3)  # out of READY: no longer counted
+    assert len(offered) == 3 and offered.count("f") >= 1  # the ones of f placed first come first
+    rows = {r["fairness_key"]: r["ready"] for r in world.store.run_sync(key_figures, since=world.now)["q"]}
+    left = {"f": 7 - offered.count("f"), "g": 1 - offered.count("g")}
+    assert rows == {key: n for key, n in left.items() if n}  # a key with nothing READY and no finish is not listed
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("EXPLAIN " + READY_BY_KEY, (("q",), tuple(READY_PICKS)))
+            names = [d[0] for d in cur.description]
+            (plan,) = [dict(zip(names, r)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+    assert plan["key"] == "tasks_pickup" and "Using index" in (plan["Extra"] or ""), plan
