@@ -216,7 +216,6 @@ CREATE TABLE `tasks` (
   `concurrency_key` varchar(128) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL,
   `concurrency_limit` int(10) unsigned NOT NULL DEFAULT 1,
   `fairness_key` varchar(128) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL,
-  `fair_pick` varchar(16) CHARACTER SET ascii COLLATE ascii_bin GENERATED ALWAYS AS (case when `fairness_key` is not null and `state` = 'READY' then 'READY' end) STORED,
   `waits_for_key` tinyint(1) NOT NULL DEFAULT 0,
   `key_pick` varchar(16) CHARACTER SET ascii COLLATE ascii_bin GENERATED ALWAYS AS (case when `state` = 'READY' and `concurrency_key` is not null then if(`waits_for_key`,'KEY_WAIT','READY') end) STORED,
   `max_attempts` int(10) unsigned NOT NULL DEFAULT 3,
@@ -240,12 +239,11 @@ CREATE TABLE `tasks` (
   PRIMARY KEY (`task_id`),
   UNIQUE KEY `tasks_dedup` (`queue`,`dedup_key`),
   UNIQUE KEY `tasks_retry_of` (`retry_of`),
-  KEY `tasks_pickup` (`queue`,`pick_state`,`effective_at`,`task_id`),
   KEY `tasks_pickup_kind` (`queue`,`pick_state`,`kind`,`effective_at`,`task_id`),
   KEY `tasks_due` (`pick_state`,`due_at`),
   KEY `tasks_finished` (`queue`,`outcome_status`,`finished_at`),
   KEY `tasks_key_pick` (`concurrency_key`,`key_pick`,`effective_at`,`task_id`),
-  KEY `tasks_fair_pick` (`queue`,`fair_pick`,`fairness_key`)
+  KEY `tasks_pickup` (`queue`,`pick_state`,`effective_at`,`task_id`,`fairness_key`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE `worker_instances` (
