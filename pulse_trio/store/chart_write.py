@@ -114,45 +114,46 @@ def try_move(tx: Tx, chart: str, trigger: str, ids: Collection[Any], *, source: 
 
 
 def create(tx: Tx, chart: str, trigger: str, *, columns: str, row: str, rows: Sequence[Sequence[Any]],
-           dest: str | Sequence[str] | None = None, suffix: str = "") -> list[str]:
-    """Insert ``rows`` as new rows of ``chart`` by ``trigger``; return the state each was created in.
+           dest: str | Sequence[str] | None = None, suffix: str = "", ignore: bool = False) -> int:
+    """Insert ``rows`` as new rows of ``chart`` by ``trigger``; return how many were inserted.
 
     ``columns`` names the table's columns, ``state`` among them; ``row`` is
     one row's VALUES tuple with ``{state}`` where the state goes and ``%s``
     for each of the row's values in ``rows``. The state is the chart's
     destination from its initial state (no row yet): ``dest`` names the one
     the guards chose when the chart leads to several, one for all rows or
-    one per row. One state for all is written as a literal, sent once per
-    statement; per-row states are parameters. A row of parameters only is
-    sent through ``executemany`` (PyMySQL cuts it into statements that fit
-    the packet limit); one with literals in it, in one statement. ``suffix``
+    one per row. Several rows of parameters only go through ``executemany``
+    (PyMySQL cuts them into statements that fit the packet limit; the state
+    is a parameter too); rows with literals in them (a claim's shared
+    values) go in one statement, with one state for all as a literal.
+    ``ignore``: INSERT IGNORE (a row whose key exists is skipped, not an error). ``suffix``
     follows the VALUES (``ON DUPLICATE KEY UPDATE ...``).
     """
     name = f"{chart}.{trigger}"
     if tx.current != name:
         raise UnregisteredWrite(f"{name} is written only by its own transaction function, not {tx.current}")
     if not rows:
-        return []
+        return 0
     initial = CHARTS[chart].spec.initial
     table = TABLES[chart][0]
     if dest is None or isinstance(dest, str):
-        state = destination(chart, trigger, initial, dest)
-        states = [state] * len(rows)
-        one = row.replace("{state}", tx.literal(state))
-        params: list[Sequence[Any]] = list(rows)
+        states = [destination(chart, trigger, initial, dest)] * len(rows)
     else:
         states = [destination(chart, trigger, initial, d) for d in dest]
         if len(states) != len(rows):
             raise ValueError("one dest per row")
-        at = row[:row.index("{state}")].count("%s")  # the state's place among the row's parameters
-        one = row.replace("{state}", "%s")
-        params = [(*r[:at], st, *r[at:]) for st, r in zip(states, rows)]
-    if _ONLY_PARAMETERS.fullmatch(one) and not suffix and len(params) > 1:
-        tx.write_many(f"INSERT INTO {table} ({columns}) VALUES {one}", params)
-    else:
-        tx.write(f"INSERT INTO {table} ({columns}) VALUES {', '.join([one] * len(params))}{suffix}",
-                 [a for r in params for a in r])
-    return states
+    as_parameter = row.replace("{state}", "%s")
+    insert = f"INSERT {'IGNORE ' if ignore else ''}INTO {table} ({columns}) VALUES"
+    at = row[:row.index("{state}")].count("%s")  # the state's place among the row's parameters
+    if len(rows) > 1 and not suffix and _ONLY_PARAMETERS.fullmatch(as_parameter):
+        # Parameters only: executemany folds the rows into statements that fit the packet limit.
+        return tx.write_many(f"{insert} {as_parameter}", [(*r[:at], st, *r[at:]) for st, r in zip(states, rows)])
+    if len(set(states)) == 1:
+        # One state, as a literal sent once per statement (beside the row's other literals, if any).
+        one = row.replace("{state}", tx.literal(states[0]))
+        return tx.write(f"{insert} {', '.join([one] * len(rows))}{suffix}", [a for r in rows for a in r])
+    return tx.write(f"{insert} {', '.join([as_parameter] * len(rows))}{suffix}",
+                    [a for st, r in zip(states, rows) for a in (*r[:at], st, *r[at:])])
 
 
 #: A VALUES tuple of parameters only: what PyMySQL's executemany turns into multi-row statements.

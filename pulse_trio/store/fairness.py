@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import pymysql
 
 from pulse_trio.store import settings
-from pulse_trio.store.chart_write import destination, move, try_move
+from pulse_trio.store.chart_write import create, move, try_move
 from pulse_trio.store.registry import read_only, transition
 from pulse_trio.store.rows import READY_PICKS
 from pulse_trio.store.tx import Tx, db_time, py_time
@@ -65,10 +65,9 @@ def weights(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
     return {k: found.get(k, DEFAULT_WEIGHT) for k in keys}
 
 
-#: Where fair_share.open puts the row it inserts.
-_ACTIVE = destination("fair_share", "open", "NONE")
-_OPEN = ("INSERT INTO fair_shares (share_id, queue, fairness_key, state, virtual_at, placed, updated_at)"
-         " VALUES (%s, %s, %s, %s, %s, %s, %s)")
+#: A new (queue, key) row: fair_share.open, through chart_write.create.
+_OPEN_COLUMNS = "share_id, queue, fairness_key, state, virtual_at, placed, updated_at"
+_OPEN_ROW = "(%s, %s, %s, {state}, %s, %s, %s)"
 
 
 @dataclasses.dataclass(slots=True)
@@ -109,10 +108,10 @@ def _open(tx: Tx, *, rows: Sequence[tuple[Arrival, dt.datetime, int]], now: dt.d
     transaction inserted is placed again by :func:`_advance`, from that
     row's clock.
     """
-    values = [(share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, _ACTIVE, db_time(end), count, db_time(now))
+    values = [(share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, db_time(end), count, db_time(now))
               for a, end, count in rows]
     try:
-        tx.write_many(_OPEN, values)
+        create(tx, "fair_share", "open", columns=_OPEN_COLUMNS, row=_OPEN_ROW, rows=values)
         return {v[0] for v in values}
     except pymysql.err.IntegrityError as exc:
         if exc.args[0] != DUPLICATE_KEY:
@@ -120,7 +119,7 @@ def _open(tx: Tx, *, rows: Sequence[tuple[Arrival, dt.datetime, int]], now: dt.d
     inserted = set()
     for v in values:
         try:
-            tx.write(_OPEN, v)
+            create(tx, "fair_share", "open", columns=_OPEN_COLUMNS, row=_OPEN_ROW, rows=[v])
             inserted.add(v[0])
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
@@ -225,9 +224,8 @@ def set_weight(tx: Tx, *, fairness_key: str, weight: int, now: dt.datetime, upda
     stamp, who = db_time(now), updated_by[:128]
     if row is None:
         try:
-            tx.write("INSERT INTO fairness_weights (fairness_key, state, weight, updated_at, updated_by)"
-                     " VALUES (%s, %s, %s, %s, %s)",
-                     (fairness_key, destination("fairness_weight", "set", "NONE"), weight, stamp, who))
+            create(tx, "fairness_weight", "set", columns="fairness_key, state, weight, updated_at, updated_by",
+                   row="(%s, {state}, %s, %s, %s)", rows=[(fairness_key, weight, stamp, who)])
             return None
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:

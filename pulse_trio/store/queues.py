@@ -24,7 +24,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from pulse_trio.cluster_settings import json_seconds
-from pulse_trio.store.chart_write import destination, move
+from pulse_trio.store.chart_write import create, destination, move
 from pulse_trio.store.registry import read_only, transition
 from pulse_trio.store.tx import Tx, db_time, py_time, rfc3339
 
@@ -89,11 +89,10 @@ def _insert(tx: Tx, queue: str, trigger: str, *, now: dt.datetime, by: str, rete
             paused: bool = False) -> bool:
     """Insert the queue's row in the chart's destination from NONE; False if another writer got there first."""
     stamp = db_time(now)
-    return tx.write(
-        "INSERT IGNORE INTO queues (queue, state, task_retention_ms, paused_at, paused_by, updated_at, updated_by)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-        (queue, destination("queue", trigger, "NONE"), retention_ms, stamp if paused else None,
-         by if paused else None, stamp, by)) == 1
+    return create(tx, "queue", trigger, ignore=True,
+                  columns="queue, state, task_retention_ms, paused_at, paused_by, updated_at, updated_by",
+                  row="(%s, {state}, %s, %s, %s, %s, %s)",
+                  rows=[(queue, retention_ms, stamp if paused else None, by if paused else None, stamp, by)]) == 1
 
 
 def _row(tx: Tx, queue: str) -> QueueControl:

@@ -14,7 +14,7 @@ import pymysql
 
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract.grammar import NAME_PATTERN, is_concurrency_key, is_fairness_key, is_kind, is_queue
-from pulse_trio.store import fairness, ids, settings
+from pulse_trio.store import chart_write, fairness, ids, settings
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import TaskContext
 from pulse_trio.store.registry import decide, guard, require, transition
@@ -86,13 +86,12 @@ class NewTask:
             raise ValueError("; ".join(problems))
 
 
-_INSERT = (
-    "INSERT INTO tasks (task_id, queue, kind, state, payload, priority, priority_offset_ms, due_at, effective_at,"
-    " idempotency_key, dedup_key, concurrency_key, concurrency_limit, max_attempts, backoff_initial_ms,"
-    " backoff_factor, backoff_max_ms, retry_uncertain, lease_ttl_ms, attempt, effect_uncertain, retry_of,"
-    " created_at, updated_at, fairness_key)"
-    " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-)
+#: A new task row (task.submit, task.retry), written through chart_write.create: the state is the chart's.
+_COLUMNS = ("task_id, queue, kind, state, payload, priority, priority_offset_ms, due_at, effective_at,"
+            " idempotency_key, dedup_key, concurrency_key, concurrency_limit, max_attempts, backoff_initial_ms,"
+            " backoff_factor, backoff_max_ms, retry_uncertain, lease_ttl_ms, attempt, effect_uncertain, retry_of,"
+            " created_at, updated_at, fairness_key")
+_ROW = "(%s,%s,%s,{state},%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
 
 
 @guard("task", "due")
@@ -113,14 +112,14 @@ def _source_recoverable(c) -> bool:
     return c.source.state in RECOVERABLE_STATES
 
 
-def _row_for(task: NewTask, state: str, now: dt.datetime, step_ms: int, placed: dt.datetime | None) -> tuple:
-    """The row to insert; ``placed``: the fair effective_at of a due task with a fairness key."""
+def _row_for(task: NewTask, now: dt.datetime, step_ms: int, placed: dt.datetime | None) -> tuple:
+    """The row to insert, but its state; ``placed``: the fair effective_at of a due task with a fairness key."""
     due = db_time(task.due_at or now)
     offset = task.priority * step_ms
     stamp = db_time(now)
     key = task.idempotency_key or task.task_id
     effective = db_time(placed) if placed is not None else due - dt.timedelta(milliseconds=offset)
-    return (task.task_id, task.queue, task.kind, state, task.payload_json, task.priority, offset, due,
+    return (task.task_id, task.queue, task.kind, task.payload_json, task.priority, offset, due,
             effective, key, key, task.concurrency_key, task.concurrency_limit,
             task.max_attempts, task.backoff_initial_ms, task.backoff_factor, task.backoff_max_ms,
             task.retry_uncertain, task.lease_ttl_ms, 0, False, None, stamp, stamp, task.fairness_key)
@@ -171,11 +170,12 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
         fairness.Arrival(tasks[i].queue, tasks[i].fairness_key, tasks[i].due_at or now,  # type: ignore[arg-type]
                          tasks[i].priority * priority_step_ms) for i in fair], now=now,
         quantum_ms=values["fairness_quantum"]))) if fair else {}
-    prepared = [(task, state, _row_for(task, state, now, priority_step_ms, placed.get(i)))
+    prepared = [(task, state, _row_for(task, now, priority_step_ms, placed.get(i)))
                 for i, (task, state) in enumerate(zip(tasks, states))]
     ensure_key_counters(tx, {t.concurrency_key for t in tasks if t.concurrency_key})
     try:
-        tx.write_many(_INSERT, [row for _, _, row in prepared])
+        chart_write.create(tx, "task", "submit", columns=_COLUMNS, row=_ROW, rows=[row for _, _, row in prepared],
+                           dest=states)
         return tuple(Submitted(t.task_id, state, True) for t, state, _ in prepared)
     except pymysql.err.IntegrityError as exc:
         if exc.args[0] != DUPLICATE_KEY:
@@ -184,7 +184,7 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
     results = []
     for task, state, row in prepared:
         try:
-            tx.write(_INSERT, row)
+            chart_write.create(tx, "task", "submit", columns=_COLUMNS, row=_ROW, rows=[row], dest=[state])
             results.append(Submitted(task.task_id, state, True))
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
@@ -252,13 +252,13 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
         (placed,) = fairness.place(tx, [fairness.Arrival(source.queue, source.fairness_key, now,
                                                          source.priority_offset_ms)], now=now)
         effective = db_time(placed)
-    tx.write(_INSERT, (
-        task_id, source.queue, source.kind, dest, source.payload, source.priority, source.priority_offset_ms,
+    chart_write.create(tx, "task", "retry", columns=_COLUMNS, row=_ROW, dest=dest, rows=[(
+        task_id, source.queue, source.kind, source.payload, source.priority, source.priority_offset_ms,
         stamp, effective, source.idempotency_key, None,
         source.concurrency_key, source.concurrency_limit, source.max_attempts, source.backoff_initial_ms,
         source.backoff_factor, source.backoff_max_ms, source.retry_uncertain, source.lease_ttl_ms, 0, uncertain,
         source.task_id, stamp, stamp, source.fairness_key,
-    ))
+    )])
     if source.concurrency_key:
         ensure_key_counters(tx, {source.concurrency_key})
     return RetryCreated(task_id, source.task_id, True, uncertain)

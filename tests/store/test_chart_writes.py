@@ -184,3 +184,13 @@ def test_no_store_module_but_the_writer_sets_a_state():
             continue
         text = re.sub(r"\"\s*\n\s*f?\"", "", path.read_text())  # join implicitly concatenated strings
         assert not pattern.search(text), f"{path.name} writes a state outside chart_write.move"
+
+
+def test_no_store_module_but_the_writer_inserts_a_charted_row():
+    """New rows of a persistent chart's table are written by chart_write.create alone."""
+    tables = "|".join(re.escape(table) for table, _ in TABLES.values())
+    pattern = re.compile(rf"INSERT\s+(?:IGNORE\s+)?INTO\s+(?:{tables})\b", re.IGNORECASE)
+    for path in sorted((ROOT / "pulse_trio" / "store").glob("*.py")):
+        if path.name == "chart_write.py":
+            continue
+        assert not pattern.search(path.read_text()), f"{path.name} inserts a charted row outside chart_write.create"
