@@ -68,6 +68,8 @@ class PurgePace:
     busy_share: float = 0.05  # serve --purge-busy-share
     idle_batch: int = BATCH_TASKS
     busy_batch: int = 100
+    #: While busy, each of a batch's statements takes at most this many tasks (None: the whole batch).
+    busy_chunk: int | None = 25
     min_pause: float = 0.01
     max_pause: float = 5.0
     #: A batch starts in a gap: once this process's foreground work has been quiet this long ...
@@ -85,6 +87,8 @@ class PurgePace:
             raise ValueError("a purge batch must be at least one task")
         if not 0 <= self.min_pause <= self.max_pause:
             raise ValueError("min_pause must be between 0 and max_pause")
+        if self.busy_chunk is not None and self.busy_chunk < 1:
+            raise ValueError("a purge chunk must be at least one task")
         if min(self.quiet, self.gap_wait, self.yield_budget) < 0:
             raise ValueError("quiet, gap_wait and yield_budget must not be negative")
 
@@ -171,7 +175,7 @@ class RetentionPurge:
                 between = _Between(self.store.activity, self.pace.quiet, self.pace.yield_budget)
                 began = self.timer()
                 batch = await self.store.run_aside(purge, queue=cut.queue, before=cut.before, limit=limit, after=after,
-                                                   between=between)
+                                                   between=between, chunk=self.pace.busy_chunk if busy else None)
                 took = self.timer() - began - between.waited  # the share is of the time it worked
                 # The wait for a gap was time without the purge: it comes off the pause, so that a
                 # process without gaps purges at its share as before.

@@ -145,7 +145,7 @@ def _in(ids: Sequence[str]) -> tuple[str, ...]:
 
 @transition("task", "purge")
 def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: PurgePosition | None = None,
-          between: Callable[[], None] | None = None) -> PurgeBatch:
+          between: Callable[[], None] | None = None, chunk: int | None = None) -> PurgeBatch:
     """Delete up to ``limit`` of the queue's tasks that ended before ``before``, with everything that is theirs.
 
     ``after``: the previous batch's ``last``, so that this one's select
@@ -155,12 +155,36 @@ def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: PurgePo
     (``RetentionPurge.purge_pass``); rows left for later (a live lease, a
     permit not yet released) wait for a later pass.
 
-    ``between``, if given, is called before each delete and before the
-    COMMIT (serve's loop waits there while its process dispatches, so its
-    writes and its commit's log flush fall between dispatch's; the rows it
-    holds meanwhile are ended tasks no dispatch statement touches).
+    ``chunk``: each statement takes at most this many tasks (the batch
+    selects, reads and deletes chunk by chunk, in the one transaction with
+    one COMMIT), so that no single statement runs long. ``between``, if
+    given, is called before each delete, before each chunk after the first
+    and before the COMMIT (serve's loop waits there while its process
+    dispatches, so the purge's statements and its commit's log flush fall
+    between dispatch's; the rows it holds meanwhile are ended tasks no
+    dispatch statement touches).
     """
     pause = between if between is not None else _no_pause
+    size = limit if chunk is None else max(1, min(chunk, limit))
+    done = PurgeBatch({}, 0)
+    position = after
+    while True:
+        asked = min(size, limit - done.selected)
+        part = _purge_part(tx, queue=queue, before=before, limit=asked, after=position, pause=pause)
+        done = PurgeBatch({t: done.deleted.get(t, 0) + part.deleted.get(t, 0) for t in {*done.deleted, *part.deleted}},
+                          done.selected + part.selected, done.held + part.held, part.last or done.last)
+        if part.selected < asked or done.selected >= limit:
+            break
+        position = part.last
+        pause()
+    if done.selected:
+        pause()  # the COMMIT follows
+    return done
+
+
+def _purge_part(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: PurgePosition | None,
+                pause: Callable[[], None]) -> PurgeBatch:
+    """One chunk of :func:`purge`: select up to ``limit`` due tasks from ``after`` on, and delete what is theirs."""
     rows: list[tuple[str, str]] = []
     last = after
     statuses = PURGEABLE[PURGEABLE.index(after.status):] if after is not None else PURGEABLE
@@ -212,7 +236,6 @@ def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: PurgePo
         pause()
         deleted["tasks"] = tx.write(f"DELETE FROM tasks WHERE task_id IN %s AND state IN {sql_list(PURGEABLE)}",
                                     (ids,))
-    pause()  # the COMMIT follows
     return PurgeBatch(deleted, len(rows), len(held), last)
 
 

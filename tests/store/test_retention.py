@@ -148,6 +148,30 @@ def test_between_is_called_before_each_delete_and_the_commit_and_a_whole_task_ru
     assert _exists(world, fresh[0]) and world.task(fresh[0]).task.state == "SUCCEEDED"
 
 
+def test_a_chunked_batch_deletes_chunk_by_chunk_in_one_transaction(world):
+    w = world.worker("q", capacity=20)
+    done = [_finished(world, w, renewals=0) for _ in range(7)]
+    world.advance(1_000)
+    before = world.now - dt.timedelta(milliseconds=500)
+    still_there: list[int] = []
+    batch = world.store.run_sync(purge, queue="q", before=before, limit=10, chunk=3,
+                                 between=lambda: still_there.append(_count(world, "tasks", "task_id", done)))
+    assert (batch.selected, batch.tasks, batch.deleted["leases"], batch.held) == (7, 7, 7, 0)
+    # Chunks of 3, 3 and 1, each: before the receipts, the leases and the tasks; between the chunks; before the
+    # one COMMIT. Nothing is gone for anyone else until then.
+    assert still_there == [7] * (3 * 3 + 2 + 1)
+    assert not any(_exists(world, t) for t in done)
+    # A chunked batch that fills its limit stops where its last chunk stopped, as an unchunked one does.
+    more = [_finished(world, w, renewals=0) for _ in range(5)]
+    world.advance(1_000)
+    before = world.now - dt.timedelta(milliseconds=500)
+    first = world.store.run_sync(purge, queue="q", before=before, limit=4, chunk=3)
+    assert (first.selected, first.tasks) == (4, 4) and first.last is not None and first.last.task_id in more
+    rest = world.store.run_sync(purge, queue="q", before=before, limit=4, chunk=3, after=first.last)
+    assert (rest.selected, rest.tasks) == (1, 1)
+    assert not any(_exists(world, t) for t in more)
+
+
 def test_a_pass_goes_on_from_where_its_last_batch_stopped_across_states_and_past_locked_rows(world, db):
     w = world.worker("q", capacity=20)
     done = []
