@@ -170,17 +170,18 @@ class RetentionPurge:
                 # No longer than the pause just slept: the wait comes off the next pause, so that
                 # without gaps a batch still goes once per pause and batch, as the share allows.
                 look = min(self.pace.gap_wait, owed) if owed else self.pace.gap_wait
-                waited = await self._gap(look)
+                gap_waited = await self._gap(look)
                 limit = self.pace.batch(busy)
                 between = _Between(self.store.activity, self.pace.quiet, self.pace.yield_budget)
                 began = self.timer()
                 batch = await self.store.run_aside(purge, queue=cut.queue, before=cut.before, limit=limit, after=after,
                                                    between=between, chunk=self.pace.busy_chunk if busy else None)
                 took = self.timer() - began - between.waited  # the share is of the time it worked
-                # The wait for a gap was time without the purge: it comes off the pause, so that a
-                # process without gaps purges at its share as before.
+                # The waits (for the gap, and between the statements) were time without the purge's
+                # work: they come off the pause, so that a process without gaps purges at its share.
+                waited = gap_waited + between.waited
                 owed = max(self.pace.min_pause, self.pace.pause(took, busy) - waited) if batch.selected else 0.0
-                self.gaps_missed += 1 if look and waited >= look else 0
+                self.gaps_missed += 1 if look and gap_waited >= look else 0
                 self.metrics.observe_purge(batch.deleted)
                 total += batch.tasks
                 if batch.selected < limit:

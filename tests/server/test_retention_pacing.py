@@ -142,9 +142,9 @@ async def test_a_batch_waits_for_a_gap_in_this_process_s_foreground_work(start_s
             await trio.sleep(0.05)
             assert service.store.activity.running >= 1  # the transaction (and whatever else the service runs)
             assert await retention.purge_pass() == 150
-    # The first batch began once the 0.4 s transaction had ended and 0.05 s had been quiet.
+    # The first batch began once the 0.4 s transaction had ended and 0.05 s had been quiet. (The second looks
+    # for a gap no longer than the short pause before it, and may not find one among the service's own polls.)
     assert batches_at[0] - ended[0] >= 0.05 - 0.005
-    assert retention.gaps_missed == 0
 
 
 async def test_without_gaps_a_batch_goes_after_the_gap_wait_which_comes_off_its_pause(start_service, db):
@@ -179,6 +179,6 @@ async def test_without_gaps_a_batch_goes_after_the_gap_wait_which_comes_off_its_
     # Every batch went anyway, each after the full gap wait: two full ones, one from the position on that
     # finds nothing, one from the start that finds nothing. Between its statements a batch waited its
     # budget, which is not the purge's time: each pause after a full batch is 0.3 - 0.05 s of work at
-    # 1/2, less the 0.1 s that batch waited for a gap before it began.
+    # 1/2, less what that batch waited: 0.1 s for a gap before it began and 0.05 s between its statements.
     assert retention.gaps_missed == 4
-    assert slept == [pytest.approx(0.3 - 0.05 - 0.1, abs=0.03), pytest.approx(0.3 - 0.05 - 0.1, abs=0.03)]
+    assert slept == [pytest.approx(0.25 - 0.1 - 0.05, abs=0.03), pytest.approx(0.25 - 0.1 - 0.05, abs=0.03)]
