@@ -26,9 +26,11 @@ is inserted and its task claimed shares the CPUs and the redo log's flush
 with them, and the submit's latency tail is made of such meetings. So a
 batch starts only once this process's foreground work (the store's
 :class:`~pulse_trio.store.trio_bridge.ThreadActivity`) has paused for
-``quiet``, and before each delete and its COMMIT it waits for the same
-(:class:`_Between`); both waits are bounded, so that under full load,
-without gaps, the purge goes on at its share.
+``quiet``, runs its statements in chunks while busy, and before each
+chunk, delete and its COMMIT waits for the same (:class:`_Between`). Both
+waits are bounded and come off the pause, and a batch that found no gap
+neither chunks nor waits inside, so that under full load the purge goes
+on at its share.
 """
 
 from __future__ import annotations
@@ -171,17 +173,21 @@ class RetentionPurge:
                 # without gaps a batch still goes once per pause and batch, as the share allows.
                 look = min(self.pace.gap_wait, owed) if owed else self.pace.gap_wait
                 gap_waited = await self._gap(look)
+                # Without a gap (dispatch never pauses: full load) chunks and waits between the
+                # statements would find none either, and only cost the purge its rate.
+                gapless = bool(look) and gap_waited >= look
                 limit = self.pace.batch(busy)
-                between = _Between(self.store.activity, self.pace.quiet, self.pace.yield_budget)
+                between = _Between(self.store.activity, self.pace.quiet, 0.0 if gapless else self.pace.yield_budget)
                 began = self.timer()
                 batch = await self.store.run_aside(purge, queue=cut.queue, before=cut.before, limit=limit, after=after,
-                                                   between=between, chunk=self.pace.busy_chunk if busy else None)
+                                                   between=between,
+                                                   chunk=self.pace.busy_chunk if busy and not gapless else None)
                 took = self.timer() - began - between.waited  # the share is of the time it worked
                 # The waits (for the gap, and between the statements) were time without the purge's
                 # work: they come off the pause, so that a process without gaps purges at its share.
                 waited = gap_waited + between.waited
                 owed = max(self.pace.min_pause, self.pace.pause(took, busy) - waited) if batch.selected else 0.0
-                self.gaps_missed += 1 if look and gap_waited >= look else 0
+                self.gaps_missed += 1 if gapless else 0
                 self.metrics.observe_purge(batch.deleted)
                 total += batch.tasks
                 if batch.selected < limit:

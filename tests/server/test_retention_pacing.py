@@ -177,8 +177,7 @@ async def test_without_gaps_a_batch_goes_after_the_gap_wait_which_comes_off_its_
             assert await retention.purge_pass() == 200
             nursery.cancel_scope.cancel()
     # Every batch went anyway, each after the full gap wait: two full ones, one from the position on that
-    # finds nothing, one from the start that finds nothing. Between its statements a batch waited its
-    # budget, which is not the purge's time: each pause after a full batch is 0.3 - 0.05 s of work at
-    # 1/2, less what that batch waited: 0.1 s for a gap before it began and 0.05 s between its statements.
+    # finds nothing, one from the start that finds nothing; having found no gap, none waited between its
+    # statements. Each pause after a full batch is its 0.3 s at 1/2, less the 0.1 s it waited for a gap.
     assert retention.gaps_missed == 4
-    assert slept == [pytest.approx(0.25 - 0.1 - 0.05, abs=0.03), pytest.approx(0.25 - 0.1 - 0.05, abs=0.03)]
+    assert slept == [pytest.approx(0.3 - 0.1, abs=0.03), pytest.approx(0.3 - 0.1, abs=0.03)]
