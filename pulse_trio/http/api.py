@@ -71,8 +71,7 @@ class TaskApi:
     async def blocking(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run a client call in a worker thread under both limiters."""
         async with self.limiter:
-            return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs),
-                                                 limiter=self.store.limiter)
+            return await self.store.in_thread(functools.partial(fn, *args, **kwargs))
 
     async def authenticate(self, request: Request, action: str | None) -> tokens.TokenInfo:
         """The live token behind the request, allowed ``action`` (None: any role; the caller decides)."""

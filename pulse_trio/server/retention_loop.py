@@ -20,6 +20,17 @@ last batch). A slower database makes the batches slower and so the pauses
 longer; the pause after a queue's last batch is slept before the next
 queue's first, so many small queues do not add up to more than the share.
 Deleted rows are counted in ``pulse_purged_rows_total`` (by table).
+
+Why it also waits for gaps: paced or not, a batch that runs while a submit
+is inserted and its task claimed shares the CPUs and the redo log's flush
+with them, and the submit's latency tail is made of such meetings. So a
+batch starts only once this process's foreground work (the store's
+:class:`~pulse_trio.store.trio_bridge.ThreadActivity`) has paused for
+``quiet``, runs its statements in chunks while busy, and before each
+chunk, delete and its COMMIT waits for the same (:class:`_Between`). Both
+waits are bounded and come off the pause, and a batch that found no gap
+neither chunks nor waits inside, so that under full load the purge goes
+on at its share.
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ import trio
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.store.retention import BATCH_TASKS, purge, retention_plan
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.trio_bridge import Store, ThreadActivity
 
 log = logging.getLogger("pulse_trio.retention")
 
@@ -59,8 +70,17 @@ class PurgePace:
     busy_share: float = 0.05  # serve --purge-busy-share
     idle_batch: int = BATCH_TASKS
     busy_batch: int = 100
+    #: While busy, each of a batch's statements takes at most this many tasks (None: the whole batch).
+    busy_chunk: int | None = 25
     min_pause: float = 0.01
     max_pause: float = 5.0
+    #: A batch starts in a gap: once this process's foreground work has been quiet this long ...
+    quiet: float = 0.003
+    #: ... or after this long without one, nor longer than the pause before it (under full load there
+    #: are no gaps, and the purge must go on).
+    gap_wait: float = 0.25
+    #: Between its statements a batch waits for the same quiet, this long in all at most.
+    yield_budget: float = 0.02
 
     def __post_init__(self) -> None:
         if not (0 < self.busy_share <= 1 and 0 < self.idle_share <= 1):
@@ -69,6 +89,10 @@ class PurgePace:
             raise ValueError("a purge batch must be at least one task")
         if not 0 <= self.min_pause <= self.max_pause:
             raise ValueError("min_pause must be between 0 and max_pause")
+        if self.busy_chunk is not None and self.busy_chunk < 1:
+            raise ValueError("a purge chunk must be at least one task")
+        if min(self.quiet, self.gap_wait, self.yield_budget) < 0:
+            raise ValueError("quiet, gap_wait and yield_budget must not be negative")
 
     def batch(self, busy: bool) -> int:
         """Tasks in the next transaction."""
@@ -120,6 +144,7 @@ class RetentionPurge:
         self.busy = busy if busy is not None else DispatchActivity(metrics)
         self.jitter, self.timer, self.sleep = jitter, timer, sleep
         self.passes = 0
+        self.gaps_missed = 0  # batches that found no gap within gap_wait and went anyway
 
     async def run(self) -> None:
         """A pass every ``interval`` (± a fifth, at random) until cancelled."""
@@ -144,10 +169,25 @@ class RetentionPurge:
                 if owed:
                     await self.sleep(owed)
                     busy = self.busy()
+                # No longer than the pause just slept: the wait comes off the next pause, so that
+                # without gaps a batch still goes once per pause and batch, as the share allows.
+                look = min(self.pace.gap_wait, owed) if owed else self.pace.gap_wait
+                gap_waited = await self._gap(look)
+                # Without a gap (dispatch never pauses: full load) chunks and waits between the
+                # statements would find none either, and only cost the purge its rate.
+                gapless = bool(look) and gap_waited >= look
                 limit = self.pace.batch(busy)
+                between = _Between(self.store.activity, self.pace.quiet, 0.0 if gapless else self.pace.yield_budget)
                 began = self.timer()
-                batch = await self.store.run(purge, queue=cut.queue, before=cut.before, limit=limit, after=after)
-                owed = self.pace.pause(self.timer() - began, busy) if batch.selected else 0.0
+                batch = await self.store.run_aside(purge, queue=cut.queue, before=cut.before, limit=limit, after=after,
+                                                   between=between,
+                                                   chunk=self.pace.busy_chunk if busy and not gapless else None)
+                took = self.timer() - began - between.waited  # the share is of the time it worked
+                # The waits (for the gap, and between the statements) were time without the purge's
+                # work: they come off the pause, so that a process without gaps purges at its share.
+                waited = gap_waited + between.waited
+                owed = max(self.pace.min_pause, self.pace.pause(took, busy) - waited) if batch.selected else 0.0
+                self.gaps_missed += 1 if gapless else 0
                 self.metrics.observe_purge(batch.deleted)
                 total += batch.tasks
                 if batch.selected < limit:
@@ -161,6 +201,32 @@ class RetentionPurge:
         if total:
             log.info("retention: purged %d task(s) past their retention", total)
         return total
+
+    async def _gap(self, limit: float) -> float:
+        """Wait, ``limit`` seconds at most, until this process's foreground work has paused: the seconds waited."""
+        if not limit or self.store.activity.quiet_for(self.pace.quiet):
+            return 0.0
+        began = time.monotonic()
+        await self.store.activity.gap(self.pace.quiet, limit)
+        return time.monotonic() - began
+
+
+class _Between:
+    """Called by a purge batch between its statements, in its thread: waits while this process dispatches.
+
+    A task's claim, commands and the submit over HTTP are a few short
+    transactions in a row; the purge's next delete (or its COMMIT, whose
+    log flush a submit's commit would queue behind) waits until they have
+    been quiet for ``quiet`` seconds, ``budget`` seconds per batch at most.
+    """
+
+    def __init__(self, activity: ThreadActivity, quiet: float, budget: float) -> None:
+        self.activity, self.quiet, self.budget = activity, quiet, budget
+        self.waited = 0.0
+
+    def __call__(self) -> None:
+        if self.waited < self.budget:
+            self.waited += self.activity.wait_quiet(self.quiet, self.budget - self.waited)
 
 
 __all__ = ["INTERVAL_S", "DispatchActivity", "PurgePace", "RetentionPurge"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
@@ -144,8 +144,8 @@ def _in(ids: Sequence[str]) -> tuple[str, ...]:
 
 
 @transition("task", "purge")
-def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int,
-          after: PurgePosition | None = None) -> PurgeBatch:
+def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: PurgePosition | None = None,
+          between: Callable[[], None] | None = None, chunk: int | None = None) -> PurgeBatch:
     """Delete up to ``limit`` of the queue's tasks that ended before ``before``, with everything that is theirs.
 
     ``after``: the previous batch's ``last``, so that this one's select
@@ -154,7 +154,37 @@ def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int,
     the queue's last batch of the pass, which starts from the beginning again
     (``RetentionPurge.purge_pass``); rows left for later (a live lease, a
     permit not yet released) wait for a later pass.
+
+    ``chunk``: each statement takes at most this many tasks (the batch
+    selects, reads and deletes chunk by chunk, in the one transaction with
+    one COMMIT), so that no single statement runs long. ``between``, if
+    given, is called before each delete, before each chunk after the first
+    and before the COMMIT (serve's loop waits there while its process
+    dispatches, so the purge's statements and its commit's log flush fall
+    between dispatch's; the rows it holds meanwhile are ended tasks no
+    dispatch statement touches).
     """
+    pause = between if between is not None else _no_pause
+    size = limit if chunk is None else max(1, min(chunk, limit))
+    done = PurgeBatch({}, 0)
+    position = after
+    while True:
+        asked = min(size, limit - done.selected)
+        part = _purge_part(tx, queue=queue, before=before, limit=asked, after=position, pause=pause)
+        done = PurgeBatch({t: done.deleted.get(t, 0) + part.deleted.get(t, 0) for t in {*done.deleted, *part.deleted}},
+                          done.selected + part.selected, done.held + part.held, part.last or done.last)
+        if part.selected < asked or done.selected >= limit:
+            break
+        position = part.last
+        pause()
+    if done.selected:
+        pause()  # the COMMIT follows
+    return done
+
+
+def _purge_part(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: PurgePosition | None,
+                pause: Callable[[], None]) -> PurgeBatch:
+    """One chunk of :func:`purge`: select up to ``limit`` due tasks from ``after`` on, and delete what is theirs."""
     rows: list[tuple[str, str]] = []
     last = after
     statuses = PURGEABLE[PURGEABLE.index(after.status):] if after is not None else PURGEABLE
@@ -192,16 +222,25 @@ def purge(tx: Tx, *, queue: str, before: dt.datetime, limit: int,
     ids = _in([t for t in ids if t not in held])
     deleted = dict.fromkeys(TABLES, 0)
     if lease_ids:
+        pause()
         deleted["renew_receipts"] = tx.write("DELETE FROM renew_receipts WHERE lease_id IN %s", (lease_ids,))
         if permit_ids:
+            pause()
             deleted["key_permits"] = tx.write("DELETE FROM key_permits WHERE lease_id IN %s", (permit_ids,))
+        pause()
         deleted["leases"] = tx.write("DELETE FROM leases WHERE lease_id IN %s", (lease_ids,))
     if intent_ids:
+        pause()
         deleted["cancel_intents"] = tx.write("DELETE FROM cancel_intents WHERE task_id IN %s", (intent_ids,))
     if ids:
+        pause()
         deleted["tasks"] = tx.write(f"DELETE FROM tasks WHERE task_id IN %s AND state IN {sql_list(PURGEABLE)}",
                                     (ids,))
     return PurgeBatch(deleted, len(rows), len(held), last)
+
+
+def _no_pause() -> None:
+    return None
 
 
 @read_only(takes_locks=False)

@@ -7,6 +7,7 @@ is exact to the microsecond; the rows are inspected straight in the tables.
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 from pulse_trio.dburl import connect
 from pulse_trio.store import expire, release_after_quarantine, request_cancel, retry, submit
@@ -120,6 +121,55 @@ def test_two_purges_at_once_take_disjoint_batches_and_never_wait(world, db):
     finally:
         other.close()
     assert not any(_exists(world, t) for t in done)
+
+
+def test_between_is_called_before_each_delete_and_the_commit_and_a_whole_task_runs_meanwhile(world):
+    w = world.worker("q", capacity=20)
+    done = [_finished(world, w) for _ in range(3)]  # each with a lease and a renew receipt
+    world.advance(1_000)
+    before = world.now - dt.timedelta(milliseconds=500)
+    still_there: list[int] = []
+    fresh: list[str] = []
+
+    def between() -> None:
+        # The batch's rows are locked and not yet deleted for everyone else (READ COMMITTED)...
+        still_there.append(_count(world, "tasks", "task_id", done))
+        if not fresh:
+            # ... and a task's whole life (submit, claim, start, renew, finish) goes meanwhile, on other
+            # connections, without waiting for the purge's locks (a wait would stop this test for 50 s).
+            started = time.monotonic()
+            fresh.append(_finished(world, w))
+            assert time.monotonic() - started < 5
+
+    batch = world.store.run_sync(purge, queue="q", before=before, limit=10, between=between)
+    assert batch.deleted == {"renew_receipts": 3, "key_permits": 0, "leases": 3, "cancel_intents": 0, "tasks": 3}
+    assert still_there == [3, 3, 3, 3]  # before the receipts, the leases, the tasks, and the commit
+    assert not any(_exists(world, t) for t in done)
+    assert _exists(world, fresh[0]) and world.task(fresh[0]).task.state == "SUCCEEDED"
+
+
+def test_a_chunked_batch_deletes_chunk_by_chunk_in_one_transaction(world):
+    w = world.worker("q", capacity=20)
+    done = [_finished(world, w, renewals=0) for _ in range(7)]
+    world.advance(1_000)
+    before = world.now - dt.timedelta(milliseconds=500)
+    still_there: list[int] = []
+    batch = world.store.run_sync(purge, queue="q", before=before, limit=10, chunk=3,
+                                 between=lambda: still_there.append(_count(world, "tasks", "task_id", done)))
+    assert (batch.selected, batch.tasks, batch.deleted["leases"], batch.held) == (7, 7, 7, 0)
+    # Chunks of 3, 3 and 1, each: before the receipts, the leases and the tasks; between the chunks; before the
+    # one COMMIT. Nothing is gone for anyone else until then.
+    assert still_there == [7] * (3 * 3 + 2 + 1)
+    assert not any(_exists(world, t) for t in done)
+    # A chunked batch that fills its limit stops where its last chunk stopped, as an unchunked one does.
+    more = [_finished(world, w, renewals=0) for _ in range(5)]
+    world.advance(1_000)
+    before = world.now - dt.timedelta(milliseconds=500)
+    first = world.store.run_sync(purge, queue="q", before=before, limit=4, chunk=3)
+    assert (first.selected, first.tasks) == (4, 4) and first.last is not None and first.last.task_id in more
+    rest = world.store.run_sync(purge, queue="q", before=before, limit=4, chunk=3, after=first.last)
+    assert (rest.selected, rest.tasks) == (1, 1)
+    assert not any(_exists(world, t) for t in more)
 
 
 def test_a_pass_goes_on_from_where_its_last_batch_stopped_across_states_and_past_locked_rows(world, db):
