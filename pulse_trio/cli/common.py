@@ -161,6 +161,14 @@ class CliParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str) -> NoReturn:
+        """A bad argument is one line on stderr and exit 2 (docs/operations.md §7.1), not the whole usage.
+
+        ``--help`` still prints the usage; a mistyped flag should not bury
+        the one line that says what was wrong.
+        """
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
+
 
 def fail(message: str, exit_code: int = 1) -> NoReturn:
     raise CommandFailed(message, exit_code)
