@@ -138,6 +138,11 @@ assert "trio" not in sys.modules, sorted(m for m in sys.modules if "trio" in m a
     assert done.returncode == 0, done.stderr
 
 
+def test_nothing_in_the_package_imports_trio_websocket():
+    """trio-websocket is a test dependency (the suite's independent client), not one the package installs."""
+    assert _offenders("pulse_trio", "trio_websocket") == []
+
+
 def test_the_http_producer_clients_stand_apart_from_the_service():
     """An application imports the producer clients without the server, the HTTP API or Trio."""
     assert _offenders("pulse_trio.producer", "pulse_trio.server") == []
