@@ -138,6 +138,13 @@ assert "trio" not in sys.modules, sorted(m for m in sys.modules if "trio" in m a
     assert done.returncode == 0, done.stderr
 
 
+def test_the_database_url_module_is_the_bottom_layer():
+    """``dburl`` imports nothing of the package, so it and the store's writer choice above it form no cycle."""
+    assert sorted(n for n in GRAPH["pulse_trio.dburl"] if _within(n, "pulse_trio")) == []
+    assert "pulse_trio.dbwriter" not in GRAPH
+    assert "pulse_trio.dburl" in GRAPH["pulse_trio.store.writer"]
+
+
 def test_nothing_in_the_package_imports_trio_websocket():
     """trio-websocket is a test dependency (the suite's independent client), not one the package installs."""
     assert _offenders("pulse_trio", "trio_websocket") == []
