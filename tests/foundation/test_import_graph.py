@@ -9,6 +9,8 @@
   transaction function costs no event loop (checked in a fresh interpreter too).
 * The contract's error codes reach the store through one mapping module
   (its grammar and limits are the project's one vocabulary, read directly).
+* The charts package never imports the store (the store registers against
+  the charts; the renderer is handed the registrations by the CLI).
 * The worker SDK (and ``pulse_trio.testing`` on top of it) imports only the
   contract layer, like any third-party worker would, and never Trio: it is
   written against AnyIO, and an asyncio worker loads no Trio at all
@@ -136,6 +138,11 @@ assert "trio" not in sys.modules, sorted(m for m in sys.modules if "trio" in m a
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_charts_do_not_import_the_store():
+    """The charts are below the store: the store registers against them, and the renderer is handed what it shows."""
+    assert _offenders("pulse_trio.charts", "pulse_trio.store") == []
 
 
 def test_the_database_url_module_is_the_bottom_layer():
