@@ -76,13 +76,6 @@ def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[s
     )
 
 
-# On a cluster, a read that must see every commit the cluster has acknowledged waits for
-# the node to apply them first (``writer.CAUSAL_READS``). Autocommit views need it: they
-# may follow a commit made through another node (an instance that has not failed over yet,
-# or just has). Writes do not: a transaction that read a row older than a commit it
-# conflicts with fails certification at COMMIT (1213) and runs again (docs/storage.md §10).
-
-
 class ConnectionPool:
     def __init__(self, config: DatabaseConfig, size: int,
                  connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect, *,
@@ -137,6 +130,12 @@ class ConnectionPool:
                 for statement in self._setup:
                     cur.execute(statement)
                 if self.autocommit and self._writer is not None:
+                    # On a cluster, a read that must see every commit the cluster has acknowledged waits
+                    # for the node to apply them first (``writer.CAUSAL_READS``). Autocommit views need
+                    # it: they may follow a commit made through another node (an instance that has not
+                    # failed over yet, or just has). Writes do not: a transaction that read a row older
+                    # than a commit it conflicts with fails certification at COMMIT (1213) and runs
+                    # again (docs/storage.md §10).
                     set_causal_reads(cur)
             conn.commit()
             if self.autocommit:
