@@ -1,6 +1,6 @@
 """Bearer tokens in a test database: make one, revoke one by its value.
 
-Shared by every test folder (``tests/conftest.py`` puts this folder on ``sys.path``).
+Shared by every test folder (``tests/`` is on the ``pythonpath`` of pyproject.toml).
 """
 
 from __future__ import annotations
