@@ -97,6 +97,11 @@ def page(chart: Chart, impl: Implementations) -> str:
         out += ["Persistent: every trigger is exactly one transaction function in `pulse_trio.store` "
                 "(an *entry* runs as its own MySQL transaction; a *step* runs inside the transaction of the "
                 "transition that triggers it). See [README](README.md).", ""]
+    elif spec.side == "worker":
+        out += ["In memory, in the worker SDK: `pulse_trio/sdk/lifecycle.py` reads this file once, at import, "
+                "into a table of (trigger, state) → next state, and `pulse_trio/sdk/lease.py` moves by it (a move "
+                "the chart does not declare is an error, never a silent state). The service keeps its own record "
+                "of a lease in the [`lease`](lease.md) chart; see the [worker manual](../worker.md).", ""]
     else:
         out += ["In memory, one model per connection, attached to the chart's single `Machine` and "
                 "detached on close. Guards are methods of the model; the server commits the matching store "

@@ -12,9 +12,10 @@
 * The charts package never imports the store (the store registers against
   the charts; the renderer is handed the registrations by the CLI).
 * The worker SDK (and ``pulse_trio.testing`` on top of it) imports only the
-  contract layer, like any third-party worker would, and never Trio: it is
-  written against AnyIO, and an asyncio worker loads no Trio at all
-  (checked in a fresh interpreter that runs a handler too).
+  bottom layers, the contract and the charts (declarations: the SDK's own
+  lease lifecycle is a chart), like any third-party worker would, and never
+  Trio: it is written against AnyIO, and an asyncio worker loads no Trio at
+  all (checked in a fresh interpreter that runs a handler too).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def test_importing_a_transaction_function_does_not_import_trio():
 
 
 #: What the worker SDK and its test helpers may import from this package.
-SDK_MAY_IMPORT = ("pulse_trio.contract", "pulse_trio.sdk", "pulse_trio.testing")
+SDK_MAY_IMPORT = ("pulse_trio.contract", "pulse_trio.charts", "pulse_trio.sdk", "pulse_trio.testing")
 
 
 def test_the_sdk_imports_the_contract_layer_only_and_never_trio():
@@ -120,6 +121,7 @@ def test_the_sdk_imports_the_contract_layer_only_and_never_trio():
         assert inside == [], inside
         assert _offenders(package, "trio") == [] and _offenders(package, "trio_websocket") == []
     assert "pulse_trio.contract.messages" in GRAPH["pulse_trio.sdk.lease"]
+    assert "pulse_trio.charts" in GRAPH["pulse_trio.sdk.lifecycle"]
 
 
 def test_an_asyncio_worker_and_its_handler_tests_load_no_trio():
