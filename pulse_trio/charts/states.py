@@ -77,6 +77,12 @@ WAITING_TASK_STATES: tuple[str, ...] = dests_of(_TASK, "submit")
 LIVE_LEASE_STATES: tuple[str, ...] = live_states(_LEASE)
 #: Worker sessions still open (ACTIVE, DRAINING).
 LIVE_SESSION_STATES: tuple[str, ...] = live_states(_INSTANCE)
+#: Worker sessions that take no new work (DRAINING).
+DRAINING_SESSION_STATES: tuple[str, ...] = dests_of(_INSTANCE, "operator_drain")
+#: Serve processes not stopped (ALIVE, LOST): what runs, and what died and was noticed.
+LIVE_NODE_STATES: tuple[str, ...] = live_states(CHARTS["node"])
+#: Key permits their key's counter counts (HELD).
+HELD_PERMIT_STATES: tuple[str, ...] = dests_of(CHARTS["key_permit"], "acquire")
 #: What an operator can make a queue (ACTIVE, PAUSED).
 QUEUE_STATES: tuple[str, ...] = _row_states(CHARTS["queue"])
 #: The cancel-intent states a cancel request moves on from (only NONE: a second request changes nothing).
@@ -86,6 +92,7 @@ CANCEL_REQUEST_FROM: tuple[str, ...] = tuple(dict.fromkeys(
 CANCEL_TASK_STATES: tuple[str, ...] = tuple(dict.fromkeys(
     s for source in CANCEL_REQUEST_FROM for s in task_states_guarded(CHARTS["cancellation"], "request", source)))
 
-__all__ = ["CANCEL_REQUEST_FROM", "CANCEL_TASK_STATES", "LIVE_LEASE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES",
-           "TASK_STATES", "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list",
-           "task_states_guarded", "terminal_states"]
+__all__ = ["CANCEL_REQUEST_FROM", "CANCEL_TASK_STATES", "DRAINING_SESSION_STATES", "HELD_PERMIT_STATES",
+           "LIVE_LEASE_STATES", "LIVE_NODE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES", "TASK_STATES",
+           "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list", "task_states_guarded",
+           "terminal_states"]

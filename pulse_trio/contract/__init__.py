@@ -7,7 +7,12 @@ The pipeline of docs/protocol.md §5.1 as modules, one job each:
 * ``jsontext``: canonical JSON text for results and payloads;
 * ``grammar``: scalar grammars, id and secret generators;
 * ``bodies`` / ``messages``: frozen, validated message objects;
-* ``readers``, ``client_decoder``, ``server_decoder``: typed decoding;
+* ``frames``: each frame declared once (envelope, fields in wire order),
+  held against the message classes at import; ``derive`` makes structs,
+  fast builders and encoders from it;
+* ``readers``, ``client_decoder``, ``server_decoder``: typed decoding
+  (the reference path, which names the precise error);
+* ``fast_client``, ``fast_server``: the compiled path for well-formed frames;
 * ``encoder``: messages to canonical frames;
 * ``codec``: the entry points; ``errors``: the error tree.
 

@@ -1,27 +1,25 @@
 """Worker → server frames to messages (what the server reads).
 
 Closed everywhere: an unknown field, an alias, or a response-only field
-(``reply_to``, ``error``, even empty or null) is an invalid frame.
+(``reply_to``, ``error``, even empty or null) is an invalid frame. The
+shapes and fields come from the frames' declarations (``frames``); what is
+written here is the order of the checks, which decides the error a frame
+with several faults gets (docs/protocol.md §4.8).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import frames as fr
 from . import messages as m
 from . import readers as r
-from .limits import MAX_KINDS, MAX_SUBSCRIPTIONS
 
-_HELLO = r.Shape(("protocol_version", "type", "id", "body"))
-_REQUEST = r.Shape(("protocol_version", "type", "id", "session_id", "body"))
-_HELLO_BODY = r.Shape(("worker_name", "subscriptions"), ("cancellation_notifications", "concurrency_keys", "client"))
-_SUBSCRIPTION = r.Shape(("queue",), ("kinds",))
-_CLIENT_INFO = r.Shape(("name", "version"))
-_CAPACITY_BODY = r.Shape(("sequence", "capacity", "drain"))
-_RESUME_BODY = r.Shape(("instance_id", "instance_secret", "task_id", "lease_id", "lease_secret"))
-_COMMAND_BODY = r.Shape(("task_id", "lease_id", "lease_secret", "revision"))
-_FINISH_BODY = r.Shape(_COMMAND_BODY.required + ("status", "result"), ("error_code", "error_message", "retryable"))
 _IN_BODY = r.envelope_or("body")
+#: A hello's subscriptions and client are read before its id and its other fields, a subscription's
+#: kinds before its queue.
+_HELLO_FIRST = ("subscriptions", "client")
+_FIRST = {"subscription": ("kinds",)}
 
 
 def decode_tree(tree: dict[str, Any]) -> m.ClientMessage:
@@ -34,64 +32,21 @@ def decode_tree(tree: dict[str, Any]) -> m.ClientMessage:
     for key in ("reply_to", "error"):
         if key in tree:
             raise r.Bad(key, "response-only field, never sent in a request")
+    frame = fr.FRAMES[cls]
+    if cls is m.WorkerHello and "session_id" in tree:
+        raise r.Bad("session_id", "not sent in worker.hello")
+    r.envelope(frame).check(tree, "frame")
     if cls is m.WorkerHello:
-        if "session_id" in tree:
-            raise r.Bad("session_id", "not sent in worker.hello")
-        return _hello(_HELLO.check(tree, "frame"))
-    _REQUEST.check(tree, "frame")
+        body = r.shape(frame.body).check(tree["body"], "body")
+        head = _fields(frame, body, None, _HELLO_FIRST)
+        ident = r.string(tree, "id", "frame")
+        rest = _fields(frame, body, None, tuple(f.name for f in frame.body.fields if f.name not in _HELLO_FIRST))
+        return r.build(cls, _IN_BODY, id=ident, **head, **rest)
     envelope = {"id": r.string(tree, "id", "frame"), "session_id": r.string(tree, "session_id", "frame")}
-    if cls is m.WorkerCapacity:
-        body = _CAPACITY_BODY.check(tree["body"], "body")
-        return r.build(
-            cls, _IN_BODY, **envelope,
-            sequence=r.counter(body, "sequence", "body"),
-            capacity=r.integer(body, "capacity", "body"),
-            drain=r.boolean(body, "drain", "body"),
-        )
-    if cls is m.WorkerResume:
-        body = _RESUME_BODY.check(tree["body"], "body")
-        return r.build(cls, _IN_BODY, **envelope, **{k: r.string(body, k, "body") for k in _RESUME_BODY.required})
-    body = (_FINISH_BODY if cls is m.TaskFinish else _COMMAND_BODY).check(tree["body"], "body")
-    fields = {k: r.string(body, k, "body") for k in ("task_id", "lease_id", "lease_secret")}
-    fields["revision"] = r.counter(body, "revision", "body")
-    if cls is m.TaskFinish:
-        fields.update(
-            status=r.string(body, "status", "body"),
-            result=result,
-            error_code=r.optional(body, "error_code", "body", r.string, ""),
-            error_message=r.optional(body, "error_message", "body", r.string, ""),
-            retryable=r.optional(body, "retryable", "body", r.boolean, False),
-        )
-    return r.build(cls, _IN_BODY, **envelope, **fields)
+    body = r.shape(frame.body).check(tree["body"], "body")
+    return r.build(cls, _IN_BODY, **envelope, **_fields(frame, body, result))
 
 
-def _hello(tree: dict[str, Any]) -> m.WorkerHello:
-    body = _HELLO_BODY.check(tree["body"], "body")
-    subscriptions = []
-    for i, item in enumerate(r.array(body, "subscriptions", "body", MAX_SUBSCRIPTIONS)):
-        path = f"body.subscriptions[{i}]"
-        item = _SUBSCRIPTION.check(item, path)
-        kinds = None
-        if "kinds" in item:
-            kinds = r.array(item, "kinds", path, MAX_KINDS)
-            for j, kind in enumerate(kinds):
-                if type(kind) is not str:
-                    raise r.Bad(f"{path}.kinds[{j}]", f"must be a string, got {r.show(kind)}")
-        queue = r.string(item, "queue", path)
-        subscriptions.append(r.build(m.Subscription, r.under(path), queue=queue, kinds=kinds))
-    client = None
-    if "client" in body:
-        info = _CLIENT_INFO.check(body["client"], "body.client")
-        client = r.build(
-            m.ClientInfo, r.under("body.client"),
-            name=r.string(info, "name", "body.client"), version=r.string(info, "version", "body.client"),
-        )
-    return r.build(
-        m.WorkerHello, _IN_BODY,
-        id=r.string(tree, "id", "frame"),
-        worker_name=r.string(body, "worker_name", "body"),
-        subscriptions=tuple(subscriptions),
-        cancellation_notifications=r.optional(body, "cancellation_notifications", "body", r.boolean, False),
-        concurrency_keys=r.optional(body, "concurrency_keys", "body", r.boolean, False),
-        client=client,
-    )
+def _fields(frame: fr.Frame, body: dict[str, Any], result: Any, only: tuple[str, ...] | None = None) -> dict:
+    return r.fields(frame.body, body, "body", True, cls=frame.cls, first=_FIRST, given={"result": result},
+                    only=only)

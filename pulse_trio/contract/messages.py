@@ -30,7 +30,7 @@ __all__ = [
     "ServerLimits", "Status", "Subscription", "Welcome", "LEASE_COMMANDS", "LEASE_STATES", "STATUSES",
     "WorkerHello", "WorkerCapacity", "WorkerResume", "TaskStart", "TaskRenew", "TaskFinish",
     "WorkerWelcome", "TaskAssign", "TaskCancel", "Ack", "Error", "AckBody",
-    "ClientMessage", "ServerMessage", "Message", "CLIENT_TYPES", "SERVER_TYPES", "ACK_BODY_FOR",
+    "ClientMessage", "ServerMessage", "Message", "CLIENT_TYPES", "SERVER_TYPES", "ACK_BODY_FOR", "check_outcome",
 ]
 
 
@@ -153,13 +153,24 @@ class TaskFinish:
         c.json_text(self, "result", lim.MAX_RESULT_DEPTH)
         c.need(self.result != "null", "result", "must not be null")
         c.need(utf8_size(self.result) <= lim.MAX_RESULT_BYTES, "result", "must be at most 262144 UTF-8 bytes")
-        if self.status == "SUCCEEDED":
-            c.need(self.error_code == "", "error_code", "must be empty when SUCCEEDED")
-        else:
-            c.string(self.error_code, "error_code", g.is_error_code, "a non-empty error code")
-        c.text(self.error_message, "error_message", lim.MAX_ERROR_MESSAGE_CHARS)
-        c.boolean(self.retryable, "retryable")
-        c.need(not self.retryable or self.status == "FAILED", "retryable", "may be true only when FAILED")
+        check_outcome(self.status, self.error_code, self.error_message, self.retryable)
+
+
+def check_outcome(status: str, error_code: str, error_message: str, retryable: bool) -> None:
+    """The finish rules besides the result's, owned here: the SDK's finish tail and the store's report ask this too.
+
+    Raises ``InvalidMessage`` (a ``ValueError``). ``TaskFinish`` checks the
+    status first, before its result, so the first fault a frame shows keeps
+    its place.
+    """
+    c.one_of(status, "status", STATUSES)
+    if status == "SUCCEEDED":
+        c.need(error_code == "", "error_code", "must be empty when SUCCEEDED")
+    else:
+        c.string(error_code, "error_code", g.is_error_code, "a non-empty error code")
+    c.text(error_message, "error_message", lim.MAX_ERROR_MESSAGE_CHARS)
+    c.boolean(retryable, "retryable")
+    c.need(not retryable or status == "FAILED", "retryable", "may be true only when FAILED")
 
 
 # -- server → client ---------------------------------------------------------

@@ -8,10 +8,13 @@ constructors; ``build`` reports their ``InvalidMessage`` at the same paths.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from datetime import datetime
 from typing import Any, Callable
 
 from . import errors as e
+from . import frames as fr
 from . import grammar as g
 from .errors import InvalidMessage
 from .jsontext import JsonText, dumps, utf8_size
@@ -127,6 +130,80 @@ def build(cls: type, where: Callable[[str], str], **fields: Any) -> Any:
         raise Bad(where(exc.field), exc.reason) from None
 
 
+@functools.cache
+def shape(obj: fr.Obj, variant: bool = False) -> Shape:
+    """The closed shape of a declared object (``frames``)."""
+    return Shape(*obj.names(variant))
+
+
+@functools.cache
+def envelope(frame: fr.Frame) -> Shape:
+    return Shape(*frame.envelope())
+
+
+@functools.cache
+def _order(obj: fr.Obj, cls: type, first: tuple[str, ...]) -> tuple[tuple[fr.Field, Any, Callable], ...]:
+    """The fields in reading order, each with its default in ``cls`` and its reader."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    return tuple((f, defaults.get(f.name), _reader(f)) for f in obj.read_order(first))
+
+
+def fields(obj: fr.Obj, tree: dict, path: str, strict: bool, *, variant: bool = False, cls: type | None = None,
+           first: dict[str, tuple[str, ...]] | None = None, given: dict[str, Any] | None = None,
+           only: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Read a declared object's fields present in ``tree`` (its shape checked), in the reference order.
+
+    ``first`` names, per object, fields read before the rest (which field a
+    frame with several faults names is part of the contract); ``given``
+    holds open JSON read earlier (a result, a payload); ``cls`` is the
+    message a flat body's fields sit on (for its defaults); ``only``, if
+    given, limits the read to those fields. Nested objects are checked and
+    built at their turn.
+    """
+    first = first or {}
+    out: dict[str, Any] = {}
+    for f, default, read in _order(obj, cls or obj.cls, first.get(obj.name, ())):
+        name = f.name
+        if name not in tree or (f.presence == fr.VARIANT and not variant) or (only and name not in only):
+            continue
+        value = read(f, tree, path, strict, first, given)
+        if f.refuse_default and value == default:
+            raise Bad(f"{path}.{name}", f.refuse_default)
+        out[name] = value
+    return out
+
+
+def _reader(f: fr.Field) -> Callable[..., Any]:
+    """How one declared field is read: ``read(field, tree, path, strict, first, given)``."""
+    kind = f.kind
+    if isinstance(kind, fr.Obj):
+        return lambda f, tree, path, strict, first, given: _object(
+            f.kind, tree[f.name], f"{path}.{f.name}", strict, f.variant, first, given)
+    if isinstance(kind, fr.Many):
+        return lambda f, tree, path, strict, first, given: tuple(
+            _object(f.kind.item, item, f"{path}.{f.name}[{i}]", strict, False, first, given)
+            for i, item in enumerate(array(tree, f.name, path, f.kind.most)))
+    if kind == "json":
+        return lambda f, tree, path, strict, first, given: given[f.name]
+    if kind == "strs":
+        return _strings
+    scalar = _READ[kind]
+    return lambda f, tree, path, strict, first, given: scalar(tree, f.name, path)
+
+
+def _strings(f: fr.Field, tree: dict, path: str, strict: bool, first: Any, given: Any) -> list:
+    value = array(tree, f.name, path, f.most)
+    for j, item in enumerate(value):
+        if type(item) is not str:
+            raise Bad(f"{path}.{f.name}[{j}]", f"must be a string, got {show(item)}")
+    return value
+
+
+def _object(obj: fr.Obj, value: Any, path: str, strict: bool, variant: bool, first: dict, given: Any) -> Any:
+    value = shape(obj, variant).check(value, path, strict)
+    return build(obj.cls, under(path), **fields(obj, value, path, strict, variant=variant, first=first, given=given))
+
+
 def under(path: str) -> Callable[[str], str]:
     return lambda field: f"{path}.{field}"
 
@@ -134,6 +211,11 @@ def under(path: str) -> Callable[[str], str]:
 def envelope_or(container: str) -> Callable[[str], str]:
     """Paths for a flat message: envelope fields at the top, the rest inside."""
     return lambda field: field if field in ("id", "session_id", "reply_to") else f"{container}.{field}"
+
+
+_READ: dict[str, Callable[[dict, str, str], Any]] = {
+    "str": string, "counter": counter, "int": integer, "bool": boolean, "time": time,
+}
 
 
 def json_value(value: Any, path: str, *, nullable: bool) -> JsonText:

@@ -6,7 +6,8 @@ same session id: :class:`LeaseFrames` encodes them once, and a command's
 frame is those bytes joined around its id, revision and (for a finish) the
 outcome's tail, which is encoded once per outcome. The bytes are exactly
 the reference encoder's (``contract.encoder``); ``tests/sdk/test_frames.py``
-compares the two.
+compares the two. The fields spelled here are held to their declaration in
+``contract/frames.py`` at import (``SPELLED``), and the key counts come from it.
 
 The values need no validating again: the lease's fields come from an offer
 that passed every check, the ids and revisions are the SDK's own, and an
@@ -29,6 +30,8 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from pulse_trio.contract import _checks as c
+from pulse_trio.contract import derive
+from pulse_trio.contract import frames as fr
 from pulse_trio.contract import grammar as g
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
@@ -39,6 +42,21 @@ from pulse_trio.contract.limits import PROTOCOL_VERSION
 from pulse_trio.contract.scanner import ScanError
 
 _json = msgspec.json.encode
+
+#: The fields this module spells out (in bytes, in reads), as ``contract/frames.py`` declares them in wire order.
+SPELLED: dict[fr.Obj, tuple[str, ...]] = {
+    fr.COMMAND_BODY: ("task_id", "lease_id", "lease_secret", "revision"),
+    fr.FINISH_BODY: ("task_id", "lease_id", "lease_secret", "revision", "status", "result", "error_code",
+                     "error_message", "retryable"),
+    fr.COMMAND_RESULT: ("receipt", "lease"),
+    fr.RECEIPT: ("command", "task_id", "lease_id", "revision", "committed_at", "duplicate"),
+    fr.LEASE: ("lease_id", "task_id", "lease_secret", "revision", "epoch", "state", "expires_at",
+               "cancel_requested_at"),
+}
+for _obj, _names in SPELLED.items():
+    if tuple(f.name for f in _obj.fields) != _names:
+        raise TypeError(f"sdk/frames.py spells {_obj.name} as {_names}; contract/frames.py declares "
+                        f"{tuple(f.name for f in _obj.fields)}: change both")
 
 #: A lease command's type, the start of its frame, and the prefix of its request ids.
 COMMANDS: dict[type, tuple[str, bytes, str]] = {
@@ -91,13 +109,7 @@ def finish_tail(status: str, result: str, error_code: str = "", error_message: s
             raise InvalidMessage("result", f"not strict JSON: {exc}") from None
     c.need(result != "null", "result", "must not be null")
     c.need(utf8_size(result) <= lim.MAX_RESULT_BYTES, "result", "must be at most 262144 UTF-8 bytes")
-    if status == "SUCCEEDED":
-        c.need(error_code == "", "error_code", "must be empty when SUCCEEDED")
-    else:
-        c.string(error_code, "error_code", g.is_error_code, "a non-empty error code")
-    c.text(error_message, "error_message", lim.MAX_ERROR_MESSAGE_CHARS)
-    c.boolean(retryable, "retryable")
-    c.need(not retryable or status == "FAILED", "retryable", "may be true only when FAILED")
+    m.check_outcome(status, error_code, error_message, retryable)
     parts = [b'","status":', _json(status), b',"result":', result.encode()]
     if error_code:
         parts += (b',"error_code":', _json(error_code))
@@ -138,8 +150,10 @@ class _CommandAck(Struct, tag="ack", tag_field="type", forbid_unknown_fields=Tru
 _ACK = msgspec.json.Decoder(_CommandAck)
 #: How every canonical ack starts; other frames are left to the reference path at once.
 ACK_START = b'{"protocol_version":' + _json(PROTOCOL_VERSION) + b',"type":"ack",'
-#: protocol_version, type, id, session_id, reply_to, body; receipt and its six fields.
-_ACK_KEYS = 6 + 1 + 6
+#: The envelope's keys (protocol_version, type, id, session_id, reply_to, body); receipt and its fields.
+_ACK_KEYS = derive.envelope_count(fr.FRAMES[m.Ack])[0] + 1 + len(fr.RECEIPT.fields)
+#: A held lease: its key and its required fields.
+_LEASE_KEYS = 1 + sum(f.presence == fr.REQUIRED for f in fr.LEASE.fields)
 
 T = TypeVar("T")
 
@@ -200,7 +214,7 @@ def decode_command_ack(data: bytes, pending: dict[str, Any], session_id: str, ep
             revision = g.parse_counter(lease.revision)
             if revision <= request.revision:
                 return None
-            keys += 1 + 6
+            keys += _LEASE_KEYS
             colons += lease.expires_at.count(":")
             cancel = None
             if lease.cancel_requested_at is not UNSET:

@@ -44,8 +44,8 @@ import trio
 
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.leases import LeaseCommand, finish, renew, start
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import AnyLeaseCommand, FinishCommand, RenewCommand, StartCommand
+from pulse_trio.store.leases import finish, renew, start
 
 log = logging.getLogger("pulse_trio.batcher")
 
@@ -53,8 +53,8 @@ MAX_BATCH = 256
 #: Batches in flight at once. While one lane's batch waits for the database
 #: (statements, COMMIT), another's Python runs; docs/performance.md has the A/B.
 LANES = 3
-_FUNCTIONS = {"start": start, "renew": renew, "finish": finish}
-_ORDER = ("start", "renew", "finish")
+#: Each command type's batch function, in the order a batch runs them (finishes last: ride-along claims follow them).
+_FUNCTIONS: dict[type, Callable[..., list[Any]]] = {StartCommand: start, RenewCommand: renew, FinishCommand: finish}
 
 #: A command's outcome: a CommandAck, a Refusal, or the exception that failed its batch.
 Done = Callable[[Any], None]
@@ -63,7 +63,7 @@ Done = Callable[[Any], None]
 class RideAlong(Protocol):
     """Claims for the slots a batch's finishes free, run in the batch's transaction (``ride_along.py``)."""
 
-    def plan(self, finishes: Sequence[LeaseCommand], now: Any) -> Any:
+    def plan(self, finishes: Sequence[FinishCommand], now: Any) -> Any:
         """What to claim, decided before the batch runs (None: nothing).
 
         ``plan.lock_sessions(tx)`` runs first in the batch's transaction, ``plan.claims(tx, results)`` last;
@@ -81,9 +81,7 @@ class RideAlong(Protocol):
 
 @dataclasses.dataclass(eq=False, slots=True)
 class _Pending:
-    kind: str
-    command: LeaseCommand
-    report: FinishReport | None
+    command: AnyLeaseCommand
     done: Done
 
 
@@ -101,9 +99,9 @@ class LeaseCommandBatcher:
         self.batches = 0
         self.commands = 0
 
-    def submit(self, kind: str, command: LeaseCommand, report: FinishReport | None, done: Done) -> None:
+    def submit(self, command: AnyLeaseCommand, done: Done) -> None:
         """Queue one command; ``done(outcome)`` is called once its batch has run."""
-        self._queue.append(_Pending(kind, command, report, done))
+        self._queue.append(_Pending(command, done))
         self._idle_lanes.unpark()
 
     def statistics(self) -> dict[str, float]:
@@ -131,20 +129,17 @@ class LeaseCommandBatcher:
                     self._idle_lanes.unpark()
 
     async def _run(self, batch: Sequence[_Pending]) -> None:
-        groups = {kind: [p for p in batch if p.kind == kind] for kind in _ORDER}
-        groups = {kind: items for kind, items in groups.items() if items}
+        grouped: dict[type, list[_Pending]] = {kind: [] for kind in _FUNCTIONS}
+        for pending in batch:
+            grouped[type(pending.command)].append(pending)
+        groups = {kind: items for kind, items in grouped.items() if items}
         now = self.clock.now()
-        calls = []
-        for kind, items in groups.items():
-            if kind == "finish":
-                kwargs = {"commands": [(p.command, p.report) for p in items], "now": now}
-            else:
-                kwargs = {"commands": [p.command for p in items], "now": now}
-            calls.append((_FUNCTIONS[kind], kwargs))
+        calls = [(_FUNCTIONS[kind], {"commands": [p.command for p in items], "now": now})
+                 for kind, items in groups.items()]
         ride_along = self.ride_along
         plan = None
-        if ride_along is not None and "finish" in groups:  # finishes run last: their results end the list
-            plan = ride_along.plan([p.command for p in groups["finish"]], now)
+        if ride_along is not None and FinishCommand in groups:  # finishes run last: their results end the list
+            plan = ride_along.plan([p.command for p in groups[FinishCommand]], now)
         try:
             if plan is None:
                 outcomes = await self.store.run_batch(calls)
@@ -164,7 +159,7 @@ class LeaseCommandBatcher:
             if plan is not None:
                 plan.settle()
 
-    def _complete(self, batch: Sequence[_Pending], groups: dict[str, list[_Pending]], outcomes: list,
+    def _complete(self, batch: Sequence[_Pending], groups: dict[type, list[_Pending]], outcomes: list,
                   plan: Any, calls: int) -> None:
         """Answer every command of the batch, then push its ride-along offers (same outbox write)."""
         ride_along = self.ride_along
@@ -181,7 +176,7 @@ class LeaseCommandBatcher:
                 try:
                     pending.done(outcome if isinstance(outcome, BaseException) else outcome[i])
                 except Exception:  # one connection's bug must not cost the others their answers
-                    log.exception("completing %s of lease %s failed", kind, pending.command.lease_id)
+                    log.exception("completing %s of lease %s failed", kind.__name__, pending.command.lease_id)
         if claims:  # after the acks, with no await between: the same outbox write, and counts never low
             ride_along.committed(claims)
 

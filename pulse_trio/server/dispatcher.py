@@ -19,7 +19,7 @@ four small ones.
 
 Three more rules keep claims few (docs/priority-and-fairness.md): a pass
 woken only by finished leases tops a session up once it reaches its
-refill mark (``SessionService.refill_at``), then fills what it took on;
+refill mark (``LiveSession.refill_at``), then fills what it took on;
 and a pass the poll woke with nothing new (or any pass over more than
 ``PROBE_ABOVE`` sessions) first asks which queues have READY work, so idle
 sessions cost one statement per poll, not a claim transaction each.
@@ -45,7 +45,7 @@ from pulse_trio.store.results import Refusal
 from pulse_trio.store.trio_bridge import Store
 
 if TYPE_CHECKING:
-    from pulse_trio.server.session_service import SessionService
+    from pulse_trio.server.live_session import LiveSession
 
 log = logging.getLogger("pulse_trio.dispatcher")
 
@@ -104,7 +104,7 @@ class Dispatcher:
         offered = 0
         round_share = 1 if self.backlogged else ROUND_SHARE
         owed: dict[str, int] = {}  # free slots a session had when this pass took it on
-        taken_on: dict[str, SessionService] = {}
+        taken_on: dict[str, LiveSession] = {}
         ripe_only = not fill_all  # the first round's bar: any free slot, or the refill mark
 
         ready: set[str] | None = None
@@ -154,8 +154,8 @@ class Dispatcher:
                     dry.discard(sid)
             hungry = self._next_round(taken_on, owed, dry, ready)
 
-    def _next_round(self, taken_on: dict[str, SessionService], owed: dict[str, int], dry: set[str],
-                    ready: set[str] | None) -> list[SessionService]:
+    def _next_round(self, taken_on: dict[str, LiveSession], owed: dict[str, int], dry: set[str],
+                    ready: set[str] | None) -> list[LiveSession]:
         """Who claims in the next round: the sessions taken on that are still owed slots, then the
         sessions that reached their refill mark during the pass (from the hub's ripe set; on the
         probed queues only, when the pass probed: the others found nothing to claim)."""
@@ -179,7 +179,7 @@ class Dispatcher:
         self.probes += 1
         return await self.store.run(queues_with_ready_work, queues=self.hub.hungry_queues())
 
-    async def _claim(self, hungry: list[SessionService], round_share: int, dry: set[str]) -> dict[str, int]:
+    async def _claim(self, hungry: list[LiveSession], round_share: int, dry: set[str]) -> dict[str, int]:
         """One round: each hungry session claims its share, all in one transaction (one thread hand-off)."""
         settings = self.settings
         now = self.clock.now()
@@ -192,7 +192,7 @@ class Dispatcher:
                  for s, want in zip(hungry, wants)]
         self.claims += len(calls)
         # Each held= is a count taken now: until the claim is settled, a resume into one of
-        # these sessions waits (SessionService.claim_settled), or both could fill one slot.
+        # these sessions waits (LiveSession.claim_settled), or both could fill one slot.
         claims = [session.claim_begun() for session in hungry]
         try:
             return self._settle(hungry, wants, calls, await self._run_claims(calls, hungry), dry)
@@ -200,7 +200,7 @@ class Dispatcher:
             for session, claim in zip(hungry, claims):
                 session.claim_settled(claim)
 
-    async def _run_claims(self, calls: list, hungry: list[SessionService]) -> list:
+    async def _run_claims(self, calls: list, hungry: list[LiveSession]) -> list:
         results: list = []
         try:
             for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
@@ -213,7 +213,7 @@ class Dispatcher:
         return results
 
     @staticmethod
-    def _settle(hungry: list[SessionService], wants: list[int], calls: list, results: list,
+    def _settle(hungry: list[LiveSession], wants: list[int], calls: list, results: list,
                 dry: set[str]) -> dict[str, int]:
         """Push each claim's committed offers to its session; a refused or failed claim is dry."""
         counts: dict[str, int] = {}

@@ -1,6 +1,6 @@
 """The live sessions of this instance, as the dispatcher sees them.
 
-A session registers here once welcomed; its :class:`SessionService`
+A session registers here once welcomed; its :class:`~pulse_trio.server.live_session.LiveSession`
 keeps its own numbers (capacity, drain, active leases) current and tells
 the hub whenever they change (:meth:`SessionHub.refresh`). The hub keeps,
 beside every session, the *hungry* ones: those with a free slot, per
@@ -14,12 +14,33 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Iterator
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
-if TYPE_CHECKING:
-    from pulse_trio.server.session_service import SessionService
+
+class HubMember(Protocol):
+    """What the hub reads of a session to file it (``LiveSession`` is one; the hub never imports it)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def instance_id(self) -> str | None: ...
+    @property
+    def cancellation_notifications(self) -> bool: ...
+    @property
+    def queues(self) -> Collection[str]: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def active_leases(self) -> int: ...
+    @property
+    def free_slots(self) -> int: ...
+    @property
+    def refill_at(self) -> int: ...
+
+
+S = TypeVar("S", bound=HubMember)
 
 
 class Wake(enum.Enum):
@@ -30,20 +51,20 @@ class Wake(enum.Enum):
     TIMEOUT = "timeout"  # the poll: work other processes submitted, if any
 
 
-class SessionHub:
+class SessionHub(Generic[S]):
     """Registry of live sessions, the hungry ones among them, and the dispatcher's wake-up signal."""
 
     def __init__(self) -> None:
-        self._sessions: dict[str, SessionService] = {}
-        self._by_instance: dict[str, SessionService] = {}
+        self._sessions: dict[str, S] = {}
+        self._by_instance: dict[str, S] = {}
         #: Sessions with at least one free slot, in the order they became hungry (dicts as ordered sets).
-        self._free: dict[str, SessionService] = {}
+        self._free: dict[str, S] = {}
         #: The same, per subscribed queue; a queue without hungry sessions has no entry.
-        self._free_by_queue: dict[str, dict[str, SessionService]] = {}
+        self._free_by_queue: dict[str, dict[str, S]] = {}
         #: Sessions with at least their refill mark of free slots (a subset of ``_free``).
-        self._ripe: dict[str, SessionService] = {}
+        self._ripe: dict[str, S] = {}
         #: Sessions holding a lease: the ones whose count the timers reconcile.
-        self._busy: dict[str, SessionService] = {}
+        self._busy: dict[str, S] = {}
         self._opted_in = 0  # sessions that declared cancellation_notifications
         self._wake = trio.Event()
         self._news = False  # new work or capacity since the last pass, not only freed slots
@@ -52,7 +73,7 @@ class SessionHub:
         #: skip them. None until first read: a claim then reads them in its own transaction.
         self.paused: frozenset[str] | None = None
 
-    def add(self, session: SessionService) -> None:
+    def add(self, session: S) -> None:
         if session.session_id not in self._sessions:
             self._opted_in += bool(session.cancellation_notifications)
         self._sessions[session.session_id] = session
@@ -69,7 +90,7 @@ class SessionHub:
             self._busy.pop(session_id, None)
             self._forget(session)
 
-    def refresh(self, session: SessionService) -> None:
+    def refresh(self, session: S) -> None:
         """Re-file ``session`` as hungry or not after its numbers changed: O(its queues)."""
         sid = session.session_id
         if self._sessions.get(sid) is not session:
@@ -91,7 +112,7 @@ class SessionHub:
         else:
             self._ripe.pop(sid, None)
 
-    def _forget(self, session: SessionService) -> None:
+    def _forget(self, session: S) -> None:
         sid = session.session_id
         self._ripe.pop(sid, None)
         if self._free.pop(sid, None) is None:
@@ -107,7 +128,7 @@ class SessionHub:
     def has_hungry(self, *, ripe_only: bool = False) -> bool:
         return bool(self._ripe if ripe_only else self._free)
 
-    def hungry(self, *, ripe_only: bool = False, queues: Collection[str] | None = None) -> list[SessionService]:
+    def hungry(self, *, ripe_only: bool = False, queues: Collection[str] | None = None) -> list[S]:
         """Sessions with a free slot (past their refill mark if ``ripe_only``), on ``queues`` if given.
 
         The cost is the number of sessions returned (and, with ``queues``,
@@ -115,7 +136,7 @@ class SessionHub:
         """
         if queues is None:
             return list((self._ripe if ripe_only else self._free).values())
-        picked: dict[str, SessionService] = {}
+        picked: dict[str, S] = {}
         for queue in queues:
             picked.update(self._free_by_queue.get(queue, {}))
         if ripe_only:
@@ -125,7 +146,7 @@ class SessionHub:
     def hungry_count(self, *, ripe_only: bool = False) -> int:
         return len(self._ripe if ripe_only else self._free)
 
-    def busy(self) -> list[SessionService]:
+    def busy(self) -> list[S]:
         """Sessions that hold at least one lease, as far as their counts know."""
         return list(self._busy.values())
 
@@ -148,14 +169,14 @@ class SessionHub:
         """Some live session here declared cancellation_notifications (the timers push cancels)."""
         return self._opted_in > 0
 
-    def get(self, session_id: str) -> SessionService | None:
+    def get(self, session_id: str) -> S | None:
         return self._sessions.get(session_id)
 
-    def by_instance(self, instance_id: str) -> SessionService | None:
+    def by_instance(self, instance_id: str) -> S | None:
         """The live session here of a worker instance, if it lives here."""
         return self._by_instance.get(instance_id)
 
-    def __iter__(self) -> Iterator[SessionService]:
+    def __iter__(self) -> Iterator[S]:
         return iter(list(self._sessions.values()))
 
     def __len__(self) -> int:

@@ -62,7 +62,7 @@ from pulse_trio.store.trio_bridge import Store
 if TYPE_CHECKING:
     from pulse_trio.config import Settings
     from pulse_trio.server.settings_sync import SettingsSync
-    from pulse_trio.server.wire import WireConnection
+    from pulse_trio.server.endpoint import OpenConnection
 
 log = logging.getLogger("pulse_trio.liveness")
 
@@ -74,7 +74,7 @@ class NodeLiveness:
     """Start, heartbeat, sweep and stop for the node whose id the service's Store carries."""
 
     def __init__(self, *, store: Store, clock: ServiceClock, settings: LiveSettings, metrics: ServiceMetrics,
-                 connections: Collection[WireConnection], settings_sync: SettingsSync | None = None) -> None:
+                 connections: Collection[OpenConnection], settings_sync: SettingsSync | None = None) -> None:
         if store.node_id is None:
             raise ValueError("the service's Store must carry its node id")
         self.store, self.clock, self.settings, self.metrics = store, clock, settings, metrics

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from pulse_trio.server.dispatcher import Dispatcher
     from pulse_trio.server.hub import SessionHub
     from pulse_trio.server.live_settings import LiveSettings
-    from pulse_trio.server.session_service import SessionService
-    from pulse_trio.store.leases import LeaseCommand
+    from pulse_trio.server.live_session import LiveSession
+    from pulse_trio.store.inputs import FinishCommand
     from pulse_trio.store.tx import Tx
 
 
@@ -52,11 +52,11 @@ if TYPE_CHECKING:
 class _Rider:
     """One session whose finishes are in the batch: what its claim may take."""
 
-    session: SessionService
+    session: LiveSession
     held: int  # the session's live leases as counted when the batch started (its finishes among them)
     leases: frozenset[str]  # its finishing leases that count was made of
     credentials: tuple[LeaseCredential, ...]  # one per finish: the most it may be offered
-    claim: Any = None  # the session's token for this claim (SessionService.claim_begun): resumes wait for it
+    claim: Any = None  # the session's token for this claim (LiveSession.claim_begun): resumes wait for it
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,12 +64,14 @@ class RideAlongPlan:
     """The ride-along claims of one batch, decided in the Trio thread, run in the batch's transaction."""
 
     riders: dict[str, _Rider]  # by session id, in session-id order: batches lock session rows in one order
-    commands: Sequence[LeaseCommand]  # the batch's finish commands, in the order of their results
+    commands: Sequence[FinishCommand]  # the batch's finish commands, in the order of their results
     now: dt.datetime  # the batch's time
     start_timeout_ms: int
     lease_ttl_ms: int
     paused: frozenset[str] | None
     ran: bool = False  # a transaction ran the claims (they may have committed)
+    #: The riders' session rows as lock_sessions read them, under the shared lock the claims rely on.
+    sessions: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def settle(self) -> None:
         """The batch is over (committed, failed or cancelled): resumes into the riders may go on."""
@@ -80,7 +82,7 @@ class RideAlongPlan:
 
     def lock_sessions(self, tx: Tx) -> None:
         """First in the batch's transaction: the riders' session rows, shared, before any lease is locked."""
-        share_lock_sessions(tx, list(self.riders))
+        self.sessions = share_lock_sessions(tx, list(self.riders))
 
     def claims(self, tx: Tx, results: list[Any]) -> list[tuple[_Rider, int, Any]]:
         """In the batch's transaction, after its commands: each rider claims what its accepted finishes freed.
@@ -103,7 +105,8 @@ class RideAlongPlan:
             # Its finishes that ended here were in ``held``: the claim sees the count after them.
             result = assign(tx, session_id=sid, credentials=rider.credentials, want=count, now=self.now,
                             start_timeout_ms=self.start_timeout_ms, default_lease_ttl_ms=self.lease_ttl_ms,
-                            paused=self.paused, held=rider.held - count, shared_lock=True)
+                            paused=self.paused, held=rider.held - count, shared_lock=True,
+                            session=self.sessions.get(sid))
             out.append((rider, count, result))
         return out
 
@@ -116,7 +119,7 @@ class RideAlong:
         self.claims = 0  # ride-along claims committed
         self.offers = 0  # offers they made
 
-    def plan(self, finishes: Sequence[LeaseCommand], now: dt.datetime) -> RideAlongPlan | None:
+    def plan(self, finishes: Sequence[FinishCommand], now: dt.datetime) -> RideAlongPlan | None:
         """The ride-along claims for a batch with these finishes; None when the queues are not deep."""
         if not finishes or not self.dispatcher.backlogged:
             return None
@@ -134,7 +137,7 @@ class RideAlong:
                 riders[sid] = _Rider(session, session.active_leases, mine, new_credentials(len(mine)))
         if not riders:
             return None
-        for rider in riders.values():  # its held= is a count taken now (see SessionService.claim_begun)
+        for rider in riders.values():  # its held= is a count taken now (see LiveSession.claim_begun)
             rider.claim = rider.session.claim_begun()
         settings = self.settings
         return RideAlongPlan(riders, finishes, now, settings.start_timeout_ms, settings.lease_ttl_ms, hub.paused)

@@ -59,7 +59,8 @@ from pulse_trio.server.schedule_firing import ScheduleFiring
 from pulse_trio.server.settings_sync import SettingsRefused, SettingsSync
 from pulse_trio.server.timers import Timers
 from pulse_trio.server.token_checks import TokenChecks
-from pulse_trio.server.wire import Keepalive, WireConnection, serve_workers
+from pulse_trio.server.keepalive import Keepalive
+from pulse_trio.server.wire import WireConnection, serve_workers
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.ids import new_node_id
 

@@ -6,7 +6,7 @@ ping/pong, close codes and the message size limit), with two tasks in the
 connection's nursery:
 
 * the reader receives a chunk, lets the codec cut it into frames, and hands
-  every complete text message in it to the :class:`SessionService` before
+  every complete text message in it to the :class:`LiveSession` before
   it awaits the socket again;
 * the writer sleeps until something is due, then sends everything that
   accumulated (answers, pushes, pongs, the close) in one ``send_all``.
@@ -14,9 +14,9 @@ connection's nursery:
 So a frame costs no task, channel or lock of its own: the codec's buffer is
 the outbox, and a batch of acks committed together leaves in one write.
 
-Keepalive is one task for the whole endpoint (:class:`Keepalive`), not one
+Keepalive is one task for the whole endpoint (:class:`~pulse_trio.server.keepalive.Keepalive`), not one
 per connection, and an idle connection's ping costs no task switch: each
-connection has a fixed slot among :data:`KEEPALIVE_SLOTS`, one slot is
+connection has a fixed slot among ``KEEPALIVE_SLOTS``, one slot is
 pinged every ``interval / KEEPALIVE_SLOTS`` (so 10 000 sessions are not
 pinged in one burst), and the ping is a constant two-byte frame written
 straight to the socket when the writer has nothing in hand (through the
@@ -47,7 +47,7 @@ from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
-from pulse_trio.server.session_service import SessionService, in_flight_limit
+from pulse_trio.server.live_session import LiveSession, in_flight_limit
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint
@@ -66,7 +66,6 @@ MAX_REASON_BYTES = 123  # a close frame's payload is at most 125 bytes, 2 of the
 # Every frame the outbox can hold is bounded by the protocol: at most
 # `capacity` offers outstanding, at most in_flight_limit(capacity) answers, a few pushes.
 OUTBOX_FRAMES = MAX_CAPACITY + in_flight_limit(MAX_CAPACITY) + 16
-KEEPALIVE_SLOTS = 20
 # A server's frames are not masked (RFC 6455 §5.1): a ping with no payload is always these two bytes.
 PING_FRAME = b"\x89\x00"
 
@@ -111,41 +110,6 @@ async def _connection(stream: trio.SocketStream, *, endpoint: WorkerEndpoint,
         log.exception("connection handler failed")
 
 
-class Keepalive:
-    """Pings every connection once per interval, a slot at a time; closes those that left a ping unanswered for three.
-
-    A connection keeps its slot for its whole life, so it is visited every
-    interval exactly and the three intervals are counted as the contract
-    states them, whatever comes and goes around it.
-    """
-
-    def __init__(self, settings: LiveSettings) -> None:
-        self._settings = settings
-        self._slots: list[set[WireConnection]] = [set() for _ in range(KEEPALIVE_SLOTS)]
-        self._next_slot = 0
-
-    def add(self, connection: WireConnection) -> None:
-        slot = self._next_slot
-        self._next_slot = (slot + 1) % KEEPALIVE_SLOTS
-        connection.keepalive_slot = slot
-        self._slots[slot].add(connection)
-
-    def discard(self, connection: WireConnection) -> None:
-        self._slots[connection.keepalive_slot].discard(connection)
-
-    async def run(self) -> None:
-        slot = 0
-        due = trio.current_time()
-        while True:
-            interval = self._settings.current.ping_interval
-            due = max(due + interval / KEEPALIVE_SLOTS, trio.current_time())
-            await trio.sleep_until(due)
-            now = trio.current_time()
-            for connection in list(self._slots[slot]):
-                connection.keepalive(now, interval)
-            slot = (slot + 1) % KEEPALIVE_SLOTS
-
-
 class WireConnection:
     """The socket loop of one worker connection; the :class:`Outbox` of its session."""
 
@@ -158,7 +122,7 @@ class WireConnection:
         self._count_frame_in = endpoint.metrics.count_frame_in
         self._count_frame_out = endpoint.metrics.count_frame_out
         self.ws = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=CODEC_MAX_BYTES, logger=_CODEC_LOG)
-        self.service: SessionService | None = None
+        self.session: LiveSession | None = None
         self._wake = trio.Event()
         self._queued = 0
         self._closing = False
@@ -177,7 +141,7 @@ class WireConnection:
         if self._closing or self.ws.state is not OPEN:
             return False
         if self._queued >= OUTBOX_FRAMES:  # cannot happen within the protocol's bounds
-            log.error("outbox full for %s; closing", self.service.session_id if self.service else "?")
+            log.error("outbox full for %s; closing", self.session.session_id if self.session else "?")
             self._abort()
             return False
         self.ws.send_text(frame)
@@ -198,15 +162,15 @@ class WireConnection:
     # -- what the rest of the service asks ------------------------------------------
     def shutdown(self) -> None:
         """server_shutting_down, then close (the instance is stopping)."""
-        if self.service is not None:
-            self.service.shutdown()
+        if self.session is not None:
+            self.session.shutdown()
 
     def keepalive(self, now: float, interval: float) -> None:
-        if self._closing or self.ws.state is not OPEN or self.service is None:
+        if self._closing or self.ws.state is not OPEN or self.session is None:
             return
         if self._pinged_at is not None:
             if now - self._pinged_at >= 3 * interval:
-                self.service.pong_missing()
+                self.session.pong_missing()
             return
         self._pinged_at = now
         if not (self._writing or self._wake.is_set() or self.ws.writes) and isinstance(self.stream, trio.SocketStream):
@@ -234,7 +198,7 @@ class WireConnection:
             token = await self._handshake()
             if token is None:
                 return
-            self.service = SessionService(self.endpoint, token, self)
+            self.session = LiveSession(self.endpoint, token, self)
             self.endpoint.connections.add(self)
             self.endpoint.keepalive.add(self)
             try:
@@ -253,7 +217,7 @@ class WireConnection:
                 self.endpoint.connections.discard(self)
                 self.endpoint.keepalive.discard(self)
                 with trio.CancelScope(shield=True):
-                    await self.service.release()
+                    await self.session.release()
         finally:
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
@@ -330,7 +294,7 @@ class WireConnection:
     # -- reading -------------------------------------------------------------------
     async def _read_loop(self) -> None:
         """Read until the closing handshake is done, the peer is gone, or a deadline passes."""
-        service = self.service
+        service = self.session
         assert service is not None
         hello_deadline = trio.current_time() + self.endpoint.settings.current.hello_timeout
         events, self._early = self._early, []
@@ -374,7 +338,7 @@ class WireConnection:
 
     async def _handle(self, events: list) -> bool:
         """Every frame of one chunk, in order; False once nothing more will be read."""
-        service, count_in = self.service, self._count_frame_in
+        service, count_in = self.session, self._count_frame_in
         for frame in events:
             opcode = frame.opcode
             if opcode is Opcode.TEXT or opcode is Opcode.CONT:

@@ -160,19 +160,9 @@ class ServerSession:
         except ProtocolError as exc:
             return self._reject(exc)
         header = raw.header
-        if self.state == "awaiting_hello":
-            if header.type != "worker.hello":
-                return self._reject(ProtocolError(
-                    e.HELLO_REQUIRED, "the first frame must be worker.hello", reply_to=header.id))
-            if self._pending:
-                return self._hello_pending(header.id)
-        elif header.type == "worker.hello":
-            return self._reject(ProtocolError(
-                e.INVALID_TRANSITION, f"worker.hello in state {self.state}: this session is registered",
-                reply_to=header.id))
-        elif header.session_id != self.session_id:
-            what = "missing" if header.session_id is None else "not this connection's session"
-            return self._reject(ProtocolError(e.SESSION_MISMATCH, f"session_id is {what}", reply_to=header.id))
+        refused = self._envelope(header.type, header.id, header.session_id)
+        if refused is not None:
+            return refused
         try:
             message = decode_client(raw)
         except ProtocolError as exc:
@@ -186,21 +176,29 @@ class ServerSession:
         return self._pend(message)
 
     def _checked(self, message: m.ClientMessage) -> Event:
-        """The envelope checks of a frame the fast path decoded, in the order of ``receive``."""
+        """A frame the fast path decoded: the same envelope checks, then the pending table."""
+        refused = self._envelope(message.TYPE, message.id, getattr(message, "session_id", None))
+        return self._pend(message) if refused is None else refused
+
+    def _envelope(self, frame_type: str | None, frame_id: str | None, session_id: str | None) -> Reject | None:
+        """Hello first, one hello, this connection's session id (docs/protocol.md §4.8), for either decoder.
+
+        ``frame_id`` is the id to answer (None when it was unreadable); None means the checks pass.
+        """
         if self.state == "awaiting_hello":
-            if type(message) is not m.WorkerHello:
+            if frame_type != "worker.hello":
                 return self._reject(ProtocolError(
-                    e.HELLO_REQUIRED, "the first frame must be worker.hello", reply_to=message.id))
+                    e.HELLO_REQUIRED, "the first frame must be worker.hello", reply_to=frame_id))
             if self._pending:
-                return self._hello_pending(message.id)
-        elif type(message) is m.WorkerHello:
+                return self._hello_pending(frame_id)
+        elif frame_type == "worker.hello":
             return self._reject(ProtocolError(
                 e.INVALID_TRANSITION, f"worker.hello in state {self.state}: this session is registered",
-                reply_to=message.id))
-        elif message.session_id != self.session_id:
-            return self._reject(ProtocolError(e.SESSION_MISMATCH, "session_id is not this connection's session",
-                                              reply_to=message.id))
-        return self._pend(message)
+                reply_to=frame_id))
+        elif session_id != self.session_id:
+            what = "missing" if session_id is None else "not this connection's session"
+            return self._reject(ProtocolError(e.SESSION_MISMATCH, f"session_id is {what}", reply_to=frame_id))
+        return None
 
     def _hello_pending(self, reply_to: str | None) -> Reject:
         """A hello while another is being registered: one session, one welcome."""
@@ -229,6 +227,17 @@ class ServerSession:
         self._model.drain = drain
         if not self.ending:
             self._fire("capacity")
+
+    def operator_drained(self) -> None:
+        """An operator's drain of this session committed (seen here or through another instance)."""
+        self._model.drain = True
+        if not self.ending:
+            self._fire("operator_drain")
+
+    @property
+    def draining(self) -> bool:
+        """The chart's draining state: nothing is offered to this session."""
+        return self._model.state == "draining"
 
     def ack(self, reply_to: str, body: m.AckBody) -> bytes | None:
         """Answer a capacity, resume or lease command; None if the session is closing."""

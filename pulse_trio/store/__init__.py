@@ -33,14 +33,16 @@ from pulse_trio.store.assign import LeaseCredential, assign, new_credentials, pi
 from pulse_trio.store.cancellation import notify as notify_cancellations
 from pulse_trio.store.cancellation import request as request_cancel
 from pulse_trio.store.facade import StoreStatistics, StoreUnavailable, SyncStore
-from pulse_trio.store.instances import NewInstance, SubscribedQueue, disconnect, node_gone, register, set_capacity
+from pulse_trio.store.inputs import NewInstance, SubscribedQueue
+from pulse_trio.store.instances import disconnect, node_gone, register, set_capacity
 from pulse_trio.store.lease_timers import expire, lapse
-from pulse_trio.store.leases import LeaseCommand, finish, renew, start
+from pulse_trio.store.inputs import FinishCommand, LeaseCommand, RenewCommand, StartCommand
+from pulse_trio.store.leases import finish, renew, start
 from pulse_trio.store.permits import release_after_quarantine
 from pulse_trio.store.registry import GUARDS, REGISTRY, Registration, decide
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.resume import ResumeRequest, resume
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import FinishReport
 from pulse_trio.store.tasks import NewTask, promote, retry, submit
 from pulse_trio.store.tx import Tx
 from pulse_trio.store.views import TaskView, get_task
@@ -49,7 +51,8 @@ from pulse_trio.store.views import TaskView, get_task
 TIMERS = (lapse, expire, promote, release_after_quarantine, nodes.lose)
 
 __all__ = [
-    "GUARDS", "REGISTRY", "TIMERS", "FinishReport", "LeaseCommand", "LeaseCredential", "NewInstance", "NewTask",
+    "GUARDS", "REGISTRY", "TIMERS", "FinishCommand", "FinishReport", "LeaseCommand", "LeaseCredential", "NewInstance",
+    "NewTask", "RenewCommand", "StartCommand",
     "Refusal", "Registration", "ResumeRequest", "StoreStatistics", "StoreUnavailable", "SubscribedQueue", "SyncStore",
     "TaskView", "Tx", "assign", "decide", "disconnect", "expire", "finish", "get_task", "lapse", "new_credentials",
     "node_gone", "nodes",

@@ -37,7 +37,7 @@ from collections.abc import Collection, Sequence
 from pulse_trio.store import ids, instances, known_leases, permits, task_steps
 from pulse_trio.store.leases import lease_view
 from pulse_trio.store.queues import paused_queues
-from pulse_trio.store.chart_write import destination
+from pulse_trio.store.chart_write import create, destination
 from pulse_trio.store.guard_context import LeaseContext
 from pulse_trio.store.registry import decide, read_only, screen, transition
 from pulse_trio.store.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
@@ -165,6 +165,8 @@ def _snapshot(task: TaskRow, attempt: int, token: int | None) -> TaskSnapshot:
 
 #: Where lease.assign puts the lease it inserts (the chart's one transition from NONE).
 _OFFERED = destination("lease", "assign", "NONE")
+_LEASE_COLUMNS = ("lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id, owner_session_id,"
+                  " epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token")
 
 
 def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...]:
@@ -184,7 +186,7 @@ def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...
 def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], now: dt.datetime,
            start_timeout_ms: int, default_lease_ttl_ms: int, max_scan: int | None = None,
            paused: Collection[str] | None = None, held: int | None = None, want: int | None = None,
-           shared_lock: bool = False) -> AssignResult | Refusal:
+           shared_lock: bool = False, session: InstanceRow | None = None) -> AssignResult | Refusal:
     """Offer up to len(credentials) READY tasks to the session, in pick-up order.
 
     ``paused``: the queues to skip (chart ``queue``), as the caller's instance
@@ -198,9 +200,12 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
     that cannot raise the session's lease count (a finish batch's ride-along
     offers at most what the batch's finishes of that session freed): such
     claims need not wait for each other, and still serialise with the
-    dispatcher's, which lock the row exclusively.
+    dispatcher's, which lock the row exclusively. ``session``: that row as
+    the caller's transaction already read it under the shared lock
+    (``instances.share_lock_sessions``), so it is not read again.
     """
-    session = instances.load_session(tx, session_id, lock=True, shared=shared_lock)
+    if session is None or not shared_lock:
+        session = instances.load_session(tx, session_id, lock=True, shared=shared_lock)
     if session is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {session_id}")
     if tx.recovering:
@@ -228,19 +233,15 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
     rows, offers = [], []
     for task, credential, token in chosen:
         attempt = task.attempt + 1
-        rows += (credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), attempt,
-                 task.lease_ttl_ms or default_lease_ttl_ms, task.effect_uncertain, token)
+        rows.append((credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), attempt,
+                     task.lease_ttl_ms or default_lease_ttl_ms, task.effect_uncertain, token))
         offers.append(Offer(_snapshot(task, attempt, token),
                             LeaseView(credential.lease_id, task.task_id, 1, session.epoch, _OFFERED, expires),
                             credential.lease_secret))
-    state = tx.literal(_OFFERED)
-    values = ", ".join([f"(%s, %s, %s, {state}, 1, %s, {shared}, %s, %s, %s)"] * len(chosen))
-    tx.write(
-        "INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id,"
-        " owner_session_id, epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token)"
-        f" VALUES {values}", rows)
+    create(tx, "lease", "assign", columns=_LEASE_COLUMNS, row=f"(%s, %s, %s, {{state}}, 1, %s, {shared}, %s, %s, %s)",
+           rows=rows)
     # What the lean start/finish path expects of these rows (leases.py): ttl and digest columns of each row.
-    known_leases.offered(session.session_id, offers, ttl_ms=rows[4::7], digests=rows[2::7])
+    known_leases.offered(session.session_id, offers, ttl_ms=[r[4] for r in rows], digests=[r[2] for r in rows])
     return AssignResult(tuple(offers), free)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.store import lease_steps, settings, task_steps
-from pulse_trio.store.chart_write import move
+from pulse_trio.store.chart_write import create, move
 from pulse_trio.store.guard_context import CancellationContext
 from pulse_trio.store.registry import decide, guard, transition
 from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
@@ -112,12 +112,12 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
             if waiting:
                 task_steps.key_freed(tx, task_ids=waiting)
     stamp = db_time(now)
-    tx.write(
-        "INSERT INTO cancel_intents (task_id, state, requested_at, grace_expires_at, reason, requested_by,"
-        " task_state, lease_id, resolved_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-        (task_id, dest, stamp, db_time(grace), reason[:255], requested_by[:128], task.state,
-         lease.lease_id if lease else None, stamp if dest == "RESOLVED" else None),
-    )
+    create(tx, "cancellation", "request", dest=dest,
+           columns="task_id, state, requested_at, grace_expires_at, reason, requested_by, task_state, lease_id,"
+                   " resolved_at",
+           row="(%s, {state}, %s, %s, %s, %s, %s, %s, %s)",
+           rows=[(task_id, stamp, db_time(grace), reason[:255], requested_by[:128], task.state,
+                  lease.lease_id if lease else None, stamp if dest == "RESOLVED" else None)])
     return CancelResult(task_id, task_state, dest, True, now, grace, revoked)
 
 

@@ -1,13 +1,16 @@
 """The one writer of a persistent state change: a guarded compare-and-set taken from the chart.
 
-Every UPDATE that moves a row of a persistent chart goes through :func:`move`.
+Every UPDATE that moves a row of a persistent chart goes through :func:`move`,
+and every INSERT of a new row through :func:`create`.
 Its ``SET state = %s`` is the destination the chart declares for
 (trigger, source) and its ``WHERE state IN (...)`` are the sources being
 moved, so a transaction function cannot write a state name of its own:
 an undeclared (trigger, source), or a destination the chart does not name
 for it, raises :class:`UndeclaredTransition` before anything is sent. The
 caller adds the columns the transition changes besides the state (``sets``)
-and any further compare-and-set condition (``where``).
+and any further compare-and-set condition (``where``). :func:`create` writes
+the state the chart declares for (trigger, the chart's initial state: no row
+yet) into the new rows, so an insert cannot name a state of its own either.
 
 It runs only inside the transition's own transaction function (the
 ``@transition`` of the same chart and trigger is on the stack), and a batch
@@ -18,6 +21,7 @@ the same extra values: callers group before they call.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -36,6 +40,7 @@ TABLES: dict[str, tuple[str, str]] = {
     "schedule": ("schedules", "schedule_id"),
     "fair_share": ("fair_shares", "share_id"),
     "fairness_weight": ("fairness_weights", "fairness_key"),
+    "cluster_setting": ("cluster_settings", "name"),
 }
 
 
@@ -108,6 +113,52 @@ def try_move(tx: Tx, chart: str, trigger: str, ids: Collection[Any], *, source: 
     return tx.write(sql, params)
 
 
+def create(tx: Tx, chart: str, trigger: str, *, columns: str, row: str, rows: Sequence[Sequence[Any]],
+           dest: str | Sequence[str] | None = None, suffix: str = "") -> list[str]:
+    """Insert ``rows`` as new rows of ``chart`` by ``trigger``; return the state each was created in.
+
+    ``columns`` names the table's columns, ``state`` among them; ``row`` is
+    one row's VALUES tuple with ``{state}`` where the state goes and ``%s``
+    for each of the row's values in ``rows``. The state is the chart's
+    destination from its initial state (no row yet): ``dest`` names the one
+    the guards chose when the chart leads to several, one for all rows or
+    one per row. One state for all is written as a literal, sent once per
+    statement; per-row states are parameters. A row of parameters only is
+    sent through ``executemany`` (PyMySQL cuts it into statements that fit
+    the packet limit); one with literals in it, in one statement. ``suffix``
+    follows the VALUES (``ON DUPLICATE KEY UPDATE ...``).
+    """
+    name = f"{chart}.{trigger}"
+    if tx.current != name:
+        raise UnregisteredWrite(f"{name} is written only by its own transaction function, not {tx.current}")
+    if not rows:
+        return []
+    initial = CHARTS[chart].spec.initial
+    table = TABLES[chart][0]
+    if dest is None or isinstance(dest, str):
+        state = destination(chart, trigger, initial, dest)
+        states = [state] * len(rows)
+        one = row.replace("{state}", tx.literal(state))
+        params: list[Sequence[Any]] = list(rows)
+    else:
+        states = [destination(chart, trigger, initial, d) for d in dest]
+        if len(states) != len(rows):
+            raise ValueError("one dest per row")
+        at = row[:row.index("{state}")].count("%s")  # the state's place among the row's parameters
+        one = row.replace("{state}", "%s")
+        params = [(*r[:at], st, *r[at:]) for st, r in zip(states, rows)]
+    if _ONLY_PARAMETERS.fullmatch(one) and not suffix and len(params) > 1:
+        tx.write_many(f"INSERT INTO {table} ({columns}) VALUES {one}", params)
+    else:
+        tx.write(f"INSERT INTO {table} ({columns}) VALUES {', '.join([one] * len(params))}{suffix}",
+                 [a for r in params for a in r])
+    return states
+
+
+#: A VALUES tuple of parameters only: what PyMySQL's executemany turns into multi-row statements.
+_ONLY_PARAMETERS = re.compile(r"\(\s*%s(?:\s*,\s*%s)*\s*\)")
+
+
 def _prepared(tx: Tx, chart: str, trigger: str, ids: Collection[Any], source: str | Sequence[str],
               dest: str | None, sets: str, args: Sequence[Any], where: str, where_args: Sequence[Any],
               key: str | None) -> tuple[str, tuple, str]:
@@ -119,4 +170,4 @@ def _prepared(tx: Tx, chart: str, trigger: str, ids: Collection[Any], source: st
     return statement(chart, sets, where, key), (state, *args, tuple(ids), sources, *where_args), state
 
 
-__all__ = ["TABLES", "UndeclaredTransition", "destination", "move", "statement", "try_move"]
+__all__ = ["TABLES", "UndeclaredTransition", "create", "destination", "move", "statement", "try_move"]

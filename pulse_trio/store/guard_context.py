@@ -45,10 +45,8 @@ def _set_slots(cls: C) -> C:
 
 
 if TYPE_CHECKING:  # the rows and the report are read, never built, here
-    from pulse_trio.store.instances import NewInstance
-    from pulse_trio.store.rows import InstanceRow, LeaseRow, NodeRow, TaskRow
-    from pulse_trio.store.schedules import ScheduleRow
-    from pulse_trio.store.task_steps import FinishReport
+    from pulse_trio.store.inputs import FinishReport, NewInstance
+    from pulse_trio.store.rows import InstanceRow, LeaseRow, NodeRow, ScheduleRow, TaskRow
 
 
 @_set_slots

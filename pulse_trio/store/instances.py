@@ -23,11 +23,11 @@ import json
 from collections.abc import Collection, Sequence
 
 from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
-from pulse_trio.contract.grammar import is_kind, is_queue
-from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER, MAX_SUBSCRIPTIONS
+from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER
 from pulse_trio.store import ids
-from pulse_trio.store.chart_write import move
+from pulse_trio.store.chart_write import create, move
 from pulse_trio.store.guard_context import InstanceContext
+from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.registry import decide, guard, read_only, transition
 from pulse_trio.store.results import (
     INSTANCE_NOT_FOUND, PERMISSION_DENIED, SERVER_SHUTTING_DOWN, SESSION_NOT_FOUND, STALE_SEQUENCE,
@@ -35,48 +35,6 @@ from pulse_trio.store.results import (
 )
 from pulse_trio.store.rows import InstanceRow
 from pulse_trio.store.tx import Tx, db_time
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SubscribedQueue:
-    """One queue of a registration, and the kinds taken from it."""
-
-    queue: str
-    kinds: frozenset[str] | None = None  # None: every kind of the queue
-
-    def __post_init__(self) -> None:
-        if not is_queue(self.queue):
-            raise ValueError(f"bad queue name {self.queue!r}")
-        if self.kinds is not None and not all(is_kind(k) for k in self.kinds):
-            raise ValueError(f"bad kind in {sorted(self.kinds)!r}")
-
-    def as_json(self) -> dict[str, object]:
-        return {"queue": self.queue, "kinds": None if self.kinds is None else sorted(self.kinds)}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NewInstance:
-    """A registration, with its ids and secret made once, before any retry.
-
-    Making them here (not inside the transaction) is what lets a re-run after
-    a lost COMMIT find the row it may already have written.
-    """
-
-    worker_name: str
-    subscriptions: tuple[SubscribedQueue, ...]
-    cancellation_notifications: bool = False
-    concurrency_keys: bool = False
-    client_json: str | None = None
-    token_id: str | None = None
-    instance_id: str = dataclasses.field(default_factory=lambda: ids.new_id("ins"))
-    session_id: str = dataclasses.field(default_factory=lambda: ids.new_id("ses"))
-    instance_secret: str = dataclasses.field(default_factory=ids.new_secret, repr=False)
-
-    def __post_init__(self) -> None:
-        if not 1 <= len(self.subscriptions) <= MAX_SUBSCRIPTIONS:
-            raise ValueError(f"1 to {MAX_SUBSCRIPTIONS} subscriptions")
-        if len({s.queue for s in self.subscriptions}) != len(self.subscriptions):
-            raise ValueError("a queue is subscribed twice")
 
 
 @guard("instance", "node_alive", code=SERVER_SHUTTING_DOWN)
@@ -178,17 +136,21 @@ def load_session(tx: Tx, session_id: str, *, lock: bool, shared: bool = False) -
     return InstanceRow.from_row(row) if row else None
 
 
-def share_lock_sessions(tx: Tx, session_ids: Sequence[str]) -> None:
-    """Lock these sessions' rows shared, in session-id order: a finish batch's ride-along claims, taken first.
+def share_lock_sessions(tx: Tx, session_ids: Sequence[str]) -> dict[str, InstanceRow]:
+    """Lock these sessions' rows shared, in session-id order, and read them: a finish batch's ride-along claims.
 
     Taken before the batch locks any lease, it keeps the lock order
     (session -> lease -> task); shared locks of concurrent batches do not
     wait on each other, only on a dispatcher's claim, which locks the row
-    exclusively.
+    exclusively. Nothing can change a row while the lock is held, so the
+    claims at the end of the batch take these rows as read here instead of
+    reading each again.
     """
-    if session_ids:
-        tx.all("SELECT session_id FROM worker_instances WHERE session_id IN %s ORDER BY session_id"
-               " LOCK IN SHARE MODE", (tuple(session_ids),))
+    if not session_ids:
+        return {}
+    rows = tx.all(_SELECT + " WHERE i.session_id IN %s ORDER BY i.session_id LOCK IN SHARE MODE",
+                  (tuple(session_ids),))
+    return {row.session_id: row for row in map(InstanceRow.from_row, rows)}
 
 
 @transition("instance", "register")
@@ -205,15 +167,15 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
     if isinstance(dest, Refusal):
         return dest
     stamp = db_time(now)
-    tx.write(
-        "INSERT INTO worker_instances (instance_id, session_id, secret_digest, state, worker_name,"
-        " subscriptions, cancellation_notifications, concurrency_keys, client_info, token_id, capacity,"
-        " node_id, sequence, registered_at, updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,0,%s,NULL,%s,%s)",
-        (instance.instance_id, instance.session_id, ids.secret_digest(instance.instance_secret), dest,
-         instance.worker_name, json.dumps([s.as_json() for s in instance.subscriptions]),
-         instance.cancellation_notifications, instance.concurrency_keys, instance.client_json,
-         instance.token_id, tx.node_id, stamp, stamp),
-    )
+    create(tx, "instance", "register", dest=dest,
+           columns="instance_id, session_id, secret_digest, state, worker_name, subscriptions,"
+                   " cancellation_notifications, concurrency_keys, client_info, token_id, capacity, node_id, sequence,"
+                   " registered_at, updated_at",
+           row="(%s, %s, %s, {state}, %s, %s, %s, %s, %s, %s, 0, %s, NULL, %s, %s)",
+           rows=[(instance.instance_id, instance.session_id, ids.secret_digest(instance.instance_secret),
+                  instance.worker_name, json.dumps([s.as_json() for s in instance.subscriptions]),
+                  instance.cancellation_notifications, instance.concurrency_keys, instance.client_json,
+                  instance.token_id, tx.node_id, stamp, stamp)])
     epoch = tx.last_insert_id()  # allocated by the insert: no counter row to lock
     return Registered(
         InstanceView(instance.instance_id, instance.session_id, epoch, dest, 0, False, None, 0),

@@ -54,7 +54,7 @@ from pulse_trio.store.results import (
 from pulse_trio.store.rows import (
     LEASE_COMMAND, LEASE_FULL, LEASE_KNOWN, TASK_COMMAND, TASK_KNOWN, TASK_LEAN, LeaseRow, TaskRow,
 )
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import FinishCommand, FinishReport, LeaseCommand, RenewCommand, StartCommand
 from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
 _LOCK_BOTH = (
@@ -68,17 +68,6 @@ _LOCK_MANY = (
 _RECEIPTS_OF = "SELECT state, revision, start_revision, started_at, finish_digest, ended_at FROM leases WHERE lease_id = %s"
 #: What a finish records on its lease, column by column.
 _OUTCOME_COLUMNS = ("status", "error_code", "error_message", "retryable", "result", "finish_digest")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LeaseCommand:
-    """The common body of task.start / task.renew / task.finish, plus the calling session."""
-
-    session_id: str
-    task_id: str
-    lease_id: str
-    lease_secret: str = dataclasses.field(repr=False)
-    revision: int
 
 
 def lock_lease(tx: Tx, lease_id: str) -> tuple[LeaseRow, TaskRow] | None:
@@ -235,13 +224,10 @@ def _receipts(command: str, accepted: Sequence[Accepted], now: dt.datetime) -> d
             for a in accepted}
 
 
-def _batch(command: LeaseCommand | None, commands: Sequence[LeaseCommand] | None) -> list[LeaseCommand]:
-    if (command is None) == (commands is None):
-        raise TypeError("pass exactly one of command= or commands=")
-    batch = [command] if command is not None else list(commands or ())
-    if len({c.lease_id for c in batch}) != len(batch):
+def _batch(commands: Sequence[LeaseCommand]) -> Sequence[LeaseCommand]:
+    if len({c.lease_id for c in commands}) != len(commands):
         raise ValueError("one command per lease in a batch (a lease's commands depend on each other's acks)")
-    return batch
+    return commands
 
 
 def _extend(tx: Tx, trigger: str, accepted: Sequence[Accepted], now: dt.datetime, sets: str = "",
@@ -263,16 +249,15 @@ def _extend(tx: Tx, trigger: str, accepted: Sequence[Accepted], now: dt.datetime
 
 
 @transition("lease", "start")
-def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
-          commands: Sequence[LeaseCommand] | None = None) -> CommandAck | Refusal | list[CommandAck | Refusal]:
+def start(tx: Tx, *, now: dt.datetime, commands: Sequence[StartCommand]) -> list[CommandAck | Refusal]:
     """task.start: OFFERED -> RUNNING; the ack authorizes execution.
 
-    ``command=`` answers one command; ``commands=`` a batch that shares the
-    statements and the COMMIT (one result per command, in order). Leases
-    this process knows take the lean path (:func:`_lean_start`); the others,
-    and any the database's guard did not match, the locking path.
+    A batch of commands shares the statements and the COMMIT (one result
+    per command, in order; one command is a batch of one). Leases this
+    process knows take the lean path (:func:`_lean_start`); the others, and
+    any the database's guard did not match, the locking path.
     """
-    batch = _batch(command, commands)
+    batch = _batch(commands)
     results: list = [None] * len(batch)
     done = _lean_start(tx, batch, now, results)
     results, accepted = _screen_rest(tx, "start", batch, [None] * len(batch), now, results, done)
@@ -288,17 +273,16 @@ def start(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
                 lease_view(a.lease, state=a.dest, revision=a.lease.revision + 1, expires_at=expiries[a.index]),
                 a.task.queue, max(a.task.due_at, a.task.created_at))
         _learn(accepted, now)
-    return results[0] if command is not None else results
+    return results
 
 
 @transition("lease", "renew")
-def renew(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
-          commands: Sequence[LeaseCommand] | None = None) -> CommandAck | Refusal | list[CommandAck | Refusal]:
+def renew(tx: Tx, *, now: dt.datetime, commands: Sequence[RenewCommand]) -> list[CommandAck | Refusal]:
     """task.renew: expires at now + ttl (capped by the cancel grace deadline), revision + 1.
 
     Known leases without a cancel intent take the lean path (:func:`_lean_renew`).
     """
-    batch = _batch(command, commands)
+    batch = _batch(commands)
     results: list = [None] * len(batch)
     done = _lean_renew(tx, batch, now, results)
     results, accepted = _screen_rest(tx, "renew", batch, [None] * len(batch), now, results, done)
@@ -310,22 +294,14 @@ def renew(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None,
                 receipts[a.index],
                 lease_view(a.lease, state=a.dest, revision=a.lease.revision + 1, expires_at=expiries[a.index]))
         _learn(accepted, now)
-    return results[0] if command is not None else results
+    return results
 
 
 @transition("lease", "finish")
-def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, report: FinishReport | None = None,
-           commands: Sequence[tuple[LeaseCommand, FinishReport]] | None = None,
-           ) -> CommandAck | Refusal | list[CommandAck | Refusal]:
-    """task.finish: outcome recorded, permit released, cancel intent resolved, retry scheduled if allowed.
-
-    ``command=`` + ``report=`` for one; ``commands=[(command, report), ...]`` for a batch.
-    """
-    if command is not None and report is None:
-        raise TypeError("finish needs the report")
-    pairs = [(command, report)] if command is not None else list(commands or ())
-    batch = _batch(command, [c for c, _ in pairs] if commands is not None else None)
-    reports = [r for _, r in pairs]
+def finish(tx: Tx, *, now: dt.datetime, commands: Sequence[FinishCommand]) -> list[CommandAck | Refusal]:
+    """task.finish: outcome recorded, permit released, cancel intent resolved, retry scheduled if allowed."""
+    batch = _batch(commands)
+    reports = [c.report for c in batch]
     results: list = [None] * len(batch)
     done = _lean_finish(tx, batch, reports, now, results)
     results, accepted = _screen_rest(tx, "finish", batch, reports, now, results, done)
@@ -342,7 +318,7 @@ def finish(tx: Tx, *, now: dt.datetime, command: LeaseCommand | None = None, rep
         receipts = _receipts("task.finish", accepted, now)
         for a in accepted:
             results[a.index] = CommandAck(receipts[a.index], None, a.task.queue, started_at=a.lease.started_at)
-    return results[0] if command is not None else results
+    return results
 
 
 def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> None:

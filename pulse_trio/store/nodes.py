@@ -33,7 +33,7 @@ from __future__ import annotations
 import datetime as dt
 
 from pulse_trio.store import instances
-from pulse_trio.store.chart_write import move
+from pulse_trio.store.chart_write import create, move
 from pulse_trio.store.guard_context import NodeContext
 from pulse_trio.store.registry import decide, guard, transition
 from pulse_trio.store.results import INVALID_TRANSITION, NODE_LOST, Refusal, TimerResult
@@ -87,9 +87,10 @@ def start(tx: Tx, *, now: dt.datetime, lapse_ms: int, host: str, pid: int) -> No
     dest = decide("node", "start", "NONE", NodeContext())
     assert isinstance(dest, str), dest
     expires = after_ms(now, lapse_ms)
-    tx.write("INSERT INTO server_nodes (node_id, state, host, pid, lapse_ms, started_at, heartbeat_at, expires_at)"
-             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-             (me, dest, host[:255], pid, lapse_ms, db_time(now), db_time(now), db_time(expires)))
+    create(tx, "node", "start", dest=dest,
+           columns="node_id, state, host, pid, lapse_ms, started_at, heartbeat_at, expires_at",
+           row="(%s, {state}, %s, %s, %s, %s, %s, %s)",
+           rows=[(me, host[:255], pid, lapse_ms, db_time(now), db_time(now), db_time(expires))])
     return NodeRow(me, dest, host[:255], pid, lapse_ms, now, now, expires, None, None, None)
 
 

@@ -19,8 +19,9 @@ import collections
 import datetime as dt
 from collections.abc import Sequence
 
+from pulse_trio.charts.states import HELD_PERMIT_STATES, sql_list
 from pulse_trio.store import task_steps
-from pulse_trio.store.chart_write import move
+from pulse_trio.store.chart_write import create, move
 from pulse_trio.store.guard_context import KeyPermitContext
 from pulse_trio.store.registry import decide, guard, require, transition
 from pulse_trio.store.results import TimerResult
@@ -67,10 +68,9 @@ def acquire(tx: Tx, *, task: TaskRow, lease_id: str, now: dt.datetime) -> int | 
     token = last + 1
     tx.cas("UPDATE key_counters SET last_token = %s, outstanding = outstanding + 1"
            " WHERE concurrency_key = %s AND last_token = %s", (token, key, last))
-    tx.write(
-        "INSERT INTO key_permits (lease_id, concurrency_key, concurrency_token, task_id, state, acquired_at)"
-        " VALUES (%s, %s, %s, %s, %s, %s)", (lease_id, key, token, task.task_id, dest, db_time(now)),
-    )
+    create(tx, "key_permit", "acquire", dest=dest,
+           columns="lease_id, concurrency_key, concurrency_token, task_id, state, acquired_at",
+           row="(%s, %s, %s, %s, {state}, %s)", rows=[(lease_id, key, token, task.task_id, db_time(now))])
     return token
 
 
@@ -78,7 +78,8 @@ def _held(tx: Tx, lease_ids: Sequence[str]) -> list[tuple[str, str]]:
     if not lease_ids:
         return []
     return [(r[0], r[1]) for r in tx.all(
-        "SELECT lease_id, concurrency_key FROM key_permits WHERE lease_id IN %s AND state = 'HELD' FOR UPDATE",
+        "SELECT lease_id, concurrency_key FROM key_permits WHERE lease_id IN %s"
+        f" AND state IN {sql_list(HELD_PERMIT_STATES)} FOR UPDATE",
         (tuple(lease_ids),))]
 
 

@@ -10,7 +10,10 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from pulse_trio.charts.states import LIVE_LEASE_STATES, TASK_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list
+from pulse_trio.charts.states import (
+    DRAINING_SESSION_STATES, LIVE_LEASE_STATES, LIVE_NODE_STATES, LIVE_SESSION_STATES, TASK_STATES,
+    TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list,
+)
 from pulse_trio.store.dashboard import oldest_ready_age_s
 from pulse_trio.store.registry import read_only
 from pulse_trio.store.rows import READY_PICKS, TaskRow
@@ -112,7 +115,7 @@ def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 100
            f"  AND l.state IN {sql_list(LIVE_LEASE_STATES)}) AS held"
            " FROM worker_instances i")
     if not include_disconnected:
-        sql += " WHERE i.state <> 'DISCONNECTED'"
+        sql += f" WHERE i.state IN {sql_list(LIVE_SESSION_STATES)}"
     sql += " ORDER BY i.epoch LIMIT %s"
     workers = []
     for row in tx.all(sql, (limit,)):
@@ -121,7 +124,7 @@ def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 100
         workers.append({
             "instance_id": instance_id, "session_id": session_id, "epoch": str(epoch), "state": state,
             "worker_name": name, "subscriptions": json.loads(subscriptions), "capacity": int(capacity),
-            "drain": state == "DRAINING", "sequence": None if sequence is None else str(sequence),
+            "drain": state in DRAINING_SESSION_STATES, "sequence": None if sequence is None else str(sequence),
             "concurrency_keys": bool(keys), "cancellation_notifications": bool(notify),
             "active_leases": int(held), "registered_at": rfc3339(registered_at),
             "disconnected_at": rfc3339(disconnected_at) if disconnected_at else None,
@@ -138,10 +141,11 @@ def list_nodes(tx: Tx, *, include_stopped: bool = False, limit: int = 1000) -> l
     """
     sql = ("SELECT n.node_id, n.state, n.host, n.pid, n.lapse_ms, n.started_at, n.heartbeat_at, n.lost_at,"
            " n.lost_by, n.stopped_at,"
-           " (SELECT COUNT(*) FROM worker_instances i WHERE i.node_id = n.node_id AND i.state <> 'DISCONNECTED')"
+           " (SELECT COUNT(*) FROM worker_instances i WHERE i.node_id = n.node_id"
+           f" AND i.state IN {sql_list(LIVE_SESSION_STATES)})"
            " FROM server_nodes n")
     if not include_stopped:
-        sql += " WHERE n.state <> 'STOPPED'"
+        sql += f" WHERE n.state IN {sql_list(LIVE_NODE_STATES)}"
     sql += " ORDER BY n.started_at DESC, n.node_id LIMIT %s"
     nodes = []
     for (node_id, state, host, pid, lapse_ms, started_at, heartbeat_at, lost_at, lost_by, stopped_at,

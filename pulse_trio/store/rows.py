@@ -10,10 +10,12 @@ import dataclasses
 import functools
 import datetime as dt
 import json
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES
-from pulse_trio.store.tx import aware_utc
+from pulse_trio.schedule_timing import Timing
+from pulse_trio.store.tx import aware_utc, py_time, rfc3339
 
 # What lease commands, timers and cancellation never read: the (up to
 # 256 KiB) payload, the outcome and the bookkeeping times. Every column
@@ -293,3 +295,57 @@ TASK_PICKUP = RowShape(TaskRow, (
 LEASE_KNOWN = RowShape(LeaseRow, ("lease_id", "task_id", "attempt", "concurrency_token"))
 #: ... and of its task: the state the chart says it is in alongside the lease, and its attempt.
 TASK_KNOWN = RowShape(TaskRow, ("task_id", "state", "attempt"))
+
+
+#: The schedule states that fire (their next_fire_at is shown): ACTIVE.
+_SCHEDULE_FIRING = frozenset(t.source for t in CHARTS["schedule"].transitions_for("fire"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """A schedule row as read (``schedules`` reads and writes it)."""
+
+    schedule_id: str
+    name: str
+    state: str
+    queue: str
+    kind: str
+    payload: str
+    priority: int
+    max_attempts: int
+    timing: Timing
+    missed: str
+    catch_up_limit: int
+    next_fire_at: dt.datetime
+    last_tick_at: dt.datetime | None
+    last_task_id: str | None
+    fired_ticks: int
+    created_at: dt.datetime
+    created_by: str
+    updated_at: dt.datetime
+    updated_by: str
+
+    @classmethod
+    def from_row(cls, r: tuple) -> ScheduleRow:
+        return cls(r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), int(r[7]), Timing(r[8], r[9], r[10]), r[11],
+                   int(r[12]), py_time(r[13]), py_time(r[14]), r[15], int(r[16]), py_time(r[17]), r[18],
+                   py_time(r[19]), r[20])
+
+    def as_json_text(self) -> str:
+        """The schedule as JSON; the payload is its stored text, digit for digit."""
+        stamp = lambda t: rfc3339(t) if t is not None else None  # noqa: E731
+        fields: dict[str, Any] = {
+            "schedule_id": self.schedule_id, "name": self.name, "state": self.state, "queue": self.queue,
+            "kind": self.kind, **self.timing.as_json(), "missed": self.missed,
+            "catch_up_limit": self.catch_up_limit if self.missed == "catch_up" else None,
+            "priority": self.priority, "max_attempts": self.max_attempts,
+            "next_fire_at": stamp(self.next_fire_at) if self.state in _SCHEDULE_FIRING else None,
+            "last_tick_at": stamp(self.last_tick_at), "last_task_id": self.last_task_id,
+            "fired_ticks": self.fired_ticks, "created_at": stamp(self.created_at), "created_by": self.created_by,
+            "updated_at": stamp(self.updated_at), "updated_by": self.updated_by,
+        }
+        text = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+        return text[:-1] + ',"payload":' + self.payload + "}"
+
+    def as_json(self) -> dict[str, Any]:
+        return json.loads(self.as_json_text())

@@ -25,7 +25,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from typing import Any
 
 import pymysql
 from cronsim import CronSimError
@@ -34,10 +33,12 @@ from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import terminal_states
 from pulse_trio.contract.grammar import new_ulid
 from pulse_trio.schedule_timing import Timing
+from pulse_trio.store import chart_write
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import ScheduleContext
 from pulse_trio.store.registry import decide, read_only, require, transition
 from pulse_trio.store.results import Refusal
+from pulse_trio.store.rows import ScheduleRow
 from pulse_trio.store.tasks import DUPLICATE_KEY, NewTask, submit
 from pulse_trio.store.timer_scan import DueScan, claim, due_states
 from pulse_trio.store.tx import Tx, db_time, py_time, rfc3339
@@ -85,54 +86,6 @@ class NewSchedule:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ScheduleRow:
-    schedule_id: str
-    name: str
-    state: str
-    queue: str
-    kind: str
-    payload: str
-    priority: int
-    max_attempts: int
-    timing: Timing
-    missed: str
-    catch_up_limit: int
-    next_fire_at: dt.datetime
-    last_tick_at: dt.datetime | None
-    last_task_id: str | None
-    fired_ticks: int
-    created_at: dt.datetime
-    created_by: str
-    updated_at: dt.datetime
-    updated_by: str
-
-    @classmethod
-    def from_row(cls, r: tuple) -> ScheduleRow:
-        return cls(r[0], r[1], r[2], r[3], r[4], r[5], int(r[6]), int(r[7]), Timing(r[8], r[9], r[10]), r[11],
-                   int(r[12]), py_time(r[13]), py_time(r[14]), r[15], int(r[16]), py_time(r[17]), r[18],
-                   py_time(r[19]), r[20])
-
-    def as_json_text(self) -> str:
-        """The schedule as JSON; the payload is its stored text, digit for digit."""
-        stamp = lambda t: rfc3339(t) if t is not None else None  # noqa: E731
-        fields: dict[str, Any] = {
-            "schedule_id": self.schedule_id, "name": self.name, "state": self.state, "queue": self.queue,
-            "kind": self.kind, **self.timing.as_json(), "missed": self.missed,
-            "catch_up_limit": self.catch_up_limit if self.missed == "catch_up" else None,
-            "priority": self.priority, "max_attempts": self.max_attempts,
-            "next_fire_at": stamp(self.next_fire_at) if self.state in _FIRING else None,
-            "last_tick_at": stamp(self.last_tick_at), "last_task_id": self.last_task_id,
-            "fired_ticks": self.fired_ticks, "created_at": stamp(self.created_at), "created_by": self.created_by,
-            "updated_at": stamp(self.updated_at), "updated_by": self.updated_by,
-        }
-        text = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
-        return text[:-1] + ',"payload":' + self.payload + "}"
-
-    def as_json(self) -> dict[str, Any]:
-        return json.loads(self.as_json_text())
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class ScheduleChange:
     """An operator's change: the schedule after it, and whether this call moved it."""
 
@@ -174,11 +127,12 @@ def create(tx: Tx, *, schedule: NewSchedule, now: dt.datetime, created_by: str) 
     state = require("schedule", "create", "NONE", ScheduleContext(now=now))
     s, stamp, who = schedule, db_time(now), created_by[:128]
     try:
-        tx.write(f"INSERT INTO schedules ({_COLUMNS}) VALUES"
-                 " (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,NULL,NULL,0,%s,%s,%s,%s)",
-                 (s.schedule_id, s.name, state, s.queue, s.kind, s.payload_json, s.priority, s.max_attempts,
-                  s.timing.cron, s.timing.interval_s, s.timing.timezone, s.missed, s.catch_up_limit,
-                  db_time(_next_after(s.timing, now)), stamp, who, stamp, who))
+        chart_write.create(
+            tx, "schedule", "create", dest=state, columns=_COLUMNS,
+            row="(%s, %s, {state}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, 0, %s, %s, %s, %s)",
+            rows=[(s.schedule_id, s.name, s.queue, s.kind, s.payload_json, s.priority, s.max_attempts,
+                   s.timing.cron, s.timing.interval_s, s.timing.timezone, s.missed, s.catch_up_limit,
+                   db_time(_next_after(s.timing, now)), stamp, who, stamp, who)])
     except pymysql.err.IntegrityError as exc:
         if exc.args[0] != DUPLICATE_KEY:
             raise

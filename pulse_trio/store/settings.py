@@ -23,12 +23,16 @@ import datetime as dt
 from collections.abc import Mapping
 
 from pulse_trio import cluster_settings as cs
+from pulse_trio.charts import CHARTS
+from pulse_trio.store.chart_write import create, move
 from pulse_trio.store.guard_context import SettingContext
 from pulse_trio.store.registry import decide, guard, read_only, transition
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tx import Tx, db_time, py_time
 
 _SELECT = "SELECT name, value_ms, state, updated_at, updated_by FROM cluster_settings"
+#: A setting nobody set: the chart's initial state, whether or not its row exists yet.
+_UNSET = CHARTS["cluster_setting"].spec.initial
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,7 +47,7 @@ class StoredSetting:
 
     @classmethod
     def default(cls, name: str) -> StoredSetting:
-        return cls(name, cs.DEFAULTS_MS[name], "DEFAULT", None, None)
+        return cls(name, cs.DEFAULTS_MS[name], _UNSET, None, None)
 
     def as_json(self) -> dict[str, object]:
         setting = cs.BY_NAME[self.name]
@@ -63,9 +67,14 @@ class SettingsChange:
     after: Mapping[str, StoredSetting]
 
 
+def _stored(tx: Tx, *, lock: bool) -> dict[str, StoredSetting]:
+    """The settings that have a row (a setting added after migration 0009 has none until it is set)."""
+    return {r[0]: StoredSetting(r[0], None if r[1] is None else int(r[1]), r[2], py_time(r[3]), r[4])
+            for r in tx.all(_SELECT + (" FOR UPDATE" if lock else ""))}
+
+
 def _rows(tx: Tx, *, lock: bool) -> dict[str, StoredSetting]:
-    found = {r[0]: StoredSetting(r[0], None if r[1] is None else int(r[1]), r[2], py_time(r[3]), r[4])
-             for r in tx.all(_SELECT + (" FOR UPDATE" if lock else ""))}
+    found = _stored(tx, lock=lock)
     return {name: found.get(name) or StoredSetting.default(name) for name in cs.NAMES}
 
 
@@ -96,7 +105,8 @@ def set_values(tx: Tx, *, values: Mapping[str, int | None], now: dt.datetime,
     """Store ``values`` (ms, already checked against each setting's bounds) in one transaction."""
     for name, ms in values.items():
         cs.lookup(name).from_seconds(cs.json_seconds(ms))  # a caller that skipped the check fails here
-    before = _rows(tx, lock=True)
+    stored = _stored(tx, lock=True)
+    before = {name: stored.get(name) or StoredSetting.default(name) for name in cs.NAMES}
     merged = {name: values[name] if name in values else row.value_ms for name, row in before.items()}
     context = SettingContext(values=merged)
     decided = {}
@@ -109,10 +119,12 @@ def set_values(tx: Tx, *, values: Mapping[str, int | None], now: dt.datetime,
     who = updated_by[:128]
     after = dict(before)
     for name, dest in decided.items():
-        tx.write("INSERT INTO cluster_settings (name, value_ms, state, updated_at, updated_by)"
-                 " VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE value_ms = VALUES(value_ms),"
-                 " state = VALUES(state), updated_at = VALUES(updated_at), updated_by = VALUES(updated_by)",
-                 (name, values[name], dest, stamp, who))
+        if name in stored:
+            move(tx, "cluster_setting", "set", [name], source=before[name].state, dest=dest,
+                 sets="value_ms = %s, updated_at = %s, updated_by = %s", args=(values[name], stamp, who))
+        else:  # no row yet: it is created as the chart's set from its initial state leaves it
+            create(tx, "cluster_setting", "set", dest=dest, columns="name, value_ms, state, updated_at, updated_by",
+                   row="(%s, %s, {state}, %s, %s)", rows=[(name, values[name], stamp, who)])
         after[name] = StoredSetting(name, values[name], dest, py_time(stamp), who)
     return SettingsChange(before, after)
 

@@ -11,40 +11,18 @@ disagree, which is a bug and rolls the whole transaction back.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Iterable, Sequence
 
 from pulse_trio.store.chart_write import move
 from pulse_trio.store.guard_context import TaskContext
+from pulse_trio.store.inputs import FinishReport
 from pulse_trio.store.registry import guard, require, transition
-from pulse_trio.store.rows import LeaseRow, TaskRow
+from pulse_trio.store.rows import KEY_WAIT, LeaseRow, TaskRow
 from pulse_trio.store.tx import InvariantViolation, Tx, after_ms, db_time
 
-FINISH_STATUSES = ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
 #: For the steps whose transitions have no guard (offer, start, lapse, cancel): nothing to read.
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FinishReport:
-    """The outcome part of ``task.finish`` (result as its exact JSON text)."""
-
-    status: str
-    result_json: str
-    error_code: str | None = None
-    error_message: str | None = None
-    retryable: bool = False
-
-    def __post_init__(self) -> None:
-        if self.status not in FINISH_STATUSES:
-            raise ValueError(f"status must be one of {FINISH_STATUSES}")
-        if self.status == "SUCCEEDED" and self.error_code:
-            raise ValueError("SUCCEEDED carries no error_code")
-        if self.status != "SUCCEEDED" and not self.error_code:
-            raise ValueError(f"{self.status} needs an error_code")
-        if self.retryable and self.status != "FAILED":
-            raise ValueError("retryable is only allowed with FAILED")
 
 
 def backoff_ms(task: TaskRow, attempt: int) -> int:
@@ -134,7 +112,7 @@ def waiting_of_key(tx: Tx, key: str, count: int, *, skip_locked: bool = False) -
     back); a cancel (``skip_locked``) only tops up and never waits.
     """
     return [r[0] for r in tx.all(
-        "SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = 'KEY_WAIT'"
+        f"SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = '{KEY_WAIT}'"
         " ORDER BY effective_at, task_id LIMIT %s FOR UPDATE" + (" SKIP LOCKED" if skip_locked else ""),
         (key, count))]
 

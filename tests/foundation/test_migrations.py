@@ -80,7 +80,9 @@ def test_attempts_and_receipts_move_into_their_lease(database_server):
     """0008: an attempt row and its three receipts, written by the old schema, read back the same."""
     import datetime as dt
 
-    from pulse_trio.store import FinishReport, LeaseCommand, finish, renew, start
+    import dataclasses
+
+    from pulse_trio.store import FinishCommand, FinishReport, RenewCommand, StartCommand, finish, renew, start
     from pulse_trio.store.trio_bridge import Store
     from pulse_trio.store.ids import new_secret, secret_digest
     from pulse_trio.store.leases import content_digest
@@ -92,7 +94,8 @@ def test_attempts_and_receipts_move_into_their_lease(database_server):
         "ses_01KBFEY3G0B1BKY7SP31HF1KWA"
     secret = new_secret()
     report = FinishReport("SUCCEEDED", '{"sent":true}')
-    commands = {rev: LeaseCommand(session, task, lease, secret, rev) for rev in (1, 2, 3)}
+    commands = {1: StartCommand(session, task, lease, secret, 1), 2: RenewCommand(session, task, lease, secret, 2),
+                3: FinishCommand(session, task, lease, secret, 3, report)}
     conn = connect(config)
     with conn.cursor() as cur:
         cur.execute("INSERT INTO tasks (task_id, queue, kind, state, payload, due_at, effective_at, idempotency_key,"
@@ -122,12 +125,13 @@ def test_attempts_and_receipts_move_into_their_lease(database_server):
     store = Store(config, pool_size=1)
     try:
         now = dt.datetime(2026, 12, 1, 12, 5, tzinfo=dt.timezone.utc)
-        for fn, rev, kwargs in ((start, 1, {}), (renew, 2, {}), (finish, 3, {"report": report})):
-            result = store.run_sync(fn, command=commands[rev], now=now, **kwargs)
+        for fn, rev in ((start, 1), (renew, 2), (finish, 3)):
+            (result,) = store.run_sync(fn, commands=[commands[rev]], now=now)
             assert result.receipt.duplicate and result.receipt.revision == rev, (fn, result)
             assert result.receipt.committed_at == t0.replace(tzinfo=dt.timezone.utc)
         other = FinishReport("FAILED", '{"sent":false}', "boom")
-        assert store.run_sync(finish, command=commands[3], report=other, now=now).code == "revision_conflict"
+        (refused,) = store.run_sync(finish, commands=[dataclasses.replace(commands[3], report=other)], now=now)
+        assert refused.code == "revision_conflict"
     finally:
         store.close()
 

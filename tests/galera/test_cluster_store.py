@@ -16,7 +16,7 @@ from pulse_trio.dburl import connect_node
 from pulse_trio.store.writer import connect, writer_for
 from pulse_trio.store import register
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.instances import NewInstance, SubscribedQueue
+from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.migrate import code_version, current_version, migrate
 from pulse_trio.store.registry import read_only
 

@@ -18,7 +18,7 @@ import trio
 from pulse_trio.config import Settings
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.store import (
-    LeaseCommand, NewInstance, SubscribedQueue, assign, new_credentials, nodes, register, set_capacity, start,
+    NewInstance, StartCommand, SubscribedQueue, assign, new_credentials, nodes, register, set_capacity, start,
 )
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.tx import db_time
@@ -56,8 +56,8 @@ class DeadProcess:
                               start_timeout_ms=60_000, default_lease_ttl_ms=30_000)
             (offer,) = result.offers
             assert offer.task.task_id == submitted_task["task_id"]
-            self.run(start, now, command=LeaseCommand(session, offer.task.task_id, offer.lease.lease_id,
-                                                      offer.lease_secret, 1))
+            self.run(start, now, commands=[StartCommand(session, offer.task.task_id, offer.lease.lease_id,
+                                                        offer.lease_secret, 1)])
             return session
 
         return await trio.to_thread.run_sync(work)

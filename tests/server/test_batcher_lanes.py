@@ -10,14 +10,16 @@ import trio.testing
 from pulse_trio.server import batcher
 from pulse_trio.server.batcher import LANES, MAX_BATCH, LeaseCommandBatcher, _Pending, _take_batch
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.store.leases import LeaseCommand
+from pulse_trio.store.inputs import FinishCommand, FinishReport, RenewCommand, StartCommand
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.trio_bridge import Store
 
 
 def _pending(lease: str, kind: str = "start") -> _Pending:
-    command = LeaseCommand("ses_x", "tsk_" + lease, "lse_" + lease, "secret", 1)
-    return _Pending(kind, command, None, lambda outcome: None)
+    fields = ("ses_x", "tsk_" + lease, "lse_" + lease, "secret", 1)
+    command = (FinishCommand(*fields, FinishReport("SUCCEEDED", "{}")) if kind == "finish"
+               else RenewCommand(*fields) if kind == "renew" else StartCommand(*fields))
+    return _Pending(command, lambda outcome: None)
 
 
 def _leases(items) -> list[str]:
@@ -30,13 +32,13 @@ def test_a_lease_another_lane_holds_stays_queued_in_order():
     batch = _take_batch(queue, held)
     assert _leases(batch) == ["lse_a", "lse_c"]
     assert held == {"lse_a", "lse_b", "lse_c"}  # what it took is held until its lane releases it
-    assert [(p.command.lease_id, p.kind) for p in queue] == [("lse_b", "start"), ("lse_b", "finish")]
+    assert [(p.command.lease_id, type(p.command)) for p in queue] == [("lse_b", StartCommand), ("lse_b", FinishCommand)]
 
 
 def test_a_repeat_waits_for_the_next_batch_behind_its_first_command():
     queue = collections.deque([_pending("a"), _pending("a", "renew"), _pending("a", "finish"), _pending("b")])
     assert _leases(_take_batch(queue, held=set())) == ["lse_a", "lse_b"]
-    assert [p.kind for p in queue] == ["renew", "finish"]
+    assert [type(p.command) for p in queue] == [RenewCommand, FinishCommand]
 
 
 def test_a_batch_is_bounded_and_the_rest_keeps_its_order():
@@ -79,7 +81,7 @@ async def test_every_lane_is_idle_and_wakeable_again_after_each_batch(db):
             for n in range(3):
                 answered = trio.Event()
                 outcomes = []
-                lanes.submit("start", _pending(f"{n:026d}"[-26:]).command, None,
+                lanes.submit(_pending(f"{n:026d}"[-26:]).command,
                              lambda outcome: (outcomes.append(outcome), answered.set()))
                 with trio.fail_after(10):
                     await answered.wait()

@@ -83,3 +83,18 @@ def test_no_push_before_the_welcome() -> None:
     assert session.cancel(cs.TASK, cs.LEASE, ss.T0, ss.T1, None) is None
     session.capacity_applied(True)  # nothing to apply to: the chart has no capacity before hello
     assert session.state == "awaiting_hello"
+
+
+def test_an_operators_drain_moves_the_chart_and_stops_offers() -> None:
+    """The chart owns drain: an operator's drain seen here moves it, whatever the worker's frames said."""
+    session = ss.registered()
+    _capacity(session, 1, False)
+    assert not session.draining
+    session.operator_drained()
+    assert (session.state, session.draining) == ("draining", True)
+    assert _assign(session) is None
+    session.operator_drained()  # seen again (another capacity check): still draining
+    assert session.state == "draining"
+    # The store answers the worker's next capacity frame with its stored state, drain still set.
+    _capacity(session, 2, True)
+    assert session.draining and _assign(session) is None

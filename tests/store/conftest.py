@@ -15,7 +15,8 @@ import pytest
 
 from pulse_trio.dburl import DatabaseConfig, connect
 from pulse_trio.store import (
-    FinishReport, LeaseCommand, NewInstance, NewTask, Refusal, ResumeRequest, SubscribedQueue, assign,
+    FinishCommand, FinishReport, LeaseCommand, NewInstance, NewTask, Refusal, RenewCommand, ResumeRequest, StartCommand,
+    SubscribedQueue, assign,
     finish, get_task, new_credentials, register, renew, set_capacity, start, submit,
 )
 from pulse_trio.store.trio_bridge import Store
@@ -113,23 +114,26 @@ class World:
         assert [o.task.task_id for o in offers] == [task_id]
         return offers[0]
 
-    def command(self, w: Worker, offer: Offer, revision: int, *, secret: str | None = None,
+    def command(self, w: Worker, offer: Offer, revision: int, *, kind: type[LeaseCommand] = StartCommand,
+                report: FinishReport | None = None, secret: str | None = None,
                 task_id: str | None = None) -> LeaseCommand:
-        return LeaseCommand(w.session_id, task_id or offer.task.task_id, offer.lease.lease_id,
-                            secret if secret is not None else offer.lease_secret, revision)
+        """A lease command of ``offer``'s lease (a FinishCommand when ``report`` is given)."""
+        fields = (w.session_id, task_id or offer.task.task_id, offer.lease.lease_id,
+                  secret if secret is not None else offer.lease_secret, revision)
+        return FinishCommand(*fields, report) if report is not None else kind(*fields)
 
     def start(self, w: Worker, offer: Offer, revision: int = 1, **kw: Any):
-        return self.run(start, command=self.command(w, offer, revision, **kw))
+        return self.run(start, commands=[self.command(w, offer, revision, **kw)])[0]
 
     def renew(self, w: Worker, offer: Offer, revision: int, **kw: Any):
-        return self.run(renew, command=self.command(w, offer, revision, **kw))
+        return self.run(renew, commands=[self.command(w, offer, revision, kind=RenewCommand, **kw)])[0]
 
     def finish(self, w: Worker, offer: Offer, revision: int, status: str = "SUCCEEDED", result: str = '{"ok":1}',
                error_code: str | None = None, retryable: bool = False, **kw: Any):
         if status != "SUCCEEDED" and error_code is None:
             error_code = "boom"
         report = FinishReport(status, result, error_code, None, retryable)
-        return self.run(finish, command=self.command(w, offer, revision, **kw), report=report)
+        return self.run(finish, commands=[self.command(w, offer, revision, report=report, **kw)])[0]
 
     def running(self, w: Worker, **task_fields: Any) -> Offer:
         offer = self.offer(w, **task_fields)

@@ -41,9 +41,9 @@ def test_start_refusals(world, how, expected):
     if how == "wrong_secret":
         result = world.start(w, offer, secret="A" * 43)
     elif how == "unknown_lease":
-        from pulse_trio.store import LeaseCommand, start
-        result = world.run(start, command=LeaseCommand(w.session_id, offer.task.task_id, "lse_NOPE",
-                                                       offer.lease_secret, 1))
+        from pulse_trio.store import StartCommand, start
+        result = world.run(start, commands=[StartCommand(w.session_id, offer.task.task_id, "lse_NOPE",
+                                                         offer.lease_secret, 1)])[0]
     elif how == "other_task":
         result = world.start(w, offer, task_id="tsk_OTHER")
     elif how == "wrong_owner":
@@ -239,13 +239,13 @@ def test_a_batch_of_starts_shares_one_transaction_and_refusals_stay_individual(w
 
 
 def test_a_batch_of_finishes_with_mixed_outcomes(world):
-    from pulse_trio.store import FinishReport, finish, renew
+    from pulse_trio.store import FinishReport, RenewCommand, finish, renew
 
     w = world.worker("q", keys=True)
     offers = [world.running(w, queue="q", concurrency_key=f"k{i}", max_attempts=2) for i in range(4)]
     reports = [FinishReport("SUCCEEDED", '{"i":0}'), FinishReport("FAILED", "{}", "x", None, True),
                FinishReport("UNKNOWN", "{}", "lost"), FinishReport("CANCELLED", "{}", "stop")]
-    results = world.run(finish, commands=[(world.command(w, o, 2), r) for o, r in zip(offers, reports)])
+    results = world.run(finish, commands=[world.command(w, o, 2, report=r) for o, r in zip(offers, reports)])
     assert [code(r) for r in results] == [None, None, None, "cancel_not_requested"]
     states = [world.task(o.task.task_id).task.state for o in offers]
     assert states == ["SUCCEEDED", "SCHEDULED", "UNKNOWN", "RUNNING"]
@@ -255,11 +255,12 @@ def test_a_batch_of_finishes_with_mixed_outcomes(world):
                               " FROM task_attempts"))
     assert attempts == {offers[0].lease.lease_id: 'SUCCEEDED - {"i":0}', offers[1].lease.lease_id: "FAILED x {}",
                         offers[2].lease.lease_id: "UNKNOWN lost {}"}
-    replays = world.run(finish, commands=[(world.command(w, o, 2), r) for o, r in zip(offers[:3], reports[:3])])
+    replays = world.run(finish, commands=[world.command(w, o, 2, report=r)
+                                          for o, r in zip(offers[:3], reports[:3])])
     assert [r.receipt.duplicate for r in replays] == [True, True, True]
-    swapped = world.run(finish, commands=[(world.command(w, offers[0], 2), reports[2])])
+    swapped = world.run(finish, commands=[world.command(w, offers[0], 2, report=reports[2])])
     assert code(swapped[0]) == "revision_conflict"
-    renewed = world.run(renew, commands=[world.command(w, offers[3], 2)])
+    renewed = world.run(renew, commands=[world.command(w, offers[3], 2, kind=RenewCommand)])
     assert renewed[0].lease.revision == 3
 
 
@@ -281,11 +282,12 @@ def test_run_batch_shares_a_commit_between_different_functions(world):
     other = world.submit()
     before = world.store.statistics().commits
     results = world.store.run_batch_sync([
-        (finish, dict(command=world.command(w, running, 2), report=FinishReport("SUCCEEDED", "1"), now=world.now)),
-        (start, dict(command=world.command(w, offered, 1), now=world.now)),
+        (finish, dict(commands=[world.command(w, running, 2, report=FinishReport("SUCCEEDED", "1"))],
+                      now=world.now)),
+        (start, dict(commands=[world.command(w, offered, 1)], now=world.now)),
         (request_cancel, dict(task_id=other, now=world.now)),
-        (start, dict(command=world.command(w, offered, 9), now=world.now)),
+        (start, dict(commands=[world.command(w, offered, 9)], now=world.now)),
     ])
     assert world.store.statistics().commits == before + 1
-    assert results[0].lease is None and results[1].lease.state == "RUNNING" and results[2].changed
-    assert code(results[3]) == "revision_conflict"
+    assert results[0][0].lease is None and results[1][0].lease.state == "RUNNING" and results[2].changed
+    assert code(results[3][0]) == "revision_conflict"

@@ -41,14 +41,14 @@ def test_assign(world, keyed):
 
 def test_start(world, keyed):
     offer = world.offer(keyed)
-    assert trail(world, start, command=world.command(keyed, offer, 1)) == ["lease.start", "task.start"]
+    assert trail(world, start, commands=[world.command(keyed, offer, 1)]) == ["lease.start", "task.start"]
 
 
 def test_finish(world, keyed):
     offer = world.running(keyed, concurrency_key="a")
     world.run(request_cancel, task_id=offer.task.task_id)
-    assert trail(world, finish, command=world.command(keyed, offer, 2),
-                 report=FinishReport("CANCELLED", "{}", "stopped")) == [
+    assert trail(world, finish, commands=[world.command(keyed, offer, 2,
+                                                           report=FinishReport("CANCELLED", "{}", "stopped"))]) == [
         "lease.finish", "task.finish", "key_permit.release", "cancellation.resolve"]
 
 
@@ -130,6 +130,6 @@ def test_finish_with_tasks_of_the_key_waiting_brings_one_back(world, keyed):
     offer = world.running(keyed, concurrency_key="a")
     world.submit(concurrency_key="a")
     world.assign(keyed, 1)  # sets it aside
-    assert trail(world, finish, command=world.command(keyed, offer, 2),
-                 report=FinishReport("SUCCEEDED", "{}")) == [
+    done = FinishReport("SUCCEEDED", "{}")
+    assert trail(world, finish, commands=[world.command(keyed, offer, 2, report=done)]) == [
         "lease.finish", "task.finish", "key_permit.release", "task.key_freed"]

@@ -13,9 +13,9 @@ import trio
 from pulse_trio.dburl import connect
 from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, start
 from pulse_trio.store.leases import finish
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import FinishReport
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.instances import NewInstance, SubscribedQueue
+from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.registry import read_only
 
 
@@ -144,7 +144,7 @@ def test_lost_commit_is_re_read_for_a_lease_command(world, lossy):
     w = world.worker("q")
     offer = world.offer(w)
     _CommitThenDrop.armed = True
-    result = lossy.run_sync(start, command=world.command(w, offer, 1), now=world.now)
+    (result,) = lossy.run_sync(start, commands=[world.command(w, offer, 1)], now=world.now)
     assert lossy.statistics().recoveries == 1
     assert not result.receipt.duplicate and result.lease.revision == 2, "our own commit, not a replay"
     assert world.sql("SELECT COUNT(*) FROM command_receipts") == [(1,)]
@@ -285,7 +285,7 @@ def test_a_batch_runs_its_hooks_in_its_transaction_and_appends_the_claim(world, 
     credentials = new_credentials(2)
     first, then, seen = _ride_along(world, w, credentials)
     report = FinishReport("SUCCEEDED", '{"ok":1}', None, None, False)
-    calls = [(finish, {"commands": [(world.command(w, offers[0], 2), report)], "now": world.now})]
+    calls = [(finish, {"commands": [world.command(w, offers[0], 2, report=report)], "now": world.now})]
     results = store.run_batch_sync(calls, then=then, first=first)
     assert len(results) == 2 and len(seen) == 1
     claim = results[-1]
@@ -303,7 +303,7 @@ def test_a_ride_along_claim_whose_commit_was_lost_is_re_read_with_its_finish(wor
     credentials = new_credentials(2)
     first, then, seen = _ride_along(world, w, credentials)
     report = FinishReport("SUCCEEDED", '{"ok":1}', None, None, False)
-    calls = [(finish, {"commands": [(world.command(w, offers[0], 2), report)], "now": world.now})]
+    calls = [(finish, {"commands": [world.command(w, offers[0], 2, report=report)], "now": world.now})]
     _CommitThenDrop.armed = True
     results = lossy.run_batch_sync(calls, then=then, first=first)
     assert lossy.statistics().recoveries == 1 and len(seen) == 2  # the re-run ran the claim again

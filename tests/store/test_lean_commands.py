@@ -41,9 +41,9 @@ def locked(monkeypatch):
 def _refused_the_same(world, run) -> Refusal:
     known = BOOK.get(run.lease_id)
     assert known is not None, "the lease is one this process offered: the lean path is tried"
-    lean = world.run(run.fn, **run.kwargs)
+    (lean,) = world.run(run.fn, **run.kwargs)
     BOOK.forget([run.lease_id])
-    locking = world.run(run.fn, **run.kwargs)
+    (locking,) = world.run(run.fn, **run.kwargs)
     BOOK.put([known])
     assert isinstance(lean, Refusal) and lean == locking
     return lean
@@ -55,12 +55,12 @@ class _Call:
 
 
 def _start(world, w, offer, revision=1) -> _Call:
-    return _Call(start, offer.lease.lease_id, command=world.command(w, offer, revision))
+    return _Call(start, offer.lease.lease_id, commands=[world.command(w, offer, revision)])
 
 
 def _finish(world, w, offer, revision, status="SUCCEEDED") -> _Call:
     report = FinishReport(status, '{"ok":1}', None if status == "SUCCEEDED" else "boom")
-    return _Call(finish, offer.lease.lease_id, command=world.command(w, offer, revision), report=report)
+    return _Call(finish, offer.lease.lease_id, commands=[world.command(w, offer, revision, report=report)])
 
 
 def test_a_known_offer_starts_and_finishes_without_the_locking_path(world, locked):
@@ -173,7 +173,7 @@ def test_a_revoke_racing_a_start_never_lets_both_win(world, db):
             def go(i, offer=offer, command=command):
                 barrier.wait()
                 if i == 0:
-                    return stores[0].run_sync(start, command=command, now=world.now)
+                    return stores[0].run_sync(start, commands=[command], now=world.now)[0]
                 return stores[1].run_sync(request_cancel, task_id=offer.task.task_id, reason="operator",
                                           requested_by="alice", now=world.now)
 

@@ -17,7 +17,7 @@ from pulse_trio.store import (
     NewTask, Refusal, assign, expire, lapse, new_credentials, register, request_cancel, retry, submit,
 )
 from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.instances import NewInstance, SubscribedQueue
+from pulse_trio.store.inputs import NewInstance, SubscribedQueue
 
 ROUNDS = 12
 
@@ -135,8 +135,9 @@ def test_renew_racing_expiry_one_of_them_wins(world, stores):
 
         def act(i):
             if i == 0:
-                from pulse_trio.store import renew
-                return stores[0].run_sync(renew, command=world.command(w, offer, 2), now=renew_at)
+                from pulse_trio.store import RenewCommand, renew
+                return stores[0].run_sync(renew, commands=[world.command(w, offer, 2, kind=RenewCommand)],
+                                          now=renew_at)[0]
             return stores[1].run_sync(expire, now=expire_at)
 
         renewed, expired = together(2, act)
@@ -191,8 +192,8 @@ def test_cancel_racing_finish_is_decided_by_commit_order(world, stores):
             if i == 0:
                 return stores[0].run_sync(request_cancel, task_id=offer.task.task_id, now=world.now)
             from pulse_trio.store import FinishReport, finish
-            return stores[1].run_sync(finish, command=world.command(w, offer, 2), now=world.now,
-                                      report=FinishReport("CANCELLED", "{}", "stopped"))
+            return stores[1].run_sync(finish, commands=[
+                world.command(w, offer, 2, report=FinishReport("CANCELLED", "{}", "stopped"))], now=world.now)[0]
 
         cancelled, finished = together(2, act)
         view = world.task(offer.task.task_id)

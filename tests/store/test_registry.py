@@ -125,7 +125,7 @@ def test_decide_picks_the_first_transition_whose_selectors_hold():
     from types import SimpleNamespace
 
     from pulse_trio.store.guard_context import TaskContext
-    from pulse_trio.store.task_steps import FinishReport
+    from pulse_trio.store.inputs import FinishReport
 
     lease = SimpleNamespace(attempt=1, cancel_requested_at=None)
     task = SimpleNamespace(max_attempts=3)

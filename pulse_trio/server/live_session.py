@@ -1,7 +1,12 @@
-"""One worker session on this instance, without its socket.
+"""One worker session live on this instance, without its socket.
+
+Not to be confused with :class:`pulse_trio.session.ServerSession`, the
+sans-IO protocol state of the server's side of the wire, which this class
+drives (``self.protocol``): that one knows frames and the session chart,
+this one the instance around them (store, batcher, hub).
 
 The transport (``wire.py``) owns the bytes: it hands every complete text
-message to :meth:`SessionService.receive` and sends what the service puts
+message to :meth:`LiveSession.receive` and sends what the service puts
 in its :class:`Outbox`. Everything else about the session lives here, in
 one place:
 
@@ -43,10 +48,10 @@ from pulse_trio.contract import messages as m
 from pulse_trio.contract.grammar import new_id
 from pulse_trio.server import to_wire
 from pulse_trio.session import Close, Reject, Request, ServerSession
-from pulse_trio.store import instances, leases
+from pulse_trio.store import instances
 from pulse_trio.store.results import AssignResult, CancelNotice, Refusal
 from pulse_trio.store.resume import ResumeRequest, resume
-from pulse_trio.store.task_steps import FinishReport
+from pulse_trio.store.inputs import AnyLeaseCommand, FinishCommand, FinishReport, RenewCommand, StartCommand
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint
@@ -71,7 +76,7 @@ def in_flight_limit(capacity: int) -> int:
 
 INTERNAL_RETRY_AFTER_MS = 1000
 REFILL_MAX = 16
-_COMMAND_KIND = {m.TaskStart: "start", m.TaskRenew: "renew", m.TaskFinish: "finish"}
+_LEASE_COMMANDS = (m.TaskStart, m.TaskRenew, m.TaskFinish)
 
 
 class Outbox(Protocol):
@@ -84,7 +89,7 @@ class Outbox(Protocol):
         """Close after what is queued has been sent."""
 
 
-class SessionService:
+class LiveSession:
     """Requests, lease counting and drain bookkeeping of one connection."""
 
     def __init__(self, endpoint: WorkerEndpoint, token: TokenInfo, outbox: Outbox) -> None:
@@ -103,7 +108,6 @@ class SessionService:
         self.concurrency_keys = False
         self.cancellation_notifications = False
         self.capacity = 0
-        self.drain = False
         #: The leases this session holds, as this process knows them: every lease it
         #: gets (an offer, a resume) is added once committed, and removed when it ends
         #: here or reconciliation finds it gone. Never fewer than the database holds,
@@ -146,9 +150,8 @@ class SessionService:
         event = self.protocol.receive(data)
         if type(event) is Request:
             message = event.message
-            kind = _COMMAND_KIND.get(type(message))
-            if kind is not None:
-                self._submit(kind, message)
+            if type(message) in _LEASE_COMMANDS:
+                self._submit(message)
                 if self._in_flight >= self.in_flight_limit:
                     self._room = trio.Event()
                     await self._room.wait()
@@ -275,7 +278,7 @@ class SessionService:
         if result.applied:
             # The stored state decides drain: an operator's drain outlives drain=false frames.
             self.protocol.capacity_applied(result.instance.drain)
-            self.capacity, self.drain = msg.capacity, result.instance.drain
+            self.capacity = msg.capacity
             self.in_flight_limit = in_flight_limit(msg.capacity)
             endpoint.hub.refresh(self)
             endpoint.hub.wake()
@@ -321,16 +324,20 @@ class SessionService:
             previous.lease_ended(msg.lease_id)
         self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
 
-    def _submit(self, kind: str, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
-        command = leases.LeaseCommand(session_id=self.session_id, task_id=msg.task_id, lease_id=msg.lease_id,
-                                      lease_secret=msg.lease_secret, revision=msg.revision)
-        report = None
-        if kind == "finish":
+    def _submit(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
+        command: AnyLeaseCommand
+        if type(msg) is m.TaskFinish:
             report = FinishReport(status=msg.status, result_json=str(msg.result),
                                   error_code=msg.error_code or None, error_message=msg.error_message or None,
                                   retryable=msg.retryable)
+            command = FinishCommand(self.session_id, msg.task_id, msg.lease_id, msg.lease_secret, msg.revision,
+                                    report)
+        elif type(msg) is m.TaskStart:
+            command = StartCommand(self.session_id, msg.task_id, msg.lease_id, msg.lease_secret, msg.revision)
+        else:
+            command = RenewCommand(self.session_id, msg.task_id, msg.lease_id, msg.lease_secret, msg.revision)
         self._in_flight += 1
-        self._submit_command(kind, command, report, functools.partial(self._command_done, msg))
+        self._submit_command(command, functools.partial(self._command_done, msg))
 
     def _command_done(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish, outcome: Any) -> None:
         """The batcher's callback, in the Trio thread, once the command's batch has run."""
@@ -427,9 +434,14 @@ class SessionService:
         self.endpoint.hub.refresh(self)
         return True
 
+    @property
+    def drain(self) -> bool:
+        """Whether the session drains: its chart's state (``ServerSession.draining``), the one owner of it."""
+        return self.protocol.draining
+
     def drain_hinted(self) -> None:
         """The session is drained (an operator's drain seen elsewhere): no more offers."""
-        self.drain = True
+        self.protocol.operator_drained()
         self.endpoint.hub.refresh(self)
 
     def notify_cancel(self, notice: CancelNotice) -> None:
