@@ -14,12 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from pulse_trio.dburl import DatabaseConfig, connect, drop_database, parse_database_url
+from pulse_trio.dburl import DatabaseConfig, parse_database_url
 from pulse_trio.managed_db import ManagedMariaDB
 from pulse_trio.store.migrate import migrate
-
-# Helpers shared by every test folder (sql_support): under --import-mode=importlib
-
+from pulse_trio.store.writer import connect, drop_database
 
 #: The suite's tiers, cheapest first: ``./scripts/test -m unit`` runs the in-memory tier in seconds.
 TIERS = ("unit", "db", "live")

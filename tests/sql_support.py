@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.writer import connect
 
 
 def rows(config: DatabaseConfig, query: str, args: Any = ()) -> list[tuple]:

@@ -33,8 +33,7 @@ from pulse_trio.server.clock import ServiceClock, virtual_origin
 AUTOJUMP_THRESHOLD_S = 0.03
 RECEIVE_TIMEOUT_S = 300.0
 
-# Scenario modules share helpers (``from scenario_support import ...``);
-
+# Scenario modules share helpers (``from scenario_support import ...``): this folder is on the pythonpath.
 from scenario_support import eventually, offered, running
 
 
