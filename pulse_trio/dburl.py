@@ -6,14 +6,17 @@ everywhere. Connections are always utf8mb4, UTC, autocommit off: the
 transaction functions rely on all three.
 
 A URL may name several nodes of one cluster
-(``mysql://u:p@h1:3306,h2:3306,h3:3306/db``): :func:`connect` then opens a
-connection to the cluster's writer, which ``dbwriter.py`` chooses.
+(``mysql://u:p@h1:3306,h2:3306,h3:3306/db``): which of them is written to
+is the store's choice (``pulse_trio.store.writer``, whose ``connect`` takes
+any URL). This module imports nothing of the package: it is the bottom
+layer every other one may use.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -74,7 +77,7 @@ class DatabaseConfig:
 
     @property
     def clustered(self) -> bool:
-        """Several nodes were named: connections go to the writer ``dbwriter.py`` picks."""
+        """Several nodes were named: connections go to the writer ``pulse_trio.store.writer`` picks."""
         return len(self.hosts) > 1
 
     def for_node(self, host: str, port: int) -> DatabaseConfig:
@@ -169,11 +172,13 @@ def _host_port(item: str) -> tuple[str, int]:
 
 
 def connect(config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
-    """Open one connection (to the writer, for several nodes); the caller owns it and must close it."""
-    if config.clustered:
-        from pulse_trio.dbwriter import writer_for  # beside this module; it connects through connect_node
+    """Open one connection to the one server ``config`` names; the caller owns it and must close it.
 
-        return writer_for(config).connect(config, database=database)
+    A URL of several nodes is refused here rather than sent to its first
+    node: only ``pulse_trio.store.writer.connect`` knows which is the writer.
+    """
+    if config.clustered:
+        raise ValueError(f"{config.url()} names several nodes: connect through pulse_trio.store.writer.connect")
     return connect_node(config, database=database)
 
 
@@ -191,9 +196,12 @@ def connect_node(config: DatabaseConfig, *, database: bool = True,
     return pymysql.connect(**kwargs)
 
 
-def create_database(config: DatabaseConfig) -> None:
-    """Create the configured database if it does not exist yet."""
-    conn = connect(config, database=False)
+Connector = Callable[..., pymysql.connections.Connection]
+
+
+def create_database(config: DatabaseConfig, *, connector: Connector = connect) -> None:
+    """Create the configured database if it does not exist yet (``connector`` picks the server)."""
+    conn = connector(config, database=False)
     try:
         with conn.cursor() as cur:
             name = config.database.replace("`", "``")
@@ -203,9 +211,9 @@ def create_database(config: DatabaseConfig) -> None:
         conn.close()
 
 
-def drop_database(config: DatabaseConfig) -> None:
+def drop_database(config: DatabaseConfig, *, connector: Connector = connect) -> None:
     """Drop the configured database if it exists (throwaway bench and test databases)."""
-    conn = connect(config, database=False)
+    conn = connector(config, database=False)
     try:
         with conn.cursor() as cur:
             name = config.database.replace("`", "``")

@@ -55,7 +55,7 @@ class PulseServer:
 
 
 def _make_token(database: DatabaseConfig, role: str, allow: tuple[str, ...] = ()) -> str:
-    from pulse_trio.dburl import connect
+    from pulse_trio.store.writer import connect
     from pulse_trio.store.tokens import create_token
 
     conn = connect(database)
@@ -70,7 +70,8 @@ def _make_token(database: DatabaseConfig, role: str, allow: tuple[str, ...] = ()
 @pytest.fixture(scope="session")
 def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServer]:
     """A real ``pulse-trio serve`` for the whole session (managed MariaDB unless PULSE_TEST_DATABASE_URL)."""
-    from pulse_trio.dburl import drop_database, parse_database_url
+    from pulse_trio.dburl import parse_database_url
+    from pulse_trio.store.writer import drop_database
     from pulse_trio.managed_db import ManagedMariaDB
     from pulse_trio.serve_process import ServeProcess
     from pulse_trio.store.migrate import migrate

@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from pulse_trio.dburl import DatabaseConfig, connect, drop_database, parse_database_url
+from pulse_trio.dburl import DatabaseConfig, parse_database_url
 from pulse_trio.managed_db import ManagedMariaDB
 from pulse_trio.store.migrate import migrate
-
-# Helpers shared by every test folder (sql_support): under --import-mode=importlib
-# the tests folder is not importable, so put it on sys.path like each subfolder does.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
+from pulse_trio.store.writer import connect, drop_database
 
 #: The suite's tiers, cheapest first: ``./scripts/test -m unit`` runs the in-memory tier in seconds.
 TIERS = ("unit", "db", "live")
@@ -146,8 +139,8 @@ def db(database_config: DatabaseConfig, _seed_snapshot) -> DatabaseConfig:
 
 # -- a running service, in-process, on real sockets ---------------------------------
 
-from pulse_trio.config import Settings  # noqa: E402
-from token_support import make_token  # noqa: E402  (beside this file)
+from pulse_trio.config import Settings
+from token_support import make_token  # beside this file
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """One SQL statement against a test database, for tests that check what was written.
 
-Shared by every test folder (``tests/conftest.py`` puts this folder on
-``sys.path``). Each call is its own connection and transaction, committed,
+Shared by every test folder (``tests/`` is on the ``pythonpath`` of
+pyproject.toml). Each call is its own connection and transaction, committed,
 so a read sees everything committed before it and a write is visible to
 the service under test at once.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.writer import connect
 
 
 def rows(config: DatabaseConfig, query: str, args: Any = ()) -> list[tuple]:

@@ -1,6 +1,6 @@
 """Bearer tokens in a test database: make one, revoke one by its value.
 
-Shared by every test folder (``tests/conftest.py`` puts this folder on ``sys.path``).
+Shared by every test folder (``tests/`` is on the ``pythonpath`` of pyproject.toml).
 """
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from __future__ import annotations
 import datetime as dt
 
 from pulse_trio.store import tokens
-from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.writer import connect
 
 
 def make_token(config: DatabaseConfig, role: str = "worker", queues: tuple[str, ...] = (), label: str = "test",

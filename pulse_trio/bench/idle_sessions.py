@@ -5,7 +5,8 @@ the worker token in ``PULSE_WORKER_TOKEN``. Every session is a real
 WebSocket connection that offers ``pulse.worker.v1``, sends
 ``worker.hello``, waits for ``worker.welcome``, declares its capacity with
 ``worker.capacity`` (unless ``--capacity 0``) and waits for the ack; then
-it stays idle: trio-websocket answers the server's pings, nothing else is
+it stays idle: the SDK's own WebSocket client (``pulse_trio.sdk.websocket``,
+no task of its own) reads and answers the server's pings, nothing else is
 sent. The frames are written by hand from docs/protocol.md §4.1-§4.3, so
 the holder is as cheap as a client can be and the server is what is
 measured.
@@ -25,10 +26,10 @@ import resource
 import sys
 import time
 
+import anyio
 import trio
-import trio_websocket
 
-from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
+from pulse_trio.sdk.websocket import ClientSocket, HandshakeRejected, SocketClosed, connect
 
 MAX_ERRORS_KEPT = 5
 
@@ -55,14 +56,13 @@ def _expect(text: str | bytes, kind: str, reply_to: str) -> dict:
 class Holder:
     def __init__(self, args: argparse.Namespace, token: str) -> None:
         self.args = args
-        self.headers = [(b"authorization", f"Bearer {token}".encode("latin-1"))]
+        self.headers = [("Authorization", f"Bearer {token}")]
         self.registered = 0
         self.failed = 0
         self.errors: list[str] = []
         self.durations: list[float] = []
         self.all_done = trio.Event()
         self._limit = trio.CapacityLimiter(args.in_flight)
-        self.nursery: trio.Nursery | None = None  # owns every connection's reader task
 
     def _settled(self) -> None:
         if self.registered + self.failed == self.args.sessions:
@@ -74,8 +74,7 @@ class Holder:
             async with self._limit:
                 started = time.perf_counter()
                 ws = await self._open(index)
-        except (OSError, RuntimeError, trio_websocket.HandshakeError, trio_websocket.ConnectionClosed,
-                trio.TooSlowError, ValueError) as exc:
+        except (OSError, RuntimeError, HandshakeRejected, SocketClosed, trio.TooSlowError, ValueError) as exc:
             self.failed += 1
             if len(self.errors) < MAX_ERRORS_KEPT:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -85,29 +84,29 @@ class Holder:
         self.registered += 1
         self._settled()
         try:
-            while True:
-                await ws.get_message()  # idle: nothing is expected; the server ending the session ends this
-        except trio_websocket.ConnectionClosed:
+            while True:  # idle: nothing is expected; pings are answered, the server ending the session ends this
+                await ws.receive()
+                if ws.pending:
+                    await ws.flush()
+        except SocketClosed:
             pass
+        finally:  # the holder is stopping (or the server ended it): drop the connection, as a killed worker would
+            await anyio.aclose_forcefully(ws.stream)
 
-    async def _open(self, index: int) -> trio_websocket.WebSocketConnection:
+    async def _open(self, index: int) -> ClientSocket:
         args = self.args
-        assert self.nursery is not None
         with trio.fail_after(args.timeout):
-            ws = await trio_websocket.connect_websocket_url(
-                self.nursery, args.url, subprotocols=[SUBPROTOCOL], extra_headers=self.headers,
-                max_message_size=MAX_FRAME_BYTES)
+            ws = await connect(args.url, self.headers, ssl_context=None, timeout=args.timeout)
             try:
-                await ws.send_message(_hello(f"{args.name}-{index}", args.queue))
-                welcome = _expect(await ws.get_message(), "worker.welcome", "h1")
+                await _send(ws, _hello(f"{args.name}-{index}", args.queue))
+                welcome = _expect(await _next_message(ws), "worker.welcome", "h1")
                 if args.capacity:
-                    await ws.send_message(_frame(
+                    await _send(ws, _frame(
                         type="worker.capacity", id="c1", session_id=welcome["session_id"],
                         body={"sequence": "1", "capacity": args.capacity, "drain": False}))
-                    _expect(await ws.get_message(), "ack", "c1")
+                    _expect(await _next_message(ws), "ack", "c1")
             except BaseException:
-                with trio.CancelScope(shield=True), trio.move_on_after(2):
-                    await ws.aclose()
+                await ws.close(2)
                 raise
         return ws
 
@@ -117,7 +116,6 @@ class Holder:
             return
         started = time.perf_counter()
         async with trio.open_nursery() as nursery:
-            self.nursery = nursery
             for index in range(self.args.sessions):
                 nursery.start_soon(self.session, index)
             if self.args.sessions == 0:
@@ -128,6 +126,22 @@ class Holder:
             while await _read_line() not in ("", "stop"):
                 pass
             nursery.cancel_scope.cancel()
+
+
+async def _send(ws: ClientSocket, text: str) -> None:
+    ws.send_text(text.encode())
+    await ws.flush()
+
+
+async def _next_message(ws: ClientSocket) -> bytes:
+    """The next text message (pongs to pings that came first are written on the way)."""
+    while True:
+        messages = await ws.receive()
+        if ws.pending:
+            await ws.flush()
+        if messages:
+            ws.unread(messages[1:])
+            return messages[0]
 
 
 def _say(value: object) -> None:

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from pulse_trio.bench.noop_worker import QUEUE
-from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.writer import connect
 
 
 def ms(seconds: float | None) -> float | None:

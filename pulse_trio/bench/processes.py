@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from pulse_trio.contract.limits import ENDPOINT_PATH
-from pulse_trio.dburl import DatabaseConfig, connect, drop_database
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.writer import connect, drop_database
 from pulse_trio.store.migrate import migrate
 from pulse_trio.store.tokens import create_token
 

@@ -13,6 +13,11 @@ is written down. This module validates it and offers it two ways:
   bypass a guard); the owner attaches its model objects with
   :meth:`MachineChart.attach` / :meth:`MachineChart.detach` and fires
   triggers on them from the Trio thread only.
+* the worker SDK's charts (``"side": "worker"``: ``worker_lease``,
+  ``worker_command``) live in memory too, but are plain data like the
+  persistent ones: the SDK (``pulse_trio.sdk.lifecycle``) turns each into a
+  table of (trigger, state) -> next state once, at import, and moves a
+  lease or a command by one lookup.
 
 A guard named ``"!x"`` is the negation of guard ``x`` (``unless`` in
 ``transitions``).
@@ -35,7 +40,9 @@ from typing import Any
 
 from transitions import Machine
 
-_FIELDS = {"name", "persistent", "initial", "states", "transitions", "description", "model"}
+_FIELDS = {"name", "persistent", "initial", "states", "transitions", "description", "model", "side"}
+#: Which side of the wire keeps a chart's instances: the service (default) or the worker SDK.
+SIDES = ("server", "worker")
 _TRANSITION_FIELDS = {"trigger", "source", "dest", "guards", "description", "effects"}
 _MODEL_FIELDS = {"fields", "guards"}
 
@@ -87,6 +94,8 @@ class ChartSpec:
     transitions: tuple[Transition, ...]
     description: str = ""
     model: ChartModel | None = None
+    #: ``"server"``, or ``"worker"``: kept by the worker SDK, in memory, read as a table (never a Machine).
+    side: str = "server"
 
     @property
     def triggers(self) -> tuple[str, ...]:
@@ -130,6 +139,11 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
         raise fail(f"initial state {data['initial']!r} is not declared")
     if not isinstance(data["persistent"], bool):
         raise fail("persistent must be true or false")
+    side = data.get("side", "server")
+    if side not in SIDES:
+        raise fail(f"side must be one of {list(SIDES)}")
+    if side == "worker" and data["persistent"]:
+        raise fail("a worker's chart lives in memory: persistent must be false")
     transitions: list[Transition] = []
     seen: set[tuple[str, str, tuple[str, ...]]] = set()
     for index, raw in enumerate(data["transitions"]):
@@ -171,6 +185,7 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
         transitions=tuple(transitions),
         description=data.get("description", ""),
         model=model,
+        side=side,
     )
 
 
@@ -301,8 +316,9 @@ class MachineChart(Chart):
 
 
 def build(spec: ChartSpec) -> Chart:
-    """A persistent chart is data; an in-memory one also gets its ``Machine``."""
-    return Chart(spec) if spec.persistent else MachineChart(spec)
+    """A persistent chart is data, and so is a worker's (the SDK reads its table); the server's in-memory one also
+    gets its ``Machine``."""
+    return Chart(spec) if spec.persistent or spec.side == "worker" else MachineChart(spec)
 
 
 def load_specs(names: Iterable[str] | None = None) -> dict[str, ChartSpec]:

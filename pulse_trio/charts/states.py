@@ -11,7 +11,9 @@ terminal.
 
 from __future__ import annotations
 
-from pulse_trio.charts import CHARTS, Chart
+import re
+
+from pulse_trio.charts import CHARTS, Chart, ChartError
 
 
 def _row_states(c: Chart) -> tuple[str, ...]:
@@ -35,6 +37,27 @@ def dests_of(c: Chart, trigger: str) -> tuple[str, ...]:
     """Where ``trigger`` can lead, in declaration order of the states."""
     dests = {t.dest for t in c.transitions_for(trigger)}
     return tuple(s for s in c.spec.states if s in dests)
+
+
+_TASK_STATE_TEST = re.compile(r"\btask\.state == task\.([A-Z_]+)\b")
+
+
+def task_states_guarded(c: Chart, trigger: str, source: str) -> tuple[str, ...]:
+    """The task states in which ``trigger`` from ``source`` can fire, read from what its guards mean.
+
+    Each guard's meaning (the chart's ``model.guards``) names the task
+    states it admits (``task.state == task.READY || ...``); a transition
+    fires where all its guards admit the state. A guard that names no task
+    state is a ChartError at import: this set is never guessed.
+    """
+    meanings = c.spec.model.guards if c.spec.model else {}
+    found: set[str] = set()
+    for t in c.declared(trigger, source):
+        admitted = [set(_TASK_STATE_TEST.findall(meanings.get(g, ""))) for g in t.guards]
+        if not admitted or not all(admitted):
+            raise ChartError(f"{c.name}.{trigger} from {source}: a guard that names no task state")
+        found |= set.intersection(*admitted)
+    return tuple(s for s in _row_states(CHARTS["task"]) if s in found)
 
 
 def sql_list(states: tuple[str, ...] | frozenset[str]) -> str:
@@ -62,7 +85,14 @@ LIVE_NODE_STATES: tuple[str, ...] = live_states(CHARTS["node"])
 HELD_PERMIT_STATES: tuple[str, ...] = dests_of(CHARTS["key_permit"], "acquire")
 #: What an operator can make a queue (ACTIVE, PAUSED).
 QUEUE_STATES: tuple[str, ...] = _row_states(CHARTS["queue"])
+#: The cancel-intent states a cancel request moves on from (only NONE: a second request changes nothing).
+CANCEL_REQUEST_FROM: tuple[str, ...] = tuple(dict.fromkeys(
+    t.source for t in CHARTS["cancellation"].transitions_for("request")))
+#: The task states a cancel request acts on (SCHEDULED, READY, OFFERED at once; RUNNING through its worker).
+CANCEL_TASK_STATES: tuple[str, ...] = tuple(dict.fromkeys(
+    s for source in CANCEL_REQUEST_FROM for s in task_states_guarded(CHARTS["cancellation"], "request", source)))
 
-__all__ = ["DRAINING_SESSION_STATES", "HELD_PERMIT_STATES", "LIVE_LEASE_STATES", "LIVE_NODE_STATES",
-           "LIVE_SESSION_STATES", "QUEUE_STATES", "TASK_STATES", "TERMINAL_TASK_STATES", "WAITING_TASK_STATES",
-           "dests_of", "live_states", "sql_list", "terminal_states"]
+__all__ = ["CANCEL_REQUEST_FROM", "CANCEL_TASK_STATES", "DRAINING_SESSION_STATES", "HELD_PERMIT_STATES",
+           "LIVE_LEASE_STATES", "LIVE_NODE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES", "TASK_STATES",
+           "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list", "task_states_guarded",
+           "terminal_states"]

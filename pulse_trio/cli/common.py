@@ -18,8 +18,7 @@ from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, 
 from pulse_trio.store.migrate import MigrationError, code_version, current_version, migrate
 
 
-#: Exit codes of every command (docs/operations.md §7 lists them for users).
-EXIT_OK = 0
+#: Exit codes of every command besides 0 (docs/operations.md §7 lists them for users).
 EXIT_REFUSED = 1  # the service or the database refused: a conflict, a rule, a token
 EXIT_USAGE = 2  # bad arguments (argparse's own code too): nothing was written
 EXIT_NOT_FOUND = 3  # the task, token or worker named does not exist
@@ -160,6 +159,14 @@ class CliParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """A bad argument is one line on stderr and exit 2 (docs/operations.md §7.1), not the whole usage.
+
+        ``--help`` still prints the usage; a mistyped flag should not bury
+        the one line that says what was wrong.
+        """
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
 def fail(message: str, exit_code: int = 1) -> NoReturn:

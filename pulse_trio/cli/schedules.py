@@ -23,8 +23,6 @@ from pulse_trio.client import Client, ClientError
 from pulse_trio.client.schedules import InvalidField, ScheduleNotFound, Schedules, build_schedule
 from pulse_trio.schedule_timing import DEFAULT_CATCH_UP, MAX_CATCH_UP, MAX_INTERVAL_S, MISSED_POLICIES
 
-ACTIONS = ("pause", "resume", "delete")
-
 
 def register(commands: argparse._SubParsersAction) -> None:
     group = commands.add_parser("schedules", help="recurring schedules: each due tick becomes one task")

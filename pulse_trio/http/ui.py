@@ -4,16 +4,21 @@ Plain HTML, CSS and JavaScript modules, no build step: what ships in the
 wheel is what the browser runs, and it fetches nothing from anywhere but
 this service. The files are read once, when the app is built; a name that
 is not one of them is 404, so no path from the request ever reaches the
-file system.
+file system. One module is not a file: ``charts.js`` carries what the
+pages need to know of the statecharts (in which states a cancel can do
+something), derived from the chart files by :mod:`pulse_trio.charts.states`,
+so the dashboard keeps no hand list of states for it.
 """
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from pulse_trio.charts.states import CANCEL_REQUEST_FROM, CANCEL_TASK_STATES
 from pulse_trio.http.errors import not_found
 from pulse_trio.http.security import UI_POLICY
 
@@ -32,7 +37,18 @@ def _load() -> dict[str, tuple[bytes, str]]:
         suffix = "." + entry.name.rsplit(".", 1)[-1]
         if entry.is_file() and suffix in _TYPES:
             found[entry.name] = (entry.read_bytes(), _TYPES[suffix])
+    found[CHARTS_MODULE] = (charts_module(), _TYPES[".js"])
     return found
+
+
+CHARTS_MODULE = "charts.js"
+
+
+def charts_module() -> bytes:
+    """``export const CHARTS = {...}``: the chart facts the pages use, as a JavaScript module."""
+    facts = {"cancel": {"intent_states": list(CANCEL_REQUEST_FROM), "task_states": list(CANCEL_TASK_STATES)}}
+    return ("// Derived from statecharts/ by pulse_trio/charts/states.py when the service starts.\n"
+            f"export const CHARTS = {json.dumps(facts, sort_keys=True)};\n").encode()
 
 
 class Dashboard:

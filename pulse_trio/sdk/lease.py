@@ -25,6 +25,12 @@ no task waits for an ack:
    revision it returns). The handler's job ends there (its task goes back
    to the pool); the finish's ack retires the runner.
 
+The runner's phases (starting, running, finishing, retired) and a step's
+states (parked, sent, retrying, answered) are the charts ``worker_lease``
+and ``worker_command`` in ``statecharts/``, read once at import
+(:mod:`pulse_trio.sdk.lifecycle`): the code fires a trigger, the chart says
+where it leads.
+
 Reconnects. A step whose connection dropped before its ack keeps its exact
 content as ``inflight``, and the runner *parks*. On the next connection the
 worker calls :meth:`reattach` before declaring capacity: the in-flight
@@ -71,6 +77,7 @@ from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost
 from pulse_trio.sdk.frames import PLAIN_TAIL, LeaseFrames, finish_tail
 from pulse_trio.sdk.invoke import call_handler
+from pulse_trio.sdk.lifecycle import COMMAND, LEASE
 from pulse_trio.sdk.registry import Handler
 
 if TYPE_CHECKING:
@@ -94,16 +101,18 @@ SETTLE_AFTER_EXPIRY_S = 60.0
 RETRY_INITIAL_S = 0.05
 RETRY_MAX_S = 2.0
 
-# The phases of a runner.
-STARTING = "starting"    # task.start issued; no handler yet
-RUNNING = "running"      # the handler's task runs; renewals are due
-FINISHING = "finishing"  # the handler returned; task.finish is issued (or waits for a renewal's ack)
-RETIRED = "retired"      # finished, lost or never started: the worker has forgotten it
+# The phases of a runner: chart ``worker_lease`` (docs/statecharts/worker_lease.md) names them and
+# says which trigger leads where; :meth:`LeaseRunner._move` is the one place a phase changes.
+STARTING = LEASE.state("starting")    # task.start issued; no handler yet
+RUNNING = LEASE.state("running")      # the handler's task runs; renewals are due
+FINISHING = LEASE.state("finishing")  # the handler returned; task.finish is issued (or waits for a renewal's ack)
+RETIRED = LEASE.state("retired")      # finished, lost or never started: the worker has forgotten it
 
-# The states of a step.
-SENT = "sent"          # on a live connection, its answer due
-PARKED = "parked"      # waiting for a connection: not sent, or sent on one that dropped (see ``inflight``)
-RETRYING = "retrying"  # refused for now (internal, retry_after_ms): resent by a timer
+# The states of a step: chart ``worker_command`` (docs/statecharts/worker_command.md); a step moves
+# only through :meth:`_Step.move`.
+SENT = COMMAND.state("sent")          # on a live connection, its answer due
+PARKED = COMMAND.state("parked")      # waiting for a connection: not sent, or sent on one that dropped (``inflight``)
+RETRYING = COMMAND.state("retrying")  # refused for now (internal, retry_after_ms): resent by a timer
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,13 +150,17 @@ class _Step:
         self.tail = tail  # the frame after the revision: encoded once per command
         self.done = done
         self.refused = refused
-        self.state = PARKED
+        self.state = COMMAND.initial
         self.conn: Connection | None = None
         self.sent_at = 0.0
         self.tries = 0  # answers of ``internal`` so far (the retry backoff's exponent)
 
     def answer(self, result: Answer) -> None:
         self.runner._answered(self, result)
+
+    def move(self, trigger: str) -> None:
+        """Where chart ``worker_command`` sends this step on ``trigger`` (a ChartError if it declares no such move)."""
+        self.state = COMMAND.next(trigger, self.state)
 
 
 class LeaseRunner:
@@ -168,7 +181,7 @@ class LeaseRunner:
         self._handler_called = False
         self._max_result_bytes = conn.max_result_bytes
         self.owners: list[Credentials] = [owner]
-        self.phase = STARTING
+        self.phase = LEASE.initial
         #: The command sent on a connection that dropped before its ack: (type, revision, finish outcome).
         self.inflight: tuple[type, int, oc.Outcome | None] | None = None
         self.replayed: m.CommandResult | None = None  # its ack, recovered by reattach
@@ -200,7 +213,7 @@ class LeaseRunner:
         self.host.stats.started += 1
         if log.isEnabledFor(logging.INFO):  # the label and outcome text are built per task: skip them when quiet
             log.info("task %s started", self.label)
-        self.phase = RUNNING
+        self._move("started")
         self._call_or_renew()
 
     def _call_or_renew(self) -> None:
@@ -212,7 +225,7 @@ class LeaseRunner:
             self.host.spawn(self._run_handler)
             return
         if self.ctx.stop_reason == CANCEL_REQUESTED:  # nothing happened: report the cancel at once
-            self.phase = FINISHING
+            self._move("cancelled_before_call")
             self._finish(oc.cancelled(self.ctx.cancel_reason or "cancelled by request"))
             return
         log.info("task %s: %.0f ms of lease left; renewing before the handler is called", self.label,
@@ -226,21 +239,21 @@ class LeaseRunner:
 
     def _start_refused(self, exc: CommandRefused) -> None:
         log.warning("task %s not started: %s", self.label, exc)
-        self._retire()
+        self._retire("start_refused")
 
     async def _run_handler(self) -> None:
         """The handler's job in a pool task: run it, then issue the finish and end."""
         try:
             outcome = await self._call_handler()
         except BaseException:  # the worker is stopping hard: nothing is finished
-            self._retire()
+            self._retire("stopped")
             raise
         if self.phase is RETIRED:
             return
-        self.phase = FINISHING  # no new renewal; the watchdog stays until the finish's ack
+        self._move("handler_returned")  # no new renewal; the watchdog stays until the finish's ack
         if self.lost is not None or outcome is None:
             self._count_lost()
-            self._retire()
+            self._retire("lost")
         elif self._step is None:
             self._finish(outcome)
         else:
@@ -262,7 +275,7 @@ class LeaseRunner:
         self.host.stats.count(outcome.status, duplicate=body.receipt.duplicate)
         if log.isEnabledFor(logging.INFO):
             log.info("task %s %s", self.label, outcome.describe())
-        self._retire()
+        self._retire("finished")
 
     def _finish_refused(self, exc: CommandRefused) -> None:
         outcome = self._outcome
@@ -289,7 +302,7 @@ class LeaseRunner:
         outcome = self._outcome.status if self._outcome is not None else "outcome"
         log.warning("task %s: outcome unknown to this worker (%s); the service may have recorded its %s: "
                     "see pulse-trio task show %s", self.label, reason, outcome, self.task.task_id)
-        self._retire()
+        self._retire("unsettled")
 
     def _settling(self) -> bool:
         """A command the service may have committed is outstanding, and waiting for it harms nothing.
@@ -305,10 +318,15 @@ class LeaseRunner:
             return self._outcome is not None
         return self.phase is STARTING and (step.state is not PARKED or self.inflight is not None)
 
-    def _retire(self) -> None:
+    def _move(self, trigger: str) -> None:
+        """The one place the phase changes: where chart ``worker_lease`` sends it on ``trigger``."""
+        self.phase = LEASE.next(trigger, self.phase)
+
+    def _retire(self, trigger: str) -> None:
+        """``trigger`` (finished, lost, ...) ends the runner: the worker forgets it. Retiring twice does nothing."""
         if self.phase is RETIRED:
             return
-        self.phase = RETIRED
+        self._move(trigger)
         self._step = None
         self._disarm()
         self.host.retire(self)
@@ -387,10 +405,10 @@ class LeaseRunner:
         self._disarm()
         if self.phase is STARTING:
             log.warning("task %s not started: %s", self.label, reason)
-            self._retire()
+            self._retire("lost")
         elif self.phase is FINISHING or not self._handler_called:
             self._count_lost()
-            self._retire()
+            self._retire("lost")
         # RUNNING: the handler's task retires the runner once the handler has stopped
 
     def request_cancel(self, reason: str) -> None:
@@ -399,7 +417,7 @@ class LeaseRunner:
             log.info("task %s: cancel requested%s", self.label, f" ({reason})" if reason else "")
             self._handler_scope.cancel()
             if self.phase is RUNNING and not self._handler_called:  # started, handler not called: no effect
-                self.phase = FINISHING
+                self._move("cancelled_before_call")
                 outcome = oc.cancelled(reason or "cancelled by request")
                 if self._step is None:
                     self._finish(outcome)
@@ -450,14 +468,15 @@ class LeaseRunner:
         assert step is not None
         conn = self.host.ready_connection()
         if conn is None:
-            step.state = PARKED
+            step.move("no_connection")
             return
         revision = self.lease.revision
-        step.state, step.conn, step.sent_at = SENT, conn, self._now()
+        step.move("send")
+        step.conn, step.sent_at = conn, self._now()
         try:
             conn.submit_lease(step.cls, self.frames, revision, step.tail, step.answer)
         except ConnectionLost:
-            step.state = PARKED  # never sent: nothing to settle
+            step.move("dropped")  # never sent: nothing to settle
             return
         self.inflight = (step.cls, revision, step.outcome)
 
@@ -466,7 +485,7 @@ class LeaseRunner:
         if step is not self._step or step.state is not SENT:
             return  # the lease was lost (or retired) meanwhile
         if isinstance(result, ConnectionLost):
-            step.state = PARKED  # ``inflight`` stays: reattach settles it on the next connection
+            step.move("dropped")  # ``inflight`` stays: reattach settles it on the next connection
             return
         if isinstance(result, CommandRefused):
             if not retryable(result):  # an ``internal`` answer leaves it unknown whether it committed
@@ -475,6 +494,7 @@ class LeaseRunner:
             return
         self.inflight = None
         assert isinstance(result, m.CommandResult) and step.conn is not None
+        step.move("answer")
         if result.receipt.duplicate:
             self.host.stats.duplicates += 1
         self._step = None
@@ -484,15 +504,16 @@ class LeaseRunner:
 
     def _refused(self, step: _Step, exc: CommandRefused) -> None:
         if exc.fatal:
-            step.state = PARKED  # the connection is ending; nothing was committed
+            step.move("dropped")  # the connection is ending; nothing was committed
             return
         if retryable(exc):
             # Same revision, same content, a new request id: replay-safe (docs/protocol.md §4.5).
-            step.state = RETRYING
+            step.move("retry_later")
             delay = self._retry_delay(step.tries, exc, finish=step.cls is m.TaskFinish)
             step.tries += 1
             self._retry = self.host.clock.call_at(self._now() + delay, self._resend)
             return
+        step.move("answer")
         self._step = None
         if exc.code in GONE:
             self._lose(f"{step.cls.TYPE} refused: {exc.code}")
@@ -522,7 +543,7 @@ class LeaseRunner:
         self.host.clock.cancel(self._retry)
         self._retry = None
         if self._step is not None and self._step.state is RETRYING:
-            self._step.state = PARKED
+            self._step.move("settled")
 
     def connected(self, conn: Connection) -> None:
         """The worker has a ready connection again: complete or send the parked step."""
@@ -531,6 +552,7 @@ class LeaseRunner:
             return
         if self.replayed is not None:  # reattach recovered its ack; the lease came from the resume
             body, self.replayed = self.replayed, None
+            step.move("recovered")
             self._step = None
             step.done(body)
             return

@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pulse_trio.contract import grammar as g
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract.messages import Subscription
 from pulse_trio.sdk.payload import Decoder, payload_decoder
-
-AsyncHandler = Callable[[Any], Awaitable[Any]]
-SyncHandler = Callable[[Any], Any]
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Handler:

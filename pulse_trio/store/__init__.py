@@ -14,9 +14,10 @@ trigger), and imports no Trio. The server and the producer surfaces use:
 * the value types in :mod:`pulse_trio.store.results`, and the refusal codes
   in :mod:`pulse_trio.store.codes`.
 
-The service's SQL lives in this package; outside it only ``dbwriter.py``
-(which node of a cluster every process writes through) and the bench's
-own measurements speak SQL.
+The service's SQL lives in this package, the writer choice of a
+multi-host URL included (:mod:`~pulse_trio.store.writer`: which node every
+process writes through); outside it only the bench's own measurements speak
+SQL.
 
 See ``docs/statecharts/README.md`` for how composite transactions keep the
 one-function-per-transition rule.

@@ -29,7 +29,6 @@ from pulse_trio.store.results import TASK_NOT_FOUND, CancelNotice, CancelResult,
 from pulse_trio.store.rows import LeaseRow, TaskRow
 from pulse_trio.store.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
-OPEN_STATES = ("REQUESTED", "NOTIFIED")
 #: The task states task.cancel leaves: what a request cancels at once.
 _CANCELLABLE_AT_ONCE = frozenset(t.source for t in CHARTS["task"].transitions_for("cancel"))
 #: resolve and escalate have no guard: the lease transition that runs them decided.

@@ -15,7 +15,7 @@ importing the store never imports Trio. :meth:`SyncStore.run_sync`:
   exponential backoff, a bounded number of times;
 * replaces a connection lost mid-transaction, or whose cluster node stopped
   being ready (1047, 1180: ``pool.classify``), and runs the function again;
-  on a cluster the writer is re-checked first (``dbwriter.py``).
+  on a cluster the writer is re-checked first (``writer.py``).
   If the loss happened during COMMIT the outcome is unknown, so the re-run
   gets ``tx.recovering = True``: every entry function then re-reads what it
   may already have committed (receipts, pre-made ids) instead of guessing.
@@ -32,11 +32,12 @@ from typing import Any, TypeVar
 
 import pymysql
 
-from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store.pool import CONFLICT, LOST, SERVER_IDLE_TIMEOUT_S, ConnectionPool, classify
 from pulse_trio.store.registry import is_read_only, registration_of, takes_no_locks
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tx import CasMismatch, InvariantViolation, Tx
+from pulse_trio.store.writer import connect
 
 T = TypeVar("T")
 

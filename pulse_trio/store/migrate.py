@@ -30,8 +30,8 @@ from importlib import resources
 
 import pymysql
 
-from pulse_trio.dburl import DatabaseConfig, connect, create_database
-from pulse_trio.dbwriter import set_causal_reads
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.writer import connect, create_database, set_causal_reads
 from pulse_trio.store.pool import CONFLICT, classify
 
 LOCK_NAME = "pulse_trio.migrate"
@@ -186,7 +186,7 @@ _MACHINERY = {
         " owner VARCHAR(128) NOT NULL,"
         " expires_at DATETIME(6) NOT NULL"
         ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"),
-    # The writer every process of a multi-host URL writes through (``dbwriter.py``):
+    # The writer every process of a multi-host URL writes through (``writer.py``):
     # outside the versioned files, like the lock, since it serves the connection layer.
     "db_writer": (
         "CREATE TABLE IF NOT EXISTS db_writer ("

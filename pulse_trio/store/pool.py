@@ -7,7 +7,7 @@ or below ``size``, so the pool never opens more than that many connections
 for it.
 
 On a multi-host URL every connection goes to the process's writer
-(``dbwriter.py``): a connection that is lost or whose node stops being ready
+(``writer.py``): a connection that is lost or whose node stops being ready
 has the writer re-checked (:meth:`ConnectionPool.lost`), and idle
 connections to a writer the process has left are closed, not handed out.
 """
@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import pymysql
 
-from pulse_trio.dburl import DatabaseConfig, connect
-from pulse_trio.dbwriter import set_causal_reads, writer_for
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.writer import connect, set_causal_reads, writer_for
 
 # -- what a failed statement means --------------------------------------------------
 DEADLOCK = 1213  # also a Galera certification failure, reported at COMMIT: nothing was committed
@@ -76,13 +76,6 @@ def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[s
     )
 
 
-# On a cluster, a read that must see every commit the cluster has acknowledged waits for
-# the node to apply them first (``dbwriter.CAUSAL_READS``). Autocommit views need it: they
-# may follow a commit made through another node (an instance that has not failed over yet,
-# or just has). Writes do not: a transaction that read a row older than a commit it
-# conflicts with fails certification at COMMIT (1213) and runs again (docs/storage.md §10).
-
-
 class ConnectionPool:
     def __init__(self, config: DatabaseConfig, size: int,
                  connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect, *,
@@ -99,7 +92,7 @@ class ConnectionPool:
         #: their statements sees the latest commits either way, and they need no
         #: ROLLBACK round trip at the end.
         self.autocommit = autocommit
-        #: Several nodes: connections go to the process's writer (``dbwriter.py``).
+        #: Several nodes: connections go to the process's writer (``writer.py``).
         self._writer = writer_for(config) if config.clustered else None
         self.max_idle_s = server_idle_timeout_s / 2
         #: (connection, when it was released), most recently released last.
@@ -137,6 +130,12 @@ class ConnectionPool:
                 for statement in self._setup:
                     cur.execute(statement)
                 if self.autocommit and self._writer is not None:
+                    # On a cluster, a read that must see every commit the cluster has acknowledged waits
+                    # for the node to apply them first (``writer.CAUSAL_READS``). Autocommit views need
+                    # it: they may follow a commit made through another node (an instance that has not
+                    # failed over yet, or just has). Writes do not: a transaction that read a row older
+                    # than a commit it conflicts with fails certification at COMMIT (1213) and runs
+                    # again (docs/storage.md §10).
                     set_causal_reads(cur)
             conn.commit()
             if self.autocommit:

@@ -93,7 +93,7 @@ def test_restarting_mariadb_under_load_loses_nothing(tmp_path):
     """(b) The database goes away and comes back: the service retries, nothing is lost or doubled silently."""
     import datetime as dt
 
-    from pulse_trio.dburl import connect
+    from pulse_trio.store.writer import connect
     from pulse_trio.managed_db import ManagedMariaDB
     from pulse_trio.store.migrate import migrate
     from pulse_trio.store.tokens import create_token

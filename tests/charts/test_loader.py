@@ -53,9 +53,9 @@ def test_persistent_charts_start_from_none_and_reach_every_state():
 
 
 def test_one_machine_per_chart_without_auto_transitions():
-    """Only the in-memory chart fires, so only it has a Machine; persistent charts are plain data."""
-    assert not any(hasattr(c, "machine") for c in CHARTS.values() if c.spec.persistent)
-    for c in (c for c in CHARTS.values() if not c.spec.persistent):
+    """Only the server's in-memory chart fires, so only it has a Machine; persistent and worker charts are data."""
+    assert not any(hasattr(c, "machine") for c in CHARTS.values() if c.spec.persistent or c.spec.side == "worker")
+    for c in (c for c in CHARTS.values() if not c.spec.persistent and c.spec.side == "server"):
         assert c.machine.auto_transitions is False
         assert not any(name.startswith("to_") for name in c.machine.events)
         assert set(c.machine.events) == set(c.spec.triggers)
@@ -127,6 +127,8 @@ def _raw(name):
     (lambda d: d["model"]["fields"].update(attempt="0"), "model.fields"),
     (lambda d: d["model"]["guards"].update(nobody_names_me="true"), "not named by any transition"),
     (lambda d: d["transitions"][0].update(effects="task.attempt = 1"), "effects must be a list"),
+    (lambda d: d.update(side="client"), "side must be one of"),
+    (lambda d: d.update(side="worker"), "a worker's chart lives in memory"),
 ])
 def test_malformed_declarations_are_refused_at_load(mutate, message):
     data = copy.deepcopy(_raw("task"))
@@ -154,10 +156,11 @@ def test_load_specs_matches_the_files():
 
 
 def test_no_python_module_redeclares_a_transition():
-    """The store and the charts package build no transition table of their own (the loader converts data)."""
+    """The store, the charts package and the SDK build no transition table of their own (the loader converts data)."""
     import re
 
-    paths = [*(ROOT / "pulse_trio" / "store").rglob("*.py"), *(ROOT / "pulse_trio" / "charts").rglob("*.py")]
+    paths = [*(ROOT / "pulse_trio" / "store").rglob("*.py"), *(ROOT / "pulse_trio" / "charts").rglob("*.py"),
+             *(ROOT / "pulse_trio" / "sdk").rglob("*.py")]
     for path in paths:
         if path.name == "loader.py":
             continue

@@ -43,3 +43,33 @@ def test_live_lease_and_session_sets_match_their_charts():
 
 def test_sql_list_quotes_each_name():
     assert states.sql_list(("OFFERED", "RUNNING")) == "('OFFERED', 'RUNNING')"
+
+
+def test_a_cancel_acts_where_the_cancellation_chart_says():
+    """The dashboard's "Cancel…" follows these: the task states a request acts on, from no saved request only."""
+    task = json.loads((ROOT / "statecharts" / "task.json").read_text())
+    at_once = {t["source"] for t in task["transitions"] if t["trigger"] == "cancel"}
+    assert states.CANCEL_REQUEST_FROM == ("NONE",)
+    assert set(states.CANCEL_TASK_STATES) == at_once | {"RUNNING"}
+    assert states.CANCEL_TASK_STATES == ("SCHEDULED", "READY", "OFFERED", "RUNNING")
+    assert not set(states.CANCEL_TASK_STATES) & states.TERMINAL_TASK_STATES
+
+
+def test_the_dashboard_module_carries_the_cancel_states():
+    from pulse_trio.http.ui import charts_module
+
+    text = charts_module().decode()
+    assert text.splitlines()[1] == ('export const CHARTS = {"cancel": {"intent_states": ["NONE"], '
+                                    '"task_states": ["SCHEDULED", "READY", "OFFERED", "RUNNING"]}};')
+
+
+def test_a_guard_that_names_no_task_state_is_refused():
+    import pytest
+
+    from pulse_trio.charts import Chart, ChartError, parse_chart
+
+    spec = parse_chart({"name": "c", "persistent": True, "initial": "NONE", "states": ["NONE", "A"],
+                        "model": {"guards": {"g": "true"}},
+                        "transitions": [{"trigger": "request", "source": "NONE", "dest": "A", "guards": ["g"]}]})
+    with pytest.raises(ChartError, match="names no task state"):
+        states.task_states_guarded(Chart(spec), "request", "NONE")

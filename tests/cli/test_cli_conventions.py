@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+from cli_support import run
+
 from pulse_trio.cli import build_parser
-from pulse_trio.cli.common import CliParser
+from pulse_trio.cli.common import EXIT_USAGE, CliParser
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -56,3 +59,28 @@ def test_commands_take_only_the_flags_they_use():
     for path in [("queues",), ("workers",), ("nodes",), ("task", "list"), ("settings", "show")]:
         assert "--format" in _flags(commands[path]), path
     assert "--format" not in _flags(commands[("task", "show")])
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["submit", "--queue", "q", "--kind", "k", "--delay", "xyz"],
+     "pulse-trio submit: error: argument --delay: delay must be a number: 0..315360000 seconds"),
+    (["submit", "--queue", "q"], "pulse-trio submit: error: the following arguments are required: --kind"),
+    (["task", "list", "--limit", "0"], None),
+    (["task", "list", "--order", "sideways"], None),
+    (["task"], "pulse-trio task: error: the following arguments are required: ACTION"),
+    (["queues", "--no-such-flag"], "pulse-trio: error: unrecognized arguments: --no-such-flag"),
+    (["no-such-command"], None),
+])
+def test_a_bad_argument_is_one_line_and_exit_2(args, line):
+    """docs/operations.md §7.1: a failure is one line on stderr, never a page of usage."""
+    done = run(*args)
+    assert done.returncode == EXIT_USAGE and done.stdout == "", done
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("pulse-trio"), done.stderr
+    assert ": error: " in done.stderr, done.stderr
+    if line is not None:
+        assert done.stderr == line + "\n"
+
+
+def test_help_still_prints_the_usage():
+    done = run("submit", "--help")
+    assert done.returncode == 0 and done.stdout.startswith("usage: pulse-trio submit") and "--delay" in done.stdout

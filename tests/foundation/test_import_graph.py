@@ -9,10 +9,13 @@
   transaction function costs no event loop (checked in a fresh interpreter too).
 * The contract's error codes reach the store through one mapping module
   (its grammar and limits are the project's one vocabulary, read directly).
+* The charts package never imports the store (the store registers against
+  the charts; the renderer is handed the registrations by the CLI).
 * The worker SDK (and ``pulse_trio.testing`` on top of it) imports only the
-  contract layer, like any third-party worker would, and never Trio: it is
-  written against AnyIO, and an asyncio worker loads no Trio at all
-  (checked in a fresh interpreter that runs a handler too).
+  bottom layers, the contract and the charts (declarations: the SDK's own
+  lease lifecycle is a chart), like any third-party worker would, and never
+  Trio: it is written against AnyIO, and an asyncio worker loads no Trio at
+  all (checked in a fresh interpreter that runs a handler too).
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ def test_importing_a_transaction_function_does_not_import_trio():
 
 
 #: What the worker SDK and its test helpers may import from this package.
-SDK_MAY_IMPORT = ("pulse_trio.contract", "pulse_trio.sdk", "pulse_trio.testing")
+SDK_MAY_IMPORT = ("pulse_trio.contract", "pulse_trio.charts", "pulse_trio.sdk", "pulse_trio.testing")
 
 
 def test_the_sdk_imports_the_contract_layer_only_and_never_trio():
@@ -118,6 +121,7 @@ def test_the_sdk_imports_the_contract_layer_only_and_never_trio():
         assert inside == [], inside
         assert _offenders(package, "trio") == [] and _offenders(package, "trio_websocket") == []
     assert "pulse_trio.contract.messages" in GRAPH["pulse_trio.sdk.lease"]
+    assert "pulse_trio.charts" in GRAPH["pulse_trio.sdk.lifecycle"]
 
 
 def test_an_asyncio_worker_and_its_handler_tests_load_no_trio():
@@ -136,6 +140,23 @@ assert "trio" not in sys.modules, sorted(m for m in sys.modules if "trio" in m a
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_charts_do_not_import_the_store():
+    """The charts are below the store: the store registers against them, and the renderer is handed what it shows."""
+    assert _offenders("pulse_trio.charts", "pulse_trio.store") == []
+
+
+def test_the_database_url_module_is_the_bottom_layer():
+    """``dburl`` imports nothing of the package, so it and the store's writer choice above it form no cycle."""
+    assert sorted(n for n in GRAPH["pulse_trio.dburl"] if _within(n, "pulse_trio")) == []
+    assert "pulse_trio.dbwriter" not in GRAPH
+    assert "pulse_trio.dburl" in GRAPH["pulse_trio.store.writer"]
+
+
+def test_nothing_in_the_package_imports_trio_websocket():
+    """trio-websocket is a test dependency (the suite's independent client), not one the package installs."""
+    assert _offenders("pulse_trio", "trio_websocket") == []
 
 
 def test_the_http_producer_clients_stand_apart_from_the_service():

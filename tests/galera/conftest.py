@@ -10,18 +10,12 @@ chaos helpers (fleet, recording worker, checks) are reused from
 from __future__ import annotations
 
 import secrets
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_HERE = Path(__file__).resolve().parent
-for folder in (_HERE, _HERE.parent / "chaos"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
 
-from galera_cluster import GaleraCluster  # noqa: E402
+from galera_cluster import GaleraCluster
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,8 @@ import time
 import pymysql
 import pytest
 
-from pulse_trio.dburl import connect, connect_node
-from pulse_trio.dbwriter import writer_for
+from pulse_trio.dburl import connect_node
+from pulse_trio.store.writer import connect, writer_for
 from pulse_trio.store import register
 from pulse_trio.store.trio_bridge import Store
 from pulse_trio.store.inputs import NewInstance, SubscribedQueue
@@ -92,7 +92,7 @@ def test_every_process_picks_the_first_synced_node_and_sticks_to_it(cluster, dat
     selector.reset()  # a process that starts now reads the recorded writer
     assert selector.current() == ("127.0.0.1", n2.port), "nor does it pull a newly started process"
     for fresh in (cluster.config(database_name), cluster.config(database_name, [n1, n2])):
-        script = ("from pulse_trio.dburl import parse_database_url, connect; "
+        script = ("from pulse_trio.dburl import parse_database_url; from pulse_trio.store.writer import connect; "
                   f"print(connect(parse_database_url({fresh.url(redact=False)!r})).port)")
         port = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
         assert port.stdout.strip() == str(n2.port), port.stderr

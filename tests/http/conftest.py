@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import trio_websocket
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
 
-from http_support import Http, RawWorker  # noqa: E402
+from http_support import Http, RawWorker
 
 
 @pytest.fixture

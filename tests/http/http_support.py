@@ -2,8 +2,8 @@
 
 The client is the standard library's ``http.client`` run in a worker
 thread, so every request crosses a real socket into hypercorn; nothing is
-called in-process. Imported by name (``import http_support``): conftest
-puts this folder on ``sys.path`` (the suite runs with importlib mode).
+called in-process. Imported by name (``import http_support``): this folder
+is on the ``pythonpath`` of pyproject.toml (the suite runs with importlib mode).
 """
 
 from __future__ import annotations

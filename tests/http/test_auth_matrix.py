@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from token_support import revoke_token  # noqa: I001  (tests/, on sys.path)
+from token_support import revoke_token  # noqa: I001
 
 UNKNOWN_TASK = "tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A"
 UNKNOWN_INSTANCE = "ins_01M8VZMC9N9WQ7HZY3RZQQCE2A"

@@ -20,8 +20,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
-import sys
 
 import pytest
 import trio
@@ -35,13 +33,8 @@ from pulse_trio.server.clock import ServiceClock, virtual_origin
 AUTOJUMP_THRESHOLD_S = 0.03
 RECEIVE_TIMEOUT_S = 300.0
 
-# Scenario modules share helpers (``from scenario_support import ...``);
-# under --import-mode=importlib a test folder is not importable, so put it on sys.path.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
-from scenario_support import eventually, offered, running  # noqa: E402
+# Scenario modules share helpers (``from scenario_support import ...``): this folder is on the pythonpath.
+from scenario_support import eventually, offered, running
 
 
 def settled_clock(threshold: float = AUTOJUMP_THRESHOLD_S) -> trio.testing.MockClock:

@@ -7,20 +7,15 @@ while the service is still there, so no test leaves sockets behind.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import trio
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
 
-from sdk_support import FAST_BACKOFF, WORKER_BACKENDS, Proxy, start_worker, stop_workers  # noqa: E402
+from sdk_support import FAST_BACKOFF, WORKER_BACKENDS, Proxy, start_worker, stop_workers
 
-from pulse_trio.client import Client  # noqa: E402
-from pulse_trio.sdk import Worker  # noqa: E402
+from pulse_trio.client import Client
+from pulse_trio.sdk import Worker
 
 
 @pytest.fixture

@@ -8,10 +8,8 @@ itself instead of leaving it to a plugin.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 
 import anyio
 import pytest
@@ -19,11 +17,8 @@ import pytest
 from pulse_trio.sdk import LEASE_LOST, Registry, RetryableError, TaskContext
 from pulse_trio.testing import HandlerEnvironment
 
-ROOT = str(Path(__file__).resolve().parents[2])
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
-from examples import billing_worker  # noqa: E402
+from examples import billing_worker
 
 BACKENDS = ["asyncio", "trio"]
 

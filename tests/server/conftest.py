@@ -1,27 +1,20 @@
 """Fixtures for the worker-server integration tests.
 
-The suite runs with ``--import-mode=importlib``, where sibling modules are
-not importable, so this folder is put on ``sys.path`` and tests do
-``import harness``. The fixtures here hand out harness connections bound to
+Tests do ``import harness`` (this folder is on the ``pythonpath`` of
+pyproject.toml). The fixtures here hand out harness connections bound to
 the test's nursery (closed with it), a trustme CA for WSS, and tasks.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
 
-import harness  # noqa: E402
+import harness
 
-from pulse_trio.client import Client  # noqa: E402
-from sql_support import rows  # noqa: E402  (tests/, on sys.path)
-from token_support import revoke_token  # noqa: E402  (tests/, on sys.path)
+from pulse_trio.client import Client
+from sql_support import rows
+from token_support import revoke_token
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ frame, whatever the test itself asserts:
 
 ``Worker`` objects are made by the ``connect`` fixture in ``conftest.py``;
 tests import this module by name (``import harness``), which works under
-``--import-mode=importlib`` because the conftest puts this folder on
-``sys.path``.
+``--import-mode=importlib`` because this folder is on the ``pythonpath`` of
+pyproject.toml.
 """
 
 from __future__ import annotations

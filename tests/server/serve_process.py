@@ -1,7 +1,7 @@
 """`pulse-trio serve` as a real process for server tests: start it, wait until it listens.
 
-Tests import it by name (``import serve_process``); the conftest puts this
-folder on ``sys.path``.
+Tests import it by name (``import serve_process``): this folder is on the
+``pythonpath`` of pyproject.toml.
 """
 
 from __future__ import annotations

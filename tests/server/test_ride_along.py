@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import trio
 
-from sql_support import rows  # tests/, on sys.path
+from sql_support import rows
 
 
 def _pickup_order(db) -> list[str]:

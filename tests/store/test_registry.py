@@ -139,4 +139,5 @@ def test_decide_picks_the_first_transition_whose_selectors_hold():
 
 def test_charts_are_loaded_once():
     assert set(CHARTS) == {"session", "task", "lease", "cancellation", "key_permit", "instance", "node",
-                           "cluster_setting", "schedule", "queue", "fair_share", "fairness_weight"}
+                           "cluster_setting", "schedule", "queue", "fair_share", "fairness_weight",
+                           "worker_lease", "worker_command"}

@@ -22,16 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from token_support import make_token
+from ui_support import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, Api, wait_for
 
-_HERE = Path(__file__).resolve().parent
-if str(_HERE) not in sys.path:
-    sys.path.insert(0, str(_HERE))
+from pulse_trio.dburl import DatabaseConfig, drop_database
+from pulse_trio.store.migrate import migrate
 
-from token_support import make_token  # noqa: E402  (tests/, on sys.path)
-from ui_support import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, Api, wait_for  # noqa: E402
-
-from pulse_trio.dburl import DatabaseConfig, drop_database  # noqa: E402
-from pulse_trio.store.migrate import migrate  # noqa: E402
+_HERE = Path(__file__).resolve().parent  # the workers run ui_worker.py from here, by path
 
 
 def _free_port() -> int:

@@ -1,6 +1,6 @@
 """Helpers for the dashboard's browser tests: a blocking HTTP client, waiting, signing in, screenshots.
 
-Imported by name (``import ui_support``): the conftest puts this folder on ``sys.path``.
+Imported by name (``import ui_support``): this folder is on the ``pythonpath`` of pyproject.toml.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 // One task: payload and result as JSON, the attempts as a timeline, the cancel request and its
 // grace, lineage links, and Cancel / Retry for operators with the API's answer, refusals included.
+// Cancel is offered only where a cancel request can do something: the states come from the
+// cancellation chart (charts.js, derived from statecharts/ by the service), not from a list here.
 
 import { ApiError, get, parseExact, post } from "./api.js";
+import { CHARTS } from "./charts.js";
 import { button, el, facts, jsonBlock, notice, replace, taskLink } from "./dom.js";
 import { age, between, when, yesNo } from "./format.js";
 
@@ -43,14 +46,25 @@ function cancelFacts(task) {
   ], { id: "cancel-info" });
 }
 
+// Whether a cancel request would change anything: the task is in a state the cancellation
+// chart's request acts on, and no request was saved before (a second one changes nothing).
+function cancellable(task) {
+  const intent = task.cancel ? task.cancel.state : "NONE";
+  return CHARTS.cancel.task_states.includes(task.state) && CHARTS.cancel.intent_states.includes(intent);
+}
+
 function answerNotice(label, result) {
   if (result instanceof ApiError) return notice(`${label} refused: ${result.summary}`, "error");
   return notice([`${label}: `, result], "ok");
 }
 
+// The buttons, built once (a reason being typed survives refreshes); ``show(task)`` hides Cancel
+// wherever it could do nothing.
 function actions(taskId, { can, say, reload }) {
-  if (!can("cancel") && !can("retry")) return null;
+  const controls = { box: null, show: () => {} };
+  if (!can("cancel") && !can("retry")) return controls;
   const box = el("div", { class: "actions", id: "task-actions" });
+  controls.box = box;
   if (can("cancel")) {
     const reason = el("input", { id: "cancel-reason", placeholder: "reason (optional)", maxlength: 1024,
       autocomplete: "off" });
@@ -77,7 +91,10 @@ function actions(taskId, { can, say, reload }) {
       start.hidden = false;
       await reload();
     });
-    box.append(start, ask);
+    // Hidden until the task is loaded and shows it can be cancelled.
+    const cancel = el("span", { id: "cancel-controls", hidden: true }, start, ask);
+    controls.show = (task) => { cancel.hidden = !cancellable(task); };
+    box.append(cancel);
   }
   if (can("retry")) {
     const retry = button("Retry", { id: "retry" });
@@ -95,7 +112,7 @@ function actions(taskId, { can, say, reload }) {
     });
     box.append(retry);
   }
-  return box;
+  return controls;
 }
 
 function heading(task) {
@@ -147,11 +164,13 @@ export function task(view, params, context) {
   const body = el("div");
   const say = (node) => replace(answer, node);
   // Built once: a reason being typed survives the refreshes of what is around it.
-  replace(view, head, actions(params.id, { ...context, say, reload: () => refresh() }), answer, body);
+  const controls = actions(params.id, { ...context, say, reload: () => refresh() });
+  replace(view, head, controls.box, answer, body);
 
   async function refresh() {
     const { doc, text } = await get(`/v1/tasks/${encodeURIComponent(params.id)}`, { raw: true });
     replace(head, heading(doc));
+    controls.show(doc);
     replace(body, render(doc, parseExact(text)));
   }
 

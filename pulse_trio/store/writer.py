@@ -22,6 +22,12 @@ same list of nodes:
 
 Recording is best effort (a database not migrated yet has no table): the
 rule then falls back to list order, which every process applies alike.
+
+This module sits in the store, above ``pulse_trio.dburl``: the URL module
+parses and opens a connection to one server, and this one chooses the
+server of a list (its probes and its ``db_writer`` record are SQL, which
+lives in the store). :func:`connect`, :func:`create_database` and
+:func:`drop_database` take any URL, one host or several.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ import time
 
 import pymysql
 
+from pulse_trio import dburl
 from pulse_trio.dburl import DatabaseConfig, connect_node
 
-log = logging.getLogger("pulse_trio.dbwriter")
+log = logging.getLogger("pulse_trio.dbwriter")  # the logger's name operators already filter on
 
 #: A probe gives a node this long to connect (capped by the URL's connect_timeout) and
 #: then this long for each read or write: a node that accepts and hangs is not ready.
@@ -231,3 +238,20 @@ def writer_for(config: DatabaseConfig) -> WriterSelector:
         if selector is None:
             selector = _selectors[key] = WriterSelector(config)
         return selector
+
+
+def connect(config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
+    """Open one connection (to the writer, for several nodes); the caller owns it and must close it."""
+    if config.clustered:
+        return writer_for(config).connect(config, database=database)
+    return connect_node(config, database=database)
+
+
+def create_database(config: DatabaseConfig) -> None:
+    """Create the configured database (on the writer, for several nodes) if it does not exist yet."""
+    dburl.create_database(config, connector=connect)
+
+
+def drop_database(config: DatabaseConfig) -> None:
+    """Drop the configured database (on the writer, for several nodes) if it exists."""
+    dburl.drop_database(config, connector=connect)
