@@ -167,3 +167,59 @@ def test_the_http_producer_clients_stand_apart_from_the_service():
         [sys.executable, "-c", "import pulse_trio.producer, sys; assert 'trio' not in sys.modules"],
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def _targets(names: set[str]) -> set[str]:
+    """The modules of this package among ``names``: ``from pkg import mod`` counts ``pkg.mod``, not ``pkg``."""
+    return {name for name in names if name in GRAPH
+            and not any(other.startswith(name + ".") for other in names if other in GRAPH)}
+
+
+def _cycles() -> list[list[str]]:
+    """Every strongly connected group of two or more modules (Tarjan), typing-only imports counted."""
+    edges = {module: sorted(_targets(names) - {module}) for module, names in GRAPH.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for name in edges[module]:
+            if name not in index:
+                visit(name)
+                low[module] = min(low[module], low[name])
+            elif name in on_stack:
+                low[module] = min(low[module], index[name])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                name = stack.pop()
+                on_stack.discard(name)
+                group.append(name)
+                if name == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_itself_back():
+    """No import cycle, however deferred: a reader can take the modules from the bottom up."""
+    assert _cycles() == []
+
+
+def test_the_cycle_finder_sees_a_cycle():
+    """The check itself: a made-up import back from the bottom layer to the service is found."""
+    GRAPH["pulse_trio.contract.limits"].add("pulse_trio.server.service")
+    try:
+        assert any("pulse_trio.contract.limits" in group for group in _cycles())
+    finally:
+        GRAPH["pulse_trio.contract.limits"].discard("pulse_trio.server.service")
