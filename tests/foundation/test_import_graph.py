@@ -16,6 +16,8 @@
   lease lifecycle is a chart), like any third-party worker would, and never
   Trio: it is written against AnyIO, and an asyncio worker loads no Trio at
   all (checked in a fresh interpreter that runs a handler too).
+* No module imports one that imports it back, however deferred: the tree
+  reads from the bottom up.
 """
 
 from __future__ import annotations
