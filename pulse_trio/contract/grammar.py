@@ -12,6 +12,7 @@ import base64
 import functools
 import re
 import secrets
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -167,12 +168,30 @@ def format_time(value: datetime) -> str:
 
 
 def new_ulid(now_ms: int | None = None) -> str:
-    """A ULID: 48-bit Unix milliseconds then 80 random bits, Crockford base32."""
-    if now_ms is None:
-        now_ms = time.time_ns() // 1_000_000
-    if not 0 <= now_ms < 2**48:
-        raise ValueError("ULID time must fit 48 bits of milliseconds")
-    value = (now_ms << 80) | int.from_bytes(secrets.token_bytes(10), "big")
+    """A ULID: 48-bit Unix milliseconds then 80 random bits, Crockford base32.
+
+    Without ``now_ms`` the ULIDs this process makes increase (the ULID
+    spec's monotonic mode): one made in the same millisecond as the last,
+    or after the clock stepped back, is the last plus one. So ids one
+    producer made list in the order it made them ("oldest first" is id
+    order), however fast it submits.
+    """
+    global _last_ulid
+    if now_ms is not None:
+        if not 0 <= now_ms < 2**48:
+            raise ValueError("ULID time must fit 48 bits of milliseconds")
+        return _crockford((now_ms << 80) | int.from_bytes(secrets.token_bytes(10), "big"))
+    fresh = ((time.time_ns() // 1_000_000) << 80) | int.from_bytes(secrets.token_bytes(10), "big")
+    with _ULID_LOCK:  # threads share the sequence (store threads, producers' own threads)
+        value = _last_ulid = fresh if fresh > _last_ulid else _last_ulid + 1
+    return _crockford(value)
+
+
+_ULID_LOCK = threading.Lock()
+_last_ulid = 0
+
+
+def _crockford(value: int) -> str:
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 31])

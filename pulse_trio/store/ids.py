@@ -2,8 +2,9 @@
 
 Ids are ``<prefix>_<ULID>`` in upper-case Crockford base32
 (docs/protocol.md §3). The ULID's time part is wall-clock milliseconds,
-used only so new primary keys land near each other in the index; no
-decision ever reads it. Secrets are 32 random bytes as canonical unpadded
+used so new primary keys land near each other in the index and so a list
+by id is in creation order (a process's ids increase, within one
+millisecond too); no decision ever reads it. Secrets are 32 random bytes as canonical unpadded
 base64url (43 chars); the database keeps only their SHA-256 digest, and a
 presented secret is compared in constant time.
 """

@@ -12,7 +12,8 @@ import pytest
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_bench_reports_every_figure(database_server, backend):
     done = subprocess.run(
-        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "60", "--workers", "1", "--capacity", "8",
+        # Enough tasks that each process's CPU in the window is more than the 10 ms tick /proc counts in.
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "400", "--workers", "1", "--capacity", "8",
          "--backlog", "50", "--keyed-share", "0.25", "--fairness-keys", "7", "--payload-bytes", "1024",
          "--timeout", "120", "--worker-backend", backend,
          "--database-url", database_server.with_database("unused").url(redact=False)],
@@ -25,8 +26,8 @@ def test_bench_reports_every_figure(database_server, backend):
                 "database_cpu_s_per_task", "server_peak_rss_mib"):
         assert report[key] is not None, key
     assert set(report["submit_to_assign_ms"]) == {"p50", "p95", "p99"}
-    assert report["options"]["tasks"] == 60 and report["options"]["worker_backend"] == backend
-    # 60 tasks cannot run on fewer writes than one row each (their submit alone inserts them)
+    assert report["options"]["tasks"] == 400 and report["options"]["worker_backend"] == backend
+    # 400 tasks cannot run on fewer writes than one row each (their submit alone inserts them)
     assert report["db_rows_written_per_task"] >= 1
     assert report["db_statements_per_task"] > 0
     assert set(report["db_statements_by_kind_per_task"]) == {"select", "insert", "update", "delete"}
@@ -41,8 +42,9 @@ def test_bench_reports_every_figure(database_server, backend):
 def test_bench_submit_first_measures_the_dispatch_without_the_submits(database_server):
     """``--submit-first``: the tasks (and their fairness keys' placement) are written before the window opens."""
     done = subprocess.run(
-        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "60", "--workers", "1", "--capacity", "8",
-         "--fairness-keys", "60", "--submit-first", "--timeout", "120",
+        # Enough tasks that the server's CPU in the window is more than the 10 ms clock tick /proc counts in.
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "400", "--workers", "1", "--capacity", "8",
+         "--fairness-keys", "400", "--submit-first", "--timeout", "120",
          "--database-url", database_server.with_database("unused").url(redact=False)],
         capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
@@ -83,7 +85,7 @@ def test_fill_finished_inserts_history_with_leases_and_receipts(db):
 def test_a_capacity_sweep_reports_each_capacity_and_the_ceiling(database_server):
     """``--capacity 2,4``: one run per capacity, their throughput and CPU per task side by side."""
     done = subprocess.run(
-        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "40", "--workers", "1", "--capacity", "2,4",
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "400", "--workers", "1", "--capacity", "2,4",
          "--timeout", "120", "--database-url", database_server.with_database("unused").url(redact=False)],
         capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr

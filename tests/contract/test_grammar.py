@@ -209,3 +209,24 @@ _TIMES = st.one_of(
 @given(_TIMES)
 def test_time_definition_with_format_assertion_agrees_with_parse_time(value: str) -> None:
     assert s.validator("time").is_valid(value) == _parses(g.parse_time, value)
+
+
+def test_ulids_made_in_one_millisecond_still_increase():
+    """Ids one process makes list in the order it made them, however many share a millisecond (threads too)."""
+    import threading
+
+    made = [g.new_ulid() for _ in range(5000)]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert len({u[:10] for u in made}) < len(made), "several in one millisecond: the case this is about"
+    per_thread: list[list[str]] = [[] for _ in range(4)]
+
+    def make(out: list[str]) -> None:
+        out.extend(g.new_ulid() for _ in range(2000))
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in per_thread]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    everything = [u for out in per_thread for u in out]
+    assert all(out == sorted(out) for out in per_thread) and len(set(everything)) == len(everything)
