@@ -80,15 +80,11 @@ def _rows(tx: Tx, *, lock: bool) -> dict[str, StoredSetting]:
 
 def value_ms(tx: Tx, name: str) -> int | None:
     """The cluster's value of one setting, read in the caller's transaction (ms; None where allowed)."""
-    cs.lookup(name)
-    row = tx.one("SELECT value_ms FROM cluster_settings WHERE name = %s", (name,))
-    if row is None:
-        return cs.DEFAULTS_MS[name]
-    return None if row[0] is None else int(row[0])
+    return values_ms(tx, name)[name]
 
 
 def values_ms(tx: Tx, *names: str) -> dict[str, int | None]:
-    """:func:`value_ms` of several settings in one statement (a submit with fairness keys needs two)."""
+    """Several settings' values in one statement (a submit with fairness keys needs two); the default where unset."""
     for name in names:
         cs.lookup(name)
     found = {n: v for n, v in tx.all("SELECT name, value_ms FROM cluster_settings WHERE name IN %s", (names,))}

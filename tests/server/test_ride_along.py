@@ -26,15 +26,26 @@ async def _backlogged(service) -> None:
             await trio.sleep(0.01)
 
 
+def _submit(client, first: int, end: int) -> list[dict]:
+    """Tasks n = first .. end - 1 of queue billing, in one submit."""
+    return client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(first, end)])
+
+
+async def _full(service, connect, worker_token, client, *, tasks: int, capacity: int):
+    """``tasks`` submitted, a worker holding ``capacity`` of them, the queue deep: (worker, its offers)."""
+    _submit(client, 0, tasks)
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=capacity)
+    held = [await w.expect_assign() for _ in range(capacity)]
+    await _backlogged(service)
+    return w, held
+
+
 async def test_deep_queues_offers_ride_with_the_finish_and_cost_no_claim_transaction(
         start_service, connect, worker_token, client, db):
     service = await start_service(poll_interval=60)  # no poll passes: only what wakes the dispatcher runs
     dispatcher, batcher = service.dispatcher, service.batcher
-    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(40)])
-    w = await connect(service, worker_token)
-    await w.register(["billing"], capacity=16)
-    held = [await w.expect_assign() for _ in range(16)]
-    await _backlogged(service)
+    w, held = await _full(service, connect, worker_token, client, tasks=40, capacity=16)
     claims, riding = dispatcher.statistics()["claims"], batcher.statistics()
     expected = _pickup_order(db)[:6]
     refilled = []
@@ -61,12 +72,12 @@ async def test_deep_queues_offers_ride_with_the_finish_and_cost_no_claim_transac
 async def test_scarce_work_goes_through_the_dispatcher_not_the_finish(start_service, connect, worker_token, client):
     service = await start_service(poll_interval=60)
     dispatcher, batcher = service.dispatcher, service.batcher
-    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(8)])
+    _submit(client, 0, 8)
     w = await connect(service, worker_token)
     await w.register(["billing"], capacity=16)
     held = [await w.expect_assign() for _ in range(8)]  # the claim came back short: the queue is dry
     assert not dispatcher.backlogged
-    later = client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(8, 12)])
+    later = _submit(client, 8, 12)
     claims, riding = dispatcher.statistics()["claims"], batcher.statistics()["ride_along_claims"]
     await w.ok(w.start(held[0]))
     await w.ok(w.finish(held[0]))  # the freed slot wakes a pass: it serves the ripe session
@@ -81,7 +92,7 @@ async def test_two_sessions_share_scarce_work_in_rounds_after_a_deep_spell(start
     """Once a ride-along claim comes back short, the deep spell is over and the fair rounds are back."""
     service = await start_service(poll_interval=60)
     dispatcher, batcher = service.dispatcher, service.batcher
-    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(10)])
+    _submit(client, 0, 10)
     a = await connect(service, worker_token, name="a")
     await a.register(["billing"], capacity=8)
     held = [await a.expect_assign() for _ in range(8)]
@@ -99,7 +110,7 @@ async def test_two_sessions_share_scarce_work_in_rounds_after_a_deep_spell(start
     # Scarce now: a burst is split between the two sessions by the dispatcher's rounds.
     b = await connect(service, worker_token, name="b")
     await b.register(["billing"], capacity=8)
-    burst = client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(20, 28)])
+    burst = _submit(client, 20, 28)
     ids = {t["task_id"] for t in burst}
     service.hub.wake()
     with trio.fail_after(10):
@@ -119,11 +130,7 @@ async def test_two_sessions_share_scarce_work_in_rounds_after_a_deep_spell(start
 async def test_a_draining_session_gets_no_ride_along_offer(start_service, connect, worker_token, client):
     service = await start_service(poll_interval=60)
     batcher = service.batcher
-    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(20)])
-    w = await connect(service, worker_token)
-    await w.register(["billing"], capacity=4)
-    held = [await w.expect_assign() for _ in range(4)]
-    await _backlogged(service)
+    w, held = await _full(service, connect, worker_token, client, tasks=20, capacity=4)
     await w.capacity_ok(4, drain=True)
     riding = batcher.statistics()["ride_along_claims"]
     for h in held:
@@ -141,7 +148,7 @@ async def test_a_keyed_permit_freed_by_the_finish_is_taken_in_the_same_transacti
     batcher = service.batcher
     first = client.submit("billing", "invoice.send", {"n": 1}, concurrency_key="customer:7", concurrency_limit=1)
     second = client.submit("billing", "invoice.send", {"n": 2}, concurrency_key="customer:7", concurrency_limit=1)
-    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(10, 30)])
+    _submit(client, 10, 30)
     w = await connect(service, worker_token)
     await w.register(["billing"], capacity=2, concurrency_keys=True)
     held = [await w.expect_assign() for _ in range(2)]
@@ -163,11 +170,7 @@ async def test_a_lowered_capacity_is_not_refilled_and_does_not_end_the_deep_spel
     """Finishes refill only below the capacity the session declares now; room, not work, was short."""
     service = await start_service(poll_interval=60)
     dispatcher, batcher = service.dispatcher, service.batcher
-    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(30)])
-    w = await connect(service, worker_token)
-    await w.register(["billing"], capacity=8)
-    held = [await w.expect_assign() for _ in range(8)]
-    await _backlogged(service)
+    w, held = await _full(service, connect, worker_token, client, tasks=30, capacity=8)
     await w.capacity_ok(4)  # 8 held: no room until four have finished
     riding = batcher.statistics()["ride_along_offers"]
     for h in held[:5]:

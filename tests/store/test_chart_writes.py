@@ -194,3 +194,26 @@ def test_no_store_module_but_the_writer_inserts_a_charted_row():
         if path.name == "chart_write.py":
             continue
         assert not pattern.search(path.read_text()), f"{path.name} inserts a charted row outside chart_write.create"
+
+
+def test_create_runs_only_inside_its_own_transition_and_takes_the_charts_state(world):
+    """chart_write.create: refused outside its trigger's function; a state the chart does not name is refused too."""
+    from pulse_trio.store.chart_write import create
+
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            tx = Tx(cur)
+            tx.enter("lease.start")
+            with pytest.raises(UnregisteredWrite):
+                create(tx, "node", "start", columns="node_id, state", row="(%s, {state})", rows=[(NODE_ID,)])
+            tx.leave()
+            tx.enter("node.start")
+            with pytest.raises(UndeclaredTransition):
+                create(tx, "node", "start", columns="node_id, state", row="(%s, {state})", rows=[(NODE_ID,)],
+                       dest="STOPPED")
+            tx.leave()
+        conn.rollback()
+    finally:
+        conn.close()
+    assert world.sql("SELECT COUNT(*) FROM server_nodes WHERE node_id = %s", (NODE_ID,)) == [(0,)]

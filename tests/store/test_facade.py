@@ -265,15 +265,17 @@ def _ride_along(world, w, credentials):
     from pulse_trio.store.instances import share_lock_sessions
 
     seen = []
+    rows = {}
 
     def first(tx):
-        share_lock_sessions(tx, [w.session_id])
+        rows.update(share_lock_sessions(tx, [w.session_id]))
 
     def then(tx, results):
         seen.append(results)
         freed = sum(1 for r in results[-1] if not isinstance(r, BaseException) and not r.receipt.duplicate)
         return assign(tx, session_id=w.session_id, credentials=credentials, want=freed, now=world.now,
-                      start_timeout_ms=30_000, default_lease_ttl_ms=30_000, held=2 - freed, shared_lock=True)
+                      start_timeout_ms=30_000, default_lease_ttl_ms=30_000, held=2 - freed, shared_lock=True,
+                      session=rows.get(w.session_id))
 
     return first, then, seen
 
@@ -312,3 +314,37 @@ def test_a_ride_along_claim_whose_commit_was_lost_is_re_read_with_its_finish(wor
     assert [(o.task.task_id,) for o in claim.offers] == head
     assert claim.offers[0].lease_secret == credentials[0].lease_secret
     assert world.sql("SELECT COUNT(*) FROM leases WHERE state = 'OFFERED'") == [(1,)], "no second claim"
+
+
+def test_a_ride_along_claim_takes_its_session_row_from_the_batchs_shared_lock(world):
+    """The row share_lock_sessions read is the claim's: no second read of the session (one SELECT fewer)."""
+    from pulse_trio.dburl import connect
+    from pulse_trio.store.instances import share_lock_sessions
+    from pulse_trio.store.tx import Tx
+
+    w = world.worker("q", capacity=4)
+    for _ in range(2):
+        world.submit()
+
+    def selects(handed: bool) -> int:
+        conn = connect(world.db)
+        try:
+            with conn.cursor() as cur:
+                tx = Tx(cur)
+                rows = share_lock_sessions(tx, [w.session_id])
+                assert rows[w.session_id].session_id == w.session_id
+                counter = "SHOW SESSION STATUS LIKE 'Com_select'"
+                cur.execute(counter)
+                before = int(cur.fetchone()[1])
+                result = assign(tx, session_id=w.session_id, credentials=new_credentials(1), now=world.now,
+                                start_timeout_ms=30_000, default_lease_ttl_ms=30_000, held=0, shared_lock=True,
+                                paused=(), session=rows[w.session_id] if handed else None)
+                cur.execute(counter)
+                after = int(cur.fetchone()[1])
+                assert len(result.offers) == 1
+            conn.rollback()
+        finally:
+            conn.close()
+        return after - before - 1  # the first SHOW counts as a select
+
+    assert selects(handed=True) == selects(handed=False) - 1
