@@ -234,8 +234,8 @@ def _show(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
         try:
-            changed = client.request_cancel(args.task_id, reason=args.reason, requested_by="cli")
-            write_json_text(with_field(client.get_json_text(args.task_id), "cancel_changed", changed))
+            text, changed = client.cancel_json_text(args.task_id, reason=args.reason, requested_by="cli")
+            write_json_text(with_field(text, "cancel_changed", changed))
         except TaskNotFound as exc:
             fail(exc.message, EXIT_NOT_FOUND)
         except ClientError as exc:

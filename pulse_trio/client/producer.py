@@ -42,7 +42,7 @@ from pulse_trio.store.queues import set_retention as set_queue_retention
 from pulse_trio.store.results import Refusal
 from pulse_trio.store.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
 from pulse_trio.store.tx import Tx, rfc3339
-from pulse_trio.store.views import get_task
+from pulse_trio.store.views import TaskView, get_task
 
 UTC = dt.timezone.utc
 #: NewTask's default first backoff step, in milliseconds.
@@ -361,19 +361,47 @@ class DatabaseClient:
 
     def cancel(self, task_id: str, *, reason: str = "", requested_by: str = "") -> dict[str, Any]:
         """Save a cancel intent (or report the final state of a terminal task)."""
-        changed = self.request_cancel(task_id, reason=reason, requested_by=requested_by)
-        return dict(self.get(task_id), cancel_changed=changed)
+        text, changed = self.cancel_json_text(task_id, reason=reason, requested_by=requested_by)
+        return dict(json.loads(text), cancel_changed=changed)
+
+    def cancel_json_text(self, task_id: str, *, reason: str = "", requested_by: str = "",
+                         now: dt.datetime | None = None) -> tuple[str, bool]:
+        """:meth:`cancel` as the task view's JSON text, and whether this call saved the intent.
+
+        The view is read in the cancel's own transaction, so it shows the
+        state the cancel decided on: a finish that commits just after the
+        intent never shows up as a terminal task beside ``changed`` True.
+        """
+        kwargs = self._cancel_arguments(task_id, reason, requested_by, now)
+
+        def view(tx: Tx, results: list[Any]) -> TaskView | None:
+            return None if isinstance(results[0], Refusal) else get_task(tx, task_id=task_id)
+
+        results = self.store.run_batch_sync([(request_cancel, kwargs)], then=view)
+        changed = self._cancel_changed(task_id, results[0])
+        if len(results) == 2 and results[1] is not None:
+            return results[1].as_json_text(), changed
+        return self.get_json_text(task_id), changed  # the shared transaction fell back: read apart
 
     def request_cancel(self, task_id: str, *, reason: str = "", requested_by: str = "",
                        now: dt.datetime | None = None) -> bool:
         """:meth:`cancel` without reading the task back; True if this call saved the intent."""
+        kwargs = self._cancel_arguments(task_id, reason, requested_by, now)
+        return self._cancel_changed(task_id, self.store.run_sync(request_cancel, **kwargs))
+
+    def _cancel_arguments(self, task_id: str, reason: str, requested_by: str,
+                          now: dt.datetime | None) -> dict[str, Any]:
         _task_id(task_id)
         if type(reason) is not str or len(reason) > ranges.MAX_CANCEL_REASON_CHARS:
             raise InvalidRequest(f"reason must be text of at most {ranges.MAX_CANCEL_REASON_CHARS} characters")
         if not is_text(reason, ranges.MAX_CANCEL_REASON_CHARS):
             raise InvalidRequest("reason must not hold lone surrogates")
-        result = self.store.run_sync(request_cancel, task_id=task_id, now=now or self.now(), reason=reason,
-                                     requested_by=requested_by)
+        return {"task_id": task_id, "now": now or self.now(), "reason": reason, "requested_by": requested_by}
+
+    @staticmethod
+    def _cancel_changed(task_id: str, result: Any) -> bool:
+        if isinstance(result, BaseException):
+            raise result
         if isinstance(result, Refusal):
             raise TaskNotFound(task_id) if result.code == TASK_NOT_FOUND else ClientError(result.code, result.message)
         return result.changed

@@ -189,12 +189,8 @@ class TaskApi:
         task_id = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
         now = self.instance.now()
 
-        def cancel_and_read() -> tuple[str, bool]:
-            changed = self.client.request_cancel(task_id, reason=reason, requested_by=f"http:{info.token_id}",
-                                                 now=now)
-            return self.client.get_json_text(task_id), changed
-
-        text, changed = await self.blocking(cancel_and_read)
+        text, changed = await self.blocking(self.client.cancel_json_text, task_id, reason=reason,
+                                            requested_by=f"http:{info.token_id}", now=now)
         if changed:
             self.outcomes.hint(task_id)  # a task not yet started is CANCELLED at once
         return json_text(text, cancel_changed=changed)
