@@ -28,23 +28,38 @@ checker (``pulse_trio.charts.promela``): an optional ``"model"`` object with
 ``guards`` (each guard's meaning as an expression), and an optional
 ``"effects"`` list on each transition. The store ignores both; the checker
 reads nothing else (docs/statecharts/verification.md §2).
+
+A persistent chart also says, per trigger, which store function runs it
+(``"functions"``: ``runs`` as ``module:function``, ``kind`` entry or step,
+and the ``steps`` it runs on its own open transaction, each with the
+condition it runs under). The charts package never imports the store:
+``tests/store/test_chart_functions.py`` holds this data to the registry, and
+the renderer draws the composite-transaction tables from it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from transitions import Machine
 
-_FIELDS = {"name", "persistent", "initial", "states", "transitions", "description", "model", "side"}
+_FIELDS = {"name", "persistent", "initial", "states", "transitions", "description", "model", "side", "functions"}
 #: Which side of the wire keeps a chart's instances: the service (default) or the worker SDK.
 SIDES = ("server", "worker")
 _TRANSITION_FIELDS = {"trigger", "source", "dest", "guards", "description", "effects"}
 _MODEL_FIELDS = {"fields", "guards"}
+_FUNCTION_FIELDS = {"runs", "kind", "steps"}
+_STEP_FIELDS = {"step", "when"}
+#: How a function and how a step are named: ``pulse_trio.store.leases:finish``; ``task.finish``.
+_RUNS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+_STEP = re.compile(r"[A-Za-z_]\w*\.[A-Za-z_]\w*")
+KINDS = ("entry", "step")
 
 
 class ChartError(ValueError):
@@ -74,6 +89,26 @@ class Transition:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StepCall:
+    """A transition a function runs on its own open transaction: ``chart.trigger``, and when (empty: always)."""
+
+    name: str
+    when: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreFunction:
+    """The one store function of a persistent chart's trigger, as the chart file names it."""
+
+    #: ``module:function`` (``pulse_trio.store.leases:finish``); the registry's function for the trigger.
+    runs: str
+    #: True: runs as its own transaction; False: a step, run on the open transaction of its caller.
+    entry: bool
+    #: What it runs on the same transaction, in the order it runs them.
+    steps: tuple[StepCall, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ChartModel:
     """What the model checker needs beyond states and edges: row fields and the meaning of each guard."""
 
@@ -96,6 +131,8 @@ class ChartSpec:
     model: ChartModel | None = None
     #: ``"server"``, or ``"worker"``: kept by the worker SDK, in memory, read as a table (never a Machine).
     side: str = "server"
+    #: trigger -> its store function (persistent charts; empty for one parsed without them).
+    functions: Mapping[str, StoreFunction] = dataclasses.field(default_factory=dict)
 
     @property
     def triggers(self) -> tuple[str, ...]:
@@ -177,6 +214,7 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
     if not transitions:
         raise fail("a chart needs at least one transition")
     model = _parse_model(data.get("model"), transitions, fail)
+    functions = _parse_functions(data, tuple(dict.fromkeys(t.trigger for t in transitions)), fail)
     return ChartSpec(
         name=data["name"],
         persistent=data["persistent"],
@@ -186,7 +224,84 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
         description=data.get("description", ""),
         model=model,
         side=side,
+        functions=functions,
     )
+
+
+def _parse_functions(data: Mapping[str, Any], triggers: tuple[str, ...], fail: Any) -> dict[str, StoreFunction]:
+    """``functions``: exactly one store function per trigger of a persistent chart; none for an in-memory one."""
+    raw = data.get("functions")
+    if raw is None:
+        return {}
+    if not data["persistent"]:
+        raise fail("functions: an in-memory chart has no store function")
+    if not isinstance(raw, Mapping):
+        raise fail("functions: an object of trigger -> function")
+    missing, unknown = set(triggers) - set(raw), set(raw) - set(triggers)
+    if missing or unknown:
+        raise fail(f"functions: every trigger needs exactly one; missing {sorted(missing)}, unknown {sorted(unknown)}")
+    functions: dict[str, StoreFunction] = {}
+    for trigger in triggers:
+        where = f"functions.{trigger}"
+        entry = raw[trigger]
+        if not isinstance(entry, Mapping) or set(entry) - _FUNCTION_FIELDS or not {"runs", "kind"} <= set(entry):
+            raise fail(f"{where}: an object with runs, kind and optional steps")
+        runs = entry["runs"]
+        if not isinstance(runs, str) or not _RUNS.fullmatch(runs):
+            raise fail(f"{where}.runs: a module path and a function name, module:function; got {runs!r}")
+        if entry["kind"] not in KINDS:
+            raise fail(f"{where}.kind must be one of {list(KINDS)}")
+        steps = entry.get("steps", [])
+        if not isinstance(steps, list):
+            raise fail(f"{where}.steps: a list")
+        calls = tuple(_parse_step(step, f"{where}.steps", fail) for step in steps)
+        if len({c.name for c in calls}) != len(calls):
+            raise fail(f"{where}.steps: a step is named twice")
+        functions[trigger] = StoreFunction(runs, entry["kind"] == "entry", calls)
+    return functions
+
+
+def _parse_step(raw: Any, where: str, fail: Any) -> StepCall:
+    """``"chart.trigger"``, or ``{"step": "chart.trigger", "when": "the condition it runs under"}``."""
+    if isinstance(raw, Mapping):
+        if set(raw) != _STEP_FIELDS or not isinstance(raw["when"], str) or not raw["when"].strip():
+            raise fail(f"{where}: a step with a condition is {{\"step\": ..., \"when\": ...}}")
+        name, when = raw["step"], raw["when"]
+    else:
+        name, when = raw, ""
+    if not isinstance(name, str) or not _STEP.fullmatch(name):
+        raise fail(f"{where}: a step is named chart.trigger; got {name!r}")
+    return StepCall(name, " ".join(when.split()))
+
+
+def check_functions(specs: Mapping[str, ChartSpec]) -> None:
+    """Across the chart files: every persistent chart names its functions, every step names a trigger that
+    exists, no function runs itself (directly or not), and every step-kind function is run by someone."""
+    named: dict[str, StoreFunction] = {}
+    for spec in specs.values():
+        if spec.persistent and not spec.functions:
+            raise ChartError(f"{spec.name}.json: a persistent chart names the store function of each trigger "
+                             "(\"functions\")")
+        named.update({f"{spec.name}.{trigger}": fn for trigger, fn in spec.functions.items()})
+    run_by: dict[str, list[str]] = {}
+    for caller, fn in named.items():
+        for step in fn.steps:
+            if step.name not in named:
+                raise ChartError(f"{caller.split('.')[0]}.json: functions.{caller.split('.')[1]} runs {step.name}, "
+                                 "which no persistent chart declares")
+            run_by.setdefault(step.name, []).append(caller)
+    for name, fn in named.items():
+        if not fn.entry and name not in run_by:
+            raise ChartError(f"{name.split('.')[0]}.json: {name} is a step, but no function runs it")
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            raise ChartError(f"functions run one another in a loop: {' -> '.join((*path, name))}")
+        for step in named[name].steps:
+            visit(step.name, (*path, name))
+
+    for name in named:
+        visit(name, ())
 
 
 def _parse_model(raw: Any, transitions: list[Transition], fail: Any) -> ChartModel | None:
@@ -321,9 +436,14 @@ def build(spec: ChartSpec) -> Chart:
     return Chart(spec) if spec.persistent or spec.side == "worker" else MachineChart(spec)
 
 
+def definitions() -> Path:
+    """The folder of chart files the package loads (``statecharts/``, linked as ``charts/definitions``)."""
+    return Path(str(resources.files("pulse_trio.charts").joinpath("definitions"))).resolve()
+
+
 def load_specs(names: Iterable[str] | None = None) -> dict[str, ChartSpec]:
     """Every chart file shipped as package data (``charts/definitions``)."""
-    folder = resources.files("pulse_trio.charts").joinpath("definitions")
+    folder = definitions()
     specs: dict[str, ChartSpec] = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".json"):
@@ -336,6 +456,7 @@ def load_specs(names: Iterable[str] | None = None) -> dict[str, ChartSpec]:
         if spec.name + ".json" != entry.name:
             raise ChartError(f"{entry.name}: declares chart {spec.name!r}; the file must be named after it")
         specs[spec.name] = spec
+    check_functions(specs)
     if names is not None:
         wanted = set(names)
         specs = {k: v for k, v in specs.items() if k in wanted}

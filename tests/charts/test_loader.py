@@ -129,12 +129,67 @@ def _raw(name):
     (lambda d: d["transitions"][0].update(effects="task.attempt = 1"), "effects must be a list"),
     (lambda d: d.update(side="client"), "side must be one of"),
     (lambda d: d.update(side="worker"), "a worker's chart lives in memory"),
+    (lambda d: d["functions"].pop("purge"), r"missing \['purge'\]"),
+    (lambda d: d["functions"].update(nosuch={"runs": "m:f", "kind": "entry"}), r"unknown \['nosuch'\]"),
+    (lambda d: d["functions"].update(purge="pulse_trio.store.retention:purge"), "an object with runs, kind"),
+    (lambda d: d["functions"]["purge"].pop("kind"), "an object with runs, kind"),
+    (lambda d: d["functions"]["purge"].update(extra=1), "an object with runs, kind"),
+    (lambda d: d["functions"]["purge"].update(runs="pulse_trio.store.retention.purge"), "module:function"),
+    (lambda d: d["functions"]["purge"].update(kind="timer"), "kind must be one of"),
+    (lambda d: d["functions"]["purge"].update(steps="task.cancel"), "steps: a list"),
+    (lambda d: d["functions"]["purge"].update(steps=["cancel"]), "named chart.trigger"),
+    (lambda d: d["functions"]["purge"].update(steps=["task.cancel", "task.cancel"]), "named twice"),
+    (lambda d: d["functions"]["purge"].update(steps=[{"step": "task.cancel"}]), "with a condition"),
+    (lambda d: d["functions"]["purge"].update(steps=[{"step": "task.cancel", "when": " "}]), "with a condition"),
+    (lambda d: d.update(persistent=False), "an in-memory chart has no store function"),
 ])
 def test_malformed_declarations_are_refused_at_load(mutate, message):
     data = copy.deepcopy(_raw("task"))
     mutate(data)
     with pytest.raises(ChartError, match=message):
         parse_chart(data, origin="task.json")
+
+
+def test_each_trigger_names_its_store_function_and_steps():
+    lease = load_specs()["lease"]
+    finish = lease.functions["finish"]
+    assert finish.runs.endswith(":finish") and finish.entry
+    assert [(s.name, s.when) for s in finish.steps] == [
+        ("task.finish", ""), ("key_permit.release", "keyed"), ("cancellation.resolve", "a cancel intent is open")]
+    assert not lease.functions["revoke"].entry
+    assert all(not spec.functions for spec in load_specs().values() if not spec.persistent)
+
+
+def _check(mutate):
+    from pulse_trio.charts.loader import check_functions
+
+    specs = {name: parse_chart(_raw(name), origin=f"{name}.json") for name in CHARTS}
+    mutate(specs)
+    check_functions(specs)
+
+
+def _with_steps(specs, chart, trigger, *steps):
+    import dataclasses
+
+    from pulse_trio.charts.loader import StepCall
+
+    spec = specs[chart]
+    fn = dataclasses.replace(spec.functions[trigger], steps=tuple(StepCall(s) for s in steps))
+    specs[chart] = dataclasses.replace(spec, functions={**spec.functions, trigger: fn})
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda s: _with_steps(s, "queue", "pause", "task.nosuch"), "which no persistent chart declares"),
+    (lambda s: _with_steps(s, "lease", "assign", "key_permit.acquire", "task.wait_for_key"),
+     "task.offer is a step, but no function runs it"),
+    (lambda s: _with_steps(s, "task", "key_freed", "lease.revoke"), "in a loop"),
+    (lambda s: s.update(queue=parse_chart({k: v for k, v in _raw("queue").items() if k != "functions"},
+                                          origin="queue.json")), "names the store function of each trigger"),
+])
+def test_the_functions_across_the_charts_are_checked_at_load(mutate, message):
+    _check(lambda specs: None)
+    with pytest.raises(ChartError, match=message):
+        _check(mutate)
 
 
 def test_the_model_check_data_is_loaded_and_optional():
@@ -167,3 +222,4 @@ def test_no_python_module_redeclares_a_transition():
         text = path.read_text()
         assert not re.search(r"[\"']trigger[\"']\s*:", text), f"{path} declares transitions in Python"
         assert "add_transition(" not in text, path
+
