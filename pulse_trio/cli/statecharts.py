@@ -28,9 +28,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 def store_implementations():
     """The store's functions and guards, as the renderer takes them."""
     from pulse_trio.charts.render import Implementations
-    from pulse_trio.store import GUARDS, REGISTRY
+    from pulse_trio.store import GUARDS
 
-    return Implementations(functions=dict(REGISTRY), guards=dict(GUARDS))
+    return Implementations(guards=dict(GUARDS))
 
 
 def _render(args: argparse.Namespace) -> int:

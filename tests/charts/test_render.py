@@ -35,8 +35,8 @@ def test_every_transition_and_its_function_is_listed():
     text = page(CHARTS["task"], STORE)
     for t in CHARTS["task"].spec.transitions:
         assert f"| `{t.trigger}` | {t.source} | {t.dest} |" in text
-    assert "`pulse_trio.store.tasks.submit` (entry)" in text
-    assert "`pulse_trio.store.task_steps.offer` (step)" in text
+    assert "`pulse_trio.store.tasks:submit` (entry)" in text
+    assert "`pulse_trio.store.task_steps:offer` (step)" in text
     assert "refuses with `task_not_found`" in text
 
 
@@ -60,10 +60,11 @@ def test_flags_after_the_separator_and_unknown_charts(tmp_path, capsys):
     assert err.count("\n") == 2  # the stale line of the first call, then the one error line
 
 
-def test_a_page_without_the_store_says_what_is_missing():
-    """The renderer knows only what it is given: the charts package does not reach into the store."""
+def test_a_page_without_the_store_still_names_the_functions():
+    """The functions come from the chart file; only the guards' codes come from the store."""
     text = page(CHARTS["task"], Implementations())
-    assert "| `submit` | NONE |" in text and "**missing**" in text
+    assert "| `submit` | NONE |" in text and "`pulse_trio.store.tasks:submit` (entry)" in text
+    assert "refuses with" not in text
 
 
 def test_dot_source_has_every_edge():
@@ -83,3 +84,31 @@ def test_svg_is_written_when_graphviz_is_installed(tmp_path, monkeypatch):
     render(out, STORE, ["key_permit"])
     svg = (out / "key_permit.svg").read_text()
     assert svg.startswith("<svg>") and '"HELD" -> "RELEASED"' in svg
+
+
+def test_the_readme_table_is_drawn_between_its_markers(tmp_path):
+    from pulse_trio.charts import ChartError
+    from pulse_trio.charts.render import COMPOSITES_BEGIN, COMPOSITES_END, composites_table, readme
+
+    table = composites_table()
+    assert ("| `lease.finish` | entry | `task.finish`, `key_permit.release` (keyed), `cancellation.resolve` "
+            "(a cancel intent is open) |") in table
+    assert "| `key_permit.release` | step | `task.key_freed` (tasks of the key wait) |" in table
+    assert "`schedule.fire` | entry | `task.submit` (an entry) |" in table
+    text = f"before\n{COMPOSITES_BEGIN}\nold rows\n{COMPOSITES_END}\nafter\n"
+    assert readme(text) == f"before\n{COMPOSITES_BEGIN}\n{table}{COMPOSITES_END}\nafter\n"
+    with pytest.raises(ChartError, match="goes between"):
+        readme("no markers\n")
+    (tmp_path / "README.md").write_text(text)
+    stale = render(tmp_path, STORE, check=True)
+    assert tmp_path / "README.md" in stale
+    render(tmp_path, STORE, svg=False)
+    assert (tmp_path / "README.md").read_text() == readme(text)
+    assert render(tmp_path, STORE, ["lease"], check=True) == []  # one chart: the README is not drawn
+
+
+def test_a_chart_page_says_what_each_function_runs_and_who_runs_it():
+    text = page(CHARTS["key_permit"], STORE)
+    assert ("| `release` | step | `task.key_freed` (tasks of the key wait) | `lease.finish` (keyed), `lease.lapse`, "
+            "`lease.revoke` (keyed) |") in text
+    assert "## Composite transactions" not in page(CHARTS["queue"], STORE)
