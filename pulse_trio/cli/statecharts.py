@@ -1,8 +1,10 @@
-"""`pulse-trio statecharts render`: diagrams in docs/ from statecharts/.
+"""`pulse-trio statecharts render`: diagrams in docs/ from statecharts/; `statecharts functions`: their names.
 
-The pages name the store's function behind each transition and the code of
-each guard: this command reads them from the store's registry and hands
-them to the renderer, so the charts package never imports the store.
+The pages give the code of each guard: this command reads it from the
+store's registry and hands it to the renderer, so the charts package never
+imports the store. The function behind each transition is named by the
+chart files themselves; `statecharts functions` compares those names with
+the registry and, with `--write`, rewrites them after a function moved.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     render.add_argument("--no-svg", action="store_true", help="skip the Graphviz .svg even if dot is installed")
     render.add_argument("charts", nargs="*", metavar="CHART", help="chart names (default: all)")
     render.set_defaults(run=_render, parser=render)
+    functions = actions.add_parser(
+        "functions", help="compare each chart's store function names with the registry (--write: mend them)")
+    mode = functions.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="write nothing; exit 1 on a difference (the default)")
+    mode.add_argument("--write", action="store_true", help="rewrite each `runs` to the registered function")
+    functions.set_defaults(run=_functions)
 
 
 def store_implementations():
@@ -31,6 +39,39 @@ def store_implementations():
     from pulse_trio.store import GUARDS
 
     return Implementations(guards=dict(GUARDS))
+
+
+def live_name(function) -> str:
+    """How a chart file names a registered function: ``module:function``."""
+    return f"{function.__module__}:{function.__qualname__}"
+
+
+def store_functions():
+    """What the store registers, as ``pulse_trio.charts.function_names`` compares it."""
+    from pulse_trio.charts.function_names import Live
+    from pulse_trio.store import REGISTRY
+
+    return {key: Live(live_name(r.function), r.entry) for key, r in REGISTRY.items()}
+
+
+def _functions(args: argparse.Namespace) -> int:
+    from pulse_trio.charts import load_specs
+    from pulse_trio.charts.function_names import differences, rewrite
+    from pulse_trio.charts.loader import definitions
+
+    found = differences(load_specs(), store_functions())
+    if args.write:
+        written = rewrite(definitions(), found)
+        for path in written:
+            print(f"wrote {path}")
+        if written:
+            print("now run `pulse-trio statecharts render`: the pages name the functions too")
+        found = [d for d in found if d.what != "runs"]
+    for d in found:
+        print(d, file=sys.stderr)
+    if found and not args.write:
+        print("`pulse-trio statecharts functions --write` mends the runs names", file=sys.stderr)
+    return EXIT_REFUSED if found else 0
 
 
 def _render(args: argparse.Namespace) -> int:
