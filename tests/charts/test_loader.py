@@ -232,10 +232,12 @@ def test_a_moved_function_is_renamed_in_its_chart_file_and_nothing_else(tmp_path
     (tmp_path / "lease.json").write_text(original)
     specs = {"lease": parse_chart(_raw("lease"), origin="lease.json")}
     live = {("lease", t): Live(f.runs, f.entry) for t, f in specs["lease"].functions.items()}
-    live[("lease", "finish")] = Live("pulse_trio.store.lease.commands:finish", True)
+    live[("lease", "finish")] = Live("pulse_trio.store.elsewhere:finish", True)
     live[("lease", "cancel")] = Live(live[("lease", "cancel")].runs, True)  # a kind: by hand
     found = differences(specs, live)
     assert [(d.trigger, d.what) for d in found] == [("finish", "runs"), ("cancel", "kind")]
     assert rewrite(tmp_path, found) == [tmp_path / "lease.json"]
+    old = specs["lease"].functions["finish"].runs
     assert (tmp_path / "lease.json").read_text() == original.replace(
-        '"runs": "pulse_trio.store.leases:finish"', '"runs": "pulse_trio.store.lease.commands:finish"')
+        f'"runs": "{old}"', '"runs": "pulse_trio.store.elsewhere:finish"')
+    assert original.count(old) == 1

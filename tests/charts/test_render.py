@@ -35,8 +35,9 @@ def test_every_transition_and_its_function_is_listed():
     text = page(CHARTS["task"], STORE)
     for t in CHARTS["task"].spec.transitions:
         assert f"| `{t.trigger}` | {t.source} | {t.dest} |" in text
-    assert "`pulse_trio.store.tasks:submit` (entry)" in text
-    assert "`pulse_trio.store.task_steps:offer` (step)" in text
+    functions = CHARTS["task"].spec.functions
+    assert f"`{functions['submit'].runs}` (entry)" in text
+    assert f"`{functions['offer'].runs}` (step)" in text
     assert "refuses with `task_not_found`" in text
 
 
@@ -63,7 +64,7 @@ def test_flags_after_the_separator_and_unknown_charts(tmp_path, capsys):
 def test_a_page_without_the_store_still_names_the_functions():
     """The functions come from the chart file; only the guards' codes come from the store."""
     text = page(CHARTS["task"], Implementations())
-    assert "| `submit` | NONE |" in text and "`pulse_trio.store.tasks:submit` (entry)" in text
+    assert "| `submit` | NONE |" in text and f"`{CHARTS['task'].spec.functions['submit'].runs}` (entry)" in text
     assert "refuses with" not in text
 
 

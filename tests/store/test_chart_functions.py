@@ -35,15 +35,16 @@ def test_each_name_imports_the_registered_function_itself():
 
 def test_differences_name_what_to_write():
     specs = load_specs(["lease"])
+    named = specs["lease"].functions
     live = {key: value for key, value in store_functions().items() if key[0] == "lease"}
-    live[("lease", "finish")] = Live("pulse_trio.store.lease.commands:finish", True)
+    live[("lease", "finish")] = Live("pulse_trio.store.elsewhere:finish", True)
     live[("lease", "revoke")] = Live(live[("lease", "revoke")].runs, True)
     del live[("lease", "renew")]
     assert [str(d) for d in differences(specs, live)] == [
-        "statecharts/lease.json functions.renew: the chart names 'pulse_trio.store.leases:renew', but the store "
+        f"statecharts/lease.json functions.renew: the chart names {named['renew'].runs!r}, but the store "
         "registers no function",
-        "statecharts/lease.json functions.finish.runs: the chart says 'pulse_trio.store.leases:finish', the store "
-        "registers 'pulse_trio.store.lease.commands:finish'",
+        f"statecharts/lease.json functions.finish.runs: the chart says {named['finish'].runs!r}, the store "
+        "registers 'pulse_trio.store.elsewhere:finish'",
         "statecharts/lease.json functions.revoke.kind: the chart says 'step', the store registers 'entry'",
     ]
 

@@ -15,7 +15,8 @@ import pytest
 from pulse_trio.charts import CHARTS
 from pulse_trio.dburl import connect
 from pulse_trio.store import (
-    FinishReport, expire, finish, lapse, new_credentials, assign, release_after_quarantine, request_cancel, start,
+    FinishReport, NewTask, assign, expire, finish, lapse, new_credentials, promote, release_after_quarantine,
+    request_cancel, retry, start, submit,
 )
 from pulse_trio.store.tx import Tx
 
@@ -206,8 +207,6 @@ def test_a_quarantine_running_out_brings_back_a_waiting_task_of_its_key(world, k
 
 
 def test_submits_place_a_fairness_key_on_its_clock(world):
-    from pulse_trio.store import NewTask, submit
-
     first = [NewTask("q", "k", fairness_key="f")]
     assert trail(world, submit, tasks=first) == declared("task.submit", "a fairness key new to the queue")
     assert trail(world, submit, tasks=[NewTask("q", "k", fairness_key="f")]) == declared(
@@ -225,3 +224,16 @@ def test_resume_carries_an_operators_drain_to_the_new_session(world):
     new = world.worker("q")
     assert trail(world, resume, request=world.resume_request(new, old, offer), start_timeout_ms=30_000) == declared(
         "lease.resume", "an operator drained the old instance")
+
+
+def test_a_promoted_task_and_a_retry_are_placed_on_their_keys_clock(world):
+    import datetime as dt
+
+    w = world.worker("q")
+    world.submit("elsewhere", fairness_key="later", due_at=world.now + dt.timedelta(seconds=1))
+    world.advance(1000)
+    assert trail(world, promote) == declared("task.promote", "a fairness key new to the queue")
+    failed = world.running(w, fairness_key="f")
+    world.finish(w, failed, 2, status="FAILED")
+    assert trail(world, retry, source_task_id=failed.task.task_id) == declared(
+        "task.retry", "a fairness key the queue has placed before")
