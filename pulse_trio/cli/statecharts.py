@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pulse_trio.cli.common import EXIT_REFUSED
+
+if TYPE_CHECKING:
+    from pulse_trio.charts.function_names import Live
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -34,19 +39,19 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def store_implementations():
-    """The store's functions and guards, as the renderer takes them."""
+    """The store's guards, as the renderer takes them (the chart files name the functions)."""
     from pulse_trio.charts.render import Implementations
     from pulse_trio.store import GUARDS
 
     return Implementations(guards=dict(GUARDS))
 
 
-def live_name(function) -> str:
+def live_name(function: Callable[..., Any]) -> str:
     """How a chart file names a registered function: ``module:function``."""
     return f"{function.__module__}:{function.__qualname__}"
 
 
-def store_functions():
+def store_functions() -> dict[tuple[str, str], Live]:
     """What the store registers, as ``pulse_trio.charts.function_names`` compares it."""
     from pulse_trio.charts.function_names import Live
     from pulse_trio.store import REGISTRY
