@@ -25,8 +25,9 @@ each of its connections one wake-up however many of its commands it holds.
 
 Bounds: the connection's in-flight limit (``in_flight_limit``) bounds its
 commands between read and answer, and an outcome counts as in flight
-until applied; each ride-along offer list rides on an accepted finish of
-the same batch. So the inbox holds at most twice the in-flight limit.
+until applied; each ride-along entry (offers, or the leases a failed
+batch may have made) rides on a finish of the same batch, one per session
+and batch. So the inbox holds at most twice the in-flight limit.
 
 Leases posted and not yet applied (ride-along offers, the leases a failed
 batch's claims may have made) count as the session's at once
