@@ -10,10 +10,15 @@ queue, so a batch's database time (statements, the durable COMMIT)
 overlaps the next batch's Python instead of holding every lease behind it.
 
 Submitting costs no Trio task and no channel hop: :meth:`submit` appends to
-a queue and the lane calls each command's ``done`` callback, in the Trio
-thread, once the batch has committed. The queue is bounded by its callers:
-a connection holds at most ``in_flight_limit(capacity)`` commands, and
-stops reading while it does.
+a queue. The lane does not apply a command's outcome to its session: it
+posts the outcome to the connection's inbox (``session_inbox.py``), and
+the connection's own results task, in the connection's nursery, applies
+what its inbox holds, all of it at each wake-up (one wake-up per batch per
+connection, however many of its commands the batch held). So the lanes
+never change a session, and a connection's state has one kind of writer:
+its own tasks. The queue is bounded by its callers: a connection holds at
+most ``in_flight_limit(capacity)`` commands (an outcome counts until its
+connection applied it), and stops reading while it does.
 
 Each batch holds at most one command per lease, and no lease is in two
 running batches: a command whose lease another lane holds waits in the
@@ -24,11 +29,13 @@ rows (a key's permit counter); each store function locks its rows in id
 order, and a deadlock between two batches is retried, then falls back to
 one transaction per command, as for the batches of two service instances.
 A command that was queued always runs, even if its connection has gone
-since: its outcome is in the database and a replay finds the receipt.
+since: its outcome is in the database and a replay finds the receipt (the
+closed inbox drops the rest of it; the lane still counts it in the metrics).
 
 While the queues are deep, a batch with finishes also claims the next work
 for the slots they freed, in its own transaction (``ride_along.py``): the
-offers are pushed right after the acks, in the same outbox write. A batch
+offers are posted to the inbox right after the acks, so they leave in the
+same outbox write. A batch
 that falls back to one transaction per command claims nothing.
 """
 
@@ -56,8 +63,13 @@ LANES = 3
 #: Each command type's batch function, in the order a batch runs them (finishes last: ride-along claims follow them).
 _FUNCTIONS: dict[type, Callable[..., list[Any]]] = {StartCommand: start, RenewCommand: renew, FinishCommand: finish}
 
-#: A command's outcome: a CommandAck, a Refusal, or the exception that failed its batch.
-Done = Callable[[Any], None]
+
+
+class CommandResults(Protocol):
+    """Where a command's outcome goes: its connection's inbox (``session_inbox.SessionInbox``)."""
+
+    def command_done(self, request: Any, outcome: Any) -> None:
+        """Post the outcome (a CommandAck, a Refusal, or the exception that failed the batch); never apply it here."""
 
 
 class RideAlong(Protocol):
@@ -71,7 +83,7 @@ class RideAlong(Protocol):
         """
 
     def committed(self, claims: Any) -> None:
-        """The batch committed (its acks are queued): push the offers its claims made."""
+        """The batch committed (its acks are posted): post the offers its claims made."""
 
     def uncertain(self, plan: Any) -> None:
         """The batch failed or fell back: count the leases the plan's claims may have made."""
@@ -82,7 +94,8 @@ class RideAlong(Protocol):
 @dataclasses.dataclass(eq=False, slots=True)
 class _Pending:
     command: AnyLeaseCommand
-    done: Done
+    results: CommandResults
+    request: Any  # the frame that asked, handed back with the outcome
 
 
 class LeaseCommandBatcher:
@@ -99,9 +112,9 @@ class LeaseCommandBatcher:
         self.batches = 0
         self.commands = 0
 
-    def submit(self, command: AnyLeaseCommand, done: Done) -> None:
-        """Queue one command; ``done(outcome)`` is called once its batch has run."""
-        self._queue.append(_Pending(command, done))
+    def submit(self, command: AnyLeaseCommand, results: CommandResults, request: Any) -> None:
+        """Queue one command; ``results.command_done(request, outcome)`` is posted once its batch has run."""
+        self._queue.append(_Pending(command, results, request))
         self._idle_lanes.unpark()
 
     def statistics(self) -> dict[str, float]:
@@ -161,7 +174,7 @@ class LeaseCommandBatcher:
 
     def _complete(self, batch: Sequence[_Pending], groups: dict[type, list[_Pending]], outcomes: list,
                   plan: Any, calls: int) -> None:
-        """Answer every command of the batch, then push its ride-along offers (same outbox write)."""
+        """Post every command's outcome to its connection's inbox, then the batch's ride-along offers."""
         ride_along = self.ride_along
         claims = None
         if plan is not None:
@@ -174,10 +187,11 @@ class LeaseCommandBatcher:
         for (kind, items), outcome in zip(groups.items(), outcomes, strict=True):
             for i, pending in enumerate(items):
                 try:
-                    pending.done(outcome if isinstance(outcome, BaseException) else outcome[i])
+                    pending.results.command_done(pending.request,
+                                                 outcome if isinstance(outcome, BaseException) else outcome[i])
                 except Exception:  # one connection's bug must not cost the others their answers
                     log.exception("completing %s of lease %s failed", kind.__name__, pending.command.lease_id)
-        if claims:  # after the acks, with no await between: the same outbox write, and counts never low
+        if claims:  # after the acks, with no await between: the same inbox take, and counts never low
             ride_along.committed(claims)
 
 

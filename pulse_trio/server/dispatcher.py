@@ -192,13 +192,13 @@ class Dispatcher:
                  for s, want in zip(hungry, wants)]
         self.claims += len(calls)
         # Each held= is a count taken now: until the claim is settled, a resume into one of
-        # these sessions waits (LiveSession.claim_settled), or both could fill one slot.
-        claims = [session.claim_begun() for session in hungry]
+        # these sessions waits (SessionInbox.claim_settled), or both could fill one slot.
+        claims = [session.inbox.claim_begun() for session in hungry]
         try:
             return self._settle(hungry, wants, calls, await self._run_claims(calls, hungry), dry)
         finally:
             for session, claim in zip(hungry, claims):
-                session.claim_settled(claim)
+                session.inbox.claim_settled(claim)
 
     async def _run_claims(self, calls: list, hungry: list[LiveSession]) -> list:
         results: list = []

@@ -1,25 +1,30 @@
-"""What one worker connection needs of its instance: built once by the service, shared by every connection.
+"""What the worker endpoint's two sides may use of their instance: built once by the service, shared by every connection.
 
-A connection (``wire.py``) and its session (``live_session.py``) see
-the instance only through this object, never through the service that
-composes it; each binds the few methods it calls per frame when it is
-built, so a frame pays no lookup through here.
+Each side gets only what it uses, named, so a reader sees what it can touch:
+
+* :class:`WorkerEndpoint`, the socket side (``wire.py``): the listen address
+  and hello timeout, the frame counters, the registry of open connections,
+  keepalive, the token checks, and the :class:`SessionServices` it hands to
+  each session it opens;
+* :class:`SessionServices`, the session side (``live_session.py``): the
+  settings it announces, the clock, the hub, and the few calls it makes
+  into the store, the request coalescer, the command batcher and the metrics.
+
+Neither sees the service that composes them. The calls are bound methods,
+fetched once here, so a frame pays no lookup through these objects.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
-from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.keepalive import Keepalive
 from pulse_trio.server.live_settings import LiveSettings
-from pulse_trio.server.metrics import ServiceMetrics
-from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.server.token_checks import TokenChecks
-from pulse_trio.store.trio_bridge import Store
 
 
 class OpenConnection(Protocol):
@@ -30,23 +35,43 @@ class OpenConnection(Protocol):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
-class WorkerEndpoint:
-    """The worker endpoint's shared parts: what a connection reads, and where it registers."""
+class SessionServices:
+    """All a live session (``live_session.LiveSession``) may use of its instance."""
 
+    #: Read only: the hello timeout, and the lease TTL and start timeout a welcome announces.
     settings: LiveSettings
-    store: Store
     clock: ServiceClock
+    #: Where a welcomed session registers, and what it tells the dispatcher (freed slots, new capacity).
     hub: SessionHub
-    metrics: ServiceMetrics
-    batcher: LeaseCommandBatcher
-    #: Hellos and capacity frames of every connection, in shared transactions.
-    requests: SessionRequests
+    #: ``Store.run``: a transaction of the session's own (a resume, the disconnect).
+    run_in_store: Callable[..., Awaitable[Any]]
+    #: ``SessionRequests.call``: a hello or capacity frame, in a transaction shared with other connections'.
+    call_request: Callable[..., Awaitable[Any]]
+    #: ``LeaseCommandBatcher.submit``: queue a lease command; its outcome comes back through the session's inbox.
+    submit_command: Callable[..., None]
+    #: ``ServiceMetrics`` counters a session feeds: acked commands, errors answered, offers made.
+    count_command: Callable[[Any, Any], None]
+    count_error: Callable[[str], None]
+    observe_assign: Callable[[Any, Any], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class WorkerEndpoint:
+    """All a worker connection's socket loop (``wire.WireConnection``) may use of its instance."""
+
+    #: Read only: the listen address, the hello timeout.
+    settings: LiveSettings
+    #: ``ServiceMetrics`` counters of frames read and written.
+    count_frame_in: Callable[[int], None]
+    count_frame_out: Callable[[int], None]
     #: The open connections (the service shuts them down; liveness too, when the node is cut off or lost).
     connections: set[OpenConnection]
     #: The handshakes' worker token checks (one lookup per token at a time).
     tokens: TokenChecks
     #: Pings the open connections, each in its slot (set once, by the service, before any connection).
     keepalive: Keepalive
+    #: What each session opened here is given.
+    sessions: SessionServices
 
 
-__all__ = ["OpenConnection", "WorkerEndpoint"]
+__all__ = ["OpenConnection", "SessionServices", "WorkerEndpoint"]

@@ -7,7 +7,8 @@ beside every session, the *hungry* ones: those with a free slot, per
 queue they subscribe to, and those past their refill mark. A dispatch
 pass visits only those, so its cost follows the sessions that can take
 work, not the sessions connected. The dispatcher hands committed offers
-back to the session (``offers_committed``); it never touches a socket.
+back to the session (``offers_committed``; a batch's ride-along offers go
+through the session's inbox); it never touches a socket.
 """
 
 from __future__ import annotations

@@ -14,12 +14,16 @@ one place:
   answer before the next frame is read (they are rare and their order
   matters; hello and capacity share their transaction with other
   connections', ``registrations.py``); lease commands go to the command
-  batcher and are answered by callback, so a connection costs no Trio task
-  per command;
+  batcher, whose lanes post each outcome to this session's
+  :class:`~pulse_trio.server.session_inbox.SessionInbox`; the session's
+  results task (:meth:`LiveSession.apply_results`, run in the connection's
+  nursery by the transport) applies them, so a connection costs no Trio
+  task per command and the lanes never change a session;
 * the live record the dispatcher reads (capacity, drain, active leases,
   subscriptions): only methods of this class change it, whoever learns
-  the news (the session's own acks, the dispatcher's offers, the timers'
-  lease ends and reconciliation, a resume that moved a lease here), and
+  the news (the session's own acks and ride-along offers, through its
+  inbox; the dispatcher's offers, the timers' lease ends and
+  reconciliation, a resume that moved a lease here, by direct call), and
   each change re-files the session in the hub as hungry or not
   (``SessionHub.refresh``), so a dispatch pass finds the hungry sessions
   without walking the others;
@@ -34,7 +38,6 @@ new connection, on this instance or another.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import Iterable
@@ -47,6 +50,7 @@ from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.grammar import new_id
 from pulse_trio.server import to_wire
+from pulse_trio.server.session_inbox import OFFERS, UNCERTAIN, SessionInbox
 from pulse_trio.session import Close, Reject, Request, ServerSession
 from pulse_trio.store import instances
 from pulse_trio.store.results import AssignResult, CancelNotice, Refusal
@@ -54,7 +58,7 @@ from pulse_trio.store.resume import ResumeRequest, resume
 from pulse_trio.store.inputs import AnyLeaseCommand, FinishCommand, FinishReport, RenewCommand, StartCommand
 
 if TYPE_CHECKING:
-    from pulse_trio.server.endpoint import WorkerEndpoint
+    from pulse_trio.server.endpoint import SessionServices
     from pulse_trio.tokens import TokenInfo
 
 log = logging.getLogger("pulse_trio.connection")
@@ -92,11 +96,14 @@ class Outbox(Protocol):
 class LiveSession:
     """Requests, lease counting and drain bookkeeping of one connection."""
 
-    def __init__(self, endpoint: WorkerEndpoint, token: TokenInfo, outbox: Outbox) -> None:
-        self.endpoint = endpoint
-        # Called for every lease command: bound once here, not looked up through the endpoint each time.
-        self._submit_command = endpoint.batcher.submit
-        self._count_command = endpoint.metrics.count_command
+    def __init__(self, services: SessionServices, token: TokenInfo, outbox: Outbox) -> None:
+        self.services = services
+        # Called for every lease command: bound once here, not looked up through the services each time.
+        self._submit_command = services.submit_command
+        self._hub = services.hub
+        #: Where the lanes post this session's outcomes; only :meth:`apply_results` takes them.
+        self.inbox = SessionInbox(count_command=services.count_command, task_ended=services.hub.task_ended,
+                                  observe_assign=services.observe_assign, now=services.clock.now)
         self.token = token
         self.outbox = outbox
         self.protocol = ServerSession(new_id("ses_"))
@@ -114,8 +121,6 @@ class LiveSession:
         #: so a claim can take ``active_leases`` as given (``assign(held=...)``).
         self._held: set[str] = set()
         self._resuming = 0  # resumes in flight: counted before they commit
-        #: One event per claim in flight that was built with this session's count (:meth:`claim_begun`).
-        self._claims: set[trio.Event] = set()
         self.closing = False
         self._in_flight = 0
         self.in_flight_limit = MIN_IN_FLIGHT  # follows the declared capacity
@@ -124,8 +129,11 @@ class LiveSession:
     # -- what the dispatcher reads ------------------------------------------
     @property
     def active_leases(self) -> int:
-        """Offered or running leases this session holds: an upper bound of the database's count."""
-        return len(self._held) + self._resuming
+        """Offered or running leases this session holds: an upper bound of the database's count.
+
+        Leases posted to the inbox and not yet applied count already (``SessionInbox.leases_posted``).
+        """
+        return len(self._held) + self._resuming + self.inbox.leases_posted
 
     @property
     def free_slots(self) -> int:
@@ -169,7 +177,7 @@ class LiveSession:
         return self._send_reject(event)
 
     def hello_timed_out(self) -> None:
-        timeout = self.endpoint.settings.current.hello_timeout
+        timeout = self.services.settings.current.hello_timeout
         self._send_reject(self.protocol.fail(e.HELLO_REQUIRED, f"no worker.hello within {timeout:g}s"))
 
     def pong_missing(self) -> None:
@@ -185,15 +193,20 @@ class LiveSession:
             self.outbox.close(e.CLOSE_GOING_AWAY, "server shutting down")
 
     async def release(self) -> None:
-        """The connection has ended: leave the hub, record the disconnect (call shielded)."""
+        """The connection has ended: close the inbox, leave the hub, record the disconnect (call shielded).
+
+        The results task has ended with the connection's nursery: outcomes
+        posted since, and from now on, are dropped (their commands committed).
+        """
         self.closing = True
+        self.inbox.close()
         if self.instance_id is not None:
-            endpoint = self.endpoint
-            endpoint.hub.remove(self.session_id)
+            services = self.services
+            services.hub.remove(self.session_id)
             with trio.move_on_after(10):
                 try:
-                    await endpoint.store.run(instances.disconnect, session_id=self.session_id,
-                                             now=endpoint.clock.now())
+                    await services.run_in_store(instances.disconnect, session_id=self.session_id,
+                                                now=services.clock.now())
                 except Exception:  # the lease timers clean up after a lost disconnect
                     log.warning("disconnect of %s not recorded", self.session_id, exc_info=True)
         self.protocol.release()
@@ -216,7 +229,7 @@ class LiveSession:
             self._send_reject(reject)
 
     async def _hello(self, hello: m.WorkerHello) -> bool:
-        endpoint = self.endpoint
+        services = self.services
         new = instances.NewInstance(
             worker_name=hello.worker_name,
             subscriptions=instances.subscriptions_from([(s.queue, s.kinds) for s in hello.subscriptions]),
@@ -228,8 +241,8 @@ class LiveSession:
             session_id=self.session_id,
         )
         try:
-            result = await endpoint.requests.call(instances.register, instance=new, now=endpoint.clock.now(),
-                                                  allowed_queues=self.token.queues or None)
+            result = await services.call_request(instances.register, instance=new, now=services.clock.now(),
+                                                 allowed_queues=self.token.queues or None)
         except Exception:
             log.exception("registration failed in the store")
             self._refuse_internal(hello.id, fatal=True)
@@ -239,9 +252,9 @@ class LiveSession:
             if reject is not None:
                 self._send_reject(reject)
             return False
-        settings = endpoint.settings
+        settings = services.settings
         body = to_wire.welcome(result.instance, lease_ttl_ms=settings.lease_ttl_ms,
-                               start_timeout_ms=settings.start_timeout_ms, now=endpoint.clock.now(),
+                               start_timeout_ms=settings.start_timeout_ms, now=services.clock.now(),
                                secret=result.instance_secret)
         frame = self.protocol.welcome(hello.id, body)
         if frame is None:
@@ -252,7 +265,7 @@ class LiveSession:
         self.queues = {s.queue: (frozenset(s.kinds) if s.kinds is not None else None) for s in hello.subscriptions}
         self.concurrency_keys = hello.concurrency_keys
         self.cancellation_notifications = hello.cancellation_notifications
-        endpoint.hub.add(self)
+        services.hub.add(self)
         log.info("session registered", extra={"session_id": self.session_id, "instance_id": self.instance_id})
         return True
 
@@ -268,10 +281,10 @@ class LiveSession:
         return result.message or result.code
 
     async def _capacity(self, msg: m.WorkerCapacity) -> None:
-        endpoint = self.endpoint
-        result = await endpoint.requests.call(instances.set_capacity, session_id=self.session_id,
-                                              sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
-                                              now=endpoint.clock.now())
+        services = self.services
+        result = await services.call_request(instances.set_capacity, session_id=self.session_id,
+                                             sequence=msg.sequence, capacity=msg.capacity, drain=msg.drain,
+                                             now=services.clock.now())
         if isinstance(result, Refusal):
             self._refuse(msg.id, e.INVALID_TRANSITION, result.message or result.code)
             return
@@ -280,31 +293,31 @@ class LiveSession:
             self.protocol.capacity_applied(result.instance.drain)
             self.capacity = msg.capacity
             self.in_flight_limit = in_flight_limit(msg.capacity)
-            endpoint.hub.refresh(self)
-            endpoint.hub.wake()
+            services.hub.refresh(self)
+            services.hub.wake()
         elif result.instance.drain:
             # A repeated sequence asks for the stored state (the SDK's drain check): an
             # operator's drain made through another instance reaches this session here.
             self.drain_hinted()
-        settings = endpoint.settings
+        settings = services.settings
         body = to_wire.welcome(result.instance, lease_ttl_ms=settings.lease_ttl_ms,
-                               start_timeout_ms=settings.start_timeout_ms, now=endpoint.clock.now())
+                               start_timeout_ms=settings.start_timeout_ms, now=services.clock.now())
         self._send(self.protocol.ack(msg.id, body))
 
     async def _resume(self, msg: m.WorkerResume) -> None:
-        endpoint = self.endpoint
+        services = self.services
         request = ResumeRequest(session_id=self.session_id, instance_id=msg.instance_id,
                                 instance_secret=msg.instance_secret, task_id=msg.task_id,
                                 lease_id=msg.lease_id, lease_secret=msg.lease_secret)
         # Counted before it can commit: a claim built from now on leaves its slot alone. A claim
         # built before took the session's count without it: let that claim settle first.
         self._resuming += 1
-        endpoint.hub.refresh(self)
+        services.hub.refresh(self)
         try:
-            for claim in list(self._claims):
+            for claim in self.inbox.claims():
                 await claim.wait()
-            result = await endpoint.store.run(resume, request=request, now=endpoint.clock.now(),
-                                              start_timeout_ms=endpoint.settings.start_timeout_ms)
+            result = await services.run_in_store(resume, request=request, now=services.clock.now(),
+                                                 start_timeout_ms=services.settings.start_timeout_ms)
         except BaseException:
             self.leases_uncertain((msg.lease_id,))  # it may have committed
             raise
@@ -312,14 +325,14 @@ class LiveSession:
             self._resuming -= 1
         if not isinstance(result, Refusal):
             self._held.add(msg.lease_id)
-        endpoint.hub.refresh(self)
+        services.hub.refresh(self)
         if isinstance(result, Refusal):
             fatal = False if result.code == e.PERMISSION_DENIED else None
             self._refuse(msg.id, result.code, result.message or result.code, fatal=fatal)
             return
         # The lease left its previous owner: when that session lives here, free
         # its slot now (elsewhere, that instance's timers reconcile its count).
-        previous = endpoint.hub.by_instance(msg.instance_id)
+        previous = services.hub.by_instance(msg.instance_id)
         if previous is not None and previous is not self:
             previous.lease_ended(msg.lease_id)
         self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
@@ -337,16 +350,37 @@ class LiveSession:
         else:
             command = RenewCommand(self.session_id, msg.task_id, msg.lease_id, msg.lease_secret, msg.revision)
         self._in_flight += 1
-        self._submit_command(command, functools.partial(self._command_done, msg))
+        self._submit_command(command, self.inbox, msg)
+
+    # -- outcomes back (the connection's results task) ---------------------------
+    async def apply_results(self) -> None:
+        """The connection's results task: apply what the lanes posted to the inbox, in order, until cancelled.
+
+        Run by the transport in the connection's nursery, so only the
+        connection's own tasks change this session. Each wake-up applies
+        everything posted since, with no await between: a batch's acks and
+        offers leave in one outbox write.
+        """
+        take = self.inbox.take
+        while True:
+            for head, outcome in await take():
+                try:
+                    if head is OFFERS:
+                        self._offers_arrived(outcome)
+                    elif head is UNCERTAIN:
+                        self.leases_uncertain(outcome)
+                    else:
+                        self._command_done(head, outcome)
+                except Exception:  # a bug in one outcome must not cost the connection the others
+                    log.exception("applying an outcome to %s failed", self.session_id)
 
     def _command_done(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish, outcome: Any) -> None:
-        """The batcher's callback, in the Trio thread, once the command's batch has run."""
+        """One command's outcome (the lane counted it already): free its in-flight place, answer."""
         self._in_flight -= 1
         if self._room is not None and self._in_flight < self.in_flight_limit:
             self._room.set()
             self._room = None
-        if isinstance(outcome, BaseException):
-            log.error("lease command %s failed in the store: %r", msg.id, outcome)
+        if isinstance(outcome, BaseException):  # the lane logged it
             self._refuse_internal(msg.id)
             return
         if isinstance(outcome, Refusal):
@@ -354,47 +388,34 @@ class LiveSession:
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
             self.lease_ended(msg.lease_id)
-            self.endpoint.hub.task_ended(msg.task_id)
-        self._count_command(msg, outcome)
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
+
+    def _offers_arrived(self, result: AssignResult) -> None:
+        """A ride-along claim's offers (counted and measured by the lane already): hold them, push them."""
+        offers = result.offers
+        self._held.update(offer.lease.lease_id for offer in offers)
+        self._hub.refresh(self)
+        self._push(offers)
 
     # -- what the dispatcher and the timers tell the session --------------------
     def offers_committed(self, result: AssignResult, want: int) -> bool:
-        """Push the offers a claim committed; True when the claim came back short (the queues are dry)."""
+        """Push the offers a dispatcher claim committed; True when the claim came back short (the queues are dry)."""
         offers = result.offers
         self._held.update(offer.lease.lease_id for offer in offers)
-        self.endpoint.hub.refresh(self)
-        now = self.endpoint.clock.now()
-        metrics = self.endpoint.metrics
+        self._hub.refresh(self)
+        now = self.services.clock.now()
+        observe = self.services.observe_assign
+        for offer in offers:
+            observe(offer, now)
+        self._push(offers)
+        return len(offers) < want
+
+    def _push(self, offers: Iterable[Any]) -> None:
         for offer in offers:
             frame = self.protocol.assign(to_wire.assigned_task(offer.task),
                                          to_wire.lease(offer.lease, secret=offer.lease_secret))
             if frame is None or not self.outbox.send(frame):
                 log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
-            metrics.observe_assign(offer, now)
-        return len(offers) < want
-
-    def claim_begun(self) -> trio.Event:
-        """A claim took this session's lease count as given (``assign(held=...)``).
-
-        Until :meth:`claim_settled`, a lease resumed into this session would
-        not be in that count, and the claim could fill the slot the resume
-        took: a resume waits for the claims begun before it (a claim is
-        short, and resumes are rare). Returns the claim's token.
-        """
-        claim = trio.Event()
-        self._claims.add(claim)
-        return claim
-
-    @property
-    def claims_in_flight(self) -> int:
-        """Claims built with this session's count and not yet settled (a resume waits for them)."""
-        return len(self._claims)
-
-    def claim_settled(self, claim: trio.Event) -> None:
-        """The claim committed (its offers counted) or failed (its leases counted as uncertain)."""
-        claim.set()
-        self._claims.discard(claim)
 
     def leases_uncertain(self, lease_ids: Iterable[str]) -> None:
         """A claim or resume whose outcome is unknown may have given these leases: count them.
@@ -402,12 +423,12 @@ class LiveSession:
         Reconciliation forgets those the database does not hold for this session.
         """
         self._held.update(lease_ids)
-        self.endpoint.hub.refresh(self)
+        self._hub.refresh(self)
 
     def lease_ended(self, lease_id: str) -> None:
         """One of this session's leases ended (finish, a timer, a resume elsewhere); told twice is told once."""
         self._held.discard(lease_id)
-        hub = self.endpoint.hub
+        hub = self._hub
         hub.refresh(self)
         hub.slot_freed()
 
@@ -431,7 +452,7 @@ class LiveSession:
         if not gone:
             return False
         self._held -= gone
-        self.endpoint.hub.refresh(self)
+        self._hub.refresh(self)
         return True
 
     @property
@@ -442,7 +463,7 @@ class LiveSession:
     def drain_hinted(self) -> None:
         """The session is drained (an operator's drain seen elsewhere): no more offers."""
         self.protocol.operator_drained()
-        self.endpoint.hub.refresh(self)
+        self._hub.refresh(self)
 
     def notify_cancel(self, notice: CancelNotice) -> None:
         frame = self.protocol.cancel(notice.task_id, notice.lease_id, notice.cancel_requested_at,
@@ -464,7 +485,7 @@ class LiveSession:
         """Send an error frame (and close after it when fatal); False when the connection ends."""
         if reject is None:
             return True
-        self.endpoint.metrics.count_error(reject.code)
+        self.services.count_error(reject.code)
         self.outbox.send(reject.frame)
         if reject.close_code is not None:
             self.outbox.close(reject.close_code, reject.code)

@@ -22,7 +22,10 @@ The rules (docs/priority-and-fairness.md §4):
   locks its riders' session rows shared before anything else, so the
   lock order stays session -> lease -> task (docs/storage.md §3);
 * nothing for a session that drains or closes, or left the hub;
-* offers are pushed only once the batch committed; a batch whose outcome
+* offers are posted to the session's inbox (``session_inbox.py``) only
+  once the batch committed, right after its acks; the session's own
+  results task pushes them, and they count as the session's leases from
+  the post on; a batch whose outcome
   is unknown (it failed, or fell back to one transaction per command
   after a ride-along claim had run) counts the leases its claims may have
   made as held, until reconciliation forgets those that do not exist.
@@ -56,7 +59,7 @@ class _Rider:
     held: int  # the session's live leases as counted when the batch started (its finishes among them)
     leases: frozenset[str]  # its finishing leases that count was made of
     credentials: tuple[LeaseCredential, ...]  # one per finish: the most it may be offered
-    claim: Any = None  # the session's token for this claim (LiveSession.claim_begun): resumes wait for it
+    claim: Any = None  # the session's token for this claim (SessionInbox.claim_begun): resumes wait for it
 
 
 @dataclasses.dataclass(slots=True)
@@ -77,7 +80,7 @@ class RideAlongPlan:
         """The batch is over (committed, failed or cancelled): resumes into the riders may go on."""
         for rider in self.riders.values():
             if rider.claim is not None:
-                rider.session.claim_settled(rider.claim)
+                rider.session.inbox.claim_settled(rider.claim)
                 rider.claim = None
 
     def lock_sessions(self, tx: Tx) -> None:
@@ -112,7 +115,11 @@ class RideAlongPlan:
 
 
 class RideAlong:
-    """Plans a batch's ride-along claims and hands their offers to the sessions."""
+    """Plans a batch's ride-along claims and posts their offers to the sessions' inboxes.
+
+    It reads the sessions (to plan) but never changes one: what it hands a
+    session goes through the session's inbox, applied by the session's own task.
+    """
 
     def __init__(self, *, hub: SessionHub, dispatcher: Dispatcher, settings: LiveSettings) -> None:
         self.hub, self.dispatcher, self.settings = hub, dispatcher, settings
@@ -137,19 +144,21 @@ class RideAlong:
                 riders[sid] = _Rider(session, session.active_leases, mine, new_credentials(len(mine)))
         if not riders:
             return None
-        for rider in riders.values():  # its held= is a count taken now (see LiveSession.claim_begun)
-            rider.claim = rider.session.claim_begun()
+        for rider in riders.values():  # its held= is a count taken now (see SessionInbox.claim_begun)
+            rider.claim = rider.session.inbox.claim_begun()
         settings = self.settings
         return RideAlongPlan(riders, finishes, now, settings.start_timeout_ms, settings.lease_ttl_ms, hub.paused)
 
     def committed(self, claims: list[tuple[_Rider, int, Any]]) -> None:
-        """The batch committed (its acks are queued): push the offers, in the same outbox write."""
+        """The batch committed (its acks are posted): post the offers after them, for the same outbox write."""
         for rider, want, result in claims:
             if not isinstance(result, AssignResult):
                 continue  # the session is gone (refused): nothing was offered
             self.claims += 1
             self.offers += len(result.offers)
-            rider.session.offers_committed(result, want)
+            session = rider.session
+            session.inbox.offers_committed(result)
+            self.hub.refresh(session)  # its count took the offers: the hub files it as full, if it is
             if len(result.offers) < min(want, result.free_slots):
                 # Short of work, not of room (a lowered capacity, a drain): the queues are not deep any more.
                 self.dispatcher.backlogged = False
@@ -158,7 +167,8 @@ class RideAlong:
         """The batch's outcome is unknown after its claims ran: count the leases they may have made."""
         if plan.ran:
             for rider in plan.riders.values():
-                rider.session.leases_uncertain(c.lease_id for c in rider.credentials)
+                rider.session.inbox.leases_uncertain(c.lease_id for c in rider.credentials)
+                self.hub.refresh(rider.session)
 
     def statistics(self) -> dict[str, int]:
         return {"claims": self.claims, "offers": self.offers}

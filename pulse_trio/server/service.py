@@ -6,7 +6,8 @@ clock, the session hub, the :class:`~pulse_trio.server.live_settings.LiveSetting
 the metrics), and runs them. No other server module imports it
 (``tests/foundation/test_import_graph.py``): a part never reaches back
 into the whole. Worker connections share one
-:class:`~pulse_trio.server.endpoint.WorkerEndpoint`.
+:class:`~pulse_trio.server.endpoint.WorkerEndpoint` (their socket side) and
+one :class:`~pulse_trio.server.endpoint.SessionServices` (their sessions').
 
 What runs beside it in the same process (the HTTP API) is handed in as a
 :class:`Beside` by ``pulse_trio.serve``, the one module that composes the
@@ -47,7 +48,7 @@ from pulse_trio.server.ride_along import RideAlong
 from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.dispatcher import Dispatcher
-from pulse_trio.server.endpoint import WorkerEndpoint
+from pulse_trio.server.endpoint import SessionServices, WorkerEndpoint
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.live import LiveService
 from pulse_trio.server.live_settings import LiveSettings
@@ -152,9 +153,13 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     settings_sync = SettingsSync(store=store, clock=clock, settings=live_settings, given_ms=settings.given_ms())
     node = NodeLiveness(store=store, clock=clock, settings=live_settings, metrics=metrics, connections=connections,
                         settings_sync=settings_sync)
-    endpoint = WorkerEndpoint(settings=live_settings, store=store, clock=clock, hub=hub, metrics=metrics,
-                              batcher=batcher, requests=requests, connections=connections,
-                              tokens=TokenChecks(store), keepalive=Keepalive(live_settings))
+    sessions = SessionServices(settings=live_settings, clock=clock, hub=hub, run_in_store=store.run,
+                               call_request=requests.call, submit_command=batcher.submit,
+                               count_command=metrics.count_command, count_error=metrics.count_error,
+                               observe_assign=metrics.observe_assign)
+    endpoint = WorkerEndpoint(settings=live_settings, count_frame_in=metrics.count_frame_in,
+                              count_frame_out=metrics.count_frame_out, connections=connections,
+                              tokens=TokenChecks(store), keepalive=Keepalive(live_settings), sessions=sessions)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     batcher.ride_along = RideAlong(hub=hub, dispatcher=dispatcher, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)

@@ -3,16 +3,20 @@
 Each connection runs over ``websockets``' sans-IO ``ServerProtocol`` (RFC
 6455: the opening handshake with the subprotocol, masking, fragmentation,
 ping/pong, close codes and the message size limit), with two tasks in the
-connection's nursery:
+connection's nursery, and the session's third:
 
 * the reader receives a chunk, lets the codec cut it into frames, and hands
   every complete text message in it to the :class:`LiveSession` before
   it awaits the socket again;
 * the writer sleeps until something is due, then sends everything that
-  accumulated (answers, pushes, pongs, the close) in one ``send_all``.
+  accumulated (answers, pushes, pongs, the close) in one ``send_all``;
+* the session's results task (:meth:`LiveSession.apply_results`) applies
+  what the command lanes posted to the session's inbox: the outcomes of
+  its lease commands and its ride-along offers (``session_inbox.py``).
 
 So a frame costs no task, channel or lock of its own: the codec's buffer is
 the outbox, and a batch of acks committed together leaves in one write.
+The three tasks end with the nursery; the session is released after it.
 
 Keepalive is one task for the whole endpoint (:class:`~pulse_trio.server.keepalive.Keepalive`), not one
 per connection, and an idle connection's ping costs no task switch: each
@@ -119,8 +123,8 @@ class WireConnection:
         self.endpoint = endpoint
         self._ssl_context = ssl_context
         # Called for every frame: bound once here, not looked up through the endpoint each time.
-        self._count_frame_in = endpoint.metrics.count_frame_in
-        self._count_frame_out = endpoint.metrics.count_frame_out
+        self._count_frame_in = endpoint.count_frame_in
+        self._count_frame_out = endpoint.count_frame_out
         self.ws = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=CODEC_MAX_BYTES, logger=_CODEC_LOG)
         self.session: LiveSession | None = None
         self._wake = trio.Event()
@@ -198,13 +202,14 @@ class WireConnection:
             token = await self._handshake()
             if token is None:
                 return
-            self.session = LiveSession(self.endpoint, token, self)
+            self.session = LiveSession(self.endpoint.sessions, token, self)
             self.endpoint.connections.add(self)
             self.endpoint.keepalive.add(self)
             try:
                 async with trio.open_nursery() as nursery:
                     self._scope = nursery.cancel_scope
                     nursery.start_soon(self._write_loop)
+                    nursery.start_soon(self.session.apply_results)
                     await self._read_loop()
                     if not self.ws.eof_sent:  # the peer vanished, or never finished closing
                         self.ws.fail(CloseCode.ABNORMAL_CLOSURE)

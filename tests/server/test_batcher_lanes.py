@@ -15,11 +15,23 @@ from pulse_trio.store.results import Refusal
 from pulse_trio.store.trio_bridge import Store
 
 
+class _Posted:
+    """A connection's inbox as the batcher sees it: outcomes are posted to it, never applied by the lane."""
+
+    def __init__(self) -> None:
+        self.outcomes: list = []
+        self.posted = trio.Event()
+
+    def command_done(self, request, outcome) -> None:
+        self.outcomes.append((request, outcome))
+        self.posted.set()
+
+
 def _pending(lease: str, kind: str = "start") -> _Pending:
     fields = ("ses_x", "tsk_" + lease, "lse_" + lease, "secret", 1)
     command = (FinishCommand(*fields, FinishReport("SUCCEEDED", "{}")) if kind == "finish"
                else RenewCommand(*fields) if kind == "renew" else StartCommand(*fields))
-    return _Pending(command, lambda outcome: None)
+    return _Pending(command, _Posted(), None)
 
 
 def _leases(items) -> list[str]:
@@ -79,14 +91,13 @@ async def test_every_lane_is_idle_and_wakeable_again_after_each_batch(db):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lanes.run)
             for n in range(3):
-                answered = trio.Event()
-                outcomes = []
-                lanes.submit(_pending(f"{n:026d}"[-26:]).command,
-                             lambda outcome: (outcomes.append(outcome), answered.set()))
+                inbox = _Posted()
+                lanes.submit(_pending(f"{n:026d}"[-26:]).command, inbox, f"request {n}")
                 with trio.fail_after(10):
-                    await answered.wait()
+                    await inbox.posted.wait()
                 await trio.testing.wait_all_tasks_blocked()
-                assert isinstance(outcomes[0], Refusal)  # no such lease: refused, and answered
+                [(request, outcome)] = inbox.outcomes
+                assert request == f"request {n}" and isinstance(outcome, Refusal)  # no such lease: refused, and answered
                 assert lanes._idle_lanes.statistics().tasks_waiting == LANES
             nursery.cancel_scope.cancel()
     finally:

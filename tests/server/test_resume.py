@@ -86,7 +86,7 @@ async def test_a_resume_waits_for_a_claim_that_took_the_session_count_without_it
     new = await connect(service, worker_token, name="new")
     await new.register(["billing"], capacity=1)
     session = service.hub.get(new.session_id)
-    claim = session.claim_begun()  # what the dispatcher does when it builds a claim with the count
+    claim = session.inbox.claim_begun()  # what the dispatcher does when it builds a claim with the count
     replies = []
 
     async def resume_now():
@@ -100,7 +100,7 @@ async def test_a_resume_waits_for_a_claim_that_took_the_session_count_without_it
         # Waiting: counted already (a claim built now leaves the slot alone), not yet run.
         assert not replies and session.active_leases == 1 and not session.held_leases()
         assert session.free_slots == 0
-        session.claim_settled(claim)
+        session.inbox.claim_settled(claim)
     assert replies[0]["type"] == "ack", replies[0]
     lease = replies[0]["body"]
     assert lease["state"] == "RUNNING" and session.held_leases() == {held.lease_id}
