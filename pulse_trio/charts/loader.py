@@ -7,7 +7,7 @@ is written down. This module validates it and offers it two ways:
   :class:`Chart`: transaction functions running in worker threads never fire
   triggers (the database row, not a Python object, holds the state). They
   read the chart's index by (trigger, source), and every state change they
-  write comes from it (``pulse_trio.store.chart_write``).
+  write comes from it (``pulse_trio.store.engine.chart_write``).
 * in-memory charts (``session``) are a :class:`MachineChart`: the same data
   plus one ``transitions.Machine`` (``auto_transitions=False`` so nothing can
   bypass a guard); the owner attaches its model objects with
@@ -215,8 +215,8 @@ class Chart:
 
     Transaction functions run in worker threads and the database row holds
     the state, so nothing here is fired or mutated: the store reads the
-    index (through ``decide`` in ``pulse_trio.store.registry`` and the one
-    writer in ``pulse_trio.store.chart_write``) to learn where a trigger
+    index (through ``decide`` in ``pulse_trio.store.engine.registry`` and the one
+    writer in ``pulse_trio.store.engine.chart_write``) to learn where a trigger
     leads and which guards choose.
     """
 

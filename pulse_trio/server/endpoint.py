@@ -19,7 +19,7 @@ from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.server.token_checks import TokenChecks
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.trio_bridge import Store
 
 
 class OpenConnection(Protocol):

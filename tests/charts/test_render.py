@@ -35,8 +35,8 @@ def test_every_transition_and_its_function_is_listed():
     text = page(CHARTS["task"], STORE)
     for t in CHARTS["task"].spec.transitions:
         assert f"| `{t.trigger}` | {t.source} | {t.dest} |" in text
-    assert "`pulse_trio.store.tasks.submit` (entry)" in text
-    assert "`pulse_trio.store.task_steps.offer` (step)" in text
+    assert "`pulse_trio.store.task.tasks.submit` (entry)" in text
+    assert "`pulse_trio.store.task.steps.offer` (step)" in text
     assert "refuses with `task_not_found`" in text
 
 

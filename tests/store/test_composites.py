@@ -11,7 +11,7 @@ from pulse_trio.dburl import connect
 from pulse_trio.store import (
     FinishReport, expire, finish, lapse, new_credentials, assign, request_cancel, start,
 )
-from pulse_trio.store.tx import Tx
+from pulse_trio.store.engine.tx import Tx
 
 
 def trail(world, fn, **kwargs):
@@ -76,8 +76,9 @@ def test_cancel_request_of_an_offer_and_of_a_running_task(world, keyed):
 
 
 def test_node_lose_and_stop_end_the_nodes_sessions_in_their_own_transaction(world):
-    from pulse_trio.store import NewInstance, SubscribedQueue, nodes, register
-    from pulse_trio.store.trio_bridge import Store
+    from pulse_trio.store import NewInstance, SubscribedQueue, register
+    from pulse_trio.store.instance import nodes
+    from pulse_trio.store.engine.trio_bridge import Store
 
     def on(node_id: str):
         store = Store(world.db, pool_size=1, node_id=node_id)
@@ -111,7 +112,7 @@ def test_node_lose_and_stop_end_the_nodes_sessions_in_their_own_transaction(worl
 
 def test_schedule_fire_submits_each_ticks_task_on_its_own_transaction(world):
     from pulse_trio.client.schedules import build_schedule
-    from pulse_trio.store.schedules import create, fire
+    from pulse_trio.store.schedule.schedules import create, fire
 
     world.run(create, schedule=build_schedule(name="s", queue="q", kind="k", interval=1), created_by="t")
     world.advance(1000)
