@@ -7,7 +7,7 @@ transaction functions rely on all three.
 
 A URL may name several nodes of one cluster
 (``mysql://u:p@h1:3306,h2:3306,h3:3306/db``): which of them is written to
-is the store's choice (``pulse_trio.store.writer``, whose ``connect`` takes
+is the store's choice (``pulse_trio.store.engine.writer``, whose ``connect`` takes
 any URL). This module imports nothing of the package: it is the bottom
 layer every other one may use.
 """
@@ -77,7 +77,7 @@ class DatabaseConfig:
 
     @property
     def clustered(self) -> bool:
-        """Several nodes were named: connections go to the writer ``pulse_trio.store.writer`` picks."""
+        """Several nodes were named: connections go to the writer ``pulse_trio.store.engine.writer`` picks."""
         return len(self.hosts) > 1
 
     def for_node(self, host: str, port: int) -> DatabaseConfig:
@@ -175,10 +175,10 @@ def connect(config: DatabaseConfig, *, database: bool = True) -> pymysql.connect
     """Open one connection to the one server ``config`` names; the caller owns it and must close it.
 
     A URL of several nodes is refused here rather than sent to its first
-    node: only ``pulse_trio.store.writer.connect`` knows which is the writer.
+    node: only ``pulse_trio.store.engine.writer.connect`` knows which is the writer.
     """
     if config.clustered:
-        raise ValueError(f"{config.url()} names several nodes: connect through pulse_trio.store.writer.connect")
+        raise ValueError(f"{config.url()} names several nodes: connect through pulse_trio.store.engine.writer.connect")
     return connect_node(config, database=database)
 
 

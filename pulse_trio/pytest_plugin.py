@@ -55,8 +55,8 @@ class PulseServer:
 
 
 def _make_token(database: DatabaseConfig, role: str, allow: tuple[str, ...] = ()) -> str:
-    from pulse_trio.store.writer import connect
-    from pulse_trio.store.tokens import create_token
+    from pulse_trio.store.engine.writer import connect
+    from pulse_trio.store.token.tokens import create_token
 
     conn = connect(database)
     try:
@@ -71,10 +71,10 @@ def _make_token(database: DatabaseConfig, role: str, allow: tuple[str, ...] = ()
 def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServer]:
     """A real ``pulse-trio serve`` for the whole session (managed MariaDB unless PULSE_TEST_DATABASE_URL)."""
     from pulse_trio.dburl import parse_database_url
-    from pulse_trio.store.writer import drop_database
+    from pulse_trio.store.engine.writer import drop_database
     from pulse_trio.managed_db import ManagedMariaDB
     from pulse_trio.serve_process import ServeProcess
-    from pulse_trio.store.migrate import migrate
+    from pulse_trio.store.schema.migrate import migrate
 
     url = os.environ.get(DATABASE_URL_VARIABLE)
     managed = None if url else ManagedMariaDB(tmp_path_factory.mktemp("pulse-mariadb"), fast=True)

@@ -2,7 +2,7 @@
 
 A token is shown once, when it is created; the database keeps only its
 SHA-256 digest. Every statement on the table is in
-:mod:`pulse_trio.store.tokens`.
+:mod:`pulse_trio.store.token.tokens`.
 """
 
 from __future__ import annotations

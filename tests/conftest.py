@@ -16,8 +16,8 @@ import pytest
 
 from pulse_trio.dburl import DatabaseConfig, parse_database_url
 from pulse_trio.managed_db import ManagedMariaDB
-from pulse_trio.store.migrate import migrate
-from pulse_trio.store.writer import connect, drop_database
+from pulse_trio.store.schema.migrate import migrate
+from pulse_trio.store.engine.writer import connect, drop_database
 
 #: The suite's tiers, cheapest first: ``./scripts/test -m unit`` runs the in-memory tier in seconds.
 TIERS = ("unit", "db", "live")

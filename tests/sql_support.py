@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.writer import connect
+from pulse_trio.store.engine.writer import connect
 
 
 def rows(config: DatabaseConfig, query: str, args: Any = ()) -> list[tuple]:

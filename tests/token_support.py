@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pulse_trio.store import tokens
+from pulse_trio.store.token import tokens
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.writer import connect
+from pulse_trio.store.engine.writer import connect
 
 
 def make_token(config: DatabaseConfig, role: str = "worker", queues: tuple[str, ...] = (), label: str = "test",

@@ -23,7 +23,7 @@ import secrets
 import time
 
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.writer import connect
+from pulse_trio.store.engine.writer import connect
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _DIGITS = 16  # sequence digits after the prefix: ids stay 26 characters

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pulse_trio.bench.noop_worker import QUEUE
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.writer import connect
+from pulse_trio.store.engine.writer import connect
 
 
 def ms(seconds: float | None) -> float | None:

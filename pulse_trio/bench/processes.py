@@ -20,9 +20,9 @@ from typing import TypeVar
 
 from pulse_trio.contract.limits import ENDPOINT_PATH
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.writer import connect, drop_database
-from pulse_trio.store.migrate import migrate
-from pulse_trio.store.tokens import create_token
+from pulse_trio.store.engine.writer import connect, drop_database
+from pulse_trio.store.schema.migrate import migrate
+from pulse_trio.store.token.tokens import create_token
 
 T = TypeVar("T")
 

@@ -30,7 +30,7 @@ from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.measure import global_statuses
 from pulse_trio.bench.processes import Fleet, bench_env, free_port, on_fresh_database, progress, wait_until
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.writer import connect
+from pulse_trio.store.engine.writer import connect
 
 QUEUE = "bench_producer"
 
@@ -60,7 +60,7 @@ def _queries_per_s(db: DatabaseConfig, seconds: float) -> float:
 
 def _run(db: DatabaseConfig, options: ProducerOptions, fleet: Fleet) -> dict[str, object]:
     from pulse_trio.producer import Client, task
-    from pulse_trio.store.tokens import create_token
+    from pulse_trio.store.token.tokens import create_token
 
     conn = connect(db)
     try:

@@ -7,7 +7,7 @@ is written down. This module validates it and offers it two ways:
   :class:`Chart`: transaction functions running in worker threads never fire
   triggers (the database row, not a Python object, holds the state). They
   read the chart's index by (trigger, source), and every state change they
-  write comes from it (``pulse_trio.store.chart_write``).
+  write comes from it (``pulse_trio.store.engine.chart_write``).
 * in-memory charts (``session``) are a :class:`MachineChart`: the same data
   plus one ``transitions.Machine`` (``auto_transitions=False`` so nothing can
   bypass a guard); the owner attaches its model objects with
@@ -56,7 +56,7 @@ _TRANSITION_FIELDS = {"trigger", "source", "dest", "guards", "description", "eff
 _MODEL_FIELDS = {"fields", "guards"}
 _FUNCTION_FIELDS = {"runs", "kind", "steps"}
 _STEP_FIELDS = {"step", "when"}
-#: How a function and how a step are named: ``pulse_trio.store.leases:finish``; ``task.finish``.
+#: How a function and how a step are named: ``pulse_trio.store.lease.leases:finish``; ``task.finish``.
 _RUNS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _STEP = re.compile(r"[A-Za-z_]\w*\.[A-Za-z_]\w*")
 KINDS = ("entry", "step")
@@ -100,7 +100,7 @@ class StepCall:
 class StoreFunction:
     """The one store function of a persistent chart's trigger, as the chart file names it."""
 
-    #: ``module:function`` (``pulse_trio.store.leases:finish``); the registry's function for the trigger.
+    #: ``module:function`` (``pulse_trio.store.lease.leases:finish``); the registry's function for the trigger.
     runs: str
     #: True: runs as its own transaction; False: a step, run on the open transaction of its caller.
     entry: bool
@@ -330,8 +330,8 @@ class Chart:
 
     Transaction functions run in worker threads and the database row holds
     the state, so nothing here is fired or mutated: the store reads the
-    index (through ``decide`` in ``pulse_trio.store.registry`` and the one
-    writer in ``pulse_trio.store.chart_write``) to learn where a trigger
+    index (through ``decide`` in ``pulse_trio.store.engine.registry`` and the one
+    writer in ``pulse_trio.store.engine.chart_write``) to learn where a trigger
     leads and which guards choose.
     """
 

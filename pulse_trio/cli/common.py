@@ -15,7 +15,7 @@ from pulse_trio import config as cfg
 from pulse_trio.cli.output import print_json  # noqa: F401  (re-exported: every command prints through it)
 from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
 from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, ManagedMariaDB
-from pulse_trio.store.migrate import MigrationError, code_version, current_version, migrate
+from pulse_trio.store.schema.migrate import MigrationError, code_version, current_version, migrate
 
 
 #: Exit codes of every command besides 0 (docs/operations.md §7 lists them for users).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pulse_trio.cli.common import CommandFailed, add_database_options, database, print_json, run_guarded
-from pulse_trio.store.migrate import MigrationError, code_version, migrate
+from pulse_trio.store.schema.migrate import MigrationError, code_version, migrate
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -24,8 +24,8 @@ from pulse_trio.cli.output import Column, add_format_option, print_json, print_t
 from pulse_trio.client import Client, ClientError, TaskNotFound
 from pulse_trio.client import ranges
 from pulse_trio.client.producer import NAME_RULE, build_task, check_name
-from pulse_trio.store import queries
-from pulse_trio.store.codes import INSTANCE_NOT_FOUND
+from pulse_trio.store.views import queries
+from pulse_trio.store.engine.codes import INSTANCE_NOT_FOUND
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id, parse_time
 
 #: Flags two commands took before the values moved to the cluster: accepted there, ignored, warned about.

@@ -7,10 +7,10 @@ import datetime as dt
 import sys
 
 from pulse_trio import tokens
-from pulse_trio.store import tokens as stored_tokens
+from pulse_trio.store.token import tokens as stored_tokens
 from pulse_trio.cli.common import EXIT_NOT_FOUND, add_database_options, database, fail, print_json, run_guarded
 from pulse_trio.contract.grammar import is_queue
-from pulse_trio.store.writer import connect
+from pulse_trio.store.engine.writer import connect
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("token", help="create, list and revoke bearer tokens")

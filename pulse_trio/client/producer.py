@@ -28,21 +28,22 @@ from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store import fairness, queries
-from pulse_trio.store import retention
-from pulse_trio.store import settings as stored_settings
-from pulse_trio.store.cancellation import request as request_cancel
-from pulse_trio.store.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
-from pulse_trio.store.facade import SyncStore
-from pulse_trio.store.instances import operator_drain
-from pulse_trio.store.queues import QueueControl, queue_controls
-from pulse_trio.store.queues import pause as pause_queue
-from pulse_trio.store.queues import resume as resume_queue
-from pulse_trio.store.queues import set_retention as set_queue_retention
-from pulse_trio.store.results import Refusal
-from pulse_trio.store.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
-from pulse_trio.store.tx import Tx, rfc3339
-from pulse_trio.store.views import TaskView, get_task
+from pulse_trio.store.queue import fairness
+from pulse_trio.store.views import queries
+from pulse_trio.store.task import retention
+from pulse_trio.store.cluster_setting import settings as stored_settings
+from pulse_trio.store.cancellation.intents import request as request_cancel
+from pulse_trio.store.engine.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
+from pulse_trio.store.engine.facade import SyncStore
+from pulse_trio.store.instance.instances import operator_drain
+from pulse_trio.store.queue.queues import QueueControl, queue_controls
+from pulse_trio.store.queue.queues import pause as pause_queue
+from pulse_trio.store.queue.queues import resume as resume_queue
+from pulse_trio.store.queue.queues import set_retention as set_queue_retention
+from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.task.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
+from pulse_trio.store.engine.tx import Tx, rfc3339
+from pulse_trio.store.views.task import TaskView, get_task
 
 UTC = dt.timezone.utc
 #: NewTask's default first backoff step, in milliseconds.

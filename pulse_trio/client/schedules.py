@@ -22,9 +22,9 @@ from pulse_trio.client import ranges
 from pulse_trio.client.producer import ClientError, canonical_payload
 from pulse_trio.contract.grammar import ULID_PATTERN, is_kind, is_queue
 from pulse_trio.schedule_timing import InvalidField, missed_policy, timing
-from pulse_trio.store import schedules as stored
-from pulse_trio.store.facade import SyncStore
-from pulse_trio.store.results import Refusal
+from pulse_trio.store.schedule import schedules as stored
+from pulse_trio.store.engine.facade import SyncStore
+from pulse_trio.store.engine.results import Refusal
 
 
 
@@ -89,7 +89,7 @@ def check_ref(ref: Any) -> str:
 class Schedules:
     """Create, read and change schedules on one store (blocking; thread-safe like the store).
 
-    Each returns :class:`~pulse_trio.store.schedules.ScheduleRow` values:
+    Each returns :class:`~pulse_trio.store.schedule.schedules.ScheduleRow` values:
     ``as_json_text()`` keeps the payload's digits, ``as_json()`` is a dict.
     """
 

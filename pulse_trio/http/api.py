@@ -34,9 +34,9 @@ from pulse_trio.http import auth, bodies
 from pulse_trio.http.errors import JSON, ApiError, BatchRefused, not_found, unauthenticated
 from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.live_instance import LiveInstance
-from pulse_trio.store.tokens import live_token
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.views import TaskView, get_task
+from pulse_trio.store.token.tokens import live_token
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.views.task import TaskView, get_task
 
 T = TypeVar("T")
 

@@ -38,7 +38,7 @@ from pulse_trio.http.security import SecurityHeaders
 from pulse_trio.http.ui import Dashboard
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.logs import bind
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.http")
 access_log = logging.getLogger("pulse_trio.http.access")

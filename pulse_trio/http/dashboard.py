@@ -5,7 +5,7 @@ handlers enforce (:data:`pulse_trio.http.auth.PERMISSIONS`), so the
 dashboard hides exactly the actions the API would refuse. ``overview`` is
 one queue row per queue: ACTIVE or PAUSED, capped counts by state, the oldest READY task's
 age, finishes in the last minutes and per minute over the last hour, all
-read from the database with bounded queries (:mod:`pulse_trio.store.dashboard`).
+read from the database with bounded queries (:mod:`pulse_trio.store.views.dashboard`).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from starlette.responses import Response
 from pulse_trio.http import auth, bodies
 from pulse_trio.http.api import json_value
 from pulse_trio.http.throughput import MINUTE, FinishesPerMinute
-from pulse_trio.store.dashboard import COUNT_CAP, FINISHED_STATUSES, finishes_since, queue_states
-from pulse_trio.store.queues import QueueControl, queue_controls
-from pulse_trio.store.fairness import key_figures
-from pulse_trio.store.tx import rfc3339
+from pulse_trio.store.views.dashboard import COUNT_CAP, FINISHED_STATUSES, finishes_since, queue_states
+from pulse_trio.store.queue.queues import QueueControl, queue_controls
+from pulse_trio.store.queue.fairness import key_figures
+from pulse_trio.store.engine.tx import rfc3339
 
 if TYPE_CHECKING:
     from pulse_trio.http.api import TaskApi

@@ -24,7 +24,7 @@ from pulse_trio.contract import limits as lim
 from pulse_trio.http.auth import PERMISSIONS
 from pulse_trio.http.bodies import IDEMPOTENCY_HEADER_PATTERN
 from pulse_trio.http.throughput import WINDOW_MINUTES
-from pulse_trio.store.dashboard import FINISHED_STATUSES
+from pulse_trio.store.views.dashboard import FINISHED_STATUSES
 from pulse_trio.tokens import GRANTS
 
 DUE_AT = {"type": "string", "format": "date-time", "pattern": ranges.DUE_AT_PATTERN}
@@ -64,7 +64,7 @@ def _obj(properties: dict[str, Any], required: list[str] | None = None, *, close
     return schema
 
 
-#: What chart `queue` records about a queue, beside its depths (pulse_trio/store/queues.py).
+#: What chart `queue` records about a queue, beside its depths (pulse_trio/store/queue/queues.py).
 QUEUE_CONTROL: dict[str, Any] = {
     "state": {"type": "string", "enum": list(states.QUEUE_STATES),
               "description": "PAUSED: no new offers on any serve process; ACTIVE otherwise."},

@@ -19,13 +19,13 @@ from pulse_trio.http.errors import JSON, RETRY_AFTER_S, error_response
 from pulse_trio.http import openapi
 from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.live_instance import LiveInstance
-from pulse_trio.store.migrate import code_version, current_version
-from pulse_trio.store.fairness import key_figures
-from pulse_trio.store.queries import queue_depths
+from pulse_trio.store.schema.migrate import code_version, current_version
+from pulse_trio.store.queue.fairness import key_figures
+from pulse_trio.store.views.queries import queue_depths
 
 #: The recent finishes per fairness key that /metrics reports.
 FAIRNESS_RECENT = dt.timedelta(minutes=5)
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.trio_bridge import Store
 
 READY_TIMEOUT_S = 5.0
 

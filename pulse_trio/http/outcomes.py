@@ -12,7 +12,7 @@ task. Two things set the events:
   same database is seen within that interval.
 
 A probe is one statement for every awaited task at once (primary-key
-look-ups of the awaited ids, :func:`~pulse_trio.store.queries.ended_tasks`):
+look-ups of the awaited ids, :func:`~pulse_trio.store.views.queries.ended_tasks`):
 a thousand idle waiters cost one query per interval, not a thousand, and
 no waiter costs anything while nobody waits. A hint is only a hint: the
 probe reads the database, so a finish that scheduled a retry wakes no one.
@@ -26,8 +26,8 @@ from collections.abc import Iterator
 
 import trio
 
-from pulse_trio.store.queries import ended_tasks
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.views.queries import ended_tasks
+from pulse_trio.store.engine.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.http")
 

@@ -23,8 +23,8 @@ from pulse_trio.contract.scanner import JsonNumber
 from pulse_trio.http import auth, bodies
 from pulse_trio.http.api import TaskApi, json_text
 from pulse_trio.http.errors import ApiError, not_found
-from pulse_trio.store.rows import ScheduleRow
-from pulse_trio.store.schedules import SCHEDULE_NOT_FOUND
+from pulse_trio.store.engine.rows import ScheduleRow
+from pulse_trio.store.schedule.schedules import SCHEDULE_NOT_FOUND
 
 REQUIRED = ("name", "queue", "kind")
 

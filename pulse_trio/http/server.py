@@ -24,7 +24,7 @@ from pulse_trio.config import Settings
 from pulse_trio.http.app import build_app
 from pulse_trio.listen import ListenError, listen_error, start_listening
 from pulse_trio.live_instance import LiveInstance
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.http")
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from pulse_trio.store.dashboard import finishes_by_minute
+from pulse_trio.store.views.dashboard import finishes_by_minute
 
 if TYPE_CHECKING:
-    from pulse_trio.store.trio_bridge import Store
+    from pulse_trio.store.engine.trio_bridge import Store
 
 MINUTE = dt.timedelta(minutes=1)
 WINDOW_MINUTES = 60

@@ -50,9 +50,9 @@ from typing import Any, Protocol
 import trio
 
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.inputs import AnyLeaseCommand, FinishCommand, RenewCommand, StartCommand
-from pulse_trio.store.leases import finish, renew, start
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.inputs import AnyLeaseCommand, FinishCommand, RenewCommand, StartCommand
+from pulse_trio.store.lease.leases import finish, renew, start
 
 log = logging.getLogger("pulse_trio.batcher")
 

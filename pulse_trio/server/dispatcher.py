@@ -40,9 +40,9 @@ import trio
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub, Wake
 from pulse_trio.server.live_settings import LiveSettings
-from pulse_trio.store.assign import assign, new_credentials, queues_with_ready_work
-from pulse_trio.store.results import Refusal
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.lease.assign import assign, new_credentials, queues_with_ready_work
+from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.engine.trio_bridge import Store
 
 if TYPE_CHECKING:
     from pulse_trio.server.live_session import LiveSession

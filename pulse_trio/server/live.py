@@ -16,7 +16,7 @@ from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.metrics import CONTENT_TYPE, ServiceMetrics, Snapshot
 from pulse_trio.server.queue_sync import PausedQueueSync
 from pulse_trio.server.settings_sync import SettingsSync
-from pulse_trio.store.facade import SyncStore
+from pulse_trio.store.engine.facade import SyncStore
 
 
 class LiveService:

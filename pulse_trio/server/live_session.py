@@ -52,10 +52,10 @@ from pulse_trio.contract.grammar import new_id
 from pulse_trio.server import to_wire
 from pulse_trio.server.session_inbox import OFFERS, UNCERTAIN, SessionInbox
 from pulse_trio.session import Close, Reject, Request, ServerSession
-from pulse_trio.store import instances
-from pulse_trio.store.results import AssignResult, CancelNotice, Refusal
-from pulse_trio.store.resume import ResumeRequest, resume
-from pulse_trio.store.inputs import AnyLeaseCommand, FinishCommand, FinishReport, RenewCommand, StartCommand
+from pulse_trio.store.instance import instances
+from pulse_trio.store.engine.results import AssignResult, CancelNotice, Refusal
+from pulse_trio.store.lease.resume import ResumeRequest, resume
+from pulse_trio.store.engine.inputs import AnyLeaseCommand, FinishCommand, FinishReport, RenewCommand, StartCommand
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import SessionServices

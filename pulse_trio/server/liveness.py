@@ -6,7 +6,7 @@ connection closed (:meth:`stop`). A task of its own (:meth:`run_heartbeats`)
 beats every ``--node-heartbeat``, so no timer batch, however long, delays
 it; the timers loop calls :meth:`sweep` on every tick, which declares LOST
 any other node whose heartbeat is past its lapse and disconnects the
-sessions it held (``pulse_trio.store.nodes``).
+sessions it held (``pulse_trio.store.instance.nodes``).
 
 Two rules keep a live process from being declared lost, or from acting as
 if it had not been:
@@ -54,10 +54,10 @@ from pulse_trio.cluster_settings import milliseconds
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.metrics import ServiceMetrics
-from pulse_trio.store import nodes
-from pulse_trio.store.codes import NODE_LOST
-from pulse_trio.store.results import Refusal
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.instance import nodes
+from pulse_trio.store.engine.codes import NODE_LOST
+from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.engine.trio_bridge import Store
 
 if TYPE_CHECKING:
     from pulse_trio.config import Settings

@@ -19,8 +19,8 @@ import logging
 import trio
 
 from pulse_trio.server.hub import SessionHub
-from pulse_trio.store.queues import paused_queues
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.queue.queues import paused_queues
+from pulse_trio.store.engine.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.queues")
 

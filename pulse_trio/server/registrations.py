@@ -27,8 +27,8 @@ from typing import Any
 
 import trio
 
-from pulse_trio.store.instances import register, set_capacity
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.instance.instances import register, set_capacity
+from pulse_trio.store.engine.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.registrations")
 

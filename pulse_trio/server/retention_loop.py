@@ -2,7 +2,7 @@
 
 Every ``--purge-interval`` (``INTERVAL_S`` by default; jittered, so that
 instances started together drift apart) the loop asks the store for each queue's cutoff
-(:func:`~pulse_trio.store.retention.retention_plan`: the queue's own
+(:func:`~pulse_trio.store.task.retention.retention_plan`: the queue's own
 ``task_retention`` or the cluster's, read from the database at that moment)
 and deletes each queue's due tasks in short transactions until none is due.
 Several instances purging at once take disjoint batches (``SKIP LOCKED``)
@@ -25,7 +25,7 @@ Why it also waits for gaps: paced or not, a batch that runs while a submit
 is inserted and its task claimed shares the CPUs and the redo log's flush
 with them, and the submit's latency tail is made of such meetings. So a
 batch starts only once this process's foreground work (the store's
-:class:`~pulse_trio.store.trio_bridge.ThreadActivity`) has paused for
+:class:`~pulse_trio.store.engine.trio_bridge.ThreadActivity`) has paused for
 ``quiet``, runs its statements in chunks while busy, and before each
 chunk, delete and its COMMIT waits for the same (:class:`_Between`). Both
 waits are bounded and come off the pause, and a batch that found no gap
@@ -46,8 +46,8 @@ import trio
 
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.metrics import ServiceMetrics
-from pulse_trio.store.retention import BATCH_TASKS, purge, retention_plan
-from pulse_trio.store.trio_bridge import Store, ThreadActivity
+from pulse_trio.store.task.retention import BATCH_TASKS, purge, retention_plan
+from pulse_trio.store.engine.trio_bridge import Store, ThreadActivity
 
 log = logging.getLogger("pulse_trio.retention")
 

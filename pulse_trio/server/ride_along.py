@@ -4,7 +4,7 @@ While the queues are deep (:attr:`Dispatcher.backlogged`), a slot that a
 finish frees would otherwise sit idle until the dispatcher wakes, runs a
 pass and commits a claim transaction of its own. Instead, the command
 batch that commits the finish claims for that slot in the same
-transaction, with the same :func:`~pulse_trio.store.assign.assign` as the
+transaction, with the same :func:`~pulse_trio.store.lease.assign.assign` as the
 dispatcher (pick-up order, permits, keys set aside, paused queues), and
 the offers leave in the same outbox write as the finish acks.
 
@@ -38,17 +38,17 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pulse_trio.store.assign import LeaseCredential, assign, new_credentials
-from pulse_trio.store.instances import share_lock_sessions
-from pulse_trio.store.results import AssignResult, CommandAck
+from pulse_trio.store.lease.assign import LeaseCredential, assign, new_credentials
+from pulse_trio.store.instance.instances import share_lock_sessions
+from pulse_trio.store.engine.results import AssignResult, CommandAck
 
 if TYPE_CHECKING:
     from pulse_trio.server.dispatcher import Dispatcher
     from pulse_trio.server.hub import SessionHub
     from pulse_trio.server.live_settings import LiveSettings
     from pulse_trio.server.live_session import LiveSession
-    from pulse_trio.store.inputs import FinishCommand
-    from pulse_trio.store.tx import Tx
+    from pulse_trio.store.engine.inputs import FinishCommand
+    from pulse_trio.store.engine.tx import Tx
 
 
 @dataclasses.dataclass(slots=True)

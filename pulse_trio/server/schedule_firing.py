@@ -1,6 +1,6 @@
 """The schedule fire loop: every serve process runs it, the database decides who fires a tick.
 
-Each pass runs :func:`pulse_trio.store.schedules.fire` until a batch comes
+Each pass runs :func:`pulse_trio.store.schedule.schedules.fire` until a batch comes
 back short: due schedules are locked with ``FOR UPDATE SKIP LOCKED``, so
 processes that wake at the same moment split the work and never wait on
 each other, and each tick's task is inserted in the transaction that moves
@@ -20,8 +20,8 @@ from collections.abc import Callable
 import trio
 
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.store import schedules
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.schedule import schedules
+from pulse_trio.store.engine.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.schedules")
 

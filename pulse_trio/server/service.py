@@ -62,8 +62,8 @@ from pulse_trio.server.timers import Timers
 from pulse_trio.server.token_checks import TokenChecks
 from pulse_trio.server.keepalive import Keepalive
 from pulse_trio.server.wire import WireConnection, serve_workers
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.ids import new_node_id
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.ids import new_node_id
 
 log = logging.getLogger("pulse_trio.service")
 

@@ -47,7 +47,7 @@ from typing import Any
 import trio
 
 from pulse_trio.contract import messages as m
-from pulse_trio.store.results import AssignResult, Refusal
+from pulse_trio.store.engine.results import AssignResult, Refusal
 
 log = logging.getLogger("pulse_trio.connection")
 

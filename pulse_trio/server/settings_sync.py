@@ -33,9 +33,9 @@ import trio
 from pulse_trio import cluster_settings as cs
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.live_settings import LiveSettings
-from pulse_trio.store.results import Refusal
-from pulse_trio.store.settings import StoredSetting, read_all, set_values
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.cluster_setting.settings import StoredSetting, read_all, set_values
+from pulse_trio.store.engine.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.settings")
 

@@ -5,7 +5,7 @@ died without stopping (``liveness.py``; this process's own heartbeat runs
 in a task of its own), then lapse unstarted offers, expire lost leases, promote
 due scheduled tasks, end permit quarantines, and push ``task.cancel`` to
 this instance's opted-in sessions. One statement first asks which of them
-have anything due (``store/timer_probe.py``), so an idle tick costs one
+have anything due (``store/views/timer_probe.py``), so an idle tick costs one
 read, not a transaction per timer. What it asks about this instance's own
 sessions (cancels to push, lease counts to reconcile) names this process's
 node, never a list of session ids: the statements keep their size however
@@ -37,10 +37,14 @@ from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.metrics import ServiceMetrics
-from pulse_trio.store import cancellation, instances, lease_timers, permits, tasks
-from pulse_trio.store.results import TimerResult
-from pulse_trio.store.timer_probe import due_work
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.cancellation import intents as cancellation
+from pulse_trio.store.instance import instances
+from pulse_trio.store.lease import timers as lease_timers
+from pulse_trio.store.key_permit import permits
+from pulse_trio.store.task import tasks
+from pulse_trio.store.engine.results import TimerResult
+from pulse_trio.store.views.timer_probe import due_work
+from pulse_trio.store.engine.trio_bridge import Store
 
 if TYPE_CHECKING:
     from pulse_trio.server.liveness import NodeLiveness

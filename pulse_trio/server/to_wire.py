@@ -19,7 +19,7 @@ from typing import Any
 
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.jsontext import JsonText
-from pulse_trio.store import results as r
+from pulse_trio.store.engine import results as r
 
 
 def lease(view: r.LeaseView, *, secret: str | None = None) -> m.Lease:

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import trio
 
-from pulse_trio.store.tokens import WORKER, live_token
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.token.tokens import WORKER, live_token
+from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.tokens import TokenInfo, digest
 
 

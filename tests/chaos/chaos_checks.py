@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pulse_trio.store.writer import connect
+from pulse_trio.store.engine.writer import connect
 from sql_support import rows as sql_rows
 
 TERMINAL = ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")

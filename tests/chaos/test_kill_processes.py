@@ -93,10 +93,10 @@ def test_restarting_mariadb_under_load_loses_nothing(tmp_path):
     """(b) The database goes away and comes back: the service retries, nothing is lost or doubled silently."""
     import datetime as dt
 
-    from pulse_trio.store.writer import connect
+    from pulse_trio.store.engine.writer import connect
     from pulse_trio.managed_db import ManagedMariaDB
-    from pulse_trio.store.migrate import migrate
-    from pulse_trio.store.tokens import create_token
+    from pulse_trio.store.schema.migrate import migrate
+    from pulse_trio.store.token.tokens import create_token
 
     server = ManagedMariaDB(tmp_path / "mariadb", fast=True)
     db = server.start().with_database("pulse_chaos")

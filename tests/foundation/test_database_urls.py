@@ -38,7 +38,7 @@ def test_a_multi_host_url_writes_through_the_first_node_that_answers(database_se
     import socket
 
     from pulse_trio.dburl import connect_node
-    from pulse_trio.store.writer import connect, create_database, drop_database, writer_for
+    from pulse_trio.store.engine.writer import connect, create_database, drop_database, writer_for
 
     with contextlib.closing(connect_node(database_server, database=False)) as conn, conn.cursor() as cur:
         cur.execute("SELECT @@port")
@@ -63,7 +63,7 @@ def test_a_multi_host_url_is_not_sent_to_its_first_node_by_the_one_server_connec
     from pulse_trio.dburl import connect, create_database
 
     config = parse_database_url("mysql://u@127.0.0.1:1,127.0.0.1:2/pulse")
-    with pytest.raises(ValueError, match="names several nodes: connect through pulse_trio.store.writer.connect"):
+    with pytest.raises(ValueError, match="names several nodes: connect through pulse_trio.store.engine.writer.connect"):
         connect(config)
     with pytest.raises(ValueError, match="names several nodes"):
         create_database(config)
@@ -74,7 +74,7 @@ def test_no_node_answering_is_a_connection_error_naming_the_nodes():
 
     import pymysql
 
-    from pulse_trio.store.writer import connect, writer_for
+    from pulse_trio.store.engine.writer import connect, writer_for
 
     ports = []
     for _ in range(2):
@@ -94,7 +94,7 @@ def test_a_node_that_accepts_and_never_answers_is_not_ready_and_does_not_block()
     import socket
     import time
 
-    from pulse_trio.store.writer import PROBE_TIMEOUT_S, _ready
+    from pulse_trio.store.engine.writer import PROBE_TIMEOUT_S, _ready
 
     with socket.socket() as hung:  # the kernel completes the handshake; nobody ever writes a greeting
         hung.bind(("127.0.0.1", 0))

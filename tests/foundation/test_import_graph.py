@@ -31,9 +31,9 @@ import pulse_trio
 
 PACKAGE = pathlib.Path(pulse_trio.__file__).parent
 #: The one store module that may import Trio: ``await store.run(...)``.
-STORE_BRIDGE = "pulse_trio.store.trio_bridge"
+STORE_BRIDGE = "pulse_trio.store.engine.trio_bridge"
 #: The one store module that maps the contract's error codes.
-STORE_CODES = "pulse_trio.store.codes"
+STORE_CODES = "pulse_trio.store.engine.codes"
 CONTRACT_ERRORS = "pulse_trio.contract.errors"
 #: The module that builds the worker service from its parts, and the one module that runs it.
 SERVICE = "pulse_trio.server.service"
@@ -78,7 +78,7 @@ def _offenders(importers: str, imported: str, *, allowed: frozenset[str] = froze
 
 def test_the_graph_sees_the_package():
     assert "pulse_trio.server.service" in GRAPH and "pulse_trio.http.app" in GRAPH
-    assert "pulse_trio.store.trio_bridge" in GRAPH["pulse_trio.server.service"]
+    assert "pulse_trio.store.engine.trio_bridge" in GRAPH["pulse_trio.server.service"]
 
 
 def test_the_server_does_not_import_the_http_api():
@@ -106,7 +106,7 @@ def test_the_store_reaches_the_contract_error_codes_through_one_module():
 
 def test_importing_a_transaction_function_does_not_import_trio():
     done = subprocess.run(
-        [sys.executable, "-c", "import pulse_trio.store.leases, sys; assert 'trio' not in sys.modules"],
+        [sys.executable, "-c", "import pulse_trio.store.lease.leases, sys; assert 'trio' not in sys.modules"],
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
@@ -153,7 +153,7 @@ def test_the_database_url_module_is_the_bottom_layer():
     """``dburl`` imports nothing of the package, so it and the store's writer choice above it form no cycle."""
     assert sorted(n for n in GRAPH["pulse_trio.dburl"] if _within(n, "pulse_trio")) == []
     assert "pulse_trio.dbwriter" not in GRAPH
-    assert "pulse_trio.dburl" in GRAPH["pulse_trio.store.writer"]
+    assert "pulse_trio.dburl" in GRAPH["pulse_trio.store.engine.writer"]
 
 
 def test_nothing_in_the_package_imports_trio_websocket():

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from pulse_trio.dburl import connect
-from pulse_trio.store.migrate import (
+from pulse_trio.store.schema.migrate import (
     MigrationError, available_migrations, code_version, current_version, migrate,
 )
 
@@ -83,9 +83,9 @@ def test_attempts_and_receipts_move_into_their_lease(database_server):
     import dataclasses
 
     from pulse_trio.store import FinishCommand, FinishReport, RenewCommand, StartCommand, finish, renew, start
-    from pulse_trio.store.trio_bridge import Store
-    from pulse_trio.store.ids import new_secret, secret_digest
-    from pulse_trio.store.leases import content_digest
+    from pulse_trio.store.engine.trio_bridge import Store
+    from pulse_trio.store.engine.ids import new_secret, secret_digest
+    from pulse_trio.store.lease.leases import content_digest
 
     config = _fresh(database_server, "receipts")
     migrate(config, upto=7)
@@ -160,7 +160,7 @@ def test_two_migrate_processes_started_together_both_succeed(database_server):
 def test_a_lock_left_by_a_dead_run_is_taken_once_it_expires(database_server):
     import time
 
-    from pulse_trio.store.migrate import LOCK_NAME
+    from pulse_trio.store.schema.migrate import LOCK_NAME
 
     config = _fresh(database_server, "stale")
     migrate(config, upto=1)
@@ -181,7 +181,7 @@ def test_already_exists_rereads_the_version(database_server):
     """A file another run applied meanwhile is skipped; a half-applied one stays a loud error."""
     import datetime as dt
 
-    from pulse_trio.store.migrate import apply_file
+    from pulse_trio.store.schema.migrate import apply_file
 
     config = _fresh(database_server, "exists")
     migrate(config)
@@ -205,7 +205,7 @@ def test_epochs_go_on_above_the_counter_they_replace(database_server):
     import datetime as dt
 
     from pulse_trio.store import NewInstance, SubscribedQueue, register
-    from pulse_trio.store.trio_bridge import Store
+    from pulse_trio.store.engine.trio_bridge import Store
 
     config = _fresh(database_server, "epochs")
     migrate(config, upto=19)

@@ -1,12 +1,12 @@
-"""``pulse_trio/store/schema.sql`` is exactly what the migrations build: one file shows every table."""
+"""``pulse_trio/store/schema/schema.sql`` is exactly what the migrations build: one file shows every table."""
 
 from __future__ import annotations
 
 import os
 
 from pulse_trio.dburl import connect
-from pulse_trio.store.migrate import migrate
-from pulse_trio.store.schema import SNAPSHOT, dump
+from pulse_trio.store.schema.migrate import migrate
+from pulse_trio.store.schema.snapshot import SNAPSHOT, dump
 
 
 def test_the_migrations_reproduce_the_schema_snapshot(database_server):
@@ -26,5 +26,5 @@ def test_the_migrations_reproduce_the_schema_snapshot(database_server):
         SNAPSHOT.write_text(built, encoding="utf-8")
     assert "CREATE TABLE `tasks`" in built and "CREATE TABLE `leases`" in built
     assert SNAPSHOT.read_text(encoding="utf-8") == built, (
-        "the migrations no longer build pulse_trio/store/schema.sql: if the change is meant, run this test"
+        "the migrations no longer build pulse_trio/store/schema/schema.sql: if the change is meant, run this test"
         " with PULSE_WRITE_SCHEMA=1 and commit the file")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pulse_trio.store.migrate import code_version, current_version
+from pulse_trio.store.schema.migrate import code_version, current_version
 
 pytestmark = pytest.mark.live  # it runs serve and a managed mariadbd as processes
 

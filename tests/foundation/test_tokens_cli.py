@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from pulse_trio.store import tokens
+from pulse_trio.store.token import tokens
 from pulse_trio.dburl import connect
 
 

@@ -13,12 +13,12 @@ import pymysql
 import pytest
 
 from pulse_trio.dburl import connect_node
-from pulse_trio.store.writer import connect, writer_for
+from pulse_trio.store.engine.writer import connect, writer_for
 from pulse_trio.store import register
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.inputs import NewInstance, SubscribedQueue
-from pulse_trio.store.migrate import code_version, current_version, migrate
-from pulse_trio.store.registry import read_only
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.inputs import NewInstance, SubscribedQueue
+from pulse_trio.store.schema.migrate import code_version, current_version, migrate
+from pulse_trio.store.engine.registry import read_only
 
 pytestmark = pytest.mark.galera
 
@@ -92,7 +92,7 @@ def test_every_process_picks_the_first_synced_node_and_sticks_to_it(cluster, dat
     selector.reset()  # a process that starts now reads the recorded writer
     assert selector.current() == ("127.0.0.1", n2.port), "nor does it pull a newly started process"
     for fresh in (cluster.config(database_name), cluster.config(database_name, [n1, n2])):
-        script = ("from pulse_trio.dburl import parse_database_url; from pulse_trio.store.writer import connect; "
+        script = ("from pulse_trio.dburl import parse_database_url; from pulse_trio.store.engine.writer import connect; "
                   f"print(connect(parse_database_url({fresh.url(redact=False)!r})).port)")
         port = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
         assert port.stdout.strip() == str(n2.port), port.stderr
@@ -114,7 +114,7 @@ def test_a_node_that_is_not_ready_is_treated_as_a_lost_connection(cluster, datab
     with pytest.raises(pymysql.err.MySQLError) as caught, conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM tasks")
     conn.close()
-    from pulse_trio.store.pool import LOST, classify
+    from pulse_trio.store.engine.pool import LOST, classify
 
     assert caught.value.args[0] == 1047 and classify(caught.value) == LOST
 
@@ -176,7 +176,7 @@ def test_a_commit_cut_off_by_isolation_is_re_checked_before_answering(cluster, d
         store.close()
     assert result.instance.instance_id == instance.instance_id
     assert seen, "the commit on the isolated node failed"
-    from pulse_trio.store.pool import LOST, classify
+    from pulse_trio.store.engine.pool import LOST, classify
 
     assert classify(seen[0]) == LOST, f"{seen[0]!r} is a lost connection: the outcome is unknown"
     assert selector.current() != ("127.0.0.1", n1.port)

@@ -24,9 +24,9 @@ import chaos_checks
 from chaos_fleet import WORKER, Fleet, wait_port
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
-from pulse_trio.store.writer import connect, writer_for
-from pulse_trio.store.migrate import migrate
-from pulse_trio.store.tokens import create_token
+from pulse_trio.store.engine.writer import connect, writer_for
+from pulse_trio.store.schema.migrate import migrate
+from pulse_trio.store.token.tokens import create_token
 
 pytestmark = pytest.mark.galera
 

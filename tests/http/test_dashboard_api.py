@@ -7,7 +7,7 @@ import datetime as dt
 import trio
 
 from pulse_trio.http.security import API_POLICY, UI_POLICY
-from pulse_trio.store.dashboard import FINISHED_STATUSES
+from pulse_trio.store.views.dashboard import FINISHED_STATUSES
 
 
 async def submit(http, token, **fields) -> str:

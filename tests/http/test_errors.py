@@ -211,7 +211,7 @@ def test_only_a_lost_connection_is_an_outage():
     import pymysql
 
     from pulse_trio.http.errors import database_error
-    from pulse_trio.store.facade import StoreUnavailable
+    from pulse_trio.store.engine.facade import StoreUnavailable
 
     for outage in (StoreUnavailable("gone"), pymysql.err.OperationalError(2003, "Can't connect"),
                    pymysql.err.OperationalError(2013, "Lost connection"), pymysql.err.InterfaceError(0, "")):

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from pulse_trio.dburl import connect
-from pulse_trio.store import tokens as stored_tokens
+from pulse_trio.store.token import tokens as stored_tokens
 
 
 @pytest.fixture

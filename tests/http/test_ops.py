@@ -18,7 +18,7 @@ from pulse_trio.config import Settings
 from pulse_trio.dburl import create_database, drop_database
 from pulse_trio.http.app import build_app
 from pulse_trio.serve import serve
-from pulse_trio.store.migrate import code_version
+from pulse_trio.store.schema.migrate import code_version
 
 from http_support import Http, RawWorker  # noqa: I001  (beside this file; see conftest)
 

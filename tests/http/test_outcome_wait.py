@@ -10,7 +10,7 @@ import trio_websocket
 from http_support import RawWorker
 from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.serve_process import ServeProcess
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.trio_bridge import Store
 
 
 async def submit(http, token, queue="billing") -> str:

@@ -20,8 +20,8 @@ from pulse_trio.server.clock import ServiceClock
 from pulse_trio.store import (
     NewInstance, StartCommand, SubscribedQueue, assign, new_credentials, nodes, register, set_capacity, start,
 )
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.tx import db_time
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.tx import db_time
 
 from scenario_support import eventually, lone_node, running
 from sql_support import rows as sql_rows

@@ -14,8 +14,8 @@ import trio
 
 from pulse_trio.config import Settings
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.store import nodes
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.instance import nodes
+from pulse_trio.store.engine.trio_bridge import Store
 from scenario_support import lone_node
 from sql_support import rows as sql_rows
 
@@ -101,7 +101,7 @@ class StuckTimersStore:
         self.stuck = trio.Event()
 
     async def run(self, fn, **kwargs):
-        from pulse_trio.store.timer_probe import due_work
+        from pulse_trio.store.views.timer_probe import due_work
 
         if fn is due_work:
             self.stuck.set()

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from pulse_trio.contract.grammar import parse_time
-from pulse_trio.store.task_steps import backoff_ms
+from pulse_trio.store.task.steps import backoff_ms
 from scenario_support import error_code, running
 
 TTL = 5

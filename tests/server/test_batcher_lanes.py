@@ -10,9 +10,9 @@ import trio.testing
 from pulse_trio.server import batcher
 from pulse_trio.server.batcher import LANES, MAX_BATCH, LeaseCommandBatcher, _Pending, _take_batch
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.store.inputs import FinishCommand, FinishReport, RenewCommand, StartCommand
-from pulse_trio.store.results import Refusal
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.inputs import FinishCommand, FinishReport, RenewCommand, StartCommand
+from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.engine.trio_bridge import Store
 
 
 class _Posted:

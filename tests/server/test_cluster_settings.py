@@ -274,7 +274,7 @@ async def test_flags_given_while_the_schema_is_missing_are_written_once_it_is_th
     from pulse_trio.config import Settings
     from pulse_trio.dburl import create_database, drop_database
     from pulse_trio.serve import serve
-    from pulse_trio.store.migrate import migrate
+    from pulse_trio.store.schema.migrate import migrate
 
     config = database_server.with_database("pulse_settings_late")
     create_database(config)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import trio
 
 from pulse_trio.server.queue_sync import INTERVAL_S
-from pulse_trio.store.queues import paused_queues
+from pulse_trio.store.queue.queues import paused_queues
 
 
 async def _listen(worker, seconds: float) -> None:

@@ -15,8 +15,8 @@ import trio
 
 from pulse_trio.bench.fill_finished import FillOptions, fill
 from pulse_trio.server.retention_loop import DispatchActivity, PurgePace
-from pulse_trio.store.registry import read_only
-from pulse_trio.store.tx import Tx
+from pulse_trio.store.engine.registry import read_only
+from pulse_trio.store.engine.tx import Tx
 from sql_support import rows
 
 DAY_S = 86_400

@@ -16,7 +16,7 @@ import trio.testing
 from pulse_trio.dburl import connect
 from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, register, set_capacity
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.trio_bridge import Store
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.timezone.utc)
 

@@ -10,7 +10,7 @@ import pytest
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.encoder import command_result_body
 from pulse_trio.server import to_wire
-from pulse_trio.store import results as r
+from pulse_trio.store.engine import results as r
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.timezone.utc)
 TASK, LEASE = "tsk_01M9166F3WH59Z3TXNM3DAFWJ6", "lse_01M9166F3WH59Z3TXNM3DAFWJ7"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 
 from pulse_trio.server.token_checks import TokenChecks
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store.engine.trio_bridge import Store
 
 
 async def _all_at_once(checks: TokenChecks, tokens: list[str]) -> list:

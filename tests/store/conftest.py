@@ -19,8 +19,8 @@ from pulse_trio.store import (
     SubscribedQueue, assign,
     finish, get_task, new_credentials, register, renew, set_capacity, start, submit,
 )
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.results import Offer, Registered
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.results import Offer, Registered
 
 T0 = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.timezone.utc)
 START_TIMEOUT_MS = 30_000
@@ -152,7 +152,7 @@ class World:
 
     def setting(self, name: str, ms: int | None) -> None:
         """Change a cluster setting, as `pulse-trio settings set` would."""
-        from pulse_trio.store.settings import set_values
+        from pulse_trio.store.cluster_setting.settings import set_values
 
         result = self.run(set_values, values={name: ms}, updated_by="test")
         assert not isinstance(result, Refusal), result

@@ -130,7 +130,7 @@ def test_offer_carries_the_task_fields(world):
 
 def test_composite_transaction_runs_the_three_charts(world):
     from pulse_trio.dburl import connect
-    from pulse_trio.store.tx import Tx
+    from pulse_trio.store.engine.tx import Tx
 
     world.submit(concurrency_key="k1")
     w = world.worker("q", keys=True)
@@ -148,7 +148,7 @@ def test_composite_transaction_runs_the_three_charts(world):
 
 
 def test_the_ready_probe_names_exactly_the_queues_with_ready_work(world):
-    from pulse_trio.store.assign import PROBE_CHUNK, queues_with_ready_work
+    from pulse_trio.store.lease.assign import PROBE_CHUNK, queues_with_ready_work
 
     w = world.worker("busy", capacity=1)
     world.submit(queue="ready")

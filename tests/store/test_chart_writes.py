@@ -21,11 +21,11 @@ from pulse_trio.charts import CHARTS, persistent_charts
 from pulse_trio.dburl import connect
 from pulse_trio.client.schedules import build_schedule
 from pulse_trio.store import NewTask, request_cancel, retry, submit
-from pulse_trio.store.schedules import create as create_schedule
-from pulse_trio.store.chart_write import TABLES, UndeclaredTransition, move
-from pulse_trio.store.queues import pause as pause_queue, set_retention
-from pulse_trio.store.fairness import set_weight, share_id
-from pulse_trio.store.tx import Tx, UnregisteredWrite
+from pulse_trio.store.schedule.schedules import create as create_schedule
+from pulse_trio.store.engine.chart_write import TABLES, UndeclaredTransition, move
+from pulse_trio.store.queue.queues import pause as pause_queue, set_retention
+from pulse_trio.store.queue.fairness import set_weight, share_id
+from pulse_trio.store.engine.tx import Tx, UnregisteredWrite
 
 ROOT = Path(__file__).parents[2]
 NODE_ID = "nod_" + "C" * 26
@@ -179,7 +179,7 @@ def test_the_functions_that_insert_a_row_write_the_charts_destination(world):
 def test_no_store_module_but_the_writer_sets_a_state():
     """State changes are written by chart_write.move alone (new rows by chart_write.create)."""
     pattern = re.compile(r"UPDATE\s+\S+\s+SET[^\"']*\bstate\s*=", re.IGNORECASE)  # table names in f-strings too
-    for path in sorted((ROOT / "pulse_trio" / "store").glob("*.py")):
+    for path in sorted((ROOT / "pulse_trio" / "store").rglob("*.py")):
         if path.name == "chart_write.py":
             continue
         text = re.sub(r"\"\s*\n\s*f?\"", "", path.read_text())  # join implicitly concatenated strings
@@ -190,7 +190,7 @@ def test_no_store_module_but_the_writer_inserts_a_charted_row():
     """New rows of a persistent chart's table are written by chart_write.create alone."""
     tables = "|".join(re.escape(table) for table, _ in TABLES.values())
     pattern = re.compile(rf"INSERT\s+(?:IGNORE\s+)?INTO\s+(?:{tables})\b", re.IGNORECASE)
-    for path in sorted((ROOT / "pulse_trio" / "store").glob("*.py")):
+    for path in sorted((ROOT / "pulse_trio" / "store").rglob("*.py")):
         if path.name == "chart_write.py":
             continue
         assert not pattern.search(path.read_text()), f"{path.name} inserts a charted row outside chart_write.create"
@@ -198,7 +198,7 @@ def test_no_store_module_but_the_writer_inserts_a_charted_row():
 
 def test_create_runs_only_inside_its_own_transition_and_takes_the_charts_state(world):
     """chart_write.create: refused outside its trigger's function; a state the chart does not name is refused too."""
-    from pulse_trio.store.chart_write import create
+    from pulse_trio.store.engine.chart_write import create
 
     conn = connect(world.db)
     try:

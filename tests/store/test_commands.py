@@ -131,7 +131,7 @@ def test_finish_failed_retryable_schedules_the_next_attempt_with_backoff(world):
 
 
 def test_backoff_grows_and_is_capped():
-    from pulse_trio.store.task_steps import backoff_ms
+    from pulse_trio.store.task.steps import backoff_ms
 
     class T:
         task_id = "tsk_X"

@@ -18,7 +18,7 @@ from pulse_trio.store import (
     FinishReport, NewTask, assign, expire, finish, lapse, new_credentials, promote, release_after_quarantine,
     request_cancel, retry, start, submit,
 )
-from pulse_trio.store.tx import Tx
+from pulse_trio.store.engine.tx import Tx
 
 FUNCTIONS = {f"{c.name}.{trigger}": fn for c in CHARTS.values() for trigger, fn in c.spec.functions.items()}
 
@@ -129,8 +129,9 @@ def test_cancel_request_of_an_offer_and_of_a_running_task(world, keyed):
 
 
 def test_node_lose_and_stop_end_the_nodes_sessions_in_their_own_transaction(world):
-    from pulse_trio.store import NewInstance, SubscribedQueue, nodes, register
-    from pulse_trio.store.trio_bridge import Store
+    from pulse_trio.store import NewInstance, SubscribedQueue, register
+    from pulse_trio.store.instance import nodes
+    from pulse_trio.store.engine.trio_bridge import Store
 
     def on(node_id: str):
         store = Store(world.db, pool_size=1, node_id=node_id)
@@ -153,7 +154,7 @@ def test_node_lose_and_stop_end_the_nodes_sessions_in_their_own_transaction(worl
 
 def test_schedule_fire_submits_each_ticks_task_on_its_own_transaction(world):
     from pulse_trio.client.schedules import build_schedule
-    from pulse_trio.store.schedules import create, fire
+    from pulse_trio.store.schedule.schedules import create, fire
 
     world.run(create, schedule=build_schedule(name="s", queue="q", kind="k", interval=1), created_by="t")
     world.advance(1000)
@@ -215,7 +216,7 @@ def test_submits_place_a_fairness_key_on_its_clock(world):
 
 def test_resume_carries_an_operators_drain_to_the_new_session(world):
     from pulse_trio.store import disconnect, resume
-    from pulse_trio.store.instances import operator_drain
+    from pulse_trio.store.instance.instances import operator_drain
 
     old = world.worker("q")
     offer = world.running(old)

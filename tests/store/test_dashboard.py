@@ -9,8 +9,8 @@ import trio
 
 from pulse_trio.http.throughput import FinishesPerMinute
 from pulse_trio.store import NewTask, submit
-from pulse_trio.store.dashboard import finishes_by_minute, finishes_since, queue_states, state_pairs
-from pulse_trio.store.tx import py_time
+from pulse_trio.store.views.dashboard import finishes_by_minute, finishes_since, queue_states, state_pairs
+from pulse_trio.store.engine.tx import py_time
 
 MINUTE = dt.timedelta(minutes=1)
 

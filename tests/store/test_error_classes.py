@@ -11,9 +11,9 @@ import pymysql
 import pytest
 
 from pulse_trio.store import StoreUnavailable
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.pool import CONFLICT, LOST, classify
-from pulse_trio.store.registry import read_only
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.pool import CONFLICT, LOST, classify
+from pulse_trio.store.engine.registry import read_only
 
 
 @pytest.mark.parametrize("error, kind", [

@@ -12,11 +12,11 @@ import trio
 
 from pulse_trio.dburl import connect
 from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, start
-from pulse_trio.store.leases import finish
-from pulse_trio.store.inputs import FinishReport
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.inputs import NewInstance, SubscribedQueue
-from pulse_trio.store.registry import read_only
+from pulse_trio.store.lease.leases import finish
+from pulse_trio.store.engine.inputs import FinishReport
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.inputs import NewInstance, SubscribedQueue
+from pulse_trio.store.engine.registry import read_only
 
 
 @read_only
@@ -195,7 +195,7 @@ def test_a_connection_silent_inside_a_transaction_loses_its_locks(world, db):
     Its row locks (here, a lease) are released after the idle timeout, not
     after the server's default eight hours, and the transaction is rolled back.
     """
-    from pulse_trio.store.pool import ConnectionPool
+    from pulse_trio.store.engine.pool import ConnectionPool
 
     w = world.worker("q")
     offer = world.offer(w)
@@ -262,7 +262,7 @@ def test_a_batch_whose_commit_was_lost_falls_back_to_calls_that_re_read(world, d
 
 def _ride_along(world, w, credentials):
     """A finish batch's hooks as the server's ride-along uses them: session rows first, a claim after the finishes."""
-    from pulse_trio.store.instances import share_lock_sessions
+    from pulse_trio.store.instance.instances import share_lock_sessions
 
     seen = []
     rows = {}
@@ -319,8 +319,8 @@ def test_a_ride_along_claim_whose_commit_was_lost_is_re_read_with_its_finish(wor
 def test_a_ride_along_claim_takes_its_session_row_from_the_batchs_shared_lock(world):
     """The row share_lock_sessions read is the claim's: no second read of the session (one SELECT fewer)."""
     from pulse_trio.dburl import connect
-    from pulse_trio.store.instances import share_lock_sessions
-    from pulse_trio.store.tx import Tx
+    from pulse_trio.store.instance.instances import share_lock_sessions
+    from pulse_trio.store.engine.tx import Tx
 
     w = world.worker("q", capacity=4)
     for _ in range(2):

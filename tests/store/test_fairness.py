@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 
 from pulse_trio.store import NewTask, submit
-from pulse_trio.store.fairness import set_weight, share_id
+from pulse_trio.store.queue.fairness import set_weight, share_id
 
 QUANTUM_MS = 1_000  # the default fairness_quantum
 STEP_MS = 30_000  # the default priority_step
@@ -133,7 +133,7 @@ def test_a_weight_outside_its_range_is_refused(world):
 
 
 def test_key_figures_name_the_keys_with_the_most_ready_work_then_other(world):
-    from pulse_trio.store.fairness import OTHER, key_figures
+    from pulse_trio.store.queue.fairness import OTHER, key_figures
 
     _submit(world, 2, fairness_key="zz")
     w = world.worker("q", capacity=5)
@@ -176,7 +176,7 @@ def test_racing_placers_put_one_keys_tasks_on_one_clock(world, db):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from pulse_trio.store.trio_bridge import Store
+    from pulse_trio.store.engine.trio_bridge import Store
 
     stores = [Store(db, pool_size=2) for _ in range(4)]
     barrier = threading.Barrier(4)
@@ -213,7 +213,7 @@ def test_a_placer_that_meets_another_on_its_key_places_after_it(world, row_exist
     from concurrent.futures import ThreadPoolExecutor
 
     from pulse_trio.dburl import connect
-    from pulse_trio.store.tx import Tx
+    from pulse_trio.store.engine.tx import Tx
 
     if row_exists:
         _submit(world, 1, fairness_key="t")
@@ -238,7 +238,7 @@ def test_placing_a_batch_costs_a_read_and_one_statement_per_key(world):
     """The clocks and weights in one read, each key's clock moved by one statement; the quantum is read
     with the priority step, so a batch of one key costs the submit two statements more than an unkeyed one."""
     from pulse_trio.dburl import connect
-    from pulse_trio.store.tx import Tx
+    from pulse_trio.store.engine.tx import Tx
 
     def statements(tasks) -> int:
         conn = connect(world.db)
@@ -269,8 +269,8 @@ def test_placing_a_batch_costs_a_read_and_one_statement_per_key(world):
 def test_ready_counts_by_key_are_an_index_only_read_and_count_every_ready_range(world):
     """tasks_pickup carries fairness_key: no index of its own moves at the offer of a keyed task."""
     from pulse_trio.dburl import connect
-    from pulse_trio.store.fairness import READY_BY_KEY, key_figures
-    from pulse_trio.store.rows import READY_PICKS
+    from pulse_trio.store.queue.fairness import READY_BY_KEY, key_figures
+    from pulse_trio.store.engine.rows import READY_PICKS
 
     _submit(world, 4, fairness_key="f")
     _submit(world, 3, fairness_key="f", concurrency_key="c")  # READY, in the KEYED range

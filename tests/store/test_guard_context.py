@@ -7,9 +7,9 @@ import types
 import pytest
 
 from pulse_trio.charts import persistent_charts
-from pulse_trio.store.guard_context import CONTEXTS, LeaseContext, NodeContext
-from pulse_trio.store.registry import GUARDS, decide, screen
-from pulse_trio.store.results import LEASE_NOT_FOUND
+from pulse_trio.store.engine.guard_context import CONTEXTS, LeaseContext, NodeContext
+from pulse_trio.store.engine.registry import GUARDS, decide, screen
+from pulse_trio.store.engine.results import LEASE_NOT_FOUND
 
 
 def test_every_persistent_chart_has_one_context_type():

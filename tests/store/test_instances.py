@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pulse_trio.dburl import connect
 from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, disconnect, register, set_capacity
-from pulse_trio.store.ids import secret_digest
-from pulse_trio.store.tx import Tx
+from pulse_trio.store.engine.ids import secret_digest
+from pulse_trio.store.engine.tx import Tx
 
 
 def test_register_gives_new_ids_a_secret_digest_and_increasing_epochs(world):
@@ -68,7 +68,7 @@ def test_disconnect_keeps_leases_and_refuses_later_capacity(world):
 
 def test_register_is_idempotent_when_a_commit_was_cut_off(world):
     from pulse_trio.dburl import connect
-    from pulse_trio.store.tx import Tx
+    from pulse_trio.store.engine.tx import Tx
 
     instance = NewInstance("w", (SubscribedQueue("q"),))
     first = world.run(register, instance=instance)

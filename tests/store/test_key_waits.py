@@ -10,7 +10,7 @@ of ``WAIT_CHUNK``).
 from __future__ import annotations
 
 from pulse_trio.store import NewTask, request_cancel, submit
-from pulse_trio.store.task_steps import WAIT_CHUNK
+from pulse_trio.store.task.steps import WAIT_CHUNK
 
 DEEP = 4 * WAIT_CHUNK + 37  # several set-aside chunks, hundreds of claim pages
 
@@ -144,7 +144,7 @@ def test_cancelling_the_task_brought_back_brings_back_another(world):
 
 
 def test_waiting_tasks_still_count_as_ready(world):
-    from pulse_trio.store.queries import queue_depths
+    from pulse_trio.store.views.queries import queue_depths
 
     holder = world.worker("q", keys=True, capacity=1)
     world.offer(holder, concurrency_key="hot")

@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pulse_trio.store import FinishReport, Refusal, finish, lapse, leases, request_cancel, resume, start
-from pulse_trio.store.known_leases import BOOK
-from pulse_trio.store.trio_bridge import Store
+from pulse_trio.store import FinishReport, Refusal, finish, lapse, request_cancel, resume, start
+from pulse_trio.store.lease import leases
+from pulse_trio.store.lease.known import BOOK
+from pulse_trio.store.engine.trio_bridge import Store
 
 ROUNDS = 10
 
@@ -192,7 +193,7 @@ def test_a_revoke_racing_a_start_never_lets_both_win(world, db):
 
 
 def test_the_book_is_bounded_and_drops_the_oldest_first():
-    from pulse_trio.store.known_leases import KnownLease, LeaseBook
+    from pulse_trio.store.lease.known import KnownLease, LeaseBook
 
     def entry(n: int) -> KnownLease:
         return KnownLease(f"lse_{n}", f"tsk_{n}", b"\0" * 32, "ses_1", "OFFERED", 1, 1, 1, 30_000, None, "q",

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from pulse_trio.dburl import connect
-from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, assign, new_credentials, nodes, register
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.results import NODE_LOST, SERVER_SHUTTING_DOWN
-from pulse_trio.store.tx import Tx, db_time
+from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, assign, new_credentials, register
+from pulse_trio.store.instance import nodes
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.results import NODE_LOST, SERVER_SHUTTING_DOWN
+from pulse_trio.store.engine.tx import Tx, db_time
 
 LAPSE_MS = 15_000
 
@@ -174,7 +175,7 @@ def test_a_node_never_declares_itself_lost(world, node):
     from types import SimpleNamespace
 
     from pulse_trio.store import decide
-    from pulse_trio.store.guard_context import NodeContext
+    from pulse_trio.store.engine.guard_context import NodeContext
     row = SimpleNamespace(node_id=a.node_id, state="ALIVE", expires_at=world.now - dt.timedelta(seconds=1))
     assert isinstance(decide("node", "lose", "ALIVE", NodeContext(node=row, now=world.now,
                                                                   declared_by=a.node_id)), Refusal)

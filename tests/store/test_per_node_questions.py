@@ -17,10 +17,10 @@ from pulse_trio.dburl import connect
 from pulse_trio.store import (
     NewInstance, Refusal, SubscribedQueue, nodes, notify_cancellations, register, request_cancel, set_capacity,
 )
-from pulse_trio.store.instances import disconnect, live_lease_counts
-from pulse_trio.store.timer_probe import due_work
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.tx import Tx
+from pulse_trio.store.instance.instances import disconnect, live_lease_counts
+from pulse_trio.store.views.timer_probe import due_work
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.tx import Tx
 
 HERE, THERE = "nod_" + "H" * 26, "nod_" + "T" * 26
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pulse_trio.store import assign, new_credentials
-from pulse_trio.store.queues import pause, paused_queues, queue_controls, resume
+from pulse_trio.store.queue.queues import pause, paused_queues, queue_controls, resume
 from tests.store.conftest import LEASE_TTL_MS, START_TIMEOUT_MS
 
 

@@ -16,8 +16,8 @@ import pytest
 from pulse_trio.store import (
     NewTask, Refusal, assign, expire, lapse, new_credentials, register, request_cancel, retry, submit,
 )
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.inputs import NewInstance, SubscribedQueue
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.inputs import NewInstance, SubscribedQueue
 
 ROUNDS = 12
 

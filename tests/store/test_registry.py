@@ -10,10 +10,10 @@ import pulse_trio.store as store_pkg
 from pulse_trio.charts import CHARTS, ChartError, persistent_charts
 from pulse_trio.dburl import connect
 from pulse_trio.store import REGISTRY, Tx
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.registry import GUARDS, decide, guard, transition
-from pulse_trio.store.results import Refusal
-from pulse_trio.store.tx import UnregisteredWrite
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.registry import GUARDS, decide, guard, transition
+from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.engine.tx import UnregisteredWrite
 
 
 def test_every_persistent_transition_has_exactly_one_function():
@@ -29,9 +29,13 @@ def test_every_persistent_transition_has_exactly_one_function():
 
 def test_every_function_in_the_store_belongs_to_one_transition():
     """No public callable that takes a Tx and writes escapes the registry."""
-    import inspect
+    import importlib
+    import pkgutil
 
-    for module in [m for name, m in vars(store_pkg).items() if inspect.ismodule(m)]:
+    modules = [importlib.import_module(info.name)
+               for info in pkgutil.walk_packages(store_pkg.__path__, store_pkg.__name__ + ".")]
+    assert "pulse_trio.store.queue.fairness" in {m.__name__ for m in modules}  # the walk reaches the sub-packages
+    for module in modules:
         for name, value in vars(module).items():
             registration = getattr(value, "__pulse_transition__", None)
             if registration is not None:
@@ -61,7 +65,7 @@ def test_every_named_guard_is_implemented_and_every_guard_is_named():
 
 
 def test_refusal_codes_are_spec_codes():
-    from pulse_trio.store.results import INTERNAL_CODES, WIRE_CODES
+    from pulse_trio.store.engine.results import INTERNAL_CODES, WIRE_CODES
 
     for g in GUARDS.values():
         assert g.code is None or g.code in WIRE_CODES | INTERNAL_CODES, g
@@ -113,7 +117,7 @@ def test_decide_checks_refusing_guards_before_the_source_state():
     from types import SimpleNamespace
 
     lapsed = SimpleNamespace(state="LAPSED", task_id="tsk_1", secret_digest=None)
-    from pulse_trio.store.guard_context import LeaseContext
+    from pulse_trio.store.engine.guard_context import LeaseContext
 
     ctx = LeaseContext(lease=lapsed, task_id="tsk_1", lease_secret="x", session_id="s", revision=1, now=None)
     # wrong secret first: lease_not_found, even on a lapsed lease
@@ -124,8 +128,8 @@ def test_decide_checks_refusing_guards_before_the_source_state():
 def test_decide_picks_the_first_transition_whose_selectors_hold():
     from types import SimpleNamespace
 
-    from pulse_trio.store.guard_context import TaskContext
-    from pulse_trio.store.inputs import FinishReport
+    from pulse_trio.store.engine.guard_context import TaskContext
+    from pulse_trio.store.engine.inputs import FinishReport
 
     lease = SimpleNamespace(attempt=1, cancel_requested_at=None)
     task = SimpleNamespace(max_attempts=3)

@@ -11,10 +11,10 @@ import time
 
 from pulse_trio.dburl import connect
 from pulse_trio.store import expire, release_after_quarantine, request_cancel, retry, submit
-from pulse_trio.store.queues import set_retention
-from pulse_trio.store.retention import PURGEABLE, count_due, purge, retention_plan
-from pulse_trio.store.tasks import NewTask
-from pulse_trio.store.tx import Tx
+from pulse_trio.store.queue.queues import set_retention
+from pulse_trio.store.task.retention import PURGEABLE, count_due, purge, retention_plan
+from pulse_trio.store.task.tasks import NewTask
+from pulse_trio.store.engine.tx import Tx
 
 DAY_MS = 86_400_000
 

@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from pulse_trio.store.rows import LEASE_COMMAND, TASK_FULL, TASK_PICKUP, LeaseRow, TaskRow
-from pulse_trio.store.tx import db_time, py_time
+from pulse_trio.store.engine.rows import LEASE_COMMAND, TASK_FULL, TASK_PICKUP, LeaseRow, TaskRow
+from pulse_trio.store.engine.tx import db_time, py_time
 
 _NAIVE = dt.datetime(2026, 12, 4, 12, 0, 0, 250000)
 

@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 
 from pulse_trio.client.schedules import build_schedule
-from pulse_trio.store.results import Refusal
-from pulse_trio.store.schedules import (
+from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.schedule.schedules import (
     SCHEDULE_EXISTS, SCHEDULE_NOT_FOUND, create, delete, fire, get_schedule, list_schedules, pause, resume, tick_key,
 )
 

@@ -9,9 +9,9 @@ import pytest
 from pulse_trio import cluster_settings as cs
 from pulse_trio.dburl import connect
 from pulse_trio.store import NewTask, request_cancel, submit
-from pulse_trio.store.results import Refusal
-from pulse_trio.store.settings import read_all, set_values
-from pulse_trio.store.tx import Tx, db_time
+from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.cluster_setting.settings import read_all, set_values
+from pulse_trio.store.engine.tx import Tx, db_time
 
 
 def test_the_seeded_settings_read_as_defaults(world):

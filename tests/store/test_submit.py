@@ -8,7 +8,7 @@ import pytest
 
 from pulse_trio.dburl import connect
 from pulse_trio.store import NewTask, pickup_sql, promote, submit
-from pulse_trio.store.tx import Tx
+from pulse_trio.store.engine.tx import Tx
 
 
 def test_submit_due_is_ready_future_is_scheduled(world):
@@ -160,7 +160,7 @@ def test_a_backlog_of_another_kind_is_not_scanned_by_a_kind_subscription(world):
 
 def test_a_subscription_naming_many_kinds_reads_no_other_kind_and_about_a_page_of_rows(world):
     """Every named kind is its own ordered range (one statement): a backlog of others is never walked."""
-    from pulse_trio.store.assign import SHARED_PAGES_FROM, Read, pickup_statement
+    from pulse_trio.store.lease.assign import SHARED_PAGES_FROM, Read, pickup_statement
 
     kinds = [f"k{i}" for i in range(3 * SHARED_PAGES_FROM)]
     world.run(submit, tasks=[NewTask("q", "backlog") for _ in range(3000)])

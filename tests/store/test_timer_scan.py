@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from pulse_trio.store import lease_timers, nodes, permits, tasks
-from pulse_trio.store.timer_scan import sources, statement
+from pulse_trio.store.lease import timers as lease_timers
+from pulse_trio.store.instance import nodes
+from pulse_trio.store.key_permit import permits
+from pulse_trio.store.task import tasks
+from pulse_trio.store.engine.timer_scan import sources, statement
 
 SCANS = [lease_timers._LAPSE, lease_timers._EXPIRE, tasks._PROMOTE, permits._QUARANTINE_OVER, nodes._LAPSED]
 

@@ -7,11 +7,11 @@ import time
 
 import trio
 
-from pulse_trio.store.registry import read_only
-from pulse_trio.store.tokens import live_token
-from pulse_trio.store.trio_bridge import Store
-from pulse_trio.store.tx import Tx
-from pulse_trio.store.views import get_task
+from pulse_trio.store.engine.registry import read_only
+from pulse_trio.store.token.tokens import live_token
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.tx import Tx
+from pulse_trio.store.views.task import get_task
 
 
 async def test_on_transaction_hears_of_every_awaited_transaction_and_only_those(db):

@@ -26,7 +26,7 @@ from token_support import make_token
 from ui_support import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, Api, wait_for
 
 from pulse_trio.dburl import DatabaseConfig, drop_database
-from pulse_trio.store.migrate import migrate
+from pulse_trio.store.schema.migrate import migrate
 
 _HERE = Path(__file__).resolve().parent  # the workers run ui_worker.py from here, by path
 

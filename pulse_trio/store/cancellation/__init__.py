@@ -1,0 +1,1 @@
+"""Chart ``cancellation``: a cancel intent, from the request to its resolution (``intents``)."""

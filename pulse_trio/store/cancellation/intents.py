@@ -1,0 +1,207 @@
+"""Chart ``cancellation``: saving a cancel intent, telling the holder, and how it ends.
+
+``request`` is the producer/operator entry. Depending on where the task is:
+
+* SCHEDULED / READY: task.cancel at once; the intent is RESOLVED.
+* OFFERED: lease.revoke + task.cancel (+ key_permit.release); RESOLVED; the
+  holder is still told (notify) so it drops the offer.
+* RUNNING: intent REQUESTED, lease.cancel caps the lease at
+  ``grace_expires_at``. The worker's finish resolves it (any status); if no
+  finish comes, lease.expire fires at the deadline and escalates it.
+
+The grace deadline is fixed when the intent is saved, from the cluster's
+``cancel_grace`` read in the same transaction, so every instance and every
+later renew agree on it, whichever process saved it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from pulse_trio.charts import CHARTS
+from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
+from pulse_trio.store.lease import steps as lease_steps
+from pulse_trio.store.cluster_setting import settings
+from pulse_trio.store.task import steps as task_steps
+from pulse_trio.store.engine.chart_write import create, move
+from pulse_trio.store.engine.guard_context import CancellationContext
+from pulse_trio.store.engine.registry import decide, guard, transition
+from pulse_trio.store.engine.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
+from pulse_trio.store.engine.rows import LeaseRow, TaskRow
+from pulse_trio.store.engine.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
+
+#: The task states task.cancel leaves: what a request cancels at once.
+_CANCELLABLE_AT_ONCE = frozenset(t.source for t in CHARTS["task"].transitions_for("cancel"))
+#: resolve and escalate have no guard: the lease transition that runs them decided.
+
+
+@guard("cancellation", "task_not_started")
+def _task_not_started(c) -> bool:
+    """The task is SCHEDULED, READY or OFFERED: nothing has run, cancel at once."""
+    return c.task.state in _CANCELLABLE_AT_ONCE
+
+
+@guard("cancellation", "task_running")
+def _task_running(c) -> bool:
+    """The task is RUNNING: the worker must stop and finish (or the grace runs out)."""
+    return c.task.state == "RUNNING"
+
+
+@guard("cancellation", "holder_opted_in")
+def _holder_opted_in(c) -> bool:
+    """The lease holder's session declared cancellation_notifications."""
+    return c.opted_in
+
+
+@guard("cancellation", "holder_not_notified")
+def _holder_not_notified(c) -> bool:
+    """The current holder has not been sent task.cancel yet (a resume makes a new holder)."""
+    return c.notified_session_id != c.holder_session_id
+
+
+@guard("cancellation", "offer_revoked")
+def _offer_revoked(c) -> bool:
+    """The cancelled lease was an offer, revoked before start."""
+    return c.lease_state == "REVOKED"
+
+
+def _result(task_id: str, task_state: str, intent: tuple | None, changed: bool,
+            revoked: LeaseEnd | None = None) -> CancelResult:
+    return CancelResult(task_id, task_state, intent[0] if intent else None, changed,
+                        py_time(intent[1]) if intent else None, py_time(intent[2]) if intent else None, revoked)
+
+
+@transition("cancellation", "request")
+def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
+            requested_by: str = "") -> CancelResult | Refusal:
+    """Save a cancel intent; cancel at once what has not started. Terminal or repeated: no-op."""
+    # Lock order lease -> task, as every lease command does: the task's live
+    # lease (if any) first, through the leases_task index.
+    live = tx.all(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
+                  f" AND l.state IN {sql_list(LIVE_LEASE_STATES)} FOR UPDATE", (task_id,))
+    row = tx.one(f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (task_id,))
+    if row is None:
+        return Refusal(TASK_NOT_FOUND, f"no task {task_id}")
+    task = TaskRow.from_lean_row(row)
+    intent = tx.one("SELECT state, requested_at, grace_expires_at FROM cancel_intents WHERE task_id = %s"
+                    " FOR UPDATE", (task_id,))
+    if intent is not None or task.terminal:
+        return _result(task_id, task.state, intent, False)
+    lease = LeaseRow.from_row(live[0]) if live else None
+    dest = decide("cancellation", "request", "NONE", CancellationContext(task=task, lease=lease))
+    if isinstance(dest, Refusal):
+        return dest
+    grace = after_ms(now, settings.value_ms(tx, "cancel_grace")) if task.state == "RUNNING" else now
+    revoked = None
+    task_state = task.state
+    if task.state in ("OFFERED", "RUNNING") and (lease is None or lease.state != task.state):
+        # An assign offered the task between our lease lock and our task lock:
+        # run again (the facade retries), this time finding and locking its lease.
+        raise ConcurrentChange(f"task {task.task_id} became {task.state} while being cancelled")
+    if task.state == "RUNNING":
+        lease_steps.cancel(tx, lease=lease, now=now, deadline=grace)
+    else:
+        if task.state == "OFFERED":
+            lease_steps.revoke(tx, lease=lease, now=now)
+            revoked = LeaseEnd(lease.lease_id, task.task_id, lease.owner_session_id, "REVOKED", "CANCELLED")
+        task_state = task_steps.cancel(tx, task=task, now=now)
+        if task.state == "READY" and task.concurrency_key is not None:
+            # It may have been the key's one task brought back for a freed
+            # permit: bring back another, or the key's waiting tasks would
+            # wait for a release that never comes.
+            waiting = task_steps.waiting_of_key(tx, task.concurrency_key, 1, skip_locked=True)
+            if waiting:
+                task_steps.key_freed(tx, task_ids=waiting)
+    stamp = db_time(now)
+    create(tx, "cancellation", "request", dest=dest,
+           columns="task_id, state, requested_at, grace_expires_at, reason, requested_by, task_state, lease_id,"
+                   " resolved_at",
+           row="(%s, {state}, %s, %s, %s, %s, %s, %s, %s)",
+           rows=[(task_id, stamp, db_time(grace), reason[:255], requested_by[:128], task.state,
+                  lease.lease_id if lease else None, stamp if dest == "RESOLVED" else None)])
+    return CancelResult(task_id, task_state, dest, True, now, grace, revoked)
+
+
+#: The leases that may need a task.cancel pushed: live (or revoked) and carrying a cancel request.
+PUSH_LEASE_STATES = ("OFFERED", "RUNNING", "REVOKED")
+_PUSH_LEASES = f"l.state IN {sql_list(PUSH_LEASE_STATES)} AND l.cancel_requested_at IS NOT NULL"
+#: This node's live, opted-in sessions and their leases, through the node index and
+#: ``leases_owner`` (FROM and WHERE, one node id argument): the same statement
+#: whatever the number of sessions.
+NODE_PUSH_FROM = ("worker_instances i FORCE INDEX (worker_instances_node)"
+                  " JOIN leases l FORCE INDEX (leases_owner) ON l.owner_session_id = i.session_id")
+NODE_PUSH_WHERE = (f"i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} AND i.cancellation_notifications"
+                   f" AND {_PUSH_LEASES}")
+_NOT_TOLD = " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s"
+
+
+@transition("cancellation", "notify")
+def notify(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] | None = None,
+           limit: int = 500) -> tuple[CancelNotice, ...]:
+    """Mark and return the task.cancel pushes due to these (local, opted-in) sessions.
+
+    ``session_ids``: those sessions; None: the live sessions of this
+    transaction's node that opted in (``tx.node_id``), asked by node, so
+    the statement does not grow with the sessions connected.
+
+    Marked before the push: if the connection drops, the worker resumes
+    elsewhere, the holder changes, and the new holder is told again.
+    """
+    # Non-locking look first (the common answer is "nothing"), then lock what is due.
+    select = "SELECT l.task_id, l.lease_id, l.owner_session_id, l.state FROM "
+    if session_ids is None:
+        if tx.node_id is None:
+            return ()
+        due = tx.all(f"{select}{NODE_PUSH_FROM} JOIN cancel_intents c ON c.task_id = l.task_id"
+                     f" WHERE {NODE_PUSH_WHERE}{_NOT_TOLD}", (tx.node_id, limit))
+    elif not session_ids:
+        return ()
+    else:
+        due = tx.all(
+            select + "leases l JOIN cancel_intents c ON c.task_id = l.task_id"
+            f" WHERE l.owner_session_id IN %s AND {_PUSH_LEASES}" + _NOT_TOLD,
+            (tuple(session_ids), limit))
+    if not due:
+        return ()
+    by_task = {r[0]: r for r in due}
+    intents = tx.all(
+        "SELECT task_id, state, requested_at, grace_expires_at, reason, notified_session_id FROM cancel_intents"
+        " WHERE task_id IN %s FOR UPDATE SKIP LOCKED", (tuple(by_task),))
+    opted = {r[0] for r in tx.all("SELECT session_id FROM worker_instances WHERE session_id IN %s"
+                                  " AND cancellation_notifications", (tuple({r[2] for r in due}),))}
+    notices = []
+    stamp = db_time(now)
+    for task_id, state, requested_at, grace, reason, notified in intents:
+        _, lease_id, holder, lease_state = by_task[task_id]
+        ctx = CancellationContext(opted_in=holder in opted, notified_session_id=notified, holder_session_id=holder,
+                              lease_state=lease_state)
+        dest = decide("cancellation", "notify", state, ctx)
+        if isinstance(dest, Refusal):
+            continue
+        move(tx, "cancellation", "notify", [task_id], source=state, dest=dest,
+             sets="notified_session_id = %s, notified_at = %s", args=(holder, stamp),
+             where="notified_session_id <=> %s", where_args=(notified,))
+        notices.append(CancelNotice(holder, task_id, lease_id, py_time(requested_at), py_time(grace), reason))
+    return tuple(notices)
+
+
+@transition("cancellation", "resolve", entry=False)
+def resolve(tx: Tx, *, task_ids: Sequence[str], now: dt.datetime) -> None:
+    """The worker finished tasks with an open intent (part of lease.finish)."""
+    for task_id in task_ids:
+        _close(tx, "resolve", task_id, now)
+
+
+@transition("cancellation", "escalate", entry=False)
+def escalate(tx: Tx, *, task_id: str, now: dt.datetime) -> None:
+    """The lease of a cancelled task ended without a finish (part of lease.expire)."""
+    _close(tx, "escalate", task_id, now)
+
+
+def _close(tx: Tx, trigger: str, task_id: str, now: dt.datetime) -> None:
+    row = tx.one("SELECT state FROM cancel_intents WHERE task_id = %s FOR UPDATE", (task_id,))
+    if row is None:
+        return  # a lease cancel without an intent row cannot happen; nothing to close
+    move(tx, "cancellation", trigger, [task_id], source=row[0], sets="resolved_at = %s",
+         args=(db_time(now),))

@@ -1,0 +1,1 @@
+"""Chart ``cluster_setting``: the settings every process must agree on (``settings``)."""

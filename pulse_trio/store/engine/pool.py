@@ -1,0 +1,191 @@
+"""A small thread-safe pool of PyMySQL connections.
+
+A connection is handed to one thread at a time and returned (or discarded
+after an error) by that thread: PyMySQL connections are never shared. The
+Trio bridge's CapacityLimiter (``trio_bridge.py``) keeps concurrent users at
+or below ``size``, so the pool never opens more than that many connections
+for it.
+
+On a multi-host URL every connection goes to the process's writer
+(``writer.py``): a connection that is lost or whose node stops being ready
+has the writer re-checked (:meth:`ConnectionPool.lost`), and idle
+connections to a writer the process has left are closed, not handed out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pymysql
+
+from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.engine.writer import connect, set_causal_reads, writer_for
+
+# -- what a failed statement means --------------------------------------------------
+DEADLOCK = 1213  # also a Galera certification failure, reported at COMMIT: nothing was committed
+LOCK_WAIT_TIMEOUT = 1205
+#: Client-side "the connection is gone" codes (CR_*), and server shutdown.
+CONNECTION_LOST = frozenset({2003, 2006, 2013, 2014, 2045, 2055, 1053, 1927})
+#: A cluster node that is up but may not serve: 1047 "WSREP has not yet prepared node for
+#: application use" and 1180 "Got error 6 'Not connected to Primary Component' during COMMIT".
+#: Handled like a lost connection: the
+#: connection is dropped, the writer re-checked, and a COMMIT hit by it re-checked.
+NODE_NOT_READY = frozenset({1047, 1180})
+
+CONFLICT, LOST = "conflict", "lost"
+
+
+def classify(exc: BaseException) -> str | None:
+    """``CONFLICT`` (roll back and run again), ``LOST`` (drop the connection, run again) or None."""
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return LOST
+    if not isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InternalError,
+                            pymysql.err.NotSupportedError)):
+        return None
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    if code in (DEADLOCK, LOCK_WAIT_TIMEOUT):
+        return CONFLICT
+    if code in CONNECTION_LOST or code in NODE_NOT_READY:
+        return LOST
+    return None
+
+#: The server drops one of our connections after this long without a statement.
+#: A transaction function never pauses between statements, so a connection
+#: that falls silent inside a transaction belongs to a host that died or was
+#: cut off: its row locks (a task, a lease) would otherwise stay held, and
+#: skipped by every SKIP LOCKED timer, for the server's default eight hours,
+#: until TCP noticed. The server rolls the transaction back when it drops it.
+#: The pool never hands out a connection idle for half of it (the server may
+#: be about to drop it): it opens a fresh one instead.
+SERVER_IDLE_TIMEOUT_S = 60
+
+
+def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[str, ...]:
+    """The statements each pooled connection runs once, when it is opened."""
+    return (
+        # Every transaction here locks what it changes with locking reads, so it
+        # needs no snapshot; READ COMMITTED also avoids the gap locks that made
+        # concurrent SKIP LOCKED claims deadlock under REPEATABLE READ (docs/storage.md §3).
+        "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        # Waits are short by design (nobody waits on a pick-up); a long one is a
+        # bug or an outage, and 1205 is retried.
+        "SET SESSION innodb_lock_wait_timeout = 10",
+        f"SET SESSION wait_timeout = {int(server_idle_timeout_s)}",
+    )
+
+
+class ConnectionPool:
+    def __init__(self, config: DatabaseConfig, size: int,
+                 connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect, *,
+                 server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S, autocommit: bool = False) -> None:
+        if size < 1:
+            raise ValueError("pool size must be at least 1")
+        if server_idle_timeout_s < 2:
+            raise ValueError("the server idle timeout is at least 2 s")
+        self.config = config
+        self.size = size
+        self._connector = connector
+        self._setup = session_setup(server_idle_timeout_s)
+        #: Autocommit connections serve read-only views: under READ COMMITTED each of
+        #: their statements sees the latest commits either way, and they need no
+        #: ROLLBACK round trip at the end.
+        self.autocommit = autocommit
+        #: Several nodes: connections go to the process's writer (``writer.py``).
+        self._writer = writer_for(config) if config.clustered else None
+        self.max_idle_s = server_idle_timeout_s / 2
+        #: (connection, when it was released), most recently released last.
+        self._idle: list[tuple[pymysql.connections.Connection, float]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.opened = 0
+        self.discarded = 0
+
+    def acquire(self) -> pymysql.connections.Connection:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            stale: list[tuple[pymysql.connections.Connection, float]] = []
+            if self._writer is not None:  # connections to a writer the process has left are closed
+                writer = self._writer.writer
+                stale = [(c, t) for c, t in self._idle if _node_of(c) != writer]
+                if stale:
+                    self._idle = [(c, t) for c, t in self._idle if _node_of(c) == writer]
+            if self._idle and self._idle[-1][1] >= time.monotonic() - self.max_idle_s:
+                if not stale:
+                    return self._idle.pop()[0]  # the most recently released is the freshest
+                conn = self._idle.pop()[0]
+            else:
+                conn = None
+                stale, self._idle = stale + self._idle, []  # every idle one is older still
+            self.discarded += len(stale)
+        for old, _ in stale:
+            _close_quietly(old)
+        if conn is not None:
+            return conn
+        conn = self._connector(self.config)
+        try:
+            with conn.cursor() as cur:
+                for statement in self._setup:
+                    cur.execute(statement)
+                if self.autocommit and self._writer is not None:
+                    # On a cluster, a read that must see every commit the cluster has acknowledged waits
+                    # for the node to apply them first (``writer.CAUSAL_READS``). Autocommit views need
+                    # it: they may follow a commit made through another node (an instance that has not
+                    # failed over yet, or just has). Writes do not: a transaction that read a row older
+                    # than a commit it conflicts with fails certification at COMMIT (1213) and runs
+                    # again (docs/storage.md §10).
+                    set_causal_reads(cur)
+            conn.commit()
+            if self.autocommit:
+                conn.autocommit(True)
+        except BaseException as exc:
+            _close_quietly(conn)
+            if self._writer is not None and classify(exc) == LOST:
+                self._writer.failed(_node_of(conn))  # connected, but the node is not ready
+            raise
+        with self._lock:
+            self.opened += 1
+        return conn
+
+    def release(self, conn: pymysql.connections.Connection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < self.size:
+                self._idle.append((conn, time.monotonic()))
+                return
+        _close_quietly(conn)
+
+    def discard(self, conn: pymysql.connections.Connection) -> None:
+        with self._lock:
+            self.discarded += 1
+        _close_quietly(conn)
+
+    def lost(self, conn: pymysql.connections.Connection) -> None:
+        """``conn`` was lost or its node is not ready: drop it, and have the writer re-checked."""
+        self.discard(conn)
+        if self._writer is not None:
+            self._writer.failed(_node_of(conn))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            _close_quietly(conn)
+
+    @property
+    def idle(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+
+def _node_of(conn: pymysql.connections.Connection) -> tuple[str, int]:
+    return conn.host, conn.port
+
+
+def _close_quietly(conn: pymysql.connections.Connection) -> None:
+    try:
+        conn.close()
+    except Exception:  # already broken: closing is best effort
+        pass

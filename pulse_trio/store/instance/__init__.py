@@ -1,0 +1,1 @@
+"""Charts ``instance`` and ``node``: worker sessions (``instances``) and the serve processes holding them (``nodes``)."""

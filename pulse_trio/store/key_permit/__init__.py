@@ -1,0 +1,1 @@
+"""Chart ``key_permit``: per-key permits with fencing tokens, and their quarantine (``permits``)."""

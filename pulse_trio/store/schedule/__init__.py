@@ -1,0 +1,1 @@
+"""Chart ``schedule``: recurring schedules and the tick that fires exactly one task (``schedules``)."""

@@ -1,0 +1,121 @@
+"""The ``api_tokens`` table: the one token lookup both endpoints authenticate with, and the CLI's admin.
+
+:func:`live_token` is the read-only view the worker endpoint (``roles=WORKER``)
+and the HTTP API (any role; the handler judges what the role allows) run
+through the store. Creating, listing and revoking are operator commands of
+the CLI on a connection of its own: no chart governs a token, so they are
+plain statements, not transitions, and they live here only so that every
+statement on the table does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+import json
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from pulse_trio.store.engine.registry import read_only
+from pulse_trio.store.engine.tx import Tx
+from pulse_trio.tokens import MAX_TOKEN_CHARS, ROLES, TOKEN_PREFIX, TokenInfo, check_grants, digest
+
+#: The worker endpoint takes only worker tokens.
+WORKER: tuple[str, ...] = ("worker",)
+
+_COLUMNS = "token_id, role, queues, label, created_at, revoked_at, allow"
+_BY_DIGEST = f"SELECT {_COLUMNS}, digest FROM api_tokens WHERE digest = %s"
+
+
+def _naive_utc(now: dt.datetime) -> dt.datetime:
+    return now.astimezone(dt.timezone.utc).replace(tzinfo=None) if now.tzinfo else now
+
+
+def _row_to_info(row: Sequence[Any]) -> TokenInfo:
+    token_id, role, queues, label, created_at, revoked_at, allow = row
+    return TokenInfo(token_id, role, tuple(json.loads(queues)), label, created_at, revoked_at,
+                     tuple(json.loads(allow)))
+
+
+def _lookup(row_of: Any, token: str, roles: Sequence[str]) -> TokenInfo | None:
+    """The live token's record, or None for an unknown, revoked or wrong-role token.
+
+    The digest's unique index finds the row and the final comparison is
+    constant-time, so neither the table nor response timing reveals a token.
+    """
+    if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_TOKEN_CHARS:
+        return None
+    wanted = digest(token)
+    row = row_of(_BY_DIGEST, (wanted,))
+    if row is None or not hmac.compare_digest(bytes(row[7]), wanted):
+        return None
+    info = _row_to_info(row[:7])
+    if info.revoked_at is not None or info.role not in roles:
+        return None
+    return info
+
+
+@read_only(takes_locks=False)
+def live_token(tx: Tx, *, token: str, roles: Sequence[str] = ROLES) -> TokenInfo | None:
+    """The record of a live token whose role is one of ``roles``, or None (unknown, revoked, other role)."""
+    return _lookup(tx.one, token, roles)
+
+
+# -- the CLI's operator commands, each on a connection of its own -------------------------------------
+def create_token(conn: Any, *, role: str, queues: Sequence[str], label: str,
+                 now: dt.datetime, allow: Sequence[str] = ()) -> tuple[str, TokenInfo]:
+    """Store a new token's digest; return the token (shown once) and its record.
+
+    ``allow`` grants actions beyond the role (``pulse_trio.tokens.GRANTS``), within ``queues``.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}")
+    grants = check_grants(role, allow)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token_id = "tok_" + secrets.token_hex(13)
+    created = _naive_utc(now)
+    with conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO api_tokens (token_id, digest, role, queues, allow, label, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (token_id, digest(token), role, json.dumps(sorted(set(queues))), json.dumps(list(grants)), label,
+             created),
+        )
+    conn.commit()
+    return token, TokenInfo(token_id, role, tuple(sorted(set(queues))), label, created, None, grants)
+
+
+def list_tokens(conn: Any) -> list[TokenInfo]:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {_COLUMNS} FROM api_tokens ORDER BY created_at, token_id")
+        rows = cur.fetchall()
+    conn.rollback()
+    return [_row_to_info(r) for r in rows]
+
+
+def revoke_token(conn: Any, token_id: str, *, now: dt.datetime) -> TokenInfo | None:
+    """Revoke by id; revoking twice keeps the first revocation time."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE api_tokens SET revoked_at = %s WHERE token_id = %s AND revoked_at IS NULL",
+            (_naive_utc(now), token_id),
+        )
+        cur.execute(f"SELECT {_COLUMNS} FROM api_tokens WHERE token_id = %s", (token_id,))
+        row = cur.fetchone()
+    conn.commit()
+    return _row_to_info(row) if row else None
+
+
+def authenticate(conn: Any, token: str, *, roles: Sequence[str] = ROLES) -> TokenInfo | None:
+    """:func:`live_token` on a raw connection (ends its read-only transaction)."""
+
+    def row_of(sql: str, args: tuple) -> tuple | None:
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchone()
+
+    try:
+        return _lookup(row_of, token, roles)
+    finally:
+        conn.rollback()

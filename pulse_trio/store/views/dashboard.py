@@ -1,0 +1,167 @@
+"""Read-only figures for the dashboard's overview, bounded on a large ``tasks`` table.
+
+Nothing here writes. Every query reads an index range whose size does not
+grow with the history kept in ``tasks``, one group of states at a time
+(docs/storage.md §6):
+
+* READY and SCHEDULED through ``tasks_pickup (queue, pick_state, …)``:
+  the (queue, state) pairs that exist by a loose scan (one index dive per
+  pair), each counted up to ``COUNT_CAP``;
+* OFFERED and RUNNING through their live leases, which the workers'
+  capacity bounds, counted exactly;
+* ended tasks through ``tasks_finished (queue, outcome_status,
+  finished_at)``: the pairs by a loose scan, each counted up to the cap
+  (past it the dashboard shows "at least": a count of a million SUCCEEDED
+  rows would read a million index entries on every refresh), and the
+  recent finishes as one range per pair, so their cost follows the
+  finishing rate, not the table;
+* the oldest due READY task from the head of the pick-up order
+  (see :func:`oldest_ready_due`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+
+from pulse_trio.charts import CHARTS
+from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list
+from pulse_trio.store.engine.registry import read_only
+from pulse_trio.store.engine.rows import READY_PICKS
+from pulse_trio.store.engine.tx import Tx, db_time, py_time
+
+#: A (queue, state) count stops here; the answer says which counts reached it.
+COUNT_CAP = 10_000
+
+#: How a task can end, in the order of statecharts/task.json.
+FINISHED_STATUSES = tuple(state for state in CHARTS["task"].spec.states if state in TERMINAL_TASK_STATES)
+
+
+@read_only
+def state_pairs(tx: Tx) -> list[tuple[str, str]]:
+    """Every (queue, state) with at least one task waiting or ended, by loose index scans."""
+    waiting = tx.all("SELECT DISTINCT queue, pick_state FROM tasks FORCE INDEX (tasks_pickup)"
+                     " WHERE pick_state IS NOT NULL")
+    ended = tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
+                   " WHERE outcome_status IS NOT NULL")
+    return [(queue, state) for queue, state in (*waiting, *ended)]
+
+
+_COUNT_ONE = {
+    "waiting": "SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
+               " WHERE queue = %s AND pick_state = %s LIMIT %s) c)",
+    "ended": "SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_finished)"
+             " WHERE queue = %s AND outcome_status = %s LIMIT %s) c)",
+}
+_WAITING = frozenset((*WAITING_TASK_STATES, *READY_PICKS))
+
+
+def capped_counts(tx: Tx, pairs: Sequence[tuple[str, str]], cap: int = COUNT_CAP) -> dict[tuple[str, str], int]:
+    """Tasks per (queue, waiting or ended state), each counted up to ``cap + 1`` (more than ``cap``: at least that)."""
+    if not pairs:
+        return {}
+    parts, args = [], []
+    for queue, state in pairs:
+        parts.append(_COUNT_ONE["waiting" if state in _WAITING else "ended"])
+        args += [queue, state, queue, state, cap + 1]
+    return {(queue, state): int(count) for queue, state, count in tx.all(" UNION ALL ".join(parts), args)}
+
+
+def running_counts(tx: Tx) -> dict[tuple[str, str], int]:
+    """OFFERED and RUNNING tasks per queue, exactly: one per live lease."""
+    rows = tx.all("SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
+                  f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)}"
+                  " GROUP BY t.queue, l.state")
+    return {(queue, state): int(count) for queue, state, count in rows}
+
+
+def oldest_ready_due(tx: Tx, queue: str) -> dt.datetime | None:
+    """The earliest ``due_at`` among the queue's READY tasks, exactly, without reading them all.
+
+    ``effective_at = due_at - priority offset`` and offsets are never
+    negative, so a task whose ``effective_at`` is later than the ``due_at``
+    of the pick-up head cannot be due earlier than the head: only the
+    range from the head up to the head's own ``due_at`` is read (empty
+    past the head itself when the head has no priority offset).
+    """
+    oldest = None
+    for pick in READY_PICKS:  # each READY range (unkeyed, keyed, set aside) has its own head
+        head = tx.one("SELECT due_at FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s AND pick_state = %s"
+                      " ORDER BY effective_at, task_id LIMIT 1", (queue, pick))
+        if head is None:
+            continue
+        row = tx.one("SELECT MIN(due_at) FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s"
+                     " AND pick_state = %s AND effective_at <= %s", (queue, pick, head[0]))
+        due = row[0] if row and row[0] is not None else head[0]
+        oldest = due if oldest is None or due < oldest else oldest
+    return None if oldest is None else py_time(oldest)
+
+
+def oldest_ready_age_s(tx: Tx, queue: str, now: dt.datetime) -> float | None:
+    """How long the queue's oldest due READY task has been due (None: nothing READY)."""
+    oldest = oldest_ready_due(tx, queue)
+    return None if oldest is None else max(0.0, (now - oldest).total_seconds())
+
+
+@read_only
+def queue_states(tx: Tx, *, now: dt.datetime, queues: Iterable[str] | None = None,
+                 cap: int = COUNT_CAP) -> dict[str, dict[str, object]]:
+    """Per queue: capped counts by state, the states whose count passed the cap, the oldest READY task's age.
+
+    ``queues``: only these (a queue-scoped token's); None: every queue.
+    """
+    wanted = None if queues is None else frozenset(queues)
+    pairs = [p for p in state_pairs(tx) if wanted is None or p[0] in wanted]
+    out: dict[str, dict[str, object]] = {}
+    counts = capped_counts(tx, pairs, cap)
+    counts.update((pair, count) for pair, count in running_counts(tx).items() if wanted is None or pair[0] in wanted)
+    folded: dict[tuple[str, str], int] = {}
+    for (queue, state), count in counts.items():  # keyed, or set aside for its key: still READY
+        pair = (queue, READY_PICKS.get(state, state))
+        folded[pair] = folded.get(pair, 0) + count
+    for (queue, state), count in folded.items():
+        entry = out.setdefault(queue, {"states": {}, "capped": [], "oldest_ready_age_s": None})
+        entry["states"][state] = min(count, cap)  # type: ignore[index]
+        if count > cap:
+            entry["capped"].append(state)  # type: ignore[union-attr]
+    for queue, entry in out.items():
+        if "READY" in entry["states"]:  # type: ignore[operator]
+            entry["oldest_ready_age_s"] = oldest_ready_age_s(tx, queue, now)
+    return out
+
+
+def _ended_pairs(tx: Tx) -> list[tuple[str, str]]:
+    return [tuple(r) for r in tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
+                                     " WHERE outcome_status IS NOT NULL")]
+
+
+def _per_pair(tx: Tx, select: str, tail: str, args: Sequence[object], group: str = "") -> list[tuple]:
+    """One range of ``tasks_finished`` per (queue, outcome) pair, as one UNION ALL statement."""
+    pairs = _ended_pairs(tx)
+    if not pairs:
+        return []
+    part = (f"(SELECT queue, outcome_status, {select} FROM tasks FORCE INDEX (tasks_finished)"
+            f" WHERE queue = %s AND outcome_status = %s AND {tail}{group})")
+    flat: list[object] = []
+    for queue, status in pairs:
+        flat += [*args[:select.count("%s")], queue, status, *args[select.count("%s"):]]
+    return tx.all(" UNION ALL ".join([part] * len(pairs)), flat)
+
+
+@read_only
+def finishes_by_minute(tx: Tx, *, since: dt.datetime, until: dt.datetime) -> dict[tuple[str, str, int], int]:
+    """Tasks that ended in ``[since, until)``: ``(queue, outcome status, whole minutes after since) -> count``.
+
+    ``since`` should be a minute boundary for the minutes to be clock minutes.
+    """
+    rows = _per_pair(tx, "TIMESTAMPDIFF(MINUTE, %s, finished_at) AS minute, COUNT(*)",
+                     "finished_at >= %s AND finished_at < %s",
+                     (db_time(since), db_time(since), db_time(until)), group=" GROUP BY minute")
+    return {(queue, status, int(minute)): int(count) for queue, status, minute, count in rows}
+
+
+@read_only
+def finishes_since(tx: Tx, *, since: dt.datetime) -> dict[tuple[str, str], int]:
+    """Tasks that ended at ``since`` or later: ``(queue, outcome status) -> count``."""
+    rows = _per_pair(tx, "COUNT(*)", "finished_at >= %s", (db_time(since),))
+    return {(queue, status): int(count) for queue, status, count in rows if count}
