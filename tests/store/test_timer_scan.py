@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pulse_trio.store.lease import timers as lease_timers
+from pulse_trio.store.lease import sql as lease_sql
 from pulse_trio.store.instance import nodes
 from pulse_trio.store.key_permit import permits
 from pulse_trio.store.task import tasks
 from pulse_trio.store.engine.timer_scan import sources, statement
 
-SCANS = [lease_timers._LAPSE, lease_timers._EXPIRE, tasks._PROMOTE, permits._QUARANTINE_OVER, nodes._LAPSED]
+SCANS = [lease_sql.LAPSE_SCAN, lease_sql.EXPIRE_SCAN, tasks._PROMOTE, permits._QUARANTINE_OVER, nodes._LAPSED]
 
 
 def test_each_timer_looks_at_the_sources_of_its_trigger():
