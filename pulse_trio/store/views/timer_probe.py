@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from pulse_trio.store.cancellation.intents import NODE_PUSH_FROM, NODE_PUSH_WHERE
+from pulse_trio.store.cancellation.sql import NODE_PUSH_FROM, NODE_PUSH_WHERE
 from pulse_trio.store.engine.registry import read_only
 from pulse_trio.store.engine.timer_scan import due_states
 from pulse_trio.store.engine.tx import Tx, db_time
