@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pulse_trio.store.lease import sql as lease_sql
 from pulse_trio.store.instance import nodes
-from pulse_trio.store.key_permit import permits
+from pulse_trio.store.key_permit import sql as key_permit_sql
 from pulse_trio.store.task import sql as task_sql
 from pulse_trio.store.engine.timer_scan import sources, statement
 
-SCANS = [lease_sql.LAPSE_SCAN, lease_sql.EXPIRE_SCAN, task_sql.PROMOTE_SCAN, permits._QUARANTINE_OVER, nodes._LAPSED]
+SCANS = [lease_sql.LAPSE_SCAN, lease_sql.EXPIRE_SCAN, task_sql.PROMOTE_SCAN, key_permit_sql.QUARANTINE_OVER_SCAN, nodes._LAPSED]
 
 
 def test_each_timer_looks_at_the_sources_of_its_trigger():
