@@ -269,7 +269,8 @@ def test_placing_a_batch_costs_a_read_and_one_statement_per_key(world):
 def test_ready_counts_by_key_are_an_index_only_read_and_count_every_ready_range(world):
     """tasks_pickup carries fairness_key: no index of its own moves at the offer of a keyed task."""
     from pulse_trio.dburl import connect
-    from pulse_trio.store.queue.fairness import READY_BY_KEY, key_figures
+    from pulse_trio.store.queue.fairness import key_figures
+    from pulse_trio.store.queue.sql import READY_BY_KEY
     from pulse_trio.store.engine.rows import READY_PICKS
 
     _submit(world, 4, fairness_key="f")

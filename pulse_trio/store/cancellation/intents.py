@@ -20,7 +20,6 @@ import datetime as dt
 from collections.abc import Sequence
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.store.lease import steps as lease_steps
 from pulse_trio.store.cluster_setting import settings
 from pulse_trio.store.task import steps as task_steps
@@ -30,6 +29,7 @@ from pulse_trio.store.engine.registry import decide, guard, transition
 from pulse_trio.store.engine.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
 from pulse_trio.store.engine.rows import LeaseRow, TaskRow
 from pulse_trio.store.engine.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
+from pulse_trio.store.cancellation import sql
 
 #: The task states task.cancel leaves: what a request cancels at once.
 _CANCELLABLE_AT_ONCE = frozenset(t.source for t in CHARTS["task"].transitions_for("cancel"))
@@ -78,14 +78,12 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
     """Save a cancel intent; cancel at once what has not started. Terminal or repeated: no-op."""
     # Lock order lease -> task, as every lease command does: the task's live
     # lease (if any) first, through the leases_task index.
-    live = tx.all(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
-                  f" AND l.state IN {sql_list(LIVE_LEASE_STATES)} FOR UPDATE", (task_id,))
-    row = tx.one(f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (task_id,))
+    live = tx.all(sql.LOCK_LIVE_LEASES_OF_TASK, (task_id,))
+    row = tx.one(sql.LOCK_TASK, (task_id,))
     if row is None:
         return Refusal(TASK_NOT_FOUND, f"no task {task_id}")
     task = TaskRow.from_lean_row(row)
-    intent = tx.one("SELECT state, requested_at, grace_expires_at FROM cancel_intents WHERE task_id = %s"
-                    " FOR UPDATE", (task_id,))
+    intent = tx.one(sql.LOCK_INTENT, (task_id,))
     if intent is not None or task.terminal:
         return _result(task_id, task.state, intent, False)
     lease = LeaseRow.from_row(live[0]) if live else None
@@ -115,25 +113,10 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
                 task_steps.key_freed(tx, task_ids=waiting)
     stamp = db_time(now)
     create(tx, "cancellation", "request", dest=dest,
-           columns="task_id, state, requested_at, grace_expires_at, reason, requested_by, task_state, lease_id,"
-                   " resolved_at",
-           row="(%s, {state}, %s, %s, %s, %s, %s, %s, %s)",
+           columns=sql.INTENT_COLUMNS, row=sql.INTENT_ROW,
            rows=[(task_id, stamp, db_time(grace), reason[:255], requested_by[:128], task.state,
                   lease.lease_id if lease else None, stamp if dest == "RESOLVED" else None)])
     return CancelResult(task_id, task_state, dest, True, now, grace, revoked)
-
-
-#: The leases that may need a task.cancel pushed: live (or revoked) and carrying a cancel request.
-PUSH_LEASE_STATES = ("OFFERED", "RUNNING", "REVOKED")
-_PUSH_LEASES = f"l.state IN {sql_list(PUSH_LEASE_STATES)} AND l.cancel_requested_at IS NOT NULL"
-#: This node's live, opted-in sessions and their leases, through the node index and
-#: ``leases_owner`` (FROM and WHERE, one node id argument): the same statement
-#: whatever the number of sessions.
-NODE_PUSH_FROM = ("worker_instances i FORCE INDEX (worker_instances_node)"
-                  " JOIN leases l FORCE INDEX (leases_owner) ON l.owner_session_id = i.session_id")
-NODE_PUSH_WHERE = (f"i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} AND i.cancellation_notifications"
-                   f" AND {_PUSH_LEASES}")
-_NOT_TOLD = " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s"
 
 
 @transition("cancellation", "notify")
@@ -149,27 +132,19 @@ def notify(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] | None = None
     elsewhere, the holder changes, and the new holder is told again.
     """
     # Non-locking look first (the common answer is "nothing"), then lock what is due.
-    select = "SELECT l.task_id, l.lease_id, l.owner_session_id, l.state FROM "
     if session_ids is None:
         if tx.node_id is None:
             return ()
-        due = tx.all(f"{select}{NODE_PUSH_FROM} JOIN cancel_intents c ON c.task_id = l.task_id"
-                     f" WHERE {NODE_PUSH_WHERE}{_NOT_TOLD}", (tx.node_id, limit))
+        due = tx.all(sql.PUSHES_OF_NODE, (tx.node_id, limit))
     elif not session_ids:
         return ()
     else:
-        due = tx.all(
-            select + "leases l JOIN cancel_intents c ON c.task_id = l.task_id"
-            f" WHERE l.owner_session_id IN %s AND {_PUSH_LEASES}" + _NOT_TOLD,
-            (tuple(session_ids), limit))
+        due = tx.all(sql.PUSHES_OF_SESSIONS, (tuple(session_ids), limit))
     if not due:
         return ()
     by_task = {r[0]: r for r in due}
-    intents = tx.all(
-        "SELECT task_id, state, requested_at, grace_expires_at, reason, notified_session_id FROM cancel_intents"
-        " WHERE task_id IN %s FOR UPDATE SKIP LOCKED", (tuple(by_task),))
-    opted = {r[0] for r in tx.all("SELECT session_id FROM worker_instances WHERE session_id IN %s"
-                                  " AND cancellation_notifications", (tuple({r[2] for r in due}),))}
+    intents = tx.all(sql.LOCK_DUE_INTENTS, (tuple(by_task),))
+    opted = {r[0] for r in tx.all(sql.OPTED_IN_SESSIONS, (tuple({r[2] for r in due}),))}
     notices = []
     stamp = db_time(now)
     for task_id, state, requested_at, grace, reason, notified in intents:
@@ -200,7 +175,7 @@ def escalate(tx: Tx, *, task_id: str, now: dt.datetime) -> None:
 
 
 def _close(tx: Tx, trigger: str, task_id: str, now: dt.datetime) -> None:
-    row = tx.one("SELECT state FROM cancel_intents WHERE task_id = %s FOR UPDATE", (task_id,))
+    row = tx.one(sql.LOCK_INTENT_STATE, (task_id,))
     if row is None:
         return  # a lease cancel without an intent row cannot happen; nothing to close
     move(tx, "cancellation", trigger, [task_id], source=row[0], sets="resolved_at = %s",

@@ -29,8 +29,8 @@ from pulse_trio.store.engine.guard_context import SettingContext
 from pulse_trio.store.engine.registry import decide, guard, read_only, transition
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.tx import Tx, db_time, py_time
+from pulse_trio.store.cluster_setting import sql
 
-_SELECT = "SELECT name, value_ms, state, updated_at, updated_by FROM cluster_settings"
 #: A setting nobody set: the chart's initial state, whether or not its row exists yet.
 _UNSET = CHARTS["cluster_setting"].spec.initial
 
@@ -70,7 +70,7 @@ class SettingsChange:
 def _stored(tx: Tx, *, lock: bool) -> dict[str, StoredSetting]:
     """The settings that have a row (a setting added after migration 0009 has none until it is set)."""
     return {r[0]: StoredSetting(r[0], None if r[1] is None else int(r[1]), r[2], py_time(r[3]), r[4])
-            for r in tx.all(_SELECT + (" FOR UPDATE" if lock else ""))}
+            for r in tx.all(sql.SETTINGS + (sql.FOR_UPDATE if lock else ""))}
 
 
 def _rows(tx: Tx, *, lock: bool) -> dict[str, StoredSetting]:
@@ -87,7 +87,7 @@ def values_ms(tx: Tx, *names: str) -> dict[str, int | None]:
     """Several settings' values in one statement (a submit with fairness keys needs two); the default where unset."""
     for name in names:
         cs.lookup(name)
-    found = {n: v for n, v in tx.all("SELECT name, value_ms FROM cluster_settings WHERE name IN %s", (names,))}
+    found = {n: v for n, v in tx.all(sql.VALUES_OF, (names,))}
     return {n: (None if found[n] is None else int(found[n])) if n in found else cs.DEFAULTS_MS[n] for n in names}
 
 
@@ -127,8 +127,8 @@ def set_values(tx: Tx, *, values: Mapping[str, int | None], now: dt.datetime,
             move(tx, "cluster_setting", "set", [name], source=before[name].state, dest=dest,
                  sets="value_ms = %s, updated_at = %s, updated_by = %s", args=(values[name], stamp, who))
         else:  # no row yet: it is created as the chart's set from its initial state leaves it
-            create(tx, "cluster_setting", "set", dest=dest, columns="name, value_ms, state, updated_at, updated_by",
-                   row="(%s, %s, {state}, %s, %s)", rows=[(name, values[name], stamp, who)])
+            create(tx, "cluster_setting", "set", dest=dest, columns=sql.SETTING_COLUMNS,
+                   row=sql.SETTING_ROW, rows=[(name, values[name], stamp, who)])
         after[name] = StoredSetting(name, values[name], dest, py_time(stamp), who)
     return SettingsChange(before, after)
 

@@ -22,7 +22,6 @@ import datetime as dt
 import json
 from collections.abc import Collection, Sequence
 
-from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_COUNTER
 from pulse_trio.store.engine import ids
 from pulse_trio.store.engine.chart_write import create, move
@@ -35,6 +34,7 @@ from pulse_trio.store.engine.results import (
 )
 from pulse_trio.store.engine.rows import InstanceRow
 from pulse_trio.store.engine.tx import Tx, db_time
+from pulse_trio.store.instance import sql
 
 
 @guard("instance", "node_alive", code=SERVER_SHUTTING_DOWN)
@@ -67,9 +67,6 @@ def _operator_drained(c) -> bool:
     return c.row.operator_drained_at is not None
 
 
-_SELECT = f"SELECT {InstanceRow.columns()} FROM worker_instances i"
-
-
 def active_leases(tx: Tx, session_id: str) -> int:
     """Offered or running leases the session holds (what its capacity is spent on)."""
     return live_lease_counts(tx, session_ids=[session_id]).get(session_id, 0)
@@ -86,13 +83,12 @@ def live_lease_counts(tx: Tx, *, session_ids: Sequence[str] | None = None) -> di
     if session_ids is None:
         if tx.node_id is None:
             return {}
-        rows = tx.all(_NODE_LEASE_COUNTS, (tx.node_id,))
+        rows = tx.all(sql.NODE_LEASE_COUNTS, (tx.node_id,))
         return {row[0]: int(row[1]) for row in rows}
     if not session_ids:
         return {}
     marks = ", ".join(["%s"] * len(session_ids))
-    rows = tx.all(f"SELECT owner_session_id, COUNT(*) FROM leases WHERE owner_session_id IN ({marks})"
-                  f" AND state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY owner_session_id", tuple(session_ids))
+    rows = tx.all(sql.LIVE_LEASE_COUNTS.format(marks=marks), tuple(session_ids))
     return {row[0]: int(row[1]) for row in rows}
 
 
@@ -105,20 +101,11 @@ def live_lease_ids(tx: Tx, *, session_ids: Sequence[str]) -> dict[str, frozenset
     """
     if not session_ids:
         return {}
-    rows = tx.all(f"SELECT owner_session_id, lease_id FROM leases FORCE INDEX (leases_owner)"
-                  f" WHERE owner_session_id IN %s AND state IN {sql_list(LIVE_LEASE_STATES)}", (tuple(session_ids),))
+    rows = tx.all(sql.LIVE_LEASE_IDS, (tuple(session_ids),))
     found: dict[str, set[str]] = {}
     for session_id, lease_id in rows:
         found.setdefault(session_id, set()).add(lease_id)
     return {sid: frozenset(ids) for sid, ids in found.items()}
-
-
-_NODE_LEASE_COUNTS = (
-    "SELECT l.owner_session_id, COUNT(*) FROM worker_instances i FORCE INDEX (worker_instances_node)"
-    " JOIN leases l FORCE INDEX (leases_owner) ON l.owner_session_id = i.session_id"
-    f" AND l.state IN {sql_list(LIVE_LEASE_STATES)}"
-    f" WHERE i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} GROUP BY l.owner_session_id"
-)
 
 
 def view(tx: Tx, row: InstanceRow) -> InstanceView:
@@ -131,8 +118,8 @@ def view(tx: Tx, row: InstanceRow) -> InstanceView:
 
 def load_session(tx: Tx, session_id: str, *, lock: bool, shared: bool = False) -> InstanceRow | None:
     """The session's instance row; ``lock``: FOR UPDATE, or a shared lock with ``shared``."""
-    suffix = (" LOCK IN SHARE MODE" if shared else " FOR UPDATE") if lock else ""
-    row = tx.one(_SELECT + " WHERE i.session_id = %s" + suffix, (session_id,))
+    suffix = (sql.SHARE_MODE if shared else sql.FOR_UPDATE) if lock else ""
+    row = tx.one(sql.SESSION + suffix, (session_id,))
     return InstanceRow.from_row(row) if row else None
 
 
@@ -148,8 +135,7 @@ def share_lock_sessions(tx: Tx, session_ids: Sequence[str]) -> dict[str, Instanc
     """
     if not session_ids:
         return {}
-    rows = tx.all(_SELECT + " WHERE i.session_id IN %s ORDER BY i.session_id LOCK IN SHARE MODE",
-                  (tuple(session_ids),))
+    rows = tx.all(sql.SHARE_LOCK_SESSIONS, (tuple(session_ids),))
     return {row.session_id: row for row in map(InstanceRow.from_row, rows)}
 
 
@@ -158,7 +144,7 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
              allowed_queues: Collection[str] | None = None) -> Registered | Refusal:
     """worker.hello: a new instance and session with the next epoch, capacity 0."""
     if tx.recovering:
-        existing = tx.one(_SELECT + " WHERE i.instance_id = %s", (instance.instance_id,))
+        existing = tx.one(sql.INSTANCE, (instance.instance_id,))
         if existing:
             return Registered(view(tx, InstanceRow.from_row(existing)), instance.instance_secret)
     ctx = InstanceContext(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues),
@@ -168,10 +154,7 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
         return dest
     stamp = db_time(now)
     create(tx, "instance", "register", dest=dest,
-           columns="instance_id, session_id, secret_digest, state, worker_name, subscriptions,"
-                   " cancellation_notifications, concurrency_keys, client_info, token_id, capacity, node_id, sequence,"
-                   " registered_at, updated_at",
-           row="(%s, %s, %s, {state}, %s, %s, %s, %s, %s, %s, 0, %s, NULL, %s, %s)",
+           columns=sql.REGISTER_COLUMNS, row=sql.REGISTER_ROW,
            rows=[(instance.instance_id, instance.session_id, ids.secret_digest(instance.instance_secret),
                   instance.worker_name, json.dumps([s.as_json() for s in instance.subscriptions]),
                   instance.cancellation_notifications, instance.concurrency_keys, instance.client_json,
@@ -208,7 +191,7 @@ def set_capacity(tx: Tx, *, session_id: str, sequence: int, capacity: int, drain
 @transition("instance", "operator_drain")
 def operator_drain(tx: Tx, *, instance_id: str, now: dt.datetime) -> InstanceView | Refusal:
     """An operator stops new assignments to an instance, on whichever server its session lives."""
-    row = tx.one(_SELECT + " WHERE i.instance_id = %s FOR UPDATE", (instance_id,))
+    row = tx.one(sql.LOCK_INSTANCE, (instance_id,))
     if row is None:
         return Refusal(INSTANCE_NOT_FOUND, f"no worker instance {instance_id}")
     current = InstanceRow.from_row(row)
@@ -261,11 +244,10 @@ def _node_state(tx: Tx) -> str | None:
     """
     if tx.node_id is None:
         return None
-    row = tx.one("SELECT state FROM server_nodes WHERE node_id = %s LOCK IN SHARE MODE", (tx.node_id,))
+    row = tx.one(sql.NODE_STATE_SHARED, (tx.node_id,))
     return row[0] if row else "NONE"
 
 
-_LIVE = sql_list(LIVE_SESSION_STATES)
 #: node_gone has no guard: the node transition that runs it decided.
 
 
@@ -280,19 +262,17 @@ def node_gone(tx: Tx, *, node_id: str, now: dt.datetime, limit: int | None = Non
     the rows come in ``worker_instances_node`` order, so only the rows
     returned are read and locked. Leases are not touched.
     """
-    sql = (f"SELECT i.session_id, i.state FROM worker_instances i FORCE INDEX (worker_instances_node)"
-           f" WHERE i.node_id = %s AND i.state IN {_LIVE}")
+    statement = sql.SESSIONS_OF_NODE
     args: tuple = (node_id,)
     if limit is not None:
-        sql += " LIMIT %s"
+        statement += sql.LIMIT
         args += (limit,)
-    rows = tx.all(sql + (" FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"), args)
+    rows = tx.all(statement + (sql.SKIP_LOCKED if skip_locked else sql.FOR_UPDATE), args)
     # Every live state leads to the same place: one UPDATE over all the sources seen.
     if rows:
         move(tx, "instance", "node_gone", [r[0] for r in rows], source=sorted({r[1] for r in rows}),
              sets="updated_at = %s, disconnected_at = %s", args=(db_time(now), db_time(now)))
-    (left,) = tx.one(f"SELECT COUNT(*) FROM worker_instances FORCE INDEX (worker_instances_node)"
-                     f" WHERE node_id = %s AND state IN {_LIVE}", (node_id,))
+    (left,) = tx.one(sql.OPEN_SESSIONS_OF_NODE, (node_id,))
     return tuple(r[0] for r in rows), int(left)
 
 

@@ -38,10 +38,10 @@ from pulse_trio.store.engine.guard_context import NodeContext
 from pulse_trio.store.engine.registry import decide, guard, transition
 from pulse_trio.store.engine.results import INVALID_TRANSITION, NODE_LOST, Refusal, TimerResult
 from pulse_trio.store.engine.rows import NodeRow
-from pulse_trio.store.engine.timer_scan import DueScan, claim
+from pulse_trio.store.engine.timer_scan import claim
 from pulse_trio.store.engine.tx import Tx, after_ms, db_time
+from pulse_trio.store.instance import sql
 
-_SELECT = f"SELECT {NodeRow.columns()} FROM server_nodes n"
 
 
 @guard("node", "not_declared_lost", code=NODE_LOST)
@@ -70,7 +70,7 @@ def _me(tx: Tx) -> str:
 
 def _lock_me(tx: Tx) -> NodeRow | Refusal:
     """This process's own node row, locked; refused when it is not recorded (removed by hand?)."""
-    row = tx.one(_SELECT + " WHERE n.node_id = %s FOR UPDATE", (_me(tx),))
+    row = tx.one(sql.LOCK_NODE, (_me(tx),))
     return NodeRow.from_row(row) if row else Refusal(INVALID_TRANSITION, f"no node {tx.node_id}")
 
 
@@ -79,7 +79,7 @@ def start(tx: Tx, *, now: dt.datetime, lapse_ms: int, host: str, pid: int) -> No
     """A serve process records itself ALIVE before it listens (its ports are bound already)."""
     me = _me(tx)
     if tx.recovering:
-        existing = tx.one(_SELECT + " WHERE n.node_id = %s", (me,))
+        existing = tx.one(sql.NODE, (me,))
         if existing:
             return NodeRow.from_row(existing)
     if lapse_ms < 1:
@@ -88,8 +88,7 @@ def start(tx: Tx, *, now: dt.datetime, lapse_ms: int, host: str, pid: int) -> No
     assert isinstance(dest, str), dest
     expires = after_ms(now, lapse_ms)
     create(tx, "node", "start", dest=dest,
-           columns="node_id, state, host, pid, lapse_ms, started_at, heartbeat_at, expires_at",
-           row="(%s, {state}, %s, %s, %s, %s, %s, %s)",
+           columns=sql.NODE_COLUMNS, row=sql.NODE_ROW,
            rows=[(me, host[:255], pid, lapse_ms, db_time(now), db_time(now), db_time(expires))])
     return NodeRow(me, dest, host[:255], pid, lapse_ms, now, now, expires, None, None, None)
 
@@ -155,11 +154,6 @@ def stop(tx: Tx, *, now: dt.datetime) -> int | Refusal:
     return len(gone)
 
 
-#: No ORDER BY: lapsed ALIVE nodes come before LOST ones with sessions left, in index order.
-_LAPSED = DueScan("node", "lose", _SELECT + " FORCE INDEX (server_nodes_due)", "n.state", "n.expires_at",
-                  ordered=False, where="n.node_id <> %s")
-
-
 @transition("node", "lose")
 def lose(tx: Tx, *, now: dt.datetime, limit: int = 500, max_nodes: int = 16) -> TimerResult:
     """Timer: declare lapsed nodes LOST and disconnect their sessions, at most ``limit`` sessions per batch.
@@ -171,7 +165,7 @@ def lose(tx: Tx, *, now: dt.datetime, limit: int = 500, max_nodes: int = 16) -> 
     full. Leases are not touched.
     """
     me = _me(tx)
-    nodes = [NodeRow.from_row(r) for r in claim(tx, _LAPSED, now=now, limit=max_nodes, where_args=(me,))]
+    nodes = [NodeRow.from_row(r) for r in claim(tx, sql.LAPSED_SCAN, now=now, limit=max_nodes, where_args=(me,))]
     budget, count, lost = limit, 0, []
     for node in nodes:
         if budget <= 0:

@@ -19,15 +19,15 @@ import collections
 import datetime as dt
 from collections.abc import Sequence
 
-from pulse_trio.charts.states import HELD_PERMIT_STATES, sql_list
 from pulse_trio.store.task import steps as task_steps
 from pulse_trio.store.engine.chart_write import create, move
 from pulse_trio.store.engine.guard_context import KeyPermitContext
 from pulse_trio.store.engine.registry import decide, guard, require, transition
 from pulse_trio.store.engine.results import TimerResult
 from pulse_trio.store.engine.rows import LeaseRow, TaskRow
-from pulse_trio.store.engine.timer_scan import DueScan, claim
+from pulse_trio.store.engine.timer_scan import claim
 from pulse_trio.store.engine.tx import Tx, after_ms, db_time
+from pulse_trio.store.key_permit import sql
 
 #: release and quarantine have no guard: the lease transition that runs them decided.
 
@@ -57,8 +57,7 @@ def acquire(tx: Tx, *, task: TaskRow, lease_id: str, now: dt.datetime) -> int | 
     """
     key = task.concurrency_key
     assert key is not None
-    row = tx.one("SELECT last_token, outstanding FROM key_counters WHERE concurrency_key = %s"
-                 " FOR UPDATE SKIP LOCKED", (key,))
+    row = tx.one(sql.LOCK_COUNTER, (key,))
     if row is None:
         return None  # another assigner holds the key right now (the row exists from submit)
     last, outstanding = int(row[0]), int(row[1])
@@ -66,28 +65,22 @@ def acquire(tx: Tx, *, task: TaskRow, lease_id: str, now: dt.datetime) -> int | 
     if not isinstance(dest, str):
         return AT_LIMIT
     token = last + 1
-    tx.cas("UPDATE key_counters SET last_token = %s, outstanding = outstanding + 1"
-           " WHERE concurrency_key = %s AND last_token = %s", (token, key, last))
+    tx.cas(sql.TAKE_TOKEN, (token, key, last))
     create(tx, "key_permit", "acquire", dest=dest,
-           columns="lease_id, concurrency_key, concurrency_token, task_id, state, acquired_at",
-           row="(%s, %s, %s, %s, {state}, %s)", rows=[(lease_id, key, token, task.task_id, db_time(now))])
+           columns=sql.PERMIT_COLUMNS, row=sql.PERMIT_ROW, rows=[(lease_id, key, token, task.task_id, db_time(now))])
     return token
 
 
 def _held(tx: Tx, lease_ids: Sequence[str]) -> list[tuple[str, str]]:
     if not lease_ids:
         return []
-    return [(r[0], r[1]) for r in tx.all(
-        "SELECT lease_id, concurrency_key FROM key_permits WHERE lease_id IN %s"
-        f" AND state IN {sql_list(HELD_PERMIT_STATES)} FOR UPDATE",
-        (tuple(lease_ids),))]
+    return [(r[0], r[1]) for r in tx.all(sql.LOCK_HELD, (tuple(lease_ids),))]
 
 
 def _decrement(tx: Tx, keys: Sequence[str]) -> None:
     """Count the released permits off their keys' counters; as many waiting tasks of each key compete again."""
     for key, count in sorted(collections.Counter(keys).items()):
-        tx.cas("UPDATE key_counters SET outstanding = outstanding - %s WHERE concurrency_key = %s"
-               " AND outstanding >= %s", (count, key, count))
+        tx.cas(sql.COUNT_OFF, (count, key, count))
         waiting = task_steps.waiting_of_key(tx, key, count)
         if waiting:
             task_steps.key_freed(tx, task_ids=waiting)
@@ -120,15 +113,10 @@ def quarantine(tx: Tx, *, lease: LeaseRow, now: dt.datetime, quarantine_ms: int 
     return True
 
 
-_QUARANTINE_OVER = DueScan("key_permit", "release_after_quarantine",
-                           "SELECT lease_id, concurrency_key, quarantine_until FROM key_permits", "state",
-                           "quarantine_until")
-
-
 @transition("key_permit", "release_after_quarantine")
 def release_after_quarantine(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
     """Timer: quarantines that ran out are released (SKIP LOCKED: instances share it)."""
-    rows = claim(tx, _QUARANTINE_OVER, now=now, limit=limit)
+    rows = claim(tx, sql.QUARANTINE_OVER_SCAN, now=now, limit=limit)
     if not rows:
         return TimerResult(0, False)
     for _, _, until in rows:

@@ -37,6 +37,7 @@ from collections.abc import Collection, Sequence
 from pulse_trio.store.engine import ids
 from pulse_trio.store.instance import instances
 from pulse_trio.store.lease import known as known_leases
+from pulse_trio.store.lease import sql
 from pulse_trio.store.key_permit import permits
 from pulse_trio.store.task import steps as task_steps
 from pulse_trio.store.lease.leases import lease_view
@@ -48,12 +49,6 @@ from pulse_trio.store.engine.results import SESSION_NOT_FOUND, AssignResult, Lea
 from pulse_trio.store.engine.rows import KEYED, TASK_PICKUP, InstanceRow, LeaseRow, TaskRow
 from pulse_trio.store.engine.tx import Tx, after_ms, db_time
 
-_PICKUP = (
-    f"SELECT {TASK_PICKUP.columns('t')} FROM tasks t FORCE INDEX ({{index}})"
-    " WHERE t.queue = %s AND t.pick_state = %s{kind}{after}"
-    " ORDER BY t.effective_at, t.task_id LIMIT %s FOR UPDATE SKIP LOCKED"
-)
-_AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id > %s))"
 # Up to this many sources (queues, or kinds of a queue) each read a full
 # page; past it, each reads its share of one, so a claim locks about a page
 # of rows however many kinds its session names.
@@ -82,10 +77,10 @@ def pickup_sql(*, paged: bool = False, by_kind: bool = False) -> str:
     session does not take, keyed tasks a session without keys cannot take,
     and tasks set aside for their key are never walked, however many.
     """
-    return _PICKUP.format(
+    return sql.PICKUP.format(
         index="tasks_pickup_kind" if by_kind else "tasks_pickup",
-        kind=" AND t.kind = %s" if by_kind else "",
-        after=_AFTER if paged else "",
+        kind=sql.PICKUP_BY_KIND if by_kind else "",
+        after=sql.PICKUP_AFTER if paged else "",
     )
 
 
@@ -120,16 +115,16 @@ def pickup_statement(reads: Sequence[Read], size: int) -> tuple[str, list]:
         if after is not None:
             args += [db_time(after.effective_at), db_time(after.effective_at), after.task_id]
         args.append(size)
-    sql = parts[0] if len(parts) == 1 else " UNION ALL ".join(f"({p})" for p in parts)
-    return sql, args
+    statement = parts[0] if len(parts) == 1 else " UNION ALL ".join(f"({p})" for p in parts)
+    return statement, args
 
 
 def _pages(tx: Tx, session: InstanceRow, reads: Sequence[Read], size: int) -> dict[Source, list[TaskRow]]:
     """The next page of each source, in pick-up order, in one round trip."""
-    sql, args = pickup_statement(reads, size)
+    statement, args = pickup_statement(reads, size)
     by_kind = {queue for (queue, kind, _), _ in reads if kind is not None}
     out: dict[Source, list[TaskRow]] = {source: [] for source, _ in reads}
-    for row in tx.all(sql, args):
+    for row in tx.all(statement, args):
         task = TASK_PICKUP.build(row)
         pick = "READY" if task.concurrency_key is None else KEYED
         out[(task.queue, task.kind if task.queue in by_kind else None, pick)].append(task)
@@ -154,10 +149,8 @@ def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
     queues = list(queues)
     for start in range(0, len(queues), PROBE_CHUNK):
         chunk = queues[start:start + PROBE_CHUNK]
-        sql = " UNION ALL ".join(
-            ["SELECT %s FROM DUAL WHERE EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
-             f" WHERE queue = %s AND pick_state IN ('READY', '{KEYED}'))"] * len(chunk))
-        found.update(row[0] for row in tx.all(sql, [q for queue in chunk for q in (queue, queue)]))
+        probe = " UNION ALL ".join([sql.QUEUE_HAS_READY_WORK] * len(chunk))
+        found.update(row[0] for row in tx.all(probe, [q for queue in chunk for q in (queue, queue)]))
     return found
 
 
@@ -169,14 +162,11 @@ def _snapshot(task: TaskRow, attempt: int, token: int | None) -> TaskSnapshot:
 
 #: Where lease.assign puts the lease it inserts (the chart's one transition from NONE).
 _OFFERED = destination("lease", "assign", "NONE")
-_LEASE_COLUMNS = ("lease_id, task_id, secret_digest, state, revision, attempt, owner_instance_id, owner_session_id,"
-                  " epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token")
 
 
 def _recover(tx: Tx, credentials: Sequence[LeaseCredential]) -> tuple[Offer, ...]:
     secrets = {c.lease_id: c.lease_secret for c in credentials}
-    rows = tx.all(f"SELECT {LeaseRow.columns()}, {TaskRow.columns()} FROM leases l JOIN tasks t"
-                  " ON t.task_id = l.task_id WHERE l.lease_id IN %s", (tuple(secrets),))
+    rows = tx.all(sql.OFFERS_MADE, (tuple(secrets),))
     n = len(LeaseRow.NAMES)
     offers = []
     for row in rows:
@@ -242,7 +232,7 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
         offers.append(Offer(_snapshot(task, attempt, token),
                             LeaseView(credential.lease_id, task.task_id, 1, session.epoch, _OFFERED, expires),
                             credential.lease_secret))
-    create(tx, "lease", "assign", columns=_LEASE_COLUMNS, row=f"(%s, %s, %s, {{state}}, 1, %s, {shared}, %s, %s, %s)",
+    create(tx, "lease", "assign", columns=sql.OFFER_COLUMNS, row=f"(%s, %s, %s, {{state}}, 1, %s, {shared}, %s, %s, %s)",
            rows=rows)
     # What the lean start/finish path expects of these rows (leases.py): ttl and digest columns of each row.
     known_leases.offered(session.session_id, offers, ttl_ms=[r[4] for r in rows], digests=[r[2] for r in rows])

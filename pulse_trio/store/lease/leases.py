@@ -47,6 +47,7 @@ from pulse_trio.store.cancellation import intents as cancellation
 from pulse_trio.store.engine import ids
 from pulse_trio.store.key_permit import permits
 from pulse_trio.store.lease import guards as lease_guards  # noqa: F401  (guards)
+from pulse_trio.store.lease import sql
 from pulse_trio.store.task import steps as task_steps
 from pulse_trio.store.engine.chart_write import destination, move, try_move
 from pulse_trio.store.lease.known import BOOK, KnownLease
@@ -61,22 +62,13 @@ from pulse_trio.store.engine.rows import (
 from pulse_trio.store.engine.inputs import FinishCommand, FinishReport, LeaseCommand, RenewCommand, StartCommand
 from pulse_trio.store.engine.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
 
-_LOCK_BOTH = (
-    f"SELECT {LEASE_FULL.columns('l')}, {TASK_LEAN.columns('t')} FROM leases l"
-    " JOIN tasks t ON t.task_id = l.task_id WHERE l.lease_id = %s FOR UPDATE"
-)
-_LOCK_MANY = (
-    f"SELECT {LEASE_COMMAND.columns('l')}, {TASK_COMMAND.columns('t')} FROM leases l"
-    " JOIN tasks t ON t.task_id = l.task_id WHERE l.lease_id IN %s ORDER BY l.lease_id FOR UPDATE"
-)
-_RECEIPTS_OF = "SELECT state, revision, start_revision, started_at, finish_digest, ended_at FROM leases WHERE lease_id = %s"
 #: What a finish records on its lease, column by column.
 _OUTCOME_COLUMNS = ("status", "error_code", "error_message", "retryable", "result", "finish_digest")
 
 
 def lock_lease(tx: Tx, lease_id: str) -> tuple[LeaseRow, TaskRow] | None:
     """Lock a lease and its task (in that order) and read both."""
-    row = tx.one(_LOCK_BOTH, (lease_id,))
+    row = tx.one(sql.LOCK_LEASE_AND_TASK, (lease_id,))
     if row is None:
         return None
     return LEASE_FULL.build(row[:LEASE_FULL.width]), TASK_LEAN.build(row[LEASE_FULL.width:])
@@ -135,14 +127,13 @@ def _holds(trigger: str, ctx: LeaseContext) -> bool:
 def _replay(tx: Tx, trigger: str, ctx: LeaseContext, cmd: LeaseCommand) -> CommandAck | Refusal | None:
     """The stored receipt at ``cmd.revision``, if there is one (see the module docstring)."""
     lease, report, command = ctx.lease, ctx.report, "task." + trigger
-    state, revision, start_revision, started_at, finish_digest, ended_at = tx.one(_RECEIPTS_OF, (cmd.lease_id,))
+    state, revision, start_revision, started_at, finish_digest, ended_at = tx.one(sql.RECEIPTS_OF_LEASE, (cmd.lease_id,))
     if cmd.revision == start_revision:
         stored, digest, committed_at = "task.start", None, started_at
     elif state == "FINISHED" and cmd.revision == revision - 1 and finish_digest is not None:
         stored, digest, committed_at = "task.finish", bytes(finish_digest), ended_at
     else:
-        row = tx.one("SELECT command, content_digest, committed_at FROM renew_receipts"
-                     " WHERE lease_id = %s AND revision = %s", (cmd.lease_id, cmd.revision))
+        row = tx.one(sql.RENEW_RECEIPT_AT, (cmd.lease_id, cmd.revision))
         if row is None:
             return None  # not a replay: the guards say why the revision is stale (lease_expired, ...)
         stored, digest, committed_at = row[0], bytes(row[1]), row[2]
@@ -166,7 +157,7 @@ def lock_leases(tx: Tx, lease_ids: Sequence[str]) -> dict[str, tuple[LeaseRow, T
     """Lock several leases and their tasks in one statement, in lease-id order."""
     if not lease_ids:
         return {}
-    rows = tx.all(_LOCK_MANY, (tuple(sorted(set(lease_ids))),))
+    rows = tx.all(sql.LOCK_LEASES_AND_TASKS, (tuple(sorted(set(lease_ids))),))
     width = LEASE_COMMAND.width
     return {r[0]: (LEASE_COMMAND.build(r[:width]), TASK_COMMAND.build(r[width:])) for r in rows}
 
@@ -211,13 +202,9 @@ def _screen(tx: Tx, trigger: str, commands: Sequence[LeaseCommand], reports: Seq
     return results, accepted
 
 
-_INSERT_RENEW_RECEIPTS = ("INSERT INTO renew_receipts (lease_id, revision, command, task_id, content_digest,"
-                          " committed_at) VALUES (%s, %s, %s, %s, %s, %s)")
-
-
 def _renew_receipts(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> dict[int, CommandReceipt]:
     tx.write_many(
-        _INSERT_RENEW_RECEIPTS,
+        sql.INSERT_RENEW_RECEIPTS,
         [(a.command.lease_id, a.command.revision, "task.renew", a.command.task_id,
           content_digest("task.renew", a.command), db_time(now)) for a in accepted])
     return _receipts("task.renew", accepted, now)
@@ -369,10 +356,6 @@ _LEASE_RUNNING = destination("lease", "start", _LEASE_OFFERED)
 _LEASE_RENEWED = destination("lease", "renew", _LEASE_RUNNING)
 _TASK_OFFERED = destination("task", "offer", "READY")
 _TASK_RUNNING = destination("task", "start", _TASK_OFFERED)
-#: What the database checks in place of the locking read: the owner and revision this process expects,
-#: the lease not timed out at ``now``, no cancel intent (the state is move's own ``state IN``).
-_LEAN_GUARD = ("(lease_id, owner_session_id, revision) IN %s AND expires_at > %s"
-               " AND cancel_requested_at IS NULL AND cancel_deadline IS NULL")
 
 
 def _lean_outcome(report: FinishReport) -> bool:
@@ -407,7 +390,7 @@ def _lean_move(tx: Tx, trigger: str, found: Sequence[tuple[int, LeaseCommand, Kn
     expected = tuple((k.lease_id, k.owner_session_id, k.revision) for _, _, k in found)
     lease_ids = [k.lease_id for _, _, k in found]
     changed = try_move(tx, "lease", trigger, lease_ids, source=found[0][2].state,
-                       sets=sets, args=args, where=_LEAN_GUARD, where_args=(expected, db_time(now)))
+                       sets=sets, args=args, where=sql.LEAN_GUARD, where_args=(expected, db_time(now)))
     if changed == len(found):
         return True
     if changed:
@@ -452,7 +435,7 @@ def _lean_renew(tx: Tx, batch: Sequence[LeaseCommand], now: dt.datetime, results
                                    "revision = revision + 1, expires_at = TIMESTAMPADD(MICROSECOND, ttl_ms * 1000, %s)",
                                    (db_time(now),)):
         return set()
-    tx.write_many(_INSERT_RENEW_RECEIPTS, [(cmd.lease_id, cmd.revision, "task.renew", cmd.task_id,
+    tx.write_many(sql.INSERT_RENEW_RECEIPTS, [(cmd.lease_id, cmd.revision, "task.renew", cmd.task_id,
                                             content_digest("task.renew", cmd), db_time(now)) for _, cmd, _ in found])
     moved = []
     for i, cmd, k in found:

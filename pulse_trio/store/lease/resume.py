@@ -17,6 +17,7 @@ import datetime as dt
 
 from pulse_trio.store.instance import instances
 from pulse_trio.store.lease import guards as lease_guards  # noqa: F401  (guards)
+from pulse_trio.store.lease import sql
 from pulse_trio.store.lease.leases import lease_view, lock_lease, renewed_expiry
 from pulse_trio.store.engine.chart_write import move
 from pulse_trio.store.engine.guard_context import LeaseContext
@@ -44,8 +45,7 @@ def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms
     session = instances.load_session(tx, request.session_id, lock=True)
     if session is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {request.session_id}")
-    old = tx.one(f"SELECT {InstanceRow.columns()} FROM worker_instances i WHERE i.instance_id = %s",
-                 (request.instance_id,))
+    old = tx.one(sql.OLD_INSTANCE, (request.instance_id,))
     old_instance = InstanceRow.from_row(old) if old else None
     locked = lock_lease(tx, request.lease_id)
     lease, task = locked if locked else (None, None)

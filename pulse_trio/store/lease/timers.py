@@ -14,6 +14,7 @@ import datetime as dt
 from pulse_trio.store.cancellation import intents as cancellation
 from pulse_trio.store.key_permit import permits
 from pulse_trio.store.lease import guards as lease_guards  # noqa: F401  (guards)
+from pulse_trio.store.lease import sql
 from pulse_trio.store.task import steps as task_steps
 from pulse_trio.store.engine.chart_write import move
 from pulse_trio.store.engine.guard_context import LeaseContext
@@ -24,8 +25,6 @@ from pulse_trio.store.engine.timer_scan import DueScan, claim
 from pulse_trio.store.engine.tx import Tx, db_time
 
 
-_LAPSE, _EXPIRE = (DueScan("lease", trigger, f"SELECT {LeaseRow.columns()} FROM leases l FORCE INDEX (leases_due)",
-                           "l.state", "l.expires_at") for trigger in ("lapse", "expire"))
 
 
 def _due(tx: Tx, scan: DueScan, now: dt.datetime, limit: int) -> tuple[list[LeaseRow], dict[str, TaskRow]]:
@@ -33,15 +32,14 @@ def _due(tx: Tx, scan: DueScan, now: dt.datetime, limit: int) -> tuple[list[Leas
     if not leases:
         return [], {}
     tasks = {t.task_id: t for t in (TaskRow.from_lean_row(r) for r in tx.all(
-        f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id IN %s ORDER BY t.task_id FOR UPDATE",
-        (tuple(sorted({l.task_id for l in leases})),)))}
+        sql.LOCK_TASKS, (tuple(sorted({l.task_id for l in leases})),)))}
     return leases, tasks
 
 
 @transition("lease", "lapse")
 def lapse(tx: Tx, *, now: dt.datetime, limit: int = 200) -> TimerResult:
     """Offers not started before their start timeout: LAPSED; tasks READY again; permits released."""
-    leases, tasks = _due(tx, _LAPSE, now, limit)
+    leases, tasks = _due(tx, sql.LAPSE_SCAN, now, limit)
     ended = [l for l in leases if not isinstance(decide("lease", "lapse", l.state, LeaseContext(lease=l, now=now)),
                                                  Refusal)]
     if not ended:
@@ -63,7 +61,7 @@ def expire(tx: Tx, *, now: dt.datetime, limit: int = 200, permit_quarantine_ms: 
     (lease.cancel capped it): the task becomes CANCELLED (cancel_timeout) and
     the intent is escalated.
     """
-    leases, tasks = _due(tx, _EXPIRE, now, limit)
+    leases, tasks = _due(tx, sql.EXPIRE_SCAN, now, limit)
     ends = []
     for lease in leases:
         if isinstance(decide("lease", "expire", lease.state, LeaseContext(lease=lease, now=now)), Refusal):

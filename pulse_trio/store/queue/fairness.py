@@ -35,6 +35,7 @@ from pulse_trio.store.engine.chart_write import create, move, try_move
 from pulse_trio.store.engine.registry import read_only, transition
 from pulse_trio.store.engine.rows import READY_PICKS
 from pulse_trio.store.engine.tx import Tx, db_time, py_time
+from pulse_trio.store.queue import sql
 
 DUPLICATE_KEY = 1062
 
@@ -60,14 +61,8 @@ def share_id(queue: str, fairness_key: str) -> str:
 
 def weights(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
     """The stored weight of each key (DEFAULT_WEIGHT where none is stored)."""
-    found = {k: int(w) for k, w in tx.all("SELECT fairness_key, weight FROM fairness_weights WHERE fairness_key IN %s",
-                                          (tuple(keys),))} if keys else {}
+    found = {k: int(w) for k, w in tx.all(sql.WEIGHTS_OF, (tuple(keys),))} if keys else {}
     return {k: found.get(k, DEFAULT_WEIGHT) for k in keys}
-
-
-#: A new (queue, key) row: fair_share.open, through chart_write.create.
-_OPEN_COLUMNS = "share_id, queue, fairness_key, state, virtual_at, placed, updated_at"
-_OPEN_ROW = "(%s, %s, %s, {state}, %s, %s, %s)"
 
 
 @dataclasses.dataclass(slots=True)
@@ -111,7 +106,7 @@ def _open(tx: Tx, *, rows: Sequence[tuple[Arrival, dt.datetime, int]], now: dt.d
     values = [(share_id(a.queue, a.fairness_key), a.queue, a.fairness_key, db_time(end), count, db_time(now))
               for a, end, count in rows]
     try:
-        create(tx, "fair_share", "open", columns=_OPEN_COLUMNS, row=_OPEN_ROW, rows=values)
+        create(tx, "fair_share", "open", columns=sql.OPEN_COLUMNS, row=sql.OPEN_ROW, rows=values)
         return {v[0] for v in values}
     except pymysql.err.IntegrityError as exc:
         if exc.args[0] != DUPLICATE_KEY:
@@ -119,15 +114,12 @@ def _open(tx: Tx, *, rows: Sequence[tuple[Arrival, dt.datetime, int]], now: dt.d
     inserted = set()
     for v in values:
         try:
-            create(tx, "fair_share", "open", columns=_OPEN_COLUMNS, row=_OPEN_ROW, rows=[v])
+            create(tx, "fair_share", "open", columns=sql.OPEN_COLUMNS, row=sql.OPEN_ROW, rows=[v])
             inserted.add(v[0])
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
                 raise
     return inserted
-
-
-_SETS = "virtual_at = %s, placed = placed + %s, updated_at = %s"
 
 
 @transition("fair_share", "advance", entry=False)
@@ -148,14 +140,14 @@ def _advance(tx: Tx, *, arrivals: Sequence[Arrival], shares: dict[str, _Share], 
         count = len(share.arrivals)
         if share.clock is not None:
             end = _walk(arrivals, share, share.clock, step, placed)
-            if try_move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS,
+            if try_move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=sql.ADVANCE_SETS,
                         args=(db_time(end), count, stamp), where="virtual_at = %s",
                         where_args=(db_time(share.clock),)) == 1:
                 continue
-        row = tx.one("SELECT virtual_at FROM fair_shares WHERE share_id = %s FOR UPDATE", (sid,))
+        row = tx.one(sql.LOCK_CLOCK, (sid,))
         assert row is not None  # rows of fair_shares are never deleted
         end = _walk(arrivals, share, py_time(row[0]), step, placed)
-        move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=_SETS, args=(db_time(end), count, stamp))
+        move(tx, "fair_share", "advance", [sid], source="ACTIVE", sets=sql.ADVANCE_SETS, args=(db_time(end), count, stamp))
 
 
 def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime,
@@ -182,10 +174,7 @@ def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime,
             share = shares[sid] = _Share([])
         share.arrivals.append(i)
     # The clocks and weights in one read that locks nothing: the UPDATE that moves a clock checks it.
-    for sid, clock, weight in tx.all(
-            "SELECT s.share_id, s.virtual_at, w.weight FROM fair_shares s"
-            " LEFT JOIN fairness_weights w ON w.fairness_key = s.fairness_key WHERE s.share_id IN %s",
-            (tuple(sorted(shares)),)):
+    for sid, clock, weight in tx.all(sql.CLOCKS_AND_WEIGHTS, (tuple(sorted(shares)),)):
         shares[sid].clock = py_time(clock)
         shares[sid].weight = DEFAULT_WEIGHT if weight is None else int(weight)
     placed: list[dt.datetime] = [now] * len(arrivals)
@@ -209,8 +198,7 @@ def place(tx: Tx, arrivals: Sequence[Arrival], *, now: dt.datetime,
 def list_weights(tx: Tx) -> dict[str, dict[str, object]]:
     """Every stored weight (keys not listed weigh DEFAULT_WEIGHT)."""
     return {k: {"weight": int(w), "updated_at": py_time(at), "updated_by": by}
-            for k, w, at, by in tx.all("SELECT fairness_key, weight, updated_at, updated_by FROM fairness_weights"
-                                       " ORDER BY fairness_key")}
+            for k, w, at, by in tx.all(sql.ALL_WEIGHTS)}
 
 
 
@@ -220,17 +208,16 @@ def set_weight(tx: Tx, *, fairness_key: str, weight: int, now: dt.datetime, upda
     """Store the key's weight (checked by the caller); the weight it had (None: never set, so 1)."""
     if not MIN_WEIGHT <= weight <= MAX_WEIGHT:
         raise ValueError(f"weight must be {MIN_WEIGHT} to {MAX_WEIGHT}")
-    row = tx.one("SELECT weight FROM fairness_weights WHERE fairness_key = %s FOR UPDATE", (fairness_key,))
+    row = tx.one(sql.LOCK_WEIGHT, (fairness_key,))
     stamp, who = db_time(now), updated_by[:128]
     if row is None:
         try:
-            create(tx, "fairness_weight", "set", columns="fairness_key, state, weight, updated_at, updated_by",
-                   row="(%s, {state}, %s, %s, %s)", rows=[(fairness_key, weight, stamp, who)])
+            create(tx, "fairness_weight", "set", columns=sql.WEIGHT_COLUMNS, row=sql.WEIGHT_ROW, rows=[(fairness_key, weight, stamp, who)])
             return None
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
                 raise
-            row = tx.one("SELECT weight FROM fairness_weights WHERE fairness_key = %s FOR UPDATE", (fairness_key,))
+            row = tx.one(sql.LOCK_WEIGHT, (fairness_key,))
     if int(row[0]) == weight:
         return weight  # nothing changes
     move(tx, "fairness_weight", "set", [fairness_key], source="SET", sets="weight = %s, updated_at = %s,"
@@ -241,11 +228,6 @@ def set_weight(tx: Tx, *, fairness_key: str, weight: int, now: dt.datetime, upda
 #: Per queue, /metrics and the dashboard name this many fairness keys (the most ready work); the rest are "other".
 TOP_KEYS = 10
 OTHER = "other"
-
-
-#: READY tasks per (queue, fairness key): index only (a test EXPLAINs it).
-READY_BY_KEY = ("SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_pickup)"
-                " WHERE queue IN %s AND pick_state IN %s AND fairness_key IS NOT NULL GROUP BY queue, fairness_key")
 
 
 @read_only(takes_locks=False)
@@ -263,21 +245,17 @@ def key_figures(tx: Tx, *, since: dt.datetime, queues: Sequence[str] | None = No
     finishing rate.
     """
     ready: dict[str, dict[str, int]] = {}
-    fair_queues = [r[0] for r in tx.all("SELECT DISTINCT queue FROM fair_shares FORCE INDEX (fair_shares_key)")]
+    fair_queues = [r[0] for r in tx.all(sql.FAIR_QUEUES)]
     if queues is not None:
         fair_queues = [q for q in fair_queues if q in set(queues)]
     if fair_queues:
-        for queue, key, count in tx.all(READY_BY_KEY, (tuple(fair_queues), tuple(READY_PICKS))):
+        for queue, key, count in tx.all(sql.READY_BY_KEY, (tuple(fair_queues), tuple(READY_PICKS))):
             ready.setdefault(queue, {})[key] = int(count)
     finished: dict[str, dict[str, int]] = {}
-    pairs = tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
-                   " WHERE outcome_status IS NOT NULL")
+    pairs = tx.all(sql.FINISHED_PAIRS)
     if pairs:
-        part = ("(SELECT queue, fairness_key, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
-                " WHERE queue = %s AND outcome_status = %s AND finished_at >= %s AND fairness_key IS NOT NULL"
-                " GROUP BY queue, fairness_key)")
         args = [v for queue, status in pairs for v in (queue, status, db_time(since))]
-        for queue, key, count in tx.all(" UNION ALL ".join([part] * len(pairs)), args):
+        for queue, key, count in tx.all(" UNION ALL ".join([sql.FINISHED_BY_KEY] * len(pairs)), args):
             per = finished.setdefault(queue, {})
             per[key] = per.get(key, 0) + int(count)
     wanted = None if queues is None else set(queues)

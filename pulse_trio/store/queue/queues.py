@@ -27,8 +27,8 @@ from pulse_trio.cluster_settings import json_seconds
 from pulse_trio.store.engine.chart_write import create, destination, move
 from pulse_trio.store.engine.registry import read_only, transition
 from pulse_trio.store.engine.tx import Tx, db_time, py_time, rfc3339
+from pulse_trio.store.queue import sql
 
-_COLUMNS = "queue, state, task_retention_ms, paused_at, paused_by, updated_at, updated_by"
 
 #: Where a pause takes a queue: the one state whose queues offer nothing.
 PAUSED = destination("queue", "pause", "ACTIVE")
@@ -81,7 +81,7 @@ class QueueChange:
 
 
 def _locked(tx: Tx, queue: str) -> QueueControl | None:
-    row = tx.one(f"SELECT {_COLUMNS} FROM queues WHERE queue = %s FOR UPDATE", (queue,))
+    row = tx.one(sql.LOCK_QUEUE, (queue,))
     return None if row is None else QueueControl.from_row(row)
 
 
@@ -90,13 +90,12 @@ def _insert(tx: Tx, queue: str, trigger: str, *, now: dt.datetime, by: str, rete
     """Insert the queue's row in the chart's destination from NONE; False if another writer got there first."""
     stamp = db_time(now)
     return create(tx, "queue", trigger, ignore=True,
-                  columns="queue, state, task_retention_ms, paused_at, paused_by, updated_at, updated_by",
-                  row="(%s, {state}, %s, %s, %s, %s, %s)",
+                  columns=sql.QUEUE_COLUMNS, row=sql.QUEUE_ROW,
                   rows=[(queue, retention_ms, stamp if paused else None, by if paused else None, stamp, by)]) == 1
 
 
 def _row(tx: Tx, queue: str) -> QueueControl:
-    row = tx.one(f"SELECT {_COLUMNS} FROM queues WHERE queue = %s", (queue,))
+    row = tx.one(sql.QUEUE, (queue,))
     assert row is not None
     return QueueControl.from_row(row)
 
@@ -156,19 +155,18 @@ def set_retention(tx: Tx, *, queue: str, retention_ms: int | None, now: dt.datet
 @read_only(takes_locks=False)
 def paused_queues(tx: Tx) -> frozenset[str]:
     """The queues that offer nothing now: what every serve process keeps in memory."""
-    return frozenset(q for (q,) in tx.all("SELECT queue FROM queues FORCE INDEX (queues_state) WHERE state = %s",
-                                          (PAUSED,)))
+    return frozenset(q for (q,) in tx.all(sql.PAUSED_QUEUES, (PAUSED,)))
 
 
 @read_only(takes_locks=False)
 def queue_controls(tx: Tx, *, queues: Sequence[str] | None = None) -> dict[str, QueueControl]:
     """Every row of ``queues`` (or those of ``queues``), by name."""
-    sql, args = f"SELECT {_COLUMNS} FROM queues", ()
+    statement, args = sql.ALL_QUEUES, ()
     if queues is not None:
         if not queues:
             return {}
-        sql, args = sql + " WHERE queue IN %s", (tuple(queues),)
-    return {row[0]: QueueControl.from_row(row) for row in tx.all(sql + " ORDER BY queue", args)}
+        statement, args = statement + sql.QUEUES_IN, (tuple(queues),)
+    return {row[0]: QueueControl.from_row(row) for row in tx.all(statement + sql.BY_NAME, args)}
 
 
 __all__ = ["ACTIVE", "PAUSED", "QueueChange", "QueueControl", "pause", "paused_queues", "queue_controls", "resume",

@@ -30,7 +30,6 @@ import pymysql
 from cronsim import CronSimError
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import terminal_states
 from pulse_trio.contract.grammar import new_ulid
 from pulse_trio.schedule_timing import Timing
 from pulse_trio.store.engine import chart_write
@@ -40,8 +39,9 @@ from pulse_trio.store.engine.registry import decide, read_only, require, transit
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.rows import ScheduleRow
 from pulse_trio.store.task.tasks import DUPLICATE_KEY, NewTask, submit
-from pulse_trio.store.engine.timer_scan import DueScan, claim, due_states
+from pulse_trio.store.engine.timer_scan import claim
 from pulse_trio.store.engine.tx import Tx, db_time, py_time, rfc3339
+from pulse_trio.store.schedule import sql
 
 log = logging.getLogger("pulse_trio.schedules")
 
@@ -52,11 +52,8 @@ SCHEDULE_EXISTS = "schedule_exists"
 NEVER = dt.datetime(9999, 1, 1, tzinfo=dt.timezone.utc)
 FIRE_BATCH = 100
 
-_GONE = terminal_states(CHARTS["schedule"])[0]  # DELETED: kept for its tasks, listed only when asked
+_GONE = sql.GONE  # DELETED: kept for its tasks, listed only when asked
 _FIRING = frozenset(t.source for t in CHARTS["schedule"].transitions_for("fire"))  # ACTIVE
-_COLUMNS = ("schedule_id, name, state, queue, kind, payload, priority, max_attempts, cron, interval_s, timezone,"
-            " missed, catch_up_limit, next_fire_at, last_tick_at, last_task_id, fired_ticks, created_at,"
-            " created_by, updated_at, updated_by")
 
 
 def new_schedule_id() -> str:
@@ -106,7 +103,7 @@ class FireResult:
 def _lookup(tx: Tx, ref: str, *, lock: bool, include_deleted: bool = False) -> ScheduleRow | None:
     """By id (``sch_…``, deleted ones too when asked) or by the name a live schedule holds."""
     column = "schedule_id" if ref.startswith(SCHEDULE_PREFIX) else "live_name"
-    row = tx.one(f"SELECT {_COLUMNS} FROM schedules WHERE {column} = %s{' FOR UPDATE' if lock else ''}", (ref,))
+    row = tx.one(sql.SCHEDULE_BY.format(column=column, lock=sql.FOR_UPDATE if lock else ""), (ref,))
     found = ScheduleRow.from_row(row) if row else None
     if found is not None and found.state == _GONE and not include_deleted:
         return None
@@ -128,8 +125,7 @@ def create(tx: Tx, *, schedule: NewSchedule, now: dt.datetime, created_by: str) 
     s, stamp, who = schedule, db_time(now), created_by[:128]
     try:
         chart_write.create(
-            tx, "schedule", "create", dest=state, columns=_COLUMNS,
-            row="(%s, %s, {state}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, 0, %s, %s, %s, %s)",
+            tx, "schedule", "create", dest=state, columns=sql.SCHEDULE_COLUMNS, row=sql.SCHEDULE_ROW,
             rows=[(s.schedule_id, s.name, s.queue, s.kind, s.payload_json, s.priority, s.max_attempts,
                    s.timing.cron, s.timing.interval_s, s.timing.timezone, s.missed, s.catch_up_limit,
                    db_time(_next_after(s.timing, now)), stamp, who, stamp, who)])
@@ -145,13 +141,10 @@ def create(tx: Tx, *, schedule: NewSchedule, now: dt.datetime, created_by: str) 
     return found
 
 
-_DUE = DueScan("schedule", "fire", f"SELECT {_COLUMNS} FROM schedules", "state", "next_fire_at")
-
-
 @transition("schedule", "fire")
 def fire(tx: Tx, *, now: dt.datetime, limit: int = FIRE_BATCH) -> FireResult:
     """Timer: each due schedule's tick(s) become tasks, and next_fire_at moves past now (SKIP LOCKED)."""
-    rows = [ScheduleRow.from_row(r) for r in claim(tx, _DUE, now=now, limit=limit)]
+    rows = [ScheduleRow.from_row(r) for r in claim(tx, sql.DUE_SCAN, now=now, limit=limit)]
     task_ids: list[str] = []
     created = 0
     for s in rows:
@@ -225,21 +218,20 @@ def list_schedules(tx: Tx, *, include_deleted: bool = False,
     """Schedules by name (deleted ones last when included), optionally only in ``queues``."""
     where, args = [], []
     if not include_deleted:
-        where.append(f"state <> '{_GONE}'")
+        where.append(sql.NOT_GONE)
     if queues is not None:
         if not queues:
             return []
-        where.append("queue IN %s")
+        where.append(sql.IN_QUEUES)
         args.append(tuple(queues))
-    sql = f"SELECT {_COLUMNS} FROM schedules{' WHERE ' + ' AND '.join(where) if where else ''}" \
-          f" ORDER BY state = '{_GONE}', name, schedule_id"
-    return [ScheduleRow.from_row(r) for r in tx.all(sql, args)]
+    statement = sql.LIST.format(where=" WHERE " + " AND ".join(where) if where else "")
+    return [ScheduleRow.from_row(r) for r in tx.all(statement, args)]
 
 
 @read_only(takes_locks=False)
 def next_fire_at(tx: Tx) -> dt.datetime | None:
     """The earliest next tick of any ACTIVE schedule (None: none), for the fire loop's sleep."""
-    row = tx.one(f"SELECT MIN(next_fire_at) FROM schedules WHERE {due_states('schedule', 'fire', 'state')}")
+    row = tx.one(sql.NEXT_FIRE_AT)
     return py_time(row[0]) if row else None
 
 

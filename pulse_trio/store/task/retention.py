@@ -38,15 +38,14 @@ import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
 
-from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
+from pulse_trio.charts.states import LIVE_LEASE_STATES
 from pulse_trio.store.engine.chart_write import destination
 from pulse_trio.store.engine.registry import read_only, transition
 from pulse_trio.store.cluster_setting.settings import value_ms
 from pulse_trio.store.engine.tx import Tx, after_ms, db_time, py_time
+from pulse_trio.store.task import sql
+from pulse_trio.store.task.sql import PURGEABLE  # the states a purge takes from: the task chart's terminal ones
 
-#: The states a purge takes from: the task chart's own list (the terminal ones).
-PURGEABLE: tuple[str, ...] = tuple(s for s in CHARTS["task"].spec.states if CHARTS["task"].dests("purge", s))
 #: A key permit the purge may delete with its task (its key's counter no longer counts it).
 _PERMIT_DONE = "RELEASED"
 #: Cancel intents that still act on their task (requested or notified, not yet resolved).
@@ -56,14 +55,6 @@ _INTENT_LIVE = ("REQUESTED", "NOTIFIED")
 BATCH_TASKS = 500
 #: The tables a purge deletes from, children first: what its counts are keyed by.
 TABLES = ("renew_receipts", "key_permits", "leases", "cancel_intents", "tasks")
-
-_DUE = (f"SELECT task_id, state FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
-        f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s")
-#: One state's due tasks in the index's own order, from a position on (the batch's select).
-_DUE_FROM = ("SELECT task_id, state, finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
-             " AND outcome_status = %s AND finished_at < %s{after}"
-             " ORDER BY finished_at, task_id LIMIT %s FOR UPDATE SKIP LOCKED")
-_AFTER = " AND (finished_at > %s OR (finished_at = %s AND task_id > %s))"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -115,16 +106,14 @@ def retention_plan(tx: Tx, *, now: dt.datetime, queue: str | None = None,
     cluster's ``task_retention``.
     """
     if queue is None:
-        queues = [q for (q,) in tx.all("SELECT DISTINCT queue FROM tasks FORCE INDEX (tasks_finished)"
-                                       " WHERE outcome_status IS NOT NULL")]
+        queues = [q for (q,) in tx.all(sql.QUEUES_WITH_ENDED_TASKS)]
     else:
         queues = [queue]
     if not queues:
         return []
     cluster = value_ms(tx, "task_retention")
     assert cluster is not None
-    own = {q: int(ms) for q, ms in tx.all("SELECT queue, task_retention_ms FROM queues"
-                                          " WHERE task_retention_ms IS NOT NULL AND queue IN %s", (tuple(queues),))}
+    own = {q: int(ms) for q, ms in tx.all(sql.QUEUE_RETENTIONS, (tuple(queues),))}
     plan = []
     for name in sorted(queues):
         ms = older_than_ms if older_than_ms is not None else own.get(name, cluster)
@@ -135,7 +124,7 @@ def retention_plan(tx: Tx, *, now: dt.datetime, queue: str | None = None,
 @read_only(takes_locks=False)
 def count_due(tx: Tx, *, queue: str, before: dt.datetime) -> int:
     """How many of the queue's tasks ended before ``before`` (``--dry-run``; nothing is locked)."""
-    row = tx.one(f"SELECT COUNT(*) FROM ({_DUE}) due", (queue, db_time(before)))
+    row = tx.one(sql.COUNT_DUE, (queue, db_time(before)))
     return int(row[0]) if row else 0
 
 
@@ -190,10 +179,10 @@ def _purge_part(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: P
     statuses = PURGEABLE[PURGEABLE.index(after.status):] if after is not None else PURGEABLE
     for status in statuses:
         if last is not None and last.status == status:
-            found = tx.all(_DUE_FROM.format(after=_AFTER), (queue, status, db_time(before), db_time(last.finished_at),
+            found = tx.all(sql.DUE_FROM.format(after=sql.DUE_AFTER), (queue, status, db_time(before), db_time(last.finished_at),
                                                            db_time(last.finished_at), last.task_id, limit - len(rows)))
         else:
-            found = tx.all(_DUE_FROM.format(after=""), (queue, status, db_time(before), limit - len(rows)))
+            found = tx.all(sql.DUE_FROM.format(after=""), (queue, status, db_time(before), limit - len(rows)))
         rows += [(task_id, state) for task_id, state, _ in found]
         if found:
             task_id, _, finished_at = found[-1]
@@ -209,11 +198,10 @@ def _purge_part(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: P
     ids = _in([task_id for task_id, _ in rows])
     # The leases with their key permit (if any) in one read; a batch's tasks rarely have permits or
     # intents, so the deletes below only touch the tables that hold something of theirs.
-    leases = tx.all("SELECT l.lease_id, l.task_id, l.state, p.state FROM leases l FORCE INDEX (leases_task)"
-                    " LEFT JOIN key_permits p ON p.lease_id = l.lease_id WHERE l.task_id IN %s", (ids,))
+    leases = tx.all(sql.LEASES_OF_TASKS, (ids,))
     held = {task_id for _, task_id, state, permit in leases
             if state in LIVE_LEASE_STATES or (permit is not None and permit != _PERMIT_DONE)}
-    intents = tx.all("SELECT task_id, state FROM cancel_intents WHERE task_id IN %s", (ids,))
+    intents = tx.all(sql.INTENTS_OF_TASKS, (ids,))
     held |= {task_id for task_id, state in intents if state in _INTENT_LIVE}
     keep = [(lease_id, permit) for lease_id, task_id, _, permit in leases if task_id not in held]
     lease_ids = _in([lease_id for lease_id, _ in keep])
@@ -223,19 +211,18 @@ def _purge_part(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: P
     deleted = dict.fromkeys(TABLES, 0)
     if lease_ids:
         pause()
-        deleted["renew_receipts"] = tx.write("DELETE FROM renew_receipts WHERE lease_id IN %s", (lease_ids,))
+        deleted["renew_receipts"] = tx.write(sql.DELETE_RENEW_RECEIPTS, (lease_ids,))
         if permit_ids:
             pause()
-            deleted["key_permits"] = tx.write("DELETE FROM key_permits WHERE lease_id IN %s", (permit_ids,))
+            deleted["key_permits"] = tx.write(sql.DELETE_KEY_PERMITS, (permit_ids,))
         pause()
-        deleted["leases"] = tx.write("DELETE FROM leases WHERE lease_id IN %s", (lease_ids,))
+        deleted["leases"] = tx.write(sql.DELETE_LEASES, (lease_ids,))
     if intent_ids:
         pause()
-        deleted["cancel_intents"] = tx.write("DELETE FROM cancel_intents WHERE task_id IN %s", (intent_ids,))
+        deleted["cancel_intents"] = tx.write(sql.DELETE_CANCEL_INTENTS, (intent_ids,))
     if ids:
         pause()
-        deleted["tasks"] = tx.write(f"DELETE FROM tasks WHERE task_id IN %s AND state IN {sql_list(PURGEABLE)}",
-                                    (ids,))
+        deleted["tasks"] = tx.write(sql.DELETE_TASKS, (ids,))
     return PurgeBatch(deleted, len(rows), len(held), last)
 
 
@@ -246,8 +233,7 @@ def _no_pause() -> None:
 @read_only(takes_locks=False)
 def oldest_due(tx: Tx, *, queue: str, before: dt.datetime) -> dt.datetime | None:
     """When the queue's oldest due task ended (None: nothing is due), for the dry run's report."""
-    row = tx.one(f"SELECT MIN(finished_at) FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
-                 f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s", (queue, db_time(before)))
+    row = tx.one(sql.OLDEST_DUE, (queue, db_time(before)))
     return py_time(row[0]) if row and row[0] is not None else None
 
 

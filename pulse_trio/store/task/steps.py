@@ -19,8 +19,9 @@ from pulse_trio.store.engine.chart_write import move
 from pulse_trio.store.engine.guard_context import TaskContext
 from pulse_trio.store.engine.inputs import FinishReport
 from pulse_trio.store.engine.registry import guard, require, transition
-from pulse_trio.store.engine.rows import KEY_WAIT, LeaseRow, TaskRow
+from pulse_trio.store.engine.rows import LeaseRow, TaskRow
 from pulse_trio.store.engine.tx import InvariantViolation, Tx, after_ms, db_time
+from pulse_trio.store.task import sql
 
 #: For the steps whose transitions have no guard (offer, start, lapse, cancel): nothing to read.
 
@@ -100,9 +101,7 @@ WAIT_CHUNK = 500
 
 def ready_of_key(tx: Tx, key: str) -> list[str]:
     """Up to WAIT_CHUNK READY tasks of ``key`` in the pick-up range that no other claim holds (locked, SKIP LOCKED)."""
-    return [r[0] for r in tx.all(
-        "SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = 'READY'"
-        " LIMIT %s FOR UPDATE SKIP LOCKED", (key, WAIT_CHUNK))]
+    return [r[0] for r in tx.all(sql.READY_OF_KEY, (key, WAIT_CHUNK))]
 
 
 def waiting_of_key(tx: Tx, key: str, count: int, *, skip_locked: bool = False) -> list[str]:
@@ -111,10 +110,7 @@ def waiting_of_key(tx: Tx, key: str, count: int, *, skip_locked: bool = False) -
     A permit release waits for their locks (a freed permit must bring one
     back); a cancel (``skip_locked``) only tops up and never waits.
     """
-    return [r[0] for r in tx.all(
-        f"SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = '{KEY_WAIT}'"
-        " ORDER BY effective_at, task_id LIMIT %s FOR UPDATE" + (" SKIP LOCKED" if skip_locked else ""),
-        (key, count))]
+    return [r[0] for r in tx.all(sql.WAITING_OF_KEY + (sql.SKIP_LOCKED if skip_locked else ""), (key, count))]
 
 
 @transition("task", "wait_for_key", entry=False)

@@ -25,8 +25,9 @@ from pulse_trio.store.engine.results import (
     INVALID_TRANSITION, TASK_NOT_FOUND, Refusal, RetryCreated, Submitted, TimerResult,
 )
 from pulse_trio.store.engine.rows import TaskRow
-from pulse_trio.store.engine.timer_scan import DueScan, claim
+from pulse_trio.store.engine.timer_scan import claim
 from pulse_trio.store.engine.tx import Tx, db_time, py_time
+from pulse_trio.store.task import sql
 
 #: The longest retry backoff step: 24.8 days, so every value fits the INT columns.
 MAX_BACKOFF_MS = lim.MAX_INT32
@@ -89,14 +90,6 @@ class NewTask:
             raise ValueError("; ".join(problems))
 
 
-#: A new task row (task.submit, task.retry), written through chart_write.create: the state is the chart's.
-_COLUMNS = ("task_id, queue, kind, state, payload, priority, priority_offset_ms, due_at, effective_at,"
-            " idempotency_key, dedup_key, concurrency_key, concurrency_limit, max_attempts, backoff_initial_ms,"
-            " backoff_factor, backoff_max_ms, retry_uncertain, lease_ttl_ms, attempt, effect_uncertain, retry_of,"
-            " created_at, updated_at, fairness_key")
-_ROW = "(%s,%s,%s,{state},%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
-
-
 @guard("task", "due")
 def _due(c) -> bool:
     """due_at is not after now."""
@@ -137,11 +130,10 @@ def ensure_key_counters(tx: Tx, keys: set[str]) -> None:
     """
     if not keys:
         return
-    have = {r[0] for r in tx.all("SELECT concurrency_key FROM key_counters WHERE concurrency_key IN %s",
-                                 (tuple(keys),))}
+    have = {r[0] for r in tx.all(sql.KEY_COUNTERS_OF, (tuple(keys),))}
     for key in sorted(keys - have):
         try:
-            tx.write("INSERT INTO key_counters (concurrency_key, last_token, outstanding) VALUES (%s, 0, 0)", (key,))
+            tx.write(sql.INSERT_KEY_COUNTER, (key,))
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
                 raise
@@ -177,7 +169,7 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
                 for i, (task, state) in enumerate(zip(tasks, states))]
     ensure_key_counters(tx, {t.concurrency_key for t in tasks if t.concurrency_key})
     try:
-        chart_write.create(tx, "task", "submit", columns=_COLUMNS, row=_ROW, rows=[row for _, _, row in prepared],
+        chart_write.create(tx, "task", "submit", columns=sql.NEW_TASK_COLUMNS, row=sql.NEW_TASK_ROW, rows=[row for _, _, row in prepared],
                            dest=states)
         return tuple(Submitted(t.task_id, state, True) for t, state, _ in prepared)
     except pymysql.err.IntegrityError as exc:
@@ -187,14 +179,13 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
     results = []
     for task, state, row in prepared:
         try:
-            chart_write.create(tx, "task", "submit", columns=_COLUMNS, row=_ROW, rows=[row], dest=[state])
+            chart_write.create(tx, "task", "submit", columns=sql.NEW_TASK_COLUMNS, row=sql.NEW_TASK_ROW, rows=[row], dest=[state])
             results.append(Submitted(task.task_id, state, True))
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
                 raise
             found = tx.one(
-                "SELECT task_id, state FROM tasks WHERE task_id = %s UNION ALL"
-                " SELECT task_id, state FROM tasks WHERE queue = %s AND dedup_key = %s LIMIT 1",
+                sql.SUBMITTED_BEFORE,
                 (task.task_id, task.queue, task.idempotency_key or task.task_id),
             )
             if found is None:
@@ -203,14 +194,10 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
     return tuple(results)
 
 
-_PROMOTE = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms FROM tasks",
-                   "pick_state", "due_at")
-
-
 @transition("task", "promote")
 def promote(tx: Tx, *, now: dt.datetime, limit: int = 500) -> TimerResult:
     """Timer: SCHEDULED tasks whose due_at has come become READY (SKIP LOCKED: instances share it)."""
-    rows = claim(tx, _PROMOTE, now=now, limit=limit)
+    rows = claim(tx, sql.PROMOTE_SCAN, now=now, limit=limit)
     if not rows:
         return TimerResult(0, False)
     for _, due_at, *_ in rows:
@@ -236,10 +223,10 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
     Idempotent per source (unique ``retry_of``): retrying the same source
     again returns the retry that exists.
     """
-    row = tx.one(f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE", (source_task_id,))
+    row = tx.one(sql.LOCK_RETRY_SOURCE, (source_task_id,))
     source = TaskRow.from_row(row) if row else None
     if source is not None:
-        existing = tx.one("SELECT task_id, effect_uncertain FROM tasks WHERE retry_of = %s", (source_task_id,))
+        existing = tx.one(sql.RETRY_OF, (source_task_id,))
         if existing:
             mine = tx.recovering and existing[0] == new_task_id
             return RetryCreated(existing[0], source_task_id, mine, bool(existing[1]))
@@ -255,7 +242,7 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
         (placed,) = fairness.place(tx, [fairness.Arrival(source.queue, source.fairness_key, now,
                                                          source.priority_offset_ms)], now=now)
         effective = db_time(placed)
-    chart_write.create(tx, "task", "retry", columns=_COLUMNS, row=_ROW, dest=dest, rows=[(
+    chart_write.create(tx, "task", "retry", columns=sql.NEW_TASK_COLUMNS, row=sql.NEW_TASK_ROW, dest=dest, rows=[(
         task_id, source.queue, source.kind, source.payload, source.priority, source.priority_offset_ms,
         stamp, effective, source.idempotency_key, None,
         source.concurrency_key, source.concurrency_limit, source.max_attempts, source.backoff_initial_ms,

@@ -19,13 +19,12 @@ from typing import Any
 
 from pulse_trio.store.engine.registry import read_only
 from pulse_trio.store.engine.tx import Tx
+from pulse_trio.store.token import sql
 from pulse_trio.tokens import MAX_TOKEN_CHARS, ROLES, TOKEN_PREFIX, TokenInfo, check_grants, digest
 
 #: The worker endpoint takes only worker tokens.
 WORKER: tuple[str, ...] = ("worker",)
 
-_COLUMNS = "token_id, role, queues, label, created_at, revoked_at, allow"
-_BY_DIGEST = f"SELECT {_COLUMNS}, digest FROM api_tokens WHERE digest = %s"
 
 
 def _naive_utc(now: dt.datetime) -> dt.datetime:
@@ -47,7 +46,7 @@ def _lookup(row_of: Any, token: str, roles: Sequence[str]) -> TokenInfo | None:
     if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_TOKEN_CHARS:
         return None
     wanted = digest(token)
-    row = row_of(_BY_DIGEST, (wanted,))
+    row = row_of(sql.BY_DIGEST, (wanted,))
     if row is None or not hmac.compare_digest(bytes(row[7]), wanted):
         return None
     info = _row_to_info(row[:7])
@@ -77,8 +76,7 @@ def create_token(conn: Any, *, role: str, queues: Sequence[str], label: str,
     created = _naive_utc(now)
     with conn.cursor() as cur:
         cur.execute(
-            "INSERT INTO api_tokens (token_id, digest, role, queues, allow, label, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            sql.INSERT_TOKEN,
             (token_id, digest(token), role, json.dumps(sorted(set(queues))), json.dumps(list(grants)), label,
              created),
         )
@@ -88,7 +86,7 @@ def create_token(conn: Any, *, role: str, queues: Sequence[str], label: str,
 
 def list_tokens(conn: Any) -> list[TokenInfo]:
     with conn.cursor() as cur:
-        cur.execute(f"SELECT {_COLUMNS} FROM api_tokens ORDER BY created_at, token_id")
+        cur.execute(sql.ALL_TOKENS)
         rows = cur.fetchall()
     conn.rollback()
     return [_row_to_info(r) for r in rows]
@@ -97,11 +95,8 @@ def list_tokens(conn: Any) -> list[TokenInfo]:
 def revoke_token(conn: Any, token_id: str, *, now: dt.datetime) -> TokenInfo | None:
     """Revoke by id; revoking twice keeps the first revocation time."""
     with conn.cursor() as cur:
-        cur.execute(
-            "UPDATE api_tokens SET revoked_at = %s WHERE token_id = %s AND revoked_at IS NULL",
-            (_naive_utc(now), token_id),
-        )
-        cur.execute(f"SELECT {_COLUMNS} FROM api_tokens WHERE token_id = %s", (token_id,))
+        cur.execute(sql.REVOKE, (_naive_utc(now), token_id))
+        cur.execute(sql.BY_ID, (token_id,))
         row = cur.fetchone()
     conn.commit()
     return _row_to_info(row) if row else None
@@ -110,9 +105,9 @@ def revoke_token(conn: Any, token_id: str, *, now: dt.datetime) -> TokenInfo | N
 def authenticate(conn: Any, token: str, *, roles: Sequence[str] = ROLES) -> TokenInfo | None:
     """:func:`live_token` on a raw connection (ends its read-only transaction)."""
 
-    def row_of(sql: str, args: tuple) -> tuple | None:
+    def row_of(statement: str, args: tuple) -> tuple | None:
         with conn.cursor() as cur:
-            cur.execute(sql, args)
+            cur.execute(statement, args)
             return cur.fetchone()
 
     try:

@@ -25,10 +25,11 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list
+from pulse_trio.charts.states import TERMINAL_TASK_STATES, WAITING_TASK_STATES
 from pulse_trio.store.engine.registry import read_only
 from pulse_trio.store.engine.rows import READY_PICKS
 from pulse_trio.store.engine.tx import Tx, db_time, py_time
+from pulse_trio.store.views import sql
 
 #: A (queue, state) count stops here; the answer says which counts reached it.
 COUNT_CAP = 10_000
@@ -40,19 +41,11 @@ FINISHED_STATUSES = tuple(state for state in CHARTS["task"].spec.states if state
 @read_only
 def state_pairs(tx: Tx) -> list[tuple[str, str]]:
     """Every (queue, state) with at least one task waiting or ended, by loose index scans."""
-    waiting = tx.all("SELECT DISTINCT queue, pick_state FROM tasks FORCE INDEX (tasks_pickup)"
-                     " WHERE pick_state IS NOT NULL")
-    ended = tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
-                   " WHERE outcome_status IS NOT NULL")
+    waiting = tx.all(sql.WAITING_PAIRS)
+    ended = tx.all(sql.ENDED_PAIRS)
     return [(queue, state) for queue, state in (*waiting, *ended)]
 
 
-_COUNT_ONE = {
-    "waiting": "SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
-               " WHERE queue = %s AND pick_state = %s LIMIT %s) c)",
-    "ended": "SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_finished)"
-             " WHERE queue = %s AND outcome_status = %s LIMIT %s) c)",
-}
 _WAITING = frozenset((*WAITING_TASK_STATES, *READY_PICKS))
 
 
@@ -62,16 +55,14 @@ def capped_counts(tx: Tx, pairs: Sequence[tuple[str, str]], cap: int = COUNT_CAP
         return {}
     parts, args = [], []
     for queue, state in pairs:
-        parts.append(_COUNT_ONE["waiting" if state in _WAITING else "ended"])
+        parts.append(sql.COUNT_WAITING if state in _WAITING else sql.COUNT_ENDED)
         args += [queue, state, queue, state, cap + 1]
     return {(queue, state): int(count) for queue, state, count in tx.all(" UNION ALL ".join(parts), args)}
 
 
 def running_counts(tx: Tx) -> dict[tuple[str, str], int]:
     """OFFERED and RUNNING tasks per queue, exactly: one per live lease."""
-    rows = tx.all("SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
-                  f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)}"
-                  " GROUP BY t.queue, l.state")
+    rows = tx.all(sql.RUNNING_COUNTS)
     return {(queue, state): int(count) for queue, state, count in rows}
 
 
@@ -86,12 +77,10 @@ def oldest_ready_due(tx: Tx, queue: str) -> dt.datetime | None:
     """
     oldest = None
     for pick in READY_PICKS:  # each READY range (unkeyed, keyed, set aside) has its own head
-        head = tx.one("SELECT due_at FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s AND pick_state = %s"
-                      " ORDER BY effective_at, task_id LIMIT 1", (queue, pick))
+        head = tx.one(sql.READY_HEAD, (queue, pick))
         if head is None:
             continue
-        row = tx.one("SELECT MIN(due_at) FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s"
-                     " AND pick_state = %s AND effective_at <= %s", (queue, pick, head[0]))
+        row = tx.one(sql.EARLIEST_DUE, (queue, pick, head[0]))
         due = row[0] if row and row[0] is not None else head[0]
         oldest = due if oldest is None or due < oldest else oldest
     return None if oldest is None else py_time(oldest)
@@ -131,8 +120,7 @@ def queue_states(tx: Tx, *, now: dt.datetime, queues: Iterable[str] | None = Non
 
 
 def _ended_pairs(tx: Tx) -> list[tuple[str, str]]:
-    return [tuple(r) for r in tx.all("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
-                                     " WHERE outcome_status IS NOT NULL")]
+    return [tuple(r) for r in tx.all(sql.ENDED_PAIRS)]
 
 
 def _per_pair(tx: Tx, select: str, tail: str, args: Sequence[object], group: str = "") -> list[tuple]:
@@ -140,8 +128,7 @@ def _per_pair(tx: Tx, select: str, tail: str, args: Sequence[object], group: str
     pairs = _ended_pairs(tx)
     if not pairs:
         return []
-    part = (f"(SELECT queue, outcome_status, {select} FROM tasks FORCE INDEX (tasks_finished)"
-            f" WHERE queue = %s AND outcome_status = %s AND {tail}{group})")
+    part = sql.PER_PAIR.format(select=select, tail=tail, group=group)
     flat: list[object] = []
     for queue, status in pairs:
         flat += [*args[:select.count("%s")], queue, status, *args[select.count("%s"):]]
@@ -154,14 +141,13 @@ def finishes_by_minute(tx: Tx, *, since: dt.datetime, until: dt.datetime) -> dic
 
     ``since`` should be a minute boundary for the minutes to be clock minutes.
     """
-    rows = _per_pair(tx, "TIMESTAMPDIFF(MINUTE, %s, finished_at) AS minute, COUNT(*)",
-                     "finished_at >= %s AND finished_at < %s",
-                     (db_time(since), db_time(since), db_time(until)), group=" GROUP BY minute")
+    rows = _per_pair(tx, sql.BY_MINUTE, sql.FINISHED_BETWEEN, (db_time(since), db_time(since), db_time(until)),
+                     group=sql.GROUP_BY_MINUTE)
     return {(queue, status, int(minute)): int(count) for queue, status, minute, count in rows}
 
 
 @read_only
 def finishes_since(tx: Tx, *, since: dt.datetime) -> dict[tuple[str, str], int]:
     """Tasks that ended at ``since`` or later: ``(queue, outcome status) -> count``."""
-    rows = _per_pair(tx, "COUNT(*)", "finished_at >= %s", (db_time(since),))
+    rows = _per_pair(tx, sql.COUNT, sql.FINISHED_SINCE, (db_time(since),))
     return {(queue, status): int(count) for queue, status, count in rows if count}

@@ -10,20 +10,17 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from pulse_trio.charts.states import (
-    DRAINING_SESSION_STATES, LIVE_LEASE_STATES, LIVE_NODE_STATES, LIVE_SESSION_STATES, TASK_STATES,
-    TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list,
-)
+from pulse_trio.charts.states import DRAINING_SESSION_STATES, TASK_STATES  # noqa: F401  (the CLI reads TASK_STATES here)
 from pulse_trio.store.views.dashboard import oldest_ready_age_s
 from pulse_trio.store.engine.registry import read_only
 from pulse_trio.store.engine.rows import READY_PICKS, TaskRow
 from pulse_trio.store.engine.tx import Tx, rfc3339
+from pulse_trio.store.views import sql
 
 
 
 #: How many ids one probe of :func:`ended_tasks` names (one statement each; a long-poll's whole set is one).
 ENDED_PROBE_IDS = 5000
-_ENDED = f"SELECT task_id FROM tasks WHERE task_id IN %s AND state IN {sql_list(sorted(TERMINAL_TASK_STATES))}"
 
 
 @read_only(takes_locks=False)
@@ -32,7 +29,7 @@ def ended_tasks(tx: Tx, *, task_ids: Sequence[str]) -> set[str]:
     ended: set[str] = set()
     ids = sorted(set(task_ids))
     for start in range(0, len(ids), ENDED_PROBE_IDS):
-        ended.update(r[0] for r in tx.all(_ENDED, (tuple(ids[start:start + ENDED_PROBE_IDS]),)))
+        ended.update(r[0] for r in tx.all(sql.ENDED, (tuple(ids[start:start + ENDED_PROBE_IDS]),)))
     return ended
 
 
@@ -60,22 +57,22 @@ def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, ki
             where.append(f"t.{column} = %s")
             args.append(value)
     if idempotency_key is not None and queue is None and queues is None:
-        queues = [q for (q,) in tx.all("SELECT DISTINCT queue FROM tasks")]  # loose index scan
+        queues = [q for (q,) in tx.all(sql.TASK_QUEUES)]  # loose index scan
     if queues is not None:
         if not queues:
             return []
-        where.append("t.queue IN %s")
+        where.append(sql.IN_QUEUES)
         args.append(tuple(queues))
     newest = order == "newest"
     if after is not None:
-        where.append("t.task_id < %s" if newest else "t.task_id > %s")
+        where.append(sql.BEFORE_ID if newest else sql.AFTER_ID)
         args.append(after)
-    sql = f"SELECT {TaskRow.columns()} FROM tasks t"
+    statement = sql.LIST_TASKS
     if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY t.task_id DESC LIMIT %s" if newest else " ORDER BY t.task_id LIMIT %s"
+        statement += " WHERE " + " AND ".join(where)
+    statement += sql.NEWEST_FIRST if newest else sql.OLDEST_FIRST
     args.append(limit)
-    return [TaskRow.from_row(r) for r in tx.all(sql, args)]
+    return [TaskRow.from_row(r) for r in tx.all(statement, args)]
 
 
 @read_only
@@ -88,13 +85,7 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
     ended task's state is its outcome).
     """
     out: dict[str, dict[str, object]] = {}
-    counts = tx.all(
-        "SELECT queue, pick_state, COUNT(*) FROM tasks FORCE INDEX (tasks_due)"
-        f" WHERE pick_state IN {sql_list((*WAITING_TASK_STATES, *READY_PICKS))} GROUP BY queue, pick_state"
-        " UNION ALL SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
-        f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY t.queue, l.state"
-        " UNION ALL SELECT queue, outcome_status, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
-        " WHERE finished_at IS NOT NULL GROUP BY queue, outcome_status")
+    counts = tx.all(sql.QUEUE_DEPTHS)
     for queue, state, count in counts:
         entry = out.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})
         state = READY_PICKS.get(state, state)  # keyed, or set aside for its key: still READY
@@ -108,17 +99,12 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
 @read_only
 def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 1000) -> list[dict[str, object]]:
     """Worker instances with their session, capacity, drain, held leases and the serve process (node) holding it."""
-    sql = ("SELECT i.instance_id, i.session_id, i.epoch, i.state, i.worker_name, i.subscriptions, i.capacity,"
-           " i.sequence, i.concurrency_keys, i.cancellation_notifications, i.registered_at, i.disconnected_at,"
-           " i.node_id,"
-           " (SELECT COUNT(*) FROM leases l WHERE l.owner_session_id = i.session_id"
-           f"  AND l.state IN {sql_list(LIVE_LEASE_STATES)}) AS held"
-           " FROM worker_instances i")
+    statement = sql.WORKERS
     if not include_disconnected:
-        sql += f" WHERE i.state IN {sql_list(LIVE_SESSION_STATES)}"
-    sql += " ORDER BY i.epoch LIMIT %s"
+        statement += sql.LIVE_WORKERS
+    statement += sql.WORKERS_ORDER
     workers = []
-    for row in tx.all(sql, (limit,)):
+    for row in tx.all(statement, (limit,)):
         (instance_id, session_id, epoch, state, name, subscriptions, capacity, sequence, keys, notify,
          registered_at, disconnected_at, node_id, held) = row
         workers.append({
@@ -139,17 +125,13 @@ def list_nodes(tx: Tx, *, include_stopped: bool = False, limit: int = 1000) -> l
 
     Without ``include_stopped`` only ALIVE and LOST ones: what runs, and what died and was noticed.
     """
-    sql = ("SELECT n.node_id, n.state, n.host, n.pid, n.lapse_ms, n.started_at, n.heartbeat_at, n.lost_at,"
-           " n.lost_by, n.stopped_at,"
-           " (SELECT COUNT(*) FROM worker_instances i WHERE i.node_id = n.node_id"
-           f" AND i.state IN {sql_list(LIVE_SESSION_STATES)})"
-           " FROM server_nodes n")
+    statement = sql.NODES
     if not include_stopped:
-        sql += f" WHERE n.state IN {sql_list(LIVE_NODE_STATES)}"
-    sql += " ORDER BY n.started_at DESC, n.node_id LIMIT %s"
+        statement += sql.LIVE_NODES
+    statement += sql.NODES_ORDER
     nodes = []
     for (node_id, state, host, pid, lapse_ms, started_at, heartbeat_at, lost_at, lost_by, stopped_at,
-         open_sessions) in tx.all(sql, (limit,)):
+         open_sessions) in tx.all(statement, (limit,)):
         nodes.append({
             "node_id": node_id, "state": state, "host": host, "pid": int(pid), "lapse_s": lapse_ms / 1000,
             "started_at": rfc3339(started_at), "heartbeat_at": rfc3339(heartbeat_at),

@@ -12,9 +12,10 @@ import datetime as dt
 import json
 
 from pulse_trio.store.engine.registry import read_only
-from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES, sql_list
+from pulse_trio.charts.states import TERMINAL_TASK_STATES
 from pulse_trio.store.engine.rows import LeaseRow, TaskRow
 from pulse_trio.store.engine.tx import Tx, py_time, rfc3339
+from pulse_trio.store.views import sql
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,7 +134,7 @@ def _placeholder(raw: dict[str, str], name: str, text: str) -> str:
 @read_only
 def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
     """The task with attempts, outcome, lineage and cancel intent; None if unknown."""
-    row = tx.one(f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s", (task_id,))
+    row = tx.one(sql.TASK, (task_id,))
     if row is None:
         return None
     task = TaskRow.from_row(row)
@@ -141,21 +142,16 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
     attempts = tuple(
         AttemptView(a[0], a[1], a[2], a[3] or "RUNNING", py_time(a[4]), py_time(a[5]), a[6], a[7],
                     None if a[8] is None else bool(a[8]), bool(a[9]), a[10], a[11])
-        for a in tx.all(
-            "SELECT attempt, lease_id, owner_session_id, status, started_at, ended_at, error_code, error_message,"
-            " retryable, effect_uncertain, concurrency_token, result FROM leases WHERE task_id = %s"
-            " AND started_at IS NOT NULL ORDER BY attempt", (task_id,)))
-    lease = tx.one(f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
-                   f" AND l.state IN {sql_list(LIVE_LEASE_STATES)}", (task_id,))
+        for a in tx.all(sql.ATTEMPTS, (task_id,)))
+    lease = tx.one(sql.LIVE_LEASE, (task_id,))
     live = LeaseRow.from_row(lease) if lease else None
     outcome = None
     if task.state in TERMINAL_TASK_STATES and task.outcome_status:
         result = next((a.result_json for a in attempts if a.attempt == task.outcome_attempt), None)
         outcome = OutcomeView(task.outcome_status, task.outcome_error_code, task.outcome_error_message, result,
                               bool(task.outcome_retryable), bool(task.outcome_uncertain))
-    retried = tx.one("SELECT task_id FROM tasks WHERE retry_of = %s", (task_id,))
-    intent = tx.one("SELECT state, requested_at, grace_expires_at, reason, requested_by, resolved_at"
-                    " FROM cancel_intents WHERE task_id = %s", (task_id,))
+    retried = tx.one(sql.RETRIED_BY, (task_id,))
+    intent = tx.one(sql.CANCEL_INTENT, (task_id,))
     cancel = None
     if intent is not None:
         state, requested_at, grace_expires_at, reason, requested_by, resolved_at = intent

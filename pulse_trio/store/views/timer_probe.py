@@ -16,22 +16,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from pulse_trio.store.cancellation.intents import NODE_PUSH_FROM, NODE_PUSH_WHERE
 from pulse_trio.store.engine.registry import read_only
-from pulse_trio.store.engine.timer_scan import due_states
 from pulse_trio.store.engine.tx import Tx, db_time
+from pulse_trio.store.views import sql
 
-_PROBE = (
-    "SELECT EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due)"
-    f" WHERE {due_states('lease', 'lapse', 'state')} AND expires_at <= %s),"
-    " EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due)"
-    f" WHERE {due_states('lease', 'expire', 'state')} AND expires_at <= %s),"
-    " EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_due)"
-    f" WHERE {due_states('task', 'promote', 'pick_state')} AND due_at <= %s),"
-    " EXISTS (SELECT 1 FROM key_permits FORCE INDEX (key_permits_due)"
-    f" WHERE {due_states('key_permit', 'release_after_quarantine', 'state')} AND quarantine_until <= %s)"
-)
-_CANCELS = f", EXISTS (SELECT 1 FROM {NODE_PUSH_FROM} WHERE {NODE_PUSH_WHERE})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,10 +40,10 @@ def due_work(tx: Tx, *, now: dt.datetime, cancels: bool = False) -> DueWork:
     """
     stamp = db_time(now)
     args: list = [stamp] * 4
-    sql = _PROBE
+    statement = sql.PROBE
     cancels = cancels and tx.node_id is not None
     if cancels:
-        sql += _CANCELS
+        statement += sql.CANCELS_PROBE
         args.append(tx.node_id)
-    row = tx.one(sql, args)
+    row = tx.one(statement, args)
     return DueWork(bool(row[0]), bool(row[1]), bool(row[2]), bool(row[3]), cancels and bool(row[4]))

@@ -1,0 +1,52 @@
+"""Chart ``cancellation``: every statement its transaction functions send, named, in one place.
+
+The functions beside this module (``intents``) refer to these by name; the
+timers' probe (:mod:`pulse_trio.store.views.timer_probe`) reads the node's
+pushes through the same FROM and WHERE. Column lists come from the row
+classes and state lists from the charts, built once at import. A move's own
+``SET`` and ``WHERE`` additions stay at its ``chart_write.move`` call.
+"""
+
+from __future__ import annotations
+
+from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
+from pulse_trio.store.engine.rows import LeaseRow, TaskRow
+
+# -- request ---------------------------------------------------------------------------------------
+#: The task's live lease, locked first (lease -> task, as every lease command), through ``leases_task``.
+LOCK_LIVE_LEASES_OF_TASK = (f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
+                            f" AND l.state IN {sql_list(LIVE_LEASE_STATES)} FOR UPDATE")
+LOCK_TASK = f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id = %s FOR UPDATE"
+LOCK_INTENT = ("SELECT state, requested_at, grace_expires_at FROM cancel_intents WHERE task_id = %s"
+               " FOR UPDATE")
+#: A new intent, as ``chart_write.create`` inserts it.
+INTENT_COLUMNS = ("task_id, state, requested_at, grace_expires_at, reason, requested_by, task_state, lease_id,"
+                  " resolved_at")
+INTENT_ROW = "(%s, {state}, %s, %s, %s, %s, %s, %s, %s)"
+
+# -- notify ----------------------------------------------------------------------------------------
+#: The leases that may need a task.cancel pushed: live (or revoked) and carrying a cancel request.
+PUSH_LEASE_STATES = ("OFFERED", "RUNNING", "REVOKED")
+PUSH_LEASES = f"l.state IN {sql_list(PUSH_LEASE_STATES)} AND l.cancel_requested_at IS NOT NULL"
+#: This node's live, opted-in sessions and their leases, through the node index and
+#: ``leases_owner`` (FROM and WHERE, one node id argument): the same statement
+#: whatever the number of sessions.
+NODE_PUSH_FROM = ("worker_instances i FORCE INDEX (worker_instances_node)"
+                  " JOIN leases l FORCE INDEX (leases_owner) ON l.owner_session_id = i.session_id")
+NODE_PUSH_WHERE = (f"i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} AND i.cancellation_notifications"
+                   f" AND {PUSH_LEASES}")
+NOT_TOLD = " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s"
+_PUSH = "SELECT l.task_id, l.lease_id, l.owner_session_id, l.state FROM "
+#: The pushes due to this node's sessions (the node id and a limit), not locked.
+PUSHES_OF_NODE = (f"{_PUSH}{NODE_PUSH_FROM} JOIN cancel_intents c ON c.task_id = l.task_id"
+                  f" WHERE {NODE_PUSH_WHERE}{NOT_TOLD}")
+#: The pushes due to the named sessions (their ids and a limit), not locked.
+PUSHES_OF_SESSIONS = (_PUSH + "leases l JOIN cancel_intents c ON c.task_id = l.task_id"
+                      f" WHERE l.owner_session_id IN %s AND {PUSH_LEASES}" + NOT_TOLD)
+LOCK_DUE_INTENTS = ("SELECT task_id, state, requested_at, grace_expires_at, reason, notified_session_id FROM cancel_intents"
+                    " WHERE task_id IN %s FOR UPDATE SKIP LOCKED")
+OPTED_IN_SESSIONS = ("SELECT session_id FROM worker_instances WHERE session_id IN %s"
+                     " AND cancellation_notifications")
+
+# -- resolve, escalate -----------------------------------------------------------------------------
+LOCK_INTENT_STATE = "SELECT state FROM cancel_intents WHERE task_id = %s FOR UPDATE"

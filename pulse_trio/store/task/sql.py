@@ -1,0 +1,71 @@
+"""Chart ``task``: every statement its transaction functions send, named, in one place.
+
+The functions beside this module (``tasks``, ``steps``, ``retention``)
+refer to these by name. Column lists come from the row classes and state
+lists from the charts, built once at import. A move's own ``SET`` and
+``WHERE`` additions stay at its ``chart_write.move`` call, which makes the
+UPDATE from the chart.
+"""
+
+from __future__ import annotations
+
+from pulse_trio.charts import CHARTS
+from pulse_trio.charts.states import sql_list
+from pulse_trio.store.engine.rows import KEY_WAIT, TaskRow
+from pulse_trio.store.engine.timer_scan import DueScan
+
+# -- submit, promote, retry (tasks) ----------------------------------------------------------------
+#: A new task row (task.submit, task.retry), written through chart_write.create: the state is the chart's.
+NEW_TASK_COLUMNS = ("task_id, queue, kind, state, payload, priority, priority_offset_ms, due_at, effective_at,"
+                    " idempotency_key, dedup_key, concurrency_key, concurrency_limit, max_attempts, backoff_initial_ms,"
+                    " backoff_factor, backoff_max_ms, retry_uncertain, lease_ttl_ms, attempt, effect_uncertain, retry_of,"
+                    " created_at, updated_at, fairness_key")
+NEW_TASK_ROW = "(%s,%s,%s,{state},%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+#: The keys of a batch that already have a counter (key_permit's table; no state of its own here).
+KEY_COUNTERS_OF = "SELECT concurrency_key FROM key_counters WHERE concurrency_key IN %s"
+INSERT_KEY_COUNTER = "INSERT INTO key_counters (concurrency_key, last_token, outstanding) VALUES (%s, 0, 0)"
+#: The task a duplicate submit met: the same id, or the same idempotency key in the queue.
+SUBMITTED_BEFORE = ("SELECT task_id, state FROM tasks WHERE task_id = %s UNION ALL"
+                    " SELECT task_id, state FROM tasks WHERE queue = %s AND dedup_key = %s LIMIT 1")
+#: Due SCHEDULED tasks, through ``tasks_due (pick_state, due_at)``.
+PROMOTE_SCAN = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms FROM tasks",
+                       "pick_state", "due_at")
+LOCK_RETRY_SOURCE = f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE"
+RETRY_OF = "SELECT task_id, effect_uncertain FROM tasks WHERE retry_of = %s"
+
+# -- the steps other charts' transactions run (steps) -----------------------------------------------
+#: A key's READY tasks in the pick-up range that no other claim holds, to set aside.
+READY_OF_KEY = ("SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = 'READY'"
+                " LIMIT %s FOR UPDATE SKIP LOCKED")
+#: A key's set-aside tasks in pick-up order, locked (``SKIP LOCKED`` appended for a cancel's top-up).
+WAITING_OF_KEY = (f"SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = '{KEY_WAIT}'"
+                  " ORDER BY effective_at, task_id LIMIT %s FOR UPDATE")
+SKIP_LOCKED = " SKIP LOCKED"
+
+# -- the purge (retention) ---------------------------------------------------------------------------
+#: The states a purge takes from: the task chart's own list (the terminal ones).
+PURGEABLE: tuple[str, ...] = tuple(s for s in CHARTS["task"].spec.states if CHARTS["task"].dests("purge", s))
+#: A queue's tasks that ended before a time, through ``tasks_finished``.
+DUE = (f"SELECT task_id, state FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
+       f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s")
+COUNT_DUE = f"SELECT COUNT(*) FROM ({DUE}) due"
+#: One state's due tasks in the index's own order, from a position on (the batch's select).
+DUE_FROM = ("SELECT task_id, state, finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
+            " AND outcome_status = %s AND finished_at < %s{after}"
+            " ORDER BY finished_at, task_id LIMIT %s FOR UPDATE SKIP LOCKED")
+DUE_AFTER = " AND (finished_at > %s OR (finished_at = %s AND task_id > %s))"
+QUEUES_WITH_ENDED_TASKS = ("SELECT DISTINCT queue FROM tasks FORCE INDEX (tasks_finished)"
+                           " WHERE outcome_status IS NOT NULL")
+QUEUE_RETENTIONS = ("SELECT queue, task_retention_ms FROM queues"
+                    " WHERE task_retention_ms IS NOT NULL AND queue IN %s")
+#: The batch's leases with their key permit (if any), in one read.
+LEASES_OF_TASKS = ("SELECT l.lease_id, l.task_id, l.state, p.state FROM leases l FORCE INDEX (leases_task)"
+                   " LEFT JOIN key_permits p ON p.lease_id = l.lease_id WHERE l.task_id IN %s")
+INTENTS_OF_TASKS = "SELECT task_id, state FROM cancel_intents WHERE task_id IN %s"
+DELETE_RENEW_RECEIPTS = "DELETE FROM renew_receipts WHERE lease_id IN %s"
+DELETE_KEY_PERMITS = "DELETE FROM key_permits WHERE lease_id IN %s"
+DELETE_LEASES = "DELETE FROM leases WHERE lease_id IN %s"
+DELETE_CANCEL_INTENTS = "DELETE FROM cancel_intents WHERE task_id IN %s"
+DELETE_TASKS = f"DELETE FROM tasks WHERE task_id IN %s AND state IN {sql_list(PURGEABLE)}"
+OLDEST_DUE = (f"SELECT MIN(finished_at) FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
+              f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s")

@@ -1,0 +1,108 @@
+"""The read side: every statement its views send, named, in one place.
+
+The views beside this module (``task``, ``queries``, ``dashboard``,
+``timer_probe``) refer to these by name. Column lists come from the row
+classes and state lists from the charts, built once at import. Nothing here
+locks or writes.
+"""
+
+from __future__ import annotations
+
+from pulse_trio.charts.states import (
+    LIVE_LEASE_STATES, LIVE_NODE_STATES, LIVE_SESSION_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list,
+)
+from pulse_trio.store.cancellation.sql import NODE_PUSH_FROM, NODE_PUSH_WHERE
+from pulse_trio.store.engine.rows import READY_PICKS, LeaseRow, TaskRow
+from pulse_trio.store.engine.timer_scan import due_states
+
+# -- one task, as ``task show`` prints it (task) -----------------------------------------------------
+TASK = f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s"
+#: A task's attempts: its started leases, in order.
+ATTEMPTS = ("SELECT attempt, lease_id, owner_session_id, status, started_at, ended_at, error_code, error_message,"
+            " retryable, effect_uncertain, concurrency_token, result FROM leases WHERE task_id = %s"
+            " AND started_at IS NOT NULL ORDER BY attempt")
+LIVE_LEASE = (f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
+              f" AND l.state IN {sql_list(LIVE_LEASE_STATES)}")
+RETRIED_BY = "SELECT task_id FROM tasks WHERE retry_of = %s"
+CANCEL_INTENT = ("SELECT state, requested_at, grace_expires_at, reason, requested_by, resolved_at"
+                 " FROM cancel_intents WHERE task_id = %s")
+
+# -- the producer's listings and queue depths (queries) ------------------------------------------------
+#: Which of some tasks ended: primary-key probes.
+ENDED = f"SELECT task_id FROM tasks WHERE task_id IN %s AND state IN {sql_list(sorted(TERMINAL_TASK_STATES))}"
+#: Every queue that has a task (a loose index scan).
+TASK_QUEUES = "SELECT DISTINCT queue FROM tasks"
+#: The task listing: `` WHERE`` and its conditions (``t.<column> = %s``, ``IN_QUEUES``, a cursor) may
+#: follow, then the order and limit.
+LIST_TASKS = f"SELECT {TaskRow.columns()} FROM tasks t"
+IN_QUEUES = "t.queue IN %s"
+BEFORE_ID = "t.task_id < %s"
+AFTER_ID = "t.task_id > %s"
+NEWEST_FIRST = " ORDER BY t.task_id DESC LIMIT %s"
+OLDEST_FIRST = " ORDER BY t.task_id LIMIT %s"
+#: Tasks per state per queue, each group through an index that holds only it.
+QUEUE_DEPTHS = (
+    "SELECT queue, pick_state, COUNT(*) FROM tasks FORCE INDEX (tasks_due)"
+    f" WHERE pick_state IN {sql_list((*WAITING_TASK_STATES, *READY_PICKS))} GROUP BY queue, pick_state"
+    " UNION ALL SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
+    f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY t.queue, l.state"
+    " UNION ALL SELECT queue, outcome_status, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
+    " WHERE finished_at IS NOT NULL GROUP BY queue, outcome_status")
+#: Worker instances with their held leases (``LIVE_WORKERS`` appended unless disconnected ones are asked).
+WORKERS = ("SELECT i.instance_id, i.session_id, i.epoch, i.state, i.worker_name, i.subscriptions, i.capacity,"
+           " i.sequence, i.concurrency_keys, i.cancellation_notifications, i.registered_at, i.disconnected_at,"
+           " i.node_id,"
+           " (SELECT COUNT(*) FROM leases l WHERE l.owner_session_id = i.session_id"
+           f"  AND l.state IN {sql_list(LIVE_LEASE_STATES)}) AS held"
+           " FROM worker_instances i")
+LIVE_WORKERS = f" WHERE i.state IN {sql_list(LIVE_SESSION_STATES)}"
+WORKERS_ORDER = " ORDER BY i.epoch LIMIT %s"
+#: The serve processes with their open sessions (``LIVE_NODES`` appended unless stopped ones are asked).
+NODES = ("SELECT n.node_id, n.state, n.host, n.pid, n.lapse_ms, n.started_at, n.heartbeat_at, n.lost_at,"
+         " n.lost_by, n.stopped_at,"
+         " (SELECT COUNT(*) FROM worker_instances i WHERE i.node_id = n.node_id"
+         f" AND i.state IN {sql_list(LIVE_SESSION_STATES)})"
+         " FROM server_nodes n")
+LIVE_NODES = f" WHERE n.state IN {sql_list(LIVE_NODE_STATES)}"
+NODES_ORDER = " ORDER BY n.started_at DESC, n.node_id LIMIT %s"
+
+# -- the dashboard's figures (dashboard) ---------------------------------------------------------------
+WAITING_PAIRS = ("SELECT DISTINCT queue, pick_state FROM tasks FORCE INDEX (tasks_pickup)"
+                 " WHERE pick_state IS NOT NULL")
+ENDED_PAIRS = ("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
+               " WHERE outcome_status IS NOT NULL")
+#: One (queue, state) count up to a cap; a query is several of these, UNION ALL.
+COUNT_WAITING = ("SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
+                 " WHERE queue = %s AND pick_state = %s LIMIT %s) c)")
+COUNT_ENDED = ("SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_finished)"
+               " WHERE queue = %s AND outcome_status = %s LIMIT %s) c)")
+RUNNING_COUNTS = ("SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
+                  f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)}"
+                  " GROUP BY t.queue, l.state")
+#: The head of one READY range in pick-up order, then the earliest due time up to the head's own.
+READY_HEAD = ("SELECT due_at FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s AND pick_state = %s"
+              " ORDER BY effective_at, task_id LIMIT 1")
+EARLIEST_DUE = ("SELECT MIN(due_at) FROM tasks FORCE INDEX (tasks_pickup) WHERE queue = %s"
+                " AND pick_state = %s AND effective_at <= %s")
+#: One (queue, outcome) range of ``tasks_finished``: ``{select}``, ``{tail}`` and ``{group}`` below.
+PER_PAIR = ("(SELECT queue, outcome_status, {select} FROM tasks FORCE INDEX (tasks_finished)"
+            " WHERE queue = %s AND outcome_status = %s AND {tail}{group})")
+BY_MINUTE = "TIMESTAMPDIFF(MINUTE, %s, finished_at) AS minute, COUNT(*)"
+FINISHED_BETWEEN = "finished_at >= %s AND finished_at < %s"
+GROUP_BY_MINUTE = " GROUP BY minute"
+COUNT = "COUNT(*)"
+FINISHED_SINCE = "finished_at >= %s"
+
+# -- which shared timers have work (timer_probe) -----------------------------------------------------
+PROBE = (
+    "SELECT EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due)"
+    f" WHERE {due_states('lease', 'lapse', 'state')} AND expires_at <= %s),"
+    " EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due)"
+    f" WHERE {due_states('lease', 'expire', 'state')} AND expires_at <= %s),"
+    " EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_due)"
+    f" WHERE {due_states('task', 'promote', 'pick_state')} AND due_at <= %s),"
+    " EXISTS (SELECT 1 FROM key_permits FORCE INDEX (key_permits_due)"
+    f" WHERE {due_states('key_permit', 'release_after_quarantine', 'state')} AND quarantine_until <= %s)"
+)
+#: Appended to ``PROBE``: a cancel to push to this node's sessions (one node id argument).
+CANCELS_PROBE = f", EXISTS (SELECT 1 FROM {NODE_PUSH_FROM} WHERE {NODE_PUSH_WHERE})"
