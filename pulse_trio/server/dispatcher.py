@@ -24,9 +24,12 @@ and a pass the poll woke with nothing new (or any pass over more than
 ``PROBE_ABOVE`` sessions) first asks which queues have READY work, so idle
 sessions cost one statement per poll, not a claim transaction each.
 
-Offers are committed before they are pushed; an offer whose push is lost
-(the connection died) simply lapses after the start timeout, costing no
-attempt.
+Offers are committed before they are pushed. The dispatcher never changes
+a session: it posts a claim's offers to the session's inbox
+(``session_inbox.py``), where they count as the session's leases at once,
+and the connection's own results task pushes them. An offer whose push is
+lost (the connection died, or its inbox is closed) simply lapses after the
+start timeout, costing no attempt.
 """
 
 from __future__ import annotations
@@ -208,24 +211,26 @@ class Dispatcher:
         except BaseException:
             # Some of these claims may have committed, and none is pushed: count what they may hold.
             for session, (_, call) in zip(hungry, calls):
-                session.leases_uncertain(c.lease_id for c in call["credentials"])
+                session.inbox.leases_uncertain(c.lease_id for c in call["credentials"])
             raise
         return results
 
     @staticmethod
     def _settle(hungry: list[LiveSession], wants: list[int], calls: list, results: list,
                 dry: set[str]) -> dict[str, int]:
-        """Push each claim's committed offers to its session; a refused or failed claim is dry."""
+        """Post each claim's committed offers to its session's inbox; a refused, failed or short claim is dry."""
         counts: dict[str, int] = {}
         for session, want, (_, call), result in zip(hungry, wants, calls, results, strict=True):
             if isinstance(result, (Refusal, BaseException)):
                 if isinstance(result, BaseException):
                     log.warning("claim for %s failed: %r", session.session_id, result)
                     # Its outcome is unknown: count the leases it may have made until reconciled.
-                    session.leases_uncertain(c.lease_id for c in call["credentials"])
+                    session.inbox.leases_uncertain(c.lease_id for c in call["credentials"])
                 dry.add(session.session_id)
                 continue
-            counts[session.session_id] = len(result.offers)
-            if session.offers_committed(result, want):
+            got = len(result.offers)
+            counts[session.session_id] = got
+            session.inbox.offers_committed(result)  # counted at once; a closed inbox drops them (they lapse)
+            if got < want:  # the queues are dry for this session
                 dry.add(session.session_id)
         return counts

@@ -6,9 +6,9 @@ the hub whenever they change (:meth:`SessionHub.refresh`). The hub keeps,
 beside every session, the *hungry* ones: those with a free slot, per
 queue they subscribe to, and those past their refill mark. A dispatch
 pass visits only those, so its cost follows the sessions that can take
-work, not the sessions connected. The dispatcher hands committed offers
-back to the session (``offers_committed``; a batch's ride-along offers go
-through the session's inbox); it never touches a socket.
+work, not the sessions connected. The dispatcher posts committed offers
+to the session's inbox (``session_inbox.py``), as a batch's ride-along
+claims do; it never touches a session's state or socket.
 """
 
 from __future__ import annotations

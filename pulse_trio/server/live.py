@@ -38,9 +38,13 @@ class LiveService:
         self._hub.wake()
 
     def drain_hint(self, session_id: str) -> None:
+        """An operator drained the session: when it lives here, it takes no offer from now on.
+
+        Posted to the session's inbox (its own task applies it); the post closes its free slots at once.
+        """
         live = self._hub.get(session_id)
         if live is not None:
-            live.drain_hinted()
+            live.inbox.drain_hinted()
 
     def on_task_ended(self, listener: Callable[[str], None]) -> None:
         self._hub.on_task_ended(listener)

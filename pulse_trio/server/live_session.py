@@ -18,18 +18,25 @@ one place:
   :class:`~pulse_trio.server.session_inbox.SessionInbox`; the session's
   results task (:meth:`LiveSession.apply_results`, run in the connection's
   nursery by the transport) applies them, so a connection costs no Trio
-  task per command and the lanes never change a session;
+  task per command;
 * the live record the dispatcher reads (capacity, drain, active leases,
-  subscriptions): only methods of this class change it, whoever learns
-  the news (the session's own acks and ride-along offers, through its
-  inbox; the dispatcher's offers, the timers' lease ends and
-  reconciliation, a resume that moved a lease here, by direct call), and
-  each change re-files the session in the hub as hungry or not
+  subscriptions): only the connection's own tasks change it (the reader:
+  hello, capacity, resume; the results task: everything else), and each
+  change re-files the session in the hub as hungry or not
   (``SessionHub.refresh``), so a dispatch pass finds the hungry sessions
   without walking the others;
 * backpressure: at most :func:`in_flight_limit` lease commands at once,
   which grows with the declared capacity; the transport stops reading
   while the limit is reached.
+
+Whoever else has news for the session posts it to the inbox and never
+calls a method here that changes the session: the lanes (outcomes,
+ride-along offers), the dispatcher (its offers, the leases a failed claim
+may have made), the timers (a lease a timer ended, reconciliation, a
+cancel notice), the HTTP side (an operator's drain), another connection
+(a lease its resume took from this one) and the service (shutdown). They
+may read what :data:`OUTSIDE_READS` names. The tests hold every
+connection to this rule (``tests/server/ownership_support.py``).
 
 Nothing about a session's leases is decided here: a closing connection
 leaves them valid until they expire, so the worker can resume them on a
@@ -50,7 +57,7 @@ from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.grammar import new_id
 from pulse_trio.server import to_wire
-from pulse_trio.server.session_inbox import OFFERS, UNCERTAIN, SessionInbox
+from pulse_trio.server.session_inbox import CANCEL, DRAIN, ENDED, OFFERS, RECONCILE, SHUTDOWN, UNCERTAIN, SessionInbox
 from pulse_trio.session import Close, Reject, Request, ServerSession
 from pulse_trio.store.instance import instances
 from pulse_trio.store.engine.results import AssignResult, CancelNotice, Refusal
@@ -62,6 +69,10 @@ if TYPE_CHECKING:
     from pulse_trio.tokens import TokenInfo
 
 log = logging.getLogger("pulse_trio.connection")
+
+#: What tasks other than the connection's own may use of a session besides its plain attributes
+#: and its inbox: reads only (the tests check that nothing else is called from elsewhere).
+OUTSIDE_READS = frozenset({"active_leases", "free_slots", "refill_at", "drain", "holds", "held_leases"})
 
 #: Lease commands a connection may have in flight however small its capacity.
 MIN_IN_FLIGHT = 64
@@ -101,9 +112,10 @@ class LiveSession:
         # Called for every lease command: bound once here, not looked up through the services each time.
         self._submit_command = services.submit_command
         self._hub = services.hub
-        #: Where the lanes post this session's outcomes; only :meth:`apply_results` takes them.
+        #: Where every other task posts news for this session; only :meth:`apply_results` takes them.
         self.inbox = SessionInbox(count_command=services.count_command, task_ended=services.hub.task_ended,
-                                  observe_assign=services.observe_assign, now=services.clock.now)
+                                  observe_assign=services.observe_assign, now=services.clock.now,
+                                  refresh=lambda: self._hub.refresh(self))
         self.token = token
         self.outbox = outbox
         self.protocol = ServerSession(new_id("ses_"))
@@ -137,7 +149,7 @@ class LiveSession:
 
     @property
     def free_slots(self) -> int:
-        if self.drain or self.closing:
+        if self.drain or self.closing or self.inbox.drain_posted:
             return 0
         return max(0, self.capacity - self.active_leases)
 
@@ -179,18 +191,6 @@ class LiveSession:
     def hello_timed_out(self) -> None:
         timeout = self.services.settings.current.hello_timeout
         self._send_reject(self.protocol.fail(e.HELLO_REQUIRED, f"no worker.hello within {timeout:g}s"))
-
-    def pong_missing(self) -> None:
-        log.info("pong missing for 3 intervals; closing %s", self.session_id)
-        self.outbox.close(e.CLOSE_POLICY_VIOLATION, "pong missing")
-
-    def shutdown(self) -> None:
-        """Send server_shutting_down and close (the instance is stopping)."""
-        reject = self.protocol.shutdown()
-        if reject is not None:
-            self._send_reject(reject)
-        else:
-            self.outbox.close(e.CLOSE_GOING_AWAY, "server shutting down")
 
     async def release(self) -> None:
         """The connection has ended: close the inbox, leave the hub, record the disconnect (call shielded).
@@ -298,7 +298,7 @@ class LiveSession:
         elif result.instance.drain:
             # A repeated sequence asks for the stored state (the SDK's drain check): an
             # operator's drain made through another instance reaches this session here.
-            self.drain_hinted()
+            self._drain_hinted()
         settings = services.settings
         body = to_wire.welcome(result.instance, lease_ttl_ms=settings.lease_ttl_ms,
                                start_timeout_ms=settings.start_timeout_ms, now=services.clock.now())
@@ -319,7 +319,7 @@ class LiveSession:
             result = await services.run_in_store(resume, request=request, now=services.clock.now(),
                                                  start_timeout_ms=services.settings.start_timeout_ms)
         except BaseException:
-            self.leases_uncertain((msg.lease_id,))  # it may have committed
+            self._leases_uncertain((msg.lease_id,))  # it may have committed
             raise
         finally:
             self._resuming -= 1
@@ -330,11 +330,11 @@ class LiveSession:
             fatal = False if result.code == e.PERMISSION_DENIED else None
             self._refuse(msg.id, result.code, result.message or result.code, fatal=fatal)
             return
-        # The lease left its previous owner: when that session lives here, free
-        # its slot now (elsewhere, that instance's timers reconcile its count).
+        # The lease left its previous owner: when that session lives here, tell it
+        # (its own task frees the slot; elsewhere, that instance's timers reconcile its count).
         previous = services.hub.by_instance(msg.instance_id)
         if previous is not None and previous is not self:
-            previous.lease_ended(msg.lease_id)
+            previous.inbox.lease_ended(msg.lease_id)
         self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
 
     def _submit(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
@@ -354,7 +354,7 @@ class LiveSession:
 
     # -- outcomes back (the connection's results task) ---------------------------
     async def apply_results(self) -> None:
-        """The connection's results task: apply what the lanes posted to the inbox, in order, until cancelled.
+        """The connection's results task: apply what was posted to the inbox, in order, until cancelled.
 
         Run by the transport in the connection's nursery, so only the
         connection's own tasks change this session. Each wake-up applies
@@ -362,13 +362,14 @@ class LiveSession:
         offers leave in one outbox write.
         """
         take = self.inbox.take
+        notices = self._NOTICES
         while True:
             for head, outcome in await take():
                 try:
                     if head is OFFERS:
                         self._offers_arrived(outcome)
-                    elif head is UNCERTAIN:
-                        self.leases_uncertain(outcome)
+                    elif type(head) is str:
+                        getattr(self, notices[head])(outcome)
                     else:
                         self._command_done(head, outcome)
                 except Exception:  # a bug in one outcome must not cost the connection the others
@@ -387,37 +388,26 @@ class LiveSession:
             self._refuse(msg.id, outcome.code, outcome.message or outcome.code)
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
-            self.lease_ended(msg.lease_id)
+            self._lease_ended(msg.lease_id)
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
 
     def _offers_arrived(self, result: AssignResult) -> None:
-        """A ride-along claim's offers (counted and measured by the lane already): hold them, push them."""
-        offers = result.offers
-        self._held.update(offer.lease.lease_id for offer in offers)
-        self._hub.refresh(self)
-        self._push(offers)
+        """A claim's offers (counted and measured at the door already): hold them, push them.
 
-    # -- what the dispatcher and the timers tell the session --------------------
-    def offers_committed(self, result: AssignResult, want: int) -> bool:
-        """Push the offers a dispatcher claim committed; True when the claim came back short (the queues are dry)."""
+        The dispatcher's claims and a batch's ride-along claims post them alike.
+        """
         offers = result.offers
-        self._held.update(offer.lease.lease_id for offer in offers)
-        self._hub.refresh(self)
-        now = self.services.clock.now()
-        observe = self.services.observe_assign
+        held = self._held
         for offer in offers:
-            observe(offer, now)
-        self._push(offers)
-        return len(offers) < want
-
-    def _push(self, offers: Iterable[Any]) -> None:
+            held.add(offer.lease.lease_id)
+        self._hub.refresh(self)
         for offer in offers:
             frame = self.protocol.assign(to_wire.assigned_task(offer.task),
                                          to_wire.lease(offer.lease, secret=offer.lease_secret))
             if frame is None or not self.outbox.send(frame):
                 log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
 
-    def leases_uncertain(self, lease_ids: Iterable[str]) -> None:
+    def _leases_uncertain(self, lease_ids: Iterable[str]) -> None:
         """A claim or resume whose outcome is unknown may have given these leases: count them.
 
         Reconciliation forgets those the database does not hold for this session.
@@ -425,13 +415,62 @@ class LiveSession:
         self._held.update(lease_ids)
         self._hub.refresh(self)
 
-    def lease_ended(self, lease_id: str) -> None:
+    def _lease_ended(self, lease_id: str) -> None:
         """One of this session's leases ended (finish, a timer, a resume elsewhere); told twice is told once."""
         self._held.discard(lease_id)
         hub = self._hub
         hub.refresh(self)
         hub.slot_freed()
 
+    def _ended_elsewhere(self, end: tuple[str, bool]) -> None:
+        """A timer ended one of the leases, or a resume moved it: ``news`` wakes a pass that fills every slot."""
+        lease_id, news = end
+        self._lease_ended(lease_id)
+        if news:
+            self._hub.wake()
+
+    def _reconcile(self, check: tuple[frozenset[str], frozenset[str]]) -> None:
+        """Forget the leases of ``known`` that the database no longer has live here; a freed slot wakes a pass.
+
+        ``known`` was read from :meth:`held_leases` before ``live`` was read
+        from the database, so each of them had committed: one missing from
+        ``live`` has ended or moved to a newer session, for good. Leases
+        added since are not in ``known`` and stay; one that ended here
+        meanwhile is already gone.
+        """
+        known, live = check
+        gone = (known - live) & self._held
+        if not gone:
+            return
+        self._held -= gone
+        hub = self._hub
+        hub.refresh(self)
+        hub.slot_freed()  # not news: the leases ended elsewhere, their tasks were seen there
+
+    def _drain_hinted(self, _: Any = None) -> None:
+        """The session is drained (an operator's drain seen elsewhere): no more offers."""
+        self.protocol.operator_drained()
+        self._hub.refresh(self)
+
+    def _notify_cancel(self, notice: CancelNotice) -> None:
+        frame = self.protocol.cancel(notice.task_id, notice.lease_id, notice.cancel_requested_at,
+                                     notice.grace_expires_at or notice.cancel_requested_at, notice.reason or None)
+        if frame is not None:  # closing or otherwise unable: the next holder is told after its resume
+            self.outbox.send(frame)
+
+    def _shutdown(self, _: Any = None) -> None:
+        """Send server_shutting_down and close (the instance is stopping)."""
+        reject = self.protocol.shutdown()
+        if reject is not None:
+            self._send_reject(reject)
+        else:
+            self.outbox.close(e.CLOSE_GOING_AWAY, "server shutting down")
+
+    #: The method that applies each entry that is neither a command's outcome nor offers (rare: looked up by name).
+    _NOTICES = {UNCERTAIN: "_leases_uncertain", ENDED: "_ended_elsewhere", RECONCILE: "_reconcile",
+                CANCEL: "_notify_cancel", DRAIN: "_drain_hinted", SHUTDOWN: "_shutdown"}
+
+    # -- what others may read ----------------------------------------------------
     def holds(self, lease_id: str) -> bool:
         """This session counts the lease among its own (a finish of it frees one of its slots)."""
         return lease_id in self._held
@@ -440,36 +479,10 @@ class LiveSession:
         """The lease ids this session is known to hold (what reconciliation checks)."""
         return frozenset(self._held)
 
-    def reconcile(self, known: frozenset[str], live: frozenset[str]) -> bool:
-        """Forget the leases of ``known`` that the database no longer has live here; True if a slot came free.
-
-        ``known`` was read from :meth:`held_leases` before ``live`` was read
-        from the database, so each of them had committed: one missing from
-        ``live`` has ended or moved. Leases added since are not in
-        ``known`` and stay; one that ended here meanwhile is already gone.
-        """
-        gone = (known - live) & self._held
-        if not gone:
-            return False
-        self._held -= gone
-        self._hub.refresh(self)
-        return True
-
     @property
     def drain(self) -> bool:
         """Whether the session drains: its chart's state (``ServerSession.draining``), the one owner of it."""
         return self.protocol.draining
-
-    def drain_hinted(self) -> None:
-        """The session is drained (an operator's drain seen elsewhere): no more offers."""
-        self.protocol.operator_drained()
-        self._hub.refresh(self)
-
-    def notify_cancel(self, notice: CancelNotice) -> None:
-        frame = self.protocol.cancel(notice.task_id, notice.lease_id, notice.cancel_requested_at,
-                                     notice.grace_expires_at or notice.cancel_requested_at, notice.reason or None)
-        if frame is not None:  # closing or otherwise unable: the next holder is told after its resume
-            self.outbox.send(frame)
 
     # -- frames out ------------------------------------------------------------
     def _send(self, frame: bytes | None) -> None:

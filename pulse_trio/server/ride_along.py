@@ -156,9 +156,8 @@ class RideAlong:
                 continue  # the session is gone (refused): nothing was offered
             self.claims += 1
             self.offers += len(result.offers)
-            session = rider.session
-            session.inbox.offers_committed(result)
-            self.hub.refresh(session)  # its count took the offers: the hub files it as full, if it is
+            # Counted at once (the inbox re-files the session in the hub), pushed by the session's own task.
+            rider.session.inbox.offers_committed(result)
             if len(result.offers) < min(want, result.free_slots):
                 # Short of work, not of room (a lowered capacity, a drain): the queues are not deep any more.
                 self.dispatcher.backlogged = False
@@ -168,7 +167,6 @@ class RideAlong:
         if plan.ran:
             for rider in plan.riders.values():
                 rider.session.inbox.leases_uncertain(c.lease_id for c in rider.credentials)
-                self.hub.refresh(rider.session)
 
     def statistics(self) -> dict[str, int]:
         return {"claims": self.claims, "offers": self.offers}

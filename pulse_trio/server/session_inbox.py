@@ -1,39 +1,58 @@
-"""One connection's inbox: what the command lanes hand back, applied by the connection's own task.
+"""One connection's inbox: all that other tasks tell a session, applied by the connection's own task.
 
-The batcher's lanes (``batcher.py``) run the commands of every connection,
-and ride-along claims (``ride_along.py``) make offers for them; neither
-applies what comes back to a session. A lane posts each outcome here and
-wakes the connection's results task (:meth:`LiveSession.apply_results
-<pulse_trio.server.live_session.LiveSession.apply_results>`), which runs
-in the connection's own nursery beside its reader and writer and applies
-everything posted since it last ran, in order, with no await between: the
-in-flight count and the reader's room, the session's leases, the frames
-out. So only the connection's own tasks change its session, and the acks
-and offers of one batch still leave in one outbox write.
+A session's state (its leases, its chart, the frames it sends) changes in
+the connection's own tasks only: its reader (``receive``, a resume) and
+its results task (:meth:`LiveSession.apply_results
+<pulse_trio.server.live_session.LiveSession.apply_results>`), which runs in
+the connection's nursery beside its reader and writer. Everyone else who
+has news for the session posts it here, and the results task applies
+everything posted since it last ran, in order, with no await between:
 
-What does not belong to the connection is taken at the door, in the lane,
-whether or not the connection is still there: the command counters, the
-assignment metrics, the listeners told that a task's attempt ended. A
-command that was queued always runs, even if its connection has gone
-since; once the inbox is closed (the connection has ended) the rest of an
-outcome is dropped: its commit is in the database, a replay finds the
-receipt, and an offer nobody receives lapses after the start timeout.
+* the batcher's lanes (``batcher.py``): each lease command's outcome, and
+  a batch's ride-along offers (``ride_along.py``) right after its acks, so
+  the acks and offers of one batch leave in one outbox write;
+* the dispatcher (``dispatcher.py``): the offers its claims committed, and
+  the leases a failed claim may have made;
+* the timers (``timers.py``): a lease a timer ended, a reconciliation of
+  the session's leases with the database, a cancel notice to push;
+* the HTTP side (``live.py``): an operator's drain;
+* another connection's reader: a lease its resume took from this session;
+* the service and node liveness (``wire.py``): the instance is stopping.
 
-Cost: no task, lock or channel per command. A post appends to a list; the
-first post after the results task parked reschedules it, so a batch costs
-each of its connections one wake-up however many of its commands it holds.
+What does not belong to the connection is taken at the door, by the
+poster, whether or not the connection is still there: the command
+counters, the assignment metrics, the listeners told that a task's attempt
+ended. A command that was queued always runs, even if its connection has
+gone since; once the inbox is closed (the connection has ended) the rest
+of any post is dropped: a command's commit is in the database, a replay
+finds the receipt, and an offer nobody receives lapses after the start
+timeout, as it did when it was pushed to a closed connection.
+
+Cost: no task, lock or channel per post. A post appends to a list; the
+first post after the results task parked reschedules it, so a burst of
+posts (a batch, a dispatch round, a timer tick) costs each connection one
+wake-up however many of them are its own.
 
 Bounds: the connection's in-flight limit (``in_flight_limit``) bounds its
 commands between read and answer, and an outcome counts as in flight
 until applied; each ride-along entry (offers, or the leases a failed
 batch may have made) rides on a finish of the same batch, one per session
-and batch. So the inbox holds at most twice the in-flight limit.
+and batch. The other posters post at most once per session per claim,
+lease ended, reconciliation or cancel notice, and the results task takes
+everything at its next wake-up.
 
-Leases posted and not yet applied (ride-along offers, the leases a failed
-batch's claims may have made) count as the session's at once
-(:attr:`SessionInbox.leases_posted`, part of ``LiveSession.active_leases``):
-a claim built before the results task runs never takes a count lower than
-the database's. The claims in flight that took the session's count
+What the dispatcher reads counts posts at once, so no claim over-offers
+and no drained session is offered work meanwhile: leases posted and not
+yet applied (offers, and the leases a failed claim may have made) count as
+the session's (:attr:`SessionInbox.leases_posted`, part of
+``LiveSession.active_leases``), and a posted drain closes its free slots
+(:attr:`SessionInbox.drain_posted`). News that a lease ended only lowers
+the count once applied: until then the count is high, which is safe. A
+lease never comes back to a session it left (it ends, or a resume moves
+it to a session of a newer epoch), so news of its end, applied late, can
+never forget a lease the session got since.
+
+The claims in flight that took the session's count
 (:meth:`SessionInbox.claim_begun`) live here too: the dispatcher and the
 lanes register them, and a resume waits for them.
 """
@@ -47,36 +66,53 @@ from typing import Any
 import trio
 
 from pulse_trio.contract import messages as m
-from pulse_trio.store.engine.results import AssignResult, Refusal
+from pulse_trio.store.engine.results import AssignResult, CancelNotice, Refusal
 
 log = logging.getLogger("pulse_trio.connection")
 
-#: The head of an entry that carries a ride-along claim's committed offers.
+# The heads of the entries that are not a command's outcome (those are headed by their request frame).
+#: A claim's committed offers (the dispatcher's, or a batch's ride-along): an AssignResult.
 OFFERS = "offers"
-#: The head of an entry that carries lease ids a failed batch's claims may have made.
+#: Lease ids a failed claim may have made for the session.
 UNCERTAIN = "uncertain"
+#: ``(lease_id, news)``: a lease that ended elsewhere than in the session's own finish (a timer, a
+#: resume elsewhere); ``news``: the end may have made work ready (the dispatcher fills every free slot).
+ENDED = "ended"
+#: ``(known, live)``: the timers' reconciliation of the session's leases with the database.
+RECONCILE = "reconcile"
+#: A CancelNotice to push to the worker.
+CANCEL = "cancel"
+#: An operator's drain committed (through this instance's HTTP API).
+DRAIN = "drain"
+#: The instance is stopping, or its node was fenced: server_shutting_down, then close.
+SHUTDOWN = "shutdown"
 
 
 class SessionInbox:
-    """Outcomes posted by the lanes for one connection; taken by its results task, all at once."""
+    """What other tasks post for one connection; taken by its results task, all at once."""
 
-    __slots__ = ("_items", "_parked", "closed", "leases_posted", "_claims", "_count_command", "_task_ended",
-                 "_observe_assign", "_now")
+    __slots__ = ("_items", "_parked", "closed", "leases_posted", "drain_posted", "_claims", "_count_command",
+                 "_task_ended", "_observe_assign", "_now", "_refresh")
 
     def __init__(self, *, count_command: Callable[[Any, Any], None], task_ended: Callable[[str], None],
-                 observe_assign: Callable[[Any, Any], None], now: Callable[[], Any]) -> None:
-        #: ``(request, outcome)`` of a command, or ``(OFFERS, AssignResult)``, or ``(UNCERTAIN, lease ids)``.
+                 observe_assign: Callable[[Any, Any], None], now: Callable[[], Any],
+                 refresh: Callable[[], None]) -> None:
+        #: ``(request, outcome)`` of a command, or ``(head, payload)`` with one of the heads above.
         self._items: list[tuple[Any, Any]] = []
         self._parked: trio.lowlevel.Task | None = None  # the results task, while it waits for a post
         self.closed = False
         #: Leases in posted entries not yet taken: the session counts them as its own meanwhile.
         self.leases_posted = 0
+        #: A drain posted and not yet taken: the session offers no free slot meanwhile.
+        self.drain_posted = False
         #: One event per claim in flight that was built with the session's count (:meth:`claim_begun`).
         self._claims: set[trio.Event] = set()
         self._count_command = count_command
         self._task_ended = task_ended
         self._observe_assign = observe_assign
         self._now = now
+        #: Re-files the session in the hub after a post changed what the dispatcher reads of it.
+        self._refresh = refresh
 
     # -- the lanes' side ---------------------------------------------------------
     def command_done(self, request: m.TaskStart | m.TaskRenew | m.TaskFinish, outcome: Any) -> None:
@@ -92,9 +128,12 @@ class SessionInbox:
         self._items.append((request, outcome))
         self._wake()
 
+    # -- the claims' side (the dispatcher, the lanes' ride-along) ---------------------
     def offers_committed(self, result: AssignResult) -> None:
-        """A ride-along claim for this session committed: its offers go out after the acks posted before."""
+        """A claim for this session committed: its offers count at once, and go out after what was posted before."""
         offers = result.offers
+        if not offers:
+            return
         now = self._now()
         for offer in offers:
             self._observe_assign(offer, now)
@@ -105,6 +144,7 @@ class SessionInbox:
         self.leases_posted += len(offers)
         self._items.append((OFFERS, result))
         self._wake()
+        self._refresh()
 
     def leases_uncertain(self, lease_ids: Iterable[str]) -> None:
         """A claim whose outcome is unknown may have made these leases for the session: count them."""
@@ -113,6 +153,38 @@ class SessionInbox:
         ids = tuple(lease_ids)
         self.leases_posted += len(ids)
         self._items.append((UNCERTAIN, ids))
+        self._wake()
+        self._refresh()
+
+    # -- the timers', the HTTP side's and the other connections' side ---------------------
+    def lease_ended(self, lease_id: str, *, news: bool = False) -> None:
+        """One of the session's leases ended (a timer) or moved (a resume elsewhere): free its slot."""
+        self._post(ENDED, (lease_id, news))
+
+    def reconcile(self, known: frozenset[str], live: frozenset[str]) -> None:
+        """Forget the leases of ``known`` (read before ``live``) that the database no longer has live here."""
+        self._post(RECONCILE, (known, live))
+
+    def notify_cancel(self, notice: CancelNotice) -> None:
+        """Push ``task.cancel`` for one of the session's leases (the database marked it told)."""
+        self._post(CANCEL, notice)
+
+    def drain_hinted(self) -> None:
+        """An operator drained the session: no more offers, from now on."""
+        if self.closed:
+            return
+        self.drain_posted = True
+        self._post(DRAIN, None)
+        self._refresh()
+
+    def shutdown(self) -> None:
+        """The instance is stopping: send server_shutting_down and close."""
+        self._post(SHUTDOWN, None)
+
+    def _post(self, head: str, payload: Any) -> None:
+        if self.closed:
+            return
+        self._items.append((head, payload))
         self._wake()
 
     def _wake(self) -> None:
@@ -126,7 +198,7 @@ class SessionInbox:
         """Everything posted since the last take, in order; waits for a post when there is none.
 
         The caller applies what it took before its next await: the leases
-        posted stop counting here and count in the session from then on.
+        posted (and a drain) stop counting here and count in the session from then on.
         """
         if not self._items:
             self._parked = trio.lowlevel.current_task()
@@ -138,13 +210,19 @@ class SessionInbox:
             await trio.lowlevel.wait_task_rescheduled(abort)
         items, self._items = self._items, []
         self.leases_posted = 0
+        self.drain_posted = False
         return items
 
     def close(self) -> None:
-        """The connection has ended: drop what is posted and what will be (the lanes still take their share)."""
+        """The connection has ended: drop what is posted and what will be (the posters still take their share)."""
         self.closed = True
+        for head, payload in self._items:
+            if head is OFFERS:
+                for offer in payload.offers:
+                    log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
         self._items = []
         self.leases_posted = 0
+        self.drain_posted = False
 
     # -- claims that took the session's count ------------------------------------------
     def claim_begun(self) -> trio.Event:
@@ -174,4 +252,4 @@ class SessionInbox:
         return list(self._claims)
 
 
-__all__ = ["OFFERS", "UNCERTAIN", "SessionInbox"]
+__all__ = ["CANCEL", "DRAIN", "ENDED", "OFFERS", "RECONCILE", "SHUTDOWN", "UNCERTAIN", "SessionInbox"]

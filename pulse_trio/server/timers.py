@@ -14,6 +14,11 @@ it names the hub's sessions instead.) A batch that came
 back full runs again at once; an ended lease frees a slot in its session
 (when that session lives here) and wakes the dispatcher.
 
+The timers never change a session: what they learn about one (a lease a
+timer ended, a reconciliation, a cancel notice) is posted to the session's
+inbox (``session_inbox.py``) and applied by the connection's own results
+task, in order with everything else posted to it.
+
 Because another instance's timers (or an operator's cancel) may end a
 lease of a session that lives here, or its resume may move one away, every
 ``RECONCILE_EVERY_S`` a tick also reconciles the local sessions' leases with
@@ -22,7 +27,8 @@ and only the sessions that hold fewer than they count here have their
 lease ids read, to forget those that ended; a slot that came free wakes the
 dispatcher. A session's count here is never below the database's (it adds
 a lease once committed, or when the outcome is unknown, and forgets one
-only once it ended), so the claim takes it as given (``assign(held=...)``).
+only once it ended, or later: an end posted to the inbox counts once
+applied), so the claim takes it as given (``assign(held=...)``).
 """
 
 from __future__ import annotations
@@ -126,11 +132,8 @@ class Timers:
             return
         known = {s.session_id: s.held_leases() for s in short}  # before the read: each of them had committed
         live = await self.store.run(instances.live_lease_ids, session_ids=list(known))
-        freed = False
-        for session in short:
-            freed |= session.reconcile(known[session.session_id], live.get(session.session_id, frozenset()))
-        if freed:
-            hub.slot_freed()  # not news: the leases ended elsewhere, their tasks were seen there
+        for session in short:  # each session forgets what ended, and wakes the dispatcher if a slot came free
+            session.inbox.reconcile(known[session.session_id], live.get(session.session_id, frozenset()))
 
     async def _drain(self, run_batch) -> int:
         total = 0
@@ -149,8 +152,8 @@ class Timers:
         for end in result.ended:
             metrics.count_lease_end(end)
             session = hub.get(end.session_id)
-            if session is not None:
-                session.lease_ended(end.lease_id)
+            if session is not None:  # its own task frees the slot, and wakes the dispatcher again (news)
+                session.inbox.lease_ended(end.lease_id, news=True)
             hub.task_ended(end.task_id)
         hub.wake()
 
@@ -165,5 +168,5 @@ class Timers:
             notices = await self.store.run(cancellation.notify, session_ids=opted, now=self.clock.now())
         for notice in notices:
             session = hub.get(notice.session_id)
-            if session is not None:
-                session.notify_cancel(notice)
+            if session is not None:  # its own task pushes task.cancel; a closed inbox drops it
+                session.inbox.notify_cancel(notice)

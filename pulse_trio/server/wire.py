@@ -11,8 +11,9 @@ connection's nursery, and the session's third:
 * the writer sleeps until something is due, then sends everything that
   accumulated (answers, pushes, pongs, the close) in one ``send_all``;
 * the session's results task (:meth:`LiveSession.apply_results`) applies
-  what the command lanes posted to the session's inbox: the outcomes of
-  its lease commands and its ride-along offers (``session_inbox.py``).
+  what other tasks posted to the session's inbox (``session_inbox.py``):
+  the outcomes of its lease commands, offers, lease ends, cancel notices,
+  drains, the shutdown. No task but the reader and this one changes the session.
 
 So a frame costs no task, channel or lock of its own: the codec's buffer is
 the outbox, and a batch of acks committed together leaves in one write.
@@ -165,16 +166,18 @@ class WireConnection:
 
     # -- what the rest of the service asks ------------------------------------------
     def shutdown(self) -> None:
-        """server_shutting_down, then close (the instance is stopping)."""
+        """server_shutting_down, then close (the instance is stopping): posted, the session's own task sends it."""
         if self.session is not None:
-            self.session.shutdown()
+            self.session.inbox.shutdown()
 
     def keepalive(self, now: float, interval: float) -> None:
         if self._closing or self.ws.state is not OPEN or self.session is None:
             return
         if self._pinged_at is not None:
             if now - self._pinged_at >= 3 * interval:
-                self.session.pong_missing()
+                # The transport's own decision: the session's state is not touched (it ends with the close).
+                log.info("pong missing for 3 intervals; closing %s", self.session.session_id)
+                self.close(e.CLOSE_POLICY_VIOLATION, "pong missing")
             return
         self._pinged_at = now
         if not (self._writing or self._wake.is_set() or self.ws.writes) and isinstance(self.stream, trio.SocketStream):

@@ -64,6 +64,17 @@ def settled_clock(threshold: float = AUTOJUMP_THRESHOLD_S) -> trio.testing.MockC
     return clock
 
 
+@pytest.fixture(autouse=True)
+def session_owners(monkeypatch):
+    """Fails the test if a task that is not a connection's own changed its session (``ownership_support.py``)."""
+    from ownership_support import SessionOwners
+
+    owners = SessionOwners()
+    owners.install(monkeypatch)
+    yield owners
+    owners.assert_owned()
+
+
 @pytest.fixture
 def virtual_clock() -> trio.testing.MockClock:
     return settled_clock()

@@ -17,6 +17,17 @@ from sql_support import rows
 from token_support import revoke_token
 
 
+@pytest.fixture(autouse=True)
+def session_owners(monkeypatch):
+    """Fails the test if a task that is not a connection's own changed its session (``ownership_support.py``)."""
+    from ownership_support import SessionOwners
+
+    owners = SessionOwners()
+    owners.install(monkeypatch)
+    yield owners
+    owners.assert_owned()
+
+
 @pytest.fixture
 async def connect():
     """``worker = await connect(service_or_port, token, name=..., ssl_context=...)``.
