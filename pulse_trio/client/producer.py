@@ -373,39 +373,26 @@ class DatabaseClient:
         state the cancel decided on: a finish that commits just after the
         intent never shows up as a terminal task beside ``changed`` True.
         """
-        kwargs = self._cancel_arguments(task_id, reason, requested_by, now)
-
-        def view(tx: Tx, results: list[Any]) -> TaskView | None:
-            return None if isinstance(results[0], Refusal) else get_task(tx, task_id=task_id)
-
-        results = self.store.run_batch_sync([(request_cancel, kwargs)], then=view)
-        changed = self._cancel_changed(task_id, results[0])
-        if len(results) == 2 and results[1] is not None:
-            return results[1].as_json_text(), changed
-        return self.get_json_text(task_id), changed  # the shared transaction fell back: read apart
-
-    def request_cancel(self, task_id: str, *, reason: str = "", requested_by: str = "",
-                       now: dt.datetime | None = None) -> bool:
-        """:meth:`cancel` without reading the task back; True if this call saved the intent."""
-        kwargs = self._cancel_arguments(task_id, reason, requested_by, now)
-        return self._cancel_changed(task_id, self.store.run_sync(request_cancel, **kwargs))
-
-    def _cancel_arguments(self, task_id: str, reason: str, requested_by: str,
-                          now: dt.datetime | None) -> dict[str, Any]:
         _task_id(task_id)
         if type(reason) is not str or len(reason) > ranges.MAX_CANCEL_REASON_CHARS:
             raise InvalidRequest(f"reason must be text of at most {ranges.MAX_CANCEL_REASON_CHARS} characters")
         if not is_text(reason, ranges.MAX_CANCEL_REASON_CHARS):
             raise InvalidRequest("reason must not hold lone surrogates")
-        return {"task_id": task_id, "now": now or self.now(), "reason": reason, "requested_by": requested_by}
 
-    @staticmethod
-    def _cancel_changed(task_id: str, result: Any) -> bool:
+        def view(tx: Tx, results: list[Any]) -> TaskView | None:
+            return None if isinstance(results[0], Refusal) else get_task(tx, task_id=task_id)
+
+        results = self.store.run_batch_sync([(request_cancel, {"task_id": task_id, "now": now or self.now(),
+                                                               "reason": reason, "requested_by": requested_by})],
+                                            then=view)
+        result = results[0]
         if isinstance(result, BaseException):
             raise result
         if isinstance(result, Refusal):
             raise TaskNotFound(task_id) if result.code == TASK_NOT_FOUND else ClientError(result.code, result.message)
-        return result.changed
+        if len(results) == 2 and results[1] is not None:
+            return results[1].as_json_text(), result.changed
+        return self.get_json_text(task_id), result.changed  # the shared transaction fell back: read apart
 
     def retry(self, task_id: str) -> dict[str, Any]:
         """Manual recovery of a terminal FAILED/UNKNOWN/CANCELLED task; idempotent per source."""

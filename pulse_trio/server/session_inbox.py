@@ -138,8 +138,7 @@ class SessionInbox:
         for offer in offers:
             self._observe_assign(offer, now)
         if self.closed:
-            for offer in offers:
-                log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
+            _undelivered(result)
             return
         self.leases_posted += len(offers)
         self._items.append((OFFERS, result))
@@ -218,8 +217,7 @@ class SessionInbox:
         self.closed = True
         for head, payload in self._items:
             if head is OFFERS:
-                for offer in payload.offers:
-                    log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
+                _undelivered(payload)
         self._items = []
         self.leases_posted = 0
         self.drain_posted = False
@@ -242,14 +240,15 @@ class SessionInbox:
         claim.set()
         self._claims.discard(claim)
 
-    @property
-    def claims_in_flight(self) -> int:
-        """Claims built with the session's count and not yet settled (a resume waits for them)."""
-        return len(self._claims)
-
     def claims(self) -> list[trio.Event]:
-        """The tokens of the claims in flight now."""
+        """The tokens of the claims built with the session's count and not yet settled (a resume waits for them)."""
         return list(self._claims)
+
+
+def _undelivered(result: AssignResult) -> None:
+    """Offers whose connection has ended: nobody receives them, and each lapses after the start timeout."""
+    for offer in result.offers:
+        log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
 
 
 __all__ = ["CANCEL", "DRAIN", "ENDED", "OFFERS", "RECONCILE", "SHUTDOWN", "UNCERTAIN", "SessionInbox"]

@@ -34,6 +34,7 @@ AUTOJUMP_THRESHOLD_S = 0.03
 RECEIVE_TIMEOUT_S = 300.0
 
 # Scenario modules share helpers (``from scenario_support import ...``): this folder is on the pythonpath.
+from ownership_support import session_owners  # noqa: F401  (autouse: only its own tasks change a session)
 from scenario_support import eventually, offered, running
 
 
@@ -62,17 +63,6 @@ def settled_clock(threshold: float = AUTOJUMP_THRESHOLD_S) -> trio.testing.MockC
     clock.threads_busy = threads_busy
     clock._autojump = guarded_autojump
     return clock
-
-
-@pytest.fixture(autouse=True)
-def session_owners(monkeypatch):
-    """Fails the test if a task that is not a connection's own changed its session (``ownership_support.py``)."""
-    from ownership_support import SessionOwners
-
-    owners = SessionOwners()
-    owners.install(monkeypatch)
-    yield owners
-    owners.assert_owned()
 
 
 @pytest.fixture

@@ -15,17 +15,7 @@ import harness
 from pulse_trio.client import Client
 from sql_support import rows
 from token_support import revoke_token
-
-
-@pytest.fixture(autouse=True)
-def session_owners(monkeypatch):
-    """Fails the test if a task that is not a connection's own changed its session (``ownership_support.py``)."""
-    from ownership_support import SessionOwners
-
-    owners = SessionOwners()
-    owners.install(monkeypatch)
-    yield owners
-    owners.assert_owned()
+from ownership_support import session_owners  # noqa: F401  (autouse: only its own tasks change a session)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ import inspect
 import traceback
 from typing import Any
 
+import pytest
 import trio
 
 from pulse_trio.server import live_session
@@ -156,3 +157,16 @@ def _task() -> trio.lowlevel.Task | None:
 
 
 __all__ = ["Call", "SessionOwners"]
+
+
+@pytest.fixture(autouse=True)
+def session_owners(monkeypatch: Any) -> Any:
+    """Fails the test if a task that is not a connection's own changed its session.
+
+    The server and scenario conftests import this fixture, so it runs on each of their tests.
+    """
+    owners = SessionOwners()
+    owners.install(monkeypatch)
+    yield owners
+    owners.assert_owned()
+

@@ -66,7 +66,7 @@ async def test_deep_queues_offers_ride_with_the_finish_and_cost_no_claim_transac
     ack = await w.capacity_ok(16)
     assert ack["active_leases"] == 16 and not w.assigns_buffered()
     # Each ride-along claim settled: one left in flight would hold up every resume into the session.
-    assert service.hub.get(w.session_id).inbox.claims_in_flight == 0
+    assert service.hub.get(w.session_id).inbox.claims() == []
 
 
 async def test_scarce_work_goes_through_the_dispatcher_not_the_finish(start_service, connect, worker_token, client):
