@@ -144,3 +144,49 @@ def test_lease_counts_by_node(world, on_node):
     assert idle.session_id not in on_node(HERE, live_lease_counts)
     world.run(disconnect, session_id=b.session_id)
     assert on_node(HERE, live_lease_counts) == {a.session_id: 2}
+
+
+def _index_reads(world, node_id: str, fn, **kwargs) -> int:
+    """How many index entries ``fn``'s statements read (the session's ``Handler_read_*`` counters)."""
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cursor:
+            def reads() -> int:
+                cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read%'")
+                return sum(int(value) for _, value in cursor.fetchall())
+            before = reads()
+            if fn is not live_lease_counts:
+                kwargs.setdefault("now", world.now)
+            fn(Tx(cursor, node_id=node_id), **kwargs)
+            after = reads()
+        conn.rollback()
+        return after - before
+    finally:
+        conn.close()
+
+
+def test_the_node_questions_never_read_a_sessions_finished_leases(world, on_node):
+    """A session connected for days has finished a lease per task it ran; the questions asked on
+    every tick read only its live ones, so their cost stays flat however long the session lives."""
+    w = _session(world, on_node, HERE, notify=True, capacity=1)
+    worker = types.SimpleNamespace(session_id=w.session_id)
+
+    def finish_some(n: int) -> None:
+        for _ in range(n):
+            offer = world.offer(worker)
+            assert not isinstance(world.start(worker, offer), Refusal)
+            assert not isinstance(world.finish(worker, offer, 2), Refusal)
+
+    questions = {"probe": (due_work, {"cancels": True}), "notify": (notify_cancellations, {}),
+                 "counts": (live_lease_counts, {})}
+    finish_some(2)
+    world.offer(worker)  # one live lease beside the finished ones
+    few = {name: _index_reads(world, HERE, fn, **kw) for name, (fn, kw) in questions.items()}
+    world.run(disconnect, session_id=w.session_id)
+    w = _session(world, on_node, HERE, notify=True, capacity=1)
+    worker = types.SimpleNamespace(session_id=w.session_id)
+    finish_some(60)
+    world.offer(worker)
+    many = {name: _index_reads(world, HERE, fn, **kw) for name, (fn, kw) in questions.items()}
+    # 58 more finished leases; the plan (and so the count) may differ by a few reads between the two
+    assert all(many[name] < few[name] + 10 for name in questions), (few, many)

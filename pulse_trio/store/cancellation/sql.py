@@ -9,7 +9,7 @@ classes and state lists from the charts, built once at import. A move's own
 
 from __future__ import annotations
 
-from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list
+from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list, sql_rows
 from pulse_trio.store.engine.rows import LeaseRow, TaskRow
 
 # -- request ---------------------------------------------------------------------------------------
@@ -30,11 +30,13 @@ PUSH_LEASE_STATES = ("OFFERED", "RUNNING", "REVOKED")
 PUSH_LEASES = f"l.state IN {sql_list(PUSH_LEASE_STATES)} AND l.cancel_requested_at IS NOT NULL"
 #: This node's live, opted-in sessions and their leases, through the node index and
 #: ``leases_owner`` (FROM and WHERE, one node id argument): the same statement
-#: whatever the number of sessions.
+#: whatever the number of sessions. Each (session, push state) is one equality
+#: lookup, so a session's finished leases are never read (``sql_rows``).
 NODE_PUSH_FROM = ("worker_instances i FORCE INDEX (worker_instances_node)"
-                  " JOIN leases l FORCE INDEX (leases_owner) ON l.owner_session_id = i.session_id")
+                  f" STRAIGHT_JOIN {sql_rows(PUSH_LEASE_STATES)} ps STRAIGHT_JOIN leases l FORCE INDEX (leases_owner)"
+                  " ON l.owner_session_id = i.session_id AND l.state = ps.state")
 NODE_PUSH_WHERE = (f"i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} AND i.cancellation_notifications"
-                   f" AND {PUSH_LEASES}")
+                   " AND l.cancel_requested_at IS NOT NULL")
 NOT_TOLD = " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s"
 _PUSH = "SELECT l.task_id, l.lease_id, l.owner_session_id, l.state FROM "
 #: The pushes due to this node's sessions (the node id and a limit), not locked.
