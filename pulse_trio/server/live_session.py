@@ -466,7 +466,8 @@ class LiveSession:
         else:
             self.outbox.close(e.CLOSE_GOING_AWAY, "server shutting down")
 
-    #: The method that applies each entry that is neither a command's outcome nor offers (rare: looked up by name).
+    #: The method that applies each entry that is neither a command's outcome nor offers (rare). Looked up by
+    #: name, so the class attribute is what runs: the tests' ownership checker wraps the class's methods.
     _NOTICES = {UNCERTAIN: "_leases_uncertain", ENDED: "_ended_elsewhere", RECONCILE: "_reconcile",
                 CANCEL: "_notify_cancel", DRAIN: "_drain_hinted", SHUTDOWN: "_shutdown"}
 

@@ -25,6 +25,9 @@ _NOT_LEAN = frozenset({"payload", "idempotency_key", "retry_of", "created_at", "
                        "outcome_uncertain", "outcome_attempt", "fairness_key"})
 
 
+#: ``tasks.pick_state`` of a READY unkeyed task (the task's own state name), and
+#: ``tasks.key_pick`` of a READY keyed task that is not set aside.
+UNKEYED_READY = "READY"
 #: ``tasks.pick_state`` of a READY task set aside because its key is at its
 #: limit (task.wait_for_key, migration 0011): outside the ranges claims read,
 #: counted as READY everywhere else.
@@ -33,7 +36,7 @@ KEY_WAIT = "KEY_WAIT"
 #: sessions that declared concurrency_keys read; ``READY`` holds the unkeyed.
 KEYED = "KEYED"
 #: The pick_state values of READY tasks, and what each counts as: the task's state.
-READY_PICKS: dict[str, str] = {"READY": "READY", KEYED: "READY", KEY_WAIT: "READY"}
+READY_PICKS: dict[str, str] = {UNKEYED_READY: "READY", KEYED: "READY", KEY_WAIT: "READY"}
 
 
 def _columns(prefix: str, names: tuple[str, ...]) -> str:

@@ -46,7 +46,7 @@ from pulse_trio.store.engine.chart_write import create, destination
 from pulse_trio.store.engine.guard_context import LeaseContext
 from pulse_trio.store.engine.registry import decide, read_only, screen, transition
 from pulse_trio.store.engine.results import SESSION_NOT_FOUND, AssignResult, LeaseView, Offer, Refusal, TaskSnapshot
-from pulse_trio.store.engine.rows import KEYED, TASK_PICKUP, InstanceRow, LeaseRow, TaskRow
+from pulse_trio.store.engine.rows import KEYED, TASK_PICKUP, UNKEYED_READY, InstanceRow, LeaseRow, TaskRow
 from pulse_trio.store.engine.tx import Tx, after_ms, db_time
 
 # Up to this many sources (queues, or kinds of a queue) each read a full
@@ -94,7 +94,7 @@ def _sources(session: InstanceRow, paused: Collection[str]) -> list[Source]:
 
     A paused queue (chart ``queue``) is no source: nothing of it is offered.
     """
-    picks = ("READY", KEYED) if session.concurrency_keys else ("READY",)
+    picks = (UNKEYED_READY, KEYED) if session.concurrency_keys else (UNKEYED_READY,)
     out: list[Source] = []
     for queue, kinds in session.subscription_map().items():
         if queue in paused:
@@ -126,7 +126,7 @@ def _pages(tx: Tx, session: InstanceRow, reads: Sequence[Read], size: int) -> di
     out: dict[Source, list[TaskRow]] = {source: [] for source, _ in reads}
     for row in tx.all(statement, args):
         task = TASK_PICKUP.build(row)
-        pick = "READY" if task.concurrency_key is None else KEYED
+        pick = UNKEYED_READY if task.concurrency_key is None else KEYED
         out[(task.queue, task.kind if task.queue in by_kind else None, pick)].append(task)
     if len(reads) > 1:
         for rows in out.values():

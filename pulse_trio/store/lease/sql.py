@@ -11,7 +11,8 @@ stay at its ``chart_write.move`` call, which makes the UPDATE from the chart.
 from __future__ import annotations
 
 from pulse_trio.store.engine.rows import (
-    KEYED, LEASE_COMMAND, LEASE_FULL, TASK_COMMAND, TASK_LEAN, TASK_PICKUP, InstanceRow, LeaseRow, TaskRow,
+    KEYED, LEASE_COMMAND, LEASE_FULL, TASK_COMMAND, TASK_LEAN, TASK_PICKUP, UNKEYED_READY, InstanceRow, LeaseRow,
+    TaskRow,
 )
 from pulse_trio.store.engine.timer_scan import DueScan
 
@@ -51,7 +52,7 @@ PICKUP_BY_KIND = " AND t.kind = %s"
 PICKUP_AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id > %s))"
 #: Whether one queue has a READY task (one index dive); a probe is several of these, UNION ALL.
 QUEUE_HAS_READY_WORK = ("SELECT %s FROM DUAL WHERE EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
-                        f" WHERE queue = %s AND pick_state IN ('READY', '{KEYED}'))")
+                        f" WHERE queue = %s AND pick_state IN ('{UNKEYED_READY}', '{KEYED}'))")
 #: The leases (and tasks) a claim whose COMMIT was lost may already have made.
 OFFERS_MADE = (f"SELECT {LeaseRow.columns()}, {TaskRow.columns()} FROM leases l JOIN tasks t"
                " ON t.task_id = l.task_id WHERE l.lease_id IN %s")

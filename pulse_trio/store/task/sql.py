@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import sql_list
-from pulse_trio.store.engine.rows import KEY_WAIT, TaskRow
+from pulse_trio.store.engine.rows import KEY_WAIT, UNKEYED_READY, TaskRow
 from pulse_trio.store.engine.timer_scan import DueScan
 
 # -- submit, promote, retry (tasks) ----------------------------------------------------------------
@@ -35,7 +35,8 @@ RETRY_OF = "SELECT task_id, effect_uncertain FROM tasks WHERE retry_of = %s"
 
 # -- the steps other charts' transactions run (steps) -----------------------------------------------
 #: A key's READY tasks in the pick-up range that no other claim holds, to set aside.
-READY_OF_KEY = ("SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = 'READY'"
+READY_OF_KEY = ("SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s"
+                f" AND key_pick = '{UNKEYED_READY}'"
                 " LIMIT %s FOR UPDATE SKIP LOCKED")
 #: A key's set-aside tasks in pick-up order, locked (``SKIP LOCKED`` appended for a cancel's top-up).
 WAITING_OF_KEY = (f"SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = '{KEY_WAIT}'"
