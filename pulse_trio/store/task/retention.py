@@ -106,7 +106,7 @@ def retention_plan(tx: Tx, *, now: dt.datetime, queue: str | None = None,
     cluster's ``task_retention``.
     """
     if queue is None:
-        queues = [q for (q,) in tx.all(sql.QUEUES_WITH_ENDED_TASKS)]
+        queues = [q for q, _ in tx.all(sql.QUEUES_WITH_ENDED_TASKS)]
     else:
         queues = [queue]
     if not queues:

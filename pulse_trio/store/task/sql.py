@@ -55,8 +55,10 @@ DUE_FROM = ("SELECT task_id, state, finished_at FROM tasks FORCE INDEX (tasks_fi
             " AND outcome_status = %s AND finished_at < %s{after}"
             " ORDER BY finished_at, task_id LIMIT %s FOR UPDATE SKIP LOCKED")
 DUE_AFTER = " AND (finished_at > %s OR (finished_at = %s AND task_id > %s))"
-QUEUES_WITH_ENDED_TASKS = ("SELECT DISTINCT queue FROM tasks FORCE INDEX (tasks_finished)"
-                           " WHERE outcome_status IS NOT NULL")
+#: The queues with ended tasks, one index dive per queue (a loose index scan: the MIN is what lets MariaDB
+#: jump from queue to queue; ``SELECT DISTINCT queue … WHERE outcome_status IS NOT NULL`` read every entry).
+QUEUES_WITH_ENDED_TASKS = ("SELECT queue, MIN(outcome_status) FROM tasks FORCE INDEX (tasks_finished)"
+                           " WHERE outcome_status IS NOT NULL GROUP BY queue")
 QUEUE_RETENTIONS = ("SELECT queue, task_retention_ms FROM queues"
                     " WHERE task_retention_ms IS NOT NULL AND queue IN %s")
 #: The batch's leases with their key permit (if any), in one read.
