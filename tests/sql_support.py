@@ -8,10 +8,14 @@ the service under test at once.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.store.engine.tx import Tx
 from pulse_trio.store.engine.writer import connect
+
+T = TypeVar("T")
 
 
 def rows(config: DatabaseConfig, query: str, args: Any = ()) -> list[tuple]:
@@ -23,5 +27,25 @@ def rows(config: DatabaseConfig, query: str, args: Any = ()) -> list[tuple]:
             found = list(cur.fetchall())
         conn.commit()
         return found
+    finally:
+        conn.close()
+
+
+def index_reads(config: DatabaseConfig, call: Callable[[Tx], T], **tx_fields: Any) -> tuple[T, int]:
+    """Run ``call`` on a transaction of its own (rolled back): its answer, and how many index entries
+    and rows its statements read (the connection's ``Handler_read_*`` counters), for tests that hold a
+    question's cost flat while the tables grow."""
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            def reads() -> int:
+                cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%'")
+                return sum(int(value) for _, value in cur.fetchall())
+
+            before = reads()
+            answer = call(Tx(cur, **tx_fields))
+            read = reads() - before
+        conn.rollback()
+        return answer, read
     finally:
         conn.close()

@@ -21,6 +21,7 @@ from pulse_trio.store.instance.instances import disconnect, live_lease_counts
 from pulse_trio.store.views.timer_probe import due_work
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.tx import Tx
+from sql_support import index_reads
 
 HERE, THERE = "nod_" + "H" * 26, "nod_" + "T" * 26
 
@@ -147,23 +148,10 @@ def test_lease_counts_by_node(world, on_node):
 
 
 def _index_reads(world, node_id: str, fn, **kwargs) -> int:
-    """How many index entries ``fn``'s statements read (the session's ``Handler_read_*`` counters)."""
-    conn = connect(world.db)
-    try:
-        with conn.cursor() as cursor:
-            def reads() -> int:
-                cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read%'")
-                return sum(int(value) for _, value in cursor.fetchall())
-            before = reads()
-            if fn is not live_lease_counts:
-                kwargs.setdefault("now", world.now)
-            fn(Tx(cursor, node_id=node_id), **kwargs)
-            after = reads()
-        conn.rollback()
-        return after - before
-    finally:
-        conn.close()
-
+    """How many index entries ``fn``'s statements read, run as ``node_id``."""
+    if fn is not live_lease_counts:
+        kwargs.setdefault("now", world.now)
+    return index_reads(world.db, lambda tx: fn(tx, **kwargs), node_id=node_id)[1]
 
 def test_the_node_questions_never_read_a_sessions_finished_leases(world, on_node):
     """A session connected for days has finished a lease per task it ran; the questions asked on

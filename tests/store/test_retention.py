@@ -15,6 +15,7 @@ from pulse_trio.store.queue.queues import set_retention
 from pulse_trio.store.task.retention import PURGEABLE, count_due, purge, retention_plan
 from pulse_trio.store.task.tasks import NewTask
 from pulse_trio.store.engine.tx import Tx
+from sql_support import index_reads
 
 DAY_MS = 86_400_000
 
@@ -256,32 +257,15 @@ def test_the_chart_names_what_a_purge_takes(world):
     assert _exists(world, offer.task.task_id)
 
 
-def _plan_index_reads(world) -> tuple[list, int]:
-    """The retention plan, and how many index entries its statements read (``Handler_read_*``)."""
-    conn = connect(world.db)
-    try:
-        with conn.cursor() as cursor:
-            def reads() -> int:
-                cursor.execute("SHOW SESSION STATUS LIKE 'Handler_read%'")
-                return sum(int(value) for _, value in cursor.fetchall())
-            before = reads()
-            plan = retention_plan(Tx(cursor), now=world.now)
-            after = reads()
-        conn.rollback()
-        return plan, after - before
-    finally:
-        conn.close()
-
-
 def test_the_plan_finds_the_queues_with_ended_tasks_without_reading_each_ended_task(world):
     """Every pass asks which queues have ended tasks; with a week of history that is millions of
     rows, so the question reads an index entry or two per queue, not one per ended task."""
     w = world.worker("q", "other", capacity=60)
     for queue in ("q", "other"):
         _finished(world, w, queue=queue, renewals=0)
-    few_plan, few = _plan_index_reads(world)
+    few_plan, few = index_reads(world.db, lambda tx: retention_plan(tx, now=world.now))
     for i in range(40):
         _finished(world, w, queue=("q", "other")[i % 2], renewals=0)
-    many_plan, many = _plan_index_reads(world)
+    many_plan, many = index_reads(world.db, lambda tx: retention_plan(tx, now=world.now))
     assert [c.queue for c in many_plan] == [c.queue for c in few_plan] == ["other", "q"]
     assert many < few + 5, (few, many)
