@@ -389,8 +389,8 @@ def _lean_move(tx: Tx, trigger: str, found: Sequence[tuple[int, LeaseCommand, Kn
     """
     expected = tuple((k.lease_id, k.owner_session_id, k.revision) for _, _, k in found)
     lease_ids = [k.lease_id for _, _, k in found]
-    changed = try_move(tx, "lease", trigger, lease_ids, source=found[0][2].state,
-                       sets=sets, args=args, where=sql.LEAN_GUARD, where_args=(expected, db_time(now)))
+    changed = try_move(tx, "lease", trigger, expected, key=sql.LEAN_KEY, source=found[0][2].state,
+                       sets=sets, args=args, where=sql.LEAN_GUARD, where_args=(db_time(now),))
     if changed == len(found):
         return True
     if changed:

@@ -35,10 +35,12 @@ RENEW_RECEIPT_AT = ("SELECT command, content_digest, committed_at FROM renew_rec
                     " WHERE lease_id = %s AND revision = %s")
 INSERT_RENEW_RECEIPTS = ("INSERT INTO renew_receipts (lease_id, revision, command, task_id, content_digest,"
                          " committed_at) VALUES (%s, %s, %s, %s, %s, %s)")
-#: What the database checks in place of the locking read: the owner and revision this process expects,
-#: the lease not timed out at ``now``, no cancel intent (the state is move's own ``state IN``).
-LEAN_GUARD = ("(lease_id, owner_session_id, revision) IN %s AND expires_at > %s"
-              " AND cancel_requested_at IS NULL AND cancel_deadline IS NULL")
+#: What the database checks in place of the locking read. The move's key is each lease with the owner
+#: and revision this process expects (one list: the range on the primary key comes from its first
+#: part, so no second list of the same ids is parsed and analysed); the guard adds the lease not
+#: timed out at ``now`` and no cancel intent (the state is the move's own ``state IN``).
+LEAN_KEY = "(lease_id, owner_session_id, revision)"
+LEAN_GUARD = "expires_at > %s AND cancel_requested_at IS NULL AND cancel_deadline IS NULL"
 
 # -- the claim (assign) ----------------------------------------------------------------------------
 #: One source's page of READY tasks in pick-up order; ``{index}``, ``{kind}`` and ``{after}`` are
