@@ -18,6 +18,7 @@ from pulse_trio.store import (
     NewInstance, Refusal, SubscribedQueue, nodes, notify_cancellations, register, request_cancel, set_capacity,
 )
 from pulse_trio.store.instance.instances import disconnect, live_lease_counts
+from pulse_trio.store.views.queries import list_workers
 from pulse_trio.store.views.timer_probe import due_work
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.tx import Tx
@@ -149,13 +150,14 @@ def test_lease_counts_by_node(world, on_node):
 
 def _index_reads(world, node_id: str, fn, **kwargs) -> int:
     """How many index entries ``fn``'s statements read, run as ``node_id``."""
-    if fn is not live_lease_counts:
+    if fn not in (live_lease_counts, list_workers):
         kwargs.setdefault("now", world.now)
     return index_reads(world.db, lambda tx: fn(tx, **kwargs), node_id=node_id)[1]
 
 def test_the_node_questions_never_read_a_sessions_finished_leases(world, on_node):
     """A session connected for days has finished a lease per task it ran; the questions asked on
-    every tick read only its live ones, so their cost stays flat however long the session lives."""
+    every tick (and the workers listing's held count) read only its live ones, so their cost stays
+    flat however long the session lives."""
     w = _session(world, on_node, HERE, notify=True, capacity=1)
     worker = types.SimpleNamespace(session_id=w.session_id)
 
@@ -166,7 +168,7 @@ def test_the_node_questions_never_read_a_sessions_finished_leases(world, on_node
             assert not isinstance(world.finish(worker, offer, 2), Refusal)
 
     questions = {"probe": (due_work, {"cancels": True}), "notify": (notify_cancellations, {}),
-                 "counts": (live_lease_counts, {})}
+                 "counts": (live_lease_counts, {}), "workers": (list_workers, {})}
     finish_some(2)
     world.offer(worker)  # one live lease beside the finished ones
     few = {name: _index_reads(world, HERE, fn, **kw) for name, (fn, kw) in questions.items()}
