@@ -3,66 +3,44 @@
 The store speaks rows and refusals; the contract speaks frozen messages.
 Converting here keeps both sides ignorant of each other.
 
-A lease command's ack (receipt and lease) is built from values that were
-checked on the way in (the command's own ids, decoded by the strict
-reader) or that the store just wrote (revision, state, times, epoch): it is
-made without the contract's per-field checks, which guard what a peer or a
-caller builds, not what the store hands back. Offers and welcomes, rare by
-comparison, still go through them.
+Acks (receipt and lease) and offers (task and lease) are built from values
+that were checked on the way in (the command's own ids, decoded by the
+strict reader; a task's fields, validated at submit and stored as that
+exact text) or that the store just wrote or made (ids, secrets, revision,
+state, times, epoch): they are made without the contract's per-field
+checks (``contract.trusted``), which guard what a peer or a caller builds,
+not what the store hands back. Welcomes, one per connection, still go
+through them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Any
 
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.jsontext import JsonText
+from pulse_trio.contract.trusted import Trusted
 from pulse_trio.store.engine import results as r
 
 
 def lease(view: r.LeaseView, *, secret: str | None = None) -> m.Lease:
-    return m.Lease(
-        lease_id=view.lease_id, task_id=view.task_id, revision=view.revision, epoch=view.epoch,
-        state=view.state, expires_at=view.expires_at, lease_secret=secret,
-        cancel_requested_at=view.cancel_requested_at,
-    )
+    return _LEASE(view.lease_id, view.task_id, view.revision, view.epoch, view.state, view.expires_at, secret,
+                  view.cancel_requested_at)
 
 
 def assigned_task(task: r.TaskSnapshot) -> m.AssignedTask:
     # The payload was validated and canonicalised at submit and is stored as
     # that exact text, so it is trusted here rather than scanned again.
-    return m.AssignedTask(
-        task_id=task.task_id, queue=task.queue, kind=task.kind, payload=JsonText(task.payload_json),
-        attempt=task.attempt, max_attempts=task.max_attempts, idempotency_key=task.idempotency_key,
-        created_at=task.created_at, due_at=task.due_at, priority=task.priority,
-        concurrency_key=task.concurrency_key, concurrency_token=task.concurrency_token,
-        effect_uncertain=task.effect_uncertain, retry_of=task.retry_of,
-    )
+    return _ASSIGNED_TASK(task.task_id, task.queue, task.kind, JsonText(task.payload_json), task.attempt,
+                          task.max_attempts, task.idempotency_key, task.created_at, task.due_at, task.priority,
+                          task.concurrency_key, task.concurrency_token, task.effect_uncertain, task.retry_of)
 
 
-class _Trusted:
-    """Builds a frozen contract value field by field, skipping its ``__post_init__`` checks.
-
-    The object is as frozen as one made by its constructor; only the checks
-    are not run again (see the module docstring for which values qualify).
-    """
-
-    def __init__(self, cls: type) -> None:
-        self.cls = cls
-        self._setters = tuple(getattr(cls, f.name).__set__ for f in dataclasses.fields(cls))
-
-    def __call__(self, *values: Any) -> Any:
-        made = object.__new__(self.cls)
-        for set_slot, value in zip(self._setters, values, strict=True):
-            set_slot(made, value)
-        return made
-
-
-_RECEIPT = _Trusted(m.Receipt)
-_LEASE = _Trusted(m.Lease)
-_COMMAND_RESULT = _Trusted(m.CommandResult)
+_RECEIPT = Trusted(m.Receipt)
+_LEASE = Trusted(m.Lease)
+_ASSIGNED_TASK = Trusted(m.AssignedTask)
+_COMMAND_RESULT = Trusted(m.CommandResult)
 
 
 def command_result(result: r.CommandAck) -> m.CommandResult:

@@ -47,10 +47,16 @@ from pulse_trio.contract.encoder import encode_bytes
 from pulse_trio.contract.errors import FrameTooLarge, ProtocolError
 from pulse_trio.contract.fast_client import try_decode_client
 from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_FRAME_BYTES, MAX_INVALID_FRAMES
+from pulse_trio.contract.trusted import Trusted
 
 _SESSION_CHART = machine_chart("session")
 _QUIET = _SESSION_CHART.unguarded_self_loops()
 _ENDING = ("closing", "closed")
+#: The two pushes of every task, built unchecked: their frame ids are this session's own, their
+#: session id is the session's, ``reply_to`` was checked when its request was decoded, and the
+#: bodies come from ``server.to_wire`` (trusted for the same reasons).
+_TRUSTED_ACK = Trusted(m.Ack)
+_TRUSTED_ASSIGN = Trusted(m.TaskAssign)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -250,6 +256,8 @@ class ServerSession:
             return None
         if request_type != "worker.capacity" and (("command", self.state) not in _QUIET):
             return self._dropped()
+        if type(body) is m.CommandResult:  # a lease command's: the hot path
+            return encode_bytes(_TRUSTED_ACK(self._new_frame_id(), self.session_id, reply_to, body))
         return encode_bytes(m.Ack(id=self._new_frame_id(), session_id=self.session_id, reply_to=reply_to,
                                   body=body))
 
@@ -266,8 +274,7 @@ class ServerSession:
         """A task.assign push (the dispatcher committed the offer); None while draining or closing."""
         if ("dispatch", self.state) not in _QUIET:
             return None
-        return encode_bytes(m.TaskAssign(id=self._new_frame_id(), session_id=self.session_id, task=task,
-                                         lease=lease))
+        return encode_bytes(_TRUSTED_ASSIGN(self._new_frame_id(), self.session_id, task, lease))
 
     def cancel(self, task_id: str, lease_id: str, requested_at: datetime, grace_expires_at: datetime,
                reason: str | None) -> bytes | None:

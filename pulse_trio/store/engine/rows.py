@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pulse_trio.charts import CHARTS
@@ -229,8 +230,12 @@ class RowShape:
 
     Row objects are built without the dataclass ``__init__``: a frozen
     dataclass sets each field through ``object.__setattr__``, and claims and
-    lease commands build many rows per task. The shape sets the slots
-    through their descriptors instead; the object is as frozen afterwards.
+    lease commands build many rows per task. Each shape compiles one
+    function that sets the slots it read through their descriptors, one
+    call per column; the slots it did not read stay unset, and the row
+    classes answer None for them (:func:`_unread_is_none`), so a narrow
+    shape costs its own columns, not the class's. The object is as frozen
+    afterwards.
     """
 
     def __init__(self, cls: type, names: tuple[str, ...]) -> None:
@@ -240,29 +245,35 @@ class RowShape:
         self.cls = cls
         self.names = names
         self.width = len(names)
-        self._times = tuple(i for i, n in enumerate(names) if n in cls._TIMES)
-        self._bools = tuple(i for i, n in enumerate(names) if n in getattr(cls, "_BOOLS", ()))
-        slots = {n: getattr(cls, n) for n in cls.NAMES}
-        self._setters = tuple(slots[n].__set__ for n in names)
-        self._unread = tuple(slots[n].__set__ for n in cls.NAMES if n not in names)
+        self.build: Callable[[tuple | list], Any] = _compile_build(cls, names)
 
     def columns(self, prefix: str) -> str:
         return _columns(prefix, self.names)
 
-    def build(self, row: tuple | list) -> object:
-        values = list(row)
-        for i in self._times:
-            if values[i] is not None:
-                values[i] = aware_utc(values[i])
-        for i in self._bools:
-            if values[i] is not None:
-                values[i] = bool(values[i])
-        row_object = object.__new__(self.cls)
-        for set_slot, value in zip(self._setters, values, strict=True):
-            set_slot(row_object, value)
-        for set_slot in self._unread:
-            set_slot(row_object, None)
-        return row_object
+
+def _compile_build(cls: type, names: tuple[str, ...]) -> Callable[[tuple | list], Any]:
+    """``build(row) -> cls``: one descriptor call per column read, times made aware and flags bool."""
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls, "aware_utc": aware_utc, "bool": bool}
+    lines = ["def build(row):", f"    if len(row) != {len(names)}:",
+             f"        raise ValueError(f'{{len(row)}} values for {len(names)} columns')", "    o = new(cls)"]
+    for i, name in enumerate(names):
+        scope[f"set_{name}"] = getattr(cls, name).__set__
+        value = f"row[{i}]"
+        if name in cls._TIMES:
+            value = f"None if {value} is None else aware_utc({value})"
+        elif name in getattr(cls, "_BOOLS", ()):
+            value = f"None if {value} is None else bool({value})"
+        lines.append(f"    set_{name}(o, {value})")
+    lines.append("    return o")
+    exec(compile("\n".join(lines), f"<row shape: {cls.__name__}>", "exec"), scope)  # noqa: S102
+    return scope["build"]
+
+
+def _unread_is_none(self: Any, name: str) -> None:
+    """A column the row's shape did not read: None, as if read as NULL (called only for unset slots)."""
+    if name in type(self).NAMES:
+        return None
+    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def _field_names(cls) -> tuple[str, ...]:
@@ -273,6 +284,8 @@ TaskRow.NAMES = _field_names(TaskRow)
 LeaseRow.NAMES = _field_names(LeaseRow)
 InstanceRow.NAMES = _field_names(InstanceRow)
 NodeRow.NAMES = _field_names(NodeRow)
+for _row_class in (TaskRow, LeaseRow, InstanceRow, NodeRow):
+    _row_class.__getattr__ = _unread_is_none
 
 TASK_FULL = RowShape(TaskRow, TaskRow.NAMES)
 TASK_LEAN = RowShape(TaskRow, tuple(n for n in TaskRow.NAMES if n not in _NOT_LEAN))
