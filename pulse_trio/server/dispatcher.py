@@ -11,7 +11,8 @@ of one round share a transaction (up to ``CLAIMS_PER_TRANSACTION``).
 
 Rounds only matter when work is scarce and several sessions want it: a
 round with a single hungry session claims all that session's free slots
-at once. When the previous pass ended with
+at once, and so does every session of a pass whose queues hold more than
+all of them could take (one statement asks, ``_enough_for_all``). When the previous pass ended with
 every session full and none of them short of work, the queues are deep:
 the next pass lets each session claim all its free slots at once, which
 under steady load is one claim per session per pass instead of three or
@@ -43,7 +44,7 @@ import trio
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub, Wake
 from pulse_trio.server.live_settings import LiveSettings
-from pulse_trio.store.lease.assign import assign, new_credentials, queues_with_ready_work
+from pulse_trio.store.lease.assign import assign, new_credentials, queues_with_ready_work, sources_ready_at_least
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.trio_bridge import Store
 
@@ -57,6 +58,9 @@ PROBE_ABOVE = 4  # more live sessions than this: ask which queues have work befo
 FILL_ALL_FLOOR_S = 0.1  # a 10 ms poll must not turn every pass into a fill-all pass
 ROUND_SHARE = 4  # a session claims about 1/ROUND_SHARE of its free slots per round
 CLAIMS_PER_TRANSACTION = 16  # sessions whose claims share one transaction (and one thread hand-off)
+#: A pass asks whether the queues hold enough for every hungry session only while they want at most this
+#: many slots in all: the question reads that many index entries per queue.
+DEPTH_PROBE_MOST = 2048
 
 
 class Dispatcher:
@@ -65,6 +69,7 @@ class Dispatcher:
         self.backlogged = False  # the last pass filled every session and nobody came up short
         self.claims = 0
         self.probes = 0
+        self.depth_probes = 0
         self.visited = 0  # sessions put into a round: the hungry ones, never the whole hub
         self._last_fill_all = -math.inf
 
@@ -121,6 +126,8 @@ class Dispatcher:
             dry_elsewhere = True  # some hungry session's queues have no READY work: the queues are not deep
         else:
             dry_elsewhere = False
+        if round_share > 1 and len(hungry) > 1 and await self._enough_for_all(hungry):
+            round_share = 1
         while True:
             if retrying:
                 hungry = [s for s in hungry if s.session_id in retrying] or hungry
@@ -170,8 +177,48 @@ class Dispatcher:
         return hungry
 
     def statistics(self) -> dict[str, int]:
-        return {"claims": self.claims, "probes": self.probes, "visited": self.visited,
-                "backlogged": int(self.backlogged)}
+        return {"claims": self.claims, "probes": self.probes, "depth_probes": self.depth_probes,
+                "visited": self.visited, "backlogged": int(self.backlogged)}
+
+    async def _enough_for_all(self, hungry: list[LiveSession]) -> bool:
+        """Whether the queues hold more READY work than every hungry session could take in this pass.
+
+        Then the proportional rounds would not change who gets what, and each
+        session claims all its free slots at once: slots filled together stay
+        together (one claim, one start batch and one finish batch per cycle
+        of a session's slots, where rounds of a quarter would cut them into
+        cohorts that each cost their own statements for the rest of the run).
+
+        The question errs towards "not enough". Per queue: the READY tasks of
+        the kinds a session names must cover every hungry session that could
+        take them (those naming one of those kinds, and those taking every
+        kind), and the queue's READY tasks all of its hungry sessions when
+        one of them takes every kind. A session counts against each of its
+        queues.
+        """
+        paused = self.hub.paused or frozenset()
+        total: dict[str, int] = {}  # every hungry session's free slots, per queue
+        every_kind: dict[str, int] = {}  # those of the sessions that take every kind of the queue
+        named: dict[str, list[tuple[frozenset[str], int]]] = {}  # the kinds each other session names
+        for session in hungry:
+            free = session.free_slots
+            for queue, kinds in session.queues.items():
+                if queue in paused:
+                    continue
+                total[queue] = total.get(queue, 0) + free
+                if kinds is None:
+                    every_kind[queue] = every_kind.get(queue, 0) + free
+                else:
+                    named.setdefault(queue, []).append((kinds, free))
+        wants: dict[tuple[str, frozenset[str] | None], int] = {(q, None): total[q] for q in every_kind}
+        for queue, sets in named.items():
+            for kinds in {k for k, _ in sets}:
+                rivals = sum(free for other, free in sets if other & kinds)
+                wants[(queue, kinds)] = rivals + every_kind.get(queue, 0)
+        if not wants or sum(wants.values()) > DEPTH_PROBE_MOST:
+            return False
+        self.depth_probes += 1
+        return await self.store.run(sources_ready_at_least, wants=wants) == set(wants)
 
     async def _ready_queues(self) -> set[str]:
         """The subscribed queues with READY work; sessions on the others are dry for the pass.

@@ -162,6 +162,25 @@ def test_the_ready_probe_names_exactly_the_queues_with_ready_work(world):
     assert world.store.run_sync(queues_with_ready_work, queues=[*many, "ready-2"]) == {"ready-2"}
 
 
+def test_the_depth_question_counts_unkeyed_ready_tasks_per_queue_and_per_kinds(world):
+    """At least N READY per queue or kinds of it: keyed, scheduled, offered and other kinds' tasks do not count."""
+    from pulse_trio.store.lease.assign import PROBE_CHUNK, sources_ready_at_least
+
+    for _ in range(3):
+        world.submit(queue="q", kind="a")
+    world.submit(queue="q", kind="b")
+    world.submit(queue="q", kind="a", concurrency_key="k1")  # keyed: not every session may take it
+    world.submit(queue="q", kind="a", due_at=world.now + dt.timedelta(hours=1))  # SCHEDULED
+    w = world.worker("q", capacity=1, kinds={"q": ["b"]})
+    world.assign(w)  # the one of kind b is OFFERED now
+    ask = lambda wants: world.store.run_sync(sources_ready_at_least, wants=wants)  # noqa: E731
+    a, b, ab = frozenset("a"), frozenset("b"), frozenset("ab")
+    assert ask({("q", None): 3, ("q", a): 3, ("q", b): 1, ("q", ab): 3}) == {("q", None), ("q", a), ("q", ab)}
+    assert ask({("q", None): 4, ("q", a): 4, ("q", ab): 4}) == set()
+    many = {(f"empty-{i}", None): 1 for i in range(PROBE_CHUNK + 5)}  # more than one statement's worth
+    assert ask({**many, ("q", a): 1}) == {("q", a)}
+
+
 def test_a_subscription_by_kind_merges_its_kinds_in_pick_up_order(world):
     """Per-kind pages, merged: the same order as one page over the queue filtered by kind."""
     w = world.worker("q", capacity=10, kinds={"q": ["a", "b"]})

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import heapq
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from pulse_trio.store.engine import ids
 from pulse_trio.store.instance import instances
@@ -151,6 +151,34 @@ def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
         chunk = queues[start:start + PROBE_CHUNK]
         probe = " UNION ALL ".join([sql.QUEUE_HAS_READY_WORK] * len(chunk))
         found.update(row[0] for row in tx.all(probe, [q for queue in chunk for q in (queue, queue)]))
+    return found
+
+
+#: What the depth question counts: a queue (None) or the kinds of it a session names.
+KindSet = "frozenset[str] | None"
+
+
+@read_only(takes_locks=False)
+def sources_ready_at_least(tx: Tx, *, wants: Mapping[tuple[str, KindSet], int]) -> set[tuple[str, KindSet]]:
+    """Which (queue, kinds) hold at least ``wants[...]`` unkeyed READY tasks (kinds None: any kind).
+
+    Each reads at most that many entries of ``tasks_pickup`` (``tasks_pickup_kind``
+    for kinds), no rows and no locks. The dispatcher asks this before sharing
+    a pass in rounds: where every hungry session's work is there many times
+    over, rounds would not change who gets what. Keyed and set-aside tasks
+    are not counted (not every session may take them), so the answer errs
+    towards "not enough"; a stale one costs fairness only within one race.
+    """
+    found: set[tuple[str, KindSet]] = set()
+    items = sorted(wants.items(), key=lambda item: (item[0][0], sorted(item[0][1] or ())))
+    for start in range(0, len(items), PROBE_CHUNK):
+        chunk = items[start:start + PROBE_CHUNK]
+        parts, args = [], []
+        for i, ((queue, kinds), n) in enumerate(chunk):
+            parts.append(sql.READY_AT_LEAST.format(index="tasks_pickup" if kinds is None else "tasks_pickup_kind",
+                                                   kinds="" if kinds is None else sql.KINDS_IN))
+            args += [i, queue, *(() if kinds is None else (tuple(sorted(kinds)),)), n, n]
+        found.update(chunk[row[0]][0] for row in tx.all(" UNION ALL ".join(parts), args))
     return found
 
 

@@ -55,6 +55,11 @@ PICKUP_AFTER = " AND (t.effective_at > %s OR (t.effective_at = %s AND t.task_id 
 #: Whether one queue has a READY task (one index dive); a probe is several of these, UNION ALL.
 QUEUE_HAS_READY_WORK = ("SELECT %s FROM DUAL WHERE EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
                         f" WHERE queue = %s AND pick_state IN ('{UNKEYED_READY}', '{KEYED}'))")
+#: Whether a queue (or some kinds of it: ``{kinds}`` is KINDS_IN, through ``tasks_pickup_kind``)
+#: holds at least %s unkeyed READY tasks: at most that many index entries read, no rows, no locks.
+READY_AT_LEAST = ("SELECT %s FROM DUAL WHERE (SELECT COUNT(*) FROM (SELECT 1 FROM tasks t FORCE INDEX ({index})"
+                  f" WHERE t.queue = %s AND t.pick_state = '{UNKEYED_READY}'{{kinds}} LIMIT %s) AS d) >= %s")
+KINDS_IN = " AND t.kind IN %s"
 #: The leases (and tasks) a claim whose COMMIT was lost may already have made.
 OFFERS_MADE = (f"SELECT {LeaseRow.columns()}, {TaskRow.columns()} FROM leases l JOIN tasks t"
                " ON t.task_id = l.task_id WHERE l.lease_id IN %s")
