@@ -88,6 +88,8 @@ class ManagedMariaDB:
         self.socket_path = self.state_dir / "mysqld.sock"
         self.pid_path = self.state_dir / "mysqld.pid"
         self.log_path = self.state_dir / "mysqld.log"
+        #: Its own temporary files: bootstraps that run at once in one shared /tmp clash on temporary table names.
+        self.tmp_dir = self.state_dir / "tmp"
         self.port = port
         self.fast = fast
         self._process: subprocess.Popen[bytes] | None = None
@@ -147,6 +149,7 @@ class ManagedMariaDB:
             self._install()
         if self.port is None:
             self.port = _free_port()
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         args = [
             _find(_SERVER_NAMES), "--no-defaults",
             f"--datadir={self.data_dir}", f"--socket={self.socket_path}",
@@ -154,7 +157,7 @@ class ManagedMariaDB:
             f"--port={self.port}", "--bind-address=127.0.0.1",
             "--character-set-server=utf8mb4", "--collation-server=utf8mb4_bin",
             "--default-time-zone=+00:00", "--max-connections=1000",
-            "--innodb-buffer-pool-size=256M", "--skip-name-resolve",
+            "--innodb-buffer-pool-size=256M", "--skip-name-resolve", f"--tmpdir={self.tmp_dir}",
         ]
         if self.fast:
             args += ["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", "--innodb-doublewrite=0"]
@@ -215,13 +218,16 @@ class ManagedMariaDB:
 
     def _install(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         args = [
             _find(_INSTALL_NAMES), "--no-defaults", f"--datadir={self.data_dir}",
             "--auth-root-authentication-method=normal", "--skip-test-db",
         ]
         if os.geteuid() == 0:
             args.append("--user=root")
-        result = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        # The bootstrap server takes its temporary directory from TMPDIR (the script has no option for it).
+        result = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "TMPDIR": str(self.tmp_dir)})
         if result.returncode != 0:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             raise ManagedDatabaseError(f"mariadb-install-db failed:\n{result.stdout}\n{result.stderr}")
