@@ -21,6 +21,7 @@ from pulse_trio.store import FinishReport, Refusal, finish, lapse, request_cance
 from pulse_trio.store.lease import leases
 from pulse_trio.store.lease.known import BOOK
 from pulse_trio.store.engine.trio_bridge import Store
+from sql_support import index_reads
 
 ROUNDS = 10
 
@@ -84,6 +85,27 @@ def test_a_known_offer_starts_and_finishes_without_the_locking_path(world, locke
     assert world.sql("SELECT state, revision, start_revision FROM leases") == [("FINISHED", 4, 1)]
     assert world.renew(w, offer, 2).receipt.duplicate, "a replay finds the lean path's receipt"
     assert BOOK.get(offer.lease.lease_id) is None, "a finished lease is forgotten"
+
+
+def test_a_lean_start_and_finish_read_one_primary_key_entry_per_lease_and_task(world, locked):
+    """The guarded moves name their key's index: left to itself, MariaDB found the leases through
+    ``leases_owner`` (whose entries end in the lease id), reading every lease twice and buffering
+    the UPDATE because that index holds the state being moved."""
+    w = world.worker("q", capacity=8)
+    for _ in range(8):
+        world.submit()
+    offers = world.assign(w, 8)
+    starts = [world.command(w, o, 1) for o in offers]
+    known = [BOOK.get(o.lease.lease_id) for o in offers]
+    (_, start_reads) = index_reads(world.db, lambda tx: start(tx, now=world.now, commands=starts))
+    assert start_reads == 8 + 8, "one PRIMARY entry per lease (guarded UPDATE) and per task"
+    BOOK.put(known)  # what the rolled-back start taught the book is undone with it
+    world.run(start, commands=starts)
+    report = FinishReport("SUCCEEDED", "{}", None)
+    finishes = [world.command(w, o, 2, report=report) for o in offers]
+    (_, finish_reads) = index_reads(world.db, lambda tx: finish(tx, now=world.now, commands=finishes))
+    assert finish_reads == 8 + 8
+    assert locked == [], "the lean path decided every command"
 
 
 def test_a_lapse_committed_after_the_offer_gets_the_locking_paths_refusal(world, locked):
