@@ -1,8 +1,7 @@
 """A client WebSocket over an AnyIO byte stream (TCP, or TLS for ``wss://``), through ``websockets``' sans-IO ``ClientProtocol``.
 
 The codec does RFC 6455 (the opening handshake with the subprotocol,
-masking, ping answers, the closing handshake, the message size limit; its
-text frames take a lean path, :mod:`pulse_trio.sdk.ws_codec`); this
+masking, ping answers, the closing handshake, the message size limit); this
 module does the I/O around it, without tasks of its own, so that its owner
 (:mod:`pulse_trio.sdk.transport`) decides who reads and who writes:
 
@@ -39,7 +38,6 @@ from websockets.uri import WebSocketURI, parse_uri
 
 from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
-from pulse_trio.sdk.ws_codec import Codec
 
 _CODEC_LOG = logging.getLogger("pulse_trio.sdk.websocket")
 
@@ -238,7 +236,7 @@ async def connect(url: str, headers: list[tuple[str, str]], *, ssl_context: ssl.
 
 
 async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: list[tuple[str, str]]) -> ClientSocket:
-    codec = Codec(uri, subprotocols=[SUBPROTOCOL], max_size=MAX_FRAME_BYTES, logger=_CODEC_LOG)
+    codec = ClientProtocol(uri, subprotocols=[SUBPROTOCOL], max_size=MAX_FRAME_BYTES, logger=_CODEC_LOG)
     request = codec.connect()
     for name, value in headers:
         request.headers[name] = value
