@@ -200,6 +200,18 @@ async def test_keyed_tasks_go_only_to_sessions_that_declared_concurrency_keys(st
     assert not plain.assigns_buffered()
 
 
+async def _offers_once_pushed(total: int, workers: tuple, *, capacity: int) -> tuple[int, ...]:
+    """How many offers each worker holds once ``total`` have been pushed to them all.
+
+    A capacity frame is a round trip: whatever was pushed before its ack is buffered by then.
+    """
+    with trio.fail_after(10):
+        while sum(len(w.assigns_buffered()) for w in workers) < total:
+            for w in workers:
+                await w.capacity_ok(capacity)
+    return tuple(len(w.assigns_buffered()) for w in workers)
+
+
 async def test_the_dispatcher_fills_free_slots_fairly_across_sessions(start_service, connect, worker_token,
                                                                      client):
     service = await start_service()
@@ -209,13 +221,7 @@ async def test_the_dispatcher_fills_free_slots_fairly_across_sessions(start_serv
     await b.register(["billing"], capacity=10)
     new = [client.new_task("billing", "invoice.send", {"n": i}) for i in range(10)]
     client.submit_many(new)  # one commit: a single pass sees all ten
-    seen = []
-    with trio.fail_after(10):
-        while len(seen) < 10:
-            for w in (a, b):
-                await w.capacity_ok(10)  # round trip: whatever was pushed before is now buffered
-            seen = a.assigns_buffered() + b.assigns_buffered()
-    counts = (len(a.assigns_buffered()), len(b.assigns_buffered()))
+    counts = await _offers_once_pushed(10, (a, b), capacity=10)
     assert min(counts) >= 3, counts  # neither session took (nearly) everything
 
 
@@ -359,12 +365,6 @@ async def test_a_queue_deep_only_in_kinds_nobody_takes_is_still_shared_in_rounds
     client.submit_many([client.new_task("billing", "invoice.void", {"n": i}) for i in range(28)]
                        + [client.new_task("billing", "invoice.send", {"n": i}) for i in range(12)])
     await a.capacity_ok(8)
-    seen: list = []
-    with trio.fail_after(10):
-        while len(seen) < 12:
-            for w in (a, b):
-                await w.capacity_ok(8)  # round trip: whatever was pushed before is now buffered
-            seen = a.assigns_buffered() + b.assigns_buffered()
-    counts = (len(a.assigns_buffered()), len(b.assigns_buffered()))
+    counts = await _offers_once_pushed(12, (a, b), capacity=8)
     assert min(counts) >= 4, counts  # shared, not 8 and 4 by whoever claimed first
     assert dispatcher.statistics()["claims"] - before > 2
