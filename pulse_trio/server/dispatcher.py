@@ -12,7 +12,8 @@ of one round share a transaction (up to ``CLAIMS_PER_TRANSACTION``).
 Rounds only matter when work is scarce and several sessions want it: a
 round with a single hungry session claims all that session's free slots
 at once, and so does every session of a pass whose queues hold more than
-all of them could take (one statement asks, ``_enough_for_all``). When the previous pass ended with
+all of them could take (one statement asks, in the first round's
+transaction: :class:`_DepthQuestion`). When the previous pass ended with
 every session full and none of them short of work, the queues are deep:
 the next pass lets each session claim all its free slots at once, which
 under steady load is one claim per session per pass instead of three or
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -47,6 +49,7 @@ from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.store.lease.assign import assign, new_credentials, queues_with_ready_work, sources_ready_at_least
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.tx import Tx
 
 if TYPE_CHECKING:
     from pulse_trio.server.live_session import LiveSession
@@ -126,8 +129,8 @@ class Dispatcher:
             dry_elsewhere = True  # some hungry session's queues have no READY work: the queues are not deep
         else:
             dry_elsewhere = False
-        if round_share > 1 and len(hungry) > 1 and await self._enough_for_all(hungry):
-            round_share = 1
+        # Work enough for every hungry session: rounds would not change who gets what.
+        depth = _DepthQuestion.of(hungry, self.hub.paused) if round_share > 1 and len(hungry) > 1 else None
         while True:
             if retrying:
                 hungry = [s for s in hungry if s.session_id in retrying] or hungry
@@ -144,7 +147,11 @@ class Dispatcher:
             # session has nobody to share with, so it claims all it wants at once. A
             # second chance keeps its share: the others are still hungry.
             alone = len(hungry) == 1 and not retrying
-            counts = await self._claim(hungry, 1 if alone else round_share, dry)
+            counts = await self._claim(hungry, 1 if alone else round_share, dry, None if alone else depth)
+            if depth is not None and not alone:
+                self.depth_probes += 1
+                round_share = 1 if depth.deep else round_share
+                depth = None  # asked once per pass
             claimed = sum(counts.values())
             offered += claimed
             for sid, count in counts.items():
@@ -180,46 +187,6 @@ class Dispatcher:
         return {"claims": self.claims, "probes": self.probes, "depth_probes": self.depth_probes,
                 "visited": self.visited, "backlogged": int(self.backlogged)}
 
-    async def _enough_for_all(self, hungry: list[LiveSession]) -> bool:
-        """Whether the queues hold more READY work than every hungry session could take in this pass.
-
-        Then the proportional rounds would not change who gets what, and each
-        session claims all its free slots at once: slots filled together stay
-        together (one claim, one start batch and one finish batch per cycle
-        of a session's slots, where rounds of a quarter would cut them into
-        cohorts that each cost their own statements for the rest of the run).
-
-        The question errs towards "not enough". Per queue: the READY tasks of
-        the kinds a session names must cover every hungry session that could
-        take them (those naming one of those kinds, and those taking every
-        kind), and the queue's READY tasks all of its hungry sessions when
-        one of them takes every kind. A session counts against each of its
-        queues.
-        """
-        paused = self.hub.paused or frozenset()
-        total: dict[str, int] = {}  # every hungry session's free slots, per queue
-        every_kind: dict[str, int] = {}  # those of the sessions that take every kind of the queue
-        named: dict[str, list[tuple[frozenset[str], int]]] = {}  # the kinds each other session names
-        for session in hungry:
-            free = session.free_slots
-            for queue, kinds in session.queues.items():
-                if queue in paused:
-                    continue
-                total[queue] = total.get(queue, 0) + free
-                if kinds is None:
-                    every_kind[queue] = every_kind.get(queue, 0) + free
-                else:
-                    named.setdefault(queue, []).append((kinds, free))
-        wants: dict[tuple[str, frozenset[str] | None], int] = {(q, None): total[q] for q in every_kind}
-        for queue, sets in named.items():
-            for kinds in {k for k, _ in sets}:
-                rivals = sum(free for other, free in sets if other & kinds)
-                wants[(queue, kinds)] = rivals + every_kind.get(queue, 0)
-        if not wants or sum(wants.values()) > DEPTH_PROBE_MOST:
-            return False
-        self.depth_probes += 1
-        return await self.store.run(sources_ready_at_least, wants=wants) == set(wants)
-
     async def _ready_queues(self) -> set[str]:
         """The subscribed queues with READY work; sessions on the others are dry for the pass.
 
@@ -229,32 +196,39 @@ class Dispatcher:
         self.probes += 1
         return await self.store.run(queues_with_ready_work, queues=self.hub.hungry_queues())
 
-    async def _claim(self, hungry: list[LiveSession], round_share: int, dry: set[str]) -> dict[str, int]:
-        """One round: each hungry session claims its share, all in one transaction (one thread hand-off)."""
+    async def _claim(self, hungry: list[LiveSession], round_share: int, dry: set[str],
+                     depth: _DepthQuestion | None = None) -> dict[str, int]:
+        """One round: each hungry session claims its share, all in one transaction (one thread hand-off).
+
+        With ``depth``, the transaction first asks it, and each claim takes all
+        its session's free slots instead of its share if the answer is yes.
+        """
         settings = self.settings
         now = self.clock.now()
         start_timeout_ms, lease_ttl_ms = settings.start_timeout_ms, settings.lease_ttl_ms
-        wants = [min(MAX_BATCH, max(1, math.ceil(s.free_slots / round_share))) for s in hungry]
+        shares = [min(MAX_BATCH, max(1, math.ceil(s.free_slots / round_share))) for s in hungry]
+        full = shares if depth is None else [min(MAX_BATCH, max(1, s.free_slots)) for s in hungry]
         # Each session's lease count goes with its claim (held=): the claim need not count them again.
-        calls = [(assign, {"session_id": s.session_id, "credentials": new_credentials(want), "now": now,
-                           "start_timeout_ms": start_timeout_ms, "default_lease_ttl_ms": lease_ttl_ms,
+        calls = [(assign, {"session_id": s.session_id, "credentials": new_credentials(most), "want": share,
+                           "now": now, "start_timeout_ms": start_timeout_ms, "default_lease_ttl_ms": lease_ttl_ms,
                            "paused": self.hub.paused, "held": s.active_leases})
-                 for s, want in zip(hungry, wants)]
+                 for s, share, most in zip(hungry, shares, full)]
         self.claims += len(calls)
         # Each held= is a count taken now: until the claim is settled, a resume into one of
         # these sessions waits (SessionInbox.claim_settled), or both could fill one slot.
         claims = [session.inbox.claim_begun() for session in hungry]
         try:
-            return self._settle(hungry, wants, calls, await self._run_claims(calls, hungry), dry)
+            results = await self._run_claims(calls, hungry, None if depth is None else depth.asker(calls, full))
+            return self._settle(hungry, [call["want"] for _, call in calls], calls, results, dry)
         finally:
             for session, claim in zip(hungry, claims):
                 session.inbox.claim_settled(claim)
 
-    async def _run_claims(self, calls: list, hungry: list[LiveSession]) -> list:
+    async def _run_claims(self, calls: list, hungry: list[LiveSession], first: Callable[[Tx], None] | None) -> list:
         results: list = []
         try:
             for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):
-                results += await self.store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION])
+                results += await self.store.run_batch(calls[start:start + CLAIMS_PER_TRANSACTION], first=first)
         except BaseException:
             # Some of these claims may have committed, and none is pushed: count what they may hold.
             for session, (_, call) in zip(hungry, calls):
@@ -281,3 +255,62 @@ class Dispatcher:
             if got < want:  # the queues are dry for this session
                 dry.add(session.session_id)
         return counts
+
+
+class _DepthQuestion:
+    """Whether the queues hold more READY work than every hungry session of a pass could take.
+
+    If they do, the proportional rounds would not change who gets what, and
+    each session claims all its free slots at once: slots filled together
+    stay together (one claim, one start batch and one finish batch per cycle
+    of a session's slots, where rounds of a quarter would cut them into
+    cohorts that each cost their own statements for as long as the queues
+    stay deep). It is asked first in the transaction of the pass's first
+    round (:meth:`asker`), so an idle submit costs no extra thread hand-off.
+
+    The question errs towards "not enough". Per queue: the READY tasks of
+    the kinds a session names must cover every hungry session that could
+    take them (those naming one of those kinds, and those taking every
+    kind), and the queue's READY tasks all of its hungry sessions when one
+    of them takes every kind. A session counts against each of its queues.
+    """
+
+    def __init__(self, wants: dict[tuple[str, frozenset[str] | None], int]) -> None:
+        self.wants = wants
+        self.deep: bool | None = None  # None: not asked (yet)
+
+    @classmethod
+    def of(cls, hungry: list[LiveSession], paused: frozenset[str] | None) -> _DepthQuestion | None:
+        """The question for these sessions; None when it would read too much (or there is nothing to ask)."""
+        paused = paused or frozenset()
+        total: dict[str, int] = {}  # every hungry session's free slots, per queue
+        every_kind: dict[str, int] = {}  # those of the sessions that take every kind of the queue
+        named: dict[str, list[tuple[frozenset[str], int]]] = {}  # the kinds each other session names
+        for session in hungry:
+            free = session.free_slots
+            for queue, kinds in session.queues.items():
+                if queue in paused:
+                    continue
+                total[queue] = total.get(queue, 0) + free
+                if kinds is None:
+                    every_kind[queue] = every_kind.get(queue, 0) + free
+                else:
+                    named.setdefault(queue, []).append((kinds, free))
+        wants: dict[tuple[str, frozenset[str] | None], int] = {(q, None): total[q] for q in every_kind}
+        for queue, sets in named.items():
+            for kinds in {k for k, _ in sets}:
+                rivals = sum(free for other, free in sets if other & kinds)
+                wants[(queue, kinds)] = rivals + every_kind.get(queue, 0)
+        if not wants or sum(wants.values()) > DEPTH_PROBE_MOST:
+            return None
+        return cls(wants)
+
+    def asker(self, calls: list, full: list[int]) -> Callable[[Tx], None]:
+        """What runs first in the round's transaction: ask once, and if deep let each claim take ``full``."""
+        def ask(tx: Tx) -> None:
+            if self.deep is None:
+                self.deep = sources_ready_at_least(tx, wants=self.wants) == set(self.wants)
+            if self.deep:
+                for (_, call), most in zip(calls, full, strict=True):
+                    call["want"] = most
+        return ask
