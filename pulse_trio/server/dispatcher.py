@@ -224,7 +224,8 @@ class Dispatcher:
             for session, claim in zip(hungry, claims):
                 session.inbox.claim_settled(claim)
 
-    async def _run_claims(self, calls: list, hungry: list[LiveSession], first: Callable[[Tx], None] | None) -> list:
+    async def _run_claims(self, calls: list, hungry: list[LiveSession],
+                          first: Callable[[Tx], None] | None = None) -> list:
         results: list = []
         try:
             for start in range(0, len(calls), CLAIMS_PER_TRANSACTION):

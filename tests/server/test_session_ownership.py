@@ -76,8 +76,8 @@ async def test_a_dispatcher_offer_for_a_connection_gone_meanwhile_lapses_in_the_
     committed, go_on = trio.Event(), trio.Event()
     run_claims = dispatcher._run_claims
 
-    async def held_back(calls, hungry):
-        results = await run_claims(calls, hungry)
+    async def held_back(calls, hungry, first=None):
+        results = await run_claims(calls, hungry, first)
         committed.set()
         await go_on.wait()
         return results
