@@ -7,6 +7,7 @@ were); a mode's options follow the mode's name.
 from __future__ import annotations
 
 import argparse
+import signal
 from collections.abc import Callable
 
 from pulse_trio import config as cfg
@@ -16,6 +17,28 @@ from pulse_trio.cli.durations import parse_duration
 from pulse_trio.client import ClientError
 from pulse_trio.client.producer import check_name
 from pulse_trio.contract.limits import MAX_CAPACITY
+
+def _stopped_by_sigterm(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a bench mode with SIGTERM raising SystemExit, as SIGINT raises KeyboardInterrupt.
+
+    By default SIGTERM ends the process on the spot: the servers, workers and
+    managed MariaDB it started kept running (and kept loading the machine
+    the next measurement ran on). As an exception it unwinds through the
+    fleet's and the database's ``with`` blocks, which stop them.
+    """
+    def run(args: argparse.Namespace) -> int:
+        previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        try:
+            return fn(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return run
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
 
 #: The SDK worker's event loops (``pulse-trio worker run --backend``).
 WORKER_BACKENDS = ("asyncio", "trio")
@@ -46,7 +69,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="finished tasks past the retention, filled before the run and purged by the servers "
                              "during it (--purge-interval 1): what the purge costs the run")
     add_database_options(parser)
-    parser.set_defaults(run=run_guarded(_bench))
+    parser.set_defaults(run=run_guarded(_stopped_by_sigterm(_bench)))
 
     modes = parser.add_subparsers(dest="mode", metavar="MODE", title="modes (options after the mode's name)")
     latency = modes.add_parser(
@@ -69,7 +92,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="finished tasks past the retention, filled before the run and purged by the server "
                               "during it (--purge-interval 1): what the purge costs the latency")
     _add_mode_database_options(latency)
-    latency.set_defaults(run=run_guarded(_latency))
+    latency.set_defaults(run=run_guarded(_stopped_by_sigterm(_latency)))
 
     connections = modes.add_parser(
         "connections", help="K idle registered sessions on one instance: registration rate, RSS, CPU",
@@ -88,7 +111,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              help="the server's --poll-interval (default: serve's default)")
     connections.add_argument("--timeout", type=float, default=600.0, help="seconds the registrations may take")
     _add_mode_database_options(connections)
-    connections.set_defaults(run=run_guarded(_connections))
+    connections.set_defaults(run=run_guarded(_stopped_by_sigterm(_connections)))
 
     producer = modes.add_parser(
         "producer", help="the HTTP producer: submit_many against one-by-one, statements/s of idle waiters",
@@ -100,7 +123,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     producer.add_argument("--idle", type=_positive(float), default=10.0,
                           help="seconds each statement count runs (default 10)")
     _add_mode_database_options(producer)
-    producer.set_defaults(run=run_guarded(_producer))
+    producer.set_defaults(run=run_guarded(_stopped_by_sigterm(_producer)))
 
     history = modes.add_parser(
         "fill-finished", help="insert many finished tasks fast (untimed): history for a retention purge",
@@ -112,7 +135,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--age", type=parse_duration, default=8 * 86_400.0, metavar="DURATION",
                          help="how long ago they ended: seconds or 90s, 15m, 12h, 8d (default 8d)")
     _add_mode_database_options(history)
-    history.set_defaults(run=run_guarded(_fill_finished))
+    history.set_defaults(run=run_guarded(_stopped_by_sigterm(_fill_finished)))
 
 
 def _positive(kind: Callable[[str], float | int]) -> Callable[[str], float | int]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +99,45 @@ def test_a_capacity_sweep_reports_each_capacity_and_the_ceiling(database_server)
         assert row["end_to_end_tasks_per_s"] > 0 and row["workers_cpu_s_per_task"] > 0
     assert report["ceiling_capacity"] in (2, 4)
     assert report["best_tasks_per_s"] == max(row["end_to_end_tasks_per_s"] for row in report["sweep"])
+
+
+def _children(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            children = (task / "children").read_text().split() if (task / "children").exists() else []
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+def test_a_bench_stopped_by_sigterm_stops_the_servers_and_workers_it_started(database_server):
+    """SIGTERM unwinds the run like Ctrl-C: its server and worker processes do not outlive it."""
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "1000000", "--workers", "1", "--capacity", "8",
+         "--timeout", "120", "--database-url", database_server.with_database("unused").url(redact=False)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        started: set[int] = set()
+        while len(started) < 2 and time.monotonic() < deadline:  # the server and the worker
+            time.sleep(0.2)
+            started = _children(bench.pid)
+        assert len(started) >= 2, "the bench did not start its server and worker"
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() for pid in started) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [pid for pid in started if Path(f"/proc/{pid}").exists()
+                and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"]
+        assert left == [], f"still running after the bench: {left}"
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
