@@ -33,6 +33,7 @@ import dataclasses
 import datetime as dt
 import heapq
 from collections.abc import Collection, Mapping, Sequence
+from typing import TypeAlias
 
 from pulse_trio.store.engine import ids
 from pulse_trio.store.instance import instances
@@ -154,8 +155,8 @@ def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
     return found
 
 
-#: What the depth question counts: a queue (None) or the kinds of it a session names.
-KindSet = "frozenset[str] | None"
+#: What the depth question counts in a queue: the kinds a session names, or None for all of them.
+KindSet: TypeAlias = "frozenset[str] | None"
 
 
 @read_only(takes_locks=False)
@@ -164,8 +165,8 @@ def sources_ready_at_least(tx: Tx, *, wants: Mapping[tuple[str, KindSet], int]) 
 
     Each reads at most that many entries of ``tasks_pickup`` (``tasks_pickup_kind``
     for kinds), no rows and no locks. The dispatcher asks this before sharing
-    a pass in rounds: where every hungry session's work is there many times
-    over, rounds would not change who gets what. Keyed and set-aside tasks
+    a pass in rounds: where the queues hold more than every hungry session
+    could take, rounds would not change who gets what. Keyed and set-aside tasks
     are not counted (not every session may take them), so the answer errs
     towards "not enough"; a stale one costs fairness only within one race.
     """
