@@ -149,7 +149,7 @@ class Dispatcher:
             alone = len(hungry) == 1 and not retrying
             counts = await self._claim(hungry, 1 if alone else round_share, dry, None if alone else depth)
             if depth is not None and not alone:
-                self.depth_probes += 1
+                self.depth_probes += depth.deep is not None  # not asked if the round fell back to one claim each
                 round_share = 1 if depth.deep else round_share
                 depth = None  # asked once per pass
             claimed = sum(counts.values())

@@ -49,8 +49,7 @@ def command_result(result: r.CommandAck) -> m.CommandResult:
     return _COMMAND_RESULT(
         _RECEIPT(receipt.command, receipt.task_id, receipt.lease_id, receipt.revision, receipt.committed_at,
                  receipt.duplicate),
-        None if view is None else _LEASE(view.lease_id, view.task_id, view.revision, view.epoch, view.state,
-                                         view.expires_at, None, view.cancel_requested_at),
+        None if view is None else lease(view),
     )
 
 

@@ -326,7 +326,7 @@ async def test_a_session_alone_in_a_pass_claims_all_its_free_slots_at_once(start
     (["billing"], {"billing": ["invoice.send"]}),
 ], ids=["whole-queue", "by-kind", "mixed"])
 async def test_work_enough_for_every_hungry_session_is_claimed_in_one_round(start_service, connect, worker_token,
-                                                                           client, subscriptions):
+                                                                           client, subscriptions, monkeypatch):
     """Rounds share scarce work; with more READY than all hungry sessions could take, each claims its slots at once.
 
     Slots filled together stay together: a session's slots cut into rounds of a quarter cycle as
@@ -341,6 +341,14 @@ async def test_work_enough_for_every_hungry_session_is_claimed_in_one_round(star
     await b.register(subscriptions[1], capacity=8)
     await trio.sleep(0.3)  # the passes the registrations started found nothing
     before = dispatcher.statistics()
+    asked_apart: list[str] = []  # the question is asked in the first round's own transaction, not in one of its own
+    run = dispatcher.store.run
+
+    async def recording_run(fn, **kwargs):
+        asked_apart.append(fn.__name__)
+        return await run(fn, **kwargs)
+
+    monkeypatch.setattr(dispatcher.store, "run", recording_run)
     client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(40)])  # one commit
     await a.capacity_ok(8)  # news: a pass with both sessions hungry
     held = [await a.expect_assign() for _ in range(8)] + [await b.expect_assign() for _ in range(8)]
@@ -349,6 +357,7 @@ async def test_work_enough_for_every_hungry_session_is_claimed_in_one_round(star
     # One claim each (rounds of a quarter would take four each), after one question about depth.
     assert after["claims"] - before["claims"] == 2
     assert after["depth_probes"] - before["depth_probes"] == 1
+    assert "sources_ready_at_least" not in asked_apart
 
 
 async def test_a_queue_deep_only_in_kinds_nobody_takes_is_still_shared_in_rounds(start_service, connect,

@@ -32,8 +32,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import heapq
-from collections.abc import Collection, Mapping, Sequence
-from typing import TypeAlias
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TypeAlias, TypeVar
 
 from pulse_trio.store.engine import ids
 from pulse_trio.store.instance import instances
@@ -136,6 +136,22 @@ def _pages(tx: Tx, session: InstanceRow, reads: Sequence[Read], size: int) -> di
 
 
 PROBE_CHUNK = 100  # queues per probe statement
+Probed = TypeVar("Probed")
+
+
+def _probe(tx: Tx, items: Sequence[Probed], part: Callable[[Probed], tuple[str, list]]) -> set[Probed]:
+    """The items whose ``part`` (a ``SELECT %s FROM DUAL WHERE …`` of its own, answering its index)
+    returns a row: ``PROBE_CHUNK`` of them per statement, UNION ALL."""
+    found: set[Probed] = set()
+    for start in range(0, len(items), PROBE_CHUNK):
+        chunk = items[start:start + PROBE_CHUNK]
+        parts, args = [], []
+        for i, item in enumerate(chunk):
+            text, item_args = part(item)
+            parts.append(text)
+            args += [i, *item_args]
+        found.update(chunk[row[0]] for row in tx.all(" UNION ALL ".join(parts), args))
+    return found
 
 
 @read_only(takes_locks=False)
@@ -146,13 +162,7 @@ def queues_with_ready_work(tx: Tx, *, queues: Sequence[str]) -> set[str]:
     empty queue costs one statement per poll instead of one claim
     transaction per session. A stale answer only delays or wastes a claim.
     """
-    found: set[str] = set()
-    queues = list(queues)
-    for start in range(0, len(queues), PROBE_CHUNK):
-        chunk = queues[start:start + PROBE_CHUNK]
-        probe = " UNION ALL ".join([sql.QUEUE_HAS_READY_WORK] * len(chunk))
-        found.update(row[0] for row in tx.all(probe, [q for queue in chunk for q in (queue, queue)]))
-    return found
+    return _probe(tx, list(queues), lambda queue: (sql.QUEUE_HAS_READY_WORK, [queue]))
 
 
 #: What the depth question counts in a queue: the kinds a session names, or None for all of them.
@@ -170,17 +180,14 @@ def sources_ready_at_least(tx: Tx, *, wants: Mapping[tuple[str, KindSet], int]) 
     are not counted (not every session may take them), so the answer errs
     towards "not enough"; a stale one costs fairness only within one race.
     """
-    found: set[tuple[str, KindSet]] = set()
-    items = sorted(wants.items(), key=lambda item: (item[0][0], sorted(item[0][1] or ())))
-    for start in range(0, len(items), PROBE_CHUNK):
-        chunk = items[start:start + PROBE_CHUNK]
-        parts, args = [], []
-        for i, ((queue, kinds), n) in enumerate(chunk):
-            parts.append(sql.READY_AT_LEAST.format(index="tasks_pickup" if kinds is None else "tasks_pickup_kind",
-                                                   kinds="" if kinds is None else sql.KINDS_IN))
-            args += [i, queue, *(() if kinds is None else (tuple(sorted(kinds)),)), n, n]
-        found.update(chunk[row[0]][0] for row in tx.all(" UNION ALL ".join(parts), args))
-    return found
+    def part(source: tuple[str, KindSet]) -> tuple[str, list]:
+        (queue, kinds), n = source, wants[source]
+        if kinds is None:
+            return sql.READY_AT_LEAST.format(index="tasks_pickup", kinds=""), [queue, n, n]
+        return (sql.READY_AT_LEAST.format(index="tasks_pickup_kind", kinds=sql.KINDS_IN),
+                [queue, tuple(sorted(kinds)), n, n])
+
+    return _probe(tx, sorted(wants, key=lambda source: (source[0], sorted(source[1] or ()))), part)
 
 
 def _snapshot(task: TaskRow, attempt: int, token: int | None) -> TaskSnapshot:
