@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -54,6 +55,50 @@ def _write_datetime(value: dt.datetime, mapping: Any = None) -> str:
 
 _CONVERSIONS = {**conversions, FIELD_TYPE.DATETIME: _read_datetime, FIELD_TYPE.TIMESTAMP: _read_datetime,
                 dt.datetime: _write_datetime}
+
+#: The characters PyMySQL's string escaping changes, in either ``sql_mode`` (backslash escapes or
+#: NO_BACKSLASH_ESCAPES): a string without them is its own literal once quoted.
+_ESCAPED = re.compile(r"[\x00\n\r\x1a\\'\"]").search
+
+
+class Connection(pymysql.connections.Connection):
+    """PyMySQL's connection, with the literals of the hot statements made in fewer steps.
+
+    A claim, a start or a finish of 64 leases sends a few hundred values:
+    ids, states, counters, times. PyMySQL escapes each through several calls
+    (and a tuple of ids item by item). Here a string that holds nothing
+    escaping would change is quoted as is, an IN list of such strings is
+    joined in one call, and integers, None, naive datetimes and nested
+    tuples are written inline. Every other value, and every string with a
+    character to escape, takes PyMySQL's own path: the text sent is the
+    one PyMySQL would send (tests/foundation/test_literals.py holds the two
+    side by side).
+    """
+
+    def escape(self, obj: Any, mapping: Any = None) -> str:
+        kind = type(obj)
+        if kind is str:
+            if _ESCAPED(obj) is None:
+                return "'" + obj + "'"
+        elif kind is tuple or kind is list:
+            if obj:
+                if type(obj[0]) is str and type(obj[-1]) is str:
+                    try:
+                        joined = "','".join(obj)
+                    except TypeError:  # a non-string between the ends
+                        pass
+                    else:
+                        if _ESCAPED(joined) is None:
+                            return "('" + joined + "')"
+                escape = self.escape
+                return "(" + ",".join([escape(item, mapping) for item in obj]) + ")"
+        elif kind is int:
+            return str(obj)
+        elif obj is None:
+            return "NULL"
+        elif kind is dt.datetime:
+            return _write_datetime(obj)
+        return super().escape(obj, mapping)
 
 
 class DatabaseUrlError(ValueError):
@@ -193,7 +238,7 @@ def connect_node(config: DatabaseConfig, *, database: bool = True,
     kwargs = config.connect_kwargs(database=database)
     if io_timeout is not None:
         kwargs["read_timeout"] = kwargs["write_timeout"] = io_timeout
-    return pymysql.connect(**kwargs)
+    return Connection(**kwargs)
 
 
 Connector = Callable[..., pymysql.connections.Connection]
