@@ -191,12 +191,19 @@ _ULID_LOCK = threading.Lock()
 _last_ulid = 0
 
 
+#: Every 10-bit value as its two Crockford characters: a 128-bit ULID is 13 lookups, not 26 (with a
+#: shift and a list append each), and ids are made for every task and every lease.
+_CROCKFORD_PAIRS = [_CROCKFORD[i >> 5] + _CROCKFORD[i & 31] for i in range(1024)]
+
+
 def _crockford(value: int) -> str:
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    """A 128-bit value as 26 Crockford base32 characters: 3 bits, twelve pairs of 5, then 5."""
+    pair = _CROCKFORD_PAIRS
+    return (_CROCKFORD[value >> 125] + pair[(value >> 115) & 1023] + pair[(value >> 105) & 1023]
+            + pair[(value >> 95) & 1023] + pair[(value >> 85) & 1023] + pair[(value >> 75) & 1023]
+            + pair[(value >> 65) & 1023] + pair[(value >> 55) & 1023] + pair[(value >> 45) & 1023]
+            + pair[(value >> 35) & 1023] + pair[(value >> 25) & 1023] + pair[(value >> 15) & 1023]
+            + pair[(value >> 5) & 1023] + _CROCKFORD[value & 31])
 
 
 def new_id(prefix: str, now_ms: int | None = None) -> str:

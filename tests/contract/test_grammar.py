@@ -89,6 +89,17 @@ def test_new_ids_carry_their_prefix_and_time() -> None:
         g.new_id("job_")
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.integers(min_value=0, max_value=2**128 - 1), st.sampled_from([0, 1, 31, 32, 2**127, 2**128 - 1])))
+def test_a_ulid_is_its_128_bits_in_crockford_base32(value: int) -> None:
+    text = g._crockford(value)
+    assert len(text) == 26 and set(text) <= set(CROCKFORD) and text[0] in "01234567"
+    decoded = 0
+    for char in text:
+        decoded = decoded * 32 + CROCKFORD.index(char)
+    assert decoded == value
+
+
 @pytest.mark.parametrize("value", [
     s.TASK.lower(), "tsk_" + "0" * 25, "tsk_" + "0" * 27, "tsk_8" + "0" * 25, "tsk_" + "I" * 26, "tsk_" + "L" * 26,
     "tsk_" + "O" * 26, "tsk_" + "U" * 26, "tsk-" + "0" * 26, "TSK_" + "0" * 26, s.LEASE, s.TASK + "\n",
