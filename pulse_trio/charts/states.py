@@ -65,7 +65,7 @@ def sql_list(states: tuple[str, ...] | frozenset[str]) -> str:
     return "(" + ", ".join(f"'{s}'" for s in states) + ")"
 
 
-def sql_rows(states: tuple[str, ...]) -> str:
+def sql_rows(states: tuple[str, ...], column: str = "state") -> str:
     """``(SELECT 'A' AS state UNION ALL SELECT 'B')``: a set of state names as a one-column table.
 
     A join reaches an index on ``(key, state, …)`` by equality on both parts
@@ -75,7 +75,7 @@ def sql_rows(states: tuple[str, ...]) -> str:
     states. Join it with ``STRAIGHT_JOIN`` before the indexed table: on small
     tables the optimizer would otherwise read the indexed table first.
     """
-    return "(" + " UNION ALL ".join(f"SELECT '{s}' AS state" for s in states) + ")"
+    return "(" + " UNION ALL ".join(f"SELECT '{s}' AS {column}" for s in states) + ")"
 
 
 _TASK, _LEASE, _INSTANCE = CHARTS["task"], CHARTS["lease"], CHARTS["instance"]
@@ -88,6 +88,13 @@ TERMINAL_TASK_STATES: frozenset[str] = frozenset(terminal_states(_TASK))
 WAITING_TASK_STATES: tuple[str, ...] = dests_of(_TASK, "submit")
 #: Leases that still hold their task (offered or running).
 LIVE_LEASE_STATES: tuple[str, ...] = live_states(_LEASE)
+#: Offers revoked by a cancel (REVOKED): a cancel push may still be due to their session.
+REVOKED_LEASE_STATES: tuple[str, ...] = dests_of(_LEASE, "revoke")
+#: What ``leases.hold`` (and so ``leases_owner``) files a lease under, by its state: LIVE while it
+#: holds its task, REVOKED once revoked, nothing (NULL) after any other end. The generated column
+#: spells this out in SQL; tests/store/test_lease_hold.py holds the two together.
+LEASE_HOLDS: dict[str, str] = {**{s: "LIVE" for s in LIVE_LEASE_STATES}, **{s: "REVOKED" for s in REVOKED_LEASE_STATES}}
+LIVE_HOLD = "LIVE"
 #: Worker sessions still open (ACTIVE, DRAINING).
 LIVE_SESSION_STATES: tuple[str, ...] = live_states(_INSTANCE)
 #: Worker sessions that take no new work (DRAINING).
@@ -106,6 +113,6 @@ CANCEL_TASK_STATES: tuple[str, ...] = tuple(dict.fromkeys(
     s for source in CANCEL_REQUEST_FROM for s in task_states_guarded(CHARTS["cancellation"], "request", source)))
 
 __all__ = ["CANCEL_REQUEST_FROM", "CANCEL_TASK_STATES", "DRAINING_SESSION_STATES", "HELD_PERMIT_STATES",
-           "LIVE_LEASE_STATES", "LIVE_NODE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES", "TASK_STATES",
+           "LEASE_HOLDS", "LIVE_HOLD", "LIVE_LEASE_STATES", "REVOKED_LEASE_STATES", "LIVE_NODE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES", "TASK_STATES",
            "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list", "task_states_guarded",
            "terminal_states"]

@@ -9,7 +9,7 @@ classes and state lists from the charts, built once at import. A move's own
 
 from __future__ import annotations
 
-from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list, sql_rows
+from pulse_trio.charts.states import LEASE_HOLDS, LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list, sql_rows
 from pulse_trio.store.engine.rows import LeaseRow, TaskRow
 
 # -- request ---------------------------------------------------------------------------------------
@@ -27,14 +27,16 @@ INTENT_ROW = "(%s, {state}, %s, %s, %s, %s, %s, %s, %s)"
 # -- notify ----------------------------------------------------------------------------------------
 #: The leases that may need a task.cancel pushed: live (or revoked) and carrying a cancel request.
 PUSH_LEASE_STATES = ("OFFERED", "RUNNING", "REVOKED")
-PUSH_LEASES = f"l.state IN {sql_list(PUSH_LEASE_STATES)} AND l.cancel_requested_at IS NOT NULL"
+#: ... as ``leases_owner`` files them (``leases.hold``: LIVE, REVOKED).
+PUSH_HOLDS = tuple(sorted({LEASE_HOLDS[s] for s in PUSH_LEASE_STATES}))
+PUSH_LEASES = f"l.hold IN {sql_list(PUSH_HOLDS)} AND l.cancel_requested_at IS NOT NULL"
 #: This node's live, opted-in sessions and their leases, through the node index and
 #: ``leases_owner`` (FROM and WHERE, one node id argument): the same statement
-#: whatever the number of sessions. Each (session, push state) is one equality
+#: whatever the number of sessions. Each (session, hold) is one equality
 #: lookup, so a session's finished leases are never read (``sql_rows``).
 NODE_PUSH_FROM = ("worker_instances i FORCE INDEX (worker_instances_node)"
-                  f" STRAIGHT_JOIN {sql_rows(PUSH_LEASE_STATES)} ps STRAIGHT_JOIN leases l FORCE INDEX (leases_owner)"
-                  " ON l.owner_session_id = i.session_id AND l.state = ps.state")
+                  f" STRAIGHT_JOIN {sql_rows(PUSH_HOLDS, 'hold')} ph STRAIGHT_JOIN leases l FORCE INDEX (leases_owner)"
+                  " ON l.owner_session_id = i.session_id AND l.hold = ph.hold")
 NODE_PUSH_WHERE = (f"i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} AND i.cancellation_notifications"
                    " AND l.cancel_requested_at IS NOT NULL")
 NOT_TOLD = " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s"

@@ -8,7 +8,7 @@ stay at its ``chart_write.move`` call.
 
 from __future__ import annotations
 
-from pulse_trio.charts.states import LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list, sql_rows
+from pulse_trio.charts.states import LIVE_HOLD, LIVE_SESSION_STATES, sql_list
 from pulse_trio.store.engine.rows import InstanceRow, NodeRow
 from pulse_trio.store.engine.timer_scan import DueScan
 
@@ -27,18 +27,18 @@ SHARE_LOCK_SESSIONS = _INSTANCE + " WHERE i.session_id IN %s ORDER BY i.session_
 INSTANCE = _INSTANCE + " WHERE i.instance_id = %s"
 LOCK_INSTANCE = _INSTANCE + " WHERE i.instance_id = %s FOR UPDATE"
 #: Live leases per session of a list; ``{marks}``: one ``%s`` per session.
-LIVE_LEASE_COUNTS = ("SELECT owner_session_id, COUNT(*) FROM leases WHERE owner_session_id IN ({marks})"
-                     f" AND state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY owner_session_id")
+LIVE_LEASE_COUNTS = ("SELECT owner_session_id, COUNT(*) FROM leases FORCE INDEX (leases_owner)"
+                     f" WHERE owner_session_id IN ({{marks}}) AND hold = '{LIVE_HOLD}' GROUP BY owner_session_id")
 #: Live leases per live session of a node, through the node index and ``leases_owner``
-#: (one equality lookup per session and live state: ``sql_rows``).
+#: (one equality lookup per session on its held leases: its ended ones are never read).
 NODE_LEASE_COUNTS = (
     "SELECT l.owner_session_id, COUNT(*) FROM worker_instances i FORCE INDEX (worker_instances_node)"
-    f" STRAIGHT_JOIN {sql_rows(LIVE_LEASE_STATES)} ls STRAIGHT_JOIN leases l FORCE INDEX (leases_owner)"
-    " ON l.owner_session_id = i.session_id AND l.state = ls.state"
+    " STRAIGHT_JOIN leases l FORCE INDEX (leases_owner)"
+    f" ON l.owner_session_id = i.session_id AND l.hold = '{LIVE_HOLD}'"
     f" WHERE i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} GROUP BY l.owner_session_id"
 )
-LIVE_LEASE_IDS = (f"SELECT owner_session_id, lease_id FROM leases FORCE INDEX (leases_owner)"
-                  f" WHERE owner_session_id IN %s AND state IN {sql_list(LIVE_LEASE_STATES)}")
+LIVE_LEASE_IDS = ("SELECT owner_session_id, lease_id FROM leases FORCE INDEX (leases_owner)"
+                  f" WHERE owner_session_id IN %s AND hold = '{LIVE_HOLD}'")
 #: A new session, as ``chart_write.create`` inserts it (the epoch is the row's AUTO_INCREMENT).
 REGISTER_COLUMNS = ("instance_id, session_id, secret_digest, state, worker_name, subscriptions,"
                     " cancellation_notifications, concurrency_keys, client_info, token_id, capacity, node_id, sequence,"

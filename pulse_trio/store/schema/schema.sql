@@ -93,6 +93,7 @@ CREATE TABLE `leases` (
   `task_id` char(30) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `secret_digest` binary(32) NOT NULL,
   `state` varchar(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `hold` varchar(8) CHARACTER SET ascii COLLATE ascii_bin GENERATED ALWAYS AS (case when `state` in ('OFFERED','RUNNING') then 'LIVE' when `state` = 'REVOKED' then 'REVOKED' end) STORED,
   `revision` bigint(20) unsigned NOT NULL,
   `attempt` int(10) unsigned NOT NULL,
   `owner_instance_id` char(30) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -117,7 +118,7 @@ CREATE TABLE `leases` (
   PRIMARY KEY (`lease_id`),
   KEY `leases_due` (`state`,`expires_at`),
   KEY `leases_task` (`task_id`),
-  KEY `leases_owner` (`owner_session_id`,`state`,`cancel_requested_at`)
+  KEY `leases_owner` (`owner_session_id`,`hold`,`cancel_requested_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE `queues` (

@@ -9,8 +9,8 @@ locks or writes.
 from __future__ import annotations
 
 from pulse_trio.charts.states import (
-    LIVE_LEASE_STATES, LIVE_NODE_STATES, LIVE_SESSION_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES, sql_list,
-    sql_rows,
+    LIVE_HOLD, LIVE_LEASE_STATES, LIVE_NODE_STATES, LIVE_SESSION_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES,
+    sql_list,
 )
 from pulse_trio.store.cancellation.sql import NODE_PUSH_FROM, NODE_PUSH_WHERE
 from pulse_trio.store.engine.rows import READY_PICKS, LeaseRow, TaskRow
@@ -53,8 +53,8 @@ QUEUE_DEPTHS = (
 WORKERS = ("SELECT i.instance_id, i.session_id, i.epoch, i.state, i.worker_name, i.subscriptions, i.capacity,"
            " i.sequence, i.concurrency_keys, i.cancellation_notifications, i.registered_at, i.disconnected_at,"
            " i.node_id,"
-           f" (SELECT COUNT(*) FROM {sql_rows(LIVE_LEASE_STATES)} ls STRAIGHT_JOIN leases l FORCE INDEX (leases_owner)"
-           "  ON l.owner_session_id = i.session_id AND l.state = ls.state) AS held"
+           " (SELECT COUNT(*) FROM leases l FORCE INDEX (leases_owner)"
+           f"  WHERE l.owner_session_id = i.session_id AND l.hold = '{LIVE_HOLD}') AS held"
            " FROM worker_instances i")
 LIVE_WORKERS = f" WHERE i.state IN {sql_list(LIVE_SESSION_STATES)}"
 WORKERS_ORDER = " ORDER BY i.epoch LIMIT %s"
