@@ -228,3 +228,18 @@ def test_the_book_is_bounded_and_drops_the_oldest_first():
     assert (book.get("lse_1"), book.get("lse_2"), len(book)) == (entry(1), None, 2)
     book.forget(["lse_1", "lse_9"])
     assert book.get("lse_1") is None and book.get("lse_3") == entry(3)
+
+
+def test_a_moved_entry_is_the_old_one_a_revision_on():
+    """``KnownLease.moved`` builds positionally: every field must land where ``replace`` would put it."""
+    import datetime as dt_
+
+    from pulse_trio.store.lease.known import KnownLease
+
+    fields = [f.name for f in dataclasses.fields(KnownLease)]
+    values = {name: f"<{name}>" for name in fields}
+    values.update(revision=4, started_at=None)
+    old = KnownLease(**values)
+    at = dt_.datetime(2026, 12, 6, tzinfo=dt_.timezone.utc)
+    assert old.moved("RUNNING", at) == dataclasses.replace(old, state="RUNNING", revision=5, started_at=at)
+    assert old.moved(old.state, None) == dataclasses.replace(old, revision=5)

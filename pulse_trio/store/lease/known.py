@@ -55,6 +55,16 @@ class KnownLease:
     waited_from: dt.datetime  # when the task became due (max of due_at and created_at)
     started_at: dt.datetime | None = None
 
+    def moved(self, state: str, started_at: dt.datetime | None) -> KnownLease:
+        """This lease one revision on, in ``state`` (a start or a renewal this process committed).
+
+        Built positionally: ``dataclasses.replace`` reads every field by name and parses
+        keywords, and each lean start and renewal makes one of these per lease.
+        """
+        return KnownLease(self.lease_id, self.task_id, self.secret_digest, self.owner_session_id, state,
+                          self.revision + 1, self.attempt, self.epoch, self.ttl_ms, self.concurrency_token,
+                          self.queue, self.waited_from, started_at)
+
 
 class LeaseBook:
     """A bounded map lease_id -> :class:`KnownLease`, shared by the store's worker threads.

@@ -422,7 +422,7 @@ def _lean_start(tx: Tx, batch: Sequence[LeaseCommand], now: dt.datetime, results
             CommandReceipt("task.start", cmd.task_id, cmd.lease_id, cmd.revision, now, False),
             LeaseView(k.lease_id, k.task_id, k.revision + 1, k.epoch, _LEASE_RUNNING, after_ms(now, k.ttl_ms)),
             k.queue, k.waited_from)
-        moved.append(dataclasses.replace(k, state=_LEASE_RUNNING, revision=k.revision + 1, started_at=now))
+        moved.append(k.moved(_LEASE_RUNNING, now))
     BOOK.put(moved)
     return {i for i, _, _ in found}
 
@@ -442,7 +442,7 @@ def _lean_renew(tx: Tx, batch: Sequence[LeaseCommand], now: dt.datetime, results
         results[i] = CommandAck(
             CommandReceipt("task.renew", cmd.task_id, cmd.lease_id, cmd.revision, now, False),
             LeaseView(k.lease_id, k.task_id, k.revision + 1, k.epoch, _LEASE_RENEWED, after_ms(now, k.ttl_ms)))
-        moved.append(dataclasses.replace(k, revision=k.revision + 1))
+        moved.append(k.moved(k.state, k.started_at))
     BOOK.put(moved)
     return {i for i, _, _ in found}
 
