@@ -93,8 +93,9 @@ REVOKED_LEASE_STATES: tuple[str, ...] = dests_of(_LEASE, "revoke")
 #: What ``leases.hold`` (and so ``leases_owner``) files a lease under, by its state: LIVE while it
 #: holds its task, REVOKED once revoked, nothing (NULL) after any other end. The generated column
 #: spells this out in SQL; tests/store/test_lease_hold.py holds the two together.
-LEASE_HOLDS: dict[str, str] = {**{s: "LIVE" for s in LIVE_LEASE_STATES}, **{s: "REVOKED" for s in REVOKED_LEASE_STATES}}
-LIVE_HOLD = "LIVE"
+LIVE_HOLD, REVOKED_HOLD = "LIVE", "REVOKED"
+LEASE_HOLDS: dict[str, str] = {**dict.fromkeys(LIVE_LEASE_STATES, LIVE_HOLD),
+                               **dict.fromkeys(REVOKED_LEASE_STATES, REVOKED_HOLD)}
 #: Worker sessions still open (ACTIVE, DRAINING).
 LIVE_SESSION_STATES: tuple[str, ...] = live_states(_INSTANCE)
 #: Worker sessions that take no new work (DRAINING).
@@ -113,6 +114,6 @@ CANCEL_TASK_STATES: tuple[str, ...] = tuple(dict.fromkeys(
     s for source in CANCEL_REQUEST_FROM for s in task_states_guarded(CHARTS["cancellation"], "request", source)))
 
 __all__ = ["CANCEL_REQUEST_FROM", "CANCEL_TASK_STATES", "DRAINING_SESSION_STATES", "HELD_PERMIT_STATES",
-           "LEASE_HOLDS", "LIVE_HOLD", "LIVE_LEASE_STATES", "REVOKED_LEASE_STATES", "LIVE_NODE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES", "TASK_STATES",
-           "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list", "task_states_guarded",
+           "LEASE_HOLDS", "LIVE_HOLD", "LIVE_LEASE_STATES", "LIVE_NODE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES",
+           "REVOKED_HOLD", "REVOKED_LEASE_STATES", "TASK_STATES", "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list", "task_states_guarded",
            "terminal_states"]

@@ -9,7 +9,9 @@ classes and state lists from the charts, built once at import. A move's own
 
 from __future__ import annotations
 
-from pulse_trio.charts.states import LEASE_HOLDS, LIVE_LEASE_STATES, LIVE_SESSION_STATES, sql_list, sql_rows
+from pulse_trio.charts.states import (
+    LEASE_HOLDS, LIVE_LEASE_STATES, LIVE_SESSION_STATES, REVOKED_LEASE_STATES, sql_list, sql_rows,
+)
 from pulse_trio.store.engine.rows import LeaseRow, TaskRow
 
 # -- request ---------------------------------------------------------------------------------------
@@ -26,9 +28,9 @@ INTENT_ROW = "(%s, {state}, %s, %s, %s, %s, %s, %s, %s)"
 
 # -- notify ----------------------------------------------------------------------------------------
 #: The leases that may need a task.cancel pushed: live (or revoked) and carrying a cancel request.
-PUSH_LEASE_STATES = ("OFFERED", "RUNNING", "REVOKED")
+PUSH_LEASE_STATES = (*LIVE_LEASE_STATES, *REVOKED_LEASE_STATES)
 #: ... as ``leases_owner`` files them (``leases.hold``: LIVE, REVOKED).
-PUSH_HOLDS = tuple(sorted({LEASE_HOLDS[s] for s in PUSH_LEASE_STATES}))
+PUSH_HOLDS = tuple(dict.fromkeys(LEASE_HOLDS[s] for s in PUSH_LEASE_STATES))
 PUSH_LEASES = f"l.hold IN {sql_list(PUSH_HOLDS)} AND l.cancel_requested_at IS NOT NULL"
 #: This node's live, opted-in sessions and their leases, through the node index and
 #: ``leases_owner`` (FROM and WHERE, one node id argument): the same statement
