@@ -25,4 +25,4 @@ def test_every_claim_skips_locked_rows_up_to_a_limit():
         assert f"{scan.due_column} <= %s" in sql
     assert "ORDER BY" not in statement(instance_sql.LAPSED_SCAN)  # reads only the rows it returns
     assert "n.state IN ('ALIVE', 'LOST')" in statement(instance_sql.LAPSED_SCAN)
-    assert "WHERE pick_state = 'SCHEDULED' AND due_at <= %s ORDER BY due_at" in statement(task_sql.PROMOTE_SCAN)
+    assert "WHERE due_state = 'SCHEDULED' AND due_at <= %s ORDER BY due_at" in statement(task_sql.PROMOTE_SCAN)

@@ -207,6 +207,7 @@ CREATE TABLE `tasks` (
   `kind` varchar(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `state` varchar(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `pick_state` varchar(16) CHARACTER SET ascii COLLATE ascii_bin GENERATED ALWAYS AS (case when `state` = 'READY' and `waits_for_key` <> 0 then 'KEY_WAIT' when `state` = 'READY' and `concurrency_key` is not null then 'KEYED' when `state` in ('READY','SCHEDULED') then `state` end) STORED,
+  `due_state` varchar(16) CHARACTER SET ascii COLLATE ascii_bin GENERATED ALWAYS AS (case when `state` = 'SCHEDULED' then `state` end) STORED,
   `payload` mediumtext NOT NULL,
   `priority` tinyint(3) unsigned NOT NULL DEFAULT 0,
   `priority_offset_ms` bigint(20) unsigned NOT NULL DEFAULT 0,
@@ -241,10 +242,10 @@ CREATE TABLE `tasks` (
   UNIQUE KEY `tasks_dedup` (`queue`,`dedup_key`),
   UNIQUE KEY `tasks_retry_of` (`retry_of`),
   KEY `tasks_pickup_kind` (`queue`,`pick_state`,`kind`,`effective_at`,`task_id`),
-  KEY `tasks_due` (`pick_state`,`due_at`),
   KEY `tasks_finished` (`queue`,`outcome_status`,`finished_at`),
   KEY `tasks_key_pick` (`concurrency_key`,`key_pick`,`effective_at`,`task_id`),
-  KEY `tasks_pickup` (`queue`,`pick_state`,`effective_at`,`task_id`,`fairness_key`)
+  KEY `tasks_pickup` (`queue`,`pick_state`,`effective_at`,`task_id`,`fairness_key`),
+  KEY `tasks_due` (`due_state`,`due_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE `worker_instances` (

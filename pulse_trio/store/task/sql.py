@@ -27,9 +27,10 @@ INSERT_KEY_COUNTER = "INSERT INTO key_counters (concurrency_key, last_token, out
 #: The task a duplicate submit met: the same id, or the same idempotency key in the queue.
 SUBMITTED_BEFORE = ("SELECT task_id, state FROM tasks WHERE task_id = %s UNION ALL"
                     " SELECT task_id, state FROM tasks WHERE queue = %s AND dedup_key = %s LIMIT 1")
-#: Due SCHEDULED tasks, through ``tasks_due (pick_state, due_at)``.
+#: Due SCHEDULED tasks, through ``tasks_due (due_state, due_at)`` (``due_state``: the state while it
+#: is one promote leaves, else NULL; migration 0023).
 PROMOTE_SCAN = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms FROM tasks",
-                       "pick_state", "due_at")
+                       "due_state", "due_at")
 LOCK_RETRY_SOURCE = f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE"
 RETRY_OF = "SELECT task_id, effect_uncertain FROM tasks WHERE retry_of = %s"
 

@@ -80,9 +80,9 @@ def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
     """Tasks per state per queue, and the age of the oldest due READY task.
 
     Each group is read through an index that holds only its tasks: READY and
-    SCHEDULED through ``tasks_due (pick_state, …)``, OFFERED and RUNNING
-    through their live leases, ended tasks through ``tasks_finished`` (an
-    ended task's state is its outcome).
+    SCHEDULED through ``tasks_pickup (queue, pick_state, …)``, OFFERED and
+    RUNNING through their live leases, ended tasks through ``tasks_finished``
+    (an ended task's state is its outcome).
     """
     out: dict[str, dict[str, object]] = {}
     counts = tx.all(sql.QUEUE_DEPTHS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pulse_trio.charts.states import (
     LIVE_HOLD, LIVE_LEASE_STATES, LIVE_NODE_STATES, LIVE_SESSION_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES,
-    sql_list,
+    sql_list, sql_rows,
 )
 from pulse_trio.store.cancellation.sql import NODE_PUSH_FROM, NODE_PUSH_WHERE
 from pulse_trio.store.engine.rows import READY_PICKS, LeaseRow, TaskRow
@@ -41,10 +41,14 @@ BEFORE_ID = "t.task_id < %s"
 AFTER_ID = "t.task_id > %s"
 NEWEST_FIRST = " ORDER BY t.task_id DESC LIMIT %s"
 OLDEST_FIRST = " ORDER BY t.task_id LIMIT %s"
-#: Tasks per state per queue, each group through an index that holds only it.
+#: Tasks per state per queue, each group through an index that holds only it. The waiting ones:
+#: the queues that have tasks (a loose scan of ``tasks_pickup``, one dive per queue), then per queue
+#: and pick state one index-only range of ``tasks_pickup`` (equality on both parts: ``sql_rows``).
 QUEUE_DEPTHS = (
-    "SELECT queue, pick_state, COUNT(*) FROM tasks FORCE INDEX (tasks_due)"
-    f" WHERE pick_state IN {sql_list((*WAITING_TASK_STATES, *READY_PICKS))} GROUP BY queue, pick_state"
+    "SELECT q.queue, p.state, COUNT(*) FROM (SELECT DISTINCT queue FROM tasks FORCE INDEX (tasks_pickup)) q"
+    f" STRAIGHT_JOIN {sql_rows(tuple(dict.fromkeys((*WAITING_TASK_STATES, *READY_PICKS))))} p"
+    " STRAIGHT_JOIN tasks t FORCE INDEX (tasks_pickup) ON t.queue = q.queue AND t.pick_state = p.state"
+    " GROUP BY q.queue, p.state"
     " UNION ALL SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
     f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY t.queue, l.state"
     " UNION ALL SELECT queue, outcome_status, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
@@ -101,7 +105,7 @@ PROBE = (
     " EXISTS (SELECT 1 FROM leases FORCE INDEX (leases_due)"
     f" WHERE {due_states('lease', 'expire', 'state')} AND expires_at <= %s),"
     " EXISTS (SELECT 1 FROM tasks FORCE INDEX (tasks_due)"
-    f" WHERE {due_states('task', 'promote', 'pick_state')} AND due_at <= %s),"
+    f" WHERE {due_states('task', 'promote', 'due_state')} AND due_at <= %s),"
     " EXISTS (SELECT 1 FROM key_permits FORCE INDEX (key_permits_due)"
     f" WHERE {due_states('key_permit', 'release_after_quarantine', 'state')} AND quarantine_until <= %s)"
 )

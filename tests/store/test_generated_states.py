@@ -1,0 +1,104 @@
+"""Generated columns that index a row by a set of its chart's states: each as the chart says.
+
+``leases.hold`` is what ``leases_owner`` files a lease under (LIVE for the
+states that hold a task, REVOKED for a revoked offer, NULL after any other
+end; ``charts.states.LEASE_HOLDS`` derives them from the chart): a start
+keeps its lease LIVE, so it never moves the lease's entry. ``tasks.due_state``
+is what ``tasks_due`` files a task under: its state while it is one the
+promotion timer moves (SCHEDULED), else NULL, so an offer never moves it.
+Each column's SQL is evaluated for every state of its chart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pulse_trio.charts import CHARTS
+from pulse_trio.charts.states import LEASE_HOLDS, LIVE_LEASE_STATES
+from pulse_trio.dburl import connect
+from pulse_trio.store import NewTask, request_cancel, submit
+from pulse_trio.store.engine.timer_scan import sources, statement
+from pulse_trio.store.engine.tx import db_time
+from pulse_trio.store.task import sql as task_sql
+from pulse_trio.store.views import sql as views_sql
+from pulse_trio.store.views.queries import queue_depths
+
+
+def _filed(world, table: str, column: str, chart: str) -> dict[str, str | None]:
+    """Each state of ``chart`` (its rows' states) and what ``table.column``'s SQL makes of it."""
+    ((expression,),) = world.sql(
+        "SELECT GENERATION_EXPRESSION FROM information_schema.COLUMNS"
+        " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = %s", (table, column))
+    states = [s for s in CHARTS[chart].spec.states if s != CHARTS[chart].spec.initial]
+    return {state: world.sql(f"SELECT {expression} FROM (SELECT %s AS `state`) AS r", (state,))[0][0]
+            for state in states}
+
+
+def test_every_lease_state_is_filed_as_the_chart_says(world):
+    filed = _filed(world, "leases", "hold", "lease")
+    assert set(LEASE_HOLDS) < set(filed)
+    assert filed == {state: LEASE_HOLDS.get(state) for state in filed}
+    assert {LEASE_HOLDS[s] for s in LIVE_LEASE_STATES} == {"LIVE"}, "a start keeps the entry where the offer put it"
+
+
+def test_every_task_state_is_due_only_where_the_promotion_timer_looks(world):
+    filed = _filed(world, "tasks", "due_state", "task")
+    promoted = sources("task", "promote")
+    assert promoted and set(promoted) < set(filed) and "READY" in filed
+    assert filed == {state: state if state in promoted else None for state in filed}
+
+
+def test_the_rows_follow_their_lease_through_start_finish_and_revoke(world):
+    w = world.worker("q", capacity=3)
+    running, finished = world.running(w), world.running(w)
+    world.finish(w, finished, 2)
+    world.submit()
+    (offered,) = world.assign(w)
+    revoked = world.offer(w)
+    world.run(request_cancel, task_id=revoked.task.task_id, reason="test")
+    rows = dict(world.sql("SELECT lease_id, hold FROM leases"))
+    assert rows == {running.lease.lease_id: "LIVE", finished.lease.lease_id: None, offered.lease.lease_id: "LIVE",
+                    revoked.lease.lease_id: "REVOKED"}
+
+
+def _analyze(world, sql: str, args) -> list[dict]:
+    """MariaDB's ANALYZE of ``sql``: each table's plan and what running it really read (``r_rows``)."""
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("ANALYZE " + sql, args)
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        conn.rollback()
+        return rows
+    finally:
+        conn.close()
+
+
+def test_promotion_reads_the_due_scheduled_tasks_alone(world):
+    """READY tasks have no entry where the promotion timer looks, however many."""
+    world.run(submit, tasks=[NewTask("q", "k") for _ in range(300)])
+    world.run(submit, tasks=[NewTask("q", "k", due_at=world.now + dt.timedelta(seconds=s)) for s in (1, 2, 60)])
+    (plan,) = _analyze(world, statement(task_sql.PROMOTE_SCAN), (db_time(world.now + dt.timedelta(seconds=5)), 10))
+    assert plan["key"] == "tasks_due" and float(plan["r_rows"]) == 2, plan
+
+
+def test_queue_depths_read_the_waiting_tasks_index_only(world):
+    """The waiting tasks are counted in tasks_pickup, queue by queue; ended and running ones are not read there."""
+    w = world.worker("q", capacity=40)
+    world.run(submit, tasks=[NewTask("q", "k") for _ in range(40)])
+    for offer in world.assign(w, 40)[:30]:
+        world.start(w, offer)
+        world.finish(w, offer, 2)
+    world.run(submit, tasks=[NewTask(queue, "k") for queue in ("q", "r") for _ in range(5)])
+    world.run(submit, tasks=[NewTask("r", "k", due_at=world.now + dt.timedelta(minutes=1))])
+    rows = _analyze(world, views_sql.QUEUE_DEPTHS, ())
+    by_table = {r["table"]: r for r in rows if r["id"] in (1, 2)}
+    queues, picks, counted = by_table["<derived2>"], by_table["<derived3>"], by_table["t"]
+    assert by_table["tasks"]["Extra"] == "Using index for group-by", rows  # the queues: one dive each
+    assert counted["key"] == "tasks_pickup" and "Using index" in counted["Extra"], rows
+    lookups = float(queues["r_rows"]) * float(picks["r_rows"])  # each (queue, pick state): one index range
+    assert lookups == 2 * 4 and round(lookups * float(counted["r_rows"])) == 11, rows  # 10 READY, 1 SCHEDULED
+    depths = world.store.run_sync(queue_depths, now=world.now)
+    assert depths["q"]["states"] == {"READY": 5, "OFFERED": 10, "SUCCEEDED": 30}
+    assert depths["r"]["states"] == {"READY": 5, "SCHEDULED": 1}
