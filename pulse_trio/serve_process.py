@@ -19,10 +19,13 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
 from pulse_trio.dburl import DatabaseConfig
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+#: Starts with fresh ports when one it chose was taken before ``serve`` bound it.
+PORT_ATTEMPTS = 5
 
 
 def free_port() -> int:
@@ -57,19 +60,39 @@ class ServeProcess:
         return f"ws://127.0.0.1:{self.worker_port}/v1/worker"
 
     def start(self) -> ServeProcess:
-        self.worker_port, self.http_port = self.worker_port or free_port(), self.http_port or free_port()
+        """Start it and wait until it answers.
+
+        A port chosen here is free when chosen, but any process (a client's
+        outgoing connection takes its port from the same range) may take it
+        before ``serve`` binds it: ``serve`` then exits at once with
+        ``EXIT_CANNOT_LISTEN`` having recorded nothing, and it is started
+        again on fresh ports. Ports the caller gave are never changed.
+        """
+        choose_worker, choose_http = not self.worker_port, not self.http_port
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if choose_worker:
+                self.worker_port = free_port()
+            if choose_http:
+                self.http_port = free_port()
+            self._launch()
+            try:
+                self._wait_answering()
+                return self
+            except BaseException:
+                assert self.process is not None
+                taken = self.process.poll() == EXIT_CANNOT_LISTEN and (choose_worker or choose_http)
+                self.stop()
+                if not taken or attempt == PORT_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _launch(self) -> None:
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "pulse_trio", "serve", "--database-url", self.database.url(redact=False),
              "--worker-listen", f"127.0.0.1:{self.worker_port}", "--http-listen", f"127.0.0.1:{self.http_port}",
              "--log-level", "warning", *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
-        try:
-            self._wait_answering()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _wait_answering(self) -> None:
         """Until the HTTP API answers: it serves only once the node has joined the cluster."""

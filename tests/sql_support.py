@@ -31,6 +31,21 @@ def rows(config: DatabaseConfig, query: str, args: Any = ()) -> list[tuple]:
         conn.close()
 
 
+def plan(config: DatabaseConfig, query: str, args: Any = (), verb: str = "EXPLAIN") -> list[dict[str, Any]]:
+    """MariaDB's ``EXPLAIN`` (or ``ANALYZE``: the plan plus what running it really read, ``r_rows``) of
+    ``query``, one dict per row of the plan; the statement itself is rolled back."""
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"{verb} {query}", args)
+            names = [d[0] for d in cur.description]
+            found = [dict(zip(names, r)) for r in cur.fetchall()]
+        conn.rollback()
+        return found
+    finally:
+        conn.close()
+
+
 def index_reads(config: DatabaseConfig, call: Callable[[Tx], T], **tx_fields: Any) -> tuple[T, int]:
     """Run ``call`` on a transaction of its own (rolled back): its answer, and how many index entries
     and rows its statements read (the connection's ``Handler_read_*`` counters), for tests that hold a

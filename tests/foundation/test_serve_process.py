@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
+from pulse_trio.serve_process import PORT_ATTEMPTS
 from pulse_trio.store.schema.migrate import code_version, current_version
 
 pytestmark = pytest.mark.live  # it runs serve and a managed mariadbd as processes
@@ -46,20 +48,46 @@ def _handshake_status(port: int, token: str = "") -> str:
         return s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
 
 
+def _serves_together(db, tmp_path) -> tuple[list[int], list[subprocess.Popen]]:
+    """Two serve processes started at once, each on a port chosen here.
+
+    A chosen port can be taken (by any outgoing connection) before its serve
+    binds it; that serve exits with EXIT_CANNOT_LISTEN having recorded
+    nothing, and the pair is started again on fresh ports, as
+    ``ServeProcess`` does.
+    """
+    for _ in range(PORT_ATTEMPTS):
+        ports = [_free_port(), _free_port()]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
+                 "--worker-listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0",
+                 "--state-dir", str(tmp_path)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for port in ports
+        ]
+        try:
+            for port, proc in zip(ports, procs):
+                _wait_listening(port, proc)
+            return ports, procs
+        except AssertionError:
+            _stop(procs)
+            if EXIT_CANNOT_LISTEN not in [proc.returncode for proc in procs]:
+                raise
+    raise AssertionError(f"no free pair of ports in {PORT_ATTEMPTS} attempts")
+
+
+def _stop(procs: list[subprocess.Popen]) -> list[int]:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    return [proc.wait(timeout=20) for proc in procs]
+
+
 def test_two_instances_start_together_on_a_fresh_database(database_server, tmp_path):
     db = database_server.with_database("pulse_two_serves")
-    ports = [_free_port(), _free_port()]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
-             "--worker-listen", f"127.0.0.1:{port}", "--http-listen", "127.0.0.1:0",
-             "--state-dir", str(tmp_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for port in ports
-    ]
+    ports, procs = _serves_together(db, tmp_path)
     try:
-        for port, proc in zip(ports, procs):
-            _wait_listening(port, proc)
         assert current_version(db) == code_version()
         token = subprocess.run(
             [sys.executable, "-m", "pulse_trio", "token", "create", "--role", "worker",
@@ -68,10 +96,7 @@ def test_two_instances_start_together_on_a_fresh_database(database_server, tmp_p
             assert " 101 " in _handshake_status(port, token) + " "
             assert " 401 " in _handshake_status(port) + " "
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            assert proc.wait(timeout=20) == 0
+        assert _stop(procs) == [0, 0]
 
 
 def test_serve_without_a_database_url_runs_and_stops_a_managed_mariadb(tmp_path):
@@ -117,3 +142,35 @@ def test_commands_racing_on_a_fresh_state_dir_share_one_managed_mariadb(tmp_path
     listed = subprocess.run([sys.executable, "-m", "pulse_trio", "token", "list", "--state-dir", str(state)],
                             capture_output=True, text=True, env=env, check=True)
     assert len(json.loads(listed.stdout)["tokens"]) == 3
+
+
+def test_a_serve_process_whose_chosen_port_was_taken_starts_again_on_fresh_ports(database_server, monkeypatch):
+    """The port it chose is taken before serve binds it: serve exits having recorded nothing, and starts again."""
+    from pulse_trio import serve_process
+    from pulse_trio.serve_process import ServeProcess
+
+    db = database_server.with_database("pulse_port_taken")
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        chosen = iter([taken])
+        real = serve_process.free_port
+        monkeypatch.setattr(serve_process, "free_port", lambda: next(chosen, None) or real())
+        launched: list[int] = []
+        launch = ServeProcess._launch
+
+        def counted(self):
+            launched.append(self.worker_port)
+            launch(self)
+
+        monkeypatch.setattr(ServeProcess, "_launch", counted)
+        with ServeProcess(db) as serve:
+            assert launched[0] == taken and serve.worker_port not in (taken, 0) and len(launched) == 2
+            assert _handshake_status(serve.worker_port).startswith("HTTP/1.1 401")
+    given = ServeProcess(db, worker_port=taken)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        with pytest.raises(RuntimeError, match="exited with 5"):
+            given.start()  # a port the caller gave is never changed

@@ -15,13 +15,13 @@ import datetime as dt
 
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LEASE_HOLDS, LIVE_LEASE_STATES
-from pulse_trio.dburl import connect
 from pulse_trio.store import NewTask, request_cancel, submit
 from pulse_trio.store.engine.timer_scan import sources, statement
 from pulse_trio.store.engine.tx import db_time
 from pulse_trio.store.task import sql as task_sql
 from pulse_trio.store.views import sql as views_sql
 from pulse_trio.store.views.queries import queue_depths
+from sql_support import plan as query_plan
 
 
 def _filed(world, table: str, column: str, chart: str) -> dict[str, str | None]:
@@ -62,17 +62,7 @@ def test_the_rows_follow_their_lease_through_start_finish_and_revoke(world):
 
 
 def _analyze(world, sql: str, args) -> list[dict]:
-    """MariaDB's ANALYZE of ``sql``: each table's plan and what running it really read (``r_rows``)."""
-    conn = connect(world.db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("ANALYZE " + sql, args)
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, r)) for r in cur.fetchall()]
-        conn.rollback()
-        return rows
-    finally:
-        conn.close()
+    return query_plan(world.db, sql, args, "ANALYZE")
 
 
 def test_promotion_reads_the_due_scheduled_tasks_alone(world):

@@ -9,6 +9,7 @@ import pytest
 from pulse_trio.dburl import connect
 from pulse_trio.store import NewTask, pickup_sql, promote, submit
 from pulse_trio.store.engine.tx import Tx
+from sql_support import plan as query_plan
 
 
 def test_submit_due_is_ready_future_is_scheduled(world):
@@ -113,18 +114,7 @@ def _analyze(world, sql, args):
 
 
 def _explain(world, sql, args, verb="EXPLAIN"):
-    from pulse_trio.dburl import connect
-
-    conn = connect(world.db)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(verb + " " + sql, args)
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, r)) for r in cur.fetchall()]
-        conn.rollback()
-        return rows
-    finally:
-        conn.close()
+    return query_plan(world.db, sql, args, verb)
 
 
 @pytest.mark.parametrize("variant", [
