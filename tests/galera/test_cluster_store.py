@@ -197,6 +197,12 @@ def test_certification_failures_are_retried_like_deadlocks(cluster, database_nam
         cur.execute("CREATE TABLE galera_counter (id INT PRIMARY KEY, n INT NOT NULL)")
         cur.execute("INSERT INTO galera_counter VALUES (1, 0)")
         conn.commit()
+    # n2 applies what n1 committed (the migration's DDL, this table) in its own time: a causal read
+    # there waits until it has, so the writers race on the row, not on the table's replication.
+    with contextlib.closing(n2.connect()) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION wsrep_sync_wait = 1")
+        cur.execute(f"SELECT n FROM `{database_name}`.galera_counter WHERE id = 1")
+        assert cur.fetchone() == (0,)
     per_writer, failures = 20, []
     together = threading.Barrier(2)
     local = threading.local()
