@@ -44,24 +44,21 @@ TABLES: dict[str, tuple[str, str]] = {
 }
 
 
-#: The index that finds a table's rows by a move's key (its first column): a move names it, so the
-#: optimizer never weighs the other indexes for an IN list of keys. Left to itself it took
-#: ``leases_owner`` (whose entries end in the primary key) for the lean lease moves: a second
-#: index read per row, and a buffered UPDATE since that index holds the state being moved.
-KEY_INDEXES: dict[tuple[str, str], str] = {
-    ("tasks", "task_id"): "PRIMARY",
-    ("leases", "lease_id"): "PRIMARY",
-    ("key_permits", "lease_id"): "PRIMARY",
-    ("cancel_intents", "task_id"): "PRIMARY",
-    ("worker_instances", "session_id"): "worker_instances_session",
-    ("worker_instances", "instance_id"): "PRIMARY",
-    ("server_nodes", "node_id"): "PRIMARY",
-    ("queues", "queue"): "PRIMARY",
-    ("schedules", "schedule_id"): "PRIMARY",
-    ("fair_shares", "share_id"): "PRIMARY",
-    ("fairness_weights", "fairness_key"): "PRIMARY",
-    ("cluster_settings", "name"): "PRIMARY",
-}
+#: The move keys a table's primary key does not start with, and the index that does. Every other
+#: key is its table's primary key.
+SECONDARY_KEY_INDEXES: dict[tuple[str, str], str] = {("worker_instances", "session_id"): "worker_instances_session"}
+
+
+def key_index(table: str, column: str) -> str:
+    """The index that finds ``table``'s rows by a move's key (its first ``column``).
+
+    A move names it (FORCE INDEX), so the optimizer never weighs the other
+    indexes for an IN list of keys. Left to itself it took ``leases_owner``
+    (whose entries end in the primary key) for the lean lease moves: a second
+    index read per row, and a buffered UPDATE since that index holds the state
+    being moved.
+    """
+    return SECONDARY_KEY_INDEXES.get((table, column), "PRIMARY")
 
 
 class UndeclaredTransition(InvariantViolation):
@@ -98,15 +95,17 @@ def _dest_of(chart: str, trigger: str, sources: tuple[str, ...], dest: str | Non
     return found.pop()
 
 
+@functools.lru_cache(maxsize=512)
 def statement(chart: str, sets: str = "", where: str = "", key: str | None = None) -> str:
     """``UPDATE <table> FORCE INDEX (<key's>) SET state = %s[, sets] WHERE <key> IN %s AND state IN %s[ AND where]``.
 
     ``key`` is a column or a tuple of columns (``(lease_id, owner_session_id, revision)``) whose
-    first names the rows; :data:`KEY_INDEXES` says which index finds them.
+    first names the rows; :func:`key_index` says which index finds them. Kept per shape (bounded:
+    a batch of mixed outcomes adds a CASE per lease to ``sets``, so shapes vary with batch sizes).
     """
     table, default_key = TABLES[chart]
     key = key or default_key
-    index = KEY_INDEXES[(table, key.strip("()").split(",")[0].strip())]
+    index = key_index(table, key.strip("()").split(",")[0].strip())
     return (f"UPDATE {table} FORCE INDEX ({index}) SET state = %s{', ' + sets if sets else ''}"
             f" WHERE {key} IN %s AND state IN %s{' AND ' + where if where else ''}")
 
@@ -197,4 +196,5 @@ def _prepared(tx: Tx, chart: str, trigger: str, ids: Collection[Any], source: st
     return statement(chart, sets, where, key), (state, *args, tuple(ids), sources, *where_args), state
 
 
-__all__ = ["KEY_INDEXES", "TABLES", "UndeclaredTransition", "create", "destination", "move", "statement", "try_move"]
+__all__ = ["SECONDARY_KEY_INDEXES", "TABLES", "UndeclaredTransition", "create", "destination", "key_index", "move", "statement",
+           "try_move"]
