@@ -37,13 +37,24 @@ class Trusted(Generic[T]):
 
 def _compile(cls: type) -> Callable[..., Any]:
     names = [f.name for f in dataclasses.fields(cls)]
-    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    scope.update({f"set_{n}": getattr(cls, n).__set__ for n in names})
-    lines = [f"def build({', '.join(names)}):", "    o = new(cls)"]
-    lines += [f"    set_{n}(o, {n})" for n in names]
+    return compile_slot_builder(cls, ", ".join(names), {n: n for n in names}, label="trusted")
+
+
+def compile_slot_builder(cls: type, parameters: str, values: dict[str, str], *, label: str,
+                         check: str = "", scope: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """``build(<parameters>) -> cls``, compiled: a new ``cls`` with each slot in ``values`` set to its expression.
+
+    One slot descriptor call per value, no loop and no ``__init__`` (so no checks);
+    ``check`` is a line run first, ``scope`` the names the expressions use. Slots
+    left out stay unset. Shared by :class:`Trusted` and the store's row shapes.
+    """
+    names: dict[str, Any] = {**(scope or {}), "new": object.__new__, "cls": cls}
+    names.update({f"set_{n}": getattr(cls, n).__set__ for n in values})
+    lines = [f"def build({parameters}):", *([f"    {check}"] if check else []), "    o = new(cls)"]
+    lines += [f"    set_{n}(o, {value})" for n, value in values.items()]
     lines.append("    return o")
-    exec(compile("\n".join(lines), f"<trusted: {cls.__name__}>", "exec"), scope)  # noqa: S102
-    return scope["build"]
+    exec(compile("\n".join(lines), f"<{label}: {cls.__name__}>", "exec"), names)  # noqa: S102
+    return names["build"]
 
 
-__all__ = ["Trusted"]
+__all__ = ["Trusted", "compile_slot_builder"]

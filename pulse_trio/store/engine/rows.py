@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES
+from pulse_trio.contract.trusted import compile_slot_builder
 from pulse_trio.schedule_timing import Timing
 from pulse_trio.store.engine.tx import aware_utc, py_time, rfc3339
 
@@ -253,20 +254,17 @@ class RowShape:
 
 def _compile_build(cls: type, names: tuple[str, ...]) -> Callable[[tuple | list], Any]:
     """``build(row) -> cls``: one descriptor call per column read, times made aware and flags bool."""
-    scope: dict[str, Any] = {"new": object.__new__, "cls": cls, "aware_utc": aware_utc, "bool": bool}
-    lines = ["def build(row):", f"    if len(row) != {len(names)}:",
-             f"        raise ValueError(f'{{len(row)}} values for {len(names)} columns')", "    o = new(cls)"]
+    values: dict[str, str] = {}
     for i, name in enumerate(names):
-        scope[f"set_{name}"] = getattr(cls, name).__set__
         value = f"row[{i}]"
         if name in cls._TIMES:
             value = f"None if {value} is None else aware_utc({value})"
         elif name in getattr(cls, "_BOOLS", ()):
             value = f"None if {value} is None else bool({value})"
-        lines.append(f"    set_{name}(o, {value})")
-    lines.append("    return o")
-    exec(compile("\n".join(lines), f"<row shape: {cls.__name__}>", "exec"), scope)  # noqa: S102
-    return scope["build"]
+        values[name] = value
+    check = (f"if len(row) != {len(names)}: raise ValueError(f'{{len(row)}} values for {len(names)} columns')")
+    return compile_slot_builder(cls, "row", values, label="row shape", check=check,
+                                scope={"aware_utc": aware_utc, "bool": bool})
 
 
 def _unread_is_none(self: Any, name: str) -> None:
