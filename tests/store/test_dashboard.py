@@ -11,6 +11,7 @@ from pulse_trio.http.throughput import FinishesPerMinute
 from pulse_trio.store import NewTask, submit
 from pulse_trio.store.views.dashboard import finishes_by_minute, finishes_since, queue_states, state_pairs
 from pulse_trio.store.engine.tx import py_time
+from sql_support import index_reads
 
 MINUTE = dt.timedelta(minutes=1)
 
@@ -111,3 +112,20 @@ async def test_concurrent_readers_share_one_fill(world):
             nursery.start_soon(read)
     assert len(answers) == 3 and all(a == answers[0] for a in answers)
     assert sum(answers[0][1][("q", "SUCCEEDED")]) == 1
+
+
+def test_the_pairs_are_found_without_walking_the_tasks(world):
+    """state_pairs reads about one index entry per queue and state, however many tasks wait or ended."""
+    def pairs_and_reads():
+        return index_reads(world.db, lambda tx: sorted(state_pairs(tx)))
+
+    world.run(submit, tasks=[NewTask(q, "k") for q in ("q", "r") for _ in range(3)])
+    few, reads_few = pairs_and_reads()
+    many = world.run(submit, tasks=[NewTask(q, "k") for q in ("q", "r") for _ in range(1500)])
+    world.sql("UPDATE tasks SET state = 'SUCCEEDED', outcome_status = 'SUCCEEDED', finished_at = created_at"
+              " WHERE task_id IN %s", (tuple(t.task_id for t in many[::2]),))
+    world.sql("ANALYZE TABLE tasks")  # the statistics of a table that grew 500-fold, as InnoDB keeps them
+    pairs, reads_many = pairs_and_reads()
+    assert few == [("q", "READY"), ("r", "READY")]
+    assert pairs == [("q", "READY"), ("q", "SUCCEEDED"), ("r", "READY"), ("r", "SUCCEEDED")]
+    assert reads_many <= reads_few + 20, (reads_few, reads_many)

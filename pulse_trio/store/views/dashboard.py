@@ -5,12 +5,12 @@ grow with the history kept in ``tasks``, one group of states at a time
 (docs/storage.md §6):
 
 * READY and SCHEDULED through ``tasks_pickup (queue, pick_state, …)``:
-  the (queue, state) pairs that exist by a loose scan (one index dive per
-  pair), each counted up to ``COUNT_CAP``;
+  the queues by a loose scan (one index dive per queue), then the states
+  each has by one dive per (queue, state), each pair counted up to ``COUNT_CAP``;
 * OFFERED and RUNNING through their live leases, which the workers'
   capacity bounds, counted exactly;
 * ended tasks through ``tasks_finished (queue, outcome_status,
-  finished_at)``: the pairs by a loose scan, each counted up to the cap
+  finished_at)``: the pairs the same way, each counted up to the cap
   (past it the dashboard shows "at least": a count of a million SUCCEEDED
   rows would read a million index entries on every refresh), and the
   recent finishes as one range per pair, so their cost follows the
@@ -40,7 +40,7 @@ FINISHED_STATUSES = tuple(state for state in CHARTS["task"].spec.states if state
 
 @read_only
 def state_pairs(tx: Tx) -> list[tuple[str, str]]:
-    """Every (queue, state) with at least one task waiting or ended, by loose index scans."""
+    """Every (queue, state) with at least one task waiting or ended: one dive per queue, and per queue and state."""
     waiting = tx.all(sql.WAITING_PAIRS)
     ended = tx.all(sql.ENDED_PAIRS)
     return [(queue, state) for queue, state in (*waiting, *ended)]

@@ -41,12 +41,17 @@ BEFORE_ID = "t.task_id < %s"
 AFTER_ID = "t.task_id > %s"
 NEWEST_FIRST = " ORDER BY t.task_id DESC LIMIT %s"
 OLDEST_FIRST = " ORDER BY t.task_id LIMIT %s"
-#: Tasks per state per queue, each group through an index that holds only it. The waiting ones:
-#: the queues that have tasks (a loose scan of ``tasks_pickup``, one dive per queue), then per queue
-#: and pick state one index-only range of ``tasks_pickup`` (equality on both parts: ``sql_rows``).
+#: The queues that have tasks, by a loose scan of ``tasks_pickup`` (one dive per queue, however many
+#: tasks), each joined with a set of states (``sql_rows``) so that a lookup by (queue, state) is an
+#: equality on both parts of an index. ``SELECT DISTINCT queue, pick_state … WHERE pick_state IS NOT
+#: NULL`` is no loose scan: MariaDB walks the whole index for it, every ended task included.
+_QUEUES = "(SELECT DISTINCT queue FROM tasks FORCE INDEX (tasks_pickup)) q"
+_WAITING_PICKS = sql_rows(tuple(dict.fromkeys((*WAITING_TASK_STATES, *READY_PICKS))))
+_ENDED = sql_rows(tuple(sorted(TERMINAL_TASK_STATES)))
+#: Tasks per state per queue, each group through an index that holds only it. The waiting ones: per
+#: queue and pick state one index-only range of ``tasks_pickup``.
 QUEUE_DEPTHS = (
-    "SELECT q.queue, p.state, COUNT(*) FROM (SELECT DISTINCT queue FROM tasks FORCE INDEX (tasks_pickup)) q"
-    f" STRAIGHT_JOIN {sql_rows(tuple(dict.fromkeys((*WAITING_TASK_STATES, *READY_PICKS))))} p"
+    f"SELECT q.queue, p.state, COUNT(*) FROM {_QUEUES} STRAIGHT_JOIN {_WAITING_PICKS} p"
     " STRAIGHT_JOIN tasks t FORCE INDEX (tasks_pickup) ON t.queue = q.queue AND t.pick_state = p.state"
     " GROUP BY q.queue, p.state"
     " UNION ALL SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
@@ -72,10 +77,14 @@ LIVE_NODES = f" WHERE n.state IN {sql_list(LIVE_NODE_STATES)}"
 NODES_ORDER = " ORDER BY n.started_at DESC, n.node_id LIMIT %s"
 
 # -- the dashboard's figures (dashboard) ---------------------------------------------------------------
-WAITING_PAIRS = ("SELECT DISTINCT queue, pick_state FROM tasks FORCE INDEX (tasks_pickup)"
-                 " WHERE pick_state IS NOT NULL")
-ENDED_PAIRS = ("SELECT DISTINCT queue, outcome_status FROM tasks FORCE INDEX (tasks_finished)"
-               " WHERE outcome_status IS NOT NULL")
+#: The (queue, state) pairs with a task waiting, or ended: one index dive per queue and state.
+#: (A subquery with LIMIT: an EXISTS would be turned into a semi-join that reads the whole index.)
+WAITING_PAIRS = (f"SELECT q.queue, p.state FROM {_QUEUES} STRAIGHT_JOIN {_WAITING_PICKS} p WHERE"
+                 " (SELECT 1 FROM tasks t FORCE INDEX (tasks_pickup) WHERE t.queue = q.queue AND t.pick_state = p.state"
+                 " LIMIT 1) = 1")
+ENDED_PAIRS = (f"SELECT q.queue, p.state FROM {_QUEUES} STRAIGHT_JOIN {_ENDED} p WHERE"
+               " (SELECT 1 FROM tasks t FORCE INDEX (tasks_finished) WHERE t.queue = q.queue"
+               " AND t.outcome_status = p.state LIMIT 1) = 1")
 #: One (queue, state) count up to a cap; a query is several of these, UNION ALL.
 COUNT_WAITING = ("SELECT %s, %s, (SELECT COUNT(*) FROM (SELECT 1 FROM tasks FORCE INDEX (tasks_pickup)"
                  " WHERE queue = %s AND pick_state = %s LIMIT %s) c)")
