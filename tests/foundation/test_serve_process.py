@@ -13,16 +13,10 @@ import time
 import pytest
 
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
-from pulse_trio.serve_process import PORT_ATTEMPTS
+from pulse_trio.serve_process import PORT_ATTEMPTS, free_port
 from pulse_trio.store.schema.migrate import code_version, current_version
 
 pytestmark = pytest.mark.live  # it runs serve and a managed mariadbd as processes
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
@@ -57,7 +51,7 @@ def _serves_together(db, tmp_path) -> tuple[list[int], list[subprocess.Popen]]:
     ``ServeProcess`` does.
     """
     for _ in range(PORT_ATTEMPTS):
-        ports = [_free_port(), _free_port()]
+        ports = [free_port(), free_port()]
         procs = [
             subprocess.Popen(
                 [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
@@ -101,7 +95,7 @@ def test_two_instances_start_together_on_a_fresh_database(database_server, tmp_p
 
 def test_serve_without_a_database_url_runs_and_stops_a_managed_mariadb(tmp_path):
     state = tmp_path / "state"
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PULSE_DATABASE_URL"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "pulse_trio", "serve", "--state-dir", str(state), "--worker-listen", f"127.0.0.1:{port}",
