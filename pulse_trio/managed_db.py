@@ -16,7 +16,6 @@ import fcntl
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import pymysql
 
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.ports import PORT_ATTEMPTS, free_port
 
 _SERVER_NAMES = ("mariadbd", "mysqld")
 _INSTALL_NAMES = ("mariadb-install-db", "mysql_install_db")
@@ -36,6 +36,14 @@ APP_NAME = "pulse-trio"
 
 class ManagedDatabaseError(RuntimeError):
     """The private MariaDB could not be started."""
+
+
+class _PortTaken(ManagedDatabaseError):
+    """``mariadbd`` could not bind its port: another socket took it first."""
+
+
+#: What ``mariadbd`` logs when its TCP port is taken (errno EADDRINUSE).
+_PORT_IN_USE = "Address already in use"
 
 
 class ManagedDatabaseMissing(ManagedDatabaseError):
@@ -66,12 +74,6 @@ def _find(names: tuple[str, ...]) -> str:
     raise ManagedDatabaseError(
         f"none of {', '.join(names)} found: install mariadb-server (apt-get install mariadb-server)"
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ManagedMariaDB:
@@ -143,13 +145,31 @@ class ManagedMariaDB:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _start_locked(self, timeout: float) -> DatabaseConfig:
+        """Start ``mariadbd`` and wait until it answers.
+
+        A port chosen here is free when chosen, but another socket may take
+        it before ``mariadbd`` binds it: the server then exits at once,
+        having written nothing, and is started again on a fresh port (see
+        :mod:`pulse_trio.ports`). A port the caller gave is never changed.
+        """
         if self._answers():
             return self.config()
         if not (self.data_dir / "mysql").is_dir():
             self._install()
-        if self.port is None:
-            self.port = _free_port()
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        choose_port = self.port is None
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if choose_port:
+                self.port = free_port()
+            try:
+                return self._launch(timeout)
+            except _PortTaken as taken:
+                if not choose_port or attempt == PORT_ATTEMPTS:
+                    raise ManagedDatabaseError(str(taken)) from None
+        raise AssertionError("unreachable")
+
+    def _launch(self, timeout: float) -> DatabaseConfig:
+        assert self.port is not None
         args = [
             _find(_SERVER_NAMES), "--no-defaults",
             f"--datadir={self.data_dir}", f"--socket={self.socket_path}",
@@ -163,6 +183,7 @@ class ManagedMariaDB:
             args += ["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", "--innodb-doublewrite=0"]
         if os.geteuid() == 0:
             args.append("--user=root")
+        log_start = self._log_size()
         self._process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -170,7 +191,10 @@ class ManagedMariaDB:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise ManagedDatabaseError(f"mariadbd exited at start; see {self.log_path}:\n{self._log_tail()}")
+                message = f"mariadbd exited at start; see {self.log_path}:\n{self._log_tail()}"
+                if _PORT_IN_USE in self._log_since(log_start):
+                    raise _PortTaken(message)
+                raise ManagedDatabaseError(message)
             if self._answers():
                 return self.config()
             time.sleep(0.05)
@@ -239,6 +263,19 @@ class ManagedMariaDB:
             pymysql.connect(unix_socket=str(self.socket_path), user="root", connect_timeout=1).close()
             return True
         return False
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _log_since(self, offset: int) -> str:
+        """What the server logged after ``offset`` (its error log is appended to across starts)."""
+        with contextlib.suppress(OSError), self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+        return ""
 
     def _log_tail(self, lines: int = 20) -> str:
         with contextlib.suppress(OSError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,18 +20,10 @@ from typing import Any
 
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.ports import PORT_ATTEMPTS, free_port
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
-#: Starts with fresh ports when one it chose was taken before ``serve`` bound it.
-PORT_ATTEMPTS = 5
-
-
-def free_port() -> int:
-    """A port nothing listens on now (the OS's choice)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclasses.dataclass(eq=False)

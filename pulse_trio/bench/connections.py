@@ -38,10 +38,11 @@ from pulse_trio.bench import measure
 from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.noop_worker import KIND, QUEUE
 from pulse_trio.bench.processes import (
-    Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress, raise_fd_limit, wait_until, worker_url,
+    Fleet, bench_env, bench_tokens, on_fresh_database, progress, raise_fd_limit, wait_until, worker_url,
 )
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.ports import free_port
 
 IDLE_QUEUE = "bench.idle"
 SESSIONS_PER_PROCESS = 2500

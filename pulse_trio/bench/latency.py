@@ -45,12 +45,13 @@ from pulse_trio.bench.fill_finished import FillOptions, fill, history_left
 from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.noop_worker import CLIENT_KIND, HTTP_KIND, QUEUE, WARM_UP_KIND
 from pulse_trio.bench.processes import (
-    Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress, wait_until,
+    Fleet, bench_env, bench_tokens, on_fresh_database, progress, wait_until,
 )
 from pulse_trio.bench.runner import HISTORY_QUEUE, purge_rates
 from pulse_trio.client import Client
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.ports import free_port
 
 PATHS = ("http", "client")
 WARM_UP_TASKS = 5

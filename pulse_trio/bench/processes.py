@@ -20,17 +20,12 @@ from typing import TypeVar
 
 from pulse_trio.contract.limits import ENDPOINT_PATH
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.ports import free_port
 from pulse_trio.store.engine.writer import connect, drop_database
 from pulse_trio.store.schema.migrate import migrate
 from pulse_trio.store.token.tokens import create_token
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker_url(port: int) -> str:

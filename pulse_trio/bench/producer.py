@@ -28,8 +28,9 @@ from typing import Any
 
 from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.measure import global_statuses
-from pulse_trio.bench.processes import Fleet, bench_env, free_port, on_fresh_database, progress, wait_until
+from pulse_trio.bench.processes import Fleet, bench_env, on_fresh_database, progress, wait_until
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.ports import free_port
 from pulse_trio.store.engine.writer import connect
 
 QUEUE = "bench_producer"

@@ -29,10 +29,11 @@ import time
 from pulse_trio.bench import measure
 from pulse_trio.bench.fill_finished import FillOptions, fill, history_left
 from pulse_trio.bench.noop_worker import KIND, QUEUE
-from pulse_trio.bench.processes import Fleet, bench_env, bench_tokens, free_port, on_fresh_database, progress
+from pulse_trio.bench.processes import Fleet, bench_env, bench_tokens, on_fresh_database, progress
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.ports import free_port
 
 SUBMIT_BATCH = 500
 #: The queue of ``--history``'s finished tasks (never the bench's own).

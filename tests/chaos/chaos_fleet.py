@@ -21,15 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+from pulse_trio.ports import free_port
+
 WORKER = str(Path(__file__).with_name("recording_worker.py")) + ":registry"
 #: The worker backends, by worker index modulo their number.
 BACKENDS = ("asyncio", "trio")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, timeout: float = 30) -> None:

@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
+from pulse_trio.ports import free_port
+
 COMMAND = [sys.executable, "-m", "pulse_trio"]
 
 
@@ -20,12 +22,6 @@ def run(*args: str, timeout: float = 60, stdin: str | None = None, cwd: str | No
     """One command to its end (the environment is the test's, PULSE_STATE_DIR included)."""
     return subprocess.run([*COMMAND, *args], capture_output=True, text=True, timeout=timeout, input=stdin,
                           cwd=cwd, env=env)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
-from pulse_trio.serve_process import PORT_ATTEMPTS, free_port
+from pulse_trio.ports import PORT_ATTEMPTS, free_port
 from pulse_trio.store.schema.migrate import code_version, current_version
 
 pytestmark = pytest.mark.live  # it runs serve and a managed mariadbd as processes

@@ -7,17 +7,12 @@ Tests import it by name (``import serve_process``): this folder is on the
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
 import trio
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pulse_trio.ports import free_port
 
 
 async def start(db, port: int, *args: str, http_port: int | None = None, log=None,

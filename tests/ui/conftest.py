@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,15 +25,10 @@ from token_support import make_token
 from ui_support import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, Api, wait_for
 
 from pulse_trio.dburl import DatabaseConfig, drop_database
+from pulse_trio.ports import free_port
 from pulse_trio.store.schema.migrate import migrate
 
 _HERE = Path(__file__).resolve().parent  # the workers run ui_worker.py from here, by path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclasses.dataclass
@@ -56,7 +50,7 @@ class Service:
 def service(database_server: DatabaseConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     config = database_server.with_database(f"pulse_ui_{secrets.token_hex(4)}")
     migrate(config)
-    http_port, worker_port = _free_port(), _free_port()
+    http_port, worker_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
