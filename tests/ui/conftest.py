@@ -25,7 +25,7 @@ from token_support import make_token
 from ui_support import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, Api, wait_for
 
 from pulse_trio.dburl import DatabaseConfig, drop_database
-from pulse_trio.ports import free_port
+from pulse_trio.serve_process import ServeProcess
 from pulse_trio.store.schema.migrate import migrate
 
 _HERE = Path(__file__).resolve().parent  # the workers run ui_worker.py from here, by path
@@ -47,25 +47,18 @@ class Service:
 
 
 @pytest.fixture(scope="package")
-def service(database_server: DatabaseConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def service(database_server: DatabaseConfig) -> Iterator[Service]:
+    """One `pulse-trio serve` for the folder (``ServeProcess``: ports it chose, started again if one was taken)."""
     config = database_server.with_database(f"pulse_ui_{secrets.token_hex(4)}")
     migrate(config)
-    http_port, worker_port = free_port(), free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "pulse_trio", "serve", "--database-url", config.url(redact=False),
-             "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    service = Service(config, http_port, worker_port, Api(http_port))
     try:
-        probe = service.token("operator")
-        wait_for(lambda: process.poll() is None and _answers(service.api, probe) or _exited(process, log),
-                 "pulse-trio serve to answer", timeout=30)
-        yield service
+        with ServeProcess(config) as serve:
+            service = Service(config, serve.http_port, serve.worker_port, Api(serve.http_port))
+            probe = service.token("operator")
+            wait_for(lambda: _answers(service.api, probe) or _serve_exited(serve),
+                     "pulse-trio serve to answer", timeout=30)
+            yield service
     finally:
-        process.terminate()
-        process.wait(timeout=20)
         drop_database(config)
 
 
@@ -76,9 +69,16 @@ def _answers(api: Api, token: str) -> bool:
         return False
 
 
+def _serve_exited(serve: ServeProcess) -> bool:
+    assert serve.process is not None
+    if serve.process.poll() is not None:
+        raise AssertionError(f"pulse-trio serve exited with {serve.process.returncode}:\n{serve.log_tail()}")
+    return False
+
+
 def _exited(process: subprocess.Popen, log: Path) -> bool:
     if process.poll() is not None:
-        raise AssertionError(f"pulse-trio serve exited with {process.returncode}:\n{log.read_text()[-2000:]}")
+        raise AssertionError(f"pulse-trio worker exited with {process.returncode}:\n{log.read_text()[-2000:]}")
     return False
 
 
