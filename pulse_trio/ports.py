@@ -2,9 +2,9 @@
 
 A port found free here may be taken by any other socket (a client's
 outgoing connection takes its port from the same range) before the child
-binds it. A caller that chose the port starts the child again on a fresh
-one, up to :data:`PORT_ATTEMPTS` times; a port the user gave is never
-changed.
+binds it. ``ServeProcess`` and the managed MariaDB then start the child
+again on a fresh port, up to :data:`PORT_ATTEMPTS` times; a port the user
+gave is never changed.
 """
 
 from __future__ import annotations
