@@ -244,13 +244,43 @@ def connect_node(config: DatabaseConfig, *, database: bool = True,
 Connector = Callable[..., pymysql.connections.Connection]
 
 
+#: ER_UNKNOWN_SYSTEM_VARIABLE: a server built without Galera (MySQL) has no ``wsrep_*``.
+UNKNOWN_VARIABLE = 1193
+#: Makes each read on a Galera node wait until the node has applied every commit the
+#: cluster acknowledged before it (docs/storage.md §10).
+CAUSAL_READS = "SET SESSION wsrep_sync_wait = 1"
+
+
+def set_causal_reads(cur) -> None:
+    """Run :data:`CAUSAL_READS` on ``cur``'s session; a server without the variable needs none."""
+    try:
+        cur.execute(CAUSAL_READS)
+    except pymysql.err.MySQLError as exc:
+        if not (exc.args and exc.args[0] == UNKNOWN_VARIABLE):
+            raise
+
+
 def create_database(config: DatabaseConfig, *, connector: Connector = connect) -> None:
-    """Create the configured database if it does not exist yet (``connector`` picks the server)."""
+    """Create the configured database if it does not exist yet (``connector`` picks the server).
+
+    A database that exists is left alone: no ``CREATE DATABASE IF NOT
+    EXISTS`` is sent for it. On a Galera cluster even that no-op is a
+    replicated, totally ordered DDL. Applied on a node where another
+    process is running DDL in that database (a migration started there a
+    moment earlier), it waits for that connection's schema lock, which waits
+    for its own turn behind it, and the whole cluster stops (docs/storage.md
+    §10). The look-up is a causal read, so a database just created through
+    another node is seen.
+    """
     conn = connector(config, database=False)
     try:
         with conn.cursor() as cur:
-            name = config.database.replace("`", "``")
-            cur.execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            set_causal_reads(cur)
+            cur.execute("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = %s",
+                        (config.database,))
+            if cur.fetchone()[0] == 0:
+                name = config.database.replace("`", "``")
+                cur.execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
         conn.commit()
     finally:
         conn.close()

@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import pymysql
 
-from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.engine.writer import connect, set_causal_reads, writer_for
+from pulse_trio.dburl import DatabaseConfig, set_causal_reads
+from pulse_trio.store.engine.writer import connect, writer_for
 
 # -- what a failed statement means --------------------------------------------------
 DEADLOCK = 1213  # also a Galera certification failure, reported at COMMIT: nothing was committed
@@ -131,7 +131,7 @@ class ConnectionPool:
                     cur.execute(statement)
                 if self.autocommit and self._writer is not None:
                     # On a cluster, a read that must see every commit the cluster has acknowledged waits
-                    # for the node to apply them first (``writer.CAUSAL_READS``). Autocommit views need
+                    # for the node to apply them first (``dburl.CAUSAL_READS``). Autocommit views need
                     # it: they may follow a commit made through another node (an instance that has not
                     # failed over yet, or just has). Writes do not: a transaction that read a row older
                     # than a commit it conflicts with fails certification at COMMIT (1213) and runs

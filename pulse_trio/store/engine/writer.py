@@ -43,7 +43,7 @@ import time
 import pymysql
 
 from pulse_trio import dburl
-from pulse_trio.dburl import DatabaseConfig, connect_node
+from pulse_trio.dburl import UNKNOWN_VARIABLE, DatabaseConfig, connect_node, set_causal_reads
 
 log = logging.getLogger("pulse_trio.dbwriter")  # the logger's name operators already filter on
 
@@ -54,20 +54,6 @@ PROBE_TIMEOUT_S = 2.0
 RECHECK_AFTER_S = 0.5
 #: CR_CONN_HOST_ERROR: what a caller sees when no node is ready.
 NO_WRITER = 2003
-#: ER_UNKNOWN_SYSTEM_VARIABLE: a server built without Galera (MySQL) has no ``wsrep_*``.
-UNKNOWN_VARIABLE = 1193
-#: Makes each read on a Galera node wait until the node has applied every commit the
-#: cluster acknowledged before it (docs/storage.md §10).
-CAUSAL_READS = "SET SESSION wsrep_sync_wait = 1"
-
-
-def set_causal_reads(cur) -> None:
-    """Run :data:`CAUSAL_READS` on ``cur``'s session; a server without the variable needs none."""
-    try:
-        cur.execute(CAUSAL_READS)
-    except pymysql.err.MySQLError as exc:
-        if not (exc.args and exc.args[0] == UNKNOWN_VARIABLE):
-            raise
 
 
 class WriterSelector:

@@ -30,8 +30,8 @@ from importlib import resources
 
 import pymysql
 
-from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.engine.writer import connect, create_database, set_causal_reads
+from pulse_trio.dburl import DatabaseConfig, set_causal_reads
+from pulse_trio.store.engine.writer import connect, create_database
 from pulse_trio.store.engine.pool import CONFLICT, classify
 
 LOCK_NAME = "pulse_trio.migrate"
