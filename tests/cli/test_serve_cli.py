@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from cli_support import free_port, run, serve
+from cli_support import run, serve
 from pulse_trio.dburl import connect
+from pulse_trio.ports import free_port
 
 EXIT_CANNOT_LISTEN = 5
 

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import COMMAND, free_port, serve
+from cli_support import COMMAND, serve
 from token_support import make_token
+
+from pulse_trio.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"

@@ -12,7 +12,35 @@ import sys
 
 import trio
 
-from pulse_trio.ports import free_port
+from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
+from pulse_trio.ports import PORT_ATTEMPTS, free_port
+
+
+class ServeExited(AssertionError):
+    """``serve`` exited before it listened; ``returncode`` says why (``EXIT_CANNOT_LISTEN``: a port was taken)."""
+
+    def __init__(self, returncode: int) -> None:
+        super().__init__(f"pulse-trio serve exited with {returncode}")
+        self.returncode = returncode
+
+
+async def start_on_free_ports(db, *args: str, log=None,
+                              env: dict[str, str] | None = None) -> tuple[trio.Process, int, int]:
+    """:func:`start` on a worker port and an HTTP port chosen here: ``(process, worker_port, http_port)``.
+
+    A chosen port can be taken by another socket before ``serve`` binds it; ``serve`` then exits
+    with ``EXIT_CANNOT_LISTEN`` having recorded nothing, and it is started again on fresh ports.
+    """
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        worker_port, http_port = free_port(), free_port()
+        try:
+            process = await start(db, worker_port, *args, http_port=http_port, log=log, env=env)
+        except ServeExited as exited:
+            if exited.returncode != EXIT_CANNOT_LISTEN or attempt == PORT_ATTEMPTS:
+                raise
+            continue
+        return process, worker_port, http_port
+    raise AssertionError("unreachable")
 
 
 async def start(db, port: int, *args: str, http_port: int | None = None, log=None,
@@ -35,7 +63,7 @@ async def start(db, port: int, *args: str, http_port: int | None = None, log=Non
         for listening in ports:
             while True:
                 if process.poll() is not None:
-                    raise AssertionError(f"pulse-trio serve exited with {process.returncode}")
+                    raise ServeExited(process.returncode)
                 try:
                     stream = await trio.open_tcp_stream("127.0.0.1", listening)
                     await stream.aclose()

@@ -57,10 +57,9 @@ class Instance:
 @contextlib.asynccontextmanager
 async def serving(db, tmp_path: Path, name: str, *flags: str):
     """A `serve` process with ``flags``, its log in ``tmp_path``; stopped gracefully at the end."""
-    worker_port, http_port = serve_process.free_port(), serve_process.free_port()
     log_path = tmp_path / f"{name}.log"
     with log_path.open("w") as log:
-        process = await serve_process.start(db, worker_port, *FAST, *flags, http_port=http_port, log=log)
+        process, worker_port, http_port = await serve_process.start_on_free_ports(db, *FAST, *flags, log=log)
     try:
         yield Instance(process, worker_port, http_port, log_path)
     finally:

@@ -119,8 +119,7 @@ async def test_a_stopped_instance_accepts_no_new_connections(start_service, work
 
 
 async def test_sigkill_of_one_instance_then_resume_on_the_other(db, start_service, connect, worker_token, client):
-    port = serve_process.free_port()
-    process = await serve_process.start(db, port, "--lease-ttl", "30", "--start-timeout", "30")
+    process, port, _ = await serve_process.start_on_free_ports(db, "--lease-ttl", "30", "--start-timeout", "30")
     try:
         victim = await connect(port, worker_token, name="victim")
         await victim.register(["billing"], capacity=2)
@@ -154,8 +153,7 @@ async def test_sigkill_of_one_instance_then_resume_on_the_other(db, start_servic
 
 
 async def test_sigterm_of_a_serve_process_is_a_graceful_stop(db, connect, worker_token, client):
-    port = serve_process.free_port()
-    process = await serve_process.start(db, port)
+    process, port, _ = await serve_process.start_on_free_ports(db)
     try:
         w = await connect(port, worker_token)
         await w.register(["billing"], capacity=1)

@@ -36,9 +36,8 @@ def _worker(client, session_id):
 
 async def test_sigkill_of_a_serve_process_the_other_disconnects_its_session_within_the_lapse(
         db, connect, worker_token, client):
-    survivor_port, victim_port = serve_process.free_port(), serve_process.free_port()
-    survivor = await serve_process.start(db, survivor_port, *FAST)
-    victim = await serve_process.start(db, victim_port, *FAST)
+    survivor, survivor_port, _ = await serve_process.start_on_free_ports(db, *FAST)
+    victim, victim_port, _ = await serve_process.start_on_free_ports(db, *FAST)
     try:
         w = await connect(victim_port, worker_token, name="victim")
         await w.register(["billing"], capacity=1)
@@ -81,9 +80,8 @@ async def test_sigkill_of_a_serve_process_the_other_disconnects_its_session_with
 
 
 async def test_a_graceful_stop_leaves_no_ghost_and_is_never_declared_lost(db, connect, worker_token, client):
-    staying = await serve_process.start(db, serve_process.free_port(), *FAST)
-    port = serve_process.free_port()
-    stopping = await serve_process.start(db, port, *FAST)
+    staying, _, _ = await serve_process.start_on_free_ports(db, *FAST)
+    stopping, port, _ = await serve_process.start_on_free_ports(db, *FAST)
     try:
         w = await connect(port, worker_token)
         await w.register(["billing"], capacity=1)
