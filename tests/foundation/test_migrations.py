@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 
 import pytest
 
+from pulse_trio import dburl
 from pulse_trio.dburl import connect
 from pulse_trio.store.schema.migrate import (
     MigrationError, available_migrations, code_version, current_version, migrate,
@@ -25,6 +27,35 @@ def test_files_are_numbered_without_gaps():
     versions = [m.version for m in available_migrations()]
     assert versions == list(range(1, len(versions) + 1))
     assert code_version() == versions[-1]
+
+
+class _Recording(dburl.Connection):
+    """A real connection that keeps every statement it sent (to see what a helper asked of the server)."""
+
+    sent: list[str] = []
+
+    def query(self, sql, unbuffered=False):
+        self.sent.append(sql if isinstance(sql, str) else sql.decode())
+        return super().query(sql, unbuffered)
+
+
+def test_create_database_sends_no_ddl_for_a_database_that_exists(database_server):
+    """On Galera even ``CREATE DATABASE IF NOT EXISTS`` is a replicated DDL that can stop the cluster."""
+    config = database_server.with_database(f"pulse_create_{secrets.token_hex(4)}")
+    _Recording.sent = []
+
+    def recording(cfg, *, database=True):
+        return _Recording(**cfg.connect_kwargs(database=database))
+
+    try:
+        dburl.create_database(config, connector=recording)
+        assert [sql for sql in _Recording.sent if sql.startswith("CREATE DATABASE")], "a missing database is created"
+        _Recording.sent = []
+        dburl.create_database(config, connector=recording)
+        assert not [sql for sql in _Recording.sent if sql.upper().startswith("CREATE")], _Recording.sent
+        assert any("information_schema.schemata" in sql for sql in _Recording.sent)
+    finally:
+        dburl.drop_database(config)
 
 
 def test_migrate_twice_is_a_no_op(database_server):
