@@ -23,7 +23,7 @@ from pathlib import Path
 import pymysql
 
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.ports import PORT_ATTEMPTS, free_port
+from pulse_trio.ports import free_port, start_on_fresh_ports
 
 _SERVER_NAMES = ("mariadbd", "mysqld")
 _INSTALL_NAMES = ("mariadb-install-db", "mysql_install_db")
@@ -158,15 +158,13 @@ class ManagedMariaDB:
             self._install()
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         choose_port = self.port is None
-        for attempt in range(1, PORT_ATTEMPTS + 1):
+
+        def launch() -> DatabaseConfig:
             if choose_port:
                 self.port = free_port()
-            try:
-                return self._launch(timeout)
-            except _PortTaken as taken:
-                if not choose_port or attempt == PORT_ATTEMPTS:
-                    raise ManagedDatabaseError(str(taken)) from None
-        raise AssertionError("unreachable")
+            return self._launch(timeout)
+
+        return start_on_fresh_ports(launch, lambda error: choose_port and isinstance(error, _PortTaken))
 
     def _launch(self, timeout: float) -> DatabaseConfig:
         assert self.port is not None

@@ -20,10 +20,18 @@ from typing import Any
 
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.ports import PORT_ATTEMPTS, free_port
+from pulse_trio.ports import free_port, start_on_fresh_ports
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+
+
+class ServeExited(RuntimeError):
+    """``serve`` exited before it answered; ``returncode`` says why (``EXIT_CANNOT_LISTEN``: a port was taken)."""
+
+    def __init__(self, returncode: int, log_tail: str = "") -> None:
+        super().__init__(f"pulse-trio serve exited with {returncode}: {log_tail}")
+        self.returncode = returncode
 
 
 @dataclasses.dataclass(eq=False)
@@ -60,7 +68,8 @@ class ServeProcess:
         again on fresh ports. Ports the caller gave are never changed.
         """
         choose_worker, choose_http = not self.worker_port, not self.http_port
-        for attempt in range(1, PORT_ATTEMPTS + 1):
+
+        def launch() -> ServeProcess:
             if choose_worker:
                 self.worker_port = free_port()
             if choose_http:
@@ -68,14 +77,13 @@ class ServeProcess:
             self._launch()
             try:
                 self._wait_answering()
-                return self
             except BaseException:
-                assert self.process is not None
-                taken = self.process.poll() == EXIT_CANNOT_LISTEN and (choose_worker or choose_http)
                 self.stop()
-                if not taken or attempt == PORT_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+                raise
+            return self
+
+        return start_on_fresh_ports(launch, lambda error: (choose_worker or choose_http) and isinstance(
+            error, ServeExited) and error.returncode == EXIT_CANNOT_LISTEN)
 
     def _launch(self) -> None:
         self.log = tempfile.TemporaryFile()
@@ -91,7 +99,7 @@ class ServeProcess:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"pulse-trio serve exited with {self.process.returncode}: {self.log_tail()}")
+                raise ServeExited(self.process.returncode, self.log_tail())
             try:
                 with urllib.request.urlopen(f"{self.http_url}/healthz", timeout=5):
                     return

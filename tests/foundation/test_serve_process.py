@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
-from pulse_trio.ports import PORT_ATTEMPTS, free_port
+from pulse_trio.ports import free_port, start_on_fresh_ports
 from pulse_trio.store.schema.migrate import code_version, current_version
 
 pytestmark = pytest.mark.live  # it runs serve and a managed mariadbd as processes
@@ -50,7 +50,9 @@ def _serves_together(db, tmp_path) -> tuple[list[int], list[subprocess.Popen]]:
     nothing, and the pair is started again on fresh ports, as
     ``ServeProcess`` does.
     """
-    for _ in range(PORT_ATTEMPTS):
+    exit_codes: list[int | None] = []
+
+    def start() -> tuple[list[int], list[subprocess.Popen]]:
         ports = [free_port(), free_port()]
         procs = [
             subprocess.Popen(
@@ -63,12 +65,12 @@ def _serves_together(db, tmp_path) -> tuple[list[int], list[subprocess.Popen]]:
         try:
             for port, proc in zip(ports, procs):
                 _wait_listening(port, proc)
-            return ports, procs
         except AssertionError:
-            _stop(procs)
-            if EXIT_CANNOT_LISTEN not in [proc.returncode for proc in procs]:
-                raise
-    raise AssertionError(f"no free pair of ports in {PORT_ATTEMPTS} attempts")
+            exit_codes[:] = _stop(procs)
+            raise
+        return ports, procs
+
+    return start_on_fresh_ports(start, lambda _: EXIT_CANNOT_LISTEN in exit_codes)
 
 
 def _stop(procs: list[subprocess.Popen]) -> list[int]:

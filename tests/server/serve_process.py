@@ -14,14 +14,7 @@ import trio
 
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
 from pulse_trio.ports import PORT_ATTEMPTS, free_port
-
-
-class ServeExited(AssertionError):
-    """``serve`` exited before it listened; ``returncode`` says why (``EXIT_CANNOT_LISTEN``: a port was taken)."""
-
-    def __init__(self, returncode: int) -> None:
-        super().__init__(f"pulse-trio serve exited with {returncode}")
-        self.returncode = returncode
+from pulse_trio.serve_process import ServeExited
 
 
 async def start_on_free_ports(db, *args: str, log=None,
