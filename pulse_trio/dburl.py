@@ -8,8 +8,10 @@ transaction functions rely on all three.
 A URL may name several nodes of one cluster
 (``mysql://u:p@h1:3306,h2:3306,h3:3306/db``): which of them is written to
 is the store's choice (``pulse_trio.store.engine.writer``, whose ``connect`` takes
-any URL). This module imports nothing of the package: it is the bottom
-layer every other one may use.
+any URL). Creating the database, and the causal reads a Galera node needs
+before it answers for the cluster, are here too, since the URL's own
+database may not exist yet. This module imports nothing of the package: it
+is the bottom layer every other one may use.
 """
 
 from __future__ import annotations
