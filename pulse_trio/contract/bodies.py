@@ -7,13 +7,13 @@ priority ``0``); the encoder omits them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from . import _checks as c
 from . import grammar as g
 from . import limits as lim
+from .frozen import frozen
 
 Status = Literal["SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"]
 LeaseState = Literal["OFFERED", "RUNNING"]
@@ -24,7 +24,7 @@ LEASE_STATES: frozenset[str] = frozenset(("OFFERED", "RUNNING"))
 LEASE_COMMANDS: frozenset[str] = frozenset(("task.start", "task.renew", "task.finish"))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Subscription:
     queue: str
     kinds: tuple[str, ...] | None = None  # None: every kind of the queue
@@ -39,7 +39,7 @@ class Subscription:
             c.need(len(set(kinds)) == len(kinds), "kinds", "must not repeat a kind")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ClientInfo:
     name: str
     version: str
@@ -49,7 +49,7 @@ class ClientInfo:
         c.label(self.version, "version", lim.MAX_LABEL_CHARS)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class ServerLimits:
     max_frame_bytes: int = lim.MAX_FRAME_BYTES
     max_result_bytes: int = lim.MAX_RESULT_BYTES
@@ -59,7 +59,7 @@ class ServerLimits:
         c.integer(self.max_result_bytes, "max_result_bytes", 1, lim.MAX_INT32)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Welcome:
     """The session's registration state; ``instance_secret`` only in worker.welcome."""
 
@@ -91,7 +91,7 @@ class Welcome:
             c.counter(self.sequence, "sequence")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Lease:
     """An execution right; ``lease_secret`` only in task.assign."""
 
@@ -117,7 +117,7 @@ class Lease:
             c.aware(self.cancel_requested_at, "cancel_requested_at")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Receipt:
     """The durable record of a committed lease command (never a right to run)."""
 
@@ -137,7 +137,7 @@ class Receipt:
         c.boolean(self.duplicate, "duplicate")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class CommandResult:
     receipt: Receipt
     lease: Lease | None = None  # None once the caller holds no execution right
@@ -149,7 +149,7 @@ class CommandResult:
             c.need(self.lease.lease_secret is None, "lease.lease_secret", "is only sent in task.assign")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class AssignedTask:
     task_id: str
     queue: str

@@ -11,7 +11,6 @@ carry the shared body value types from ``bodies``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, Union
 
@@ -23,6 +22,7 @@ from .bodies import (
     LeaseState, Receipt, ServerLimits, Status, Subscription, Welcome,
 )
 from .errors import InvalidMessage
+from .frozen import frozen
 from .jsontext import utf8_size
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WorkerHello:
     TYPE: ClassVar[str] = "worker.hello"
     id: str
@@ -59,7 +59,7 @@ class WorkerHello:
             c.need(isinstance(self.client, ClientInfo), "client", "must be a ClientInfo")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WorkerCapacity:
     TYPE: ClassVar[str] = "worker.capacity"
     id: str
@@ -76,7 +76,7 @@ class WorkerCapacity:
         c.boolean(self.drain, "drain")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WorkerResume:
     TYPE: ClassVar[str] = "worker.resume"
     id: str
@@ -106,7 +106,7 @@ def _lease_command(msg) -> None:
     c.counter(msg.revision, "revision")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TaskStart:
     TYPE: ClassVar[str] = "task.start"
     id: str
@@ -119,7 +119,7 @@ class TaskStart:
     __post_init__ = _lease_command
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TaskRenew:
     TYPE: ClassVar[str] = "task.renew"
     id: str
@@ -132,7 +132,7 @@ class TaskRenew:
     __post_init__ = _lease_command
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TaskFinish:
     TYPE: ClassVar[str] = "task.finish"
     id: str
@@ -176,7 +176,7 @@ def check_outcome(status: str, error_code: str, error_message: str, retryable: b
 # -- server → client ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WorkerWelcome:
     TYPE: ClassVar[str] = "worker.welcome"
     id: str
@@ -190,7 +190,7 @@ class WorkerWelcome:
         c.need(self.body.instance_secret is not None, "body.instance_secret", "is required in worker.welcome")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TaskAssign:
     TYPE: ClassVar[str] = "task.assign"
     id: str
@@ -207,7 +207,7 @@ class TaskAssign:
         c.need(self.lease.task_id == self.task.task_id, "lease.task_id", "must equal task.task_id")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TaskCancel:
     TYPE: ClassVar[str] = "task.cancel"
     id: str
@@ -231,7 +231,7 @@ class TaskCancel:
 AckBody = Union[Welcome, Lease, CommandResult]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Ack:
     TYPE: ClassVar[str] = "ack"
     id: str
@@ -250,7 +250,7 @@ class Ack:
             c.need(body.lease_secret is None, "body.lease_secret", "is only sent in task.assign")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Error:
     TYPE: ClassVar[str] = "error"
     id: str

@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from pulse_trio.contract import messages as m
+from pulse_trio.contract.frozen import frozen
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost
@@ -115,7 +116,7 @@ PARKED = COMMAND.state("parked")      # waiting for a connection: not sent, or s
 RETRYING = COMMAND.state("retrying")  # refused for now (internal, retry_after_ms): resent by a timer
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Credentials:
     """A worker instance's identity, needed to resume its leases from a later session."""
 

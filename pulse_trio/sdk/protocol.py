@@ -27,13 +27,13 @@ session checks only this table can make.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.codec import decode_server, scan_frame
 from pulse_trio.contract.errors import ProtocolError
 from pulse_trio.contract.fast_server import try_decode_server
+from pulse_trio.contract.frozen import frozen
 from pulse_trio.contract.limits import MAX_FRAME_BYTES
 from pulse_trio.sdk import frames as f
 from pulse_trio.sdk.errors import CommandRefused, ProtocolViolation, WorkerRefused
@@ -46,40 +46,40 @@ REFUSING_CODES = frozenset({"permission_denied", "unsupported_version", "invalid
 Request = m.ClientMessage | f.LeaseRequest
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Answered:
     request: Request
     body: m.AckBody
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Refused:
     request: Request
     error: m.Error
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Offered:
     message: m.TaskAssign
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class CancelPushed:
     message: m.TaskCancel
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Fatal:
     error: m.Error
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Dropped:
     reason: str
     offer: bool = False  # a task.assign that was refused (it will lapse)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Broken:
     reason: str
     request: Request | None = None

@@ -33,7 +33,6 @@ hottest path.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from datetime import datetime
 
@@ -46,6 +45,7 @@ from pulse_trio.contract.codec import decode_client, scan_frame
 from pulse_trio.contract.encoder import encode_bytes
 from pulse_trio.contract.errors import FrameTooLarge, ProtocolError
 from pulse_trio.contract.fast_client import try_decode_client
+from pulse_trio.contract.frozen import frozen
 from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_FRAME_BYTES, MAX_INVALID_FRAMES
 from pulse_trio.contract.trusted import Trusted
 
@@ -59,7 +59,7 @@ _TRUSTED_ACK = Trusted(m.Ack)
 _TRUSTED_ASSIGN = Trusted(m.TaskAssign)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Request:
     """A valid request to carry out; answer it exactly once."""
 
@@ -70,7 +70,7 @@ class Request:
         return self.message.TYPE
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Reject:
     """An error frame to send; then close with ``close_code`` if it is set."""
 
@@ -79,7 +79,7 @@ class Reject:
     close_code: int | None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Close:
     """Close the connection with ``code`` and no error frame."""
 

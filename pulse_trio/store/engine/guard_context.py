@@ -13,44 +13,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-C = TypeVar("C", bound=type)
-
-
-def _set_slots(cls: C) -> C:
-    """Give a frozen slots dataclass an ``__init__`` that sets the slots through their descriptors.
-
-    The dataclass ``__init__`` of a frozen class sets each field through
-    ``object.__setattr__``; a lease command, a claim's candidate row and a
-    task step each build a context, so the store pays that per row. The
-    instance is as frozen afterwards, and the signature (names, defaults,
-    refusal of unknown keywords) is the dataclass's own.
-    """
-    namespace: dict[str, object] = {}
-    params, body = [], []
-    for f in dataclasses.fields(cls):
-        namespace[f"_set_{f.name}"] = getattr(cls, f.name).__set__
-        if f.default is not dataclasses.MISSING:
-            namespace[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-        else:
-            params.append(f.name)
-        body.append(f"    _set_{f.name}(self, {f.name})")
-    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n", namespace)  # noqa: S102
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
-    cls.__init__ = init  # type: ignore[misc]
-    return cls
-
+from pulse_trio.contract.frozen import frozen
 
 if TYPE_CHECKING:  # the rows and the report are read, never built, here
     from pulse_trio.store.engine.inputs import FinishReport, NewInstance
     from pulse_trio.store.engine.rows import InstanceRow, LeaseRow, NodeRow, ScheduleRow, TaskRow
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class LeaseContext:
     """A lease command, timer or assignment: the locked lease and task, and who is asking."""
 
@@ -67,8 +39,7 @@ class LeaseContext:
     instance_secret: str = dataclasses.field(default="", repr=False)
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class TaskContext:
     """A task step, submit, promote or retry."""
 
@@ -80,8 +51,7 @@ class TaskContext:
     source: TaskRow | None = None  # retry: the task being copied (None: not found)
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class KeyPermitContext:
     """A permit's acquisition (its key's count) or its quarantine's end."""
 
@@ -91,8 +61,7 @@ class KeyPermitContext:
     now: dt.datetime | None = None
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class CancellationContext:
     """A cancel request (task and live lease) or a notice to the lease's holder."""
 
@@ -104,8 +73,7 @@ class CancellationContext:
     lease_state: str | None = None
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class InstanceContext:
     """A registration (the new instance and where it registers) or a change of a locked session."""
 
@@ -118,8 +86,7 @@ class InstanceContext:
     node_state: str | None = None
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class NodeContext:
     """A node's own row, or another node's judged by the declaring one."""
 
@@ -128,24 +95,21 @@ class NodeContext:
     declared_by: str | None = None
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class SettingContext:
     """The cluster's settings as a change would leave them."""
 
     values: Mapping[str, int | None]
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class QueueContext:
     """A queue's pause, resume or retention change: its state before (NONE: no row yet)."""
 
     state: str = "NONE"
 
 
-@_set_slots
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class ScheduleContext:
     """A schedule's locked row (None: a create); its transitions have no guards yet."""
 
@@ -153,7 +117,7 @@ class ScheduleContext:
     now: dt.datetime | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class FairShareContext:
     """A fairness key's clock or weight: their transitions have no guards, so nothing to judge."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pulse_trio.contract.frozen import frozen
 from pulse_trio.contract.grammar import is_kind, is_queue
 from pulse_trio.contract.limits import MAX_SUBSCRIPTIONS
 from pulse_trio.contract.messages import check_outcome
@@ -18,7 +19,7 @@ from pulse_trio.store.engine import ids
 FINISH_STATUSES = ("SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class SubscribedQueue:
     """One queue of a registration, and the kinds taken from it."""
 
@@ -35,7 +36,7 @@ class SubscribedQueue:
         return {"queue": self.queue, "kinds": None if self.kinds is None else sorted(self.kinds)}
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class NewInstance:
     """A registration, with its ids and secret made once, before any retry.
 
@@ -60,7 +61,7 @@ class NewInstance:
             raise ValueError("a queue is subscribed twice")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class FinishReport:
     """The outcome part of ``task.finish`` (result as its exact JSON text)."""
 
@@ -75,7 +76,7 @@ class FinishReport:
         check_outcome(self.status, self.error_code or "", self.error_message or "", self.retryable)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class LeaseCommand:
     """The common body of task.start / task.renew / task.finish, plus the calling session."""
 
@@ -86,17 +87,17 @@ class LeaseCommand:
     revision: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class StartCommand(LeaseCommand):
     """task.start: run by ``leases.start``."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class RenewCommand(LeaseCommand):
     """task.renew: run by ``leases.renew``."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class FinishCommand(LeaseCommand):
     """task.finish with its outcome: run by ``leases.finish``."""
 

@@ -8,8 +8,9 @@ frozen value object.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
+
+from pulse_trio.contract.frozen import frozen
 
 # The refusal codes are defined in codes.py, the store's one door to the contract's error codes;
 # they are importable from here too, with the results that carry them.
@@ -21,7 +22,7 @@ from pulse_trio.store.engine.codes import (  # noqa: F401
 )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Refusal:
     """Nothing was written; ``code`` says why (a spec error code)."""
 
@@ -33,7 +34,7 @@ class Refusal:
 
 
 # -- leases ---------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class LeaseView:
     """The lease shape of docs/protocol.md §4.4-§4.6 (counters as ints)."""
 
@@ -46,7 +47,7 @@ class LeaseView:
     cancel_requested_at: dt.datetime | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class CommandReceipt:
     """The durable record of a committed start/renew/finish."""
 
@@ -58,7 +59,7 @@ class CommandReceipt:
     duplicate: bool
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class CommandAck:
     """Ack body of a lease command: ``lease`` only while the caller still holds one.
 
@@ -75,7 +76,7 @@ class CommandAck:
     started_at: dt.datetime | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class TaskSnapshot:
     """The task shape of ``task.assign`` (payload as its exact JSON text)."""
 
@@ -95,7 +96,7 @@ class TaskSnapshot:
     retry_of: str | None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Offer:
     """One ``task.assign``: the task, its new lease, and the lease secret (shown only here)."""
 
@@ -104,13 +105,13 @@ class Offer:
     lease_secret: str
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class AssignResult:
     offers: tuple[Offer, ...]
     free_slots: int  # capacity - active leases, before this batch
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class LeaseEnd:
     """A lease a timer ended: the owner's dispatcher may have a free slot now."""
 
@@ -123,7 +124,7 @@ class LeaseEnd:
     permit_quarantined: bool = False
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class TimerResult:
     """What one timer batch did; ``more`` means the batch was full (run again soon)."""
 
@@ -135,7 +136,7 @@ class TimerResult:
 
 
 # -- instances ------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class InstanceView:
     """The welcome shape (docs/protocol.md §4.2) minus the secret."""
 
@@ -149,13 +150,13 @@ class InstanceView:
     active_leases: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Registered:
     instance: InstanceView
     instance_secret: str  # shown once, in worker.welcome
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class CapacityResult:
     """``applied`` is False for a stale sequence: the ack shows the current state."""
 
@@ -164,14 +165,14 @@ class CapacityResult:
 
 
 # -- producer side ----------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class Submitted:
     task_id: str
     state: str
     created: bool  # False: an existing task with the same idempotency key
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class RetryCreated:
     task_id: str
     retry_of: str
@@ -179,7 +180,7 @@ class RetryCreated:
     effect_uncertain: bool
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class CancelResult:
     """``changed`` is False when the task was terminal or already being cancelled."""
 
@@ -192,7 +193,7 @@ class CancelResult:
     revoked_lease: LeaseEnd | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class CancelNotice:
     """One ``task.cancel`` push the server must send to ``session_id``."""
 

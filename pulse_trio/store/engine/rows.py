@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES
+from pulse_trio.contract.frozen import frozen
 from pulse_trio.contract.trusted import compile_slot_builder
 from pulse_trio.schedule_timing import Timing
 from pulse_trio.store.engine.tx import aware_utc, py_time, rfc3339
@@ -45,7 +46,7 @@ def _columns(prefix: str, names: tuple[str, ...]) -> str:
     return ", ".join(f"{prefix}.{n}" for n in names)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class TaskRow:
     task_id: str
     queue: str
@@ -103,7 +104,7 @@ class TaskRow:
         return self.state in TERMINAL_TASK_STATES
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class LeaseRow:
     lease_id: str
     task_id: str
@@ -146,7 +147,7 @@ class LeaseRow:
         return self.state in LIVE_LEASE_STATES
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class InstanceRow:
     instance_id: str
     session_id: str
@@ -187,7 +188,7 @@ class InstanceRow:
         return kinds is None or kind in kinds
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class NodeRow:
     """One serve process (chart ``node``)."""
 
@@ -315,7 +316,7 @@ TASK_KNOWN = RowShape(TaskRow, ("task_id", "state", "attempt"))
 _SCHEDULE_FIRING = frozenset(t.source for t in CHARTS["schedule"].transitions_for("fire"))
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class ScheduleRow:
     """A schedule row as read (``schedules`` reads and writes it)."""
 

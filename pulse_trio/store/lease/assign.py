@@ -35,6 +35,7 @@ import heapq
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeAlias, TypeVar
 
+from pulse_trio.contract.frozen import frozen
 from pulse_trio.store.engine import ids
 from pulse_trio.store.instance import instances
 from pulse_trio.store.lease import known as known_leases
@@ -56,7 +57,7 @@ from pulse_trio.store.engine.tx import Tx, after_ms, db_time
 SHARED_PAGES_FROM = 8
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class LeaseCredential:
     lease_id: str
     lease_secret: str = dataclasses.field(repr=False)

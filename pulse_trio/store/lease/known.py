@@ -30,6 +30,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pulse_trio.contract.frozen import frozen
+
 if TYPE_CHECKING:
     from pulse_trio.store.engine.results import Offer
 
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 LIMIT = 1 << 16
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@frozen
 class KnownLease:
     """One lease as this process last wrote it (see the module docstring for what is trusted)."""
 
