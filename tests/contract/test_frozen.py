@@ -14,32 +14,25 @@ from pulse_trio.store.engine import guard_context, inputs, results, rows
 from pulse_trio.store.lease import known
 
 
-@frozen
-class Sample:
-    TYPE: ClassVar[str] = "sample"
-    a: int
-    b: list = dataclasses.field(default_factory=list)
-    c: int = 3
-    d: int = dataclasses.field(default=4, kw_only=True)
-    e: int = dataclasses.field(default=9, init=False)
+def _declare(decorate):
+    """The same declaration through ``decorate``: every kind of field a dataclass signature has."""
+    @decorate
+    class Sample:
+        TYPE: ClassVar[str] = "sample"
+        a: int
+        b: list = dataclasses.field(default_factory=list)
+        c: int = 3
+        d: int = dataclasses.field(default=4, kw_only=True)
+        e: int = dataclasses.field(default=9, init=False)
 
-    def __post_init__(self) -> None:
-        if self.a < 0:
-            raise ValueError("a must not be negative")
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("a must not be negative")
+    return Sample
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Reference:
-    TYPE: ClassVar[str] = "sample"
-    a: int
-    b: list = dataclasses.field(default_factory=list)
-    c: int = 3
-    d: int = dataclasses.field(default=4, kw_only=True)
-    e: int = dataclasses.field(default=9, init=False)
-
-    def __post_init__(self) -> None:
-        if self.a < 0:
-            raise ValueError("a must not be negative")
+Sample = _declare(frozen)
+Reference = _declare(dataclasses.dataclass(frozen=True, slots=True))
 
 
 def _fields(value: object) -> dict[str, object]:
