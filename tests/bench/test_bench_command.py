@@ -141,3 +141,31 @@ def test_a_bench_stopped_by_sigterm_stops_the_servers_and_workers_it_started(dat
         if bench.poll() is None:
             bench.kill()
             bench.wait()
+
+
+def test_a_bench_stopped_mid_run_ends_at_once_its_workers_drained_before_their_server(database_server):
+    """SIGTERM while the worker holds leases: the worker drains while its server still answers, then the
+    server stops, so the run ends in seconds (stopped together, the worker had no server to report to and
+    waited out its leases until it was killed)."""
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "50000", "--workers", "1", "--capacity", "8",
+         "--timeout", "120", "--database-url", database_server.with_database("unused").url(redact=False)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in bench.stderr:  # the run is under way once every task is submitted
+            if "tasks submitted" in line:
+                break
+        else:
+            pytest.fail(f"the bench ended before it submitted its tasks (exit {bench.wait()})")
+        started = _children(bench.pid)
+        assert len(started) >= 2, "the bench's server and worker are not running"
+        stopped_at = time.monotonic()
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+        assert time.monotonic() - stopped_at < 15, "the run took as long to end as a worker killed after waiting"
+        assert not [pid for pid in started if Path(f"/proc/{pid}").exists()
+                    and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"]
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
