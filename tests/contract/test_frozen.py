@@ -10,8 +10,11 @@ import pytest
 
 from pulse_trio.contract import bodies, messages
 from pulse_trio.contract.frozen import frozen, with_slot_init
+from pulse_trio.sdk import lease as sdk_lease
+from pulse_trio.sdk import protocol as sdk_protocol
+from pulse_trio.session import server as session_server
 from pulse_trio.store.engine import guard_context, inputs, results, rows
-from pulse_trio.store.lease import known
+from pulse_trio.store.lease import assign, known
 
 
 def _declare(decorate):
@@ -80,7 +83,8 @@ def test_an_init_var_or_a_class_that_is_not_frozen_and_slotted_is_refused():
         with_slot_init(dataclasses.dataclass(slots=True)(type("NotFrozen", (), {"__annotations__": {"a": int}})))
 
 
-@pytest.mark.parametrize("module", [messages, bodies, results, inputs, guard_context, rows, known])
+@pytest.mark.parametrize("module", [messages, bodies, results, inputs, guard_context, rows, known, assign,
+                                    sdk_protocol, sdk_lease, session_server])
 def test_the_hot_values_use_it(module):
     """Each dataclass these modules declare is built through a slot __init__ (a regression would only cost time)."""
     classes = [v for v in vars(module).values()
