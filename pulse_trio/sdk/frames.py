@@ -23,8 +23,7 @@ repeated key) returns None and goes to the reference path of
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -40,6 +39,7 @@ from pulse_trio.contract.fast_server import CommandResultBody
 from pulse_trio.contract.jsontext import JsonText, utf8_size
 from pulse_trio.contract.limits import PROTOCOL_VERSION
 from pulse_trio.contract.scanner import ScanError
+from pulse_trio.contract.trusted import Trusted
 
 _json = msgspec.json.encode
 
@@ -155,25 +155,10 @@ _ACK_KEYS = derive.envelope_count(fr.FRAMES[m.Ack])[0] + 1 + len(fr.RECEIPT.fiel
 #: A held lease: its key and its required fields.
 _LEASE_KEYS = 1 + sum(f.presence == fr.REQUIRED for f in fr.LEASE.fields)
 
-T = TypeVar("T")
-
-
-def _unchecked(cls: type[T]) -> Callable[..., T]:
-    """Build a frozen, slotted message value from values already checked, skipping ``__post_init__``."""
-    setters = [getattr(cls, name).__set__ for name in cls.__slots__]  # type: ignore[attr-defined]
-    new = object.__new__
-
-    def build(*values: Any) -> T:
-        obj = new(cls)
-        for put, value in zip(setters, values):
-            put(obj, value)
-        return obj
-    return build
-
-
-_receipt = _unchecked(m.Receipt)
-_lease = _unchecked(m.Lease)
-_result = _unchecked(m.CommandResult)
+#: Values the ack path already checked, built without their checks running again.
+_receipt = Trusted(m.Receipt)
+_lease = Trusted(m.Lease)
+_result = Trusted(m.CommandResult)
 
 
 def decode_command_ack(data: bytes, pending: dict[str, Any], session_id: str, epoch: int,
