@@ -50,6 +50,20 @@ def parse_share(text: str) -> float:
     return float(value)
 
 
+#: The most serve processes one ``serve`` starts (each holds a store pool and a node).
+MAX_PROCESSES = 64
+
+
+def parse_processes(text: str) -> int:
+    """A number of processes from 1 to MAX_PROCESSES, or ``auto``: one per core this process may run on."""
+    if text == "auto":
+        return max(1, min(MAX_PROCESSES, len(os.sched_getaffinity(0))))
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PROCESSES:
+        raise argparse.ArgumentTypeError(f"processes must be auto or a whole number from 1 to {MAX_PROCESSES}, "
+                                         f"got {text!r}")
+    return int(text)
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """``host:port`` (``[::1]:7380`` for IPv6); port 0 picks a free one."""
     host, sep, port = text.rpartition(":")
@@ -118,6 +132,8 @@ class Settings:
     node_lapse: float = _default("node_lapse")
     task_retention: float = _default("task_retention")
     managed_db_port: int | None = None
+    # Serve processes behind the one worker and HTTP address (pulse_trio.group): each a node of its own.
+    processes: int = 1
     explicit: frozenset[str] = frozenset()
 
     def override(self, **values: object) -> Settings:
@@ -180,6 +196,8 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "share of the time this process's retention purge may spend in its transactions while it dispatches"),
     ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB when this command starts it "
      "(default: a free one)"),
+    ("--processes", "processes", parse_processes, "serve processes sharing the worker and HTTP addresses, each a "
+     "node of its own with worker connections balanced across them; auto: one per core"),
 )
 
 
@@ -218,6 +236,34 @@ def add_options(parser: argparse.ArgumentParser, options=_OPTIONS) -> None:
                 parser.error(f"{env_name(field)}: {exc}")
         parser.add_argument(flag, dest=field, type=kind, default=default,
                             help=f"{help_text} [env {env_name(field)}]")
+
+
+def settings_to_json(settings: Settings) -> dict[str, object]:
+    """``settings`` as JSON values (a serve group's parent hands them to its members this way)."""
+    values = {}
+    for field in dataclasses.fields(Settings):
+        value = getattr(settings, field.name)
+        if isinstance(value, Path):
+            value = str(value)
+        elif isinstance(value, (tuple, frozenset)):
+            value = sorted(value) if isinstance(value, frozenset) else list(value)
+        values[field.name] = value
+    return values
+
+
+def settings_from_json(values: Mapping[str, object]) -> Settings:
+    """The inverse of :func:`settings_to_json`."""
+    given: dict[str, object] = {}
+    for field in dataclasses.fields(Settings):
+        value = values[field.name]
+        if value is not None and "Path" in str(field.type):
+            value = Path(str(value))
+        elif str(field.type).startswith("tuple"):
+            value = tuple(value)  # type: ignore[arg-type]
+        elif str(field.type).startswith("frozenset"):
+            value = frozenset(value)  # type: ignore[arg-type]
+        given[field.name] = value
+    return Settings(**given)  # type: ignore[arg-type]
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -46,8 +46,11 @@ class LiveInstance(Protocol):
     def count_http_error(self, code: str) -> None:
         """One HTTP error answered, by its code."""
 
-    def metrics_exposition(self, queues: Mapping[str, Mapping[str, Any]] | None) -> tuple[bytes, str]:
-        """Every metric in the Prometheus text format, and its media type.
+    def process_metrics(self) -> bytes:
+        """This process's own series in the Prometheus text format (a serve group sums them across its members)."""
+
+    def database_metrics(self, queues: Mapping[str, Mapping[str, Any]] | None) -> tuple[bytes, str]:
+        """The series of what this scrape read from the database, and the format's media type.
 
         ``queues``: the queue depths this scrape read, None if the database did not answer.
         """

@@ -1,26 +1,65 @@
-"""One serve process: the worker service, and the HTTP API beside it.
+"""One serve process: the worker service, and the HTTP API beside it; or a group of them.
 
 The one module that knows both halves. ``pulse_trio.server`` runs the
 worker endpoint, the dispatcher and the timers; ``pulse_trio.http`` serves
 the API through the producer client and the store, plus the narrow
 :class:`~pulse_trio.live_instance.LiveInstance` for what only the running
 instance can do. Neither package imports the other: they meet here.
+With ``--processes N`` (:func:`serve_group`) this process binds both
+addresses and runs N members (``pulse_trio.group``), each a ``serve`` of
+its own on the sockets it inherits (:func:`serve` with ``member``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import trio
 
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.group.member import GroupMember
+from pulse_trio.group.parent import GroupAddresses, run_group
 from pulse_trio.http.server import HttpApi
+from pulse_trio.listen import bind_workers
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.server.service import DEFAULT_POOL_SIZE, ServiceHandle, run_service
+from pulse_trio.server.service import DEFAULT_POOL_SIZE, Inherited, ServiceHandle, run_service
 
 
 async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals: bool = True,
                 clock: ServiceClock | None = None, pool_size: int = DEFAULT_POOL_SIZE,
+                member: GroupMember | None = None,
                 task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run the instance and its HTTP API until stopped (the database must already be migrated)."""
-    await run_service(settings, database, beside=HttpApi(settings), handle_signals=handle_signals, clock=clock,
-                      pool_size=pool_size, task_status=task_status)
+    """Run the instance and its HTTP API until stopped (the database must already be migrated).
+
+    ``member``: this process is a member of a serve group and serves on the sockets its parent bound.
+    """
+    if member is None:
+        beside, inherited = HttpApi(settings), None
+    else:
+        beside = HttpApi(settings, sockets=member.http_sockets(), shared_metrics=member.shared_metrics())
+        inherited = Inherited(worker_sockets=member.worker_sockets(), gate=member.shares())
+    await run_service(settings, database, beside=beside, handle_signals=handle_signals, clock=clock,
+                      pool_size=pool_size, inherited=inherited, task_status=task_status)
+
+
+async def serve_group(settings: Settings, database: DatabaseConfig, member_command: Sequence[str],
+                      on_ready: Callable[[GroupAddresses], None] = lambda addresses: None) -> int:
+    """Bind both addresses, run ``settings.processes`` members on them until stopped; the group's exit code.
+
+    A taken port stops the start with a ListenError before any member starts.
+    """
+    worker_sockets = await bind_workers(settings.worker_listen)
+    http = HttpApi(settings)
+    try:
+        http.bind()
+        assert http.sockets is not None
+        http_sockets = [*http.sockets.secure_sockets, *http.sockets.insecure_sockets]
+        addresses = GroupAddresses(worker_port=worker_sockets[0].getsockname()[1],
+                                   http_port=http_sockets[0].getsockname()[1])
+        return await run_group(settings, database.url(redact=False), [s.fileno() for s in worker_sockets],
+                               [s.fileno() for s in http_sockets], member_command, addresses, on_ready)
+    finally:
+        for sock in worker_sockets:
+            sock.close()
+        http.close()

@@ -78,6 +78,19 @@ def database_pid(config: DatabaseConfig) -> int | None:
     return pid if Path(f"/proc/{pid}/stat").exists() else None
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a serve group's members), parents first."""
+    tree, index = [pid], 0
+    while index < len(tree):
+        for thread in Path(f"/proc/{tree[index]}/task").glob("*"):  # a child is listed under the thread that forked it
+            try:
+                tree.extend(int(child) for child in (thread / "children").read_text().split())
+            except OSError:
+                pass
+        index += 1
+    return tree
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """CPU used so far by these processes together."""
     return sum(ProcessSample.read(pid).cpu_seconds for pid in pids)

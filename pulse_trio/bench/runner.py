@@ -48,6 +48,8 @@ class BenchOptions:
     payload_bytes: int = 0
     backlog: int = 0
     instances: int = 1
+    #: ``serve --processes`` of each instance: serve processes behind its one address.
+    server_processes: int = 1
     keyed_share: float = 0.0
     #: Spread the tasks over this many fairness keys (0: none), round robin.
     fairness_keys: int = 0
@@ -110,7 +112,8 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
     if options.history:
         history = fill(db, FillOptions(tasks=options.history, queue=HISTORY_QUEUE))
         progress(f"history of {options.history} finished tasks filled in {history['seconds']}s")
-    extra = ("--purge-interval", "1") if options.history else ()
+    extra = (*(("--purge-interval", "1") if options.history else ()),
+             *(("--processes", str(options.server_processes)) if options.server_processes > 1 else ()))
     servers = [fleet.server(db, env, worker_port=port, extra=extra) for port in ports]
     progress(f"{options.instances} server instance(s) up")
 
@@ -151,7 +154,8 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
             time.sleep(0.1)
         progress(f"{options.workers} {options.worker_backend} worker(s) with capacity {options.capacity} connected")
 
-        before = [measure.ProcessSample.read(p.pid) for p in servers]
+        server_pids = [pid for server in servers for pid in measure.process_tree(server.pid)]
+        before = [measure.ProcessSample.read(pid) for pid in server_pids]
         db_pid = measure.database_pid(db)
         others_before = (measure.cpu_seconds([w.pid for w in workers]),
                          measure.cpu_seconds([db_pid]) if db_pid else 0.0)
@@ -170,7 +174,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
                     history_gone_s = time.perf_counter() - submit_started
                 time.sleep(0.1)
         run_s = time.perf_counter() - submit_started
-        after = [measure.ProcessSample.read(p.pid) for p in servers]
+        after = [measure.ProcessSample.read(pid) for pid in server_pids]
         others_after = (measure.cpu_seconds([w.pid for w in workers]),
                         measure.cpu_seconds([db_pid]) if db_pid else 0.0)
         database_work = work.per_task(options.tasks)
@@ -204,6 +208,8 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         **database_work,
         **slots,
         "server_cpu_s_per_task": round(cpu / options.tasks, 6),
+        #: The serve processes whose CPU that is (with --server-processes: each group's parent and members).
+        "server_processes_measured": len(server_pids),
         "workers_cpu_s_per_task": round((others_after[0] - others_before[0]) / options.tasks, 6),
         "database_cpu_s_per_task": (round((others_after[1] - others_before[1]) / options.tasks, 6)
                                     if db_pid else None),

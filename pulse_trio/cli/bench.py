@@ -55,6 +55,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--payload-bytes", type=int, default=0, help="payload size per task (e.g. 1024)")
     parser.add_argument("--backlog", type=int, default=0, help="READY tasks no worker takes, pre-filled")
     parser.add_argument("--instances", type=int, default=1, help="server instances on the one database")
+    parser.add_argument("--server-processes", type=int, default=1,
+                        help="serve --processes of each instance: processes behind its one address (default 1)")
     parser.add_argument("--keyed-share", type=float, default=0.0, help="fraction of tasks with a concurrency key")
     parser.add_argument("--fairness-keys", type=int, default=0,
                         help="spread the tasks over this many fairness keys, round robin (default 0: none); "
@@ -160,6 +162,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     options = BenchOptions(workers=args.workers, capacity=args.capacity[0], tasks=args.tasks,
                            payload_bytes=args.payload_bytes, backlog=args.backlog, instances=args.instances,
+                           server_processes=args.server_processes,
                            keyed_share=args.keyed_share, fairness_keys=args.fairness_keys, timeout_s=args.timeout,
                            worker_backend=args.worker_backend, history=args.history,
                            submit_first=args.submit_first)

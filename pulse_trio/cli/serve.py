@@ -1,4 +1,4 @@
-"""`pulse-trio serve`: run one service instance until SIGINT/SIGTERM."""
+"""`pulse-trio serve`: run one service instance (or a group of them, `--processes`) until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
@@ -6,10 +6,17 @@ import argparse
 import functools
 import logging
 import os
+import sys
+from typing import TYPE_CHECKING
 
 from pulse_trio import config as cfg
 from pulse_trio import logs
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN, CommandFailed, database, run_guarded
+
+if TYPE_CHECKING:
+    from pulse_trio.dburl import DatabaseConfig
+    from pulse_trio.group.member import GroupMember
+    from pulse_trio.group.parent import GroupAddresses
 
 log = logging.getLogger("pulse_trio.serve")
 LEVELS = ("debug", "info", "warning", "error")
@@ -29,6 +36,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.log_format not in logs.FORMATS or args.log_level not in LEVELS:  # env defaults skip `choices`
         raise CommandFailed(f"log format must be one of {', '.join(logs.FORMATS)} and level one of "
                             f"{', '.join(LEVELS)}", 2)
+    from pulse_trio.group.member import GroupMember
+
+    member = GroupMember.from_environment()
+    if member is not None:
+        return _serve_member(args, member)
     settings = cfg.settings_from_args(args)
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise CommandFailed("--tls-cert and --tls-key go together", 2)
@@ -48,12 +60,66 @@ def _serve(args: argparse.Namespace) -> int:
     with database(args, create=True) as target:
         log.info("database %s", target.url())
         try:
+            if settings.processes > 1:
+                member_command = [sys.executable, "-m", "pulse_trio", "serve", "--log-format", args.log_format,
+                                  "--log-level", args.log_level]
+                return trio.run(_serve_group_and_notify, settings, target, member_command)
             trio.run(_serve_and_notify, serve, settings, target)
         except* ListenError as group:  # bound before the node joins: nothing was recorded
             raise CommandFailed(str(_first(group)), EXIT_CANNOT_LISTEN) from None
         except* SettingsRefused as group:
             raise CommandFailed(str(_first(group)), 2) from None
     return 0
+
+
+def _serve_member(args: argparse.Namespace, member: GroupMember) -> int:
+    """One member of a serve group: the settings, database and sockets come from its parent."""
+    import trio
+
+    from pulse_trio.dburl import parse_database_url
+    from pulse_trio.server.settings_sync import SettingsRefused
+
+    logs.configure(args.log_format, args.log_level)
+    assert member.settings.database_url is not None
+    try:
+        trio.run(_serve_and_report, member, parse_database_url(member.settings.database_url))
+    except* SettingsRefused as group:
+        raise CommandFailed(str(_first(group)), 2) from None
+    return 0
+
+
+async def _serve_and_report(member: GroupMember, target: DatabaseConfig) -> None:
+    """Serve; tell the parent once serving; stop as on SIGTERM once the parent is gone."""
+    import trio
+
+    from pulse_trio.group.member import report_ready, wait_parent_gone
+    from pulse_trio.serve import serve
+
+    link = member.link()
+    async with trio.open_nursery() as nursery:
+        async def run(task_status: trio.TaskStatus) -> None:
+            try:
+                await serve(member.settings, target, member=member, task_status=task_status)
+            finally:
+                nursery.cancel_scope.cancel()  # the parent watch ends with the instance
+
+        handle = await nursery.start(run)
+        await report_ready(link)
+        await wait_parent_gone(link)
+        log.warning("the serve group's parent is gone: stopping")
+        handle.stop()
+
+
+async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig, member_command: list[str]) -> int:
+    """Run the group; tell systemd once every member serves."""
+    from pulse_trio import sd_notify
+    from pulse_trio.serve import serve_group
+
+    def ready(addresses: GroupAddresses) -> None:
+        sd_notify.notify("READY=1", f"STATUS={settings.processes} processes serving workers on port "
+                                    f"{addresses.worker_port}, the HTTP API on port {addresses.http_port}")
+
+    return await serve_group(settings, target, member_command, ready)
 
 
 async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:

@@ -30,6 +30,7 @@ from pulse_trio.http.api import TaskApi
 from pulse_trio.http.connections import EndRefusedConnections
 from pulse_trio.http.dashboard import DashboardApi
 from pulse_trio.http.errors import ApiError, database_error, error_response, from_client_error
+from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.http.ops import OpsApi
 from pulse_trio.http.queues_api import QueuesApi
 from pulse_trio.http.schedules_api import SchedulesApi
@@ -67,10 +68,14 @@ def _guarded(handler: Handler, instance: LiveInstance) -> Handler:
     return endpoint
 
 
-def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starlette:
-    """The API over ``store`` (through the producer client) and the few things only ``instance`` can do."""
+def build_app(instance: LiveInstance, store: Store, settings: Settings,
+              shared_metrics: SharedMetrics | None = None) -> Starlette:
+    """The API over ``store`` (through the producer client) and the few things only ``instance`` can do.
+
+    ``shared_metrics``: this process is a member of a serve group, whose ``/metrics`` sums every member's.
+    """
     tasks, ui = TaskApi(instance, store), Dashboard()
-    ops = OpsApi(instance, store, tasks.outcomes)
+    ops = OpsApi(instance, store, tasks.outcomes, shared_metrics)
     cluster_settings = SettingsApi(tasks)
     dashboard = DashboardApi(tasks)
     queues = QueuesApi(tasks)
@@ -133,6 +138,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings) -> Starl
                                 Middleware(_AccessLog, instance=instance), Middleware(SecurityHeaders)])
     app.state.body_timeout = settings.http_body_timeout
     app.state.outcomes = tasks.outcomes  # its probe loop runs beside the server (pulse_trio.http.server)
+    app.state.process_metrics = ops.process_metrics  # what a serve group's member publishes (same)
     return app
 
 

@@ -18,6 +18,7 @@ from pulse_trio.http.api import json_value
 from pulse_trio.http.errors import JSON, RETRY_AFTER_S, error_response
 from pulse_trio.http import openapi
 from pulse_trio.http.outcomes import OutcomeWatch
+from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.schema.migrate import code_version, current_version
 from pulse_trio.store.queue.fairness import key_figures
@@ -31,10 +32,13 @@ READY_TIMEOUT_S = 5.0
 
 
 class OpsApi:
-    def __init__(self, instance: LiveInstance, store: Store, outcomes: OutcomeWatch) -> None:
+    def __init__(self, instance: LiveInstance, store: Store, outcomes: OutcomeWatch,
+                 shared_metrics: SharedMetrics | None = None) -> None:
         self.instance = instance
         self.store = store
         self.outcomes = outcomes
+        #: In a serve group: every member's series, summed (``pulse_trio.group.metrics_files``).
+        self.shared_metrics = shared_metrics
         self._openapi = openapi.text()
 
     async def healthz(self, request: Request) -> Response:
@@ -81,8 +85,13 @@ class OpsApi:
                     depths.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})["fairness"] = keys
             except Exception:  # the scrape still reports the process; pulse_database_up says 0
                 depths = None
-        body, media_type = self.instance.metrics_exposition(depths)
-        return Response(body + self._outcome_metrics(), media_type=media_type)
+        own = self.shared_metrics.merged() if self.shared_metrics is not None else self.process_metrics()
+        database, media_type = self.instance.database_metrics(depths)
+        return Response(own + database, media_type=media_type)
+
+    def process_metrics(self) -> bytes:
+        """This process's own series: the instance's, and its HTTP long-polls'."""
+        return self.instance.process_metrics() + self._outcome_metrics()
 
     def _outcome_metrics(self) -> bytes:
         """The long-polls of this process: what they hold, and the probes that serve them all."""

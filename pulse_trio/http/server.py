@@ -21,6 +21,7 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
 from pulse_trio.config import Settings
+from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.http.app import build_app
 from pulse_trio.listen import ListenError, listen_error, start_listening
 from pulse_trio.live_instance import LiveInstance
@@ -53,13 +54,18 @@ def hypercorn_config(settings: Settings) -> Config:
 class HttpApi:
     """The HTTP API of one serve process: bound first, served once the instance has joined."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, sockets: Sockets | None = None,
+                 shared_metrics: SharedMetrics | None = None) -> None:
+        """``sockets``: bound already (a serve group's parent bound them); ``shared_metrics``: the group's."""
         self.settings = settings
         self.config = hypercorn_config(settings)
-        self.sockets: Sockets | None = None
+        self.sockets: Sockets | None = sockets
+        self.shared_metrics = shared_metrics
 
     def bind(self) -> None:
         """Bind ``--http-listen`` (not listening yet); HttpListenError names the flag, not a hypercorn traceback."""
+        if self.sockets is not None:
+            return
         try:
             self.sockets = self.config.create_sockets()
         except OSError as exc:
@@ -76,7 +82,7 @@ class HttpApi:
         config = self.config
         start_listening([*sockets.secure_sockets, *sockets.insecure_sockets], "the HTTP API", "--http-listen",
                         config.bind[0])
-        api = build_app(instance, store, self.settings)
+        api = build_app(instance, store, self.settings, self.shared_metrics)
         outcomes = api.state.outcomes
         app = wrap_app(api, config.wsgi_max_body_size, "asgi")
 
@@ -94,6 +100,8 @@ class HttpApi:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(outcomes.run)
             nursery.start_soon(release_waiters)
+            if self.shared_metrics is not None:
+                nursery.start_soon(self.shared_metrics.publish_every, api.state.process_metrics)
             binds = await nursery.start(listening)
             port = int(binds[0].rsplit(":", 1)[1])
             log.info("HTTP API on %s", binds[0], extra={"http_port": port})

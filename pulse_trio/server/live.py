@@ -13,7 +13,7 @@ from typing import Any
 
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
-from pulse_trio.server.metrics import CONTENT_TYPE, ServiceMetrics, Snapshot
+from pulse_trio.server.metrics import CONTENT_TYPE, ServiceMetrics, Snapshot, database_exposition
 from pulse_trio.server.queue_sync import PausedQueueSync
 from pulse_trio.server.settings_sync import SettingsSync
 from pulse_trio.store.engine.facade import SyncStore
@@ -67,6 +67,9 @@ class LiveService:
     def count_http_error(self, code: str) -> None:
         self._metrics.count_error(code, "http")
 
-    def metrics_exposition(self, queues: Mapping[str, Mapping[str, Any]] | None) -> tuple[bytes, str]:
-        snapshot = Snapshot(hub=self._hub.statistics(), store=self._store.statistics(), queues=queues)
-        return self._metrics.exposition(snapshot), CONTENT_TYPE
+    def process_metrics(self) -> bytes:
+        snapshot = Snapshot(hub=self._hub.statistics(), store=self._store.statistics(), queues=None)
+        return self._metrics.process_exposition(snapshot)
+
+    def database_metrics(self, queues: Mapping[str, Mapping[str, Any]] | None) -> tuple[bytes, str]:
+        return database_exposition(queues), CONTENT_TYPE

@@ -185,11 +185,24 @@ class ServiceMetrics:
     # -- scraping ----------------------------------------------------------------
     def exposition(self, snapshot: Snapshot) -> bytes:
         """The Prometheus text format of everything, with ``snapshot`` for the gauges."""
+        return self.process_exposition(snapshot) + database_exposition(snapshot.queues)
+
+    def process_exposition(self, snapshot: Snapshot) -> bytes:
+        """This process's own series: its counters, and its sessions and store from ``snapshot``.
+
+        A serve group sums these across its processes; the database's series
+        (:func:`database_exposition`) are read once per scrape.
+        """
         self._snapshot = snapshot
         try:
             return generate_latest(self.registry)
         finally:
             self._snapshot = None
+
+
+def database_exposition(queues: Mapping[str, Mapping[str, Any]] | None) -> bytes:
+    """What a scrape read from the database: whether it answered, and the tasks by queue and state."""
+    return generate_latest(_DatabaseFamilies(queues))
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
@@ -267,9 +280,18 @@ class _Families:
             yield _counter(f"pulse_store_{field}_total", doc, getattr(store, field))
         yield GaugeMetricFamily("pulse_store_threads_busy", "Store worker threads running a transaction now.",
                                 value=store.threads_busy)
+
+
+class _DatabaseFamilies:
+    """The families of what one scrape read from the database (a prometheus_client custom collector)."""
+
+    def __init__(self, queues: Mapping[str, Mapping[str, Any]] | None) -> None:
+        self.queues = queues
+
+    def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("pulse_database_up", "1 if the database answered this scrape's query.",
-                                value=0 if snapshot.queues is None else 1)
-        if snapshot.queues is None:
+                                value=0 if self.queues is None else 1)
+        if self.queues is None:
             return
         tasks = GaugeMetricFamily("pulse_tasks", "Tasks in the database, by queue and state.",
                                   labels=["queue", "state"])
@@ -282,7 +304,7 @@ class _Families:
         fair_recent = GaugeMetricFamily("pulse_fairness_recent_finished_tasks",
                                         "Tasks finished in the last 5 minutes by queue and fairness key (same keys).",
                                         labels=["queue", "fairness_key"])
-        for queue, entry in sorted(snapshot.queues.items()):
+        for queue, entry in sorted(self.queues.items()):
             for state, count in sorted(entry["states"].items()):
                 tasks.add_metric([queue, state], count)
             if entry.get("oldest_ready_age_s") is not None:

@@ -49,6 +49,7 @@ from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.dispatcher import Dispatcher
 from pulse_trio.server.endpoint import SessionServices, WorkerEndpoint
+from pulse_trio.server.gated_accept import AcceptGate
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.live import LiveService
 from pulse_trio.server.live_settings import LiveSettings
@@ -85,6 +86,16 @@ class Beside(Protocol):
 
     def close(self) -> None:
         """Close its sockets once the service has stopped (or failed to start)."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Inherited:
+    """What a member of a serve group (``serve --processes``) is given by its parent instead of binding."""
+
+    #: The worker endpoint's sockets, bound by the parent and shared by every member.
+    worker_sockets: tuple[trio.socket.SocketType, ...]
+    #: Says when this member may take another worker connection (``pulse_trio.group.shares``).
+    gate: AcceptGate
 
 
 @dataclasses.dataclass(eq=False, kw_only=True)
@@ -138,9 +149,12 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
 
 async def run_service(settings: Settings, database: DatabaseConfig, *, beside: Beside | None = None,
                       handle_signals: bool = True, clock: ServiceClock | None = None,
-                      pool_size: int = DEFAULT_POOL_SIZE,
+                      pool_size: int = DEFAULT_POOL_SIZE, inherited: Inherited | None = None,
                       task_status: trio.TaskStatus[ServiceHandle] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run one instance, and ``beside`` with it, until stopped (the database must already be migrated)."""
+    """Run one instance, and ``beside`` with it, until stopped (the database must already be migrated).
+
+    ``inherited``: this process is a member of a serve group, whose parent bound the worker sockets.
+    """
     settings.check()
     metrics = ServiceMetrics()
     store = Store(database, pool_size=pool_size, node_id=new_node_id(), on_transaction=metrics.observe_transaction)
@@ -174,7 +188,8 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     try:
         # Bound before anything is written: a taken port stops the start with a ListenError
         # before the cluster's settings or this node are recorded; they listen once it is (pulse_trio.listen).
-        worker_sockets = await bind_workers(settings.worker_listen)
+        worker_sockets = (list(inherited.worker_sockets) if inherited is not None
+                          else await bind_workers(settings.worker_listen))
         if beside is not None:
             beside.bind()
         try:
@@ -195,6 +210,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 async def listen(task_status: trio.TaskStatus[int]) -> None:
                     with listening:
                         await serve_workers(endpoint, handlers, _ssl_context(settings), worker_sockets,
+                                            inherited.gate if inherited is not None else None,
                                             task_status=task_status)
 
                 port = await root.start(listen)

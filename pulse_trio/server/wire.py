@@ -50,6 +50,7 @@ from websockets.server import ServerProtocol
 
 from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
+from pulse_trio.server.gated_accept import AcceptGate, GatedListener, counted
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
 from pulse_trio.server.live_session import LiveSession, in_flight_limit
@@ -76,19 +77,25 @@ PING_FRAME = b"\x89\x00"
 
 
 async def serve_workers(endpoint: WorkerEndpoint, handler_nursery: trio.Nursery, ssl_context: ssl.SSLContext | None,
-                        bound_sockets: list[trio.socket.SocketType] | None = None,
+                        bound_sockets: list[trio.socket.SocketType] | None = None, gate: AcceptGate | None = None,
                         *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Accept worker connections until cancelled; ``task_status`` gets the port.
 
-    ``bound_sockets`` are bound already (``listen.bind_workers``); without
-    them ``--worker-listen`` is bound here. Either way they listen from now.
+    ``bound_sockets`` are bound already (``listen.bind_workers``, or
+    inherited from a serve group's parent); without them ``--worker-listen``
+    is bound here. Either way they listen from now. With a ``gate`` (a serve
+    group) a connection is taken only while this process holds no more than
+    its share.
     """
     worker_listen = endpoint.settings.current.worker_listen
     if bound_sockets is None:
         bound_sockets = await bind_workers(worker_listen)
-    listeners = listen_workers(bound_sockets, worker_listen)
-    bound = listeners[0].socket.getsockname()[1]
+    listeners: list[trio.abc.Listener[trio.SocketStream]] = list(listen_workers(bound_sockets, worker_listen))
+    bound = bound_sockets[0].getsockname()[1]
     handler = functools.partial(_connection, endpoint=endpoint, ssl_context=ssl_context)
+    if gate is not None:
+        listeners = [GatedListener(listener, gate) for listener in listeners]
+        handler = counted(handler, gate)
     await trio.serve_listeners(handler, listeners, handler_nursery=handler_nursery,
                                task_status=_Started(task_status, bound))
 

@@ -707,9 +707,9 @@ async def _pgqueuer_submit(dbname: str, entrypoint: str, tasks: int) -> float:
 # --- pulse-trio (our own bench, for the same run) ---------------------------
 
 def run_pulse_trio(args: argparse.Namespace, knobs: dict[str, int], log_dir: Path) -> dict[str, object]:
-    capacity = knobs["capacity"]
+    capacity, processes = knobs["capacity"], knobs.get("server_processes", 1)
     argv = [args.pulse_trio_bin, "bench", "--tasks", str(args.tasks), "--workers", str(args.workers),
-            "--capacity", str(capacity)]
+            "--capacity", str(capacity), "--server-processes", str(processes)]
     log = log_dir / f"pulse-trio-{secrets.token_hex(3)}.log"
     with open(log, "wb") as err:
         proc = subprocess.Popen(argv, cwd=args.project_root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -731,7 +731,7 @@ def run_pulse_trio(args: argparse.Namespace, knobs: dict[str, int], log_dir: Pat
     result = json.loads(out.decode().strip().splitlines()[-1])
     return {"system": "pulse-trio",
             "config": f"`pulse-trio bench --tasks {args.tasks} --workers {args.workers}"
-                      f" --capacity {capacity}` (docs/performance.md)",
+                      f" --capacity {capacity} --server-processes {processes}` (docs/performance.md)",
             "tasks": args.tasks, **result}
 
 
@@ -747,12 +747,14 @@ def _versions(*names: str) -> dict[str, str]:
 # 8000 tasks; `full` is the wider grid. `--set SYSTEM.KNOB=V1,V2` replaces one knob's values.
 SWEEPS: dict[str, dict[str, dict[str, tuple[int, ...]]]] = {
     "quick": {
+        "pulse-trio": {"server_processes": (1, 2)},
         "celery": {"processes": (2, 4, 8, 16), "prefetch_multiplier": (1, 64)},
         "celery-rabbitmq": {"processes": (2, 4, 8, 16), "prefetch_multiplier": (1, 64)},
         "procrastinate": {"concurrency": (4, 16)},
         "pgqueuer": {"concurrency": (64, 128), "batch_size": (10, 32)},
     },
     "full": {
+        "pulse-trio": {"server_processes": (1, 2, 3)},
         "celery": {"processes": (2, 4, 6, 8, 12, 16), "prefetch_multiplier": (1, 4, 64)},
         "celery-rabbitmq": {"processes": (2, 4, 6, 8, 12, 16), "prefetch_multiplier": (1, 4, 64)},
         "procrastinate": {"concurrency": (1, 2, 4, 8, 16, 32)},
@@ -774,7 +776,7 @@ def valid_point(system: str, knobs: dict[str, int]) -> bool:
 
 def sweep_points(args: argparse.Namespace, system: str) -> list[dict[str, int]]:
     """Every combination of the system's knob values, in grid order."""
-    grid = {"capacity": (args.capacity,)} if system == "pulse-trio" else dict(SWEEPS[args.sweep][system])
+    grid = {**({"capacity": (args.capacity,)} if system == "pulse-trio" else {}), **SWEEPS[args.sweep][system]}
     grid.update(args.overrides.get(system, {}))
     points: list[dict[str, int]] = [{}]
     for knob, values in grid.items():
@@ -803,7 +805,8 @@ def parse_override(text: str) -> tuple[str, str, tuple[int, ...]]:
         parsed = tuple(int(v) for v in values.split(",") if v.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"--set wants SYSTEM.KNOB=V1[,V2...], got {text!r}") from None
-    knobs = {"pulse-trio": ("capacity",), **{name: tuple(grid) for name, grid in SWEEPS["quick"].items()}}
+    knobs = {name: tuple(grid) for name, grid in SWEEPS["quick"].items()}
+    knobs["pulse-trio"] = ("capacity", *knobs["pulse-trio"])
     if system not in knobs or knob not in knobs[system] or not parsed or min(parsed) < 1:
         choices = "; ".join(f"{name}: {', '.join(names)}" for name, names in knobs.items())
         raise argparse.ArgumentTypeError(f"--set {text!r}: knobs are {choices}; values positive integers")

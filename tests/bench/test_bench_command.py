@@ -58,6 +58,19 @@ def test_bench_submit_first_measures_the_dispatch_without_the_submits(database_s
     assert report["server_cpu_s_per_task"] > 0 and report["end_to_end_tasks_per_s"] > 0
 
 
+def test_bench_with_a_serve_group_measures_every_member(database_server):
+    """``--server-processes 2``: one ``serve --processes 2``; its CPU is the parent's and both members'."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "400", "--workers", "2", "--capacity", "8",
+         "--server-processes", "2", "--timeout", "120",
+         "--database-url", database_server.with_database("unused").url(redact=False)],
+        capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["options"]["server_processes"] == 2 and report["server_processes_measured"] == 3
+    assert report["server_cpu_s_per_task"] > 0 and report["end_to_end_tasks_per_s"] > 0
+
+
 def test_bench_with_a_history_reports_what_the_servers_purged(database_server):
     """``--history``: finished tasks past the retention, filled first and purged by the servers during the run."""
     done = subprocess.run(

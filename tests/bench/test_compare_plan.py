@@ -30,7 +30,8 @@ def _points(plan: list[dict], system: str) -> list[dict]:
 def test_every_peer_is_swept_on_its_own_knobs():
     for sweep in ("quick", "full"):
         plan = _plan("--sweep", sweep)
-        assert plan[0] == {"round": 1, "system": "pulse-trio", "sweep": {"capacity": 64}}
+        assert plan[0] == {"round": 1, "system": "pulse-trio", "sweep": {"capacity": 64, "server_processes": 1}}
+        assert {p["server_processes"] for p in _points(plan, "pulse-trio")} >= {1, 2}
         for peer in PEERS:
             assert len(_points(plan, peer)) >= 2, (sweep, peer)
         for broker in ("celery", "celery-rabbitmq"):

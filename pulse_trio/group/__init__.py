@@ -1,0 +1,11 @@
+"""``serve --processes N``: one listening address, N serve processes, each a node of its own.
+
+The parent (:mod:`~pulse_trio.group.parent`) binds the worker and HTTP
+addresses once, starts N ``serve`` children that inherit the bound sockets,
+and forwards signals. Each child (:mod:`~pulse_trio.group.member`) is a full
+instance with its own node, store pool and event loop, so N processes use N
+cores where one process is held to one by its GIL. Worker connections are
+balanced across the children (:mod:`~pulse_trio.group.shares`); the HTTP
+API's connections go to whichever child accepts first, and ``/metrics``
+answers for the whole group (:mod:`~pulse_trio.group.metrics_files`).
+"""

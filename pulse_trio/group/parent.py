@@ -1,0 +1,166 @@
+"""The parent of a serve group: start the members, report when all serve, stop them together.
+
+It does not serve itself. It hands each member the sockets bound by
+``pulse_trio.serve.serve_group`` and supervises: SIGTERM or SIGINT stops
+every member the orderly way (each closes its sessions and records its node
+STOPPED); a member that exits on its own stops the group, and the parent
+exits with that member's code, so a service manager restarts the whole
+(nothing is lost: every lease and task lives in the database, and the
+workers resume on the new members). A member still running when
+:data:`STOP_TIMEOUT_S` has passed is killed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import trio
+
+from pulse_trio.config import Settings
+from pulse_trio.group.member import ENVIRONMENT, READY, GroupMember
+from pulse_trio.group.shares import create_shares
+
+log = logging.getLogger("pulse_trio.group")
+
+#: How long a stop waits for the members' orderly shutdowns before it kills them.
+STOP_TIMEOUT_S = 30.0
+_SHARED_MEMORY = Path("/dev/shm")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupAddresses:
+    """What ``task_status.started`` reports once every member serves."""
+
+    worker_port: int
+    http_port: int
+
+
+async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[int], http_fds: Sequence[int],
+                    member_command: Sequence[str], addresses: GroupAddresses,
+                    on_ready: Callable[[GroupAddresses], None] = lambda addresses: None) -> int:
+    """Run ``settings.processes`` members until stopped; the exit code of the member that failed, else 0.
+
+    ``on_ready(addresses)`` once every member serves (never, if one fails first).
+    """
+    size = settings.processes
+    member_settings = dataclasses.replace(settings, database_url=database_url, processes=1)
+    environment = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # the parent reports, not each
+    shares_fd = create_shares(size)
+    metrics_dir = Path(tempfile.mkdtemp(prefix="pulse-trio-group-",
+                                        dir=_SHARED_MEMORY if _SHARED_MEMORY.is_dir() else None))
+    links: list[socket.socket] = []
+    members: list[trio.Process] = []
+    outcome = _Outcome()
+    try:
+        for index in range(size):
+            parent_end, member_end = socket.socketpair()
+            links.append(parent_end)
+            member = GroupMember(index=index, size=size, settings=member_settings, worker_fds=tuple(worker_fds),
+                                 http_fds=tuple(http_fds), shares_fd=shares_fd, link_fd=member_end.fileno(),
+                                 metrics_dir=metrics_dir)
+            try:
+                members.append(await trio.lowlevel.open_process(
+                    list(member_command), env={**environment, ENVIRONMENT: member.to_environment()},
+                    pass_fds=member.inherited_fds, stdin=subprocess.DEVNULL))
+            finally:
+                member_end.close()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_signals, outcome)
+            for index, process in enumerate(members):
+                nursery.start_soon(_watch_member, index, process, outcome)
+            all_ready = await _all_ready(links, outcome)
+            if all_ready:
+                log.info("%d serve processes serving", size)
+                on_ready(addresses)
+            await outcome.stopping.wait()
+            await _stop(members)
+            nursery.cancel_scope.cancel()
+        return outcome.exit_code
+    finally:
+        for process in members:
+            if process.returncode is None:
+                process.kill()
+        for link in links:
+            link.close()  # a member still reading its link learns that the parent is gone
+        os.close(shares_fd)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+class _Outcome:
+    def __init__(self) -> None:
+        self.stopping = trio.Event()
+        self.exit_code = 0
+
+    def fail(self, code: int) -> None:
+        """A member exited on its own with ``code`` (negative: killed by that signal, reported as 128 + it)."""
+        if not self.stopping.is_set():
+            self.exit_code = 128 - code if code < 0 else code or 1
+            self.stopping.set()
+
+
+async def _watch_signals(outcome: _Outcome) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            outcome.stopping.set()
+            return
+
+
+async def _watch_member(index: int, process: trio.Process, outcome: _Outcome) -> None:
+    code = await process.wait()
+    if not outcome.stopping.is_set():
+        log.error("serve process %d of the group exited with %d: stopping the others", index, code)
+        outcome.fail(code)
+
+
+async def _all_ready(links: list[socket.socket], outcome: _Outcome) -> bool:
+    """True once every member has said ready; False if the group began to stop first."""
+    pending = len(links)
+    done = trio.Event()
+
+    async def read(link: socket.socket) -> None:
+        nonlocal pending
+        await trio.lowlevel.wait_readable(link)
+        if link.recv(1) == READY:
+            pending -= 1
+            if not pending:
+                done.set()
+
+    async with trio.open_nursery() as nursery:
+        for link in links:
+            nursery.start_soon(read, link)
+
+        async def until_stopping() -> None:
+            await outcome.stopping.wait()
+            nursery.cancel_scope.cancel()
+
+        async def until_done() -> None:
+            await done.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(until_stopping)
+        nursery.start_soon(until_done)
+    return done.is_set()
+
+
+async def _stop(members: list[trio.Process]) -> None:
+    """SIGTERM to every member still running, then wait; whoever is left after STOP_TIMEOUT_S is killed."""
+    for process in members:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+    with trio.move_on_after(STOP_TIMEOUT_S):
+        for process in members:
+            await process.wait()
+    for process in members:
+        if process.returncode is None:
+            log.error("serve process pid %d did not stop within %g s: killed", process.pid, STOP_TIMEOUT_S)
+            process.kill()
+            await process.wait()

@@ -1,0 +1,113 @@
+"""The serve group's parts in memory: connection shares, the settings a member is handed, summed metrics."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import types
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pulse_trio.config import MAX_PROCESSES, Settings, parse_processes, settings_from_json, settings_to_json
+from pulse_trio.group.member import GroupMember
+from pulse_trio.group.metrics_files import SharedMetrics
+from pulse_trio.group.shares import ConnectionShares, create_shares
+from pulse_trio.server.metrics import ServiceMetrics, Snapshot
+
+
+@pytest.fixture
+def shares():
+    fd = create_shares(3)
+    members = [ConnectionShares(fd, 3, index) for index in range(3)]
+    yield members
+    for member in members:
+        member.close()
+    os.close(fd)
+
+
+def test_only_the_least_loaded_members_accept(shares):
+    a, b, c = shares
+    assert all(member.may_accept() for member in shares)
+    a.opened()
+    assert not a.may_accept() and b.may_accept() and c.may_accept()
+    b.opened()
+    c.opened()
+    assert all(member.may_accept() for member in shares) and a.counts() == [1, 1, 1]
+    a.opened()
+    b.closed()
+    assert b.may_accept() and not a.may_accept() and not c.may_accept()
+    assert c.counts() == [2, 0, 1] and a.held == 2
+
+
+def test_a_member_index_outside_the_group_is_refused():
+    fd = create_shares(2)
+    try:
+        with pytest.raises(ValueError):
+            ConnectionShares(fd, 2, 2)
+    finally:
+        os.close(fd)
+
+
+def test_a_member_gets_the_parents_settings_exactly(tmp_path):
+    settings = Settings(database_url="mysql://u:p@h:1/d", state_dir=tmp_path, worker_listen=("::1", 0),
+                        tls_cert=tmp_path / "c.pem", tls_key=tmp_path / "k.pem", processes=4,
+                        ).override(lease_ttl=3.5, permit_quarantine=None)
+    member = GroupMember(index=1, size=4, settings=settings, worker_fds=(5, 6), http_fds=(7,), shares_fd=8,
+                         link_fd=9, metrics_dir=tmp_path)
+    back = GroupMember.from_environment({"PULSE_GROUP_MEMBER": member.to_environment()})
+    assert back == member and back.settings.explicit == {"lease_ttl", "permit_quarantine"}
+    assert settings_from_json(settings_to_json(Settings())) == Settings()
+    assert back.inherited_fds == (5, 6, 7, 8, 9)
+    assert GroupMember.from_environment({}) is None
+
+
+def test_processes_are_a_whole_number_or_auto():
+    assert parse_processes("3") == 3
+    assert parse_processes("auto") == min(MAX_PROCESSES, len(os.sched_getaffinity(0)))
+    for bad in ("0", "-1", "1.5", "two", str(MAX_PROCESSES + 1)):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_processes(bad)
+
+
+def _exposition(frames: int, transaction_s: float, sessions: int, http: int) -> bytes:
+    metrics = ServiceMetrics()
+    for _ in range(frames):
+        metrics.count_frame_in(10)
+    for _ in range(http):
+        metrics.count_http("GET", "/metrics", 200)
+    metrics.observe_transaction(transaction_s)
+    store = types.SimpleNamespace(commits=frames, rollbacks=0, retries=0, recoveries=0, threads_busy=1)
+    return metrics.process_exposition(Snapshot(hub={"sessions": sessions}, store=store, queues=None))
+
+
+def _samples(text: bytes) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text.decode()) for s in family.samples}
+
+
+def test_a_group_scrape_sums_every_members_series(tmp_path: Path):
+    SharedMetrics(tmp_path, 0).publish(_exposition(frames=3, transaction_s=0.002, sessions=1, http=1))
+    SharedMetrics(tmp_path, 1).publish(_exposition(frames=4, transaction_s=0.2, sessions=2, http=0))
+    merged = _samples(SharedMetrics(tmp_path, 1).merged())
+    assert merged[("pulse_frames_received_total", ())] == 7
+    assert merged[("pulse_frames_received_bytes_total", ())] == 70
+    assert merged[("pulse_sessions_connected", ())] == 3
+    assert merged[("pulse_store_threads_busy", ())] == 2
+    assert merged[("pulse_http_requests_total", (("method", "GET"), ("route", "/metrics"), ("status", "200")))] == 1
+    assert merged[("pulse_store_transaction_seconds_count", ())] == 2
+    assert merged[("pulse_store_transaction_seconds_bucket", (("le", "0.0025"),))] == 1
+    assert merged[("pulse_store_transaction_seconds_bucket", (("le", "0.25"),))] == 2
+    # every family once, as one process's exposition has it
+    families = [f.name for f in text_string_to_metric_families(SharedMetrics(tmp_path, 0).merged().decode())]
+    assert len(families) == len(set(families))
+    assert families == [f.name for f in text_string_to_metric_families(_exposition(1, 0.1, 1, 1).decode())]
+
+
+def test_a_published_file_is_replaced_whole(tmp_path: Path):
+    shared = SharedMetrics(tmp_path, 0)
+    shared.publish(_exposition(frames=1, transaction_s=0.1, sessions=0, http=0))
+    shared.publish(_exposition(frames=5, transaction_s=0.1, sessions=0, http=0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.prom"]
+    assert _samples(shared.merged())[("pulse_frames_received_total", ())] == 5

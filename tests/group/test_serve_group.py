@@ -1,0 +1,185 @@
+"""``pulse-trio serve --processes 2`` as a user runs it: real processes, sockets and MariaDB.
+
+One worker address and one HTTP address for the group; the workers are
+spread over the members; ``/metrics`` answers for the group; a stop, a
+member's death and the parent's death each end every process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import trio
+import trio_websocket
+from prometheus_client.parser import text_string_to_metric_families
+
+from http_support import RawWorker
+from pulse_trio.client import Client
+from pulse_trio.group.shares import ConnectionShares, create_shares
+from pulse_trio.ports import free_port
+from pulse_trio.serve_process import ServeProcess
+from pulse_trio.server.gated_accept import GatedListener
+
+pytestmark = pytest.mark.live
+
+EXIT_CANNOT_LISTEN = 5
+
+
+@pytest.fixture
+def group(db):
+    """A group of two on ``db``, both members ALIVE; yields (ServeProcess, Client)."""
+    client = Client(db)
+    with ServeProcess(db, extra_args=("--processes", "2")) as serve:
+        _wait(lambda: len(client.nodes()) == 2, "both members ALIVE")
+        yield serve, client
+    client.close()
+
+
+def _wait(condition, what: str, within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not {what} within {within} s"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _metrics(serve: ServeProcess) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(f"{serve.http_url}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_workers_spread_over_the_members_and_metrics_answer_for_the_group(group, token_factory, nursery):
+    serve, client = group
+    token = token_factory("worker")
+    workers = []
+    for n in range(4):
+        ws = await trio_websocket.connect_websocket_url(
+            nursery, serve.worker_url, subprotocols=["pulse.worker.v1"],
+            extra_headers=[(b"authorization", f"Bearer {token}".encode())])
+        worker = RawWorker(ws)
+        await worker.register("billing", name=f"w{n}")
+        workers.append(worker)
+    nodes = [w["node_id"] for w in await trio.to_thread.run_sync(client.workers)]
+    assert len(nodes) == 4 and sorted(nodes.count(node) for node in set(nodes)) == [2, 2]
+
+    for n in range(4):
+        await trio.to_thread.run_sync(lambda: client.submit("billing", "k", {"n": n}))
+    for worker in workers:
+        await worker.run_one("ok")
+
+    def counted() -> bool:  # the members publish every second; each scrape sums both
+        figures = _metrics(serve)
+        return (figures[("pulse_sessions_connected", ())] == 4
+                and figures[("pulse_finishes_total", (("queue", "billing"), ("status", "SUCCEEDED")))] == 4)
+
+    await trio.to_thread.run_sync(_wait, counted, "the group's metrics summed")
+    for _ in range(5):  # whichever member answers
+        figures = _metrics(serve)
+        assert figures[("pulse_sessions_connected", ())] == 4
+        assert figures[("pulse_database_up", ())] == 1
+        assert figures[("pulse_tasks", (("queue", "billing"), ("state", "SUCCEEDED")))] == 4
+    for worker in workers:
+        await worker.ws.aclose()
+
+
+def test_a_stopped_group_stops_every_member_and_records_them_stopped(group):
+    serve, client = group
+    members = [node["pid"] for node in client.nodes()]
+    process = serve.process
+    assert process is not None
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert not any(_alive(pid) for pid in members)
+    assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
+
+
+def test_a_member_that_dies_stops_the_group(group):
+    serve, client = group
+    first, second = (node["pid"] for node in client.nodes())
+    os.kill(first, signal.SIGKILL)
+    process = serve.process
+    assert process is not None
+    assert process.wait(timeout=30) == 128 + signal.SIGKILL  # a service manager restarts the whole
+    _wait(lambda: not _alive(second), "the other member stopped")
+    assert "exited with -9: stopping the others" in serve.log_tail()
+
+
+def test_the_members_stop_when_the_parent_is_killed(group):
+    serve, client = group
+    members = [node["pid"] for node in client.nodes()]
+    process = serve.process
+    assert process is not None
+    process.kill()
+    process.wait()
+    _wait(lambda: not any(_alive(pid) for pid in members), "every member stopped", within=30)
+
+
+def test_a_taken_port_fails_in_one_line_before_any_member_starts(db):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "pulse_trio", "serve", "--processes", "2", "--database-url", db.url(redact=False),
+             "--worker-listen", f"127.0.0.1:{port}", "--http-listen", f"127.0.0.1:{free_port()}",
+             "--log-level", "warning"],
+            capture_output=True, text=True, timeout=60)
+    assert done.returncode == EXIT_CANNOT_LISTEN, done
+    assert done.stderr.count("\n") == 1 and "--worker-listen" in done.stderr, done.stderr
+    client = Client(db)
+    try:
+        assert client.nodes(include_stopped=True) == []
+    finally:
+        client.close()
+
+
+async def test_a_member_over_its_share_leaves_the_next_connection_to_the_others():
+    """Two gated listeners on one listening socket, as two members have: the connections alternate."""
+    fd = create_shares(2)
+    shares = [ConnectionShares(fd, 2, index) for index in range(2)]
+    listening = trio.socket.socket()
+    await listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    port = listening.getsockname()[1]
+    listeners = [GatedListener(trio.SocketListener(trio.socket.from_stdlib_socket(
+        socket.socket(fileno=os.dup(listening.fileno())))), share) for share in shares]
+    taken: list[int] = []
+    async with trio.open_nursery() as nursery:
+        async def accept(index: int) -> None:
+            while True:
+                await listeners[index].accept()
+                taken.append(index)
+
+        for index in range(2):
+            nursery.start_soon(accept, index)
+        clients = []
+        for n in range(6):
+            clients.append(await trio.open_tcp_stream("127.0.0.1", port))
+            with trio.fail_after(5):
+                while len(taken) < n + 1:
+                    await trio.sleep(0.005)
+        nursery.cancel_scope.cancel()
+    assert sorted(taken.count(index) for index in range(2)) == [3, 3]
+    assert [share.held for share in shares] == [taken.count(0), taken.count(1)]
+    for client in clients:
+        await client.aclose()
+    listening.close()
+    for share in shares:
+        share.close()
+    os.close(fd)
