@@ -38,7 +38,8 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
         beside, inherited = HttpApi(settings), None
     else:
         beside = HttpApi(settings, sockets=member.http_sockets(), shared_metrics=member.shared_metrics())
-        inherited = Inherited(worker_sockets=member.worker_sockets(), gate=member.shares())
+        inherited = Inherited(worker_sockets=member.worker_sockets(), gate=member.shares(),
+                              siblings=member.sibling_wake())
     await run_service(settings, database, beside=beside, handle_signals=handle_signals, clock=clock,
                       pool_size=pool_size, inherited=inherited, task_status=task_status)
 

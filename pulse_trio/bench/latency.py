@@ -69,6 +69,8 @@ class LatencyOptions:
     timeout_s: float = 600.0
     worker_backend: str = "asyncio"
     history: int = 0
+    #: ``serve --processes``: serve processes behind the one address.
+    server_processes: int = 1
 
 
 def run(server: DatabaseConfig, options: LatencyOptions) -> dict[str, object]:
@@ -83,7 +85,8 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
     if options.history:
         history = fill(db, FillOptions(tasks=options.history, queue=HISTORY_QUEUE))
         progress(f"history of {options.history} finished tasks filled in {history['seconds']}s")
-    extra = ("--purge-interval", "1") if options.history else ()
+    extra = (*(("--purge-interval", "1") if options.history else ()),
+             *(("--processes", str(options.server_processes)) if options.server_processes > 1 else ()))
     fleet.server(db, env, worker_port=worker_port, http_port=http_port, poll_interval=options.poll_interval,
                  extra=extra)
     began = time.perf_counter()

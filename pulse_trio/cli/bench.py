@@ -82,6 +82,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     latency.add_argument("--tasks", type=_positive(int), default=500, help="tasks per producer path (default 500)")
     latency.add_argument("--workers", type=_positive(int), default=1, help="SDK worker processes (default 1)")
     latency.add_argument("--capacity", type=_positive(int), default=8, help="capacity of each worker (default 8)")
+    latency.add_argument("--server-processes", type=_positive(int), default=1,
+                         help="serve --processes: processes behind the one address (default 1)")
     latency.add_argument("--poll-interval", type=cfg.parse_seconds, default=cfg.Settings().poll_interval,
                          help="the server's --poll-interval (default: serve's default, "
                               f"{cfg.Settings().poll_interval:g}s)")
@@ -187,7 +189,8 @@ def _latency(args: argparse.Namespace) -> int:
 
     options = LatencyOptions(rate=args.rate, tasks=args.tasks, workers=args.workers, capacity=args.capacity,
                              poll_interval=args.poll_interval, paths=tuple(dict.fromkeys(args.paths or PATHS)),
-                             timeout_s=args.timeout, worker_backend=args.worker_backend, history=args.history)
+                             timeout_s=args.timeout, worker_backend=args.worker_backend, history=args.history,
+                             server_processes=args.server_processes)
     return _report(args, lambda server: run(server, options))
 
 

@@ -26,6 +26,7 @@ from hypercorn.config import Sockets
 from pulse_trio.config import Settings, settings_from_json, settings_to_json
 from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.group.shares import ConnectionShares
+from pulse_trio.group.wake import SiblingWake
 
 ENVIRONMENT = "PULSE_GROUP_MEMBER"
 #: The byte a member writes on its link once it serves.
@@ -42,6 +43,8 @@ class GroupMember:
     shares_fd: int
     link_fd: int
     metrics_dir: Path
+    #: The group's name among this host's groups (its members' wake sockets carry it).
+    group: str
 
     @property
     def inherited_fds(self) -> tuple[int, ...]:
@@ -52,7 +55,7 @@ class GroupMember:
         return json.dumps({
             "index": self.index, "size": self.size, "settings": settings_to_json(self.settings),
             "worker_fds": self.worker_fds, "http_fds": self.http_fds, "shares_fd": self.shares_fd,
-            "link_fd": self.link_fd, "metrics_dir": str(self.metrics_dir)})
+            "link_fd": self.link_fd, "metrics_dir": str(self.metrics_dir), "group": self.group})
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> GroupMember | None:
@@ -63,7 +66,8 @@ class GroupMember:
         values = json.loads(text)
         return cls(index=values["index"], size=values["size"], settings=settings_from_json(values["settings"]),
                    worker_fds=tuple(values["worker_fds"]), http_fds=tuple(values["http_fds"]),
-                   shares_fd=values["shares_fd"], link_fd=values["link_fd"], metrics_dir=Path(values["metrics_dir"]))
+                   shares_fd=values["shares_fd"], link_fd=values["link_fd"], metrics_dir=Path(values["metrics_dir"]),
+                   group=values["group"])
 
     # -- in the member -----------------------------------------------------------
     def worker_sockets(self) -> tuple[trio.socket.SocketType, ...]:
@@ -81,6 +85,9 @@ class GroupMember:
 
     def shared_metrics(self) -> SharedMetrics:
         return SharedMetrics(self.metrics_dir, self.index)
+
+    def sibling_wake(self) -> SiblingWake:
+        return SiblingWake(self.group, self.size, self.index)
 
     def link(self) -> trio.socket.SocketType:
         return trio.socket.from_stdlib_socket(socket.socket(fileno=self.link_fd))

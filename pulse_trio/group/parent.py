@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -55,6 +56,7 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
     member_settings = dataclasses.replace(settings, database_url=database_url, processes=1)
     environment = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # the parent reports, not each
     shares_fd = create_shares(size)
+    group = secrets.token_hex(8)
     metrics_dir = Path(tempfile.mkdtemp(prefix="pulse-trio-group-",
                                         dir=_SHARED_MEMORY if _SHARED_MEMORY.is_dir() else None))
     links: list[socket.socket] = []
@@ -66,7 +68,7 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
             links.append(parent_end)
             member = GroupMember(index=index, size=size, settings=member_settings, worker_fds=tuple(worker_fds),
                                  http_fds=tuple(http_fds), shares_fd=shares_fd, link_fd=member_end.fileno(),
-                                 metrics_dir=metrics_dir)
+                                 metrics_dir=metrics_dir, group=group)
             try:
                 members.append(await trio.lowlevel.open_process(
                     list(member_command), env={**environment, ENVIRONMENT: member.to_environment()},

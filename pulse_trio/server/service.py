@@ -35,6 +35,7 @@ import dataclasses
 import logging
 import signal
 import ssl
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -96,6 +97,18 @@ class Inherited:
     worker_sockets: tuple[trio.socket.SocketType, ...]
     #: Says when this member may take another worker connection (``pulse_trio.group.shares``).
     gate: AcceptGate
+    #: Tells the other members of new work committed here, and wakes this one's dispatcher for theirs.
+    siblings: Siblings
+
+
+class Siblings(Protocol):
+    """The other members of a serve group, as far as new work goes (``pulse_trio.group.wake``)."""
+
+    def notify(self) -> None:
+        """New work was committed here."""
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        """Call ``wake()`` whenever another member says it committed new work, until cancelled."""
 
 
 @dataclasses.dataclass(eq=False, kw_only=True)
@@ -182,7 +195,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
     firing = ScheduleFiring(store=store, clock=clock, wake=hub.wake)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
-                       queue_sync=queue_sync)
+                       queue_sync=queue_sync, tell_others=inherited.siblings.notify if inherited is not None else None)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
     try:
@@ -224,6 +237,8 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 root.start_soon(retention.run)
                 root.start_soon(timers.run)
                 root.start_soon(firing.run)
+                if inherited is not None:
+                    root.start_soon(inherited.siblings.listen, hub.wake)
                 log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
                 # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
                 beside_done = trio.Event()

@@ -55,7 +55,7 @@ def test_a_member_gets_the_parents_settings_exactly(tmp_path):
                         tls_cert=tmp_path / "c.pem", tls_key=tmp_path / "k.pem", processes=4,
                         ).override(lease_ttl=3.5, permit_quarantine=None)
     member = GroupMember(index=1, size=4, settings=settings, worker_fds=(5, 6), http_fds=(7,), shares_fd=8,
-                         link_fd=9, metrics_dir=tmp_path)
+                         link_fd=9, metrics_dir=tmp_path, group="g1")
     back = GroupMember.from_environment({"PULSE_GROUP_MEMBER": member.to_environment()})
     assert back == member and back.settings.explicit == {"lease_ttl", "permit_quarantine"}
     assert settings_from_json(settings_to_json(Settings())) == Settings()

@@ -183,3 +183,50 @@ async def test_a_member_over_its_share_leaves_the_next_connection_to_the_others(
     for share in shares:
         share.close()
     os.close(fd)
+
+
+async def test_a_submit_to_any_member_reaches_the_worker_on_another_at_once(db, token_factory, nursery):
+    """One worker, two members, a poll of 5 s: a submit answered by either member is offered within a second."""
+    from http_support import Http
+
+    client = Client(db)
+    serve = await trio.to_thread.run_sync(
+        ServeProcess(db, extra_args=("--processes", "2", "--poll-interval", "5")).start)
+    try:
+        await trio.to_thread.run_sync(_wait, lambda: len(client.nodes()) == 2, "both members ALIVE")
+        ws = await trio_websocket.connect_websocket_url(
+            nursery, serve.worker_url, subprotocols=["pulse.worker.v1"],
+            extra_headers=[(b"authorization", f"Bearer {token_factory('worker')}".encode())])
+        worker = RawWorker(ws)
+        await worker.register("billing", capacity=8)
+        http, producer = Http(serve.http_port), token_factory("producer", ("billing",))
+        for n in range(8):  # each on a fresh connection: either member may answer
+            await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k"})
+            with trio.fail_after(1):
+                await worker.next_assignment()
+        await ws.aclose()
+    finally:
+        await trio.to_thread.run_sync(serve.stop)
+        client.close()
+
+
+async def test_a_wake_reaches_every_other_member_and_none_is_lost_to_a_member_not_yet_listening():
+    from pulse_trio.group.wake import SiblingWake
+
+    group = os.urandom(4).hex()
+    members = [SiblingWake(group, 3, index) for index in range(3)]
+    woken = [0, 0, 0]
+    async with trio.open_nursery() as nursery:
+        for index, member in enumerate(members):
+            nursery.start_soon(member.listen, lambda index=index: woken.__setitem__(index, woken[index] + 1))
+        await trio.sleep(0.05)
+        members[0].notify()
+        with trio.fail_after(2):
+            while woken[1:] != [1, 1]:
+                await trio.sleep(0.01)
+        assert woken[0] == 0  # not itself
+        nursery.cancel_scope.cancel()
+    members[2].close()
+    members[1].notify()  # member 2 is gone: dropped, no error
+    for member in members[:2]:
+        member.close()
