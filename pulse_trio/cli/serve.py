@@ -89,7 +89,7 @@ def _serve_member(args: argparse.Namespace, member: GroupMember) -> int:
 
 
 async def _serve_and_report(member: GroupMember, target: DatabaseConfig) -> None:
-    """Serve; tell the parent once serving; stop as on SIGTERM once the parent is gone."""
+    """Serve; tell the parent once serving; stop as on SIGTERM once the parent closes the link (or is gone)."""
     import trio
 
     from pulse_trio.group.member import report_ready, wait_parent_gone
@@ -104,9 +104,12 @@ async def _serve_and_report(member: GroupMember, target: DatabaseConfig) -> None
                 nursery.cancel_scope.cancel()  # the parent watch ends with the instance
 
         handle = await nursery.start(run)
-        await report_ready(link)
-        await wait_parent_gone(link)
-        log.warning("the serve group's parent is gone: stopping")
+        try:
+            await report_ready(link)
+            await wait_parent_gone(link)
+        except OSError:  # the parent closed its end before this member was ready: the group is stopping
+            pass
+        log.info("the serve group is stopping (its first process closed the link, or is gone)")
         handle.stop()
 
 

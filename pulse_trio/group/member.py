@@ -6,9 +6,10 @@ to run by (the parent's, with the database it resolved), and the
 descriptors it inherits: the bound worker and HTTP sockets, the connection
 shares, and its link to the parent, a Unix socket pair of which the
 parent holds the other end. A member says ``ready`` by writing one byte on
-the link once it serves; it reads the link only to learn that the parent
-is gone (end of file), and then stops as on SIGTERM, so no member outlives
-its parent, even one killed with SIGKILL.
+the link once it serves; it reads the link only to learn that the group is
+stopping: end of file, when the parent closes its end to stop the group or
+dies (even by SIGKILL). It then stops as on SIGTERM, so no member outlives
+its parent.
 """
 
 from __future__ import annotations
@@ -98,6 +99,6 @@ async def report_ready(link: trio.socket.SocketType) -> None:
 
 
 async def wait_parent_gone(link: trio.socket.SocketType) -> None:
-    """Return once the parent has closed its end of the link (it stopped, or died)."""
+    """Return once the parent has closed its end of the link (the group is stopping, or the parent died)."""
     while await link.recv(64):
         pass

@@ -2,8 +2,8 @@
 
 It does not serve itself. It hands each member the sockets bound by
 ``pulse_trio.serve.serve_group`` and supervises: SIGTERM or SIGINT stops
-every member the orderly way (each closes its sessions and records its node
-STOPPED); a member that exits on its own stops the group, and the parent
+every member the orderly way (it closes their links; each closes its
+sessions and records its node STOPPED, as on its own SIGTERM); a member that exits on its own stops the group, and the parent
 exits with that member's code, so a service manager restarts the whole
 (nothing is lost: every lease and task lives in the database, and the
 workers resume on the new members). A member still running when
@@ -84,7 +84,7 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
                 log.info("%d serve processes serving", size)
                 on_ready(addresses)
             await outcome.stopping.wait()
-            await _stop(members)
+            await _stop(members, links)
             nursery.cancel_scope.cancel()
         return outcome.exit_code
     finally:
@@ -153,11 +153,15 @@ async def _all_ready(links: list[socket.socket], outcome: _Outcome) -> bool:
     return done.is_set()
 
 
-async def _stop(members: list[trio.Process]) -> None:
-    """SIGTERM to every member still running, then wait; whoever is left after STOP_TIMEOUT_S is killed."""
-    for process in members:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
+async def _stop(members: list[trio.Process], links: list[socket.socket]) -> None:
+    """Close every link (each member stops as on SIGTERM), then wait; whoever is left after STOP_TIMEOUT_S is killed.
+
+    Not a signal: a service manager (systemd's default ``KillMode``) or a
+    terminal's Ctrl-C signals every process of the group at once, and a
+    member already stopping would take a second signal from here for a kill.
+    """
+    for link in links:
+        link.close()
     with trio.move_on_after(STOP_TIMEOUT_S):
         for process in members:
             await process.wait()

@@ -80,6 +80,14 @@ async def test_workers_spread_over_the_members_and_metrics_answer_for_the_group(
 
     for n in range(4):
         await trio.to_thread.run_sync(lambda: client.submit("billing", "k", {"n": n}))
+
+    async def offered(worker: RawWorker) -> None:  # each member offers to its own workers
+        while not worker.assigned:
+            await worker.receive()
+
+    async with trio.open_nursery() as offers:  # all four first: a finished slot could take a task still READY
+        for worker in workers:
+            offers.start_soon(offered, worker)
     for worker in workers:
         await worker.run_one("ok")
 
@@ -106,6 +114,19 @@ def test_a_stopped_group_stops_every_member_and_records_them_stopped(group):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     assert not any(_alive(pid) for pid in members)
+    assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
+
+
+def test_a_signal_to_every_process_at_once_still_stops_each_member_the_orderly_way(group):
+    """systemd's default KillMode and a terminal's Ctrl-C signal the whole group, not only its first process."""
+    serve, client = group
+    members = [node["pid"] for node in client.nodes()]
+    process = serve.process
+    assert process is not None
+    for pid in (process.pid, *members):
+        os.kill(pid, signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    _wait(lambda: not any(_alive(pid) for pid in members), "every member stopped")
     assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
 
 
