@@ -12,17 +12,22 @@ from pathlib import Path
 import pytest
 
 
+def _bench(database_server, *args: str, timeout: float = 180) -> dict:
+    """``pulse-trio bench ARGS --timeout 120`` on a fresh database of ``database_server``: its JSON report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "bench", *args, "--timeout", "120",
+         "--database-url", database_server.with_database("unused").url(redact=False)],
+        capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_bench_reports_every_figure(database_server, backend):
-    done = subprocess.run(
-        # Enough tasks that each process's CPU in the window is more than the 10 ms tick /proc counts in.
-        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "400", "--workers", "1", "--capacity", "8",
-         "--backlog", "50", "--keyed-share", "0.25", "--fairness-keys", "7", "--payload-bytes", "1024",
-         "--timeout", "120", "--worker-backend", backend,
-         "--database-url", database_server.with_database("unused").url(redact=False)],
-        capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    # Enough tasks that each process's CPU in the window is more than the 10 ms tick /proc counts in.
+    report = _bench(database_server, "--tasks", "400", "--workers", "1", "--capacity", "8", "--backlog", "50",
+                    "--keyed-share", "0.25", "--fairness-keys", "7", "--payload-bytes", "1024",
+                    "--worker-backend", backend)
     for key in ("end_to_end_tasks_per_s", "submit_tasks_per_s", "submit_to_assign_ms", "assign_to_finish_ms",
                 "db_commits_per_task", "db_statements_per_task", "db_rows_written_per_task",
                 "server_cpu_s_per_task", "workers_cpu_s_per_task",
@@ -44,14 +49,9 @@ def test_bench_reports_every_figure(database_server, backend):
 
 def test_bench_submit_first_measures_the_dispatch_without_the_submits(database_server):
     """``--submit-first``: the tasks (and their fairness keys' placement) are written before the window opens."""
-    done = subprocess.run(
-        # Enough tasks that the server's CPU in the window is more than the 10 ms clock tick /proc counts in.
-        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "400", "--workers", "1", "--capacity", "8",
-         "--fairness-keys", "400", "--submit-first", "--timeout", "120",
-         "--database-url", database_server.with_database("unused").url(redact=False)],
-        capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    # Enough tasks that the server's CPU in the window is more than the 10 ms clock tick /proc counts in.
+    report = _bench(database_server, "--tasks", "400", "--workers", "1", "--capacity", "8", "--fairness-keys", "400",
+                    "--submit-first")
     assert report["options"]["submit_first"] is True
     # Within the window each task gets its lease row; the task rows and the keys' rows were inserted before it.
     assert report["db_rows_written_by_kind_per_task"]["inserted"] < 2
@@ -60,26 +60,16 @@ def test_bench_submit_first_measures_the_dispatch_without_the_submits(database_s
 
 def test_bench_with_a_serve_group_measures_every_member(database_server):
     """``--server-processes 2``: one ``serve --processes 2``; its CPU is the parent's and both members'."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "400", "--workers", "2", "--capacity", "8",
-         "--server-processes", "2", "--timeout", "120",
-         "--database-url", database_server.with_database("unused").url(redact=False)],
-        capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = _bench(database_server, "--tasks", "400", "--workers", "2", "--capacity", "8",
+                    "--server-processes", "2")
     assert report["options"]["server_processes"] == 2 and report["server_processes_measured"] == 3
     assert report["server_cpu_s_per_task"] > 0 and report["end_to_end_tasks_per_s"] > 0
 
 
 def test_bench_with_a_history_reports_what_the_servers_purged(database_server):
     """``--history``: finished tasks past the retention, filled first and purged by the servers during the run."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "200", "--workers", "1", "--capacity", "8",
-         "--history", "3000", "--timeout", "120",
-         "--database-url", database_server.with_database("unused").url(redact=False)],
-        capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    history = json.loads(done.stdout)["history"]
+    history = _bench(database_server, "--tasks", "200", "--workers", "1", "--capacity", "8",
+                     "--history", "3000")["history"]
     assert (history["tasks"], history["rows"]) == (3000, 9000)
     assert history["purged_during_run_s"] is not None  # the servers purged all of it, within the run's deadline
     assert history["purge_tasks_per_s_under_load"] is not None and "purge_tasks_per_s_after_run" in history
@@ -100,12 +90,7 @@ def test_fill_finished_inserts_history_with_leases_and_receipts(db):
 
 def test_a_capacity_sweep_reports_each_capacity_and_the_ceiling(database_server):
     """``--capacity 2,4``: one run per capacity, their throughput and CPU per task side by side."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "400", "--workers", "1", "--capacity", "2,4",
-         "--timeout", "120", "--database-url", database_server.with_database("unused").url(redact=False)],
-        capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = _bench(database_server, "--tasks", "400", "--workers", "1", "--capacity", "2,4", timeout=240)
     assert [row["capacity"] for row in report["sweep"]] == [2, 4]
     assert [run["options"]["capacity"] for run in report["runs"]] == [2, 4]
     for row in report["sweep"]:
