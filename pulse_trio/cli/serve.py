@@ -96,21 +96,22 @@ async def _serve_and_report(member: GroupMember, target: DatabaseConfig) -> None
     from pulse_trio.serve import serve
 
     link = member.link()
-    async with trio.open_nursery() as nursery:
-        async def run(task_status: trio.TaskStatus) -> None:
-            try:
-                await serve(member.settings, target, member=member, task_status=task_status)
-            finally:
-                nursery.cancel_scope.cancel()  # the parent watch ends with the instance
+    with logs.bind(member=member.index):  # every line says which member wrote it
+        async with trio.open_nursery() as nursery:
+            async def run(task_status: trio.TaskStatus) -> None:
+                try:
+                    await serve(member.settings, target, member=member, task_status=task_status)
+                finally:
+                    nursery.cancel_scope.cancel()  # the parent watch ends with the instance
 
-        handle = await nursery.start(run)
-        try:
-            await report_ready(link)
-            await wait_parent_gone(link)
-        except OSError:  # the parent closed its end before this member was ready: the group is stopping
-            pass
-        log.info("the serve group is stopping (its first process closed the link, or is gone)")
-        handle.stop()
+            handle = await nursery.start(run)
+            try:
+                await report_ready(link)
+                await wait_parent_gone(link)
+            except OSError:  # the parent closed its end before this member was ready: the group is stopping
+                pass
+            log.info("the serve group is stopping (its first process closed the link, or is gone)")
+            handle.stop()
 
 
 async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig, member_command: list[str]) -> int:

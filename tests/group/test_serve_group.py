@@ -7,6 +7,7 @@ member's death and the parent's death each end every process.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -36,7 +37,7 @@ EXIT_CANNOT_LISTEN = 5
 def group(db):
     """A group of two on ``db``, both members ALIVE; yields (ServeProcess, Client)."""
     client = Client(db)
-    with ServeProcess(db, extra_args=("--processes", "2")) as serve:
+    with ServeProcess(db, extra_args=("--processes", "2", "--log-level", "info")) as serve:
         _wait(lambda: len(client.nodes()) == 2, "both members ALIVE")
         yield serve, client
     client.close()
@@ -115,6 +116,9 @@ def test_a_stopped_group_stops_every_member_and_records_them_stopped(group):
     assert process.wait(timeout=30) == 0
     assert not any(_alive(pid) for pid in members)
     assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
+    lines = [json.loads(line) for line in serve.log_tail(10**6).splitlines() if line.startswith("{")]
+    stopping = [line for line in lines if line["msg"].startswith("the serve group is stopping")]
+    assert sorted(line["member"] for line in stopping) == [0, 1]  # each member's lines say which it is
 
 
 def test_a_signal_to_every_process_at_once_still_stops_each_member_the_orderly_way(group):
