@@ -3,11 +3,12 @@
 It does not serve itself. It hands each member the sockets bound by
 ``pulse_trio.serve.serve_group`` and supervises: SIGTERM or SIGINT stops
 every member the orderly way (it closes their links; each closes its
-sessions and records its node STOPPED, as on its own SIGTERM); a member that exits on its own stops the group, and the parent
-exits with that member's code, so a service manager restarts the whole
-(nothing is lost: every lease and task lives in the database, and the
-workers resume on the new members). A member still running when
-:data:`STOP_TIMEOUT_S` has passed is killed.
+sessions and records its node STOPPED, as on its own SIGTERM); a member
+that exits on its own stops the group, and the parent exits with that
+member's code, so a service manager restarts the whole (nothing is lost:
+every lease and task lives in the database, and the workers resume on the
+new members). A member still running when :data:`STOP_TIMEOUT_S` has
+passed is killed.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ _SHARED_MEMORY = Path("/dev/shm")
 
 @dataclasses.dataclass(frozen=True)
 class GroupAddresses:
-    """What ``task_status.started`` reports once every member serves."""
+    """Where the group listens: what ``on_ready`` is given once every member serves."""
 
     worker_port: int
     http_port: int
