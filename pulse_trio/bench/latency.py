@@ -45,7 +45,7 @@ from pulse_trio.bench.fill_finished import FillOptions, fill, history_left
 from pulse_trio.bench.http_client import InstanceHttp
 from pulse_trio.bench.noop_worker import CLIENT_KIND, HTTP_KIND, QUEUE, WARM_UP_KIND
 from pulse_trio.bench.processes import (
-    Fleet, bench_env, bench_tokens, on_fresh_database, progress, wait_until,
+    Fleet, bench_env, bench_tokens, on_fresh_database, progress, serve_flags, wait_until,
 )
 from pulse_trio.bench.runner import HISTORY_QUEUE, purge_rates
 from pulse_trio.client import Client
@@ -85,8 +85,7 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
     if options.history:
         history = fill(db, FillOptions(tasks=options.history, queue=HISTORY_QUEUE))
         progress(f"history of {options.history} finished tasks filled in {history['seconds']}s")
-    extra = (*(("--purge-interval", "1") if options.history else ()),
-             *(("--processes", str(options.server_processes)) if options.server_processes > 1 else ()))
+    extra = serve_flags(history=bool(options.history), server_processes=options.server_processes)
     fleet.server(db, env, worker_port=worker_port, http_port=http_port, poll_interval=options.poll_interval,
                  extra=extra)
     began = time.perf_counter()

@@ -157,6 +157,12 @@ class Fleet:
                     proc.wait()
 
 
+def serve_flags(*, history: bool, server_processes: int) -> tuple[str, ...]:
+    """The `serve` flags a bench adds: a quick purge when it brings a history, the processes behind each address."""
+    return (*(("--purge-interval", "1") if history else ()),
+            *(("--processes", str(server_processes)) if server_processes > 1 else ()))
+
+
 def bench_env(**extra: str) -> dict[str, str]:
     return dict(os.environ, **extra)
 

@@ -29,7 +29,7 @@ import time
 from pulse_trio.bench import measure
 from pulse_trio.bench.fill_finished import FillOptions, fill, history_left
 from pulse_trio.bench.noop_worker import KIND, QUEUE
-from pulse_trio.bench.processes import Fleet, bench_env, bench_tokens, on_fresh_database, progress
+from pulse_trio.bench.processes import Fleet, bench_env, bench_tokens, on_fresh_database, progress, serve_flags
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
 from pulse_trio.dburl import DatabaseConfig
@@ -112,8 +112,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
     if options.history:
         history = fill(db, FillOptions(tasks=options.history, queue=HISTORY_QUEUE))
         progress(f"history of {options.history} finished tasks filled in {history['seconds']}s")
-    extra = (*(("--purge-interval", "1") if options.history else ()),
-             *(("--processes", str(options.server_processes)) if options.server_processes > 1 else ()))
+    extra = serve_flags(history=bool(options.history), server_processes=options.server_processes)
     servers = [fleet.server(db, env, worker_port=port, extra=extra) for port in ports]
     progress(f"{options.instances} server instance(s) up")
 
