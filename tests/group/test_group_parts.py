@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from metrics_support import exposition_samples
 from pulse_trio.config import MAX_PROCESSES, Settings, parse_processes, settings_from_json, settings_to_json
 from pulse_trio.group.member import GroupMember
 from pulse_trio.group.metrics_files import SharedMetrics
@@ -79,18 +80,13 @@ def _exposition(frames: int, transaction_s: float, sessions: int, http: int) -> 
         metrics.count_http("GET", "/metrics", 200)
     metrics.observe_transaction(transaction_s)
     store = types.SimpleNamespace(commits=frames, rollbacks=0, retries=0, recoveries=0, threads_busy=1)
-    return metrics.process_exposition(Snapshot(hub={"sessions": sessions}, store=store, queues=None))
-
-
-def _samples(text: bytes) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text.decode()) for s in family.samples}
+    return metrics.process_exposition(Snapshot(hub={"sessions": sessions}, store=store))
 
 
 def test_a_group_scrape_sums_every_members_series(tmp_path: Path):
     SharedMetrics(tmp_path, 0).publish(_exposition(frames=3, transaction_s=0.002, sessions=1, http=1))
     SharedMetrics(tmp_path, 1).publish(_exposition(frames=4, transaction_s=0.2, sessions=2, http=0))
-    merged = _samples(SharedMetrics(tmp_path, 1).merged())
+    merged = exposition_samples(SharedMetrics(tmp_path, 1).merged())
     assert merged[("pulse_frames_received_total", ())] == 7
     assert merged[("pulse_frames_received_bytes_total", ())] == 70
     assert merged[("pulse_sessions_connected", ())] == 3
@@ -110,4 +106,4 @@ def test_a_published_file_is_replaced_whole(tmp_path: Path):
     shared.publish(_exposition(frames=1, transaction_s=0.1, sessions=0, http=0))
     shared.publish(_exposition(frames=5, transaction_s=0.1, sessions=0, http=0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0.prom"]
-    assert _samples(shared.merged())[("pulse_frames_received_total", ())] == 5
+    assert exposition_samples(shared.merged())[("pulse_frames_received_total", ())] == 5

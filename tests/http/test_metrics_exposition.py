@@ -8,6 +8,8 @@ from pathlib import Path
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from metrics_support import exposition_samples
+
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
@@ -56,11 +58,6 @@ def lint(text: str) -> dict[str, str]:
     return types
 
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
 def _histogram(samples, name: str, labels: tuple[tuple[str, str], ...]) -> tuple[float, float, list[float]]:
     """(count, sum, cumulative bucket counts in ``le`` order) of one series."""
     buckets = sorted(((float(dict(key)["le"]), value) for (n, key), value in samples.items()
@@ -86,7 +83,7 @@ async def test_the_exposition_follows_prometheus_conventions_after_a_task_ran(ht
                        ("pulse_frames_received_bytes_total", "counter"), ("pulse_frames_sent_bytes_total", "counter")):
         assert types.get(name) == kind, name
 
-    samples = _samples(text)
+    samples = exposition_samples(text)
     billing = (("queue", "billing"),)
     assert samples[("pulse_assignments_total", billing)] == 1
     assert samples[("pulse_finishes_total", (("queue", "billing"), ("status", "SUCCEEDED")))] == 1
@@ -105,7 +102,7 @@ async def test_the_exposition_follows_prometheus_conventions_after_a_task_ran(ht
 async def test_the_exposition_lints_before_anything_happened(http):
     text = (await http.get("/metrics")).body.decode()
     types = lint(text)
-    samples = _samples(text)
+    samples = exposition_samples(text)
     assert types["pulse_store_transaction_seconds"] == "histogram"
     assert samples[("pulse_store_transaction_seconds_count", ())] >= 1  # this scrape's own query
     assert ("pulse_task_run_seconds_count", (("queue", "billing"),)) not in samples

@@ -10,7 +10,6 @@ import pytest
 import trio
 import trio_websocket
 from jsonschema import Draft202012Validator
-from prometheus_client.parser import text_string_to_metric_families
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
@@ -21,6 +20,7 @@ from pulse_trio.serve import serve
 from pulse_trio.store.schema.migrate import code_version
 
 from http_support import Http, RawWorker  # noqa: I001  (beside this file; see conftest)
+from metrics_support import exposition_samples
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 DOC_ID = "https://pulse-trio.dev/openapi.json"
@@ -151,12 +151,6 @@ async def test_readyz_is_503_until_the_migrations_are_applied(unmigrated):
 
 # -- metrics --------------------------------------------------------------------------------------
 
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a valid exposition, keyed by name and sorted labels."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
 async def test_metrics_after_a_full_flow(http, tokens, token_factory, open_worker):
     worker = await open_worker(token_factory("worker"), "billing")
     with trio.fail_after(10):
@@ -166,7 +160,7 @@ async def test_metrics_after_a_full_flow(http, tokens, token_factory, open_worke
     await http.get("/v1/tasks/tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", token=tokens["producer"])  # a 404
     reply = await http.get("/metrics")
     assert reply.status == 200 and reply.headers["content-type"].startswith("text/plain")
-    samples = _samples(reply.body.decode())
+    samples = exposition_samples(reply.body)
     assert samples[("pulse_sessions_connected", ())] == 1
     assert samples[("pulse_session_capacity", ())] == 1
     assert samples[("pulse_assignments_total", (("queue", "billing"),))] == 1
@@ -204,7 +198,7 @@ async def test_metrics_count_lapsed_offers_and_expired_leases(start_service, tok
         await worker.request("task.start", {k: lease[k] for k in ("task_id", "lease_id", "lease_secret", "revision")})
         # the first offer is never started (lapses); the second is started and never renewed (expires)
         while True:
-            samples = _samples((await http.get("/metrics")).body.decode())
+            samples = exposition_samples((await http.get("/metrics")).body)
             if samples[("pulse_lease_lapses_total", ())] >= 1 and samples[("pulse_lease_expiries_total", ())] >= 1:
                 break
             await trio.sleep(0.05)

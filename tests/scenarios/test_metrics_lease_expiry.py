@@ -5,8 +5,8 @@ from __future__ import annotations
 import urllib.request
 
 import trio
-from prometheus_client.parser import text_string_to_metric_families
 
+from metrics_support import exposition_samples
 from scenario_support import offered, running
 
 SETTINGS = dict(start_timeout=5, lease_ttl=5, permit_quarantine=3)
@@ -17,9 +17,7 @@ async def _scrape(service) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
         with urllib.request.urlopen(f"http://127.0.0.1:{service.http_port}/metrics", timeout=30) as reply:
             return reply.read().decode()
 
-    text = await trio.to_thread.run_sync(get)
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return exposition_samples(await trio.to_thread.run_sync(get))
 
 
 async def test_an_expired_lease_redispatched_uncertain_bumps_its_counters(
