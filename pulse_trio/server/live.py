@@ -73,7 +73,7 @@ class LiveService:
         self._metrics.count_error(code, "http")
 
     def process_metrics(self) -> bytes:
-        snapshot = Snapshot(hub=self._hub.statistics(), store=self._store.statistics(), queues=None)
+        snapshot = Snapshot(hub=self._hub.statistics(), store=self._store.statistics())
         return self._metrics.process_exposition(snapshot)
 
     def database_metrics(self, queues: Mapping[str, Mapping[str, Any]] | None) -> tuple[bytes, str]:

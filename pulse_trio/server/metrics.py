@@ -5,8 +5,10 @@ item, a bucket of a :class:`_Histogram`): no locks, no label objects, no
 extra SQL. Values from the store (a start's due time, a finish's start
 time, a timer's ended leases) come back in the results the server already
 receives. Everything is turned into metric families only when
-``/metrics`` is scraped, from these attributes and a :class:`Snapshot` the
-HTTP layer gathers (hub, store statistics, task counts from the database).
+``/metrics`` is scraped: this process's series from these attributes and a
+:class:`Snapshot` of its hub and store (:meth:`ServiceMetrics.process_exposition`,
+which a serve group sums over its members), and the database's from the
+task counts the scrape read (:func:`database_exposition`).
 
 The exposition follows the Prometheus naming guide: the unit is the suffix
 (``_seconds``, ``_bytes``), every counter ends in ``_total``, each family
@@ -41,11 +43,10 @@ TRANSACTION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Snapshot:
-    """What a scrape reads besides the counters (gathered by the HTTP layer)."""
+    """What a scrape reads of this process besides the counters: its sessions and its store."""
 
     hub: Mapping[str, int]  # SessionHub.statistics()
     store: Any  # StoreStatistics
-    queues: Mapping[str, Mapping[str, Any]] | None  # queue_depths(); None: the database did not answer
 
 
 class _Histogram:
@@ -183,10 +184,6 @@ class ServiceMetrics:
         self.transaction_seconds.observe(seconds)
 
     # -- scraping ----------------------------------------------------------------
-    def exposition(self, snapshot: Snapshot) -> bytes:
-        """The Prometheus text format of everything, with ``snapshot`` for the gauges."""
-        return self.process_exposition(snapshot) + database_exposition(snapshot.queues)
-
     def process_exposition(self, snapshot: Snapshot) -> bytes:
         """This process's own series: its counters, and its sessions and store from ``snapshot``.
 
