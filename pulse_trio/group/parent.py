@@ -48,10 +48,12 @@ class GroupAddresses:
 
 async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[int], http_fds: Sequence[int],
                     member_command: Sequence[str], addresses: GroupAddresses,
-                    on_ready: Callable[[GroupAddresses], None] = lambda addresses: None) -> int:
+                    on_ready: Callable[[GroupAddresses], None] = lambda addresses: None,
+                    on_stopping: Callable[[], None] = lambda: None) -> int:
     """Run ``settings.processes`` members until stopped; the exit code of the member that failed, else 0.
 
-    ``on_ready(addresses)`` once every member serves (never, if one fails first).
+    ``on_ready(addresses)`` once every member serves (never, if one fails first); ``on_stopping()`` when the
+    group begins to stop.
     """
     size = settings.processes
     member_settings = dataclasses.replace(settings, database_url=database_url, processes=1)
@@ -85,6 +87,7 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
                 log.info("%d serve processes serving", size)
                 on_ready(addresses)
             await outcome.stopping.wait()
+            on_stopping()
             await _stop(members, links)
             nursery.cancel_scope.cancel()
         return outcome.exit_code
@@ -127,31 +130,24 @@ async def _watch_member(index: int, process: trio.Process, outcome: _Outcome) ->
 async def _all_ready(links: list[socket.socket], outcome: _Outcome) -> bool:
     """True once every member has said ready; False if the group began to stop first."""
     pending = len(links)
-    done = trio.Event()
-
-    async def read(link: socket.socket) -> None:
-        nonlocal pending
-        await trio.lowlevel.wait_readable(link)
-        if link.recv(1) == READY:
-            pending -= 1
-            if not pending:
-                done.set()
 
     async with trio.open_nursery() as nursery:
-        for link in links:
-            nursery.start_soon(read, link)
+        async def read(link: socket.socket) -> None:
+            nonlocal pending
+            await trio.lowlevel.wait_readable(link)
+            if link.recv(1) == READY:
+                pending -= 1
+                if not pending:
+                    nursery.cancel_scope.cancel()
 
         async def until_stopping() -> None:
             await outcome.stopping.wait()
             nursery.cancel_scope.cancel()
 
-        async def until_done() -> None:
-            await done.wait()
-            nursery.cancel_scope.cancel()
-
+        for link in links:
+            nursery.start_soon(read, link)
         nursery.start_soon(until_stopping)
-        nursery.start_soon(until_done)
-    return done.is_set()
+    return not pending
 
 
 async def _stop(members: list[trio.Process], links: list[socket.socket]) -> None:

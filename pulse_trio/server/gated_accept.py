@@ -36,7 +36,6 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
 
     def __init__(self, inner: trio.SocketListener, gate: AcceptGate) -> None:
         self.inner, self.gate = inner, gate
-        self.socket = inner.socket
 
     async def accept(self) -> trio.SocketStream:
         while not self.gate.may_accept():
