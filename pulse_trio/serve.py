@@ -45,7 +45,8 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
 
 
 async def serve_group(settings: Settings, database: DatabaseConfig, member_command: Sequence[str],
-                      on_ready: Callable[[GroupAddresses], None] = lambda addresses: None) -> int:
+                      on_ready: Callable[[GroupAddresses], None] = lambda addresses: None,
+                      on_stopping: Callable[[], None] = lambda: None) -> int:
     """Bind both addresses, run ``settings.processes`` members on them until stopped; the group's exit code.
 
     A taken port stops the start with a ListenError before any member starts.
@@ -59,7 +60,8 @@ async def serve_group(settings: Settings, database: DatabaseConfig, member_comma
         addresses = GroupAddresses(worker_port=worker_sockets[0].getsockname()[1],
                                    http_port=http_sockets[0].getsockname()[1])
         return await run_group(settings, database.url(redact=False), [s.fileno() for s in worker_sockets],
-                               [s.fileno() for s in http_sockets], member_command, addresses, on_ready)
+                               [s.fileno() for s in http_sockets], member_command, addresses, on_ready,
+                               on_stopping)
     finally:
         for sock in worker_sockets:
             sock.close()

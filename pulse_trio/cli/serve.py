@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pulse_trio.serve")
 LEVELS = ("debug", "info", "warning", "error")
+#: What systemd is told when a stop begins (one process or a group).
+STOPPING = ("STOPPING=1", "STATUS=stopping: closing the worker sessions")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -115,7 +117,7 @@ async def _serve_and_report(member: GroupMember, target: DatabaseConfig) -> None
 
 
 async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig, member_command: list[str]) -> int:
-    """Run the group; tell systemd once every member serves."""
+    """Run the group; tell systemd once every member serves, and when the group begins to stop."""
     from pulse_trio import sd_notify
     from pulse_trio.serve import serve_group
 
@@ -123,7 +125,10 @@ async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig
         sd_notify.notify("READY=1", f"STATUS={settings.processes} processes serving workers on port "
                                     f"{addresses.worker_port}, the HTTP API on port {addresses.http_port}")
 
-    return await serve_group(settings, target, member_command, ready)
+    def stopping() -> None:
+        sd_notify.notify(*STOPPING)
+
+    return await serve_group(settings, target, member_command, ready, stopping)
 
 
 async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:
@@ -137,7 +142,7 @@ async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:
         sd_notify.notify("READY=1", f"STATUS=serving workers on port {handle.worker_port}, "
                                     f"the HTTP API on port {handle.http_port}")
         await handle.stopping.wait()
-        sd_notify.notify("STOPPING=1", "STATUS=stopping: closing the worker sessions")
+        sd_notify.notify(*STOPPING)
 
 
 def _check_tls(cert: object, key: object) -> None:

@@ -154,6 +154,33 @@ def test_serve_says_ready_once_it_answers_and_stopping_on_sigterm(db, tmp_path):
         notify.close()
 
 
+def test_a_serve_group_says_ready_once_every_member_serves_and_its_members_say_nothing(db, tmp_path):
+    from pulse_trio.client import Client
+
+    notify = NotifySocket(tmp_path)
+    worker_port, http_port = free_port(), free_port()
+    proc = subprocess.Popen([*COMMAND, "serve", "--processes", "2", "--database-url", db.url(redact=False),
+                             "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(notify))
+    client = Client(db)
+    try:
+        ready = notify.expect("READY=1", proc)
+        assert "2 processes" in ready["STATUS"] and str(worker_port) in ready["STATUS"]
+        assert [node["state"] for node in client.nodes()] == ["ALIVE", "ALIVE"]  # both serve at READY=1
+        notify.sock.settimeout(1.0)
+        with pytest.raises(TimeoutError):  # the members do not talk to systemd: no second READY=1
+            notify.sock.recv(4096)
+        proc.send_signal(signal.SIGTERM)
+        notify.expect("STOPPING=1", proc)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        notify.close()
+        client.close()
+
+
 REGISTRY = """
 from pulse_trio.sdk import Registry
 
