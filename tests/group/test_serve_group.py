@@ -19,9 +19,10 @@ import urllib.request
 import pytest
 import trio
 import trio_websocket
-from prometheus_client.parser import text_string_to_metric_families
 
 from http_support import RawWorker
+from metrics_support import Samples, exposition_samples
+from pulse_trio.bench.processes import wait_until
 from pulse_trio.client import Client
 from pulse_trio.group.shares import ConnectionShares, create_shares
 from pulse_trio.ports import free_port
@@ -38,16 +39,9 @@ def group(db):
     """A group of two on ``db``, both members ALIVE; yields (ServeProcess, Client)."""
     client = Client(db)
     with ServeProcess(db, extra_args=("--processes", "2", "--log-level", "info")) as serve:
-        _wait(lambda: len(client.nodes()) == 2, "both members ALIVE")
+        wait_until(lambda: len(client.nodes()) == 2, 20, "both members ALIVE")
         yield serve, client
     client.close()
-
-
-def _wait(condition, what: str, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"not {what} within {within} s"
-        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
@@ -58,11 +52,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _metrics(serve: ServeProcess) -> dict[tuple[str, tuple], float]:
+def _metrics(serve: ServeProcess) -> Samples:
     with urllib.request.urlopen(f"{serve.http_url}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+        return exposition_samples(reply.read())
 
 
 async def test_workers_spread_over_the_members_and_metrics_answer_for_the_group(group, token_factory, nursery):
@@ -97,7 +89,7 @@ async def test_workers_spread_over_the_members_and_metrics_answer_for_the_group(
         return (figures[("pulse_sessions_connected", ())] == 4
                 and figures[("pulse_finishes_total", (("queue", "billing"), ("status", "SUCCEEDED")))] == 4)
 
-    await trio.to_thread.run_sync(_wait, counted, "the group's metrics summed")
+    await trio.to_thread.run_sync(wait_until, counted, 20, "the group's metrics summed")
     for _ in range(5):  # whichever member answers
         figures = _metrics(serve)
         assert figures[("pulse_sessions_connected", ())] == 4
@@ -130,7 +122,7 @@ def test_a_signal_to_every_process_at_once_still_stops_each_member_the_orderly_w
     for pid in (process.pid, *members):
         os.kill(pid, signal.SIGTERM)
     assert process.wait(timeout=30) == 0
-    _wait(lambda: not any(_alive(pid) for pid in members), "every member stopped")
+    wait_until(lambda: not any(_alive(pid) for pid in members), 20, "every member stopped")
     assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
 
 
@@ -141,7 +133,7 @@ def test_a_member_that_dies_stops_the_group(group):
     process = serve.process
     assert process is not None
     assert process.wait(timeout=30) == 128 + signal.SIGKILL  # a service manager restarts the whole
-    _wait(lambda: not _alive(second), "the other member stopped")
+    wait_until(lambda: not _alive(second), 20, "the other member stopped")
     assert "exited with -9: stopping the others" in serve.log_tail()
 
 
@@ -152,7 +144,7 @@ def test_the_members_stop_when_the_parent_is_killed(group):
     assert process is not None
     process.kill()
     process.wait()
-    _wait(lambda: not any(_alive(pid) for pid in members), "every member stopped", within=30)
+    wait_until(lambda: not any(_alive(pid) for pid in members), 30, "every member stopped")
 
 
 def test_a_taken_port_fails_in_one_line_before_any_member_starts(db):
@@ -218,7 +210,7 @@ async def test_a_submit_to_any_member_reaches_the_worker_on_another_at_once(db, 
     serve = await trio.to_thread.run_sync(
         ServeProcess(db, extra_args=("--processes", "2", "--poll-interval", "5")).start)
     try:
-        await trio.to_thread.run_sync(_wait, lambda: len(client.nodes()) == 2, "both members ALIVE")
+        await trio.to_thread.run_sync(wait_until, lambda: len(client.nodes()) == 2, 20, "both members ALIVE")
         ws = await trio_websocket.connect_websocket_url(
             nursery, serve.worker_url, subprotocols=["pulse.worker.v1"],
             extra_headers=[(b"authorization", f"Bearer {token_factory('worker')}".encode())])
@@ -255,3 +247,51 @@ async def test_a_wake_reaches_every_other_member_and_none_is_lost_to_a_member_no
     members[1].notify()  # member 2 is gone: dropped, no error
     for member in members[:2]:
         member.close()
+
+
+def test_a_group_serves_https_and_wss_on_the_sockets_it_inherits(db, tmp_path):
+    """With --tls-cert the members wrap the inherited sockets: HTTPS answers, a WSS upgrade is judged (401)."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    issued.private_key_pem.write_to_path(str(key))
+    cert.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    worker_port, http_port = free_port(), free_port()
+    client = Client(db)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pulse_trio", "serve", "--processes", "2", "--database-url", db.url(redact=False),
+         "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}",
+         "--tls-cert", str(cert), "--tls-key", str(key), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: len(client.nodes()) == 2, 30, "both members ALIVE")
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{http_port}/healthz", timeout=5,
+                                            context=context) as reply:
+                    return reply.status == 200
+            except OSError:
+                return False
+
+        wait_until(healthy, 30, "the HTTPS API answering")
+        for _ in range(2):  # one connection to each member
+            with context.wrap_socket(socket.create_connection(("127.0.0.1", worker_port), timeout=5),
+                                     server_hostname="127.0.0.1") as tls:
+                tls.sendall(b"GET /v1/worker HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: pulse.worker.v1\r\n\r\n")
+                assert tls.recv(4096).startswith(b"HTTP/1.1 401 ")  # no token: refused over TLS, as one process does
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        client.close()
