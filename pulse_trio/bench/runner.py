@@ -1,7 +1,9 @@
 """The bench run: a real server process, real SDK worker processes, real MariaDB.
 
 1. a fresh database (on the managed MariaDB or the given server);
-2. one ``pulse-trio serve`` process (or several, ``--instances``);
+2. one ``pulse-trio serve`` process (or several, ``--instances``), each
+   alone or a group behind one address (``--server-processes``: its CPU is
+   its whole process tree's);
 3. ``--backlog`` READY tasks of a kind no worker takes, to show how pick-up
    cost behaves with a deep queue; ``--history`` finished tasks past the
    retention (``bench fill-finished``), which the servers purge during the

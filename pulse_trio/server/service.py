@@ -15,7 +15,9 @@ two: nothing here imports ``pulse_trio.http``. The surface beside gets the
 store and a :class:`~pulse_trio.server.live.LiveService`, never the parts.
 
 At start the instance binds its listeners (``pulse_trio.listen``: a taken port stops
-it before anything is written), writes the cluster settings given by its flags and
+it before anything is written; a member of a serve group is handed them bound, as
+:class:`Inherited`, with the gate that keeps its share of worker connections and
+the wake it shares with the other members), writes the cluster settings given by its flags and
 reads the cluster's (``settings_sync.py``) before its node is recorded, and
 re-reads them every few seconds while it runs: its live settings are always
 the cluster's values plus this process's own.
