@@ -168,3 +168,24 @@ def start_service(db: DatabaseConfig, nursery):
                                                              task_status=task_status))
 
     return start
+
+
+@pytest.fixture(scope="session")
+def tls(tmp_path_factory):
+    """A trustme CA and a server certificate for localhost/127.0.0.1: (cert, key, client ssl context).
+
+    Here, not under tests/server, so the serve group's tests (tests/group) use the same one.
+    """
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    folder = tmp_path_factory.mktemp("tls")
+    cert_path, key_path = folder / "server.pem", folder / "server.key"
+    cert.private_key_pem.write_to_path(str(key_path))
+    cert_path.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return cert_path, key_path, context

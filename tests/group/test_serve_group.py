@@ -249,19 +249,9 @@ async def test_a_wake_reaches_every_other_member_and_none_is_lost_to_a_member_no
         member.close()
 
 
-def test_a_group_serves_https_and_wss_on_the_sockets_it_inherits(db, tmp_path):
+def test_a_group_serves_https_and_wss_on_the_sockets_it_inherits(db, tls):
     """With --tls-cert the members wrap the inherited sockets: HTTPS answers, a WSS upgrade is judged (401)."""
-    import ssl
-
-    import trustme
-
-    ca = trustme.CA()
-    issued = ca.issue_cert("127.0.0.1")
-    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
-    issued.private_key_pem.write_to_path(str(key))
-    cert.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
-    context = ssl.create_default_context()
-    ca.configure_trust(context)
+    cert, key, context = tls
     worker_port, http_port = free_port(), free_port()
     client = Client(db)
     proc = subprocess.Popen(
