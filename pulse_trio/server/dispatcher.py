@@ -75,6 +75,7 @@ class Dispatcher:
         self.depth_probes = 0
         self.visited = 0  # sessions put into a round: the hungry ones, never the whole hub
         self._last_fill_all = -math.inf
+        self.passing = False  # a pass of run() is under way (what settled() waits out)
 
     async def run(self) -> None:
         hub, settings = self.hub, self.settings
@@ -88,11 +89,23 @@ class Dispatcher:
                                                                                 settings.current.poll_interval)
             if fill_all:
                 self._last_fill_all = trio.current_time()
+            self.passing = True
             try:
                 await self.dispatch_pass(fill_all=fill_all, probe=wake is Wake.TIMEOUT)
             except Exception:
                 log.exception("dispatch pass failed; retrying at the next poll")
                 await trio.sleep(settings.current.poll_interval)
+            finally:
+                self.passing = False
+
+    @property
+    def settled(self) -> bool:
+        """No pass under way and none asked for: what the sessions hold now stays until new news.
+
+        A pass takes its hungry sessions when it begins, so one begun before a
+        session registered claims without it (a lone session claims all it can).
+        """
+        return not self.passing and not self.hub.wake_pending()
 
     async def dispatch_pass(self, *, fill_all: bool = True, probe: bool = False) -> int:
         """Fill free capacity until the sessions are full or the queues are dry.

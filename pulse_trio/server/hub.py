@@ -192,6 +192,10 @@ class SessionHub(Generic[S]):
         """Ask for a pass because a lease ended (it tops up sessions past their refill mark)."""
         self._wake.set()
 
+    def wake_pending(self) -> bool:
+        """A wake-up the dispatcher has not taken yet: a pass is due."""
+        return self._wake.is_set()
+
     async def wait_woken(self, timeout: float) -> Wake:
         """Wait for a wake-up or ``timeout``: what the dispatcher was woken for."""
         with trio.move_on_after(timeout):

@@ -219,6 +219,11 @@ async def test_the_dispatcher_fills_free_slots_fairly_across_sessions(start_serv
     b = await connect(service, worker_token, name="b")
     await a.register(["billing"], capacity=10)
     await b.register(["billing"], capacity=10)
+    # A pass begun while only a was registered would have a claim alone, and all it can:
+    # a submit that committed before that claim read the queue would go to a whole.
+    with trio.fail_after(10):
+        while not service.dispatcher.settled:
+            await trio.sleep(0.005)
     new = [client.new_task("billing", "invoice.send", {"n": i}) for i in range(10)]
     client.submit_many(new)  # one commit: a single pass sees all ten
     counts = await _offers_once_pushed(10, (a, b), capacity=10)
