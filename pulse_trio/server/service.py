@@ -194,10 +194,12 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     queue_sync = PausedQueueSync(store=store, hub=hub)
     retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval,
                                pace=PurgePace(busy_share=settings.purge_busy_share))
-    timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
-    firing = ScheduleFiring(store=store, clock=clock, wake=hub.wake)
+    tell_others = inherited.siblings.notify if inherited is not None else None
+    timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node,
+                    tell_others=tell_others)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
-                       queue_sync=queue_sync, tell_others=inherited.siblings.notify if inherited is not None else None)
+                       queue_sync=queue_sync, tell_others=tell_others)
+    firing = ScheduleFiring(store=store, clock=clock, wake=live.wake_dispatcher)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
     try:

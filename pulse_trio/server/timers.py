@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -64,8 +65,11 @@ RECONCILE_EVERY_S = 1.0  # lease counts are only the dispatcher's hint (see the 
 
 class Timers:
     def __init__(self, *, store: Store, clock: ServiceClock, hub: SessionHub, settings: LiveSettings,
-                 metrics: ServiceMetrics, node: NodeLiveness | None = None) -> None:
+                 metrics: ServiceMetrics, node: NodeLiveness | None = None,
+                 tell_others: Callable[[], None] | None = None) -> None:
         self.store, self.clock, self.hub, self.settings, self.metrics = store, clock, hub, settings, metrics
+        #: In a serve group: tells the other members that a tick made work READY (``pulse_trio.group.wake``).
+        self.tell_others = tell_others
         #: Swept for other lost nodes on every tick (None: a service without a node record).
         self.node = node
         self._reconciled_at = -math.inf
@@ -108,9 +112,10 @@ class Timers:
             await self._drain(lambda: store.run(lease_timers.expire, now=clock.now(),
                                                 permit_quarantine_ms=quarantine_ms))
         if due.promote and await self._drain(lambda: store.run(tasks.promote, now=clock.now())):
-            self.hub.wake()
-        if due.quarantine:
-            await self._drain(lambda: store.run(permits.release_after_quarantine, now=clock.now()))
+            self._new_work()
+        if due.quarantine and await self._drain(lambda: store.run(permits.release_after_quarantine,
+                                                                   now=clock.now())):
+            self._new_work()  # the keys' set-aside tasks compete again
         if due.cancels or (self.hub.any_opted_in and not self._by_node):
             await self.notify_cancels()
         if trio.current_time() >= self._reconciled_at + RECONCILE_EVERY_S:
@@ -155,7 +160,13 @@ class Timers:
             if session is not None:  # its own task frees the slot, and wakes the dispatcher again (news)
                 session.inbox.lease_ended(end.lease_id, news=True)
             hub.task_ended(end.task_id)
-        hub.wake()
+        self._new_work()  # a lapsed offer, or a lost attempt retried, is READY again
+
+    def _new_work(self) -> None:
+        """Work a tick made READY: a pass here now, and in the group's other members (their workers may be free)."""
+        self.hub.wake()
+        if self.tell_others is not None:
+            self.tell_others()
 
     async def notify_cancels(self) -> None:
         hub = self.hub
