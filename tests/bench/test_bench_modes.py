@@ -41,6 +41,17 @@ def test_latency_with_a_history_reports_what_the_server_purged_meanwhile(databas
     assert history["purge_tasks_per_s_under_load"] is not None
 
 
+def test_latency_on_a_serve_group_reports_every_task_assigned(database_server):
+    """``--server-processes 2``: the submits reach either member, the one worker sits on one of them."""
+    report = _bench(database_server, "latency", "--rate", "40", "--tasks", "20", "--timeout", "60",
+                    "--path", "http", "--server-processes", "2")
+    assert report["options"]["server_processes"] == 2
+    figures = report["http"]
+    assert all(v is not None for v in (*figures["submit_to_assign_ms"].values(),
+                                       *figures["assign_to_finish_ms"].values()))
+    assert figures["achieved_rate_per_s"] > 0
+
+
 def test_connections_registers_every_session_and_stays_healthy(database_server):
     report = _bench(database_server, "connections", "--sessions", "50", "--idle", "1", "--timeout", "60")
     assert report["mode"] == "connections"
