@@ -1,14 +1,19 @@
-"""Local TCP ports chosen by the operating system, for child processes that must bind them.
+"""Local TCP ports for child processes that must bind them, chosen where no outgoing connection looks.
 
-A port found free here may be taken by any other socket (a client's
-outgoing connection takes its port from the same range) before the child
-binds it. ``ServeProcess`` and the managed MariaDB then start the child
-again on a fresh port through :func:`start_on_fresh_ports`, up to
+A port found free here may be taken by another socket before the child
+binds it (or binds it again after a restart). An outgoing connection takes
+its local port from the kernel's ephemeral range, so ports are chosen below
+that range, at random among the free ones there: only another process that
+binds a port it picked itself can take one, and a restarted child finds its
+port free again. Where the range leaves no room below it the operating
+system chooses. ``ServeProcess`` and the managed MariaDB still start the
+child again on a fresh port through :func:`start_on_fresh_ports`, up to
 :data:`PORT_ATTEMPTS` times; a port the user gave is never changed.
 """
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import Callable
 from typing import TypeVar
@@ -17,13 +22,44 @@ T = TypeVar("T")
 
 #: Starts on fresh ports when one chosen here was taken before the child bound it.
 PORT_ATTEMPTS = 5
+#: Where the kernel says which local ports outgoing connections take.
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+#: Ports below the ephemeral range that are chosen from: the lowest is well above the usual services' ports.
+SPAN_BELOW = 10000
+_LOWEST = 10000
+_TRIES = 64
+#: Not the module's random: test runners seed that alike in every process, which would pick alike.
+_CHOICE = random.SystemRandom()
 
 
 def free_port() -> int:
-    """A port nothing listens on now (the OS's choice)."""
+    """A port nothing is bound to now, below the ephemeral range when it leaves room (else the OS's choice)."""
+    low = _ephemeral_low()
+    if low is not None and low - SPAN_BELOW >= _LOWEST:
+        for _ in range(_TRIES):
+            port = _CHOICE.randrange(low - SPAN_BELOW, low)
+            if _bindable(port):
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_low() -> int | None:
+    try:
+        with open(EPHEMERAL_RANGE_FILE) as spec:
+            return int(spec.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def start_on_fresh_ports(start: Callable[[], T], taken: Callable[[Exception], bool]) -> T:

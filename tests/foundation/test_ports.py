@@ -1,10 +1,13 @@
-"""``start_on_fresh_ports``: how often a start whose chosen port was taken is tried again."""
+"""``free_port``: where it looks; ``start_on_fresh_ports``: how often a start whose chosen port was taken is tried again."""
 
 from __future__ import annotations
 
 import pytest
 
-from pulse_trio.ports import PORT_ATTEMPTS, start_on_fresh_ports
+import socket
+
+from pulse_trio import ports
+from pulse_trio.ports import PORT_ATTEMPTS, free_port, start_on_fresh_ports
 
 
 class Taken(RuntimeError):
@@ -46,3 +49,24 @@ def test_any_other_failure_is_raised_at_once():
     with pytest.raises(ValueError, match="bad flag"):
         start_on_fresh_ports(start, lambda error: isinstance(error, Taken))
     assert calls == [1]
+
+
+def test_a_free_port_lies_below_the_ephemeral_range_where_no_outgoing_connection_takes_it():
+    low = int(open(ports.EPHEMERAL_RANGE_FILE).read().split()[0])
+    chosen = {free_port() for _ in range(20)}
+    assert all(low - ports.SPAN_BELOW <= port < low for port in chosen), chosen
+    assert len(chosen) > 1  # at random, not the same for every caller
+    for port in chosen:  # nothing was bound to it
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_port_in_use_is_never_chosen(monkeypatch):
+    low = int(open(ports.EPHEMERAL_RANGE_FILE).read().split()[0])
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", low - 1))
+        monkeypatch.setattr(ports, "SPAN_BELOW", 1)  # the only candidate is the held one
+        with socket.socket() as probe:
+            port = free_port()
+            probe.bind(("127.0.0.1", port))  # the operating system's choice, free
+        assert port != low - 1
