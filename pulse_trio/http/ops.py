@@ -79,7 +79,7 @@ class OpsApi:
         with trio.move_on_after(READY_TIMEOUT_S):
             try:
                 now = self.instance.now()
-                depths = await self.store.run(queue_depths, now=now)
+                depths = await self.store.run(queue_depths, now=now, ended=False)  # not the whole history
                 figures = await self.store.run(key_figures, since=now - FAIRNESS_RECENT)
                 for queue, keys in figures.items():  # the fairness keys with the most ready work, then "other"
                     depths.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})["fairness"] = keys

@@ -290,7 +290,7 @@ class _DatabaseFamilies:
                                 value=0 if self.queues is None else 1)
         if self.queues is None:
             return
-        tasks = GaugeMetricFamily("pulse_tasks", "Tasks in the database, by queue and state.",
+        tasks = GaugeMetricFamily("pulse_tasks", "Tasks waiting or held by a lease, by queue and state.",
                                   labels=["queue", "state"])
         oldest = GaugeMetricFamily("pulse_oldest_ready_age_seconds", "Age of the oldest due READY task, by queue.",
                                    labels=["queue"])

@@ -94,7 +94,7 @@ async def test_workers_spread_over_the_members_and_metrics_answer_for_the_group(
         figures = _metrics(serve)
         assert figures[("pulse_sessions_connected", ())] == 4
         assert figures[("pulse_database_up", ())] == 1
-        assert figures[("pulse_tasks", (("queue", "billing"), ("state", "SUCCEEDED")))] == 4
+        assert figures[("pulse_finishes_total", (("queue", "billing"), ("status", "SUCCEEDED")))] == 4
     for worker in workers:
         await worker.ws.aclose()
 

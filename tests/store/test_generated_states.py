@@ -98,3 +98,10 @@ def test_queue_depths_read_the_waiting_tasks_index_only(world):
     depths = world.store.run_sync(queue_depths, now=world.now)
     assert depths["q"]["states"] == {"READY": 5, "OFFERED": 10, "SUCCEEDED": 30}
     assert depths["r"]["states"] == {"READY": 5, "SCHEDULED": 1, "SUCCEEDED": 3000}
+    # What a metrics scrape asks: the waiting and held tasks only, and not one entry of the history read.
+    open_rows = _analyze(world, views_sql.QUEUE_DEPTHS_OPEN, ())
+    assert all(r["key"] != "tasks_finished" for r in open_rows), open_rows
+    assert sum(float(r["r_rows"] or 0) for r in open_rows if r["table"] == "tasks") < 100, open_rows
+    open_depths = world.store.run_sync(queue_depths, now=world.now, ended=False)
+    assert open_depths["q"]["states"] == {"READY": 5, "OFFERED": 10}
+    assert open_depths["r"]["states"] == {"READY": 5, "SCHEDULED": 1}

@@ -76,16 +76,18 @@ def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, ki
 
 
 @read_only
-def queue_depths(tx: Tx, *, now: dt.datetime) -> dict[str, dict[str, object]]:
+def queue_depths(tx: Tx, *, now: dt.datetime, ended: bool = True) -> dict[str, dict[str, object]]:
     """Tasks per state per queue, and the age of the oldest due READY task.
 
     Each group is read through an index that holds only its tasks: READY and
     SCHEDULED through ``tasks_pickup (queue, pick_state, …)``, OFFERED and
     RUNNING through their live leases, ended tasks through ``tasks_finished``
-    (an ended task's state is its outcome).
+    (an ended task's state is its outcome). ``ended=False`` leaves the ended
+    ones out: counting them reads every entry of the history the retention
+    keeps, which a frequent caller (a metrics scrape) must not pay.
     """
     out: dict[str, dict[str, object]] = {}
-    counts = tx.all(sql.QUEUE_DEPTHS)
+    counts = tx.all(sql.QUEUE_DEPTHS if ended else sql.QUEUE_DEPTHS_OPEN)
     for queue, state, count in counts:
         entry = out.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})
         state = READY_PICKS.get(state, state)  # keyed, or set aside for its key: still READY

@@ -50,14 +50,16 @@ _WAITING_PICKS = sql_rows(tuple(dict.fromkeys((*WAITING_TASK_STATES, *READY_PICK
 _ENDED = sql_rows(tuple(sorted(TERMINAL_TASK_STATES)))
 #: Tasks per state per queue, each group through an index that holds only it. The waiting ones: per
 #: queue and pick state one index-only range of ``tasks_pickup``.
-QUEUE_DEPTHS = (
+#: The held ones: through their live leases. What both cost grows with the tasks waiting and held only.
+QUEUE_DEPTHS_OPEN = (
     f"SELECT q.queue, p.state, COUNT(*) FROM {_QUEUES} STRAIGHT_JOIN {_WAITING_PICKS} p"
     " STRAIGHT_JOIN tasks t FORCE INDEX (tasks_pickup) ON t.queue = q.queue AND t.pick_state = p.state"
     " GROUP BY q.queue, p.state"
     " UNION ALL SELECT t.queue, l.state, COUNT(*) FROM leases l FORCE INDEX (leases_due)"
-    f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY t.queue, l.state"
-    " UNION ALL SELECT queue, outcome_status, COUNT(*) FROM tasks FORCE INDEX (tasks_finished)"
-    " WHERE finished_at IS NOT NULL GROUP BY queue, outcome_status")
+    f" JOIN tasks t ON t.task_id = l.task_id WHERE l.state IN {sql_list(LIVE_LEASE_STATES)} GROUP BY t.queue, l.state")
+#: The ended ones: the whole of ``tasks_finished``, so its cost grows with the history the retention keeps.
+QUEUE_DEPTHS = (QUEUE_DEPTHS_OPEN + " UNION ALL SELECT queue, outcome_status, COUNT(*) FROM tasks"
+                " FORCE INDEX (tasks_finished) WHERE finished_at IS NOT NULL GROUP BY queue, outcome_status")
 #: Worker instances with their held leases (``LIVE_WORKERS`` appended unless disconnected ones are asked).
 WORKERS = ("SELECT i.instance_id, i.session_id, i.epoch, i.state, i.worker_name, i.subscriptions, i.capacity,"
            " i.sequence, i.concurrency_keys, i.cancellation_notifications, i.registered_at, i.disconnected_at,"
