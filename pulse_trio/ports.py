@@ -24,8 +24,9 @@ T = TypeVar("T")
 PORT_ATTEMPTS = 5
 #: Where the kernel says which local ports outgoing connections take.
 EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
-#: Ports below the ephemeral range that are chosen from: the lowest is well above the usual services' ports.
+#: How many ports below the ephemeral range single ports are chosen from (blocks: the span below that).
 SPAN_BELOW = 10000
+#: The lowest port either is chosen from: well above the usual services' ports.
 _LOWEST = 10000
 _TRIES = 64
 #: Not the module's random: test runners seed that alike in every process, which would pick alike.
@@ -38,11 +39,29 @@ def free_port() -> int:
     if low is not None and low - SPAN_BELOW >= _LOWEST:
         for _ in range(_TRIES):
             port = _CHOICE.randrange(low - SPAN_BELOW, low)
-            if _bindable(port):
+            if bindable(port):
                 return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_port_block(count: int) -> list[int]:
+    """``count`` consecutive ports nothing is bound to now, from the span below :func:`free_port`'s.
+
+    A cluster binds a block's ports one node at a time, seconds after the
+    choice: ``free_port`` never picks from this span, so it cannot hand one
+    of them out meanwhile.
+    """
+    low = _ephemeral_low()
+    if low is None or low - 2 * SPAN_BELOW < _LOWEST:
+        raise OSError("no room below the ephemeral port range for a block of ports")
+    for _ in range(_TRIES):
+        base = _CHOICE.randrange(low - 2 * SPAN_BELOW, low - SPAN_BELOW - count)
+        ports = list(range(base, base + count))
+        if all(bindable(port) for port in ports):
+            return ports
+    raise OSError(f"no {count} consecutive free ports below the ephemeral port range")
 
 
 def _ephemeral_low() -> int | None:
@@ -53,7 +72,8 @@ def _ephemeral_low() -> int | None:
         return None
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """Nothing is bound to ``port`` on 127.0.0.1 now."""
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))

@@ -7,7 +7,7 @@ import pytest
 import socket
 
 from pulse_trio import ports
-from pulse_trio.ports import PORT_ATTEMPTS, free_port, start_on_fresh_ports
+from pulse_trio.ports import PORT_ATTEMPTS, free_port, free_port_block, start_on_fresh_ports
 
 
 class Taken(RuntimeError):
@@ -70,3 +70,11 @@ def test_a_port_in_use_is_never_chosen(monkeypatch):
             port = free_port()
             probe.bind(("127.0.0.1", port))  # the operating system's choice, free
         assert port != low - 1
+
+
+def test_a_block_is_consecutive_free_ports_below_the_span_free_port_picks_from():
+    low = int(open(ports.EPHEMERAL_RANGE_FILE).read().split()[0])
+    block = free_port_block(12)
+    assert block == list(range(block[0], block[0] + 12))
+    assert low - 2 * ports.SPAN_BELOW <= block[0] and block[-1] < low - ports.SPAN_BELOW
+    assert all(ports.bindable(port) for port in block)

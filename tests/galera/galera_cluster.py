@@ -2,8 +2,10 @@
 
 Each node is a ``mariadbd`` with Debian's ``galera-4`` provider, its own data
 directory, socket and four ports (client, group communication, IST, rsync
-SST), all below 32768 so none collides with an ephemeral port the kernel
-hands out meanwhile. The nodes run as the ``mysql`` user: the rsync SST
+SST), one block from ``pulse_trio.ports.free_port_block``: below the
+ephemeral range, so no outgoing connection takes one, and below the span
+``free_port`` picks from, so no serve process of another test does while
+the nodes start one after the other. The nodes run as the ``mysql`` user: the rsync SST
 script refuses to run as root, and the data directories are owned by it.
 
 A node killed with SIGKILL is started again in two steps, as an operator
@@ -21,7 +23,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +31,7 @@ from pathlib import Path
 import pymysql
 
 from pulse_trio.dburl import DatabaseConfig, parse_database_url
+from pulse_trio.ports import free_port_block
 
 PROVIDER = "/usr/lib/galera/libgalera_smm.so"
 USER, PASSWORD = "pulse", "pulse-galera"
@@ -42,27 +44,6 @@ _RECOVERED = re.compile(r"WSREP: Recovered position:?\s+([0-9a-f-]{36}:-?\d+)")
 
 class ClusterError(RuntimeError):
     """The cluster could not be started or a node did not reach the asked state."""
-
-
-def _ports_free(ports: list[int]) -> bool:
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
-
-
-def _port_block(count: int) -> list[int]:
-    """``count`` consecutive free ports in 20000–32000 (below the ephemeral range)."""
-    seed = int.from_bytes(os.urandom(2), "big")
-    for i in range(200):
-        base = 20000 + ((seed + i * 97) % 1200) * 10
-        ports = list(range(base, base + count))
-        if _ports_free(ports):
-            return ports
-    raise ClusterError("no free block of ports below 32768")
 
 
 class GaleraNode:
@@ -198,7 +179,7 @@ class GaleraCluster:
         self.root = Path(tempfile.mkdtemp(prefix="pulse-galera-", dir="/tmp"))
         self.root.chmod(0o755)
         self.name = f"pulse_{self.root.name[-8:]}"
-        ports = _port_block(4 * size)
+        ports = free_port_block(4 * size)
         self.nodes: list[GaleraNode] = []
         for i in range(size):
             self.nodes.append(GaleraNode(self, i, ports[4 * i:4 * i + 4]))

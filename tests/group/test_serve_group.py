@@ -7,6 +7,7 @@ member's death and the parent's death each end every process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -202,8 +203,9 @@ async def test_a_member_over_its_share_leaves_the_next_connection_to_the_others(
     os.close(fd)
 
 
-async def test_a_submit_to_any_member_reaches_the_worker_on_another_at_once(db, token_factory, nursery):
-    """One worker, two members, a poll of 5 s: a submit answered by either member is offered within a second."""
+@contextlib.asynccontextmanager
+async def _slow_polling_group_with_one_worker(db, token_factory, nursery):
+    """A group of two polling every 5 s, one worker of capacity 8 on one member; yields (worker, post a task)."""
     from http_support import Http
 
     client = Client(db)
@@ -217,41 +219,35 @@ async def test_a_submit_to_any_member_reaches_the_worker_on_another_at_once(db, 
         worker = RawWorker(ws)
         await worker.register("billing", capacity=8)
         http, producer = Http(serve.http_port), token_factory("producer", ("billing",))
-        for n in range(8):  # each on a fresh connection: either member may answer
-            await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k"})
-            with trio.fail_after(1):
-                await worker.next_assignment()
+
+        async def post(**fields) -> None:  # each on a fresh connection: either member may answer
+            await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k", **fields})
+
+        yield worker, post
         await ws.aclose()
     finally:
         await trio.to_thread.run_sync(serve.stop)
         client.close()
+
+
+async def test_a_submit_to_any_member_reaches_the_worker_on_another_at_once(db, token_factory, nursery):
+    """One worker, two members, a poll of 5 s: a submit answered by either member is offered within a second."""
+    async with _slow_polling_group_with_one_worker(db, token_factory, nursery) as (worker, post):
+        for n in range(8):
+            await post()
+            with trio.fail_after(1):
+                await worker.next_assignment()
 
 
 async def test_work_a_timer_makes_due_on_any_member_reaches_the_worker_on_another_at_once(db, token_factory,
                                                                                         nursery):
     """Delayed tasks are promoted by whichever member's timers tick first; with a poll of 5 s, the
     worker's member hears of them from the other at once (a tick is at most 1 s apart)."""
-    from http_support import Http
-
-    client = Client(db)
-    serve = await trio.to_thread.run_sync(
-        ServeProcess(db, extra_args=("--processes", "2", "--poll-interval", "5")).start)
-    try:
-        await trio.to_thread.run_sync(wait_until, lambda: len(client.nodes()) == 2, 20, "both members ALIVE")
-        ws = await trio_websocket.connect_websocket_url(
-            nursery, serve.worker_url, subprotocols=["pulse.worker.v1"],
-            extra_headers=[(b"authorization", f"Bearer {token_factory('worker')}".encode())])
-        worker = RawWorker(ws)
-        await worker.register("billing", capacity=8)
-        http, producer = Http(serve.http_port), token_factory("producer", ("billing",))
+    async with _slow_polling_group_with_one_worker(db, token_factory, nursery) as (worker, post):
         for n in range(6):  # one at a time: each promoted by either member's tick
-            await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k", "delay": 0.2})
+            await post(delay=0.2)
             with trio.fail_after(2.5):  # due in 0.2 s, promoted within a tick of 1 s, then offered
                 await worker.next_assignment()
-        await ws.aclose()
-    finally:
-        await trio.to_thread.run_sync(serve.stop)
-        client.close()
 
 
 async def test_a_wake_reaches_every_other_member_and_none_is_lost_to_a_member_not_yet_listening():
