@@ -6,7 +6,8 @@ and forwards signals. Each child (:mod:`~pulse_trio.group.member`) is a full
 instance with its own node, store pool and event loop, so N processes use N
 cores where one process is held to one by its GIL. Worker connections are
 balanced across the children (:mod:`~pulse_trio.group.shares`); the HTTP
-API's connections go to whichever child accepts first, a submit there
-wakes every child's dispatcher (:mod:`~pulse_trio.group.wake`), and
+API's connections go to whichever child accepts first, new work (a submit
+there, or work a child's timers or schedules made READY) wakes every
+child's dispatcher (:mod:`~pulse_trio.group.wake`), and
 ``/metrics`` answers for the whole group (:mod:`~pulse_trio.group.metrics_files`).
 """

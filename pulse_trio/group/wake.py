@@ -4,8 +4,11 @@ A member that accepts a submit wakes its own dispatcher at once; another
 member, whose worker may be the only one with a free slot, would otherwise
 see the task only at its next poll (``--poll-interval``). So each member
 binds a Unix datagram socket in the abstract namespace, named by the group
-and its index, and sends one byte to every other member's when its own
-dispatcher is woken for new work. A datagram that cannot be sent at once
+and its index, and sends one byte to every other member's when it commits
+work others may take: a submit or a retry through its HTTP API, a timers
+tick that made tasks READY, a schedule pass that fired (once per tick or
+pass). Its sessions' own news (capacity, freed slots) and a wake it received
+send nothing. A datagram that cannot be sent at once
 (a member not listening yet, a full queue) is dropped: the poll still finds
 the work. A stray datagram from another local process costs one dispatcher
 pass and nothing else.

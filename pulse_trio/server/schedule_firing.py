@@ -33,8 +33,10 @@ MAX_ROUNDS = 20  # bounded catch-up per pass
 
 
 class ScheduleFiring:
-    def __init__(self, *, store: Store, clock: ServiceClock, wake: Callable[[], None]) -> None:
-        self.store, self.clock, self.wake = store, clock, wake
+    def __init__(self, *, store: Store, clock: ServiceClock, wake: Callable[[], None],
+                 tell_others: Callable[[], None] | None = None) -> None:
+        """``wake``: this process's dispatcher; ``tell_others``: a serve group's other members, once per pass."""
+        self.store, self.clock, self.wake, self.tell_others = store, clock, wake, tell_others
         #: Tasks this process created from ticks (a tick another process fired is counted there).
         self.created = 0
 
@@ -59,6 +61,8 @@ class ScheduleFiring:
             if not result.more:
                 break
         self.created += created
+        if created and self.tell_others is not None:
+            self.tell_others()
         return created
 
     async def until_next(self) -> float:

@@ -199,7 +199,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                     tell_others=tell_others)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
                        queue_sync=queue_sync, tell_others=tell_others)
-    firing = ScheduleFiring(store=store, clock=clock, wake=live.wake_dispatcher)
+    firing = ScheduleFiring(store=store, clock=clock, wake=hub.wake, tell_others=tell_others)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
     try:

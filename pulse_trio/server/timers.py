@@ -12,7 +12,11 @@ node, never a list of session ids: the statements keep their size however
 many sessions are connected. (A store outside a serve process has no node;
 it names the hub's sessions instead.) A batch that came
 back full runs again at once; an ended lease frees a slot in its session
-(when that session lives here) and wakes the dispatcher.
+(when that session lives here) and wakes the dispatcher. In a serve group
+(``serve --processes``) a tick that made tasks READY (promoted, an offer
+lapsed, a lost attempt retried, a key's quarantined permit freed) tells the
+other members once, at its end, as a submit does: their workers may be the
+free ones.
 
 The timers never change a session: what they learn about one (a lease a
 timer ended, a reconciliation, a cancel notice) is posted to the session's
@@ -40,6 +44,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pulse_trio.charts import CHARTS
+from pulse_trio.charts.states import dests_of
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.live_settings import LiveSettings
@@ -63,6 +69,10 @@ TICK_FLOOR_S = 0.1
 RECONCILE_EVERY_S = 1.0  # lease counts are only the dispatcher's hint (see the module docstring)
 
 
+#: Where a lease's end can put its task back in the queue: a lapse, or an expiry retried with effect_uncertain.
+_READY_AGAIN = frozenset(dests_of(CHARTS["task"], "lapse")) & frozenset(dests_of(CHARTS["task"], "expire"))
+
+
 class Timers:
     def __init__(self, *, store: Store, clock: ServiceClock, hub: SessionHub, settings: LiveSettings,
                  metrics: ServiceMetrics, node: NodeLiveness | None = None,
@@ -70,6 +80,7 @@ class Timers:
         self.store, self.clock, self.hub, self.settings, self.metrics = store, clock, hub, settings, metrics
         #: In a serve group: tells the other members that a tick made work READY (``pulse_trio.group.wake``).
         self.tell_others = tell_others
+        self._made_ready = False  # this tick made tasks READY
         #: Swept for other lost nodes on every tick (None: a service without a node record).
         self.node = node
         self._reconciled_at = -math.inf
@@ -105,17 +116,22 @@ class Timers:
             except Exception:
                 log.exception("the sweep for lost nodes failed; retrying at the next tick")
         due = await store.run(due_work, now=clock.now(), cancels=self.hub.any_opted_in)
-        if due.lapse:
-            await self._drain(lambda: store.run(lease_timers.lapse, now=clock.now()))
-        if due.expire:
-            quarantine_ms = self.settings.permit_quarantine_ms
-            await self._drain(lambda: store.run(lease_timers.expire, now=clock.now(),
-                                                permit_quarantine_ms=quarantine_ms))
-        if due.promote and await self._drain(lambda: store.run(tasks.promote, now=clock.now())):
-            self._new_work()
-        if due.quarantine and await self._drain(lambda: store.run(permits.release_after_quarantine,
-                                                                   now=clock.now())):
-            self._new_work()  # the keys' set-aside tasks compete again
+        self._made_ready = False
+        try:
+            if due.lapse:
+                await self._drain(lambda: store.run(lease_timers.lapse, now=clock.now()))
+            if due.expire:
+                quarantine_ms = self.settings.permit_quarantine_ms
+                await self._drain(lambda: store.run(lease_timers.expire, now=clock.now(),
+                                                    permit_quarantine_ms=quarantine_ms))
+            if due.promote and await self._drain(lambda: store.run(tasks.promote, now=clock.now())):
+                self._new_work()
+            if due.quarantine and await self._drain(lambda: store.run(permits.release_after_quarantine,
+                                                                       now=clock.now())):
+                self._new_work()  # the keys' set-aside tasks compete again
+        finally:
+            if self._made_ready and self.tell_others is not None:
+                self.tell_others()  # once per tick, however many batches made work
         if due.cancels or (self.hub.any_opted_in and not self._by_node):
             await self.notify_cancels()
         if trio.current_time() >= self._reconciled_at + RECONCILE_EVERY_S:
@@ -160,13 +176,14 @@ class Timers:
             if session is not None:  # its own task frees the slot, and wakes the dispatcher again (news)
                 session.inbox.lease_ended(end.lease_id, news=True)
             hub.task_ended(end.task_id)
-        self._new_work()  # a lapsed offer, or a lost attempt retried, is READY again
+        hub.wake()
+        if any(end.task_state in _READY_AGAIN for end in result.ended):
+            self._made_ready = True  # a lapsed offer, or a lost attempt retried: the other members hear of it
 
     def _new_work(self) -> None:
-        """Work a tick made READY: a pass here now, and in the group's other members (their workers may be free)."""
+        """Work this tick made READY: a pass here now; the group's other members hear of it at the tick's end."""
         self.hub.wake()
-        if self.tell_others is not None:
-            self.tell_others()
+        self._made_ready = True
 
     async def notify_cancels(self) -> None:
         hub = self.hub

@@ -137,3 +137,24 @@ def test_a_schedule_whose_zone_is_gone_stops_without_holding_up_the_others(world
     assert world.run(fire).created == 1  # the fine one
     assert world.store.run_sync(get_schedule, ref=broken.schedule_id).next_fire_at.year == 9999
     assert _tasks(world, broken.schedule_id) == [] and len(_tasks(world, fine.schedule_id)) == 1
+
+
+def test_a_firing_pass_wakes_this_process_and_tells_a_groups_other_members_once(world):
+    """Three due schedules fired: the local dispatcher is woken, a serve group's other members are told once."""
+    import trio
+
+    from pulse_trio.server.schedule_firing import ScheduleFiring
+
+    class WorldClock:
+        def now(self):
+            return world.now
+
+    for name in ("a", "b", "c"):
+        _create(world, name=name)
+    world.advance(1000)
+    woken, told = [], []
+    firing = ScheduleFiring(store=world.store, clock=WorldClock(), wake=lambda: woken.append(1),
+                            tell_others=lambda: told.append(1))
+    assert trio.run(firing.fire_due) == 3
+    assert len(woken) >= 1 and len(told) == 1
+    assert trio.run(firing.fire_due) == 0 and len(told) == 1  # nothing due: nobody told

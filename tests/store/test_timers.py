@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pulse_trio.store import expire, lapse
 
 
@@ -65,3 +67,52 @@ def test_timers_batch(world):
     first = world.run(lapse, limit=2)
     assert first.count == 2 and first.more
     assert world.run(lapse, limit=10).count == 3
+
+
+# -- the timers loop in a serve group: which ticks tell the other members ----------------------------
+
+class _WorldClock:
+    """The timers' clock at the world's virtual now."""
+
+    def __init__(self, world) -> None:
+        self.world = world
+
+    def now(self):
+        return self.world.now
+
+
+def _told_by_a_tick(world) -> int:
+    """Run one tick of the service's timers on the world's store and clock: how often it told the other members."""
+    import trio
+
+    from pulse_trio.config import Settings
+    from pulse_trio.server.hub import SessionHub
+    from pulse_trio.server.live_settings import LiveSettings
+    from pulse_trio.server.metrics import ServiceMetrics
+    from pulse_trio.server.timers import Timers
+
+    told = []
+    timers = Timers(store=world.store, clock=_WorldClock(world), hub=SessionHub(), settings=LiveSettings(Settings()),
+                    metrics=ServiceMetrics(), tell_others=lambda: told.append(1))
+    trio.run(timers.tick)
+    return len(told)
+
+
+def test_a_tick_that_makes_tasks_ready_tells_the_other_members_once(world):
+    w = world.worker("q", capacity=10)
+    world.offer(w)
+    world.offer(w)
+    world.submit(due_at=world.now + dt.timedelta(seconds=30))
+    world.advance(30_000)  # two offers lapse and the delayed task comes due: one tick, one word to the others
+    assert _told_by_a_tick(world) == 1
+    assert _told_by_a_tick(world) == 0  # nothing was due any more
+
+
+def test_a_lost_attempt_retried_tells_the_others_and_one_that_ends_the_task_does_not(world):
+    w = world.worker("q", capacity=10)
+    world.running(w)  # no retry_uncertain: the expiry ends the task UNKNOWN
+    world.advance(30_000)
+    assert _told_by_a_tick(world) == 0
+    world.running(w, retry_uncertain=True, max_attempts=2)
+    world.advance(30_000)
+    assert _told_by_a_tick(world) == 1  # READY again, effect_uncertain: another member's worker may take it
