@@ -99,6 +99,7 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
         wait_until(lambda: sum(1 for w in client.workers() if w["capacity"] > 0) >= options.workers, 60,
                    "the workers declaring capacity")
         progress(f"{options.workers} worker(s) with capacity {options.capacity} connected")
+        serve_nodes = len(client.nodes())  # the serve processes (a group's members) ALIVE for the run
         producers: dict[str, Callable[[str], object]] = {
             "http": lambda kind: api.submit(QUEUE, kind),
             "client": lambda kind: client.submit(QUEUE, kind),
@@ -138,6 +139,7 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
         "mode": "latency",
         "options": dataclasses.asdict(options),
         "poll_interval_s": options.poll_interval,
+        "serve_nodes": serve_nodes,
         **report,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
     }

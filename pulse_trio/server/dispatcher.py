@@ -75,7 +75,7 @@ class Dispatcher:
         self.depth_probes = 0
         self.visited = 0  # sessions put into a round: the hungry ones, never the whole hub
         self._last_fill_all = -math.inf
-        self.passing = False  # a pass of run() is under way (what settled() waits out)
+        self.passing = False  # a pass of run() is under way (what `settled` waits out)
 
     async def run(self) -> None:
         hub, settings = self.hub, self.settings

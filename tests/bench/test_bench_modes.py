@@ -20,7 +20,7 @@ def test_latency_reports_both_producer_paths(database_server):
     report = _bench(database_server, "latency", "--rate", "40", "--tasks", "20", "--timeout", "60",
                     "--worker-backend", "trio")
     assert report["mode"] == "latency" and report["options"]["worker_backend"] == "trio"
-    assert report["poll_interval_s"] == 0.05
+    assert report["poll_interval_s"] == 0.05 and report["serve_nodes"] == 1
     assert report["options"]["tasks"] == 20
     for path in ("http", "client"):
         figures = report[path]
@@ -45,7 +45,7 @@ def test_latency_on_a_serve_group_reports_every_task_assigned(database_server):
     """``--server-processes 2``: the submits reach either member, the one worker sits on one of them."""
     report = _bench(database_server, "latency", "--rate", "40", "--tasks", "20", "--timeout", "60",
                     "--path", "http", "--server-processes", "2")
-    assert report["options"]["server_processes"] == 2
+    assert report["options"]["server_processes"] == 2 and report["serve_nodes"] == 2  # both members served
     figures = report["http"]
     assert all(v is not None for v in (*figures["submit_to_assign_ms"].values(),
                                        *figures["assign_to_finish_ms"].values()))

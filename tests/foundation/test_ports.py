@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
+import collections
 import socket
+
+import pytest
 
 from pulse_trio import ports
 from pulse_trio.ports import PORT_ATTEMPTS, free_port, free_port_block, start_on_fresh_ports
@@ -51,30 +52,47 @@ def test_any_other_failure_is_raised_at_once():
     assert calls == [1]
 
 
-def test_a_free_port_lies_below_the_ephemeral_range_where_no_outgoing_connection_takes_it():
-    low = int(open(ports.EPHEMERAL_RANGE_FILE).read().split()[0])
-    chosen = {free_port() for _ in range(20)}
-    assert all(low - ports.SPAN_BELOW <= port < low for port in chosen), chosen
-    assert len(chosen) > 1  # at random, not the same for every caller
-    for port in chosen:  # nothing was bound to it
+
+# -- choosing ports: these bind sockets, so they are not of the in-memory tier --------------------------
+
+def _single_band_or_skip() -> tuple[int, int]:
+    first, last = ports._below_ephemeral(ports.SINGLE_BAND)
+    if last - first < ports._LEAST_SPAN:
+        pytest.skip("this host's ephemeral port range leaves too little of the band: the system chooses")
+    return first, last
+
+
+@pytest.mark.live
+def test_a_free_port_comes_from_its_band_below_the_ephemeral_range_and_is_free():
+    first, last = _single_band_or_skip()
+    low = ports.ephemeral_low()
+    chosen = [free_port() for _ in range(20)]
+    assert all(first <= port < last for port in chosen), chosen
+    assert low is None or max(chosen) < low  # where no outgoing connection takes its local port
+    assert len(set(chosen)) == len(chosen)  # none handed out twice
+    for port in chosen:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
 
 
-def test_a_port_in_use_is_never_chosen(monkeypatch):
-    low = int(open(ports.EPHEMERAL_RANGE_FILE).read().split()[0])
+@pytest.mark.live
+def test_a_port_in_use_or_handed_out_lately_is_not_chosen_again(monkeypatch):
+    low, high = _single_band_or_skip()
+    first = next(port for port in range(low, high - 1) if ports.bindable(port) and ports.bindable(port + 1))
+    monkeypatch.setattr(ports, "_LEAST_SPAN", 1)
+    monkeypatch.setattr(ports, "_RECENT", collections.deque(maxlen=256))  # what other tests here were handed
     with socket.socket() as held:
-        held.bind(("127.0.0.1", low - 1))
-        monkeypatch.setattr(ports, "SPAN_BELOW", 1)  # the only candidate is the held one
-        with socket.socket() as probe:
-            port = free_port()
-            probe.bind(("127.0.0.1", port))  # the operating system's choice, free
-        assert port != low - 1
+        held.bind(("127.0.0.1", first))
+        monkeypatch.setattr(ports, "SINGLE_BAND", (first, first + 2))  # one port in use, one free
+        one = free_port()
+        assert one == first + 1
+        other = free_port()  # the band's only free port was just handed out: the system chooses
+        assert other not in (first, first + 1) and ports.bindable(other)
 
 
-def test_a_block_is_consecutive_free_ports_below_the_span_free_port_picks_from():
-    low = int(open(ports.EPHEMERAL_RANGE_FILE).read().split()[0])
+@pytest.mark.live
+def test_a_block_is_consecutive_free_ports_from_the_band_below_the_single_ports():
     block = free_port_block(12)
     assert block == list(range(block[0], block[0] + 12))
-    assert low - 2 * ports.SPAN_BELOW <= block[0] and block[-1] < low - ports.SPAN_BELOW
+    assert ports.BLOCK_BAND[0] <= block[0] and block[-1] < ports.BLOCK_BAND[1] <= ports.SINGLE_BAND[0]
     assert all(ports.bindable(port) for port in block)

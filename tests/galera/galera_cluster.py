@@ -3,10 +3,11 @@
 Each node is a ``mariadbd`` with Debian's ``galera-4`` provider, its own data
 directory, socket and four ports (client, group communication, IST, rsync
 SST), one block from ``pulse_trio.ports.free_port_block``: below the
-ephemeral range, so no outgoing connection takes one, and below the span
-``free_port`` picks from, so no serve process of another test does while
-the nodes start one after the other. The nodes run as the ``mysql`` user: the rsync SST
-script refuses to run as root, and the data directories are owned by it.
+ephemeral range, so no outgoing connection takes one, and apart from the
+ports ``free_port`` picks, so no serve process of another test takes one
+while the nodes start one after the other. The nodes run as the ``mysql``
+user: the rsync SST script refuses to run as root, and the data
+directories are owned by it.
 
 A node killed with SIGKILL is started again in two steps, as an operator
 would: ``--wsrep-recover`` prints the last committed position from InnoDB,

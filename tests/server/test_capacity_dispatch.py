@@ -220,7 +220,7 @@ async def test_the_dispatcher_fills_free_slots_fairly_across_sessions(start_serv
     await a.register(["billing"], capacity=10)
     await b.register(["billing"], capacity=10)
     # A pass begun while only a was registered would have a claim alone, and all it can:
-    # a submit that committed before that claim read the queue would go to a whole.
+    # a submit that committed before that claim read the queue would all go to a.
     with trio.fail_after(10):
         while not service.dispatcher.settled:
             await trio.sleep(0.005)
