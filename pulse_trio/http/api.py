@@ -193,6 +193,9 @@ class TaskApi:
                                             requested_by=f"http:{info.token_id}", now=now)
         if changed:
             self.outcomes.hint(task_id)  # a task not yet started is CANCELLED at once
+            # A revoked offer freed its session's slot, and a keyed task its key's permit for the next task
+            # of the key: a pass now (and in a serve group's other members), not at the poll.
+            self.instance.wake_dispatcher()
         return json_text(text, cancel_changed=changed)
 
     async def retry(self, request: Request) -> Response:

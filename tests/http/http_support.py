@@ -114,9 +114,9 @@ class RawWorker:
                 assert answer["type"] != "error", answer
                 return answer["body"]
 
-    async def register(self, queue: str, capacity: int = 1, name: str = "http-test") -> None:
-        welcome = await self.request("worker.hello", {"worker_name": name,
-                                                      "subscriptions": [{"queue": queue}]})
+    async def register(self, queue: str, capacity: int = 1, name: str = "http-test", *, keys: bool = False) -> None:
+        hello = {"worker_name": name, "subscriptions": [{"queue": queue}], **({"concurrency_keys": True} if keys else {})}
+        welcome = await self.request("worker.hello", hello)
         self.welcome = welcome
         self.session_id = json.loads(self.frames[-1])["session_id"]
         await self.request("worker.capacity", {"sequence": "1", "capacity": capacity, "drain": False})

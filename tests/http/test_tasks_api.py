@@ -193,6 +193,34 @@ async def test_a_submit_through_this_instance_wakes_its_dispatcher_at_once(start
     assert assign["task"]["queue"] == "billing"
 
 
+async def test_a_cancel_through_this_instance_offers_the_next_task_of_its_key_at_once(start_service, tokens,
+                                                                                      token_factory, nursery):
+    """Cancelling a keyed offer frees the key's permit: the key's waiting task is offered now, not at the poll."""
+    service = await start_service(poll_interval=30.0)  # the poll alone would take 30 s
+    ws = await trio_websocket.connect_websocket_url(
+        nursery, f"ws://127.0.0.1:{service.worker_port}/v1/worker", subprotocols=["pulse.worker.v1"],
+        extra_headers=[(b"authorization", f"Bearer {token_factory('worker')}".encode())])
+    worker = RawWorker(ws)
+    await worker.register("billing", capacity=2, keys=True)
+    await trio.sleep(0.1)  # let the pass that capacity triggered find nothing
+    http = Http(service.http_port)
+    keyed = {**SUBMIT, "concurrency_key": "customer:7", "concurrency_limit": 1}
+    first = (await http.post("/v1/tasks", token=tokens["producer"], json_body=keyed)).json()
+    with trio.fail_after(2):
+        assert (await worker.next_assignment())["task"]["task_id"] == first["task_id"]
+    second = (await http.post("/v1/tasks", token=tokens["producer"], json_body=keyed)).json()
+    await trio.sleep(0.2)
+    assert not worker.assigned  # the key's one permit is held by the first, unstarted offer
+    cancelled = await http.post(f"/v1/tasks/{first['task_id']}/cancel", token=tokens["operator"])
+    assert cancelled.status == 200 and cancelled.json()["state"] == "CANCELLED"
+    # Without the cancel's wake-up, the timers' reconciliation (every second) would free the slot and find it.
+    with trio.fail_after(0.5):
+        while True:
+            assign = await worker.next_assignment()
+            if assign["task"]["task_id"] == second["task_id"]:
+                break
+
+
 async def test_nodes_list_the_serve_processes_and_the_sessions_they_hold(http, tokens, token_factory, open_worker,
                                                                        service, db):
     import os
