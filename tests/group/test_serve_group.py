@@ -148,6 +148,27 @@ def test_the_members_stop_when_the_parent_is_killed(group):
     wait_until(lambda: not any(_alive(pid) for pid in members), 30, "every member stopped")
 
 
+async def test_a_stop_waits_for_members_that_stop_and_kills_one_still_running_after_the_stop_time(monkeypatch):
+    """The parent's stop closes each member's link; a member that has not exited STOP_TIMEOUT_S later is killed."""
+    from pulse_trio.group import parent
+
+    monkeypatch.setattr(parent, "STOP_TIMEOUT_S", 1.0)  # 30 s in a real group
+    stopping_link, stopping_end = socket.socketpair()
+    hung_link, hung_end = socket.socketpair()
+    # One child exits when its link closes, as a member does; the other ignores it, as a hung member would.
+    stops = await trio.lowlevel.open_process(
+        [sys.executable, "-c", f"import os; os.read({stopping_end.fileno()}, 1)"], pass_fds=(stopping_end.fileno(),))
+    hangs = await trio.lowlevel.open_process(
+        [sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=(hung_end.fileno(),))
+    stopping_end.close()
+    hung_end.close()
+    began = trio.current_time()
+    with trio.fail_after(20):
+        await parent._stop([stops, hangs], [stopping_link, hung_link])
+    assert stops.returncode == 0 and hangs.returncode == -signal.SIGKILL
+    assert trio.current_time() - began >= 1.0  # the hung one had its full time
+
+
 def test_a_taken_port_fails_in_one_line_before_any_member_starts(db):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
