@@ -55,7 +55,9 @@ class Wake(enum.Enum):
 class SessionHub(Generic[S]):
     """Registry of live sessions, the hungry ones among them, and the dispatcher's wake-up signal."""
 
-    def __init__(self) -> None:
+    def __init__(self, tell_others: Callable[[], None] | None = None) -> None:
+        """``tell_others``: in a serve group, tells the other members of new work (``pulse_trio.group.wake``)."""
+        self._tell_others = tell_others
         self._sessions: dict[str, S] = {}
         self._by_instance: dict[str, S] = {}
         #: Sessions with at least one free slot, in the order they became hungry (dicts as ordered sets).
@@ -187,6 +189,11 @@ class SessionHub(Generic[S]):
         """Ask the dispatcher for a pass now: there is new work or new capacity."""
         self._news = True
         self._wake.set()
+
+    def announce(self) -> None:
+        """Work others may take was committed here: a serve group's other members hear of it (nothing alone)."""
+        if self._tell_others is not None:
+            self._tell_others()
 
     def slot_freed(self) -> None:
         """Ask for a pass because a lease ended (it tops up sessions past their refill mark)."""

@@ -23,24 +23,20 @@ class LiveService:
     """This process's worker service, behind the narrow interface the HTTP API uses."""
 
     def __init__(self, *, clock: ServiceClock, hub: SessionHub, metrics: ServiceMetrics, store: SyncStore,
-                 settings_sync: SettingsSync | None, queue_sync: PausedQueueSync | None = None,
-                 tell_others: Callable[[], None] | None = None) -> None:
-        """``tell_others``: in a serve group, tells the other members of new work (``pulse_trio.group.wake``)."""
+                 settings_sync: SettingsSync | None, queue_sync: PausedQueueSync | None = None) -> None:
         self._clock = clock
         self._hub = hub
         self._metrics = metrics
         self._store = store
         self._settings_sync = settings_sync
         self._queue_sync = queue_sync
-        self._tell_others = tell_others
 
     def now(self) -> dt.datetime:
         return self._clock.now()
 
     def wake_dispatcher(self) -> None:
         self._hub.wake()
-        if self._tell_others is not None:
-            self._tell_others()
+        self._hub.announce()
 
     def drain_hint(self, session_id: str) -> None:
         """An operator drained the session: when it lives here, it takes no offer from now on.

@@ -15,11 +15,11 @@ resumed through another process is seen within that time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import trio
 
 from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.hub import SessionHub
 from pulse_trio.store.schedule import schedules
 from pulse_trio.store.engine.trio_bridge import Store
 
@@ -33,10 +33,9 @@ MAX_ROUNDS = 20  # bounded catch-up per pass
 
 
 class ScheduleFiring:
-    def __init__(self, *, store: Store, clock: ServiceClock, wake: Callable[[], None],
-                 tell_others: Callable[[], None] | None = None) -> None:
-        """``wake``: this process's dispatcher; ``tell_others``: a serve group's other members, once per pass."""
-        self.store, self.clock, self.wake, self.tell_others = store, clock, wake, tell_others
+    def __init__(self, *, store: Store, clock: ServiceClock, hub: SessionHub) -> None:
+        """``hub``: wakes this process's dispatcher per batch, and tells a serve group's other members once a pass."""
+        self.store, self.clock, self.hub = store, clock, hub
         #: Tasks this process created from ticks (a tick another process fired is counted there).
         self.created = 0
 
@@ -57,12 +56,12 @@ class ScheduleFiring:
             result = await self.store.run(schedules.fire, now=self.clock.now())
             created += result.created
             if result.created:
-                self.wake()
+                self.hub.wake()
             if not result.more:
                 break
         self.created += created
-        if created and self.tell_others is not None:
-            self.tell_others()
+        if created:
+            self.hub.announce()
         return created
 
     async def until_next(self) -> float:

@@ -175,7 +175,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     store = Store(database, pool_size=pool_size, node_id=new_node_id(), on_transaction=metrics.observe_transaction)
     clock = clock or ServiceClock()  # the wall clock; scenario tests pass a virtual one
     live_settings = LiveSettings(settings)
-    hub = SessionHub()
+    hub = SessionHub(tell_others=inherited.siblings.notify if inherited is not None else None)
     connections: set[WireConnection] = set()
     batcher = LeaseCommandBatcher(store, clock)
     requests = SessionRequests(store)
@@ -194,12 +194,10 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     queue_sync = PausedQueueSync(store=store, hub=hub)
     retention = RetentionPurge(store=store, clock=clock, metrics=metrics, interval=settings.purge_interval,
                                pace=PurgePace(busy_share=settings.purge_busy_share))
-    tell_others = inherited.siblings.notify if inherited is not None else None
-    timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node,
-                    tell_others=tell_others)
+    timers = Timers(store=store, clock=clock, hub=hub, settings=live_settings, metrics=metrics, node=node)
+    firing = ScheduleFiring(store=store, clock=clock, hub=hub)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
-                       queue_sync=queue_sync, tell_others=tell_others)
-    firing = ScheduleFiring(store=store, clock=clock, wake=hub.wake, tell_others=tell_others)
+                       queue_sync=queue_sync)
     stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
     try:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -75,12 +74,9 @@ _READY_AGAIN = frozenset(dests_of(CHARTS["task"], "lapse")) & frozenset(dests_of
 
 class Timers:
     def __init__(self, *, store: Store, clock: ServiceClock, hub: SessionHub, settings: LiveSettings,
-                 metrics: ServiceMetrics, node: NodeLiveness | None = None,
-                 tell_others: Callable[[], None] | None = None) -> None:
+                 metrics: ServiceMetrics, node: NodeLiveness | None = None) -> None:
         self.store, self.clock, self.hub, self.settings, self.metrics = store, clock, hub, settings, metrics
-        #: In a serve group: tells the other members that a tick made work READY (``pulse_trio.group.wake``).
-        self.tell_others = tell_others
-        self._made_ready = False  # this tick made tasks READY
+        self._made_ready = False  # this tick made tasks READY (a serve group's other members hear of it at its end)
         #: Swept for other lost nodes on every tick (None: a service without a node record).
         self.node = node
         self._reconciled_at = -math.inf
@@ -130,8 +126,8 @@ class Timers:
                                                                        now=clock.now())):
                 self._new_work()  # the keys' set-aside tasks compete again
         finally:
-            if self._made_ready and self.tell_others is not None:
-                self.tell_others()  # once per tick, however many batches made work
+            if self._made_ready:
+                self.hub.announce()  # once per tick, however many batches made work
         if due.cancels or (self.hub.any_opted_in and not self._by_node):
             await self.notify_cancels()
         if trio.current_time() >= self._reconciled_at + RECONCILE_EVERY_S:

@@ -92,8 +92,9 @@ def _told_by_a_tick(world) -> int:
     from pulse_trio.server.timers import Timers
 
     told = []
-    timers = Timers(store=world.store, clock=_WorldClock(world), hub=SessionHub(), settings=LiveSettings(Settings()),
-                    metrics=ServiceMetrics(), tell_others=lambda: told.append(1))
+    hub = SessionHub(tell_others=lambda: told.append(1))
+    timers = Timers(store=world.store, clock=_WorldClock(world), hub=hub, settings=LiveSettings(Settings()),
+                    metrics=ServiceMetrics())
     trio.run(timers.tick)
     return len(told)
 
