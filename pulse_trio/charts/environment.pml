@@ -19,7 +19,7 @@
 //@property revision_current covers lease -- an accepted start, renew or finish carried the lease's current revision
 //@property fencing_grows covers lease key_permit instance -- lease revisions, concurrency tokens and session epochs never go down; every new token is larger than every earlier one
 //@property key_limit covers key_permit lease -- the holders of a key (live keyed leases, and lost workers whose permit is quarantined) never exceed its limit, and the key's counter equals its HELD and QUARANTINED permits
-//@property cancel_kept covers cancellation task lease -- an open cancel intent always belongs to a RUNNING task whose live lease carries it; a task whose cancel was confirmed is never SUCCEEDED
+//@property cancel_kept covers cancellation task lease -- an open cancel intent always belongs to a running task (its row held, its live lease RUNNING) whose lease carries it; a task whose cancel was confirmed is never SUCCEEDED
 //@property receipt_no_grant covers lease -- a duplicate answered from a receipt hands the lease back only to its current, live holder
 //@property effect_uncertain covers task lease -- once an attempt of a task was lost after start, every later lease of it says effect_uncertain
 //@property steps_agree covers task lease key_permit cancellation instance node -- every step a transaction runs is allowed by its own chart when the entry is
@@ -43,6 +43,8 @@ byte cancels = CANCELS;
 #define IDS(t, l, s, n) (t, l, l, t, s, n)
 #define TASK_OF(l) ((l) / LPT)
 #define CUR_LEASE(t) current[t]
+/* A running task: its row held (OFFERED) by a live lease that started; a start writes the lease alone. */
+#define RUNNING_TASK(t) (task_state[t] == task_OFFERED && lease_state[current[t]] == lease_RUNNING)
 #define LIVE_SESSION(s) (instance_state[s] == instance_ACTIVE || instance_state[s] == instance_DRAINING)
 #define LIVE_LEASE(l) (lease_state[l] == lease_OFFERED || lease_state[l] == lease_RUNNING)
 #define OPEN_INTENT(t) (cancellation_state[t] == cancellation_REQUESTED || cancellation_state[t] == cancellation_NOTIFIED)
@@ -72,7 +74,7 @@ byte i;                        /* scratch, zero between steps */
 
 /* The state properties, watched by a monitor that can only move when one fails. */
 #define ONLY_CURRENT_LIVE(l) (!LIVE_LEASE(l) || l == current[TASK_OF(l)])
-#define INTENT_CARRIED(t) (!OPEN_INTENT(t) || (task_state[t] == task_RUNNING && lease_cancel[current[t]]))
+#define INTENT_CARRIED(t) (!OPEN_INTENT(t) || (RUNNING_TASK(t) && lease_cancel[current[t]]))
 #define CANCEL_STAYS(t) (!(confirmed[t] && task_state[t] == task_SUCCEEDED))
 #define UNCERTAINTY_KEPT(l) (!(lost[TASK_OF(l)] && LIVE_LEASE(l) && !lease_uncertain[l]))
 #define COUNTS_AGAINST_KEY(l) (key_permit_state[l] == key_permit_HELD || key_permit_state[l] == key_permit_QUARANTINED)
@@ -114,14 +116,13 @@ inline check_properties() {
 /* The holder learns its lease is gone (a refusal, or its own ttl ran out: the SDK stops the task). */
 inline forget(l) { known_rev[l] = 0; running[l] = 0; resent[l] = 0 }
 
-/* lease.start + task.start; an accepted command must carry the current revision. */
+/* lease.start (the task's row stays held); an accepted command must carry the current revision. */
 inline start(w, l, t, s) {
   cmd_revision = known_rev[l];
   if
   :: APPLY(lease_start_can, IDS(t, l, s, 0)) ->
        if :: cmd_revision != lease_revision[l] -> printf("PROPERTY revision_current\n"); assert(false) :: else fi;
        APPLY(fire_lease_start, IDS(t, l, s, 0));
-       STEP(APPLY(fire_task_start, IDS(t, l, s, 0)), APPLY(task_start_can, IDS(t, l, s, 0)));
        receipt_rev[l] = cmd_revision; known_rev[l] = lease_revision[l]; running[l] = 1
   :: else -> forget(l)
   fi
@@ -316,9 +317,9 @@ proctype timers() {
   :: atomic { cancels > 0 && APPLY(cancellation_request_can, IDS(t, CUR_LEASE(t), 0, 0)) -> \
        cancels--; APPLY(fire_cancellation_request, IDS(t, CUR_LEASE(t), 0, 0)); \
        if \
-       :: task_state[t] == task_RUNNING -> \
+       :: RUNNING_TASK(t) -> \
             STEP(APPLY(fire_lease_cancel, IDS(t, CUR_LEASE(t), 0, 0)), APPLY(lease_cancel_can, IDS(t, CUR_LEASE(t), 0, 0))) \
-       :: task_state[t] == task_OFFERED -> \
+       :: task_state[t] == task_OFFERED && !RUNNING_TASK(t) -> \
             STEP(APPLY(fire_lease_revoke, IDS(t, CUR_LEASE(t), 0, 0)), APPLY(lease_revoke_can, IDS(t, CUR_LEASE(t), 0, 0))); \
             STEP(APPLY(fire_key_permit_release, IDS(t, CUR_LEASE(t), 0, 0)), \
                  APPLY(key_permit_release_can, IDS(t, CUR_LEASE(t), 0, 0))); \

@@ -39,7 +39,7 @@ def dests_of(c: Chart, trigger: str) -> tuple[str, ...]:
     return tuple(s for s in c.spec.states if s in dests)
 
 
-_TASK_STATE_TEST = re.compile(r"\btask\.state == task\.([A-Z_]+)\b")
+_TASK_STATE_TEST = re.compile(r"\btask\.state == task\.([A-Z_]+)\b(?: && lease\.state == lease\.([A-Z_]+)\b)?")
 
 
 def task_states_guarded(c: Chart, trigger: str, source: str) -> tuple[str, ...]:
@@ -53,11 +53,25 @@ def task_states_guarded(c: Chart, trigger: str, source: str) -> tuple[str, ...]:
     meanings = c.spec.model.guards if c.spec.model else {}
     found: set[str] = set()
     for t in c.declared(trigger, source):
-        admitted = [set(_TASK_STATE_TEST.findall(meanings.get(g, ""))) for g in t.guards]
+        admitted = [{lease or task for task, lease in _TASK_STATE_TEST.findall(meanings.get(g, ""))} for g in t.guards]
         if not admitted or not all(admitted):
             raise ChartError(f"{c.name}.{trigger} from {source}: a guard that names no task state")
         found |= set.intersection(*admitted)
-    return tuple(s for s in _row_states(CHARTS["task"]) if s in found)
+    return tuple(s for s in public_task_states() if s in found)
+
+
+def public_task_states() -> tuple[str, ...]:
+    """The task states a reader sees: the row's, with the held one told apart by its live lease.
+
+    A task row stays in the state its offer put it in (OFFERED) while its
+    lease lives, started or not (the start writes the lease alone), so the
+    reader's OFFERED and RUNNING are the live lease's own states.
+    """
+    held = dests_of(CHARTS["task"], "offer")[0]
+    out: list[str] = []
+    for s in _row_states(CHARTS["task"]):
+        out += live_states(CHARTS["lease"]) if s == held else [s]
+    return tuple(out)
 
 
 def sql_list(states: tuple[str, ...] | frozenset[str]) -> str:
@@ -81,7 +95,18 @@ def sql_rows(states: tuple[str, ...], column: str = "state") -> str:
 _TASK, _LEASE, _INSTANCE = CHARTS["task"], CHARTS["lease"], CHARTS["instance"]
 
 #: Every state a task row can be in.
-TASK_STATES: tuple[str, ...] = _row_states(_TASK)
+TASK_ROW_STATES: tuple[str, ...] = _row_states(_TASK)
+#: The row state a live lease holds its task in (OFFERED, started or not).
+HELD_TASK_STATE: str = dests_of(_TASK, "offer")[0]
+#: Every state a reader sees a task in: the row's, a held one as its live lease's (OFFERED, RUNNING).
+TASK_STATES: tuple[str, ...] = public_task_states()
+
+
+def public_state(row_state: str, live_lease_state: str | None) -> str:
+    """The state a reader sees a task in: a held row's is its live lease's (OFFERED or RUNNING)."""
+    if row_state == HELD_TASK_STATE and live_lease_state is not None:
+        return live_lease_state
+    return row_state
 #: Tasks that reached their outcome.
 TERMINAL_TASK_STATES: frozenset[str] = frozenset(terminal_states(_TASK))
 #: Tasks waiting for a worker: where submit puts them (READY, SCHEDULED).
@@ -113,7 +138,7 @@ CANCEL_REQUEST_FROM: tuple[str, ...] = tuple(dict.fromkeys(
 CANCEL_TASK_STATES: tuple[str, ...] = tuple(dict.fromkeys(
     s for source in CANCEL_REQUEST_FROM for s in task_states_guarded(CHARTS["cancellation"], "request", source)))
 
-__all__ = ["CANCEL_REQUEST_FROM", "CANCEL_TASK_STATES", "DRAINING_SESSION_STATES", "HELD_PERMIT_STATES",
+__all__ = ["CANCEL_REQUEST_FROM", "CANCEL_TASK_STATES", "DRAINING_SESSION_STATES", "HELD_PERMIT_STATES", "HELD_TASK_STATE",
            "LEASE_HOLDS", "LIVE_HOLD", "LIVE_LEASE_STATES", "LIVE_NODE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES",
-           "REVOKED_HOLD", "REVOKED_LEASE_STATES", "TASK_STATES", "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "sql_list", "task_states_guarded",
+           "REVOKED_HOLD", "REVOKED_LEASE_STATES", "TASK_ROW_STATES", "TASK_STATES", "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "public_state", "public_task_states", "sql_list", "task_states_guarded",
            "terminal_states"]

@@ -25,7 +25,14 @@ def _declared(name: str) -> tuple[list[str], set[str]]:
 
 def test_task_sets_match_the_task_chart():
     declared, sources = _declared("task")
-    assert list(states.TASK_STATES) == declared
+    assert list(states.TASK_ROW_STATES) == declared
+    assert states.HELD_TASK_STATE == "OFFERED"
+    lease, _ = _declared("lease")
+    # A reader sees a held row as its live lease's state: the row's states with OFFERED told apart.
+    assert list(states.TASK_STATES) == ["SCHEDULED", "READY", "OFFERED", "RUNNING", "SUCCEEDED", "FAILED",
+                                        "UNKNOWN", "CANCELLED"]
+    assert set(states.TASK_STATES) == (set(declared) - {"OFFERED"}) | set(states.LIVE_LEASE_STATES)
+    assert set(states.LIVE_LEASE_STATES) <= set(lease)
     assert states.TERMINAL_TASK_STATES == {s for s in declared if s not in sources}
     assert states.TERMINAL_TASK_STATES == {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"}
     submit = {t["dest"] for t in json.loads((ROOT / "statecharts" / "task.json").read_text())["transitions"]
@@ -50,6 +57,8 @@ def test_a_cancel_acts_where_the_cancellation_chart_says():
     task = json.loads((ROOT / "statecharts" / "task.json").read_text())
     at_once = {t["source"] for t in task["transitions"] if t["trigger"] == "cancel"}
     assert states.CANCEL_REQUEST_FROM == ("NONE",)
+    # At once: the row states task.cancel leaves (a held one only while its lease is an unstarted offer);
+    # through the worker: a held task whose lease runs, which readers see RUNNING.
     assert set(states.CANCEL_TASK_STATES) == at_once | {"RUNNING"}
     assert states.CANCEL_TASK_STATES == ("SCHEDULED", "READY", "OFFERED", "RUNNING")
     assert not set(states.CANCEL_TASK_STATES) & states.TERMINAL_TASK_STATES
@@ -73,3 +82,11 @@ def test_a_guard_that_names_no_task_state_is_refused():
                         "transitions": [{"trigger": "request", "source": "NONE", "dest": "A", "guards": ["g"]}]})
     with pytest.raises(ChartError, match="names no task state"):
         states.task_states_guarded(Chart(spec), "request", "NONE")
+
+
+def test_a_reader_sees_a_held_task_as_its_live_lease():
+    assert states.public_state("OFFERED", "RUNNING") == "RUNNING"
+    assert states.public_state("OFFERED", "OFFERED") == "OFFERED"
+    assert states.public_state("OFFERED", None) == "OFFERED"
+    assert states.public_state("READY", None) == "READY"
+    assert states.public_state("SUCCEEDED", None) == "SUCCEEDED"

@@ -261,3 +261,50 @@ def test_epochs_go_on_above_the_counter_they_replace(database_server):
     finally:
         store.close()
     assert epochs == [42, 43]
+
+
+def test_a_task_an_older_version_started_is_held_and_finishes_at_its_attempt(database_server):
+    """0024: a RUNNING row (the start wrote it before) becomes OFFERED at the attempt before its lease's;
+    readers still see it RUNNING at the lease's attempt, and its finish records that attempt."""
+    import datetime as dt
+
+    from pulse_trio.store import FinishCommand, FinishReport, finish
+    from pulse_trio.store.engine.ids import new_secret, secret_digest
+    from pulse_trio.store.engine.trio_bridge import Store
+    from pulse_trio.store.views.task import get_task
+
+    config = _fresh(database_server, "held")
+    migrate(config, upto=23)
+    t0 = dt.datetime(2026, 12, 1, 12, 0, 0)
+    task, lease, session = "tsk_01KBFEY3G0XBZ69EGN1CRY6PPC", "lse_01KBFEY3G05SYNQT44FQ3AKSZZ", \
+        "ses_01KBFEY3G0B1BKY7SP31HF1KWB"
+    secret = new_secret()
+    conn = connect(config)
+    with conn.cursor() as cur:
+        # The second attempt, started by the older version: the task row RUNNING at attempt 2.
+        cur.execute("INSERT INTO tasks (task_id, queue, kind, state, payload, due_at, effective_at, idempotency_key,"
+                    " created_at, updated_at, attempt) VALUES (%s, 'q', 'k', 'RUNNING', '{}', %s, %s, %s, %s, %s, 2)",
+                    (task, t0, t0, task, t0, t0))
+        cur.execute("INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt,"
+                    " owner_instance_id, owner_session_id, epoch, expires_at, ttl_ms, effect_uncertain, offered_at,"
+                    " started_at, start_revision) VALUES (%s, %s, %s, 'RUNNING', 2, 2, 'ins_01KBFEY3G08GKV6GQS8WWD954Y',"
+                    " %s, 1, %s, 30000, FALSE, %s, %s, 1)",
+                    (lease, task, secret_digest(secret), session, t0 + dt.timedelta(seconds=30), t0, t0))
+    conn.commit()
+    migrate(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT state, attempt FROM tasks")
+        assert cur.fetchall() == (("OFFERED", 1),)
+    conn.close()
+    store = Store(config, pool_size=1)
+    try:
+        view = store.run_sync(get_task, task_id=task)
+        assert (view.task.state, view.task.attempt) == ("RUNNING", 2)
+        now = dt.datetime(2026, 12, 1, 12, 0, 5, tzinfo=dt.timezone.utc)
+        (done,) = store.run_sync(finish, commands=[FinishCommand(session, task, lease, secret, 2,
+                                                                 FinishReport("SUCCEEDED", "{}"))], now=now)
+        assert done.receipt.command == "task.finish", done
+        view = store.run_sync(get_task, task_id=task)
+        assert (view.task.state, view.task.attempt, view.task.outcome_attempt) == ("SUCCEEDED", 2, 2)
+    finally:
+        store.close()

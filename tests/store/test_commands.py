@@ -27,6 +27,44 @@ def test_start_authorizes_and_records_the_attempt(world):
     assert [(a.attempt, a.status) for a in view.attempts] == [(1, "RUNNING")]
 
 
+def test_a_start_writes_the_lease_alone_and_every_reader_sees_the_task_running(world):
+    """The task row stays held (OFFERED) at its last ended attempt; the views, the listing and its
+    state filter, a duplicate submit's answer and a cancel's answer take RUNNING and the attempt from
+    the live lease. The finish moves the row on at the lease's attempt."""
+    from pulse_trio.store import NewTask, request_cancel, submit
+    from pulse_trio.store.views.queries import list_tasks
+
+    w = world.worker("q")
+    offered = world.offer(w, idempotency_key="offered")
+    running = world.running(w, idempotency_key="running")
+    assert world.sql("SELECT state, attempt FROM tasks WHERE task_id = %s", (running.task.task_id,)) == [
+        ("OFFERED", 0)]
+    assert (world.task(running.task.task_id).task.state, world.task(running.task.task_id).task.attempt) == (
+        "RUNNING", 1)
+    assert (world.task(offered.task.task_id).task.state, world.task(offered.task.task_id).task.attempt) == (
+        "OFFERED", 0)
+    def listing(**filters):
+        return world.store.run_sync(list_tasks, **filters)
+
+    listed = {t.task_id: (t.state, t.attempt) for t in listing(queue="q")}
+    assert listed == {offered.task.task_id: ("OFFERED", 0), running.task.task_id: ("RUNNING", 1)}
+    assert [t.task_id for t in listing(state="RUNNING")] == [running.task.task_id]
+    assert [t.task_id for t in listing(state="OFFERED")] == [offered.task.task_id]
+    (again,) = world.run(submit, tasks=[NewTask("q", "k", idempotency_key="running")])
+    assert (again.task_id, again.state, again.created) == (running.task.task_id, "RUNNING", False)
+    (again,) = world.run(submit, tasks=[NewTask("q", "k", idempotency_key="offered")])
+    assert (again.task_id, again.state) == (offered.task.task_id, "OFFERED")
+    cancel = world.run(request_cancel, task_id=running.task.task_id)
+    assert (cancel.task_state, cancel.intent_state) == ("RUNNING", "REQUESTED")
+    assert world.sql("SELECT task_state FROM cancel_intents") == [("RUNNING",)]
+    assert world.run(request_cancel, task_id=running.task.task_id).task_state == "RUNNING", "a repeat sees it too"
+    world.finish(w, running, 2, status="CANCELLED", error_code="cancelled")
+    assert world.sql("SELECT state, attempt, outcome_attempt FROM tasks WHERE task_id = %s",
+                     (running.task.task_id,)) == [("CANCELLED", 1, 1)]
+    view = world.task(running.task.task_id)
+    assert (view.task.state, view.task.attempt) == ("CANCELLED", 1)
+
+
 @pytest.mark.parametrize("how,expected", [
     ("wrong_secret", "lease_not_found"),
     ("unknown_lease", "lease_not_found"),

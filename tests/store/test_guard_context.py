@@ -46,7 +46,7 @@ def test_screen_stops_after_the_named_guard():
 
 
 @pytest.mark.parametrize("chart,trigger", [
-    ("task", "offer"), ("task", "start"), ("task", "lapse"), ("task", "cancel"), ("lease", "revoke"),
+    ("task", "offer"), ("task", "lapse"), ("task", "cancel"), ("lease", "revoke"),
     ("lease", "cancel"), ("key_permit", "release"), ("key_permit", "quarantine"), ("instance", "node_gone"),
     ("cancellation", "resolve"), ("cancellation", "escalate"),
 ])

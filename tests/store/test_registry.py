@@ -134,9 +134,9 @@ def test_decide_picks_the_first_transition_whose_selectors_hold():
     lease = SimpleNamespace(attempt=1, cancel_requested_at=None)
     task = SimpleNamespace(max_attempts=3)
     failed = FinishReport("FAILED", "{}", "x", None, True)
-    assert decide("task", "finish", "RUNNING", TaskContext(report=failed, lease=lease, task=task)) == "SCHEDULED"
+    assert decide("task", "finish", "OFFERED", TaskContext(report=failed, lease=lease, task=task)) == "SCHEDULED"
     final = FinishReport("FAILED", "{}", "x", None, False)
-    assert decide("task", "finish", "RUNNING", TaskContext(report=final, lease=lease, task=task)) == "FAILED"
+    assert decide("task", "finish", "OFFERED", TaskContext(report=final, lease=lease, task=task)) == "FAILED"
     assert isinstance(decide("task", "finish", "READY", TaskContext(report=final, lease=lease, task=task)),
                       Refusal)
 

@@ -3,9 +3,11 @@
 ``request`` is the producer/operator entry. Depending on where the task is:
 
 * SCHEDULED / READY: task.cancel at once; the intent is RESOLVED.
-* OFFERED: lease.revoke + task.cancel (+ key_permit.release); RESOLVED; the
-  holder is still told (notify) so it drops the offer.
-* RUNNING: intent REQUESTED, lease.cancel caps the lease at
+* OFFERED (its live lease an unstarted offer): lease.revoke + task.cancel
+  (+ key_permit.release); RESOLVED; the holder is still told (notify) so it
+  drops the offer.
+* RUNNING (the row still OFFERED, its live lease RUNNING: a start writes the
+  lease alone): intent REQUESTED, lease.cancel caps the lease at
   ``grace_expires_at``. The worker's finish resolves it (any status); if no
   finish comes, lease.expire fires at the deadline and escalates it.
 
@@ -20,10 +22,11 @@ import datetime as dt
 from collections.abc import Sequence
 
 from pulse_trio.charts import CHARTS
+from pulse_trio.charts.states import HELD_TASK_STATE, public_state
 from pulse_trio.store.lease import steps as lease_steps
 from pulse_trio.store.cluster_setting import settings
 from pulse_trio.store.task import steps as task_steps
-from pulse_trio.store.engine.chart_write import create, move
+from pulse_trio.store.engine.chart_write import create, destination, move
 from pulse_trio.store.engine.guard_context import CancellationContext
 from pulse_trio.store.engine.registry import decide, guard, transition
 from pulse_trio.store.engine.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
@@ -33,19 +36,26 @@ from pulse_trio.store.cancellation import sql
 
 #: The task states task.cancel leaves: what a request cancels at once.
 _CANCELLABLE_AT_ONCE = frozenset(t.source for t in CHARTS["task"].transitions_for("cancel"))
+#: The lease state of a started attempt (RUNNING): its task's row stays held, the lease tells.
+_LEASE_RUNNING = destination("lease", "start", "OFFERED")
 #: resolve and escalate have no guard: the lease transition that runs them decided.
+
+
+def _running(task: TaskRow, lease: LeaseRow | None) -> bool:
+    """The task is held and its live lease started: what readers see as RUNNING."""
+    return task.state == HELD_TASK_STATE and lease is not None and lease.state == _LEASE_RUNNING
 
 
 @guard("cancellation", "task_not_started")
 def _task_not_started(c) -> bool:
-    """The task is SCHEDULED, READY or OFFERED: nothing has run, cancel at once."""
-    return c.task.state in _CANCELLABLE_AT_ONCE
+    """The task is SCHEDULED, READY or offered (its lease not started): nothing has run, cancel at once."""
+    return c.task.state in _CANCELLABLE_AT_ONCE and not _running(c.task, c.lease)
 
 
 @guard("cancellation", "task_running")
 def _task_running(c) -> bool:
-    """The task is RUNNING: the worker must stop and finish (or the grace runs out)."""
-    return c.task.state == "RUNNING"
+    """The task's lease is RUNNING: the worker must stop and finish (or the grace runs out)."""
+    return _running(c.task, c.lease)
 
 
 @guard("cancellation", "holder_opted_in")
@@ -84,23 +94,25 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
         return Refusal(TASK_NOT_FOUND, f"no task {task_id}")
     task = TaskRow.from_lean_row(row)
     intent = tx.one(sql.LOCK_INTENT, (task_id,))
-    if intent is not None or task.terminal:
-        return _result(task_id, task.state, intent, False)
     lease = LeaseRow.from_row(live[0]) if live else None
+    if intent is not None or task.terminal:
+        return _result(task_id, public_state(task.state, lease.state if lease else None), intent, False)
     dest = decide("cancellation", "request", "NONE", CancellationContext(task=task, lease=lease))
     if isinstance(dest, Refusal):
         return dest
-    grace = after_ms(now, settings.value_ms(tx, "cancel_grace")) if task.state == "RUNNING" else now
-    revoked = None
-    task_state = task.state
-    if task.state in ("OFFERED", "RUNNING") and (lease is None or lease.state != task.state):
+    if task.state == HELD_TASK_STATE and lease is None:
         # An assign offered the task between our lease lock and our task lock:
         # run again (the facade retries), this time finding and locking its lease.
         raise ConcurrentChange(f"task {task.task_id} became {task.state} while being cancelled")
-    if task.state == "RUNNING":
+    running = _running(task, lease)
+    grace = after_ms(now, settings.value_ms(tx, "cancel_grace")) if running else now
+    revoked = None
+    seen = public_state(task.state, lease.state if lease else None)  # what the intent records it found
+    task_state = seen
+    if running:
         lease_steps.cancel(tx, lease=lease, now=now, deadline=grace)
     else:
-        if task.state == "OFFERED":
+        if task.state == HELD_TASK_STATE:
             lease_steps.revoke(tx, lease=lease, now=now)
             revoked = LeaseEnd(lease.lease_id, task.task_id, lease.owner_session_id, "REVOKED", "CANCELLED")
         task_state = task_steps.cancel(tx, task=task, now=now)
@@ -114,7 +126,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
     stamp = db_time(now)
     create(tx, "cancellation", "request", dest=dest,
            columns=sql.INTENT_COLUMNS, row=sql.INTENT_ROW,
-           rows=[(task_id, stamp, db_time(grace), reason[:255], requested_by[:128], task.state,
+           rows=[(task_id, stamp, db_time(grace), reason[:255], requested_by[:128], seen,
                   lease.lease_id if lease else None, stamp if dest == "RESOLVED" else None)])
     return CancelResult(task_id, task_state, dest, True, now, grace, revoked)
 

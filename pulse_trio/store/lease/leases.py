@@ -243,6 +243,10 @@ def _extend(tx: Tx, trigger: str, accepted: Sequence[Accepted], now: dt.datetime
 def start(tx: Tx, *, now: dt.datetime, commands: Sequence[StartCommand]) -> list[CommandAck | Refusal]:
     """task.start: OFFERED -> RUNNING; the ack authorizes execution.
 
+    The lease alone records the start: its task row stays OFFERED (readers
+    take RUNNING and the attempt from this lease), so a start writes one
+    row per command.
+
     A batch of commands shares the statements and the COMMIT (one result
     per command, in order; one command is a batch of one). Leases this
     process knows take the lean path (:func:`_lean_start`); the others, and
@@ -256,7 +260,6 @@ def start(tx: Tx, *, now: dt.datetime, commands: Sequence[StartCommand]) -> list
         # start_revision takes the revision before revision + 1 does (SET runs left to right).
         expiries = _extend(tx, "start", accepted, now, "started_at = %s, start_revision = revision, ",
                            (db_time(now),))
-        task_steps.start(tx, items=[(a.task, a.lease) for a in accepted], now=now)
         receipts = _receipts("task.start", accepted, now)
         for a in accepted:
             results[a.index] = CommandAck(
@@ -355,7 +358,6 @@ _LEASE_OFFERED = destination("lease", "assign", "NONE")
 _LEASE_RUNNING = destination("lease", "start", _LEASE_OFFERED)
 _LEASE_RENEWED = destination("lease", "renew", _LEASE_RUNNING)
 _TASK_OFFERED = destination("task", "offer", "READY")
-_TASK_RUNNING = destination("task", "start", _TASK_OFFERED)
 
 
 def _lean_outcome(report: FinishReport) -> bool:
@@ -399,9 +401,12 @@ def _lean_move(tx: Tx, trigger: str, found: Sequence[tuple[int, LeaseCommand, Kn
     return False
 
 
-def _known_rows(known: KnownLease, task_state: str, task_attempt: int) -> tuple[TaskRow, LeaseRow]:
-    """The task and lease rows the chart says go with a lease this process knows (for the task and permit steps)."""
-    return (TASK_KNOWN.build((known.task_id, task_state, task_attempt)),
+def _known_rows(known: KnownLease) -> tuple[TaskRow, LeaseRow]:
+    """The task and lease rows the chart says go with a lease this process knows (for the task and permit steps).
+
+    Its task is held (OFFERED) at the attempt before its lease's, as the offer left it.
+    """
+    return (TASK_KNOWN.build((known.task_id, _TASK_OFFERED, known.attempt - 1)),
             LEASE_KNOWN.build((known.lease_id, known.task_id, known.attempt, known.concurrency_token)))
 
 
@@ -415,7 +420,6 @@ def _lean_start(tx: Tx, batch: Sequence[LeaseCommand], now: dt.datetime, results
             "started_at = %s, start_revision = revision, revision = revision + 1,"
             " expires_at = TIMESTAMPADD(MICROSECOND, ttl_ms * 1000, %s)", (stamp, stamp)):
         return set()
-    task_steps.start(tx, items=[_known_rows(k, _TASK_OFFERED, k.attempt - 1) for _, _, k in found], now=now)
     moved = []
     for i, cmd, k in found:
         results[i] = CommandAck(
@@ -458,7 +462,7 @@ def _lean_finish(tx: Tx, batch: Sequence[LeaseCommand], reports: Sequence[Finish
     if not _lean_move(tx, "finish", found, now, f"revision = revision + 1, ended_at = %s, {sets}",
                       (db_time(now), *args)):
         return set()
-    rows = [_known_rows(k, _TASK_RUNNING, k.attempt) for _, _, k in found]
+    rows = [_known_rows(k) for _, _, k in found]
     task_steps.finish(tx, items=[(task, lease, reports[i]) for (task, lease), (i, _, _) in zip(rows, found)],
                       now=now)
     keyed = [lease for _, lease in rows if lease.concurrency_token is not None]

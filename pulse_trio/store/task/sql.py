@@ -10,7 +10,7 @@ UPDATE from the chart.
 from __future__ import annotations
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import sql_list
+from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
 from pulse_trio.store.engine.rows import KEY_WAIT, UNKEYED_READY, TaskRow
 from pulse_trio.store.engine.timer_scan import DueScan
 
@@ -29,6 +29,9 @@ SUBMITTED_BEFORE = ("SELECT task_id, state FROM tasks WHERE task_id = %s UNION A
                     " SELECT task_id, state FROM tasks WHERE queue = %s AND dedup_key = %s LIMIT 1")
 #: Due SCHEDULED tasks, through ``tasks_due (due_state, due_at)`` (``due_state``: the state while it
 #: is one promote leaves, else NULL; migration 0023).
+#: The state of a task's live lease, if any: a held task is seen as offered or running by it.
+LIVE_LEASE_STATE = (f"SELECT state FROM leases FORCE INDEX (leases_task) WHERE task_id = %s"
+                    f" AND state IN {sql_list(LIVE_LEASE_STATES)}")
 PROMOTE_SCAN = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms FROM tasks",
                        "due_state", "due_at")
 LOCK_RETRY_SOURCE = f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE"

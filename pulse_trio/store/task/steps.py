@@ -135,20 +135,6 @@ def key_freed(tx: Tx, *, task_ids: Sequence[str]) -> None:
     move(tx, "task", "key_freed", task_ids, source="READY", sets="waits_for_key = FALSE")
 
 
-@transition("task", "start", entry=False)
-def start(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow]], now: dt.datetime) -> None:
-    """OFFERED -> RUNNING for a batch; each task takes its lease's attempt number.
-
-    The attempt is its lease: the lease row records how it ended (finish
-    or expire), so no attempt row is written here or later.
-    """
-    for task, lease in items:
-        if lease.attempt != task.attempt + 1:
-            raise InvariantViolation(f"lease {lease.lease_id} is attempt {lease.attempt}, task is at {task.attempt}")
-    move(tx, "task", "start", [task.task_id for task, _ in items], source=_states(task for task, _ in items),
-         sets="attempt = attempt + 1, updated_at = %s", args=(db_time(now),))
-
-
 @transition("task", "lapse", entry=False)
 def lapse(tx: Tx, *, tasks: Sequence[TaskRow], now: dt.datetime) -> None:
     """OFFERED -> READY: the offer was never started; no attempt consumed."""
@@ -173,23 +159,23 @@ def cancel(tx: Tx, *, task: TaskRow, now: dt.datetime) -> str:
 
 @transition("task", "finish", entry=False)
 def finish(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow, FinishReport]], now: dt.datetime) -> list[str]:
-    """RUNNING -> the reported outcome, or SCHEDULED after backoff for a retryable failure (a batch).
+    """Held (its lease RUNNING) -> the reported outcome, or SCHEDULED after backoff for a retryable failure (a batch).
 
     Tasks that end the same way share one guarded UPDATE; each attempt's
-    outcome is on its lease (lease.finish wrote it).
+    outcome is on its lease (lease.finish wrote it). The task takes its
+    lease's attempt number here: the start wrote the lease alone.
     """
     stamp = db_time(now)
     dests = []
     groups: dict[tuple, list[str]] = collections.defaultdict(list)
     for task, lease, report in items:
         dest = require("task", "finish", task.state, TaskContext(task=task, lease=lease, report=report))
-        if task.attempt != lease.attempt:
-            raise InvariantViolation(f"task {task.task_id} runs attempt {task.attempt}, lease has {lease.attempt}")
+        _check_attempt(task, lease)
         dests.append(dest)
         if dest == "SCHEDULED":
             due = db_time(after_ms(now, backoff_ms(task, lease.attempt)))
             move(tx, "task", "finish", [task.task_id], source=task.state, dest=dest,
-                 sets="due_at = %s, effective_at = %s, updated_at = %s",
+                 sets=f"{_ATTEMPT_OF_LEASE}, due_at = %s, effective_at = %s, updated_at = %s",
                  args=(due, due - dt.timedelta(milliseconds=task.priority_offset_ms), stamp))
         else:
             key = (task.state, dest, report.status, report.error_code or None, report.error_message,
@@ -197,11 +183,23 @@ def finish(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow, FinishReport]], n
             groups[key].append(task.task_id)
     for (source, dest, status, code, message, retryable, uncertain), ids in groups.items():
         move(tx, "task", "finish", ids, source=source, dest=dest,
-             sets="updated_at = %s, finished_at = %s, outcome_status = %s, outcome_error_code = %s,"
+             sets=f"{_ATTEMPT_OF_LEASE}, updated_at = %s, finished_at = %s, outcome_status = %s, outcome_error_code = %s,"
                   " outcome_error_message = %s, outcome_retryable = %s, outcome_uncertain = %s,"
                   " outcome_attempt = attempt",
              args=(stamp, stamp, status, code, message, retryable, uncertain))
     return dests
+
+
+#: The task's attempt becomes its lease's, which the offer numbered one past the task's (the start wrote
+#: the lease alone); ``outcome_attempt = attempt`` later in the same SET reads the new value (SET runs left
+#: to right).
+_ATTEMPT_OF_LEASE = "attempt = attempt + 1"
+
+
+def _check_attempt(task: TaskRow, lease: LeaseRow) -> None:
+    """The lease ending here is the attempt after the task's last: what :data:`_ATTEMPT_OF_LEASE` writes."""
+    if lease.attempt != task.attempt + 1:
+        raise InvariantViolation(f"lease {lease.lease_id} is attempt {lease.attempt}, task is at {task.attempt}")
 
 
 def expiry_code(task_state: str) -> str:
@@ -211,15 +209,19 @@ def expiry_code(task_state: str) -> str:
 
 @transition("task", "expire", entry=False)
 def expire(tx: Tx, *, task: TaskRow, lease: LeaseRow, now: dt.datetime) -> str:
-    """RUNNING, lease lost after start: CANCELLED (cancel_timeout), READY again (uncertain) or UNKNOWN."""
+    """Held, its lease lost after start: CANCELLED (cancel_timeout), READY again (uncertain) or UNKNOWN.
+
+    The lost attempt counts: the task takes its lease's attempt number.
+    """
     dest = require("task", "expire", task.state, TaskContext(task=task, lease=lease))
+    _check_attempt(task, lease)
     code = expiry_code(dest)
     stamp = db_time(now)
     if dest == "READY":
         return move(tx, "task", "expire", [task.task_id], source=task.state, dest=dest,
-                    sets="effect_uncertain = TRUE, updated_at = %s", args=(stamp,))
+                    sets=f"{_ATTEMPT_OF_LEASE}, effect_uncertain = TRUE, updated_at = %s", args=(stamp,))
     return move(tx, "task", "expire", [task.task_id], source=task.state, dest=dest,
-                sets="updated_at = %s, finished_at = %s, outcome_status = %s, outcome_error_code = %s,"
+                sets=f"{_ATTEMPT_OF_LEASE}, updated_at = %s, finished_at = %s, outcome_status = %s, outcome_error_code = %s,"
                      " outcome_error_message = NULL, outcome_retryable = FALSE, outcome_uncertain = TRUE,"
                      " outcome_attempt = NULL",
                 args=(stamp, stamp, dest, code))

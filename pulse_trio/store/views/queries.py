@@ -10,7 +10,9 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from pulse_trio.charts.states import DRAINING_SESSION_STATES, TASK_STATES  # noqa: F401  (the CLI reads TASK_STATES here)
+from pulse_trio.charts.states import (  # noqa: F401  (the CLI reads TASK_STATES here)
+    DRAINING_SESSION_STATES, HELD_TASK_STATE, LIVE_LEASE_STATES, TASK_STATES,
+)
 from pulse_trio.store.views.dashboard import oldest_ready_age_s
 from pulse_trio.store.engine.registry import read_only
 from pulse_trio.store.engine.rows import READY_PICKS, TaskRow
@@ -56,6 +58,10 @@ def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, ki
         if value is not None:
             where.append(f"t.{column} = %s")
             args.append(value)
+    if state in LIVE_LEASE_STATES:  # a held row (OFFERED) is offered or running as its live lease is
+        args[where.index("t.state = %s")] = HELD_TASK_STATE
+        where.append(sql.HELD_AS)
+        args.append(state)
     if idempotency_key is not None and queue is None and queues is None:
         queues = [q for (q,) in tx.all(sql.TASK_QUEUES)]  # loose index scan
     if queues is not None:
@@ -72,7 +78,16 @@ def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, ki
         statement += " WHERE " + " AND ".join(where)
     statement += sql.NEWEST_FIRST if newest else sql.OLDEST_FIRST
     args.append(limit)
-    return [TaskRow.from_row(r) for r in tx.all(statement, args)]
+    return seen(tx, [TaskRow.from_row(r) for r in tx.all(statement, args)])
+
+
+def seen(tx: Tx, tasks: list[TaskRow]) -> list[TaskRow]:
+    """The tasks as readers see them: each held one OFFERED or RUNNING (at its attempt) as its live lease is."""
+    held = tuple(t.task_id for t in tasks if t.state == HELD_TASK_STATE)
+    if not held:
+        return tasks
+    live = {task_id: (state, attempt) for task_id, state, attempt in tx.all(sql.LIVE_LEASES_OF, (held,))}
+    return [t.seen_with(*live[t.task_id]) if t.task_id in live else t for t in tasks]
 
 
 @read_only

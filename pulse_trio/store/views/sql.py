@@ -37,6 +37,12 @@ TASK_QUEUES = "SELECT DISTINCT queue FROM tasks"
 #: follow, then the order and limit.
 LIST_TASKS = f"SELECT {TaskRow.columns()} FROM tasks t"
 IN_QUEUES = "t.queue IN %s"
+#: A held task (``t.state`` OFFERED) whose live lease is in a given state: offered, or running.
+HELD_AS = ("EXISTS (SELECT 1 FROM leases l FORCE INDEX (leases_task) WHERE l.task_id = t.task_id"
+           " AND l.state = %s)")
+#: The live leases of some tasks: what a reader sees a held task as (its state, and the attempt it runs).
+LIVE_LEASES_OF = (f"SELECT task_id, state, attempt FROM leases FORCE INDEX (leases_task) WHERE task_id IN %s"
+                  f" AND state IN {sql_list(LIVE_LEASE_STATES)}")
 BEFORE_ID = "t.task_id < %s"
 AFTER_ID = "t.task_id > %s"
 NEWEST_FIRST = " ORDER BY t.task_id DESC LIMIT %s"

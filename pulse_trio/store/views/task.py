@@ -145,6 +145,8 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
         for a in tx.all(sql.ATTEMPTS, (task_id,)))
     lease = tx.one(sql.LIVE_LEASE, (task_id,))
     live = LeaseRow.from_row(lease) if lease else None
+    if live is not None:
+        task = task.seen_with(live.state, live.attempt)
     outcome = None
     if task.state in TERMINAL_TASK_STATES and task.outcome_status:
         result = next((a.result_json for a in attempts if a.attempt == task.outcome_attempt), None)
