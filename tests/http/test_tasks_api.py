@@ -149,6 +149,34 @@ async def test_a_submit_through_http_reaches_a_worker_and_its_outcome_is_shown(h
                                   "paused": False, "paused_at": None, "paused_by": None, "task_retention": None}}
 
 
+async def test_a_started_task_shows_running_at_its_attempt_and_an_offered_one_offered(http, tokens, token_factory,
+                                                                                     open_worker):
+    """A start writes its lease alone; the view, the listing and its state filter show what the lease says."""
+    worker = await open_worker(token_factory("worker", ("billing",)), "billing", capacity=2)
+    with trio.fail_after(10):
+        first = (await http.post("/v1/tasks", token=tokens["producer"], json_body=SUBMIT)).json()["task_id"]
+        second = (await http.post("/v1/tasks", token=tokens["producer"], json_body=SUBMIT)).json()["task_id"]
+        offers = {}
+        while len(offers) < 2:
+            assign = await worker.next_assignment()
+            offers[assign["task"]["task_id"]] = assign["lease"]
+        lease = offers[first]
+        await worker.request("task.start", {"task_id": first, "lease_id": lease["lease_id"],
+                                            "lease_secret": lease["lease_secret"], "revision": lease["revision"]})
+    shown = (await http.get(f"/v1/tasks/{first}", token=tokens["producer"])).json()
+    assert (shown["state"], shown["attempt"]) == ("RUNNING", 1)
+    assert [(a["attempt"], a["status"]) for a in shown["attempts"]] == [(1, "RUNNING")]
+    assert (await http.get(f"/v1/tasks/{second}", token=tokens["producer"])).json()["state"] == "OFFERED"
+    listed = (await http.get("/v1/tasks?queue=billing", token=tokens["producer"])).json()["tasks"]
+    assert {t["task_id"]: (t["state"], t["attempt"]) for t in listed} == {first: ("RUNNING", 1),
+                                                                          second: ("OFFERED", 0)}
+    for state, expected in (("RUNNING", [first]), ("OFFERED", [second])):
+        page = (await http.get(f"/v1/tasks?state={state}", token=tokens["producer"])).json()["tasks"]
+        assert [t["task_id"] for t in page] == expected, state
+    depths = (await http.get("/v1/queues", token=tokens["producer"])).json()["queues"]["billing"]["states"]
+    assert depths == {"RUNNING": 1, "OFFERED": 1}
+
+
 async def test_queue_depths_count_states_and_hide_foreign_queues(http, tokens):
     for queue in ("billing", "billing", "mail"):
         await http.post("/v1/tasks", token=tokens["operator"], json_body={"queue": queue, "kind": "k"})
