@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 
 from pulse_trio.store import Refusal, lapse
+from pulse_trio.store.engine.tx import Tx
 
 
 def code(result) -> str | None:
@@ -329,3 +330,51 @@ def test_run_batch_shares_a_commit_between_different_functions(world):
     assert world.store.statistics().commits == before + 1
     assert results[0][0].lease is None and results[1][0].lease.state == "RUNNING" and results[2].changed
     assert code(results[3][0]) == "revision_conflict"
+
+
+class _FinishAfterFirstRead(Tx):
+    """A reader's transaction during which a finish commits, right after the reader's first statement."""
+
+    def __init__(self, cursor, finish) -> None:
+        super().__init__(cursor)
+        self._finish = finish
+
+    def _after(self, result):
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
+        return result
+
+    def one(self, sql, args=()):
+        return self._after(super().one(sql, args))
+
+    def all(self, sql, args=()):
+        return self._after(super().all(sql, args))
+
+
+@pytest.mark.parametrize("read", ["view", "listing"])
+def test_a_reader_meeting_a_finish_never_shows_a_running_task_offered_again(world, read):
+    """The task's row and its live lease come from one statement: a finish committed after it leaves the
+    reader with RUNNING (what that snapshot held), never the held row's OFFERED at the ended attempt count."""
+    from pulse_trio.dburl import connect
+    from pulse_trio.store.engine.pool import session_setup
+    from pulse_trio.store.views.queries import list_tasks
+    from pulse_trio.store.views.task import get_task
+
+    w = world.worker("q")
+    running = world.running(w)
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            for statement in session_setup():
+                cur.execute(statement)
+            tx = _FinishAfterFirstRead(cur, lambda: world.finish(w, running, 2))
+            if read == "view":
+                task = get_task(tx, task_id=running.task.task_id).task
+            else:
+                (task,) = list_tasks(tx, state="RUNNING")
+        conn.commit()
+    finally:
+        conn.close()
+    assert (task.state, task.attempt) == ("RUNNING", 1)
+    assert world.task(running.task.task_id).task.state == "SUCCEEDED", "the finish did commit in between"

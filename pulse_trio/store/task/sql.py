@@ -24,14 +24,18 @@ NEW_TASK_ROW = "(%s,%s,%s,{state},%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%
 #: The keys of a batch that already have a counter (key_permit's table; no state of its own here).
 KEY_COUNTERS_OF = "SELECT concurrency_key FROM key_counters WHERE concurrency_key IN %s"
 INSERT_KEY_COUNTER = "INSERT INTO key_counters (concurrency_key, last_token, outstanding) VALUES (%s, 0, 0)"
-#: The task a duplicate submit met: the same id, or the same idempotency key in the queue.
-SUBMITTED_BEFORE = ("SELECT task_id, state FROM tasks WHERE task_id = %s UNION ALL"
-                    " SELECT task_id, state FROM tasks WHERE queue = %s AND dedup_key = %s LIMIT 1")
+#: A task's live lease, joined in the statement that reads the task (``t``) for a reader: a held task
+#: (OFFERED) is seen as offered or running, at the attempt it runs, by the snapshot that read its row; a
+#: second read could meet a finish committed in between and show a running task as offered again.
+LIVE_LEASE_JOIN = (" LEFT JOIN leases l FORCE INDEX (leases_task) ON l.task_id = t.task_id"
+                   f" AND l.state IN {sql_list(LIVE_LEASE_STATES)}")
+#: The task a duplicate submit met: the same id, or the same idempotency key in the queue; with its live
+#: lease's state (NULL without one).
+SUBMITTED_BEFORE = (f"SELECT t.task_id, t.state, l.state FROM tasks t{LIVE_LEASE_JOIN} WHERE t.task_id = %s"
+                    f" UNION ALL SELECT t.task_id, t.state, l.state FROM tasks t{LIVE_LEASE_JOIN}"
+                    " WHERE t.queue = %s AND t.dedup_key = %s LIMIT 1")
 #: Due SCHEDULED tasks, through ``tasks_due (due_state, due_at)`` (``due_state``: the state while it
 #: is one promote leaves, else NULL; migration 0023).
-#: The state of a task's live lease, if any: a held task is seen as offered or running by it.
-LIVE_LEASE_STATE = (f"SELECT state FROM leases FORCE INDEX (leases_task) WHERE task_id = %s"
-                    f" AND state IN {sql_list(LIVE_LEASE_STATES)}")
 PROMOTE_SCAN = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms FROM tasks",
                        "due_state", "due_at")
 LOCK_RETRY_SOURCE = f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pymysql
 
-from pulse_trio.charts.states import HELD_TASK_STATE, public_state
+from pulse_trio.charts.states import public_state
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract.grammar import NAME_PATTERN, is_concurrency_key, is_fairness_key, is_kind, is_queue
 from pulse_trio.store.engine import chart_write
@@ -191,11 +191,7 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
             )
             if found is None:
                 raise
-            state = found[1]
-            if state == HELD_TASK_STATE:  # offered or running, as its live lease is
-                live = tx.one(sql.LIVE_LEASE_STATE, (found[0],))
-                state = public_state(state, live[0] if live else None)
-            results.append(Submitted(found[0], state, found[0] == task.task_id))
+            results.append(Submitted(found[0], public_state(found[1], found[2]), found[0] == task.task_id))
     return tuple(results)
 
 

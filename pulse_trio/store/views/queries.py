@@ -18,6 +18,7 @@ from pulse_trio.store.engine.registry import read_only
 from pulse_trio.store.engine.rows import READY_PICKS, TaskRow
 from pulse_trio.store.engine.tx import Tx, rfc3339
 from pulse_trio.store.views import sql
+from pulse_trio.store.views.task import seen
 
 
 
@@ -78,16 +79,7 @@ def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, ki
         statement += " WHERE " + " AND ".join(where)
     statement += sql.NEWEST_FIRST if newest else sql.OLDEST_FIRST
     args.append(limit)
-    return seen(tx, [TaskRow.from_row(r) for r in tx.all(statement, args)])
-
-
-def seen(tx: Tx, tasks: list[TaskRow]) -> list[TaskRow]:
-    """The tasks as readers see them: each held one OFFERED or RUNNING (at its attempt) as its live lease is."""
-    held = tuple(t.task_id for t in tasks if t.state == HELD_TASK_STATE)
-    if not held:
-        return tasks
-    live = {task_id: (state, attempt) for task_id, state, attempt in tx.all(sql.LIVE_LEASES_OF, (held,))}
-    return [t.seen_with(*live[t.task_id]) if t.task_id in live else t for t in tasks]
+    return [seen(r) for r in tx.all(statement, args)]
 
 
 @read_only

@@ -13,11 +13,14 @@ from pulse_trio.charts.states import (
     sql_list, sql_rows,
 )
 from pulse_trio.store.cancellation.sql import NODE_PUSH_FROM, NODE_PUSH_WHERE
+from pulse_trio.store.task.sql import LIVE_LEASE_JOIN
 from pulse_trio.store.engine.rows import READY_PICKS, LeaseRow, TaskRow
 from pulse_trio.store.engine.timer_scan import due_states
 
 # -- one task, as ``task show`` prints it (task) -----------------------------------------------------
-TASK = f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s"
+#: The task's columns, then its live lease's state and attempt (NULL, NULL without one).
+TASK_AS_SEEN = f"{TaskRow.columns()}, l.state, l.attempt"
+TASK = f"SELECT {TASK_AS_SEEN} FROM tasks t{LIVE_LEASE_JOIN} WHERE t.task_id = %s"
 #: A task's attempts: its started leases, in order.
 ATTEMPTS = ("SELECT attempt, lease_id, owner_session_id, status, started_at, ended_at, error_code, error_message,"
             " retryable, effect_uncertain, concurrency_token, result FROM leases WHERE task_id = %s"
@@ -35,14 +38,10 @@ ENDED = f"SELECT task_id FROM tasks WHERE task_id IN %s AND state IN {sql_list(s
 TASK_QUEUES = "SELECT DISTINCT queue FROM tasks"
 #: The task listing: `` WHERE`` and its conditions (``t.<column> = %s``, ``IN_QUEUES``, a cursor) may
 #: follow, then the order and limit.
-LIST_TASKS = f"SELECT {TaskRow.columns()} FROM tasks t"
+LIST_TASKS = f"SELECT {TASK_AS_SEEN} FROM tasks t{LIVE_LEASE_JOIN}"
 IN_QUEUES = "t.queue IN %s"
-#: A held task (``t.state`` OFFERED) whose live lease is in a given state: offered, or running.
-HELD_AS = ("EXISTS (SELECT 1 FROM leases l FORCE INDEX (leases_task) WHERE l.task_id = t.task_id"
-           " AND l.state = %s)")
-#: The live leases of some tasks: what a reader sees a held task as (its state, and the attempt it runs).
-LIVE_LEASES_OF = (f"SELECT task_id, state, attempt FROM leases FORCE INDEX (leases_task) WHERE task_id IN %s"
-                  f" AND state IN {sql_list(LIVE_LEASE_STATES)}")
+#: A held task (``t.state`` OFFERED) whose live lease (joined) is in a given state: offered, or running.
+HELD_AS = "l.state = %s"
 BEFORE_ID = "t.task_id < %s"
 AFTER_ID = "t.task_id > %s"
 NEWEST_FIRST = " ORDER BY t.task_id DESC LIMIT %s"

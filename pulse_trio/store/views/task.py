@@ -131,13 +131,19 @@ def _placeholder(raw: dict[str, str], name: str, text: str) -> str:
     return marker
 
 
+def seen(row: tuple) -> TaskRow:
+    """A row read with ``sql.TASK_AS_SEEN``: the task as readers see it, OFFERED or RUNNING (at its
+    attempt) as its live lease is, both read by one statement."""
+    return TaskRow.from_row(row[:-2]).seen_with(row[-2], row[-1])
+
+
 @read_only
 def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
     """The task with attempts, outcome, lineage and cancel intent; None if unknown."""
     row = tx.one(sql.TASK, (task_id,))
     if row is None:
         return None
-    task = TaskRow.from_row(row)
+    task = seen(row)
     # An attempt is a started lease; one not ended yet (no outcome) is the running attempt.
     attempts = tuple(
         AttemptView(a[0], a[1], a[2], a[3] or "RUNNING", py_time(a[4]), py_time(a[5]), a[6], a[7],
@@ -145,8 +151,6 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
         for a in tx.all(sql.ATTEMPTS, (task_id,)))
     lease = tx.one(sql.LIVE_LEASE, (task_id,))
     live = LeaseRow.from_row(lease) if lease else None
-    if live is not None:
-        task = task.seen_with(live.state, live.attempt)
     outcome = None
     if task.state in TERMINAL_TASK_STATES and task.outcome_status:
         result = next((a.result_json for a in attempts if a.attempt == task.outcome_attempt), None)
