@@ -107,6 +107,16 @@ def test_database_newer_than_code_is_refused(database_server):
         migrate(config)
 
 
+def _older(database_server, name: str, version: int):
+    """A fresh database at an older schema version, the moment its hand-written rows say, and their ids."""
+    import datetime as dt
+
+    config = _fresh(database_server, name)
+    migrate(config, upto=version)
+    ids = ("tsk_01KBFEY3G0XBZ69EGN1CRY6PPB", "lse_01KBFEY3G05SYNQT44FQ3AKSZY", "ses_01KBFEY3G0B1BKY7SP31HF1KWA")
+    return config, dt.datetime(2026, 12, 1, 12, 0, 0), ids
+
+
 def test_attempts_and_receipts_move_into_their_lease(database_server):
     """0008: an attempt row and its three receipts, written by the old schema, read back the same."""
     import datetime as dt
@@ -118,11 +128,7 @@ def test_attempts_and_receipts_move_into_their_lease(database_server):
     from pulse_trio.store.engine.ids import new_secret, secret_digest
     from pulse_trio.store.lease.leases import content_digest
 
-    config = _fresh(database_server, "receipts")
-    migrate(config, upto=7)
-    t0 = dt.datetime(2026, 12, 1, 12, 0, 0)
-    task, lease, session = "tsk_01KBFEY3G0XBZ69EGN1CRY6PPB", "lse_01KBFEY3G05SYNQT44FQ3AKSZY", \
-        "ses_01KBFEY3G0B1BKY7SP31HF1KWA"
+    config, t0, (task, lease, session) = _older(database_server, "receipts", 7)
     secret = new_secret()
     report = FinishReport("SUCCEEDED", '{"sent":true}')
     commands = {1: StartCommand(session, task, lease, secret, 1), 2: RenewCommand(session, task, lease, secret, 2),
@@ -273,11 +279,7 @@ def test_a_task_an_older_version_started_is_held_and_finishes_at_its_attempt(dat
     from pulse_trio.store.engine.trio_bridge import Store
     from pulse_trio.store.views.task import get_task
 
-    config = _fresh(database_server, "held")
-    migrate(config, upto=23)
-    t0 = dt.datetime(2026, 12, 1, 12, 0, 0)
-    task, lease, session = "tsk_01KBFEY3G0XBZ69EGN1CRY6PPC", "lse_01KBFEY3G05SYNQT44FQ3AKSZZ", \
-        "ses_01KBFEY3G0B1BKY7SP31HF1KWB"
+    config, t0, (task, lease, session) = _older(database_server, "held", 23)
     secret = new_secret()
     conn = connect(config)
     with conn.cursor() as cur:
