@@ -389,6 +389,8 @@ class LiveSession:
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
             self._lease_ended(msg.lease_id)
+            if outcome.freed_work:  # a key's set-aside task competes again: another member may hold its taker
+                self._hub.announce()
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
 
     def _offers_arrived(self, result: AssignResult) -> None:

@@ -54,9 +54,9 @@ def test_the_real_charts_hold_every_property(tmp_path):
 
 
 @pytest.mark.skipif(os.environ.get("PULSE_MODEL_CHECK") != "large",
-                    reason="the large world outgrows its 12 GB bound (about 9 minutes in, docs/statecharts/"
-                           "verification.md §4), past what the suite may use: PULSE_MODEL_CHECK=large runs it;"
-                           " the default world above is checked in every run")
+                    reason="the large world outgrows its 12 GB bound about 9 minutes in"
+                           " (docs/statecharts/verification.md §4), past what the suite may use:"
+                           " PULSE_MODEL_CHECK=large runs it; the default world above is checked in every run")
 @pytest.mark.timeout(3700)  # the search's own limit is an hour
 def test_the_large_world_holds_every_property(tmp_path):
     outcomes = check(TIERS["large"], workdir=tmp_path, timeout=3600)

@@ -271,6 +271,62 @@ async def test_work_a_timer_makes_due_on_any_member_reaches_the_worker_on_anothe
                 await worker.next_assignment()
 
 
+async def test_a_keyed_finish_that_frees_waiting_work_reaches_the_worker_on_another_member_at_once(
+        db, token_factory, nursery):
+    """Key "k" at its limit holds its second task set aside; the holder (on one member) stops taking
+    work and finishes; the only worker with room is on the other member, which polls every 20 s: it
+    is told at once, as for a submit."""
+    from http_support import Http
+
+    client = Client(db)
+    serve = await trio.to_thread.run_sync(
+        ServeProcess(db, extra_args=("--processes", "2", "--poll-interval", "20")).start)
+    try:
+        await trio.to_thread.run_sync(wait_until, lambda: len(client.nodes()) == 2, 20, "both members ALIVE")
+        workers = []
+        for name in ("a", "b"):
+            ws = await trio_websocket.connect_websocket_url(
+                nursery, serve.worker_url, subprotocols=["pulse.worker.v1"],
+                extra_headers=[(b"authorization", f"Bearer {token_factory('worker')}".encode())])
+            worker = RawWorker(ws)
+            await worker.register("billing", capacity=1, name=name, keys=True)
+            workers.append(worker)
+        nodes = {w["node_id"] for w in client.workers()}
+        assert len(nodes) == 2, "one worker on each member"
+        http, producer = Http(serve.http_port), token_factory("producer", ("billing",))
+        for _ in range(2):
+            reply = await http.post("/v1/tasks", token=producer,
+                                    json_body={"queue": "billing", "kind": "k", "concurrency_key": "k"})
+            assert reply.status == 201, reply.body
+        with trio.fail_after(5):  # the first is offered at once, to whichever worker; the second meets the limit
+            async with trio.open_nursery() as race:
+                async def first_offer(worker, scope=race.cancel_scope):
+                    while not worker.assigned:
+                        await worker.receive()
+                    scope.cancel()
+                for worker in workers:
+                    race.start_soon(first_offer, worker)
+        holder = next(w for w in workers if w.assigned)
+        other = next(w for w in workers if w is not holder)
+        await holder.request("worker.capacity", {"sequence": "2", "capacity": 0, "drain": False})
+        # Let every pass the submits woke end first: one still under way after the finish would find the
+        # freed task by itself, and the test would pass without anyone telling the other member.
+        await trio.sleep(1)
+        lease = holder.assigned.pop(0)["lease"]
+        command = {"task_id": lease["task_id"], "lease_id": lease["lease_id"], "lease_secret": lease["lease_secret"],
+                   "revision": lease["revision"]}
+        command["revision"] = (await holder.request("task.start", command))["lease"]["revision"]
+        await holder.request("task.finish", {**command, "status": "SUCCEEDED", "result": {}})
+        with trio.fail_after(3):  # well within the 20 s poll
+            offered = await other.next_assignment()
+        assert offered["task"]["concurrency_key"] == "k"
+        for worker in workers:
+            await worker.ws.aclose()
+    finally:
+        await trio.to_thread.run_sync(serve.stop)
+        client.close()
+
+
 async def test_a_wake_reaches_every_other_member_and_none_is_lost_to_a_member_not_yet_listening():
     from pulse_trio.group.wake import SiblingWake
 

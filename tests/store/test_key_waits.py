@@ -157,3 +157,22 @@ def test_waiting_tasks_still_count_as_ready(world):
     assert depths["q"]["states"]["READY"] == 40 and depths["q"]["states"]["OFFERED"] == 2
     view = world.task(world.sql("SELECT task_id FROM tasks WHERE pick_state = 'KEY_WAIT' LIMIT 1")[0][0])
     assert view.task.state == "READY"
+
+
+def test_a_finish_that_lets_set_aside_work_compete_again_says_so_on_one_ack(world):
+    """The service tells a serve group's other members of such a finish (docs/operations.md §14)."""
+    from pulse_trio.store import FinishReport, finish
+
+    holder = world.worker("q", keys=True, capacity=3)
+    first = world.running(holder, concurrency_key="hot")
+    alone = world.running(holder, concurrency_key="cold")
+    quiet = world.running(holder, concurrency_key="calm")
+    report = FinishReport("SUCCEEDED", "{}")
+    (ack,) = world.run(finish, commands=[world.command(holder, quiet, 2, report=report)])
+    assert not ack.freed_work, "nothing of the key waited"
+    _flood(world, "hot", 3)
+    taker = world.worker("q", keys=True)
+    assert world.assign(taker, 1) == () and _waiting(world, "hot") == 3  # met at its limit: set aside
+    acks = world.run(finish, commands=[world.command(holder, o, 2, report=report) for o in (alone, first)])
+    assert [a.freed_work for a in acks] == [True, False], "one ack of the batch: its permits freed waiting work"
+    assert _waiting(world, "hot") == 2

@@ -77,25 +77,34 @@ def _held(tx: Tx, lease_ids: Sequence[str]) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in tx.all(sql.LOCK_HELD, (tuple(lease_ids),))]
 
 
-def _decrement(tx: Tx, keys: Sequence[str]) -> None:
-    """Count the released permits off their keys' counters; as many waiting tasks of each key compete again."""
+def _decrement(tx: Tx, keys: Sequence[str]) -> int:
+    """Count the released permits off their keys' counters; as many waiting tasks of each key compete again.
+
+    Returns how many waiting tasks compete again.
+    """
+    freed = 0
     for key, count in sorted(collections.Counter(keys).items()):
         tx.cas(sql.COUNT_OFF, (count, key, count))
         waiting = task_steps.waiting_of_key(tx, key, count)
         if waiting:
             task_steps.key_freed(tx, task_ids=waiting)
+            freed += len(waiting)
+    return freed
 
 
 @transition("key_permit", "release", entry=False)
 def release(tx: Tx, *, leases: Sequence[LeaseRow], now: dt.datetime) -> int:
-    """HELD -> RELEASED for the permits of these (keyed) leases: finish, lapse, revoke."""
+    """HELD -> RELEASED for the permits of these (keyed) leases: finish, lapse, revoke.
+
+    Returns how many of the keys' set-aside tasks compete again: work that
+    others (a serve group's other members) may take.
+    """
     held = _held(tx, [l.lease_id for l in leases if l.concurrency_token is not None])
     if not held:
         return 0
     move(tx, "key_permit", "release", [h[0] for h in held], source="HELD", sets="released_at = %s",
          args=(db_time(now),))
-    _decrement(tx, [h[1] for h in held])
-    return len(held)
+    return _decrement(tx, [h[1] for h in held])
 
 
 @transition("key_permit", "quarantine", entry=False)

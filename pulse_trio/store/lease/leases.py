@@ -304,15 +304,21 @@ def finish(tx: Tx, *, now: dt.datetime, commands: Sequence[FinishCommand]) -> li
         _record_outcomes(tx, accepted, now)
         task_steps.finish(tx, items=[(a.task, a.lease, a.report) for a in accepted], now=now)
         keyed = [a.lease for a in accepted if a.lease.concurrency_token is not None]
-        if keyed:
-            permits.release(tx, leases=keyed, now=now)
+        freed = permits.release(tx, leases=keyed, now=now) if keyed else 0
         cancelled = [a.lease.task_id for a in accepted if a.lease.cancel_requested_at is not None]
         if cancelled:
             cancellation.resolve(tx, task_ids=cancelled, now=now)
         receipts = _receipts("task.finish", accepted, now)
         for a in accepted:
             results[a.index] = CommandAck(receipts[a.index], None, a.task.queue, started_at=a.lease.started_at)
+        if freed:
+            _say_freed(results, accepted[0].index)
     return results
+
+
+def _say_freed(results: list, index: int) -> None:
+    """Mark one ack of the batch: its finishes let set-aside keyed work compete again (the service tells others)."""
+    results[index] = dataclasses.replace(results[index], freed_work=True)
 
 
 def _record_outcomes(tx: Tx, accepted: Sequence[Accepted], now: dt.datetime) -> None:
@@ -466,11 +472,12 @@ def _lean_finish(tx: Tx, batch: Sequence[LeaseCommand], reports: Sequence[Finish
     task_steps.finish(tx, items=[(task, lease, reports[i]) for (task, lease), (i, _, _) in zip(rows, found)],
                       now=now)
     keyed = [lease for _, lease in rows if lease.concurrency_token is not None]
-    if keyed:
-        permits.release(tx, leases=keyed, now=now)
+    freed = permits.release(tx, leases=keyed, now=now) if keyed else 0
     for i, cmd, k in found:
         results[i] = CommandAck(CommandReceipt("task.finish", cmd.task_id, cmd.lease_id, cmd.revision, now, False),
                                 None, k.queue, started_at=k.started_at)
+    if freed:
+        _say_freed(results, found[0][0])
     BOOK.forget(lease_ids)
     return {i for i, _, _ in found}
 
