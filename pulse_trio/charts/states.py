@@ -67,11 +67,17 @@ def public_task_states() -> tuple[str, ...]:
     lease lives, started or not (the start writes the lease alone), so the
     reader's OFFERED and RUNNING are the live lease's own states.
     """
-    held = dests_of(CHARTS["task"], "offer")[0]
     out: list[str] = []
     for s in _row_states(CHARTS["task"]):
-        out += live_states(CHARTS["lease"]) if s == held else [s]
+        out += LIVE_LEASE_STATES if s == HELD_TASK_STATE else [s]
     return tuple(out)
+
+
+def public_state(row_state: str, live_lease_state: str | None) -> str:
+    """The state a reader sees a task in: a held row's is its live lease's (OFFERED or RUNNING)."""
+    if row_state == HELD_TASK_STATE and live_lease_state is not None:
+        return live_lease_state
+    return row_state
 
 
 def sql_list(states: tuple[str, ...] | frozenset[str]) -> str:
@@ -98,21 +104,16 @@ _TASK, _LEASE, _INSTANCE = CHARTS["task"], CHARTS["lease"], CHARTS["instance"]
 TASK_ROW_STATES: tuple[str, ...] = _row_states(_TASK)
 #: The row state a live lease holds its task in (OFFERED, started or not).
 HELD_TASK_STATE: str = dests_of(_TASK, "offer")[0]
-#: Every state a reader sees a task in: the row's, a held one as its live lease's (OFFERED, RUNNING).
-TASK_STATES: tuple[str, ...] = public_task_states()
-
-
-def public_state(row_state: str, live_lease_state: str | None) -> str:
-    """The state a reader sees a task in: a held row's is its live lease's (OFFERED or RUNNING)."""
-    if row_state == HELD_TASK_STATE and live_lease_state is not None:
-        return live_lease_state
-    return row_state
+#: The state of a started lease (RUNNING): a reader sees its held task RUNNING, at the lease's attempt.
+STARTED_LEASE_STATE: str = dests_of(_LEASE, "start")[0]
 #: Tasks that reached their outcome.
 TERMINAL_TASK_STATES: frozenset[str] = frozenset(terminal_states(_TASK))
 #: Tasks waiting for a worker: where submit puts them (READY, SCHEDULED).
 WAITING_TASK_STATES: tuple[str, ...] = dests_of(_TASK, "submit")
 #: Leases that still hold their task (offered or running).
 LIVE_LEASE_STATES: tuple[str, ...] = live_states(_LEASE)
+#: Every state a reader sees a task in: the row's, a held one as its live lease's (OFFERED, RUNNING).
+TASK_STATES: tuple[str, ...] = public_task_states()
 #: Offers revoked by a cancel (REVOKED): a cancel push may still be due to their session.
 REVOKED_LEASE_STATES: tuple[str, ...] = dests_of(_LEASE, "revoke")
 #: What ``leases.hold`` (and so ``leases_owner``) files a lease under, by its state: LIVE while it
@@ -140,5 +141,5 @@ CANCEL_TASK_STATES: tuple[str, ...] = tuple(dict.fromkeys(
 
 __all__ = ["CANCEL_REQUEST_FROM", "CANCEL_TASK_STATES", "DRAINING_SESSION_STATES", "HELD_PERMIT_STATES", "HELD_TASK_STATE",
            "LEASE_HOLDS", "LIVE_HOLD", "LIVE_LEASE_STATES", "LIVE_NODE_STATES", "LIVE_SESSION_STATES", "QUEUE_STATES",
-           "REVOKED_HOLD", "REVOKED_LEASE_STATES", "TASK_ROW_STATES", "TASK_STATES", "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "public_state", "public_task_states", "sql_list", "task_states_guarded",
+           "REVOKED_HOLD", "REVOKED_LEASE_STATES", "STARTED_LEASE_STATE", "TASK_ROW_STATES", "TASK_STATES", "TERMINAL_TASK_STATES", "WAITING_TASK_STATES", "dests_of", "live_states", "public_state", "public_task_states", "sql_list", "task_states_guarded",
            "terminal_states"]

@@ -22,11 +22,11 @@ import datetime as dt
 from collections.abc import Sequence
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import HELD_TASK_STATE, public_state
+from pulse_trio.charts.states import HELD_TASK_STATE, STARTED_LEASE_STATE, public_state
 from pulse_trio.store.lease import steps as lease_steps
 from pulse_trio.store.cluster_setting import settings
 from pulse_trio.store.task import steps as task_steps
-from pulse_trio.store.engine.chart_write import create, destination, move
+from pulse_trio.store.engine.chart_write import create, move
 from pulse_trio.store.engine.guard_context import CancellationContext
 from pulse_trio.store.engine.registry import decide, guard, transition
 from pulse_trio.store.engine.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
@@ -36,26 +36,24 @@ from pulse_trio.store.cancellation import sql
 
 #: The task states task.cancel leaves: what a request cancels at once.
 _CANCELLABLE_AT_ONCE = frozenset(t.source for t in CHARTS["task"].transitions_for("cancel"))
-#: The lease state of a started attempt (RUNNING): its task's row stays held, the lease tells.
-_LEASE_RUNNING = destination("lease", "start", "OFFERED")
 #: resolve and escalate have no guard: the lease transition that runs them decided.
 
 
-def _running(task: TaskRow, lease: LeaseRow | None) -> bool:
-    """The task is held and its live lease started: what readers see as RUNNING."""
-    return task.state == HELD_TASK_STATE and lease is not None and lease.state == _LEASE_RUNNING
+def _seen(task: TaskRow, lease: LeaseRow | None) -> str:
+    """The task's state as readers see it: a held one is offered or running as its live lease is."""
+    return public_state(task.state, lease.state if lease else None)
 
 
 @guard("cancellation", "task_not_started")
 def _task_not_started(c) -> bool:
     """The task is SCHEDULED, READY or offered (its lease not started): nothing has run, cancel at once."""
-    return c.task.state in _CANCELLABLE_AT_ONCE and not _running(c.task, c.lease)
+    return _seen(c.task, c.lease) in _CANCELLABLE_AT_ONCE
 
 
 @guard("cancellation", "task_running")
 def _task_running(c) -> bool:
     """The task's lease is RUNNING: the worker must stop and finish (or the grace runs out)."""
-    return _running(c.task, c.lease)
+    return _seen(c.task, c.lease) == STARTED_LEASE_STATE
 
 
 @guard("cancellation", "holder_opted_in")
@@ -96,7 +94,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
     intent = tx.one(sql.LOCK_INTENT, (task_id,))
     lease = LeaseRow.from_row(live[0]) if live else None
     if intent is not None or task.terminal:
-        return _result(task_id, public_state(task.state, lease.state if lease else None), intent, False)
+        return _result(task_id, _seen(task, lease), intent, False)
     dest = decide("cancellation", "request", "NONE", CancellationContext(task=task, lease=lease))
     if isinstance(dest, Refusal):
         return dest
@@ -104,10 +102,10 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
         # An assign offered the task between our lease lock and our task lock:
         # run again (the facade retries), this time finding and locking its lease.
         raise ConcurrentChange(f"task {task.task_id} became {task.state} while being cancelled")
-    running = _running(task, lease)
+    seen = _seen(task, lease)  # what the intent records it found
+    running = seen == STARTED_LEASE_STATE
     grace = after_ms(now, settings.value_ms(tx, "cancel_grace")) if running else now
     revoked = None
-    seen = public_state(task.state, lease.state if lease else None)  # what the intent records it found
     task_state = seen
     if running:
         lease_steps.cancel(tx, lease=lease, now=now, deadline=grace)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import LIVE_LEASE_STATES, TERMINAL_TASK_STATES, dests_of, public_state
+from pulse_trio.charts.states import LIVE_LEASE_STATES, STARTED_LEASE_STATE, TERMINAL_TASK_STATES, public_state
 from pulse_trio.contract.frozen import frozen
 from pulse_trio.contract.trusted import compile_slot_builder
 from pulse_trio.schedule_timing import Timing
@@ -40,10 +40,6 @@ KEY_WAIT = "KEY_WAIT"
 KEYED = "KEYED"
 #: The pick_state values of READY tasks, and what each counts as: the task's state.
 READY_PICKS: dict[str, str] = {UNKEYED_READY: "READY", KEYED: "READY", KEY_WAIT: "READY"}
-
-
-#: A started lease's state (RUNNING): its task is seen RUNNING at the lease's attempt.
-_LEASE_STARTED = dests_of(CHARTS["lease"], "start")[0]
 
 
 def _columns(prefix: str, names: tuple[str, ...]) -> str:
@@ -107,7 +103,7 @@ class TaskRow:
     def terminal(self) -> bool:
         return self.state in TERMINAL_TASK_STATES
 
-    def seen_with(self, live_lease_state: str | None, live_lease_attempt: int | None = None) -> TaskRow:
+    def seen_with(self, live_lease_state: str | None, live_lease_attempt: int | None) -> TaskRow:
         """This task as a reader sees it, given its live lease (if any).
 
         A start writes its lease alone: the row stays in its held state
@@ -117,8 +113,8 @@ class TaskRow:
         state = public_state(self.state, live_lease_state)
         if state == self.state:
             return self
-        attempt = live_lease_attempt if state == _LEASE_STARTED and live_lease_attempt is not None else self.attempt
-        return dataclasses.replace(self, state=state, attempt=attempt)
+        return dataclasses.replace(self, state=state,
+                                   attempt=live_lease_attempt if state == STARTED_LEASE_STATE else self.attempt)
 
 
 @frozen

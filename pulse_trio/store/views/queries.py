@@ -54,15 +54,16 @@ def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, ki
     """
     if order not in LIST_ORDERS:
         raise ValueError(f"order must be one of {', '.join(LIST_ORDERS)}")
+    held_as = state if state in LIVE_LEASE_STATES else None  # a held row is offered or running as its lease is
+    row_state = HELD_TASK_STATE if held_as else state
     where, args = [], []
-    for column, value in (("queue", queue), ("state", state), ("kind", kind), ("dedup_key", idempotency_key)):
+    for column, value in (("queue", queue), ("state", row_state), ("kind", kind), ("dedup_key", idempotency_key)):
         if value is not None:
             where.append(f"t.{column} = %s")
             args.append(value)
-    if state in LIVE_LEASE_STATES:  # a held row (OFFERED) is offered or running as its live lease is
-        args[where.index("t.state = %s")] = HELD_TASK_STATE
+    if held_as:
         where.append(sql.HELD_AS)
-        args.append(state)
+        args.append(held_as)
     if idempotency_key is not None and queue is None and queues is None:
         queues = [q for (q,) in tx.all(sql.TASK_QUEUES)]  # loose index scan
     if queues is not None:

@@ -20,13 +20,12 @@ from pulse_trio.store.engine.timer_scan import due_states
 # -- one task, as ``task show`` prints it (task) -----------------------------------------------------
 #: The task's columns, then its live lease's state and attempt (NULL, NULL without one).
 TASK_AS_SEEN = f"{TaskRow.columns()}, l.state, l.attempt"
-TASK = f"SELECT {TASK_AS_SEEN} FROM tasks t{LIVE_LEASE_JOIN} WHERE t.task_id = %s"
+#: One task and its live lease's columns (all NULL without one), in one statement.
+TASK = f"SELECT {TaskRow.columns()}, {LeaseRow.columns()} FROM tasks t{LIVE_LEASE_JOIN} WHERE t.task_id = %s"
 #: A task's attempts: its started leases, in order.
 ATTEMPTS = ("SELECT attempt, lease_id, owner_session_id, status, started_at, ended_at, error_code, error_message,"
             " retryable, effect_uncertain, concurrency_token, result FROM leases WHERE task_id = %s"
             " AND started_at IS NOT NULL ORDER BY attempt")
-LIVE_LEASE = (f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
-              f" AND l.state IN {sql_list(LIVE_LEASE_STATES)}")
 RETRIED_BY = "SELECT task_id FROM tasks WHERE retry_of = %s"
 CANCEL_INTENT = ("SELECT state, requested_at, grace_expires_at, reason, requested_by, resolved_at"
                  " FROM cancel_intents WHERE task_id = %s")

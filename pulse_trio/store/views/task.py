@@ -143,14 +143,14 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
     row = tx.one(sql.TASK, (task_id,))
     if row is None:
         return None
-    task = seen(row)
+    split = len(TaskRow.NAMES)
+    live = LeaseRow.from_row(row[split:]) if row[split] is not None else None
+    task = TaskRow.from_row(row[:split]).seen_with(live.state if live else None, live.attempt if live else None)
     # An attempt is a started lease; one not ended yet (no outcome) is the running attempt.
     attempts = tuple(
         AttemptView(a[0], a[1], a[2], a[3] or "RUNNING", py_time(a[4]), py_time(a[5]), a[6], a[7],
                     None if a[8] is None else bool(a[8]), bool(a[9]), a[10], a[11])
         for a in tx.all(sql.ATTEMPTS, (task_id,)))
-    lease = tx.one(sql.LIVE_LEASE, (task_id,))
-    live = LeaseRow.from_row(lease) if lease else None
     outcome = None
     if task.state in TERMINAL_TASK_STATES and task.outcome_status:
         result = next((a.result_json for a in attempts if a.attempt == task.outcome_attempt), None)
