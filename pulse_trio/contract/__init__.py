@@ -14,6 +14,8 @@ The pipeline of docs/protocol.md §5.1 as modules, one job each:
   (the reference path, which names the precise error);
 * ``fast_client``, ``fast_server``: the compiled path for well-formed frames;
 * ``encoder``: messages to canonical frames;
+* ``ws_frames``: plain WebSocket text frames cut and built beside the
+  ``websockets`` codec, the transport's fast path;
 * ``codec``: the entry points; ``errors``: the error tree.
 
 The published JSON Schema ships beside them as ``worker.schema.json``.

@@ -1,8 +1,10 @@
 """A client WebSocket over an AnyIO byte stream (TCP, or TLS for ``wss://``), through ``websockets``' sans-IO ``ClientProtocol``.
 
 The codec does RFC 6455 (the opening handshake with the subprotocol,
-masking, ping answers, the closing handshake, the message size limit); this
-module does the I/O around it, without tasks of its own, so that its owner
+masking, ping answers, the closing handshake, the message size limit),
+except that plain text frames are cut and built beside it
+(``contract.ws_frames``: every other frame reaches it whole); this module
+does the I/O around it, without tasks of its own, so that its owner
 (:mod:`pulse_trio.sdk.transport`) decides who reads and who writes:
 
 * :meth:`ClientSocket.receive` reads one chunk and returns every complete
@@ -38,6 +40,7 @@ from websockets.uri import WebSocketURI, parse_uri
 
 from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
+from pulse_trio.contract.ws_frames import FrameCutter, MaskKeys, text_frame
 
 _CODEC_LOG = logging.getLogger("pulse_trio.sdk.websocket")
 
@@ -63,9 +66,15 @@ class HandshakeRejected(Exception):
 class ClientSocket:
     """An open WebSocket: one reader and one writer may use it at a time (see the module docstring)."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, codec: ClientProtocol, early: list[Frame]) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, codec: ClientProtocol, early: list[Frame],
+                 received: bytes) -> None:
+        """``received``: every byte of the handshake response read, so the frame cutter knows where frames start."""
         self.stream = stream
         self.codec = codec
+        # Plain text frames are cut and built beside the codec; it gets every other frame (ws_frames).
+        self._frames = FrameCutter(codec, masked=False)
+        self._frames.after_handshake(received)
+        self._keys = MaskKeys()
         self.subprotocol = codec.subprotocol
         self.ended: str | None = None  # why it ended, once it did
         self._early = early  # frames that came with the handshake response
@@ -84,7 +93,6 @@ class ClientSocket:
             return self._messages(frames)
         if self.ended is not None:
             raise SocketClosed(self.ended)
-        codec = self.codec
         try:
             data = await self.stream.receive(RECEIVE_CHUNK)
         except anyio.EndOfStream:
@@ -92,11 +100,7 @@ class ClientSocket:
         except BROKEN as exc:
             self._end(f"the connection broke: {exc.__cause__ or exc}")
             data = b""
-        if data:
-            codec.receive_data(data)
-        else:
-            codec.receive_eof()
-        return self._messages(codec.events_received())
+        return self._messages(self._frames.receive(data) if data else self._frames.receive_eof())
 
     def _messages(self, frames: list[Frame]) -> list[bytes]:
         messages: list[bytes] = []
@@ -153,8 +157,8 @@ class ClientSocket:
     # -- writing ---------------------------------------------------------------------
     def send_text(self, data: bytes) -> None:
         """Encode one text message into the outgoing buffer (:meth:`flush` writes it)."""
-        if self.codec.state is OPEN:
-            self.codec.send_text(data)
+        if self.codec.state is OPEN:  # into the codec's own output list, so pongs and the close stay in order
+            self.codec.writes.append(text_frame(data, self._keys.next()))
 
     def ping(self) -> anyio.Event:
         """Buffer a ping; the event is set when its pong arrives (a later ping replaces it)."""
@@ -201,10 +205,9 @@ class ClientSocket:
                         except anyio.EndOfStream:
                             data = b""
                         if data:
-                            codec.receive_data(data)
+                            self._frames.receive(data)
                         else:
-                            codec.receive_eof()
-                        codec.events_received()
+                            self._frames.receive_eof()
                         await self.flush()
                 except (SocketClosed, *BROKEN):
                     pass
@@ -244,11 +247,13 @@ async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: lis
     await stream.send(b"".join(codec.data_to_send()))
     early: list[Frame] = []
     response: Response | None = None
+    received = bytearray()
     while response is None:
         try:
             data = await stream.receive(RECEIVE_CHUNK)
         except anyio.EndOfStream:
             data = b""
+        received += data
         if data:
             codec.receive_data(data)
         else:
@@ -265,7 +270,7 @@ async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: lis
         raise HandshakeRejected(failure.response.status_code, bytes(failure.response.body))
     if isinstance(failure, InvalidHandshake):
         raise SocketClosed(f"invalid handshake response: {failure}")
-    return ClientSocket(stream, codec, early)
+    return ClientSocket(stream, codec, early, bytes(received))
 
 
 @contextlib.asynccontextmanager

@@ -2,8 +2,10 @@
 
 Each connection runs over ``websockets``' sans-IO ``ServerProtocol`` (RFC
 6455: the opening handshake with the subprotocol, masking, fragmentation,
-ping/pong, close codes and the message size limit), with two tasks in the
-connection's nursery, and the session's third:
+ping/pong, close codes and the message size limit); after the handshake,
+plain text frames are cut and built beside it (``contract.ws_frames``) and
+it gets every other frame whole. Two tasks run in the connection's
+nursery, and the session's third:
 
 * the reader receives a chunk, lets the codec cut it into frames, and hands
   every complete text message in it to the :class:`LiveSession` before
@@ -50,6 +52,7 @@ from websockets.server import ServerProtocol
 
 from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
+from pulse_trio.contract.ws_frames import FrameCutter, text_frame
 from pulse_trio.server.gated_accept import AcceptGate, GatedListener, counted
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
@@ -134,6 +137,8 @@ class WireConnection:
         self._count_frame_in = endpoint.count_frame_in
         self._count_frame_out = endpoint.count_frame_out
         self.ws = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=CODEC_MAX_BYTES, logger=_CODEC_LOG)
+        # After the handshake, plain text frames are cut beside the codec; it gets every other frame.
+        self._frames = FrameCutter(self.ws, masked=True)
         self.session: LiveSession | None = None
         self._wake = trio.Event()
         self._queued = 0
@@ -156,7 +161,7 @@ class WireConnection:
             log.error("outbox full for %s; closing", self.session.session_id if self.session else "?")
             self._abort()
             return False
-        self.ws.send_text(frame)
+        self.ws.writes.append(text_frame(frame))  # the codec's own output list: pongs and the close stay in order
         self._queued += 1
         self._count_frame_out(len(frame))
         self._wake.set()
@@ -247,6 +252,7 @@ class WireConnection:
     async def _handshake(self):
         """Read and answer the upgrade request; the worker token on success, else None."""
         request: Request | None = None
+        received = bytearray()  # what the codec was fed: the cutter takes over where the request ends
         with trio.move_on_after(self.endpoint.settings.current.hello_timeout):
             try:
                 if self._ssl_context is not None:
@@ -256,6 +262,7 @@ class WireConnection:
                     data = await self.stream.receive_some(RECEIVE_CHUNK)
                     if not data:
                         return None
+                    received += data
                     self.ws.receive_data(data)
                     for event in self.ws.events_received():
                         if isinstance(event, Request):
@@ -291,6 +298,7 @@ class WireConnection:
         if response.status_code != 101:
             await self._flush_handshake()
             return None
+        self._frames.after_handshake(bytes(received))
         try:
             await self.stream.send_all(b"".join(self.ws.data_to_send()))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -345,11 +353,7 @@ class WireConnection:
                 service.hello_timed_out()
                 events = []
                 continue
-            if data:
-                self.ws.receive_data(data)
-            else:
-                self.ws.receive_eof()
-            events = self.ws.events_received()
+            events = self._frames.receive(data) if data else self._frames.receive_eof()
 
     async def _handle(self, events: list) -> bool:
         """Every frame of one chunk, in order; False once nothing more will be read."""

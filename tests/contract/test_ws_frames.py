@@ -1,0 +1,190 @@
+"""The frame cutter and builder against ``websockets``' own codec: the same bytes in, the same events and answers out.
+
+Random sequences of frames (plain text, fragments, control frames, binary,
+reserved bits, the wrong masking, oversize, a close in the middle) are cut
+into random chunks and fed to a bare codec and to a cutter over a second
+codec. Both must give the same frames, the same bytes to send (pongs, the
+closing handshake, its close code) and the same end state, on both sides
+of a connection.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from websockets.client import ClientProtocol
+from websockets.frames import Close, Frame, Opcode
+from websockets.protocol import OPEN
+from websockets.server import ServerProtocol
+from websockets.uri import parse_uri
+
+from pulse_trio.contract.ws_frames import FrameCutter, MaskKeys, text_frame
+
+LIMIT = 300  # a small codec limit, so oversize frames are cheap to make
+
+
+def _codec(server: bool):
+    if server:
+        return ServerProtocol(state=OPEN, max_size=LIMIT)
+    return ClientProtocol(parse_uri("ws://localhost/"), state=OPEN, max_size=LIMIT)
+
+
+def _cutter(server: bool) -> FrameCutter:
+    cutter = FrameCutter(_codec(server), masked=server)
+    cutter.after_handshake(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert cutter.cutting
+    return cutter
+
+
+def _serialize(frame: Frame, masked: bool) -> bytes:
+    return frame.serialize(mask=masked)
+
+
+payloads = st.binary(max_size=140) | st.binary(min_size=126, max_size=LIMIT)
+# Each item: (kind, payload, flag); the stream builder turns it into frame bytes.
+items = st.tuples(
+    st.sampled_from(["text", "text", "text", "fragments", "ping", "pong", "binary", "rsv", "wrong_mask",
+                     "oversize", "close", "bad_opcode", "lone_cont"]),
+    payloads, st.booleans())
+
+
+def _stream(seq: list[tuple[str, bytes, bool]], masked: bool) -> bytes:
+    out = []
+    for kind, payload, flag in seq:
+        if kind == "text":
+            out.append(_serialize(Frame(Opcode.TEXT, payload), masked))
+        elif kind == "fragments":
+            half = len(payload) // 2
+            out.append(_serialize(Frame(Opcode.TEXT, payload[:half], fin=False), masked))
+            if flag:  # a control frame between fragments is allowed
+                out.append(_serialize(Frame(Opcode.PING, payload[:10]), masked))
+            out.append(_serialize(Frame(Opcode.CONT, payload[half:]), masked))
+        elif kind == "ping":
+            out.append(_serialize(Frame(Opcode.PING, payload[:125]), masked))
+        elif kind == "pong":
+            out.append(_serialize(Frame(Opcode.PONG, payload[:125]), masked))
+        elif kind == "binary":
+            out.append(_serialize(Frame(Opcode.BINARY, payload), masked))
+        elif kind == "rsv":
+            raw = bytearray(_serialize(Frame(Opcode.TEXT, payload), masked))
+            raw[0] |= 0x40
+            out.append(bytes(raw))
+        elif kind == "wrong_mask":
+            out.append(_serialize(Frame(Opcode.TEXT, payload), not masked))
+        elif kind == "oversize":
+            out.append(_serialize(Frame(Opcode.TEXT, payload * 3 + b"x" * (LIMIT + 1)), masked))
+        elif kind == "close":
+            out.append(_serialize(Frame(Opcode.CLOSE, Close(1000, "bye").serialize()), masked))
+        elif kind == "bad_opcode":
+            raw = bytearray(_serialize(Frame(Opcode.TEXT, payload), masked))
+            raw[0] = (raw[0] & 0xF0) | 0x3
+            out.append(bytes(raw))
+        elif kind == "lone_cont":
+            out.append(_serialize(Frame(Opcode.CONT, payload), masked))
+    return b"".join(out)
+
+
+def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:])]
+
+
+def _view(events) -> list:
+    return [(f.opcode, bytes(f.data), f.fin, f.rsv1, f.rsv2, f.rsv3) for f in events]
+
+
+def _written(chunks: list[bytes], server: bool) -> list:
+    """What a side wrote, as frames (a client masks with random keys, so bytes would differ) and EOF marks."""
+    reader = _codec(server=not server)
+    reader.max_message_size = None
+    out = []
+    for chunk in chunks:
+        if chunk == b"":
+            out.append("EOF")
+            continue
+        reader.receive_data(chunk)
+        out += _view(reader.events_received())
+    return out
+
+
+def _run_both(server: bool, chunks: list[bytes], eof: bool):
+    codec = _codec(server)
+    cutter = _cutter(server)
+    seen_codec, seen_cutter, sent_codec, sent_cutter = [], [], [], []
+    for chunk in chunks:
+        codec.receive_data(chunk)
+        seen_codec += _view(codec.events_received())
+        sent_codec += codec.data_to_send()
+        seen_cutter += _view(cutter.receive(chunk))
+        sent_cutter += cutter.codec.data_to_send()
+        assert seen_cutter == seen_codec
+        assert cutter.codec.state is codec.state
+    if eof:
+        codec.receive_eof()
+        seen_codec += _view(codec.events_received())
+        sent_codec += codec.data_to_send()
+        seen_cutter += _view(cutter.receive_eof())
+        sent_cutter += cutter.codec.data_to_send()
+    return (seen_codec, _written(sent_codec, server), codec.state, codec.close_sent), \
+        (seen_cutter, _written(sent_cutter, server), cutter.codec.state, cutter.codec.close_sent)
+
+
+@settings(max_examples=400, deadline=None)
+@given(seq=st.lists(items, max_size=12), cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+       server=st.booleans(), eof=st.booleans())
+def test_the_cutter_gives_what_the_codec_gives(seq, cuts, server, eof):
+    data = _stream(seq, masked=server)  # a server receives masked frames, a client unmasked ones
+    expected, got = _run_both(server, _chunks(data, cuts), eof)
+    assert got == expected
+
+
+def test_plain_frames_are_cut_here_and_a_ping_goes_through_the_codec():
+    cutter = _cutter(server=True)
+    stream = (text_frame(b'{"a":1}', b"abcd") + _serialize(Frame(Opcode.PING, b"hi"), True)
+              + text_frame(b"x" * 200, b"wxyz"))
+    events = cutter.receive(stream[:5]) + cutter.receive(stream[5:])
+    assert _view(events) == [(Opcode.TEXT, b'{"a":1}', True, False, False, False),
+                             (Opcode.PING, b"hi", True, False, False, False),
+                             (Opcode.TEXT, b"x" * 200, True, False, False, False)]
+    assert cutter.codec.data_to_send() == [Frame(Opcode.PONG, b"hi").serialize(mask=False)]
+    assert cutter.cutting
+
+
+def test_frames_sent_with_the_handshake_leave_the_connection_to_the_codec():
+    cutter = FrameCutter(_codec(server=True), masked=True)
+    cutter.after_handshake(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\x81")
+    assert not cutter.cutting
+    cutter.after_handshake(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert cutter.cutting
+
+
+def test_after_the_close_everything_goes_to_the_codec():
+    cutter = _cutter(server=True)
+    close = Frame(Opcode.CLOSE, Close(1000, "").serialize()).serialize(mask=True)
+    cutter.receive(close + text_frame(b"late", b"abcd"))
+    assert not cutter.cutting and cutter.codec.state is not OPEN
+
+
+@given(data=st.binary(max_size=70_000), masked=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_text_frame_is_the_codecs_frame(data, masked):
+    mask = os.urandom(4) if masked else None
+    built = text_frame(data, mask)
+    reader = _codec(server=masked)
+    reader.max_message_size = None
+    reader.receive_data(built)
+    [frame] = reader.events_received()
+    assert (frame.opcode, bytes(frame.data), frame.fin) == (Opcode.TEXT, data, True)
+    if not masked:
+        assert built == Frame(Opcode.TEXT, data).serialize(mask=False)
+    else:
+        assert built[:2] == Frame(Opcode.TEXT, data).serialize(mask=True)[:2]
+
+
+def test_mask_keys_come_four_bytes_at_a_time_and_refill():
+    keys = MaskKeys()
+    drawn = [keys.next() for _ in range(MaskKeys.BLOCK // 4 + 3)]
+    assert all(len(k) == 4 for k in drawn)
+    assert len(set(drawn)) > len(drawn) - 5  # random, so practically all distinct
