@@ -137,8 +137,8 @@ class WireConnection:
         self._count_frame_in = endpoint.count_frame_in
         self._count_frame_out = endpoint.count_frame_out
         self.ws = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=CODEC_MAX_BYTES, logger=_CODEC_LOG)
-        # After the handshake, plain text frames are cut beside the codec; it gets every other frame.
-        self._frames = FrameCutter(self.ws, masked=True)
+        #: After the handshake, plain text frames are cut beside the codec; it gets every other frame.
+        self.frames = FrameCutter(self.ws, masked=True)
         self.session: LiveSession | None = None
         self._wake = trio.Event()
         self._queued = 0
@@ -298,7 +298,7 @@ class WireConnection:
         if response.status_code != 101:
             await self._flush_handshake()
             return None
-        self._frames.after_handshake(bytes(received))
+        self.frames.after_handshake(bytes(received))
         try:
             await self.stream.send_all(b"".join(self.ws.data_to_send()))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -353,7 +353,7 @@ class WireConnection:
                 service.hello_timed_out()
                 events = []
                 continue
-            events = self._frames.receive(data) if data else self._frames.receive_eof()
+            events = self.frames.receive(data) if data else self.frames.receive_eof()
 
     async def _handle(self, events: list) -> bool:
         """Every frame of one chunk, in order; False once nothing more will be read."""

@@ -295,3 +295,45 @@ async def test_an_unmasked_client_frame_closes_with_1002(start_service, connect,
     w = await registered(start_service, connect, worker_token)
     await w.stream.send_all(b"\x81\x02{}")  # RFC 6455 §5.1: a client MUST mask
     await w.expect_close(1002)
+
+
+def _masked(first: int, payload: bytes) -> bytes:
+    """A client frame with first byte ``first`` (FIN, opcode) carrying ``payload``, masked."""
+    mask = b"\x05\x06\x07\x08"
+    size = len(payload)
+    head = bytes([first, 0x80 | size]) if size < 126 else bytes([first, 0x80 | 126]) + size.to_bytes(2, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _capacity_frame(w, capacity: int) -> dict:
+    w.sequence += 1
+    return w.frame("worker.capacity", {"sequence": str(w.sequence), "capacity": capacity, "drain": False})
+
+
+async def test_fragments_and_a_ping_between_them_reach_the_session_a_few_bytes_at_a_time(
+        start_service, connect, worker_token):
+    """After the handshake plain frames are cut beside the codec; a fragmented message still goes through it."""
+    service = await start_service()
+    w = await connect(service, worker_token)
+    await w.register(["billing"])
+    assert [c.frames.cutting for c in service.connections] == [True]
+    frame = _capacity_frame(w, 3)
+    w._expect_answer(frame["id"], frame["type"], frame["body"])
+    text = json.dumps(frame).encode()
+    third = len(text) // 3
+    wire = (_masked(0x01, text[:third]) + _masked(0x89, b"between") + _masked(0x00, text[third:2 * third])
+            + _masked(0x80, text[2 * third:]))
+    for at in range(0, len(wire), 7):
+        await w.stream.send_all(wire[at:at + 7])
+        await trio.sleep(0)
+    reply = await w.reply(frame["id"])
+    assert reply["type"] == "ack" and reply["body"]["capacity"] == 3, reply
+    # Two plain frames in one write, then the session still answers as usual.
+    first, second = _capacity_frame(w, 4), _capacity_frame(w, 5)
+    for f in (first, second):
+        w._expect_answer(f["id"], f["type"], f["body"])
+    await w.stream.send_all(_masked(0x81, json.dumps(first).encode()) + _masked(0x81, json.dumps(second).encode()))
+    assert (await w.reply(first["id"]))["body"]["capacity"] == 4
+    assert (await w.reply(second["id"]))["body"]["capacity"] == 5
+    assert (await w.capacity_ok(6))["capacity"] == 6
+    assert [c.frames.cutting for c in service.connections] == [True]
