@@ -48,7 +48,7 @@ class FrameCutter:
         self.codec = codec
         self._mask_bit = _MASK_BIT if masked else 0
         self._max = _allowance(codec)  # no fragmented message under way: the codec's limit for a plain frame
-        self._tail = b""  # the start of a frame whose header or payload is still to come
+        self._tail = bytearray()  # the start of a frame whose header or payload is still to come
         self._fed = 0  # how many bytes of the tail the codec has (the start of a header it judges)
         self._owed = 0  # the rest of a frame the codec has begun: bytes still to hand it
         self._on = False
@@ -85,64 +85,79 @@ class FrameCutter:
             if self._owed:
                 return events
             data = data[len(given):]
-        buf = self._tail + data if self._tail else data
+        if self._tail:  # a frame begun in an earlier read: appended to, never copied whole again
+            self._tail += data
+            buf: bytes | bytearray = self._tail
+        else:
+            buf = data
         fed = self._fed  # how much of the tail the codec already has (a header it has begun to judge)
         size = len(buf)
         pos = 0
         mask_bit, most = self._mask_bit, self._max
         while size - pos >= 2:
             first, second = buf[pos], buf[pos + 1]
-            plain = (first == _FIN_TEXT and second & _MASK_BIT == mask_bit and codec.current_size is None
-                     and codec.state is OPEN and not codec.extensions)
             length = second & 0x7F
             head = pos + 2
             if length == 126:
                 head += 2
             elif length == 127:
                 head += 8
-            if head <= size and head > pos + 2:
+            known = head <= size  # the length is known
+            if known and length >= 126:
                 length = int.from_bytes(buf[pos + 2:head], "big")
             if second & _MASK_BIT:
                 head += 4
             end = head + length
-            if plain and length <= most:
-                if end > size:
+            if (first == _FIN_TEXT and second & _MASK_BIT == mask_bit and codec.current_size is None
+                    and codec.state is OPEN and not codec.extensions and (not known or length <= most)):
+                if end > size:  # its header or payload is still to come (a plain frame waits whole)
                     break
                 payload = buf[head:end]
                 if mask_bit:
                     payload = apply_mask(payload, buf[head - 4:head])
+                elif type(payload) is not bytes:
+                    payload = bytes(payload)
                 events.append(Frame(_TEXT, payload))
                 pos = end
                 continue
             # Any other frame: the codec judges it as its bytes arrive, from the first two on.
-            whole = head <= size  # the length is known
+            whole = head <= size  # its header is complete
             codec.receive_data(buf[pos + fed:end if whole else size])
             fed = 0
             events += codec.events_received()
             if codec.state is not OPEN:
                 return self._hand_over(events, buf[end:] if whole else b"")
             if not whole:
-                self._tail, self._fed = buf[pos:], size - pos
+                self._keep(buf, pos, size - pos)
                 return events
             if end > size:
-                self._owed, self._tail, self._fed = end - size, b"", 0
+                self._owed = end - size
+                self._keep(buf, size, 0)
                 return events
             pos = end
-        self._tail, self._fed = (buf[pos:] if pos < size else b""), 0
+        self._keep(buf, pos, 0)
         return events
+
+    def _keep(self, buf: bytes | bytearray, pos: int, fed: int) -> None:
+        """Keep ``buf[pos:]`` as the tail: the start of a frame still to come, ``fed`` bytes of it given to the codec."""
+        if buf is self._tail:
+            del buf[:pos]
+        elif pos < len(buf):
+            self._tail = bytearray(buf[pos:])
+        self._fed = fed
 
     def receive_eof(self) -> list[Frame]:
         """The end of the stream: the codec sees any incomplete frame first, then the end."""
         codec = self.codec
         if len(self._tail) > self._fed:
-            codec.receive_data(self._tail[self._fed:])
-        self._tail, self._fed, self._owed, self._on = b"", 0, 0, False
+            codec.receive_data(bytes(self._tail[self._fed:]))
+        self._tail, self._fed, self._owed, self._on = bytearray(), 0, 0, False
         codec.receive_eof()
         return codec.events_received()
 
-    def _hand_over(self, events: list[Frame], rest: bytes) -> list[Frame]:
+    def _hand_over(self, events: list[Frame], rest: bytes | bytearray) -> list[Frame]:
         """From here on the codec gets every byte, starting with ``rest``."""
-        self._tail, self._fed, self._owed, self._on = b"", 0, 0, False
+        self._tail, self._fed, self._owed, self._on = bytearray(), 0, 0, False
         if rest:
             self.codec.receive_data(rest)
             events += self.codec.events_received()

@@ -23,16 +23,18 @@ from websockets.uri import parse_uri
 from pulse_trio.contract.ws_frames import FrameCutter, MaskKeys, text_frame
 
 LIMIT = 300  # a small codec limit, so oversize frames are cheap to make
+#: Limits on both sides of the 7-bit length form (a header may announce 126 or 127 before its real length).
+LIMITS = (100, 126, 127, LIMIT)
 
 
-def _codec(server: bool):
+def _codec(server: bool, limit: int | None = LIMIT):
     if server:
-        return ServerProtocol(state=OPEN, max_size=LIMIT)
-    return ClientProtocol(parse_uri("ws://localhost/"), state=OPEN, max_size=LIMIT)
+        return ServerProtocol(state=OPEN, max_size=limit)
+    return ClientProtocol(parse_uri("ws://localhost/"), state=OPEN, max_size=limit)
 
 
-def _cutter(server: bool) -> FrameCutter:
-    cutter = FrameCutter(_codec(server), masked=server)
+def _cutter(server: bool, limit: int | None = LIMIT) -> FrameCutter:
+    cutter = FrameCutter(_codec(server, limit), masked=server)
     cutter.after_handshake(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert cutter.cutting
     return cutter
@@ -50,7 +52,7 @@ items = st.tuples(
     payloads, st.booleans())
 
 
-def _stream(seq: list[tuple[str, bytes, bool]], masked: bool) -> bytes:
+def _stream(seq: list[tuple[str, bytes, bool]], masked: bool, limit: int = LIMIT) -> bytes:
     out = []
     for kind, payload, flag in seq:
         if kind == "text":
@@ -74,7 +76,7 @@ def _stream(seq: list[tuple[str, bytes, bool]], masked: bool) -> bytes:
         elif kind == "wrong_mask":
             out.append(_serialize(Frame(Opcode.TEXT, payload), not masked))
         elif kind == "oversize":
-            out.append(_serialize(Frame(Opcode.TEXT, payload * 3 + b"x" * (LIMIT + 1)), masked))
+            out.append(_serialize(Frame(Opcode.TEXT, payload * 3 + b"x" * (limit + 1)), masked))
         elif kind == "close":
             out.append(_serialize(Frame(Opcode.CLOSE, Close(1000, "bye").serialize()), masked))
         elif kind == "bad_opcode":
@@ -109,9 +111,9 @@ def _written(chunks: list[bytes], server: bool) -> list:
     return out
 
 
-def _run_both(server: bool, chunks: list[bytes], eof: bool):
-    codec = _codec(server)
-    cutter = _cutter(server)
+def _run_both(server: bool, chunks: list[bytes], eof: bool, limit: int = LIMIT):
+    codec = _codec(server, limit)
+    cutter = _cutter(server, limit)
     seen_codec, seen_cutter, sent_codec, sent_cutter = [], [], [], []
     for chunk in chunks:
         codec.receive_data(chunk)
@@ -131,13 +133,31 @@ def _run_both(server: bool, chunks: list[bytes], eof: bool):
         (seen_cutter, _written(sent_cutter, server), cutter.codec.state, cutter.codec.close_sent)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(seq=st.lists(items, max_size=12), cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
-       server=st.booleans(), eof=st.booleans())
-def test_the_cutter_gives_what_the_codec_gives(seq, cuts, server, eof):
-    data = _stream(seq, masked=server)  # a server receives masked frames, a client unmasked ones
-    expected, got = _run_both(server, _chunks(data, cuts), eof)
+       server=st.booleans(), eof=st.booleans(), limit=st.sampled_from(LIMITS))
+def test_the_cutter_gives_what_the_codec_gives(seq, cuts, server, eof, limit):
+    data = _stream(seq, masked=server, limit=limit)  # a server receives masked frames, a client unmasked ones
+    expected, got = _run_both(server, _chunks(data, cuts), eof, limit)
     assert got == expected
+
+
+def test_a_header_that_announces_a_16_bit_length_waits_for_it_before_choosing_who_reads_the_frame():
+    """126 is over a limit of 100, but the real length (5) is not: the frame is the cutter's, not the codec's."""
+    chunks = [b"\x81\x7e", b"\x00\x05hello", b"\x89\x00"]
+    expected, got = _run_both(False, chunks, False, limit=100)
+    assert got == expected
+    assert [frame[:2] for frame in got[0]] == [(Opcode.TEXT, b"hello"), (Opcode.PING, b"")]
+
+
+def test_a_large_frame_read_one_byte_at_a_time():
+    """Each read appends to the frame's start; the frame comes out whole, once, after its last byte."""
+    cutter = _cutter(server=True, limit=2**20)
+    payload = bytes(range(256)) * 256
+    wire = text_frame(payload, b"\x01\x02\x03\x04")
+    events = [event for at in range(len(wire)) for event in cutter.receive(wire[at:at + 1])]
+    assert _view(events) == [(Opcode.TEXT, payload, True, False, False, False)]
+    assert cutter.cutting
 
 
 def test_plain_frames_are_cut_here_and_a_ping_goes_through_the_codec():
