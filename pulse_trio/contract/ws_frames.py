@@ -11,12 +11,14 @@ is most of what a frame costs once the JSON is compiled. Here:
   limit, on an open connection with no fragmented message under way, is
   unmasked here (with the codec's own C ``apply_mask``) and returned as the
   codec would return it. Every other frame (control frames, fragments,
-  binary, reserved bits, wrong masking, oversize) is handed to the codec
-  whole, so the codec judges it exactly as before: pongs, the closing
-  handshake, every close code. The codec only ever receives whole frames,
-  so its parser is always at a frame boundary when the cutter takes over
-  again. Once the codec leaves the open state, or the handshake came with
-  frame bytes already behind it, the codec gets everything.
+  binary, reserved bits, wrong masking, oversize) goes to the codec from
+  its first byte to its last, as those bytes arrive, so the codec judges
+  it exactly as before and as early: pongs, the closing handshake, every
+  close code. The cutter counts what it handed over, so it knows where the
+  codec's parser stands and takes over again at the next frame boundary. A
+  frame's start that waits for more bytes is appended to, never copied
+  whole again. Once the codec leaves the open state, or the handshake came
+  with frame bytes already behind it, the codec gets everything.
 * :func:`text_frame` builds the bytes ``Frame(TEXT, data).serialize()``
   would, masked with a key from :class:`MaskKeys` on the client side.
 

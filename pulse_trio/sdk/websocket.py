@@ -3,7 +3,7 @@
 The codec does RFC 6455 (the opening handshake with the subprotocol,
 masking, ping answers, the closing handshake, the message size limit),
 except that plain text frames are cut and built beside it
-(``contract.ws_frames``: every other frame reaches it whole); this module
+(``contract.ws_frames``: every other frame reaches it byte for byte); this module
 does the I/O around it, without tasks of its own, so that its owner
 (:mod:`pulse_trio.sdk.transport`) decides who reads and who writes:
 

@@ -4,7 +4,7 @@ Each connection runs over ``websockets``' sans-IO ``ServerProtocol`` (RFC
 6455: the opening handshake with the subprotocol, masking, fragmentation,
 ping/pong, close codes and the message size limit); after the handshake,
 plain text frames are cut and built beside it (``contract.ws_frames``) and
-it gets every other frame whole. Two tasks run in the connection's
+it judges every other frame, byte for byte. Two tasks run in the connection's
 nursery, and the session's third:
 
 * the reader receives a chunk, lets the codec cut it into frames, and hands
