@@ -127,8 +127,12 @@ class DroppingProxy:
         if self._stop:
             return
         self._stop = True
+        # The wake-up pair is this thread's to close: the relay thread may see _stop and end at any
+        # moment from the line above on, so it never closes either end under us.
         self._wake_w.send(b"x")
         self._thread.join(timeout=10)
+        self._wake_w.close()
+        self._wake_r.close()
         assert not self._thread.is_alive(), "the proxy thread did not stop"
 
     @property
@@ -172,8 +176,6 @@ class DroppingProxy:
             self._orphans.clear()
             self._sel.close()
             self.listener.close()
-            self._wake_r.close()
-            self._wake_w.close()
 
     def _timers(self, now: float) -> None:
         if self.dropping and self._next_drop is not None and now >= self._next_drop:
