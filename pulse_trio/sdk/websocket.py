@@ -71,9 +71,9 @@ class ClientSocket:
         """``received``: every byte of the handshake response read, so the frame cutter knows where frames start."""
         self.stream = stream
         self.codec = codec
-        # Plain text frames are cut and built beside the codec; it gets every other frame (ws_frames).
-        self._frames = FrameCutter(codec, masked=False)
-        self._frames.after_handshake(received)
+        #: Plain text frames are cut and built beside the codec; it gets every other frame (ws_frames).
+        self.frames = FrameCutter(codec, masked=False)
+        self.frames.after_handshake(received)
         self._keys = MaskKeys()
         self.subprotocol = codec.subprotocol
         self.ended: str | None = None  # why it ended, once it did
@@ -100,7 +100,7 @@ class ClientSocket:
         except BROKEN as exc:
             self._end(f"the connection broke: {exc.__cause__ or exc}")
             data = b""
-        return self._messages(self._frames.receive(data) if data else self._frames.receive_eof())
+        return self._messages(self.frames.receive(data) if data else self.frames.receive_eof())
 
     def _messages(self, frames: list[Frame]) -> list[bytes]:
         messages: list[bytes] = []
@@ -205,9 +205,9 @@ class ClientSocket:
                         except anyio.EndOfStream:
                             data = b""
                         if data:
-                            self._frames.receive(data)
+                            self.frames.receive(data)
                         else:
-                            self._frames.receive_eof()
+                            self.frames.receive_eof()
                         await self.flush()
                 except (SocketClosed, *BROKEN):
                     pass

@@ -7,7 +7,7 @@ plain text frames are cut and built beside it (``contract.ws_frames``) and
 it judges every other frame, byte for byte. Two tasks run in the connection's
 nursery, and the session's third:
 
-* the reader receives a chunk, lets the codec cut it into frames, and hands
+* the reader receives a chunk, lets the frame cutter cut it into frames, and hands
   every complete text message in it to the :class:`LiveSession` before
   it awaits the socket again;
 * the writer sleeps until something is due, then sends everything that

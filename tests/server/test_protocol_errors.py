@@ -222,20 +222,17 @@ async def test_a_peer_that_never_answers_pings_is_dropped(start_service, worker_
             await trio.sleep(0.01)
 
 
-def _masked_text_frame(payload: bytes) -> bytes:
-    """One client text frame (FIN, opcode 1, masked) carrying ``payload`` verbatim."""
+def _masked(first: int, payload: bytes) -> bytes:
+    """One client frame with first byte ``first`` (FIN and opcode; 0x81: a whole text frame) carrying ``payload``, masked."""
     mask = b"\x01\x02\x03\x04"
-    header = b"\x81"
-    if len(payload) < 126:
-        header += bytes([0x80 | len(payload)])
-    else:
-        header += bytes([0x80 | 126]) + len(payload).to_bytes(2, "big")
-    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    size = len(payload)
+    head = bytes([first, 0x80 | size]) if size < 126 else bytes([first, 0x80 | 126]) + size.to_bytes(2, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 async def test_invalid_utf8_in_a_text_frame_closes_with_1007(start_service, connect, worker_token):
     w = await registered(start_service, connect, worker_token)
-    await w.stream.send_all(_masked_text_frame(b'{"protocol_version":"1","type":"\xff\xfe"}'))
+    await w.stream.send_all(_masked(0x81, b'{"protocol_version":"1","type":"\xff\xfe"}'))
     await w.expect_close(1007)
 
 
@@ -295,14 +292,6 @@ async def test_an_unmasked_client_frame_closes_with_1002(start_service, connect,
     w = await registered(start_service, connect, worker_token)
     await w.stream.send_all(b"\x81\x02{}")  # RFC 6455 §5.1: a client MUST mask
     await w.expect_close(1002)
-
-
-def _masked(first: int, payload: bytes) -> bytes:
-    """A client frame with first byte ``first`` (FIN, opcode) carrying ``payload``, masked."""
-    mask = b"\x05\x06\x07\x08"
-    size = len(payload)
-    head = bytes([first, 0x80 | size]) if size < 126 else bytes([first, 0x80 | 126]) + size.to_bytes(2, "big")
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
 def _capacity_frame(w, capacity: int) -> dict:
