@@ -10,97 +10,24 @@ A URL may name several nodes of one cluster
 is the store's choice (``pulse_trio.store.engine.writer``, whose ``connect`` takes
 any URL). Creating the database, and the causal reads a Galera node needs
 before it answers for the cluster, are here too, since the URL's own
-database may not exist yet. This module imports nothing of the package: it
-is the bottom layer every other one may use.
+database may not exist yet. The connection class itself (PyMySQL's, with
+its hot paths made cheaper) is :mod:`pulse_trio.driver`. These two modules
+import nothing else of the package: they are the bottom layer every other
+one may use.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pymysql
-from pymysql.constants import FIELD_TYPE
-from pymysql.converters import conversions, convert_datetime, escape_datetime
+
+from pulse_trio.driver import CONVERSIONS, Connection
 
 _SCHEMES = {"mysql", "mariadb", "mysql+pymysql"}
-
-
-def _read_datetime(text: str) -> dt.datetime | str:
-    """DATETIME(6) text -> naive datetime through the C parser.
-
-    PyMySQL's own converter is a regex plus int() per field; a task's
-    commands read about a dozen timestamps, so this is on the hot path.
-    Anything ``fromisoformat`` refuses goes to PyMySQL's converter.
-    """
-    try:
-        return dt.datetime.fromisoformat(text)
-    except ValueError:
-        return convert_datetime(text)
-
-
-def _write_datetime(value: dt.datetime, mapping: Any = None) -> str:
-    """A naive datetime -> its SQL literal through the C ``isoformat``.
-
-    The same text as PyMySQL's ``escape_datetime`` (fraction only when
-    there are microseconds) at a third of the cost; a task's commands send
-    about a dozen timestamps. Aware values keep PyMySQL's behaviour.
-    """
-    if value.tzinfo is not None:
-        return escape_datetime(value, mapping)
-    return "'" + value.isoformat(" ") + "'"
-
-
-_CONVERSIONS = {**conversions, FIELD_TYPE.DATETIME: _read_datetime, FIELD_TYPE.TIMESTAMP: _read_datetime,
-                dt.datetime: _write_datetime}
-
-#: The characters PyMySQL's string escaping changes, in either ``sql_mode`` (backslash escapes or
-#: NO_BACKSLASH_ESCAPES): a string without them is its own literal once quoted.
-_ESCAPED = re.compile(r"[\x00\n\r\x1a\\'\"]").search
-
-
-class Connection(pymysql.connections.Connection):
-    """PyMySQL's connection, with the literals of the hot statements made in fewer steps.
-
-    A claim, a start or a finish of 64 leases sends a few hundred values:
-    ids, states, counters, times. PyMySQL escapes each through several calls
-    (and a tuple of ids item by item). Here a string that holds nothing
-    escaping would change is quoted as is, an IN list of such strings is
-    joined in one call, and integers, None, naive datetimes and nested
-    tuples are written inline. Every other value, and every string with a
-    character to escape, takes PyMySQL's own path: the text sent is the
-    one PyMySQL would send (tests/foundation/test_literals.py holds the two
-    side by side).
-    """
-
-    def escape(self, obj: Any, mapping: Any = None) -> str:
-        kind = type(obj)
-        if kind is str:
-            if _ESCAPED(obj) is None:
-                return "'" + obj + "'"
-        elif kind is tuple or kind is list:
-            if obj:
-                if type(obj[0]) is str and type(obj[-1]) is str:
-                    try:
-                        joined = "','".join(obj)
-                    except TypeError:  # a non-string between the ends
-                        pass
-                    else:
-                        if _ESCAPED(joined) is None:
-                            return "('" + joined + "')"
-                escape = self.escape
-                return "(" + ",".join([escape(item, mapping) for item in obj]) + ")"
-        elif kind is int:
-            return str(obj)
-        elif obj is None:
-            return "NULL"
-        elif kind is dt.datetime:
-            return _write_datetime(obj)
-        return super().escape(obj, mapping)
 
 
 class DatabaseUrlError(ValueError):
@@ -142,7 +69,7 @@ class DatabaseConfig:
             "autocommit": False,
             "connect_timeout": self.connect_timeout,
             "init_command": "SET time_zone = '+00:00'",
-            "conv": _CONVERSIONS,
+            "conv": CONVERSIONS,
         }
         if self.unix_socket:
             kwargs["unix_socket"] = self.unix_socket

@@ -78,7 +78,7 @@ def test_datetime_columns_read_back_exactly(database_config):
                                       dt.datetime(2026, 12, 2, 23, 59, 59, 999999))
     finally:
         conn.close()
-    from pulse_trio.dburl import _read_datetime
+    from pulse_trio.driver import _read_datetime
 
     assert _read_datetime("0000-00-00 00:00:00") == "0000-00-00 00:00:00"  # what PyMySQL gives for zero dates
 
@@ -89,7 +89,8 @@ def test_datetime_parameters_are_written_as_pymysql_would(database_config):
 
     from pymysql.converters import escape_datetime
 
-    from pulse_trio.dburl import _write_datetime, connect
+    from pulse_trio.dburl import connect
+    from pulse_trio.driver import _write_datetime
 
     values = [dt.datetime(2026, 12, 2, 12, 0, 0, 123), dt.datetime(2026, 12, 2, 12), dt.datetime(1, 1, 1),
               dt.datetime(9999, 12, 31, 23, 59, 59, 999999),

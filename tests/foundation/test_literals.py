@@ -1,6 +1,6 @@
 """The connection's literals: the text PyMySQL would send, made in fewer steps.
 
-``dburl.Connection.escape`` takes shortcuts for the values hot statements
+``driver.Connection.escape`` takes shortcuts for the values hot statements
 repeat (ids, states, counters, times, IN lists). Each shortcut must give
 exactly PyMySQL's own literal, in both ``sql_mode`` flavours (backslash
 escapes and NO_BACKSLASH_ESCAPES), and the values must come back from the
@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pymysql.constants import SERVER_STATUS
 
-from pulse_trio.dburl import _CONVERSIONS, Connection, connect
+from pulse_trio.dburl import connect
+from pulse_trio.driver import CONVERSIONS, Connection
 
 NO_BACKSLASH = SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
 
@@ -34,11 +35,19 @@ scalars = st.one_of(
 #: IN lists and key tuples as the statements send them: flat, nested, homogeneous or mixed, empty.
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=6), st.tuples(inner, inner, inner),
                                                        st.lists(texts, max_size=8).map(tuple)), max_leaves=30)
+#: A composite key's IN list, ``((lease_id, owner, revision), ...)``, and lists whose rows are not all such tuples.
+key_rows = st.one_of(
+    st.lists(st.tuples(texts, texts, st.integers(min_value=-2**63, max_value=2**64)), min_size=1, max_size=6),
+    st.lists(st.tuples(texts, scalars), min_size=1, max_size=4).map(tuple),
+    st.tuples(st.tuples(texts, st.booleans()), scalars, st.lists(texts, max_size=2)),
+    st.lists(st.one_of(st.tuples(scalars, scalars), st.lists(scalars, max_size=3), scalars), min_size=1, max_size=4)
+    .filter(lambda rows: type(rows[0]) is tuple),
+)
 
 
 def _pair(status: int) -> tuple[Connection, pymysql.connections.Connection]:
-    ours = Connection(defer_connect=True, charset="utf8mb4", conv=_CONVERSIONS)
-    theirs = pymysql.connections.Connection(defer_connect=True, charset="utf8mb4", conv=_CONVERSIONS)
+    ours = Connection(defer_connect=True, charset="utf8mb4", conv=CONVERSIONS)
+    theirs = pymysql.connections.Connection(defer_connect=True, charset="utf8mb4", conv=CONVERSIONS)
     ours.server_status = theirs.server_status = status
     return ours, theirs
 
@@ -50,6 +59,14 @@ _PAIRS = {status: _pair(status) for status in (0, NO_BACKSLASH)}
 @settings(max_examples=300, deadline=None)
 @given(value=values)
 def test_every_literal_is_the_one_pymysql_writes(status, value):
+    ours, theirs = _PAIRS[status]
+    assert ours.escape(value) == theirs.escape(value)
+
+
+@pytest.mark.parametrize("status", [0, NO_BACKSLASH], ids=["backslash escapes", "no backslash escapes"])
+@settings(max_examples=300, deadline=None)
+@given(value=key_rows)
+def test_a_list_of_rows_is_written_as_pymysql_writes_it(status, value):
     ours, theirs = _PAIRS[status]
     assert ours.escape(value) == theirs.escape(value)
 
