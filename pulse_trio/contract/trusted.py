@@ -6,36 +6,27 @@ server's own frames are made of values that were checked on their way in
 at submit and stored as that exact text) or that the service made itself
 (frame and lease ids, secrets, revisions, times it computed): checking
 them again per frame costs the hot path without guarding anything.
-:class:`Trusted` builds such a message as frozen as its constructor would,
-in the class's field order; every other maker of messages still goes
-through the checks.
+:func:`trusted` compiles a builder that makes such a message as frozen as
+its constructor would, in the class's field order; every other maker of
+messages still goes through the checks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-class Trusted(Generic[T]):
-    """``Trusted(cls)(*values)``: a frozen ``cls`` from its fields' values in declaration order, unchecked.
+def trusted(cls: type[T]) -> Callable[..., T]:
+    """``trusted(cls)(*values)``: a frozen ``cls`` from its fields' values in declaration order, unchecked.
 
     The builder is compiled once per class: one slot descriptor call per
-    field, no loop, so a message costs about what its fields do.
+    field, no loop, and it is the function the caller holds (no wrapper
+    call), so a message costs about what its fields do.
     """
-
-    def __init__(self, cls: type[T]) -> None:
-        self.cls = cls
-        self._build = _compile(cls)
-
-    def __call__(self, *values: Any) -> T:
-        return self._build(*values)
-
-
-def _compile(cls: type) -> Callable[..., Any]:
     names = [f.name for f in dataclasses.fields(cls)]
     return compile_slot_builder(cls, ", ".join(names), {n: n for n in names}, label="trusted")
 
@@ -46,7 +37,7 @@ def compile_slot_builder(cls: type, parameters: str, values: dict[str, str], *, 
 
     One slot descriptor call per value, no loop and no ``__init__`` (so no checks);
     ``check`` is a line run first, ``scope`` the names the expressions use. Slots
-    left out stay unset. Shared by :class:`Trusted` and the store's row shapes.
+    left out stay unset. Shared by :func:`trusted` and the store's row shapes.
     """
     names: dict[str, Any] = {**(scope or {}), "new": object.__new__, "cls": cls}
     names.update({f"set_{n}": getattr(cls, n).__set__ for n in values})
@@ -57,4 +48,4 @@ def compile_slot_builder(cls: type, parameters: str, values: dict[str, str], *, 
     return names["build"]
 
 
-__all__ = ["Trusted", "compile_slot_builder"]
+__all__ = ["compile_slot_builder", "trusted"]

@@ -39,7 +39,7 @@ from pulse_trio.contract.fast_server import CommandResultBody
 from pulse_trio.contract.jsontext import JsonText, utf8_size
 from pulse_trio.contract.limits import PROTOCOL_VERSION
 from pulse_trio.contract.scanner import ScanError
-from pulse_trio.contract.trusted import Trusted
+from pulse_trio.contract.trusted import trusted
 
 _json = msgspec.json.encode
 
@@ -156,9 +156,9 @@ _ACK_KEYS = derive.envelope_count(fr.FRAMES[m.Ack])[0] + 1 + len(fr.RECEIPT.fiel
 _LEASE_KEYS = 1 + sum(f.presence == fr.REQUIRED for f in fr.LEASE.fields)
 
 #: Values the ack path already checked, built without their checks running again.
-_receipt = Trusted(m.Receipt)
-_lease = Trusted(m.Lease)
-_result = Trusted(m.CommandResult)
+_receipt = trusted(m.Receipt)
+_lease = trusted(m.Lease)
+_result = trusted(m.CommandResult)
 
 
 def decode_command_ack(data: bytes, pending: dict[str, Any], session_id: str, epoch: int,

@@ -20,7 +20,7 @@ from typing import Any
 
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.jsontext import JsonText
-from pulse_trio.contract.trusted import Trusted
+from pulse_trio.contract.trusted import trusted
 from pulse_trio.store.engine import results as r
 
 
@@ -37,10 +37,10 @@ def assigned_task(task: r.TaskSnapshot) -> m.AssignedTask:
                           task.concurrency_key, task.concurrency_token, task.effect_uncertain, task.retry_of)
 
 
-_RECEIPT = Trusted(m.Receipt)
-_LEASE = Trusted(m.Lease)
-_ASSIGNED_TASK = Trusted(m.AssignedTask)
-_COMMAND_RESULT = Trusted(m.CommandResult)
+_RECEIPT = trusted(m.Receipt)
+_LEASE = trusted(m.Lease)
+_ASSIGNED_TASK = trusted(m.AssignedTask)
+_COMMAND_RESULT = trusted(m.CommandResult)
 
 
 def command_result(result: r.CommandAck) -> m.CommandResult:

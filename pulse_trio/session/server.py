@@ -47,7 +47,7 @@ from pulse_trio.contract.errors import FrameTooLarge, ProtocolError
 from pulse_trio.contract.fast_client import try_decode_client
 from pulse_trio.contract.frozen import frozen
 from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_FRAME_BYTES, MAX_INVALID_FRAMES
-from pulse_trio.contract.trusted import Trusted
+from pulse_trio.contract.trusted import trusted
 
 _SESSION_CHART = machine_chart("session")
 _QUIET = _SESSION_CHART.unguarded_self_loops()
@@ -55,8 +55,8 @@ _ENDING = ("closing", "closed")
 #: The two pushes of every task, built unchecked: their frame ids are this session's own, their
 #: session id is the session's, ``reply_to`` was checked when its request was decoded, and the
 #: bodies come from ``server.to_wire`` (trusted for the same reasons).
-_TRUSTED_ACK = Trusted(m.Ack)
-_TRUSTED_ASSIGN = Trusted(m.TaskAssign)
+_TRUSTED_ACK = trusted(m.Ack)
+_TRUSTED_ASSIGN = trusted(m.TaskAssign)
 
 
 @frozen
