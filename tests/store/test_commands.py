@@ -226,6 +226,22 @@ def test_replayed_finish_has_no_lease_and_other_content_conflicts(world):
     assert code(world.renew(w, offer, 2)) == "revision_conflict", "another command at a used revision"
 
 
+def test_an_outcome_digest_is_the_same_whether_kept_or_made_afresh():
+    """Short outcomes are digested once and kept: each must still get exactly its own digest."""
+    from pulse_trio.store.engine.inputs import FinishReport
+    from pulse_trio.store.lease.leases import SHORT_OUTCOME_CHARS, _digest, outcome_digest
+
+    reports = [FinishReport("SUCCEEDED", "null"), FinishReport("SUCCEEDED", "1"),
+               FinishReport("FAILED", "null", "card_declined", "declined", True),
+               FinishReport("FAILED", "null", "card_declined", "declined", False),
+               FinishReport("FAILED", "null", "card_declined", "x" * SHORT_OUTCOME_CHARS, False),
+               FinishReport("SUCCEEDED", '"' + "x" * SHORT_OUTCOME_CHARS + '"')]
+    for report in reports * 2:
+        assert outcome_digest(report) == _digest([report.status, report.error_code or "", report.error_message or "",
+                                                  "1" if report.retryable else "0", report.result_json])
+    assert len({outcome_digest(report) for report in reports}) == len(reports)
+
+
 def test_replay_of_a_renew_after_the_lease_moved_gives_no_lease(world):
     from pulse_trio.store import resume
 

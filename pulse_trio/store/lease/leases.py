@@ -40,6 +40,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -89,9 +90,25 @@ def renewed_expiry(lease: LeaseRow, now: dt.datetime) -> dt.datetime:
 
 
 def outcome_digest(report: FinishReport) -> bytes:
-    """What makes two finishes of one lease at one revision "the same": the exact outcome."""
-    return _digest([report.status, report.error_code or "", report.error_message or "",
-                    "1" if report.retryable else "0", report.result_json])
+    """What makes two finishes of one lease at one revision "the same": the exact outcome.
+
+    Most finishes report one of a few short outcomes (a handler that returns
+    nothing, a common error), so short ones are digested once and kept.
+    """
+    parts = (report.status, report.error_code or "", report.error_message or "", "1" if report.retryable else "0",
+             report.result_json)
+    if len(parts[2]) + len(parts[4]) <= SHORT_OUTCOME_CHARS:
+        return _short_outcome_digest(parts)
+    return _digest(parts)
+
+
+#: An outcome whose message and result together are at most this long is digested once (and kept).
+SHORT_OUTCOME_CHARS = 64
+
+
+@functools.lru_cache(maxsize=256)
+def _short_outcome_digest(parts: tuple[str, ...]) -> bytes:
+    return _digest(parts)
 
 
 def _digest(parts: Sequence[str]) -> bytes:
