@@ -56,6 +56,7 @@ from pulse_trio.contract import errors as e
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.grammar import new_id
+from pulse_trio.contract.trusted import trusted
 from pulse_trio.server import to_wire
 from pulse_trio.server.session_inbox import CANCEL, DRAIN, ENDED, OFFERS, RECONCILE, SHUTDOWN, UNCERTAIN, SessionInbox
 from pulse_trio.session import Close, Reject, Request, ServerSession
@@ -69,6 +70,9 @@ if TYPE_CHECKING:
     from pulse_trio.tokens import TokenInfo
 
 log = logging.getLogger("pulse_trio.connection")
+#: A task.finish's report for the store: the frame passed the same outcome rules (``check_outcome``) as it was
+#: decoded, so they are not asked again.
+_FINISH_REPORT = trusted(FinishReport)
 
 #: What tasks other than the connection's own may use of a session besides its plain attributes
 #: and its inbox: reads only (the tests check that nothing else is called from elsewhere).
@@ -340,9 +344,8 @@ class LiveSession:
     def _submit(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
         command: AnyLeaseCommand
         if type(msg) is m.TaskFinish:
-            report = FinishReport(status=msg.status, result_json=str(msg.result),
-                                  error_code=msg.error_code or None, error_message=msg.error_message or None,
-                                  retryable=msg.retryable)
+            report = _FINISH_REPORT(msg.status, str(msg.result), msg.error_code or None, msg.error_message or None,
+                                    msg.retryable)
             command = FinishCommand(self.session_id, msg.task_id, msg.lease_id, msg.lease_secret, msg.revision,
                                     report)
         elif type(msg) is m.TaskStart:
