@@ -47,8 +47,8 @@ def try_decode_server(data: bytes, ack_for: Callable[[str], str | None]) -> m.Se
         return None
 
 
-def _payload(fragment: bytes) -> JsonText:
-    """The payload as canonical text when the number rules hold, else Decline."""
+def payload_text(fragment: bytes) -> JsonText:
+    """The payload as canonical text when the number rules hold, else Decline (the SDK's offer path reads it too)."""
     quick = canonical_fragment(fragment, max_depth=MAX_PAYLOAD_DEPTH)
     if quick is not None:
         return quick
@@ -70,7 +70,7 @@ _ACK_BODY = {
 _COMMAND_ACK = _ACK_BODY["task.finish"]
 #: task.assign and task.cancel: their structs and builders, from their declarations.
 _BUILD = {
-    derive.frame_struct(frame, derive.struct(frame.body)): derive.fast_frame(frame, {"payload": _payload}, keys_add_up)
+    derive.frame_struct(frame, derive.struct(frame.body)): derive.fast_frame(frame, {"payload": payload_text}, keys_add_up)
     for frame in (fr.FRAMES[m.TaskAssign], fr.FRAMES[m.TaskCancel])
 }
 _DECODER = msgspec.json.Decoder(Union[(_Ack, *_BUILD)])

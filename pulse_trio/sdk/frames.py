@@ -16,9 +16,11 @@ outcome's tail is checked once by :func:`finish_tail` against the rules
 
 :func:`decode_command_ack` reads the frequent answer, the ack of a lease
 command, in one typed msgspec pass and checks it against the pending
-request it names; anything irregular (another shape, a failed check, a
-repeated key) returns None and goes to the reference path of
-:mod:`~pulse_trio.sdk.protocol`, which gives it its exact verdict.
+request it names; :func:`decode_offer` reads an offer (``task.assign``)
+the same way, against the session it is for. Anything irregular (another
+shape, a failed check, a repeated key) returns None and goes to the
+reference path of :mod:`~pulse_trio.sdk.protocol`, which gives it its
+exact verdict.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from pulse_trio.contract import grammar as g
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.errors import InvalidMessage
-from pulse_trio.contract.fast_server import CommandResultBody
+from pulse_trio.contract.fast_client import keys_add_up
+from pulse_trio.contract.fast_server import CommandResultBody, payload_text
 from pulse_trio.contract.jsontext import JsonText, utf8_size
 from pulse_trio.contract.limits import PROTOCOL_VERSION
 from pulse_trio.contract.scanner import ScanError
@@ -52,6 +55,9 @@ SPELLED: dict[fr.Obj, tuple[str, ...]] = {
     fr.RECEIPT: ("command", "task_id", "lease_id", "revision", "committed_at", "duplicate"),
     fr.LEASE: ("lease_id", "task_id", "lease_secret", "revision", "epoch", "state", "expires_at",
                "cancel_requested_at"),
+    fr.ASSIGN_BODY: ("task", "lease"),
+    fr.TASK: ("task_id", "queue", "kind", "payload", "attempt", "max_attempts", "idempotency_key", "created_at",
+              "due_at", "priority", "concurrency_key", "concurrency_token", "effect_uncertain", "retry_of"),
 }
 for _obj, _names in SPELLED.items():
     if tuple(f.name for f in _obj.fields) != _names:
@@ -217,5 +223,108 @@ def decode_command_ack(data: bytes, pending: dict[str, Any], session_id: str, ep
     return request, body
 
 
-__all__ = ["ACK_START", "COMMANDS", "LeaseFrames", "LeaseRequest", "PLAIN_TAIL", "command_frame",
-           "decode_command_ack", "finish_tail", "session_part"]
+# -- an offer, in one pass ------------------------------------------------------------------
+AssignBody = derive.struct(fr.ASSIGN_BODY)
+
+
+class _Offer(Struct, tag="task.assign", tag_field="type", forbid_unknown_fields=True):
+    protocol_version: Literal["1"]
+    id: str
+    session_id: str
+    body: AssignBody
+
+
+_OFFER = msgspec.json.Decoder(_Offer)
+#: How every canonical offer starts; other frames are left to the reference path at once.
+OFFER_START = b'{"protocol_version":' + _json(PROTOCOL_VERSION) + b',"type":"task.assign",'
+#: The keys of an offer without its optional fields: the envelope's, the body's, the task's and the lease's.
+_OFFER_KEYS = (derive.envelope_count(fr.FRAMES[m.TaskAssign])[0] + len(fr.ASSIGN_BODY.fields)
+               + sum(f.presence == fr.REQUIRED for f in fr.TASK.fields)
+               + sum(f.presence in (fr.REQUIRED, fr.VARIANT) for f in fr.LEASE.fields))
+_OFFERED = "OFFERED"  # the state of an offered lease (``TaskAssign`` requires it)
+
+#: Values the offer path has checked, built without their checks running again.
+_assign = trusted(m.TaskAssign)
+_task = trusted(m.AssignedTask)
+
+
+def decode_offer(data: bytes, session_id: str, epoch: int, epoch_text: str,
+                 kinds: dict[str, frozenset[str] | None], keyed: bool) -> m.TaskAssign | None:
+    """The offer a well-formed ``task.assign`` to this session makes, if the session takes it; else None.
+
+    Accepts only what the reference path would answer with ``Offered``:
+    this session, a queue and kind it subscribed to, a keyed task only if
+    it declared keys, an OFFERED lease of this task at this session's
+    epoch; every id, secret, counter, time, integer and text by the rules
+    ``AssignedTask``, ``Lease`` and ``TaskAssign`` enforce; a canonical
+    payload; no repeated key. A queue or kind equal to one the session
+    subscribed to (and checked in its hello) needs no grammar check.
+    """
+    try:
+        frame = _OFFER.decode(data)
+    except msgspec.DecodeError:
+        return None
+    task, lease = frame.body.task, frame.body.lease
+    queue_kinds = kinds.get(task.queue, False)
+    if (frame.session_id != session_id or queue_kinds is False or lease.epoch != epoch_text
+            or lease.state != _OFFERED or lease.task_id != task.task_id or not g.is_message_id(frame.id)
+            or not g.is_resource_id(task.task_id, g.TASK_PREFIX) or not g.is_resource_id(lease.lease_id, g.LEASE_PREFIX)
+            or not g.is_secret(lease.lease_secret)
+            or not (task.kind in queue_kinds if queue_kinds is not None else g.is_kind(task.kind))
+            or not 1 <= task.attempt <= lim.MAX_INT32 or not 1 <= task.max_attempts <= lim.MAX_INT32
+            or not (task.idempotency_key and g.is_text(task.idempotency_key, lim.MAX_IDEMPOTENCY_KEY_CHARS))):
+        return None
+    keys = _OFFER_KEYS
+    colons = (frame.id.count(":") + task.queue.count(":") + task.kind.count(":") + task.idempotency_key.count(":")
+              + task.created_at.count(":") + task.due_at.count(":") + lease.expires_at.count(":"))
+    try:
+        fragment = bytes(task.payload)
+        payload = payload_text(fragment)
+        created_at, due_at, expires_at = g.parse_time(task.created_at), g.parse_time(task.due_at), g.parse_time(
+            lease.expires_at)
+        revision = g.parse_counter(lease.revision)
+        priority = 0
+        if task.priority is not UNSET:
+            keys += 1
+            priority = task.priority
+            if not lim.MIN_PRIORITY < priority <= lim.MAX_PRIORITY:  # the default 0 is omitted, never sent
+                return None
+        concurrency_key = concurrency_token = None
+        if task.concurrency_key is not UNSET or task.concurrency_token is not UNSET:
+            if (not keyed or task.concurrency_key is UNSET or task.concurrency_token is UNSET
+                    or not g.is_concurrency_key(task.concurrency_key)):
+                return None
+            keys += 2
+            colons += task.concurrency_key.count(":")
+            concurrency_key, concurrency_token = task.concurrency_key, g.parse_counter(task.concurrency_token)
+        effect_uncertain = False
+        if task.effect_uncertain is not UNSET:
+            if task.effect_uncertain is not True:  # only sent as true
+                return None
+            keys += 1
+            effect_uncertain = True
+        retry_of = None
+        if task.retry_of is not UNSET:
+            if not g.is_resource_id(task.retry_of, g.TASK_PREFIX) or task.retry_of == task.task_id:
+                return None
+            keys += 1
+            retry_of = task.retry_of
+        cancel_requested_at = None
+        if lease.cancel_requested_at is not UNSET:
+            keys += 1
+            colons += lease.cancel_requested_at.count(":")
+            cancel_requested_at = g.parse_time(lease.cancel_requested_at)
+    except (ValueError, ScanError):  # derive.Decline and the grammar's refusals are ValueErrors
+        return None
+    if not keys_add_up(data, keys, colons, fragment):
+        return None
+    return _assign(frame.id, session_id,
+                   _task(task.task_id, task.queue, task.kind, payload, task.attempt, task.max_attempts,
+                         task.idempotency_key, created_at, due_at, priority, concurrency_key, concurrency_token,
+                         effect_uncertain, retry_of),
+                   _lease(lease.lease_id, lease.task_id, revision, epoch, _OFFERED, expires_at, lease.lease_secret,
+                          cancel_requested_at))
+
+
+__all__ = ["ACK_START", "COMMANDS", "LeaseFrames", "LeaseRequest", "OFFER_START", "PLAIN_TAIL", "command_frame",
+           "decode_command_ack", "decode_offer", "finish_tail", "session_part"]

@@ -157,6 +157,11 @@ class ClientProtocol:
                 request, body = answered
                 del self._pending[request.id]
                 return Answered(request, body)
+        elif data.startswith(f.OFFER_START) and len(data) <= MAX_FRAME_BYTES:
+            offer = f.decode_offer(data, self.session_id, self.epoch, self._epoch_text, self._kinds,
+                                   self.concurrency_keys)
+            if offer is not None:
+                return Offered(offer)
         message = try_decode_server(data, self._pending_type) if len(data) <= MAX_FRAME_BYTES else None
         if message is not None:
             reply_to = getattr(message, "reply_to", None)

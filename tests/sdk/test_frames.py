@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
+import contract_support as cs
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pulse_trio.contract import messages as m
+from pulse_trio.contract.codec import decode_server_frame
 from pulse_trio.contract.encoder import encode, encode_bytes
-from pulse_trio.contract.errors import InvalidMessage
+from pulse_trio.contract.errors import InvalidMessage, ProtocolError
 from pulse_trio.contract.grammar import new_id, new_secret
 from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.sdk import frames as f
@@ -191,3 +194,111 @@ def test_a_command_ack_gets_the_reference_paths_verdict(cls, frame_of, fast):
     _same(fast_event, reference_event)
     if fast:
         assert isinstance(fast_event, p.Answered)
+
+
+# -- offers: the one-pass reading gives the reference path's verdict -----------------------------
+_OFFER_EXAMPLES = {"assign": cs.assign, "assign_minimal": cs.assign_minimal}
+#: The sessions an offer may meet: the example's queue with its kind or every kind, keys declared or not.
+_OFFER_SESSIONS = [(("invoice.send",), True), (None, True), (("invoice.send",), False), (("other",), True)]
+
+
+def _offer_session(kinds: tuple[str, ...] | None, keyed: bool, epoch: int = 42) -> p.ClientProtocol:
+    hello = m.WorkerHello(id="h1", worker_name="w", subscriptions=(m.Subscription("billing", kinds),),
+                          concurrency_keys=keyed)
+    welcome = m.WorkerWelcome(id="s-1", session_id=cs.SESSION, reply_to="h1", body=m.Welcome(
+        instance_id=cs.INSTANCE, instance_secret=new_secret(), epoch=epoch, capacity=0, drain=False,
+        active_leases=0, lease_ttl_ms=30000, start_timeout_ms=30000, limits=m.ServerLimits(), server_time=NOW))
+    return p.ClientProtocol(welcome, hello, strict=True)
+
+
+def _reference_offer(proto: p.ClientProtocol, text: str) -> m.TaskAssign | None:
+    """What the reference path offers for ``text`` in ``proto``'s session, or None for any other verdict."""
+    try:
+        message = decode_server_frame(text, strict=True)
+    except ProtocolError:
+        return None
+    if not isinstance(message, m.TaskAssign) or message.session_id != proto.session_id:
+        return None
+    return None if proto._check_offer(message) else message
+
+
+def _offer_agrees(text: str, session: tuple = _OFFER_SESSIONS[0]) -> bool:
+    """Assert the one-pass offer is the reference path's; True if it took the frame."""
+    proto = _offer_session(*session)
+    data = text.encode("utf-8", "surrogatepass")
+    fast = f.decode_offer(data, proto.session_id, proto.epoch, proto._epoch_text, proto._kinds,
+                          proto.concurrency_keys)
+    if fast is None:
+        return False
+    reference = _reference_offer(proto, text)
+    assert reference is not None and fast == reference, (text, fast, reference)
+    event = proto.receive(text)
+    assert isinstance(event, p.Offered) and event.message == reference
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(_OFFER_EXAMPLES))
+def test_every_canonical_offer_takes_the_one_pass_reading(name):
+    assert _offer_agrees(cs.dumps(_OFFER_EXAMPLES[name]()))
+    assert cs.dumps(_OFFER_EXAMPLES[name]()).encode().startswith(f.OFFER_START)
+
+
+@pytest.mark.parametrize("session, taken", [
+    (_OFFER_SESSIONS[1], True),  # every kind of the queue: the kind is held to its grammar instead
+    (_OFFER_SESSIONS[2], False),  # a keyed task, but the session declared no keys
+    (_OFFER_SESSIONS[3], False),  # a kind the session did not subscribe to
+])
+def test_an_offer_is_read_in_one_pass_only_where_the_session_takes_it(session, taken):
+    assert _offer_agrees(cs.dumps(cs.assign()), session) is taken
+    assert _offer_agrees(cs.dumps(cs.assign_minimal()), session) is (taken or session == _OFFER_SESSIONS[2])
+
+
+@pytest.mark.parametrize("change", [
+    lambda t: t.replace(cs.SESSION, cs.OTHER_SESSION),  # another session's
+    lambda t: t.replace('"epoch":"42"', '"epoch":"43"'),  # another epoch
+    lambda t: t.replace('"state":"OFFERED"', '"state":"RUNNING"'),
+    lambda t: t.replace('"revision":"1"', '"revision":"01"'),
+    lambda t: t.replace('"priority":7', '"priority":0'),  # the default is omitted, never sent
+    lambda t: t.replace('"priority":7', '"priority":10'),
+    lambda t: t.replace('"effect_uncertain":true', '"effect_uncertain":false'),
+    lambda t: t.replace(f'"retry_of":"{cs.OTHER_TASK}"', f'"retry_of":"{cs.TASK}"'),
+    lambda t: t.replace('"concurrency_token":"1093",', ""),  # a key without its token
+    lambda t: t.replace('"attempt":2', '"attempt":0'),
+    lambda t: t.replace('"idempotency_key":"invoice-991"', '"idempotency_key":""'),
+    lambda t: t.replace('"idempotency_key":"invoice-991"', '"idempotency_key":"a\\u0041"'),  # an escape
+    lambda t: t.replace('"created_at":"2026-12-02T12:00:00.000000Z"', '"created_at":"2026-12-02T12:00:61.000000Z"'),
+    lambda t: t.replace('"queue":"billing",', '"queue":"billing","queue":"billing",'),  # a repeated key
+    lambda t: t.replace('"payload":{', '"payload":{"total":1,'),  # a repeated key inside the payload
+    lambda t: t.replace('"payload":{"invoice":991,"total":1.1}', '"payload":{"n":1.0e400}'),
+])
+def test_an_irregular_offer_goes_to_the_reference_path(change):
+    text = change(cs.dumps(cs.assign()))
+    assert text != cs.dumps(cs.assign())
+    assert not _offer_agrees(text)
+
+
+_OFFER_SETTINGS = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_OFFER_SETTINGS
+@given(cs.mutated(_OFFER_EXAMPLES), st.sampled_from(_OFFER_SESSIONS))
+def test_structural_mutations_never_fool_the_offer_reading(case, session):
+    _offer_agrees(cs.dumps(case[1]), session)
+
+
+_INSERTIONS = [" ", "\n", ",", ":", '"', "\\", "\\u0041", ":1", '"x":1,', "{", "}", "[", "]", "\ufeff", "0"]
+
+
+@_OFFER_SETTINGS
+@given(st.sampled_from(sorted(_OFFER_EXAMPLES)), st.sampled_from(_OFFER_SESSIONS), st.data())
+def test_textual_mutations_never_fool_the_offer_reading(name, session, data):
+    text = cs.dumps(_OFFER_EXAMPLES[name]())
+    for _ in range(data.draw(st.integers(1, 3))):
+        members = list(re.finditer(r'"[a-z_]+":("[^"\\]*"|-?\d+|true|false)', text))
+        if members and data.draw(st.booleans()):
+            member = data.draw(st.sampled_from(members))
+            text = text[:member.end()] + "," + member.group(0) + text[member.end():]
+        else:
+            at = data.draw(st.integers(0, len(text)))
+            text = text[:at] + data.draw(st.sampled_from(_INSERTIONS)) + text[at:]
+    _offer_agrees(text, session)
