@@ -321,3 +321,25 @@ def mutated(draw, examples: dict) -> tuple[str, dict]:
             target = _at(frame, draw(st.sampled_from(_containers(frame))))
             target[draw(st.sampled_from(KEYS))] = copy.deepcopy(draw(st.sampled_from(VALUES)))
     return name, frame
+
+
+# -- textual mutations (raw text only: what a parsed frame cannot show) ------------------
+
+#: What a textual mutation inserts: whitespace, JSON punctuation, escapes, members, a BOM, a lone surrogate.
+INSERTIONS = [" ", "\n", "\t", '"', "\\", ":", ",", "{", "}", "[", "]", "\\u0041", "\\\"", "\ufeff", "x", "0",
+              '"id":"z",', '"id":"z:z",', ',"id":"z"', '"revision":"1",', '"result":1,', "null", "\ud800"]
+#: A member whose value is a plain string, number or boolean: one a mutation may repeat.
+MEMBER = re.compile(r'"[a-z_]+":("[^"\\]*"|-?\d+|true|false)')
+
+
+def mutate_text(text: str, draw) -> str:
+    """``text`` with 1..3 textual changes: a member repeated right after itself, or an insertion anywhere."""
+    for _ in range(draw(st.integers(1, 3))):
+        members = list(MEMBER.finditer(text))
+        if members and draw(st.booleans()):
+            member = draw(st.sampled_from(members))
+            text = text[:member.end()] + "," + member.group(0) + text[member.end():]
+        else:
+            at = draw(st.integers(0, len(text)))
+            text = text[:at] + draw(st.sampled_from(INSERTIONS)) + text[at:]
+    return text

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 
 import contract_support as cs
 import pytest
@@ -286,19 +285,7 @@ def test_structural_mutations_never_fool_the_offer_reading(case, session):
     _offer_agrees(cs.dumps(case[1]), session)
 
 
-_INSERTIONS = [" ", "\n", ",", ":", '"', "\\", "\\u0041", ":1", '"x":1,', "{", "}", "[", "]", "\ufeff", "0"]
-
-
 @_OFFER_SETTINGS
 @given(st.sampled_from(sorted(_OFFER_EXAMPLES)), st.sampled_from(_OFFER_SESSIONS), st.data())
 def test_textual_mutations_never_fool_the_offer_reading(name, session, data):
-    text = cs.dumps(_OFFER_EXAMPLES[name]())
-    for _ in range(data.draw(st.integers(1, 3))):
-        members = list(re.finditer(r'"[a-z_]+":("[^"\\]*"|-?\d+|true|false)', text))
-        if members and data.draw(st.booleans()):
-            member = data.draw(st.sampled_from(members))
-            text = text[:member.end()] + "," + member.group(0) + text[member.end():]
-        else:
-            at = data.draw(st.integers(0, len(text)))
-            text = text[:at] + data.draw(st.sampled_from(_INSERTIONS)) + text[at:]
-    _offer_agrees(text, session)
+    _offer_agrees(cs.mutate_text(cs.dumps(_OFFER_EXAMPLES[name]()), data.draw), session)
