@@ -49,14 +49,12 @@ def in_context(context: contextvars.Context, coro: Coroutine[Any, Any, Any]) -> 
 
 
 class _AsyncioParked:
-    """An idle task on asyncio: waits on a future that the hand-off completes."""
+    """An idle task on asyncio: waits on a future (of the running loop) that the hand-off completes."""
 
     __slots__ = ("future",)
 
-    def __init__(self) -> None:
-        import asyncio
-
-        self.future = asyncio.get_running_loop().create_future()
+    def __init__(self, future: Any) -> None:
+        self.future = future
 
     def wake(self, job: Job | None) -> bool:
         if self.future.done():  # the task was cancelled meanwhile
@@ -106,7 +104,7 @@ class HandlerPool:
         self.jobs = 0
         self._idle: list[_AsyncioParked | _EventParked] = []
         self._group: anyio.abc.TaskGroup | None = None
-        self._parked: type[_AsyncioParked] | type[_EventParked] = _AsyncioParked
+        self._parked: Callable[[], _AsyncioParked | _EventParked] = _EventParked
 
     @property
     def idle(self) -> int:
@@ -117,7 +115,12 @@ class HandlerPool:
         self._group = group
         self._idle.clear()
         if group is not None:
-            self._parked = _AsyncioParked if sniffio.current_async_library() == "asyncio" else _EventParked
+            self._parked = _EventParked
+            if sniffio.current_async_library() == "asyncio":
+                import asyncio
+
+                new_future = asyncio.get_running_loop().create_future
+                self._parked = lambda: _AsyncioParked(new_future())
 
     def run(self, job: Job) -> None:
         """Run ``job`` in an idle task, or in a new one when none is idle; never waits."""

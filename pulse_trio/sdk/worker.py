@@ -352,7 +352,9 @@ class Worker:
                             lease_id)
             return
         self.stats.offers += 1
-        owner = Credentials(conn.instance_id, conn.instance_secret)
+        owner = self.credentials  # the session's, made when it opened
+        if owner is None or owner.instance_id != conn.instance_id:
+            owner = Credentials(conn.instance_id, conn.instance_secret)
         runner = LeaseRunner(self, offer, handler, conn, owner)
         self.runners[lease_id] = runner
         self.stats.running += 1
