@@ -106,6 +106,10 @@ class LeaseCommandBatcher:
         # Idle lanes park here; a submit wakes one. (One Event that every
         # waking lane replaced would strand lanes on events nobody sets.)
         self._idle_lanes = trio.lowlevel.ParkingLot()
+        # A lane has been woken and has not yet looked at the queue: the
+        # commands submitted meanwhile (a cohort's, read in one chunk) are
+        # its batch, so they wake no other lane.
+        self._waking = False
         self._held: set[str] = set()
         #: Claims for the slots a batch's finishes free, in its transaction (None: the dispatcher's only).
         self.ride_along: RideAlong | None = None
@@ -115,7 +119,8 @@ class LeaseCommandBatcher:
     def submit(self, command: AnyLeaseCommand, results: CommandResults, request: Any) -> None:
         """Queue one command; ``results.command_done(request, outcome)`` is posted once its batch has run."""
         self._queue.append(_Pending(command, results, request))
-        self._idle_lanes.unpark()
+        if not self._waking:
+            self._waking = bool(self._idle_lanes.unpark())
 
     def statistics(self) -> dict[str, float]:
         riding = self.ride_along.statistics() if self.ride_along is not None else {"claims": 0, "offers": 0}
@@ -132,7 +137,10 @@ class LeaseCommandBatcher:
         while True:
             batch = _take_batch(self._queue, self._held) if self._queue else []
             if not batch:
-                await self._idle_lanes.park()
+                try:
+                    await self._idle_lanes.park()
+                finally:
+                    self._waking = False  # woken (or stopped): the next submit wakes a lane again
                 continue
             try:
                 await self._run(batch)

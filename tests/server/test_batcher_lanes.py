@@ -102,3 +102,65 @@ async def test_every_lane_is_idle_and_wakeable_again_after_each_batch(db):
             nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+async def test_a_burst_of_submits_wakes_one_lane_and_is_its_batch(db):
+    """Commands submitted before the woken lane looks (a cohort read in one chunk) wake no other lane."""
+    store = Store(db, pool_size=LANES)
+    try:
+        lanes = LeaseCommandBatcher(store, ServiceClock())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lanes.run)
+            await trio.testing.wait_all_tasks_blocked()
+            inboxes = [_Posted() for _ in range(5)]
+            for n, inbox in enumerate(inboxes):
+                lanes.submit(_pending(f"{n:026d}"[-26:]).command, inbox, f"request {n}")
+            assert lanes._idle_lanes.statistics().tasks_waiting == LANES - 1
+            with trio.fail_after(10):
+                for inbox in inboxes:
+                    await inbox.posted.wait()
+            assert (lanes.batches, lanes.commands) == (1, 5)
+            await trio.testing.wait_all_tasks_blocked()
+            assert lanes._idle_lanes.statistics().tasks_waiting == LANES
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+class _GatedStore(Store):
+    """The real store, whose batches wait for a gate first: every lane can be held busy at once."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate = trio.Event()
+
+    async def run_batch(self, *args, **kwargs):
+        await self.gate.wait()
+        return await super().run_batch(*args, **kwargs)
+
+
+async def test_commands_submitted_while_every_lane_is_busy_are_taken_when_one_frees(db):
+    """No lane to wake: the submit leaves the command queued, and a lane that ends its batch takes it."""
+    store = _GatedStore(db, pool_size=LANES)
+    try:
+        lanes = LeaseCommandBatcher(store, ServiceClock())
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lanes.run)
+            await trio.testing.wait_all_tasks_blocked()
+            inboxes = [_Posted() for _ in range(LANES + 2)]
+            for n in range(LANES):  # one batch per lane, each waiting at the gate
+                lanes.submit(_pending(f"{n:026d}"[-26:]).command, inboxes[n], f"request {n}")
+                await trio.testing.wait_all_tasks_blocked()
+            assert lanes._idle_lanes.statistics().tasks_waiting == 0
+            for n in range(LANES, LANES + 2):
+                lanes.submit(_pending(f"{n:026d}"[-26:]).command, inboxes[n], f"request {n}")
+            store.gate.set()
+            with trio.fail_after(10):
+                for inbox in inboxes:
+                    await inbox.posted.wait()
+            assert lanes.commands == LANES + 2
+            await trio.testing.wait_all_tasks_blocked()
+            assert lanes._idle_lanes.statistics().tasks_waiting == LANES and not lanes._queue
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
