@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 
 import trio
 import trio.testing
@@ -83,48 +84,54 @@ async def test_pipelined_commands_of_many_leases_commit_in_each_leases_order(sta
     assert {client.get(h.task_id)["state"] for h in held} == {"SUCCEEDED"}
 
 
-async def test_every_lane_is_idle_and_wakeable_again_after_each_batch(db):
-    """A wake-up that one lane answers leaves the others parked where the next submit finds them."""
-    store = Store(db, pool_size=LANES)
+@contextlib.asynccontextmanager
+async def _running_lanes(store: Store):
+    """A batcher's lanes running on ``store``, every one parked, for the block (the store is closed after)."""
     try:
         lanes = LeaseCommandBatcher(store, ServiceClock())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lanes.run)
-            for n in range(3):
-                inbox = _Posted()
-                lanes.submit(_pending(f"{n:026d}"[-26:]).command, inbox, f"request {n}")
-                with trio.fail_after(10):
-                    await inbox.posted.wait()
-                await trio.testing.wait_all_tasks_blocked()
-                [(request, outcome)] = inbox.outcomes
-                assert request == f"request {n}" and isinstance(outcome, Refusal)  # no such lease: refused, and answered
-                assert lanes._idle_lanes.statistics().tasks_waiting == LANES
+            await trio.testing.wait_all_tasks_blocked()
+            yield lanes
             nursery.cancel_scope.cancel()
     finally:
         store.close()
+
+
+def _submit(lanes: LeaseCommandBatcher, n: int, inbox: _Posted) -> None:
+    lanes.submit(_pending(f"{n:026d}"[-26:]).command, inbox, f"request {n}")
+
+
+async def _all_posted(inboxes: list[_Posted]) -> None:
+    with trio.fail_after(10):
+        for inbox in inboxes:
+            await inbox.posted.wait()
+
+
+async def test_every_lane_is_idle_and_wakeable_again_after_each_batch(db):
+    """A wake-up that one lane answers leaves the others parked where the next submit finds them."""
+    async with _running_lanes(Store(db, pool_size=LANES)) as lanes:
+        for n in range(3):
+            inbox = _Posted()
+            _submit(lanes, n, inbox)
+            await _all_posted([inbox])
+            await trio.testing.wait_all_tasks_blocked()
+            [(request, outcome)] = inbox.outcomes
+            assert request == f"request {n}" and isinstance(outcome, Refusal)  # no such lease: refused, and answered
+            assert lanes._idle_lanes.statistics().tasks_waiting == LANES
 
 
 async def test_a_burst_of_submits_wakes_one_lane_and_is_its_batch(db):
     """Commands submitted before the woken lane looks (a cohort read in one chunk) wake no other lane."""
-    store = Store(db, pool_size=LANES)
-    try:
-        lanes = LeaseCommandBatcher(store, ServiceClock())
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(lanes.run)
-            await trio.testing.wait_all_tasks_blocked()
-            inboxes = [_Posted() for _ in range(5)]
-            for n, inbox in enumerate(inboxes):
-                lanes.submit(_pending(f"{n:026d}"[-26:]).command, inbox, f"request {n}")
-            assert lanes._idle_lanes.statistics().tasks_waiting == LANES - 1
-            with trio.fail_after(10):
-                for inbox in inboxes:
-                    await inbox.posted.wait()
-            assert (lanes.batches, lanes.commands) == (1, 5)
-            await trio.testing.wait_all_tasks_blocked()
-            assert lanes._idle_lanes.statistics().tasks_waiting == LANES
-            nursery.cancel_scope.cancel()
-    finally:
-        store.close()
+    async with _running_lanes(Store(db, pool_size=LANES)) as lanes:
+        inboxes = [_Posted() for _ in range(5)]
+        for n, inbox in enumerate(inboxes):
+            _submit(lanes, n, inbox)
+        assert lanes._idle_lanes.statistics().tasks_waiting == LANES - 1
+        await _all_posted(inboxes)
+        assert (lanes.batches, lanes.commands) == (1, 5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert lanes._idle_lanes.statistics().tasks_waiting == LANES
 
 
 class _GatedStore(Store):
@@ -142,25 +149,16 @@ class _GatedStore(Store):
 async def test_commands_submitted_while_every_lane_is_busy_are_taken_when_one_frees(db):
     """No lane to wake: the submit leaves the command queued, and a lane that ends its batch takes it."""
     store = _GatedStore(db, pool_size=LANES)
-    try:
-        lanes = LeaseCommandBatcher(store, ServiceClock())
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(lanes.run)
+    async with _running_lanes(store) as lanes:
+        inboxes = [_Posted() for _ in range(LANES + 2)]
+        for n in range(LANES):  # one batch per lane, each waiting at the gate
+            _submit(lanes, n, inboxes[n])
             await trio.testing.wait_all_tasks_blocked()
-            inboxes = [_Posted() for _ in range(LANES + 2)]
-            for n in range(LANES):  # one batch per lane, each waiting at the gate
-                lanes.submit(_pending(f"{n:026d}"[-26:]).command, inboxes[n], f"request {n}")
-                await trio.testing.wait_all_tasks_blocked()
-            assert lanes._idle_lanes.statistics().tasks_waiting == 0
-            for n in range(LANES, LANES + 2):
-                lanes.submit(_pending(f"{n:026d}"[-26:]).command, inboxes[n], f"request {n}")
-            store.gate.set()
-            with trio.fail_after(10):
-                for inbox in inboxes:
-                    await inbox.posted.wait()
-            assert lanes.commands == LANES + 2
-            await trio.testing.wait_all_tasks_blocked()
-            assert lanes._idle_lanes.statistics().tasks_waiting == LANES and not lanes._queue
-            nursery.cancel_scope.cancel()
-    finally:
-        store.close()
+        assert lanes._idle_lanes.statistics().tasks_waiting == 0
+        for n in range(LANES, LANES + 2):
+            _submit(lanes, n, inboxes[n])
+        store.gate.set()
+        await _all_posted(inboxes)
+        assert lanes.commands == LANES + 2
+        await trio.testing.wait_all_tasks_blocked()
+        assert lanes._idle_lanes.statistics().tasks_waiting == LANES and not lanes._queue
