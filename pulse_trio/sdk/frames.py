@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Struct
 
 from pulse_trio.contract import _checks as c
 from pulse_trio.contract import derive
@@ -224,17 +224,8 @@ def decode_command_ack(data: bytes, pending: dict[str, Any], session_id: str, ep
 
 
 # -- an offer, in one pass ------------------------------------------------------------------
-AssignBody = derive.struct(fr.ASSIGN_BODY)
-
-
-class _Offer(Struct, tag="task.assign", tag_field="type", forbid_unknown_fields=True):
-    protocol_version: Literal["1"]
-    id: str
-    session_id: str
-    body: AssignBody
-
-
-_OFFER = msgspec.json.Decoder(_Offer)
+#: The whole task.assign frame as its declaration makes it (the fast server path's struct too).
+_OFFER = msgspec.json.Decoder(derive.frame_struct(fr.FRAMES[m.TaskAssign], derive.struct(fr.ASSIGN_BODY)))
 #: How every canonical offer starts; other frames are left to the reference path at once.
 OFFER_START = b'{"protocol_version":' + _json(PROTOCOL_VERSION) + b',"type":"task.assign",'
 #: The keys of an offer without its optional fields: the envelope's, the body's, the task's and the lease's.
