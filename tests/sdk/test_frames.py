@@ -130,7 +130,7 @@ def _both(cls: type, frame_of) -> tuple[p.Event, p.Event, bool]:
     request_id, _ = fast.lease_request(cls, lease, 4, f.PLAIN_TAIL)
     request = fast._pending[request_id]
     frame = frame_of(fast, request)
-    took_fast = f.decode_command_ack(frame.encode(), fast._pending, fast.session_id, fast.epoch,
+    took_fast = f.decode_command_ack(frame.encode("utf-8", "surrogatepass"), fast._pending, fast.session_id, fast.epoch,
                                      str(fast.epoch)) is not None
     fast_event = fast.receive(frame)
     reference = _session()
@@ -194,6 +194,28 @@ def test_a_command_ack_gets_the_reference_paths_verdict(cls, frame_of, fast):
     if fast:
         assert isinstance(fast_event, p.Answered)
 
+
+
+_MUTATION_SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Each lease command with the acks its one-pass reading takes: (duplicate, carries a lease).
+_ACK_SHAPES = [(m.TaskStart, False, True), (m.TaskRenew, False, True), (m.TaskStart, True, False),
+               (m.TaskFinish, False, False), (m.TaskFinish, True, True)]
+
+
+@_MUTATION_SETTINGS
+@given(st.sampled_from(_ACK_SHAPES), st.booleans(), st.data())
+def test_mutated_command_acks_get_the_reference_paths_verdict(shape, textual, data):
+    """Random structural and textual mutations of an ack the one-pass reading takes."""
+    cls, duplicate, lease = shape
+
+    def frame_of(proto, request):
+        text = _ack(proto, request, duplicate=duplicate, lease=lease, cancel=data.draw(st.sampled_from([None, NOW])))
+        if textual:
+            return cs.mutate_text(text, data.draw)
+        return cs.dumps(data.draw(cs.mutated({"ack": lambda: json.loads(text)}))[1])
+
+    fast_event, reference_event, _ = _both(cls, frame_of)
+    _same(fast_event, reference_event)
 
 # -- offers: the one-pass reading gives the reference path's verdict -----------------------------
 _OFFER_EXAMPLES = {"assign": cs.assign, "assign_minimal": cs.assign_minimal}
