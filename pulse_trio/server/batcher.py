@@ -119,6 +119,10 @@ class LeaseCommandBatcher:
     def submit(self, command: AnyLeaseCommand, results: CommandResults, request: Any) -> None:
         """Queue one command; ``results.command_done(request, outcome)`` is posted once its batch has run."""
         self._queue.append(_Pending(command, results, request))
+        self._wake_a_lane()
+
+    def _wake_a_lane(self) -> None:
+        """Wake an idle lane for what is queued, unless one woken already has yet to look at the queue."""
         if not self._waking:
             self._waking = bool(self._idle_lanes.unpark())
 
@@ -142,12 +146,13 @@ class LeaseCommandBatcher:
                 finally:
                     self._waking = False  # woken (or stopped): the next submit wakes a lane again
                 continue
+            if self._queue:  # past MAX_BATCH, or repeats of held leases: another lane takes what it can
+                self._wake_a_lane()
             try:
                 await self._run(batch)
             finally:
+                # What waited for these leases goes in this lane's next batch (it loops at once).
                 self._held.difference_update(p.command.lease_id for p in batch)
-                if self._queue:  # what waited for these leases may go now, in another lane too
-                    self._idle_lanes.unpark()
 
     async def _run(self, batch: Sequence[_Pending]) -> None:
         grouped: dict[type, list[_Pending]] = {kind: [] for kind in _FUNCTIONS}

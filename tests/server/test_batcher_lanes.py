@@ -162,3 +162,17 @@ async def test_commands_submitted_while_every_lane_is_busy_are_taken_when_one_fr
         assert lanes.commands == LANES + 2
         await trio.testing.wait_all_tasks_blocked()
         assert lanes._idle_lanes.statistics().tasks_waiting == LANES and not lanes._queue
+
+
+async def test_a_burst_past_one_batch_is_shared_by_two_lanes(db):
+    """The woken lane takes MAX_BATCH commands and wakes another lane for the rest, at once."""
+    store = _GatedStore(db, pool_size=LANES)
+    async with _running_lanes(store) as lanes:
+        inboxes = [_Posted() for _ in range(MAX_BATCH + 3)]
+        for n, inbox in enumerate(inboxes):
+            _submit(lanes, n, inbox)
+        await trio.testing.wait_all_tasks_blocked()
+        assert lanes._idle_lanes.statistics().tasks_waiting == LANES - 2 and not lanes._queue
+        store.gate.set()
+        await _all_posted(inboxes)
+        assert (lanes.batches, lanes.commands) == (2, MAX_BATCH + 3)
