@@ -59,7 +59,7 @@ class Tier:
 
 #: The suite's default: small enough for CI on 2 cores.
 DEFAULT = Tier("default")
-#: Also in the suite: the default world with one renewal per attempt (seconds more).
+#: Also in the suite: the default world with one renewal per lease (seconds more).
 RENEWALS = Tier("renewals", revcap=3)
 #: Behind PULSE_MODEL_CHECK=large: two attempts (a retry after FAILED or an uncertain expiry), minutes.
 LARGE = Tier("large", max_attempts=2, memory_mb=6144)

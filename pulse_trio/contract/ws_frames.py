@@ -9,7 +9,7 @@ is most of what a frame costs once the JSON is compiled. Here:
   opening handshake and cuts them into whole frames. A final, unextended
   text frame with the masking the side expects, within the codec's size
   limit, on an open connection with no fragmented message under way, is
-  unmasked here (with the codec's own C ``apply_mask``) and returned as the
+  unmasked here (with the codec's own ``apply_mask``) and returned as the
   codec would return it. Every other frame (control frames, fragments,
   binary, reserved bits, wrong masking, oversize) goes to the codec from
   its first byte to its last, as those bytes arrive, so the codec judges
@@ -20,7 +20,9 @@ is most of what a frame costs once the JSON is compiled. Here:
   whole again. Once the codec leaves the open state, or the handshake came
   with frame bytes already behind it, the codec gets everything.
 * :func:`text_frame` builds the bytes ``Frame(TEXT, data).serialize()``
-  would, masked with a key from :class:`MaskKeys` on the client side.
+  would, masked with a key from :class:`MaskKeys` on the client side, and
+  :func:`queue_text` queues them in the codec's own output list, so pongs
+  and the closing handshake keep their order around them.
 
 Both sides' tests feed random frame sequences in random chunks to a cutter
 and to a bare codec and compare what comes out (``tests/contract/test_ws_frames.py``).
@@ -30,9 +32,8 @@ from __future__ import annotations
 
 import os
 
-from websockets.frames import Frame, Opcode
+from websockets.frames import Frame, Opcode, apply_mask  # the codec's own: its C speedup when built, else Python
 from websockets.protocol import OPEN, Protocol
-from websockets.speedups import apply_mask
 
 _FIN_TEXT = 0x81  # FIN, no reserved bit, opcode 1
 _MASK_BIT = 0x80
@@ -185,6 +186,11 @@ def text_frame(data: bytes, mask: bytes | None = None) -> bytes:
     if mask is None:
         return head + data
     return head + mask + apply_mask(data, mask)
+
+
+def queue_text(codec: Protocol, data: bytes, mask: bytes | None = None) -> None:
+    """Queue one text frame on an open ``codec``, in its own output list (``data_to_send`` returns it in order)."""
+    codec.writes.append(text_frame(data, mask))
 
 
 class MaskKeys:

@@ -40,7 +40,7 @@ from websockets.uri import WebSocketURI, parse_uri
 
 from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
-from pulse_trio.contract.ws_frames import FrameCutter, MaskKeys, text_frame
+from pulse_trio.contract.ws_frames import FrameCutter, MaskKeys, queue_text
 
 _CODEC_LOG = logging.getLogger("pulse_trio.sdk.websocket")
 
@@ -157,8 +157,8 @@ class ClientSocket:
     # -- writing ---------------------------------------------------------------------
     def send_text(self, data: bytes) -> None:
         """Encode one text message into the outgoing buffer (:meth:`flush` writes it)."""
-        if self.codec.state is OPEN:  # into the codec's own output list, so pongs and the close stay in order
-            self.codec.writes.append(text_frame(data, self._keys.next()))
+        if self.codec.state is OPEN:
+            queue_text(self.codec, data, self._keys.next())
 
     def ping(self) -> anyio.Event:
         """Buffer a ping; the event is set when its pong arrives (a later ping replaces it)."""

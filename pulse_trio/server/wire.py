@@ -52,7 +52,7 @@ from websockets.server import ServerProtocol
 
 from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
-from pulse_trio.contract.ws_frames import FrameCutter, text_frame
+from pulse_trio.contract.ws_frames import FrameCutter, queue_text
 from pulse_trio.server.gated_accept import AcceptGate, GatedListener, counted
 from pulse_trio.server.handshake import bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
@@ -161,7 +161,7 @@ class WireConnection:
             log.error("outbox full for %s; closing", self.session.session_id if self.session else "?")
             self._abort()
             return False
-        self.ws.writes.append(text_frame(frame))  # the codec's own output list: pongs and the close stay in order
+        queue_text(self.ws, frame)
         self._queued += 1
         self._count_frame_out(len(frame))
         self._wake.set()

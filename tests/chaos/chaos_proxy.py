@@ -131,9 +131,9 @@ class DroppingProxy:
         # moment from the line above on, so it never closes either end under us.
         self._wake_w.send(b"x")
         self._thread.join(timeout=10)
+        assert not self._thread.is_alive(), "the proxy thread did not stop"  # (so it cannot use the pair below)
         self._wake_w.close()
         self._wake_r.close()
-        assert not self._thread.is_alive(), "the proxy thread did not stop"
 
     @property
     def dropped(self) -> int:

@@ -20,7 +20,7 @@ from websockets.protocol import OPEN
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
-from pulse_trio.contract.ws_frames import FrameCutter, MaskKeys, text_frame
+from pulse_trio.contract.ws_frames import FrameCutter, MaskKeys, queue_text, text_frame
 
 LIMIT = 300  # a small codec limit, so oversize frames are cheap to make
 #: Limits on both sides of the 7-bit length form (a header may announce 126 or 127 before its real length).
@@ -48,7 +48,7 @@ payloads = st.binary(max_size=140) | st.binary(min_size=126, max_size=LIMIT)
 # Each item: (kind, payload, flag); the stream builder turns it into frame bytes.
 items = st.tuples(
     st.sampled_from(["text", "text", "text", "fragments", "ping", "pong", "binary", "rsv", "wrong_mask",
-                     "oversize", "close", "bad_opcode", "lone_cont"]),
+                     "oversize", "close", "bad_opcode", "lone_cont", "unfinished"]),
     payloads, st.booleans())
 
 
@@ -85,6 +85,8 @@ def _stream(seq: list[tuple[str, bytes, bool]], masked: bool, limit: int = LIMIT
             out.append(bytes(raw))
         elif kind == "lone_cont":
             out.append(_serialize(Frame(Opcode.CONT, payload), masked))
+        elif kind == "unfinished":  # a first fragment whose message never ends: what follows is out of place
+            out.append(_serialize(Frame(Opcode.TEXT, payload, fin=False), masked))
     return b"".join(out)
 
 
@@ -111,11 +113,23 @@ def _written(chunks: list[bytes], server: bool) -> list:
     return out
 
 
-def _run_both(server: bool, chunks: list[bytes], eof: bool, limit: int = LIMIT):
+def _end(codec) -> tuple:
+    """A codec's end state: its state, the closes sent and received, and why its parser stopped."""
+    problem = codec.parser_exc
+    return (codec.state, codec.close_sent, codec.close_rcvd,
+            (type(problem), str(problem)) if problem is not None else None)
+
+
+def _run_both(server: bool, chunks: list[bytes], eof: bool, limit: int = LIMIT, close_before: int | None = None):
+    """Both readers through the same chunks; ``close_before``: this side starts the closing handshake before that chunk."""
     codec = _codec(server, limit)
     cutter = _cutter(server, limit)
     seen_codec, seen_cutter, sent_codec, sent_cutter = [], [], [], []
-    for chunk in chunks:
+    for at, chunk in enumerate(chunks):
+        if at == close_before:
+            for side in (codec, cutter.codec):
+                if side.state is OPEN:
+                    side.send_close(1000, "done")
         codec.receive_data(chunk)
         seen_codec += _view(codec.events_received())
         sent_codec += codec.data_to_send()
@@ -129,16 +143,21 @@ def _run_both(server: bool, chunks: list[bytes], eof: bool, limit: int = LIMIT):
         sent_codec += codec.data_to_send()
         seen_cutter += _view(cutter.receive_eof())
         sent_cutter += cutter.codec.data_to_send()
-    return (seen_codec, _written(sent_codec, server), codec.state, codec.close_sent), \
-        (seen_cutter, _written(sent_cutter, server), cutter.codec.state, cutter.codec.close_sent)
+    return (seen_codec, _written(sent_codec, server), _end(codec)), \
+        (seen_cutter, _written(sent_cutter, server), _end(cutter.codec))
 
 
 @settings(max_examples=500, deadline=None)
 @given(seq=st.lists(items, max_size=12), cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
-       server=st.booleans(), eof=st.booleans(), limit=st.sampled_from(LIMITS))
-def test_the_cutter_gives_what_the_codec_gives(seq, cuts, server, eof, limit):
+       server=st.booleans(), eof=st.booleans(), limit=st.sampled_from(LIMITS),
+       close_before=st.none() | st.integers(min_value=0, max_value=8), trim=st.integers(min_value=0, max_value=6))
+def test_the_cutter_gives_what_the_codec_gives(seq, cuts, server, eof, limit, close_before, trim):
+    """``close_before``: this side closes first (its peer's frames then all go to the codec); ``trim``: with
+    ``eof``, the stream ends inside its last frame."""
     data = _stream(seq, masked=server, limit=limit)  # a server receives masked frames, a client unmasked ones
-    expected, got = _run_both(server, _chunks(data, cuts), eof, limit)
+    if eof and trim:
+        data = data[:max(0, len(data) - trim)]
+    expected, got = _run_both(server, _chunks(data, cuts), eof, limit, close_before)
     assert got == expected
 
 
@@ -148,6 +167,24 @@ def test_a_header_that_announces_a_16_bit_length_waits_for_it_before_choosing_wh
     expected, got = _run_both(False, chunks, False, limit=100)
     assert got == expected
     assert [frame[:2] for frame in got[0]] == [(Opcode.TEXT, b"hello"), (Opcode.PING, b"")]
+
+
+def test_a_whole_text_frame_inside_a_fragmented_message_is_the_codecs_to_refuse():
+    """A first fragment, then a final text frame instead of its continuation: 1002, on both sides."""
+    for server in (True, False):
+        data = _stream([("unfinished", b"ab", False), ("text", b"cd", False)], masked=server)
+        expected, got = _run_both(server, [data], False)
+        assert got == expected
+        assert got[2][1] == Close(1002, "expected a continuation frame")
+
+
+def test_after_our_own_close_the_peers_last_frames_reach_the_codec_in_one_read():
+    """We sent the close (the codec is CLOSING): the peer's text and its close, in one chunk, both arrive."""
+    for server in (True, False):
+        data = _stream([("text", b"late", False), ("close", b"", False)], masked=server)
+        expected, got = _run_both(server, [data], False, close_before=0)
+        assert got == expected
+        assert [frame[:2] for frame in got[0]][:1] == [(Opcode.TEXT, b"late")] and got[2][2] == Close(1000, "bye")
 
 
 def test_a_large_frame_read_one_byte_at_a_time():
@@ -208,3 +245,16 @@ def test_mask_keys_come_four_bytes_at_a_time_and_refill():
     drawn = [keys.next() for _ in range(MaskKeys.BLOCK // 4 + 3)]
     assert all(len(k) == 4 for k in drawn)
     assert len(set(drawn)) > len(drawn) - 5  # random, so practically all distinct
+
+
+def test_queued_text_keeps_its_place_among_the_codecs_own_frames():
+    """A pong the codec answers after a queued text frame follows it, and the closing handshake follows both."""
+    cutter = _cutter(server=True)
+    queue_text(cutter.codec, b"first")
+    cutter.receive(_serialize(Frame(Opcode.PING, b"hi"), True))
+    queue_text(cutter.codec, b"second")
+    cutter.codec.send_close(1000, "bye")
+    assert _written(cutter.codec.data_to_send(), server=True) == [
+        (Opcode.TEXT, b"first", True, False, False, False), (Opcode.PONG, b"hi", True, False, False, False),
+        (Opcode.TEXT, b"second", True, False, False, False),
+        (Opcode.CLOSE, Close(1000, "bye").serialize(), True, False, False, False)]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import trio
+from websockets.frames import Frame, Opcode
 
 import harness
 
@@ -222,17 +223,14 @@ async def test_a_peer_that_never_answers_pings_is_dropped(start_service, worker_
             await trio.sleep(0.01)
 
 
-def _masked(first: int, payload: bytes) -> bytes:
-    """One client frame with first byte ``first`` (FIN and opcode; 0x81: a whole text frame) carrying ``payload``, masked."""
-    mask = b"\x01\x02\x03\x04"
-    size = len(payload)
-    head = bytes([first, 0x80 | size]) if size < 126 else bytes([first, 0x80 | 126]) + size.to_bytes(2, "big")
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+def _masked(opcode: Opcode, payload: bytes, *, fin: bool = True) -> bytes:
+    """One client frame, masked as a client must, by ``websockets``' own serializer."""
+    return Frame(opcode, payload, fin=fin).serialize(mask=True)
 
 
 async def test_invalid_utf8_in_a_text_frame_closes_with_1007(start_service, connect, worker_token):
     w = await registered(start_service, connect, worker_token)
-    await w.stream.send_all(_masked(0x81, b'{"protocol_version":"1","type":"\xff\xfe"}'))
+    await w.stream.send_all(_masked(Opcode.TEXT, b'{"protocol_version":"1","type":"\xff\xfe"}'))
     await w.expect_close(1007)
 
 
@@ -310,8 +308,8 @@ async def test_fragments_and_a_ping_between_them_reach_the_session_a_few_bytes_a
     w._expect_answer(frame["id"], frame["type"], frame["body"])
     text = json.dumps(frame).encode()
     third = len(text) // 3
-    wire = (_masked(0x01, text[:third]) + _masked(0x89, b"between") + _masked(0x00, text[third:2 * third])
-            + _masked(0x80, text[2 * third:]))
+    wire = (_masked(Opcode.TEXT, text[:third], fin=False) + _masked(Opcode.PING, b"between")
+            + _masked(Opcode.CONT, text[third:2 * third], fin=False) + _masked(Opcode.CONT, text[2 * third:]))
     for at in range(0, len(wire), 7):
         await w.stream.send_all(wire[at:at + 7])
         await trio.sleep(0)
@@ -321,7 +319,7 @@ async def test_fragments_and_a_ping_between_them_reach_the_session_a_few_bytes_a
     first, second = _capacity_frame(w, 4), _capacity_frame(w, 5)
     for f in (first, second):
         w._expect_answer(f["id"], f["type"], f["body"])
-    await w.stream.send_all(_masked(0x81, json.dumps(first).encode()) + _masked(0x81, json.dumps(second).encode()))
+    await w.stream.send_all(_masked(Opcode.TEXT, json.dumps(first).encode()) + _masked(Opcode.TEXT, json.dumps(second).encode()))
     assert (await w.reply(first["id"]))["body"]["capacity"] == 4
     assert (await w.reply(second["id"]))["body"]["capacity"] == 5
     assert (await w.capacity_ok(6))["capacity"] == 6
