@@ -82,6 +82,11 @@ class Connection(pymysql.connections.Connection):
         self.descriptions: dict[bytes, tuple[FieldDescriptorPacket, tuple, tuple[str | None, Any]]] = {}
         super().__init__(*args, **kwargs)
 
+    def set_character_set(self, charset: str, collation: str | None = None) -> None:
+        """PyMySQL's own; the descriptions kept were read in the old encoding, so they go."""
+        super().set_character_set(charset, collation)
+        self.descriptions.clear()
+
     def escape(self, obj: Any, mapping: Any = None) -> str:
         kind = type(obj)
         if kind is str:

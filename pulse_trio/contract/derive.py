@@ -71,6 +71,7 @@ def struct(obj: fr.Obj, variant: bool = False) -> type:
     return msgspec.defstruct(name, fields, kw_only=True, forbid_unknown_fields=True)
 
 
+@functools.cache
 def frame_struct(frame: fr.Frame, body: Any) -> type:
     """The tagged struct of a whole frame (envelope fields required), ``body`` its body's type."""
     fields: list[tuple] = [("protocol_version", Literal[PROTOCOL_VERSION]), ("id", str)]

@@ -59,6 +59,10 @@ SPELLED: dict[fr.Obj, tuple[str, ...]] = {
     fr.TASK: ("task_id", "queue", "kind", "payload", "attempt", "max_attempts", "idempotency_key", "created_at",
               "due_at", "priority", "concurrency_key", "concurrency_token", "effect_uncertain", "retry_of"),
 }
+#: The optional task fields an offer sends only away from their default (``decode_offer`` refuses the default).
+_REFUSED_DEFAULTS = ("priority", "effect_uncertain")
+if tuple(f.name for f in fr.TASK.fields if f.refuse_default) != _REFUSED_DEFAULTS:
+    raise TypeError("contract/frames.py refuses the defaults of other task fields than decode_offer does: change both")
 for _obj, _names in SPELLED.items():
     if tuple(f.name for f in _obj.fields) != _names:
         raise TypeError(f"sdk/frames.py spells {_obj.name} as {_names}; contract/frames.py declares "
@@ -224,7 +228,7 @@ def decode_command_ack(data: bytes, pending: dict[str, Any], session_id: str, ep
 
 
 # -- an offer, in one pass ------------------------------------------------------------------
-#: The whole task.assign frame as its declaration makes it (the fast server path's struct too).
+#: The whole task.assign frame as its declaration makes it: the fast server path's struct (``derive`` keeps one).
 _OFFER = msgspec.json.Decoder(derive.frame_struct(fr.FRAMES[m.TaskAssign], derive.struct(fr.ASSIGN_BODY)))
 #: How every canonical offer starts; other frames are left to the reference path at once.
 OFFER_START = b'{"protocol_version":' + _json(PROTOCOL_VERSION) + b',"type":"task.assign",'

@@ -161,7 +161,7 @@ class ClientProtocol:
             offer = f.decode_offer(data, self.session_id, self.epoch, self._epoch_text, self._kinds,
                                    self.concurrency_keys)
             if offer is not None:
-                return Offered(offer)
+                return self._offered(offer)
         message = try_decode_server(data, self._pending_type) if len(data) <= MAX_FRAME_BYTES else None
         if message is not None:
             reply_to = getattr(message, "reply_to", None)
@@ -199,9 +199,7 @@ class ClientProtocol:
                 return Refused(request, message)
             return Fatal(message) if message.fatal else Dropped(f"error {message.code}: {message.message}")
         if isinstance(message, m.TaskAssign):
-            problem = self._check_offer(message)
-            return Dropped(f"task.assign of {message.task.task_id} rejected: {problem}", offer=True) \
-                if problem else Offered(message)
+            return self._offered(message)
         if isinstance(message, m.TaskCancel):
             return CancelPushed(message)
         return Dropped(f"unexpected {message.TYPE} inside a session")
@@ -211,6 +209,11 @@ class ClientProtocol:
         return request.TYPE if request is not None else None
 
     # -- checks the schema cannot make -----------------------------------------------
+    def _offered(self, msg: m.TaskAssign) -> Offered | Dropped:
+        """An offer, by either reading, held to this session's rules (the one-pass reading asks them too)."""
+        problem = self._check_offer(msg)
+        return Dropped(f"task.assign of {msg.task.task_id} rejected: {problem}", offer=True) if problem else Offered(msg)
+
     def _check_offer(self, msg: m.TaskAssign) -> str | None:
         task, lease = msg.task, msg.lease
         if task.queue not in self._kinds:

@@ -156,3 +156,23 @@ def test_errors_and_warnings_come_through_alike(database_config, statement):
     finally:
         ours.close()
         theirs.close()
+
+
+def test_a_new_character_set_drops_the_descriptions_kept(database_config):
+    """Which encoding a column is read in follows the connection's character set, so the kept ones go with it."""
+    ours, theirs = _pair(database_config)
+    try:
+        for charset in ("utf8mb4", "latin1", "utf8mb4"):
+            read = []
+            for conn in (ours, theirs):
+                conn.set_character_set(charset)
+                with conn.cursor() as cur:
+                    cur.execute("SELECT %s, CONVERT(%s USING latin1), JSON_OBJECT('a', %s)",
+                                ("\u00fc", "\u00e4", "\u00e9"))
+                    read.append((cur.fetchall(), cur.description))
+            assert read[0] == read[1], charset
+        ours.set_character_set("utf8mb4")
+        assert not ours.descriptions
+    finally:
+        ours.close()
+        theirs.close()
