@@ -31,7 +31,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="json: one JSON object per line; text: readable key=value lines [env PULSE_LOG_FORMAT]")
     parser.add_argument("--log-level", default=os.environ.get("PULSE_LOG_LEVEL") or "info",
                         choices=LEVELS, help="the least severe log lines written [env PULSE_LOG_LEVEL]")
-    parser.set_defaults(run=run_guarded(_serve))
+    parser.set_defaults(run=run_guarded(_serve, long_running=True))
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="event loop the handlers run on: asyncio (default; what asyncpg, httpx, aiobotocore "
                           "... need) or trio [env PULSE_WORKER_BACKEND]")
     run.add_argument("--uvloop", action="store_true", help="with --backend asyncio: run on uvloop's event loop")
-    run.set_defaults(run=run_guarded(_run))
+    run.set_defaults(run=run_guarded(_run, long_running=True))
 
 
 def _capacity(text: str) -> int:

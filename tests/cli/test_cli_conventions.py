@@ -7,12 +7,14 @@ takes only the flags it uses.
 from __future__ import annotations
 
 import argparse
+import gc
 
 import pytest
 from cli_support import run
 
 from pulse_trio.cli import build_parser
-from pulse_trio.cli.common import EXIT_USAGE, CliParser
+from pulse_trio.cli.common import (EXIT_USAGE, YOUNG_GENERATION_THRESHOLD, CliParser, CommandFailed, run_guarded,
+                                   tuned_collector)
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -84,3 +86,43 @@ def test_a_bad_argument_is_one_line_and_exit_2(args, line):
 def test_help_still_prints_the_usage():
     done = run("submit", "--help")
     assert done.returncode == 0 and done.stdout.startswith("usage: pulse-trio submit") and "--delay" in done.stdout
+
+
+def test_only_the_service_commands_tune_the_collector():
+    """`serve` and `worker run` run for days: they collect the young generation less often; one-shot commands don't."""
+    tuned = {path for path, parser in _commands(build_parser())
+             if getattr(parser.get_default("run"), "long_running", False)}
+    assert tuned == {("serve",), ("worker", "run")}
+
+
+@pytest.fixture
+def collector_thresholds():
+    saved, enabled = gc.get_threshold(), gc.isenabled()
+    yield saved
+    gc.set_threshold(*saved)
+    (gc.enable if enabled else gc.disable)()
+
+
+def test_a_long_running_command_runs_with_the_collector_tuned_and_leaves_it_as_found(collector_thresholds):
+    gc.set_threshold(700, 10, 10)
+    seen = []
+    assert run_guarded(lambda args: seen.append(gc.get_threshold()), long_running=True)(argparse.Namespace()) == 0
+    assert seen == [(YOUNG_GENERATION_THRESHOLD, 10, 10)]
+    assert gc.get_threshold() == (700, 10, 10)
+
+    def refused(args):
+        seen.append(gc.get_threshold())
+        raise CommandFailed("no", EXIT_USAGE)
+
+    assert run_guarded(refused, long_running=True)(argparse.Namespace()) == EXIT_USAGE
+    assert seen[-1] == (YOUNG_GENERATION_THRESHOLD, 10, 10) and gc.get_threshold() == (700, 10, 10)
+    run_guarded(lambda args: seen.append(gc.get_threshold()))(argparse.Namespace())
+    assert seen[-1] == (700, 10, 10)
+
+
+def test_tuning_never_lowers_a_threshold_nor_enables_a_disabled_collector(collector_thresholds):
+    gc.set_threshold(YOUNG_GENERATION_THRESHOLD * 5, 3, 4)
+    gc.disable()
+    with tuned_collector():
+        assert gc.get_threshold() == (YOUNG_GENERATION_THRESHOLD * 5, 3, 4)
+        assert not gc.isenabled()
