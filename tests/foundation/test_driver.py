@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import struct
+from collections.abc import Iterator
 
 import pymysql
 import pytest
@@ -79,9 +80,19 @@ def test_a_row_is_read_as_pymysql_reads_it(cols, missing, cut):
     assert _read(_Result, converters, data) == _read(MySQLResult, converters, data)
 
 
-def _pair(config) -> tuple[Connection, pymysql.connections.Connection]:
-    kwargs = config.connect_kwargs()
-    return Connection(**kwargs), pymysql.connections.Connection(**kwargs)
+@pytest.fixture
+def pair(database_config) -> Iterator[tuple[Connection, pymysql.connections.Connection]]:
+    """Ours and PyMySQL's own connection to one database, read side by side."""
+    kwargs = database_config.connect_kwargs()
+    ours = Connection(**kwargs)
+    try:
+        theirs = pymysql.connections.Connection(**kwargs)
+        try:
+            yield ours, theirs
+        finally:
+            theirs.close()
+    finally:
+        ours.close()
 
 
 _TYPES = """CREATE TEMPORARY TABLE driver_types (
@@ -98,81 +109,65 @@ _ROWS = [
 ]
 
 
-def test_every_column_type_reads_as_pymysql_reads_it(database_config):
-    ours, theirs = _pair(database_config)
-    try:
+def test_every_column_type_reads_as_pymysql_reads_it(pair):
+    ours, theirs = pair
+    for conn in (ours, theirs):
+        with conn.cursor() as cur:
+            cur.execute(_TYPES)
+            cur.executemany("INSERT INTO driver_types VALUES (" + ", ".join(["%s"] * 14) + ")", _ROWS)
+    statements = ["SELECT * FROM driver_types ORDER BY id",
+                  "SELECT id, body, NULL, 'lit', 7 AS seven, CAST(at AS DATETIME) FROM driver_types ORDER BY id",
+                  "SELECT * FROM driver_types WHERE id = 99",
+                  "SELECT REPEAT('z', 300000), REPEAT(_binary x'fe', 70000)"]
+    for statement in statements * 2:  # the second time, ours reads each description from its cache
+        read = []
         for conn in (ours, theirs):
             with conn.cursor() as cur:
-                cur.execute(_TYPES)
-                cur.executemany("INSERT INTO driver_types VALUES (" + ", ".join(["%s"] * 14) + ")", _ROWS)
-        statements = ["SELECT * FROM driver_types ORDER BY id",
-                      "SELECT id, body, NULL, 'lit', 7 AS seven, CAST(at AS DATETIME) FROM driver_types ORDER BY id",
-                      "SELECT * FROM driver_types WHERE id = 99",
-                      "SELECT REPEAT('z', 300000), REPEAT(_binary x'fe', 70000)"]
-        for statement in statements * 2:  # the second time, ours reads each description from its cache
-            read = []
-            for conn in (ours, theirs):
-                with conn.cursor() as cur:
-                    cur.execute(statement)
-                    read.append((cur.fetchall(), cur.description, cur.rowcount))
-            assert read[0] == read[1], statement
-        assert ours.descriptions, "the descriptions were kept"
-    finally:
-        ours.close()
-        theirs.close()
+                cur.execute(statement)
+                read.append((cur.fetchall(), cur.description, cur.rowcount))
+        assert read[0] == read[1], statement
+    assert ours.descriptions, "the descriptions were kept"
 
 
-def test_the_descriptions_kept_stay_bounded(database_config):
+def test_the_descriptions_kept_stay_bounded(pair):
     """Columns named after literals vary without bound: the connection starts its cache again past the limit."""
-    ours, theirs = _pair(database_config)
-    try:
-        for n in range(MAX_DESCRIPTIONS + 40):
-            for conn in (ours, theirs):
-                with conn.cursor() as cur:
-                    cur.execute("SELECT %s, %s", (f"value {n}", n))
-                    got = (cur.fetchall(), cur.description)
-                    if conn is ours:
-                        mine = got
-            assert mine == got
-            assert len(ours.descriptions) <= MAX_DESCRIPTIONS + 2
-    finally:
-        ours.close()
-        theirs.close()
+    ours, theirs = pair
+    for n in range(MAX_DESCRIPTIONS + 40):
+        for conn in (ours, theirs):
+            with conn.cursor() as cur:
+                cur.execute("SELECT %s, %s", (f"value {n}", n))
+                got = (cur.fetchall(), cur.description)
+                if conn is ours:
+                    mine = got
+        assert mine == got
+        assert len(ours.descriptions) <= MAX_DESCRIPTIONS + 2
 
 
 @pytest.mark.parametrize("statement", ["SELECT 1 FROM no_such_table", "SELECT CAST('x' AS INT) + 'y'"])
-def test_errors_and_warnings_come_through_alike(database_config, statement):
-    ours, theirs = _pair(database_config)
-    try:
-        outcomes = []
-        for conn in (ours, theirs):
-            with conn.cursor() as cur:
-                try:
-                    cur.execute(statement)
-                    outcomes.append(("ok", cur.fetchall(), cur.description))
-                except pymysql.MySQLError as exc:
-                    outcomes.append(("error", type(exc), exc.args))
-        assert outcomes[0] == outcomes[1]
-    finally:
-        ours.close()
-        theirs.close()
+def test_errors_and_warnings_come_through_alike(pair, statement):
+    ours, theirs = pair
+    outcomes = []
+    for conn in (ours, theirs):
+        with conn.cursor() as cur:
+            try:
+                cur.execute(statement)
+                outcomes.append(("ok", cur.fetchall(), cur.description))
+            except pymysql.MySQLError as exc:
+                outcomes.append(("error", type(exc), exc.args))
+    assert outcomes[0] == outcomes[1]
 
 
-def test_a_new_character_set_drops_the_descriptions_kept(database_config):
+def test_a_new_character_set_drops_the_descriptions_kept(pair):
     """Which encoding a column is read in follows the connection's character set, so the kept ones go with it."""
-    ours, theirs = _pair(database_config)
-    try:
-        for charset in ("utf8mb4", "latin1", "utf8mb4"):
-            read = []
-            for conn in (ours, theirs):
-                conn.set_character_set(charset)
-                with conn.cursor() as cur:
-                    cur.execute("SELECT %s, CONVERT(%s USING latin1), JSON_OBJECT('a', %s)",
-                                ("\u00fc", "\u00e4", "\u00e9"))
-                    read.append((cur.fetchall(), cur.description))
-            assert read[0] == read[1], charset
-        ours.set_character_set("utf8mb4")
-        assert not ours.descriptions
-    finally:
-        ours.close()
-        theirs.close()
+    ours, theirs = pair
+    for charset in ("utf8mb4", "latin1", "utf8mb4"):
+        read = []
+        for conn in (ours, theirs):
+            conn.set_character_set(charset)
+            with conn.cursor() as cur:
+                cur.execute("SELECT %s, CONVERT(%s USING latin1), JSON_OBJECT('a', %s)",
+                            ("\u00fc", "\u00e4", "\u00e9"))
+                read.append((cur.fetchall(), cur.description))
+        assert read[0] == read[1], charset
+    ours.set_character_set("utf8mb4")
+    assert not ours.descriptions
