@@ -186,8 +186,9 @@ def tuned_collector() -> Iterator[None]:
     """Collect the young generation less often while the block runs, then as before.
 
     Never more often than already set, and a disabled collector stays off; the older generations
-    keep their thresholds. Only cyclic garbage waits longer, a bounded number of objects. A command
-    run in-process (a test, a program calling ``main``) leaves the collector as it found it.
+    keep their thresholds, which count the young generation's collections, so they are collected
+    less often in the same proportion. Only garbage in reference cycles waits longer to be freed.
+    A command run in-process (a test, a program calling ``main``) leaves the collector as it found it.
     """
     saved = gc.get_threshold()
     young, older, oldest = saved
