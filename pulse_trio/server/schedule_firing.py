@@ -38,16 +38,31 @@ class ScheduleFiring:
         self.store, self.clock, self.hub = store, clock, hub
         #: Tasks this process created from ticks (a tick another process fired is counted there).
         self.created = 0
+        self._scope = trio.CancelScope()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.fire_due()
-                delay = await self.until_next()
-            except Exception:
-                log.exception("firing schedules failed; retrying shortly")
-                delay = POLL_MAX_S
-            await trio.sleep(delay)
+        """Fire due ticks until :meth:`stop` (or until cancelled with the service)."""
+        with self._scope:
+            while True:
+                try:
+                    await self.fire_due()
+                    delay = await self.until_next()
+                except Exception:
+                    log.exception("firing schedules failed; retrying shortly")
+                    delay = POLL_MAX_S
+                await trio.sleep(delay)
+
+    def stop(self) -> None:
+        """Fire no more ticks: a stopping instance leaves them to the others from its stop's first moment.
+
+        Its stop waits for its sessions and HTTP requests to end; ticks fired meanwhile would be
+        fired by a process that is going away. A pass whose transaction is under way commits first.
+        """
+        self._scope.cancel()
+
+    @property
+    def stopped(self) -> bool:
+        return self._scope.cancel_called
 
     async def fire_due(self) -> int:
         """Fire every due tick now; the number of tasks this pass created."""

@@ -259,6 +259,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                     http_port=http_port, instance=live, schedules=firing))
                 await stop.wait()
                 log.info("shutting down: %d session(s)", len(connections))
+                firing.stop()
                 listening.cancel()
                 for connection in list(connections):
                     connection.shutdown()

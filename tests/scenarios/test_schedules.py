@@ -56,3 +56,14 @@ async def test_after_downtime_skip_fires_one_tick_and_catch_up_its_limit(scenari
     ticks = _ticks(db, catch_up.schedule_id)
     assert len(ticks) == 4 and ticks == [ticks[0] + 60 * SECOND * k for k in range(4)]
     assert (_fired(db, skip.schedule_id), _fired(db, catch_up.schedule_id)) == (1, 4)
+
+
+async def test_a_stopping_instance_fires_no_more_ticks(scenario_service, virtual_clock, db):
+    """Its stop first waits for sessions and requests to end; no tick is fired by a process going away."""
+    service = await scenario_service()
+    made = await _create(db, service, name="every-second", interval=1)
+    await trio.sleep(2.5)
+    assert _ticks(db, made.schedule_id) and not service.schedules.stopped
+    service.stop()
+    await trio.sleep(0.01)
+    assert service.schedules.stopped
