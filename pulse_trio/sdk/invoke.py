@@ -8,6 +8,7 @@ the code that runs it in production.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import anyio
@@ -47,15 +48,26 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
         except TaskCancelled as exc:
             result = None if ctx.stop_reason == LEASE_LOST else oc.from_exception(
                 exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED)
+        except anyio.get_cancelled_exc_class() as exc:
+            if anyio.current_effective_deadline() == -math.inf:  # the handler's scope, or the worker's, was cancelled
+                raise
+            # No scope cancelled it: on asyncio a handler can let out a CancelledError of its own
+            # (an awaited future someone else cancelled). That is the handler failing, not the worker
+            # stopping; raised further, it would end the pool's task and, with it, the worker.
+            result = _raised(handler, ctx, exc, max_result_bytes)
         except Exception as exc:
             if ctx.stop_reason == LEASE_LOST:
                 return None
-            if not isinstance(exc, HandlerOutcome):
-                log.exception("handler %s raised for task %s", handler.name, ctx.task_id)
-            result = oc.from_exception(exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED,
-                                       max_bytes=max_result_bytes)
+            result = _raised(handler, ctx, exc, max_result_bytes)
     if scope.cancelled_caught:
         if ctx.stop_reason == CANCEL_REQUESTED:
             return oc.cancelled(ctx.cancel_reason or "cancelled by request")
         return None
     return result
+
+
+def _raised(handler: Handler, ctx: TaskContext, exc: BaseException, max_result_bytes: int) -> oc.Outcome:
+    """The outcome of a handler that raised ``exc`` (its own outcome, or FAILED ``unhandled_exception``)."""
+    if not isinstance(exc, HandlerOutcome):
+        log.exception("handler %s raised for task %s", handler.name, ctx.task_id)
+    return oc.from_exception(exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED, max_bytes=max_result_bytes)

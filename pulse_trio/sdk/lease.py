@@ -563,6 +563,8 @@ class LeaseRunner:
         """On a new connection, before capacity is declared: settle the in-flight command, resume."""
         if self.lost is not None or self.phase is RETIRED:
             return
+        if self.replayed is not None and self.replayed.receipt.command == m.TaskFinish.TYPE:
+            return  # an earlier reattach recovered the finish's ack, for `connected` to settle: nothing to resume
         if self.inflight is not None:
             cls, revision, outcome = self.inflight
             fields = dict(task_id=self.task.task_id, lease_id=self.lease_id, lease_secret=self._secret,

@@ -308,3 +308,43 @@ async def test_a_command_waiting_to_retry_is_settled_by_the_reattach_not_sent_ag
     await peer2.send(peer2.command_result(finish, lease=False))
     await wait_for(lambda: worker.stats.succeeded == 1, timeout=5, what="the finish")
     assert len(calls) == 1 and worker.stats.started == 1 and worker.stats.lost == 0
+
+
+async def test_a_finish_recovered_by_a_replay_stays_finished_after_another_drop(scripted, run_worker, caplog):
+    """The replay proved the finish committed; a drop before capacity is declared must not make it a lost lease.
+
+    The next connection must not resume the lease (the service would refuse: it finished), and the worker's
+    account (docs/worker.md §5.1) counts the task as succeeded, not lost.
+    """
+    caplog.set_level(logging.INFO, logger="pulse_trio.sdk")
+    worker, peer = await _session(scripted, run_worker, _registry([]))
+    frame, _ = peer.offer()
+    await peer.send(frame)
+    start = await peer.recv()
+    await peer.send(peer.command_result(start))
+    finish = await peer.recv()
+    assert finish["type"] == "task.finish"
+    await peer.ws.aclose()  # the finish committed; its ack is lost with the connection
+    peer.done.set()
+
+    second = await scripted.next_peer()
+    await second.welcome()
+    replay = await second.recv()
+    assert replay["type"] == "task.finish" and replay["body"] == finish["body"]
+    receipt = second.command_result(replay, lease=False)
+    receipt["body"]["receipt"]["duplicate"] = True
+    await second.send(receipt)
+    assert (await second.recv())["type"] == "worker.capacity"
+    await second.ws.aclose()  # dropped before the capacity is acknowledged (an instance stopping, say)
+    second.done.set()
+
+    third = await scripted.next_peer()
+    await third.welcome()
+    request = await third.recv()
+    assert request["type"] == "worker.capacity", f"the finished lease was asked for again: {request}"
+    body = request["body"]
+    await third.send(third.frame("ack", third.state(body["capacity"], body["sequence"]), reply_to=request["id"]))
+    await wait_for(lambda: worker.stats.succeeded + worker.stats.lost + worker.stats.unsettled >= 1, timeout=5,
+                   what="the lease to be settled")
+    lost = [r.getMessage() for r in caplog.records if "lease lost" in r.getMessage()]
+    assert (worker.stats.succeeded, worker.stats.lost, lost) == (1, 0, [])
