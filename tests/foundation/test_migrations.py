@@ -310,3 +310,34 @@ def test_a_task_an_older_version_started_is_held_and_finishes_at_its_attempt(dat
         assert (view.task.state, view.task.attempt, view.task.outcome_attempt) == ("SUCCEEDED", 2, 2)
     finally:
         store.close()
+
+
+def test_set_aside_marks_that_no_release_would_clear_are_dropped(database_server):
+    """0025: a mark outside READY is dropped, and so are the marks of a key with no permit out (nothing would
+    bring those tasks back); the set-aside tasks of a key whose permit is out keep waiting for its release."""
+    config, t0, _ = _older(database_server, "set_aside", 24)
+    rows = {  # task id: (key, state, set aside)
+        "tsk_01KBFEY3G00000000000000001": ("stranded", "READY", True),
+        "tsk_01KBFEY3G00000000000000002": ("stranded", "SCHEDULED", True),
+        "tsk_01KBFEY3G00000000000000003": ("held", "READY", True),
+        "tsk_01KBFEY3G00000000000000004": ("held", "OFFERED", True),
+        "tsk_01KBFEY3G00000000000000005": ("held", "READY", False),
+    }
+    conn = connect(config)
+    with conn.cursor() as cur:
+        for task_id, (key, state, waits) in rows.items():
+            cur.execute("INSERT INTO tasks (task_id, queue, kind, state, payload, due_at, effective_at,"
+                        " idempotency_key, created_at, updated_at, concurrency_key, waits_for_key)"
+                        " VALUES (%s, 'q', 'k', %s, '{}', %s, %s, %s, %s, %s, %s, %s)",
+                        (task_id, state, t0, t0, task_id, t0, t0, key, waits))
+        cur.execute("INSERT INTO key_counters (concurrency_key, last_token, outstanding)"
+                    " VALUES ('stranded', 4, 0), ('held', 9, 1)")
+    conn.commit()
+    migrate(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT task_id, waits_for_key FROM tasks ORDER BY task_id")
+        marks = dict(cur.fetchall())
+    conn.close()
+    assert marks == {"tsk_01KBFEY3G00000000000000001": 0, "tsk_01KBFEY3G00000000000000002": 0,
+                     "tsk_01KBFEY3G00000000000000003": 1, "tsk_01KBFEY3G00000000000000004": 0,
+                     "tsk_01KBFEY3G00000000000000005": 0}

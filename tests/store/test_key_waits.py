@@ -9,7 +9,8 @@ of ``WAIT_CHUNK``).
 
 from __future__ import annotations
 
-from pulse_trio.store import NewTask, request_cancel, submit
+from pulse_trio.store import NewTask, expire, finish, lapse, promote, release_after_quarantine, request_cancel, submit
+from pulse_trio.store.engine.inputs import FinishReport
 from pulse_trio.store.task.steps import WAIT_CHUNK
 
 DEEP = 4 * WAIT_CHUNK + 37  # several set-aside chunks, hundreds of claim pages
@@ -176,3 +177,41 @@ def test_a_finish_that_lets_set_aside_work_compete_again_says_so_on_one_ack(worl
     acks = world.run(finish, commands=[world.command(holder, o, 2, report=report) for o in (alone, first)])
     assert [a.freed_work for a in acks] == [True, False], "one ack of the batch: its permits freed waiting work"
     assert _waiting(world, "hot") == 2
+
+
+def test_a_retried_task_the_claim_took_before_its_key_filled_is_offered_again(world):
+    """A claim takes a keyed task, then meets the key at its limit: it sets aside the rest, not that task.
+
+    (It once set it aside too; retried after its backoff, it came back READY but waiting, and with no
+    permit of its key out, no release ever brought it back.)"""
+    w = world.worker("q", capacity=10, keys=True)
+    keyed = dict(concurrency_key="k1", concurrency_limit=1, backoff_initial_ms=1_000, backoff_max_ms=1_000)
+    first = world.submit(**keyed)
+    world.advance(1)
+    second = world.submit(**keyed)
+
+    (offer,) = world.assign(w, 2)  # the key's one permit goes to `first`; `second` meets the limit
+    assert offer.task.task_id == first
+    world.start(w, offer)
+    report = FinishReport("FAILED", "{}", "boom", None, True)
+    world.run(finish, commands=[world.command(w, offer, 2, report=report)])  # retry: SCHEDULED
+    assert world.task(first).task.state == "SCHEDULED"
+
+    # The released permit brought `second` back; it runs and succeeds, releasing the permit again.
+    (offer2,) = world.assign(w, 1)
+    assert offer2.task.task_id == second
+    world.start(w, offer2)
+    world.finish(w, offer2, 2)
+
+    world.advance(2_000)  # past the retry's backoff
+    world.run(promote)
+    assert world.task(first).task.state == "READY"
+    assert world.sql("SELECT outstanding FROM key_counters WHERE concurrency_key = 'k1'") == [(0,)]
+    world.advance(600_000)
+    for timer in (lapse, expire, promote, release_after_quarantine):  # no timer brings it back either
+        world.run(timer)
+    # No permit of k1 is held, so the READY retry must be offered to a free session that declared keys.
+    offers = world.assign(w, 1)
+    assert [o.task.task_id for o in offers] == [first], world.sql(
+        "SELECT task_id, state, waits_for_key, pick_state FROM tasks WHERE task_id = %s", (first,))
+    assert world.sql("SELECT task_id FROM tasks WHERE waits_for_key AND state <> 'READY'") == []

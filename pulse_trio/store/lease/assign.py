@@ -321,15 +321,19 @@ class _KeySkips:
 
     A key at its limit has its READY tasks set aside once when first met; a
     task of it met again later in the scan is past the chunk set aside, so
-    the next chunk goes too (at most once per task read).
+    the next chunk goes too (at most once per task read). The tasks this
+    claim took a permit for are still READY (the offer moves them after
+    the scan) and locked by this very transaction, which ``SKIP LOCKED``
+    does not skip: they are never set aside.
     """
 
-    __slots__ = ("busy", "at_limit", "set_aside")
+    __slots__ = ("busy", "at_limit", "set_aside", "taken")
 
     def __init__(self) -> None:
         self.busy: set[str] = set()
         self.at_limit: set[str] = set()
         self.set_aside: set[str] = set()  # task ids this claim set aside
+        self.taken: set[str] = set()  # keyed task ids this claim took a permit for
 
     def skips(self, tx: Tx, task: TaskRow) -> bool:
         key = task.concurrency_key
@@ -346,7 +350,7 @@ class _KeySkips:
         self._set_aside(tx, key)
 
     def _set_aside(self, tx: Tx, key: str) -> None:
-        ids = task_steps.ready_of_key(tx, key)
+        ids = [task_id for task_id in task_steps.ready_of_key(tx, key) if task_id not in self.taken]
         if ids:
             task_steps.wait_for_key(tx, task_ids=ids)
             self.set_aside.update(ids)
@@ -369,4 +373,5 @@ def _take(tx: Tx, session: InstanceRow, task: TaskRow, credential: LeaseCredenti
         if token == permits.AT_LIMIT:
             skip.limit_reached(tx, task.concurrency_key)
             return None
+        skip.taken.add(task.task_id)
     return task, credential, token
