@@ -76,7 +76,7 @@ _FINISH_REPORT = trusted(FinishReport)
 
 #: What tasks other than the connection's own may use of a session besides its plain attributes
 #: and its inbox: reads only (the tests check that nothing else is called from elsewhere).
-OUTSIDE_READS = frozenset({"active_leases", "free_slots", "refill_at", "drain", "holds", "held_leases"})
+OUTSIDE_READS = frozenset({"active_leases", "free_slots", "refill_at", "drain", "holds", "held_leases", "ending"})
 
 #: Lease commands a connection may have in flight however small its capacity.
 MIN_IN_FLIGHT = 64
@@ -106,6 +106,10 @@ class Outbox(Protocol):
 
     def close(self, code: int, reason: str) -> None:
         """Close after what is queued has been sent."""
+
+    @property
+    def closing(self) -> bool:
+        """The connection has begun to close: frames sent from now on are dropped."""
 
 
 class LiveSession:
@@ -152,8 +156,13 @@ class LiveSession:
         return len(self._held) + self._resuming + self.inbox.leases_posted
 
     @property
+    def ending(self) -> bool:
+        """The connection has begun to close (or has closed): no offer could reach the worker any more."""
+        return self.closing or self.outbox.closing
+
+    @property
     def free_slots(self) -> int:
-        if self.drain or self.closing or self.inbox.drain_posted:
+        if self.drain or self.ending or self.inbox.drain_posted:
             return 0
         return max(0, self.capacity - self.active_leases)
 

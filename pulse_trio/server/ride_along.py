@@ -137,7 +137,7 @@ class RideAlong:
         riders: dict[str, _Rider] = {}
         for sid in sorted(by_session):
             session = hub.get(sid)
-            if session is None or session.drain or session.closing or session.capacity <= 0:
+            if session is None or session.drain or session.ending or session.capacity <= 0:
                 continue
             mine = frozenset(lease for lease in by_session[sid] if session.holds(lease))
             if mine:

@@ -143,6 +143,7 @@ class WireConnection:
         self._wake = trio.Event()
         self._queued = 0
         self._closing = False
+        self._close_deadline: float | None = None  # set once, when the closing begins
         self._flushed_eof = trio.Event()
         self._fragments: list[bytes] | None = None
         self._early: list = []  # frames that arrived with the upgrade request
@@ -171,10 +172,26 @@ class WireConnection:
         """Start the closing handshake after what is queued; the reader waits for the peer's close."""
         if self._closing:
             return
-        self._closing = True
+        self._begin_closing()
         if self.ws.state is OPEN:
             self.ws.send_close(code, reason.encode("utf-8")[:MAX_REASON_BYTES].decode("utf-8", "ignore"))
         self._wake.set()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def _begin_closing(self) -> None:
+        """No new frame goes out, and the peer has CLOSE_TIMEOUT_S from now to close.
+
+        The session's free slots are none from now on (``LiveSession.ending``):
+        it is filed again in the hub at once, so no claim offers it work it
+        could never receive.
+        """
+        self._closing = True
+        self._close_deadline = trio.current_time() + CLOSE_TIMEOUT_S
+        if self.session is not None:
+            self.endpoint.sessions.hub.refresh(self.session)
 
     # -- what the rest of the service asks ------------------------------------------
     def shutdown(self) -> None:
@@ -244,7 +261,7 @@ class WireConnection:
                     await trio.aclose_forcefully(self.stream)
 
     def _abort(self) -> None:
-        self._closing = True
+        self._begin_closing()
         if self._scope is not None:
             self._scope.cancel()
 
@@ -332,8 +349,8 @@ class WireConnection:
                 self._wake.set()
             if self.ws.state is CLOSED or self.ws.eof_sent:
                 return
-            if self._closing:
-                deadline: float | None = trio.current_time() + CLOSE_TIMEOUT_S
+            if self._closing:  # fixed when the closing began: frames the peer keeps sending do not extend it
+                deadline: float | None = self._close_deadline
             elif service.protocol.state == "awaiting_hello":
                 deadline = hello_deadline
             else:

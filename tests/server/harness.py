@@ -629,6 +629,25 @@ async def _open_stream(port: int, ssl_context: ssl.SSLContext | None) -> trio.ab
     return stream
 
 
+async def raw_upgrade(port: int, token: str) -> tuple[trio.SocketStream, bytes]:
+    """A WebSocket opened by hand, for a peer that must misbehave below the codec (no pongs, no close echo).
+
+    The upgraded stream, and what arrived after the 101 head (a first frame may come with it).
+    """
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all((f"GET {PATH} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                           f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {SUBPROTOCOL}\r\n"
+                           f"Authorization: Bearer {token}\r\n\r\n").encode())
+    data = b""
+    with trio.fail_after(DEFAULT_TIMEOUT):
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(4096)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return stream, rest
+
+
 async def connect(nursery: trio.Nursery, port: int, token: str | None, *, name: str = "worker",
                   ssl_context: ssl.SSLContext | None = None, path: str = PATH,
                   subprotocols: tuple[str, ...] = (SUBPROTOCOL,)) -> Worker:

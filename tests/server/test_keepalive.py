@@ -10,26 +10,11 @@ PING = b"\x89\x00"  # a server's ping: unmasked, no payload
 MASKED_EMPTY_PONG = b"\x8a\x80\x01\x02\x03\x04"
 
 
-async def _raw_upgrade(port: int, token: str) -> tuple[trio.SocketStream, bytes]:
-    """The upgraded stream, and what arrived after the 101 head (a first ping may come with it)."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    await stream.send_all((f"GET {harness.PATH} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
-                           f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                           f"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {harness.SUBPROTOCOL}\r\n"
-                           f"Authorization: Bearer {token}\r\n\r\n").encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += await stream.receive_some(4096)
-    head, _, rest = data.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 101"), head
-    return stream, rest
-
-
 async def test_an_answering_peer_is_pinged_every_interval_and_kept(start_service, worker_token):
     """Each ping is the two-byte frame; a peer that answers every one outlives many intervals."""
     interval = 0.1
     service = await start_service(ping_interval=interval, hello_timeout=30)
-    stream, buffer = await _raw_upgrade(service.worker_port, worker_token)
+    stream, buffer = await harness.raw_upgrade(service.worker_port, worker_token)
     pings = 0
     with trio.fail_after(10):
         while pings < 8:  # more than the three intervals after which an unanswered ping closes

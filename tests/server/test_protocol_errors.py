@@ -198,16 +198,8 @@ async def test_pings_are_answered_and_the_session_survives(start_service, connec
 async def test_a_peer_that_never_answers_pings_is_dropped(start_service, worker_token):
     """A raw handshake on a socket nobody reads from afterwards: no pongs come back."""
     service = await start_service(ping_interval=0.1)
-    stream = await trio.open_tcp_stream("127.0.0.1", service.worker_port)
-    request = (f"GET /v1/worker HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-               f"Sec-WebSocket-Protocol: pulse.worker.v1\r\nAuthorization: Bearer {worker_token}\r\n\r\n")
-    await stream.send_all(request.encode())
+    stream, _ = await harness.raw_upgrade(service.worker_port, worker_token)
     with trio.fail_after(10):
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += await stream.receive_some(4096)
-        assert data.startswith(b"HTTP/1.1 101"), data
         while len(service.connections) == 0:
             await trio.sleep(0.01)
         # Read and discard (pings arrive) but never answer; the server gives up on us.
@@ -324,3 +316,103 @@ async def test_fragments_and_a_ping_between_them_reach_the_session_a_few_bytes_a
     assert (await w.reply(second["id"]))["body"]["capacity"] == 5
     assert (await w.capacity_ok(6))["capacity"] == 6
     assert [c.frames.cutting for c in service.connections] == [True]
+
+
+class _PeerThatNeverClosesBack:
+    """A hand-made WebSocket client that reads the server's close frame and never echoes it."""
+
+    def __init__(self, stream: trio.SocketStream, received: bytes) -> None:
+        self.stream, self.buffer = stream, received
+
+    async def frame(self) -> tuple[int, bytes]:
+        """The server's next frame (unmasked) as (opcode, payload)."""
+        while True:
+            if len(self.buffer) >= 2:
+                size, head = self.buffer[1] & 0x7F, 2
+                if size == 126:
+                    size, head = int.from_bytes(self.buffer[2:4], "big"), 4
+                elif size == 127:
+                    size, head = int.from_bytes(self.buffer[2:10], "big"), 10
+                if len(self.buffer) >= head + size:
+                    opcode, payload = self.buffer[0] & 0x0F, self.buffer[head:head + size]
+                    self.buffer = self.buffer[head + size:]
+                    return opcode, payload
+            chunk = await self.stream.receive_some(65536)
+            if not chunk:
+                raise EOFError
+            self.buffer += chunk
+
+    async def request(self, frame: dict) -> dict:
+        await self.stream.send_all(_masked(Opcode.TEXT, json.dumps(frame).encode()))
+        while True:
+            opcode, payload = await self.frame()
+            if opcode == Opcode.TEXT:
+                return json.loads(payload)
+
+    async def ended(self, within: float, *, ping_every: float | None) -> bool:
+        """Whether the server ends the connection within ``within`` seconds (the peer pinging meanwhile)."""
+        with trio.move_on_after(within):
+            try:
+                while True:
+                    if ping_every is not None:
+                        await self.stream.send_all(_masked(Opcode.PING, b"still here"))
+                    with trio.move_on_after(ping_every if ping_every is not None else within):
+                        while await self.stream.receive_some(65536):
+                            pass
+                        return True
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return True
+        return False
+
+
+async def _closed_by_the_server(service, token: str) -> tuple[_PeerThatNeverClosesBack, str]:
+    """A registered session (capacity 1) that commits a fatal error; the server's close frame has been read."""
+    peer = _PeerThatNeverClosesBack(*await harness.raw_upgrade(service.worker_port, token))
+    with trio.fail_after(10):
+        welcome = await peer.request({"protocol_version": "1", "type": "worker.hello", "id": "h1",
+                                      "body": {"worker_name": "stale", "subscriptions": [{"queue": "billing"}]}})
+        session_id = welcome["session_id"]
+        capacity = {"sequence": "1", "capacity": 1, "drain": False}
+        ack = await peer.request({"protocol_version": "1", "type": "worker.capacity", "id": "c1",
+                                  "session_id": session_id, "body": capacity})
+        assert ack["type"] == "ack", ack
+        error = await peer.request({"protocol_version": "1", "type": "worker.capacity", "id": "c2",
+                                    "session_id": OTHER_SESSION, "body": {**capacity, "sequence": "2"}})
+        assert error["error"]["code"] == "session_mismatch" and error["error"]["fatal"], error
+        while (await peer.frame())[0] != Opcode.CLOSE:
+            pass
+    return peer, session_id
+
+
+@pytest.mark.parametrize("ping_every", [None, 0.3], ids=["silent", "pinging"])
+async def test_a_peer_that_never_answers_the_close_is_dropped_after_the_close_timeout(start_service, worker_token,
+                                                                                     ping_every):
+    """The wait for the peer's close is bounded from the server's close frame, whatever the peer sends after it."""
+    from pulse_trio.server.wire import CLOSE_TIMEOUT_S
+
+    service = await start_service()
+    peer, _ = await _closed_by_the_server(service, worker_token)
+    assert await peer.ended(CLOSE_TIMEOUT_S + 2, ping_every=ping_every), "the server still holds the connection"
+    with trio.fail_after(5):
+        while service.connections:
+            await trio.sleep(0.02)
+    await peer.stream.aclose()
+
+
+async def test_a_session_the_server_is_closing_is_offered_no_work(start_service, connect, worker_token, client, db):
+    """Once the server has begun to close a session, no claim offers it work: a task submitted meanwhile
+    waits for a session that can take it, not for its offer's start timeout."""
+    from sql_support import rows
+
+    service = await start_service(poll_interval=0.05)
+    healthy = await connect(service, worker_token, name="healthy")
+    await healthy.register(["billing"])  # capacity 0 for now
+    peer, session_id = await _closed_by_the_server(service, worker_token)
+    task = client.submit("billing", "invoice.send", {})
+    await trio.sleep(0.5)  # ten dispatcher polls while the closing session waits for our close
+    offered = rows(db, "SELECT lease_id FROM leases WHERE task_id = %s", (task["task_id"],))
+    assert offered == [], f"offered to the closing session {session_id}"
+    await healthy.capacity_ok(1)
+    held = await healthy.expect_assign(timeout=5)
+    assert held.task_id == task["task_id"]
+    await peer.stream.aclose()
