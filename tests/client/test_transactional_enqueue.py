@@ -59,3 +59,19 @@ def test_rollback_leaves_no_task(client: Client, conn):
     again = _enqueue_order(client, conn, 2)
     conn.commit()
     assert client.get(again)["idempotency_key"] == "order-2"
+
+
+def test_a_known_key_committed_after_the_callers_snapshot_returns_its_task(client: Client, conn):
+    """A caller's REPEATABLE READ transaction reads first; meanwhile another producer submits the same key.
+
+    The submit on the caller's connection returns that task (created False), as a known key does anywhere
+    (docs/worker.md §12.2), not the duplicate-key error its snapshot would otherwise leave it with.
+    """
+    conn.begin()
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM orders")  # the caller's own read: its snapshot starts here
+    elsewhere = client.submit("billing", "invoice.send", {"order": 7}, idempotency_key="order-7")
+    assert elsewhere["created"] is True
+    mine = client.submit("billing", "invoice.send", {"order": 7}, connection=conn, idempotency_key="order-7")
+    assert (mine["task_id"], mine["created"]) == (elsewhere["task_id"], False)
+    conn.commit()

@@ -59,6 +59,18 @@ async def test_idempotency_key_header_returns_the_existing_task_with_200(http, t
     assert clash.status == 400 and "disagree" in clash.error["message"]
 
 
+async def test_idempotency_keys_that_differ_in_trailing_spaces_are_two_keys(http, tokens):
+    """A key is any text of 1-255 characters, compared exactly: the database must not pad it."""
+    first = await http.post("/v1/tasks", token=tokens["producer"],
+                            json_body={**SUBMIT, "payload": {"invoice": 1}, "idempotency_key": "inv-1"})
+    second = await http.post("/v1/tasks", token=tokens["producer"],
+                             json_body={**SUBMIT, "payload": {"invoice": 2}, "idempotency_key": "inv-1 "})
+    assert (first.status, second.status) == (201, 201), second.body
+    assert second.json()["idempotency_key"] == "inv-1 " and second.json()["task_id"] != first.json()["task_id"]
+    listed = await http.get("/v1/tasks?idempotency_key=inv-1%20", token=tokens["producer"])
+    assert [t["task_id"] for t in listed.json()["tasks"]] == [second.json()["task_id"]]
+
+
 async def test_null_optional_fields_count_as_not_given(http, tokens):
     nulls = dict.fromkeys(("priority", "delay", "due_at", "idempotency_key", "concurrency_key", "concurrency_limit",
                            "max_attempts", "retry_uncertain", "lease_ttl", "backoff_initial", "backoff_factor",

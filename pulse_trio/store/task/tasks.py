@@ -185,10 +185,10 @@ def submit(tx: Tx, *, tasks: Sequence[NewTask], now: dt.datetime) -> tuple[Submi
         except pymysql.err.IntegrityError as exc:
             if exc.args[0] != DUPLICATE_KEY:
                 raise
-            found = tx.one(
-                sql.SUBMITTED_BEFORE,
-                (task.task_id, task.queue, task.idempotency_key or task.task_id),
-            )
+            key = (task.task_id, task.queue, task.idempotency_key or task.task_id)
+            # A plain read is enough under the service's READ COMMITTED; a caller's own transaction
+            # (DatabaseClient, connection=) may read a snapshot older than the row it met.
+            found = tx.one(sql.SUBMITTED_BEFORE, key) or tx.one(sql.SUBMITTED_BEFORE_LOCKED, key)
             if found is None:
                 raise
             results.append(Submitted(found[0], public_state(found[1], found[2]), found[0] == task.task_id))
