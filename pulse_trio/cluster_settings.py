@@ -98,13 +98,19 @@ class ClusterSetting:
         number = value if isinstance(value, Decimal) else Decimal(str(value))
         if not number.is_finite():
             raise self._invalid(f"{self.name} must be a finite number of seconds")
-        ms = number * _MS
+        try:
+            ms = number * _MS
+        except ArithmeticError:  # an exponent past what a Decimal holds (1e999999): far out of any range
+            raise self._out_of_range(number) from None
         if ms != ms.to_integral_value():
             raise self._invalid(f"{self.name} is given to the millisecond at most (got {number} s)")
         if not self.min_ms <= ms <= self.max_ms:
-            raise self._invalid(f"{self.name} must be {seconds_text(self.min_ms)} to {seconds_text(self.max_ms)} "
-                                f"seconds (got {number})")
+            raise self._out_of_range(number)
         return int(ms)
+
+    def _out_of_range(self, number: Decimal) -> InvalidSetting:
+        return self._invalid(f"{self.name} must be {seconds_text(self.min_ms)} to {seconds_text(self.max_ms)} "
+                             f"seconds (got {number})")
 
     def seconds(self, ms: int | None) -> float | None:
         return None if ms is None else ms / 1000

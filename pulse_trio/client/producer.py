@@ -341,7 +341,9 @@ class DatabaseClient:
             if result.code == INSTANCE_NOT_FOUND:
                 raise ClientError(INSTANCE_NOT_FOUND, f"no worker instance {instance_id}")
             raise ClientError("instance_disconnected", f"worker instance {instance_id} is disconnected")
-        return next(w for w in self.workers(include_disconnected=True) if w["instance_id"] == instance_id)
+        worker = self.store.run_sync(queries.get_worker, instance_id=instance_id)
+        assert worker is not None  # the drain found it, and an instance's row is never deleted
+        return worker
 
     # -- operating ---------------------------------------------------------------
     def pause_queue(self, queue: str, *, paused_by: str, now: dt.datetime | None = None) -> dict[str, Any]:

@@ -38,6 +38,7 @@ def test_values_are_seconds_to_the_millisecond(text, ms):
     ("0", "0.001 to 2147483.647 seconds"), ("-1", "0.001 to 2147483.647"), ("2147483.648", "0.001 to"),
     ("0.0005", "to the millisecond"), ("1.0004", "to the millisecond"), ("abc", "not a number"),
     ("nan", "finite"), ("inf", "finite"), ("", "not a number"), ("lease-ttl", "not a number"),
+    ("1e999999", "0.001 to 2147483.647"), ("-1e999999", "0.001 to 2147483.647"),
 ])
 def test_values_outside_the_rules_are_refused_with_one_code(text, message):
     with pytest.raises(cs.InvalidSetting, match=message) as caught:

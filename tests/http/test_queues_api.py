@@ -101,3 +101,9 @@ async def test_a_body_that_is_not_json_is_still_400(http, tokens):
     reply = await http.post("/v1/queues/billing/pause", token=tokens["operator"], body="{",
                             headers={"Content-Type": "application/json"})
     assert reply.status == 400 and reply.error["code"] == "invalid_json"
+
+
+async def test_a_retention_past_any_range_is_refused_naming_the_value(http, tokens):
+    reply = await http.request("PUT", "/v1/queues/billing/retention", token=tokens["operator"],
+                               body='{"value": 1e999999}', headers={"Content-Type": "application/json"})
+    assert (reply.status, reply.error["field"]) == (422, "value"), reply.body

@@ -76,6 +76,17 @@ async def test_bad_requests_get_the_apis_error_shape_and_change_nothing(http, to
     assert rows(db, "SELECT name, value_ms, state FROM cluster_settings ORDER BY name") == before
 
 
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("PUT", "/v1/settings/cancel_grace", '{"value": 1e999999}'),
+    ("PATCH", "/v1/settings", '{"cancel_grace": -1e999999}'),
+])
+async def test_a_number_past_any_range_is_refused_like_any_out_of_range_one(http, tokens, method, path, body):
+    reply = await http.request(method, path, token=tokens["operator"], body=body,
+                               headers={"Content-Type": "application/json"})
+    assert (reply.status, reply.error["code"]) == (400, "invalid_request"), reply.body
+    assert "seconds" in reply.error["message"]
+
+
 async def test_a_body_that_is_not_strict_json_is_refused(http, tokens):
     reply = await http.request("PUT", "/v1/settings/cancel_grace", token=tokens["operator"],
                                body='{"value": 2, "value": 3}', headers={"Content-Type": "application/json"})

@@ -315,3 +315,23 @@ async def test_submit_takes_a_fairness_key_and_refuses_a_malformed_one(http, tok
     for bad in ("", "x" * 129, "two words", 7):
         refused = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "fairness_key": bad})
         assert refused.status == 400 and refused.error["code"] == "invalid_request", bad
+
+
+async def test_a_drain_answers_with_its_worker_however_many_sessions_came_before(http, tokens, token_factory,
+                                                                                open_worker, service, db):
+    """Each reconnect is a new instance row, kept for good: the drain's answer reads its own instance,
+    not a capped list of the oldest ones."""
+    import datetime as dt
+
+    from pulse_trio.store import NewInstance, SubscribedQueue, disconnect, register
+
+    now = dt.datetime.now(dt.timezone.utc)
+    for _ in range(11):  # more ended sessions than a worker listing shows
+        news = [NewInstance("old", (SubscribedQueue("billing"),)) for _ in range(100)]
+        await service.store.run_batch([(register, {"instance": n, "now": now}) for n in news])
+        await service.store.run_batch([(disconnect, {"session_id": n.session_id, "now": now}) for n in news])
+    worker = await open_worker(token_factory("worker"), "billing")
+    instance_id = worker.welcome["instance_id"]
+    reply = await http.post(f"/v1/workers/{instance_id}/drain", token=tokens["operator"])
+    assert reply.status == 200, reply.body
+    assert (reply.json()["instance_id"], reply.json()["drain"]) == (instance_id, True)

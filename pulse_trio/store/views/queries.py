@@ -113,20 +113,28 @@ def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 100
     if not include_disconnected:
         statement += sql.LIVE_WORKERS
     statement += sql.WORKERS_ORDER
-    workers = []
-    for row in tx.all(statement, (limit,)):
-        (instance_id, session_id, epoch, state, name, subscriptions, capacity, sequence, keys, notify,
-         registered_at, disconnected_at, node_id, held) = row
-        workers.append({
-            "instance_id": instance_id, "session_id": session_id, "epoch": str(epoch), "state": state,
-            "worker_name": name, "subscriptions": json.loads(subscriptions), "capacity": int(capacity),
-            "drain": state in DRAINING_SESSION_STATES, "sequence": None if sequence is None else str(sequence),
-            "concurrency_keys": bool(keys), "cancellation_notifications": bool(notify),
-            "active_leases": int(held), "registered_at": rfc3339(registered_at),
-            "disconnected_at": rfc3339(disconnected_at) if disconnected_at else None,
-            "node_id": node_id,
-        })
-    return workers
+    return [_worker(row) for row in tx.all(statement, (limit,))]
+
+
+@read_only(takes_locks=False)
+def get_worker(tx: Tx, *, instance_id: str) -> dict[str, object] | None:
+    """One worker instance as :func:`list_workers` shows it, connected or not; None if there is none."""
+    row = tx.one(sql.WORKERS + sql.WORKER_BY_ID, (instance_id,))
+    return None if row is None else _worker(row)
+
+
+def _worker(row: tuple) -> dict[str, object]:
+    (instance_id, session_id, epoch, state, name, subscriptions, capacity, sequence, keys, notify,
+     registered_at, disconnected_at, node_id, held) = row
+    return {
+        "instance_id": instance_id, "session_id": session_id, "epoch": str(epoch), "state": state,
+        "worker_name": name, "subscriptions": json.loads(subscriptions), "capacity": int(capacity),
+        "drain": state in DRAINING_SESSION_STATES, "sequence": None if sequence is None else str(sequence),
+        "concurrency_keys": bool(keys), "cancellation_notifications": bool(notify),
+        "active_leases": int(held), "registered_at": rfc3339(registered_at),
+        "disconnected_at": rfc3339(disconnected_at) if disconnected_at else None,
+        "node_id": node_id,
+    }
 
 
 @read_only

@@ -73,6 +73,7 @@ WORKERS = ("SELECT i.instance_id, i.session_id, i.epoch, i.state, i.worker_name,
            " FROM worker_instances i")
 LIVE_WORKERS = f" WHERE i.state IN {sql_list(LIVE_SESSION_STATES)}"
 WORKERS_ORDER = " ORDER BY i.epoch LIMIT %s"
+WORKER_BY_ID = " WHERE i.instance_id = %s"
 #: The serve processes with their open sessions (``LIVE_NODES`` appended unless stopped ones are asked).
 NODES = ("SELECT n.node_id, n.state, n.host, n.pid, n.lapse_ms, n.started_at, n.heartbeat_at, n.lost_at,"
          " n.lost_by, n.stopped_at,"
