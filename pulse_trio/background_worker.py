@@ -18,7 +18,6 @@ from typing import Any
 import threading
 
 import anyio
-import anyio.abc
 import anyio.to_thread
 
 from pulse_trio.sdk import Registry, Worker
@@ -37,6 +36,16 @@ def registry_for(queue: str, handlers: Registry | Mapping[str, Callable[..., Any
     for kind, fn in handlers.items():
         registry.add(queue, kind, fn)
     return registry
+
+
+class _FirstConnection:
+    """What ``Worker.run`` reports its first connection to (its ``task_status``): a thread-safe event."""
+
+    def __init__(self, connected: threading.Event) -> None:
+        self.connected = connected
+
+    def started(self, value: object = None) -> None:
+        self.connected.set()
 
 
 class BackgroundWorker:
@@ -81,17 +90,17 @@ class BackgroundWorker:
         worker = self.worker = Worker(self.url, self.token, self.registry, **self.options)
         ran = anyio.Event()
 
-        async def run(*, task_status: anyio.abc.TaskStatus[Worker] = anyio.TASK_STATUS_IGNORED) -> None:
+        async def run() -> None:
             try:
-                await worker.run(task_status=task_status)
+                await worker.run(task_status=_FirstConnection(self._connected))
             finally:
                 ran.set()
 
         async with anyio.create_task_group() as group:
-            await group.start(run)  # returns once the worker is first connected
-            self._connected.set()
+            group.start_soon(run)
+            # A stop is heard from the start, connected or not: a start that gave up stops the worker too.
             await anyio.to_thread.run_sync(self._stop_asked.wait, abandon_on_cancel=True)
-            if self._drain:
+            if self._drain and self._connected.is_set():
                 worker.drain()
                 with anyio.move_on_after(self._drain_timeout):
                     await ran.wait()

@@ -97,6 +97,7 @@ class Worker:
         if not self.urls:
             raise ValueError("give at least one server URL")
         self.url, self._token, self.registry, self.capacity = self.urls[0], token, registry, capacity
+        self._url_at = 0  # the position of ``url`` in ``urls``
         self.hello = m.WorkerHello(
             id="h1", worker_name=name or default_name(), subscriptions=registry.subscriptions(),
             cancellation_notifications=cancellation_notifications, concurrency_keys=concurrency_keys,
@@ -231,7 +232,8 @@ class Worker:
                 self._publish(None)
             if self._done():
                 return
-            self.url = self.urls[(self.urls.index(self.url) + 1) % len(self.urls)]
+            self._url_at = (self._url_at + 1) % len(self.urls)  # by position: a URL may be listed twice
+            self.url = self.urls[self._url_at]
             delay = max(retry_after, self.backoff.delay(attempt))
             attempt += 1
             log.info("reconnecting in %.2fs (%d running)", delay, len(self.runners))

@@ -23,3 +23,27 @@ async def test_the_worker_fails_over_to_the_next_url_and_resumes_its_lease(start
     release.set()
     view = await wait_state(client, task["task_id"], "SUCCEEDED")
     assert calls == [task["task_id"]] and view["attempt"] == 1
+
+
+async def test_a_url_listed_twice_does_not_hide_the_ones_after_it():
+    """[A, A, B] with A down: the worker moves by position, so it reaches B after two failures on A."""
+    from raw_server import RawServer
+    from sdk_support import FAST_BACKOFF
+    from test_background_worker import closed_port_url
+
+    from pulse_trio.sdk import Registry, Worker
+
+    dead = closed_port_url()
+    async with trio.open_nursery() as nursery:
+        raw = await nursery.start(RawServer().serve)
+        registry = Registry()
+        registry.add("billing", "invoice.send", lambda task: {})
+        worker = Worker([dead, dead, raw.url()], "t", registry, backoff=FAST_BACKOFF)
+        nursery.start_soon(worker.run)
+        with trio.move_on_after(5):
+            while worker.url != raw.url():
+                await trio.sleep(0.01)
+        tried, failed = worker.url, worker.stats.failed_connects
+        worker.stop()
+        nursery.cancel_scope.cancel()
+    assert tried == raw.url(), f"{failed} failed connects, never reached the third URL"

@@ -1,0 +1,39 @@
+"""``BackgroundWorker`` (behind the ``pulse_worker`` fixture): a worker on its own loop in a thread."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from sdk_support import FAST_BACKOFF
+
+from pulse_trio.background_worker import BackgroundWorker
+from pulse_trio.sdk import Registry
+
+pytestmark = pytest.mark.live  # a thread with its own event loop, reconnecting on real sockets
+
+
+def closed_port_url() -> str:
+    """A worker URL nothing listens on: every connect is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"ws://127.0.0.1:{s.getsockname()[1]}/v1/worker"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_start_that_gives_up_leaves_no_thread_and_no_worker_behind(backend):
+    """The worker never connects: start() raises, and its thread and reconnecting worker end with it."""
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    background = BackgroundWorker(closed_port_url(), "t", registry, backend=backend, backoff=FAST_BACKOFF)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not connect"):
+        background.start(timeout=0.5)
+    assert time.monotonic() - started < 5, "start() waited for the whole stop slack: the stop was not heard"
+    assert not [t for t in threading.enumerate() if t.name == "pulse-background-worker"]
+    tries = background.worker.stats.failed_connects
+    time.sleep(0.5)
+    assert background.worker.stats.failed_connects == tries, "the worker still reconnects"
