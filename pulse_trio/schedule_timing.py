@@ -107,7 +107,13 @@ class Timing:
             elapsed = (moment - _EPOCH) // _MICRO
             return _EPOCH + dt.timedelta(microseconds=(elapsed // step + 1) * step)
         assert self.cron is not None
-        return _utc(next(CronSim(self.cron, moment.astimezone(self.zone))))
+        # cronsim walks wall-clock time and reads a repeated (fall-back) hour as its first pass: from the
+        # second pass, its first tick can be that hour's first-pass tick, already past. Walk on to one after.
+        for tick in CronSim(self.cron, moment.astimezone(self.zone)):
+            at = _utc(tick)
+            if at > moment:
+                return at
+        raise StopIteration
 
     def latest(self, moment: dt.datetime, count: int, since: dt.datetime | None = None) -> list[dt.datetime]:
         """Up to ``count`` ticks at or before ``moment`` (and not before ``since``), oldest first (UTC)."""
@@ -121,8 +127,14 @@ class Timing:
                 first = max(first, -(-((floor - _EPOCH) // _MICRO) // step))  # the first tick at or after since
             return [_EPOCH + dt.timedelta(microseconds=k * step) for k in range(first, last + 1)]
         assert self.cron is not None
+        local = moment.astimezone(self.zone)
+        # In the second pass of a repeated hour, the first pass's later wall times are earlier ticks:
+        # the reverse walk starts at the end of the repeated hour, and the filter below drops what is later.
+        start = moment
+        if local.fold:  # the repeated wall times lie ahead by the difference of the two offsets
+            start = moment + (local.replace(fold=0).utcoffset() - local.utcoffset())  # type: ignore[operator]
         # cronsim's reverse walk starts at or before the given second when it has microseconds.
-        ticks = CronSim(self.cron, (moment + _MICRO).astimezone(self.zone), reverse=True)
+        ticks = CronSim(self.cron, (start + _MICRO).astimezone(self.zone), reverse=True)
         found: list[dt.datetime] = []
         for tick in ticks:
             at = _utc(tick)
@@ -161,7 +173,8 @@ def timing(*, cron: object = None, interval: object = None, timezone: object = "
         whole = isinstance(interval, Decimal) and interval.is_finite() and interval == interval.to_integral_value()
         if type(interval) is not int and not whole:
             raise InvalidField("interval", "must be a whole number of seconds")
-        if not MIN_INTERVAL_S <= int(interval) <= MAX_INTERVAL_S:  # type: ignore[arg-type]
+        # Compared as given, before int(): 1e999999 as an int is a million digits of work.
+        if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:  # type: ignore[operator]
             raise InvalidField("interval", f"must be {MIN_INTERVAL_S}..{MAX_INTERVAL_S} seconds (got {interval})")
         return Timing(None, int(interval), str(timezone))  # type: ignore[arg-type]
     if type(cron) is not str or not cron.strip() or len(cron) > MAX_CRON_CHARS or not cron.isascii():
@@ -191,7 +204,7 @@ def missed_policy(missed: object, catch_up_limit: object) -> tuple[str, int]:
         return "catch_up", DEFAULT_CATCH_UP
     whole = isinstance(catch_up_limit, Decimal) and catch_up_limit.is_finite() \
         and catch_up_limit == catch_up_limit.to_integral_value()
-    if (type(catch_up_limit) is not int and not whole) or not 1 <= int(catch_up_limit) <= MAX_CATCH_UP:  # type: ignore[arg-type]
+    if (type(catch_up_limit) is not int and not whole) or not 1 <= catch_up_limit <= MAX_CATCH_UP:  # type: ignore[operator]
         raise InvalidField("catch_up_limit", f"must be an integer 1..{MAX_CATCH_UP}")
     return "catch_up", int(catch_up_limit)  # type: ignore[arg-type]
 

@@ -144,6 +144,9 @@ def test_missed_policies():
     (dict(payload_json="{bad"), "payload"), (dict(payload_json='"' + "x" * 300_000 + '"'), "payload"),
     (dict(priority=99), "priority"), (dict(max_attempts=0), "max_attempts"), (dict(interval="soon"), "interval"),
     (dict(interval=Decimal("0.5")), "interval"), (dict(missed="catch_up", catch_up_limit=100_000), "catch_up_limit"),
+    # Refused as given: as ints they would be a billion digits of work on the event loop.
+    (dict(interval=Decimal("1e999999999")), "interval"),
+    (dict(missed="catch_up", catch_up_limit=Decimal("-1e999999999")), "catch_up_limit"),
 ])
 def test_every_field_of_a_new_schedule_is_checked_by_name(fields, field):
     given = dict(name="ok", queue="q", kind="k", interval=60) | fields
@@ -160,3 +163,18 @@ def test_looking_back_stops_at_since():
         assert rule.latest(at(2026, 1, 1, 1, 0, 30), 1000, since=at(2026, 1, 1, 0, 58, 0, 1)) == [
             at(2026, 1, 1, 0, 59), at(2026, 1, 1, 1, 0)]
         assert rule.latest(at(2026, 1, 1, 1, 0, 30), 1000, since=at(2026, 1, 1, 1, 0, 31)) == []
+
+
+def test_in_the_second_pass_of_a_repeated_hour_the_next_tick_is_still_ahead():
+    """Berlin falls back on 25 October 2026: 02:00-02:59 happens at 00:00-00:59 UTC and again at 01:00-01:59.
+
+    A daily 02:50 ticks once, at the first 02:50 (00:50 UTC). From the second pass the next tick is the
+    next day's, never the first pass's, which is past; a first-pass tick looked at late is still due.
+    """
+    nightly = timing(cron="50 2 * * *", timezone="Europe/Berlin")
+    second_pass = at(2026, 10, 25, 1, 40)  # the second 02:40
+    assert nightly.after(second_pass) == at(2026, 10, 26, 1, 50)
+    assert nightly.latest(second_pass, 1) == [at(2026, 10, 25, 0, 50)]
+    late = timing(cron="59 2 * * *", timezone="Europe/Berlin")
+    assert late.due(at(2026, 10, 25, 0, 59), at(2026, 10, 25, 1, 0, 2), 1) == (
+        [at(2026, 10, 25, 0, 59)], at(2026, 10, 26, 1, 59))

@@ -159,3 +159,25 @@ def test_a_firing_pass_wakes_this_process_and_tells_a_groups_other_members_once(
     assert trio.run(firing.fire_due) == 3
     assert hub.wake_pending() and len(told) == 1
     assert trio.run(firing.fire_due) == 0 and len(told) == 1  # nothing due: nobody told
+
+
+def test_a_schedule_made_in_a_repeated_hour_waits_for_its_next_tick_and_stalls_no_other(world):
+    """Created (or resumed) in the second pass of a fall-back hour, a nightly's first tick is after now;
+    the other schedules fire on, and none fires a tick from before its creation or its resume."""
+    utc = dt.timezone.utc
+    world.now = dt.datetime(2026, 10, 25, 0, 0, tzinfo=utc)
+    heartbeat = _create(world, name="heartbeat", interval=60)
+    world.now = dt.datetime(2026, 10, 25, 1, 10, tzinfo=utc)  # 02:10 CET, the second 02:10 in Berlin
+    assert world.run(fire).created == 1
+    made_at = world.now
+    nightly = _create(world, name="nightly", cron="30 2 * * *", timezone="Europe/Berlin")
+    assert nightly.next_fire_at == dt.datetime(2026, 10, 26, 1, 30, tzinfo=utc)
+    world.run(pause, ref="nightly", by="test")
+    world.now = dt.datetime(2026, 10, 25, 1, 11, 0, 200_000, tzinfo=utc)
+    assert world.run(fire).created == 1  # the heartbeat's 01:11 tick
+    world.now = dt.datetime(2026, 10, 25, 1, 40, tzinfo=utc)
+    assert world.run(resume, ref="nightly", by="test").schedule.next_fire_at > world.now
+    world.now = dt.datetime(2026, 10, 25, 1, 41, 0, 1, tzinfo=utc)
+    world.run(fire)
+    assert [row for row in _tasks(world, nightly.schedule_id) if row[2].replace(tzinfo=utc) < made_at] == []
+    assert dt.datetime(2026, 10, 25, 1, 41) in [row[2] for row in _tasks(world, heartbeat.schedule_id)]
