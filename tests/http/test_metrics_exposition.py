@@ -144,3 +144,20 @@ async def test_fairness_keys_are_labels_for_the_ten_with_most_ready_work_then_ot
     ready = {s.labels["fairness_key"]: s.value for family in text_string_to_metric_families(text)
              if family.name == "pulse_fairness_ready_tasks" for s in family.samples if s.labels["queue"] == "billing"}
     assert ready == {**{f"tenant-{i:02}": 13 - i for i in range(10)}, "other": 3 + 2 + 1}
+
+
+async def test_a_fairness_key_named_other_is_counted_in_the_other_row_once(http, tokens):
+    """`other` is a valid key: with the most READY work it still joins the summed row, no series twice."""
+    plan = {"other": 20, **{f"tenant-{i:02}": 12 - i for i in range(11)}}
+    for key, n in plan.items():
+        for _ in range(n):
+            reply = await http.post("/v1/tasks", token=tokens["producer"],
+                                    json_body={"queue": "billing", "kind": "k", "fairness_key": key})
+            assert reply.status == 201
+    text = (await http.get("/metrics")).body.decode()
+    lint(text)
+    ready = [(s.labels["fairness_key"], s.value) for family in text_string_to_metric_families(text)
+             if family.name == "pulse_fairness_ready_tasks" for s in family.samples if s.labels["queue"] == "billing"]
+    assert sorted(ready) == sorted([*((f"tenant-{i:02}", 12 - i) for i in range(10)), ("other", 20 + 2)])
+    rows = (await http.get("/v1/overview", token=tokens["producer"])).json()["queues"]["billing"]["fairness"]
+    assert [row["fairness_key"] for row in rows].count("other") == 1

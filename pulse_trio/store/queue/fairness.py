@@ -265,7 +265,9 @@ def key_figures(tx: Tx, *, since: dt.datetime, queues: Sequence[str] | None = No
             continue
         r, f = ready.get(queue, {}), finished.get(queue, {})
         keys = sorted(set(r) | set(f), key=lambda k: (-r.get(k, 0), -f.get(k, 0), k))
-        shown, rest = keys[:top], keys[top:]
+        # A key that is itself called "other" is counted in the row of that name, never shown beside it.
+        shown = [k for k in keys if k != OTHER][:top]
+        rest = [k for k in keys if k not in set(shown)]
         total = sum(f.values())
         rows: list[dict[str, object]] = [
             {"fairness_key": k, "ready": r.get(k, 0), "recent_finished": f.get(k, 0),

@@ -67,13 +67,15 @@ def running_counts(tx: Tx) -> dict[tuple[str, str], int]:
 
 
 def oldest_ready_due(tx: Tx, queue: str) -> dt.datetime | None:
-    """The earliest ``due_at`` among the queue's READY tasks, exactly, without reading them all.
+    """The earliest ``due_at`` among the queue's READY tasks, without reading them all.
 
-    ``effective_at = due_at - priority offset`` and offsets are never
-    negative, so a task whose ``effective_at`` is later than the ``due_at``
-    of the pick-up head cannot be due earlier than the head: only the
-    range from the head up to the head's own ``due_at`` is read (empty
-    past the head itself when the head has no priority offset).
+    Without a fairness key ``effective_at = due_at - priority offset`` and
+    offsets are never negative, so a task whose ``effective_at`` is later
+    than the ``due_at`` of the pick-up head cannot be due earlier than the
+    head: only the range from the head up to the head's own ``due_at`` is
+    read (empty past the head itself when the head has no priority offset).
+    A fairness key's backlog is placed past its due times, and what lies
+    past the head's due time is not read (docs/http-api.md says so).
     """
     oldest = None
     for pick in READY_PICKS:  # each READY range (unkeyed, keyed, set aside) has its own head
