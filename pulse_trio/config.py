@@ -64,6 +64,13 @@ def parse_processes(text: str) -> int:
     return int(text)
 
 
+def parse_port(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535 (to have one chosen, leave the flag out)."""
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """``host:port`` (``[::1]:7380`` for IPv6); port 0 picks a free one."""
     host, sep, port = text.rpartition(":")
@@ -194,7 +201,7 @@ _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
      "seconds between this process's passes purging tasks past their retention"),
     ("--purge-busy-share", "purge_busy_share", parse_share,
      "share of the time this process's retention purge may spend in its transactions while it dispatches"),
-    ("--managed-db-port", "managed_db_port", int, "TCP port of the managed MariaDB when this command starts it "
+    ("--managed-db-port", "managed_db_port", parse_port, "TCP port of the managed MariaDB when this command starts it "
      "(default: a free one)"),
     ("--processes", "processes", parse_processes, "serve processes sharing the worker and HTTP addresses, each a "
      "node of its own with worker connections balanced across them; auto: one per core"),

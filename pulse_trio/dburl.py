@@ -34,6 +34,12 @@ class DatabaseUrlError(ValueError):
     """The database URL cannot be understood."""
 
 
+#: Seconds to connect to the server, unless the URL says otherwise (``?connect_timeout=``).
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: The longest ``connect_timeout`` PyMySQL takes (a year).
+MAX_CONNECT_TIMEOUT_S = 31_536_000
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class DatabaseConfig:
     """Where the database is and how to log in; never carries a live socket."""
@@ -44,7 +50,7 @@ class DatabaseConfig:
     host: str = "localhost"
     port: int = 3306
     unix_socket: str | None = None
-    connect_timeout: float = 10.0
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
     #: Every node of a multi-host URL, in the URL's order (empty for one host);
     #: ``host``/``port`` are then the first of them.
     hosts: tuple[tuple[str, int], ...] = ()
@@ -84,7 +90,10 @@ class DatabaseConfig:
         """The URL form, with the password hidden unless asked for."""
         password = "***" if (redact and self.password) else quote(self.password, safe="")
         auth = quote(self.user, safe="") + (f":{password}" if password else "")
-        query = f"?unix_socket={quote(self.unix_socket, safe='/')}" if self.unix_socket else ""
+        options = [f"unix_socket={quote(self.unix_socket, safe='/')}"] if self.unix_socket else []
+        if self.connect_timeout != DEFAULT_CONNECT_TIMEOUT_S:  # the URL must give back the same config
+            options.append(f"connect_timeout={self.connect_timeout!r}")
+        query = "?" + "&".join(options) if options else ""
         where = ",".join(_netloc(h, p) for h, p in (self.hosts or ((self.host, self.port),)))
         return f"mysql://{auth}@{where}/{quote(self.database, safe='')}{query}"
 
@@ -96,7 +105,10 @@ def _netloc(host: str, port: int) -> str:
 
 def parse_database_url(url: str) -> DatabaseConfig:
     """Parse ``mysql://user:pass@host:port[,host:port...]/db[?unix_socket=/path]``."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket, say
+        raise DatabaseUrlError(f"not a database URL: {exc}") from None
     if parts.scheme not in _SCHEMES:
         raise DatabaseUrlError(f"unsupported database URL scheme {parts.scheme!r}; use mysql://")
     database = unquote(parts.path.lstrip("/"))
@@ -126,7 +138,10 @@ def parse_database_url(url: str) -> DatabaseConfig:
         try:
             timeout = float(query["connect_timeout"][-1])
         except ValueError:
-            raise DatabaseUrlError("connect_timeout must be a number of seconds") from None
+            timeout = float("nan")
+        if not 0 < timeout <= MAX_CONNECT_TIMEOUT_S:  # NaN too
+            raise DatabaseUrlError(f"connect_timeout must be a number of seconds, more than 0 and at most "
+                                   f"{MAX_CONNECT_TIMEOUT_S}")
         config = dataclasses.replace(config, connect_timeout=timeout)
     return config
 
@@ -135,8 +150,8 @@ def _host_port(item: str) -> tuple[str, int]:
     """``host``, ``host:port`` or ``[v6]:port`` -> (host, port); 3306 when no port is given."""
     if not item:
         raise DatabaseUrlError("empty host in the database URL")
-    parts = urlsplit(f"//{item}")
     try:
+        parts = urlsplit(f"//{item}")
         port = parts.port or 3306
     except ValueError as exc:
         raise DatabaseUrlError(f"bad port in database URL: {exc}") from None

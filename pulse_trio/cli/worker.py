@@ -127,6 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     import anyio
 
     from pulse_trio import sd_notify
+    from pulse_trio.contract.errors import InvalidMessage
     from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
     from pulse_trio.sdk.worker import DRAIN_CHECK_S
 
@@ -147,11 +148,17 @@ def _run(args: argparse.Namespace) -> int:
             fail("--uvloop needs the uvloop package: pip install uvloop", 2)
         options["use_uvloop"] = True
     registry = load_registry(args.target)
-    context = ssl.create_default_context(cafile=str(args.ca_file)) if args.ca_file else None
+    try:
+        context = ssl.create_default_context(cafile=str(args.ca_file)) if args.ca_file else None
+    except (OSError, ssl.SSLError) as exc:  # missing, unreadable, or no certificate in it
+        fail(f"--ca-file {args.ca_file}: {exc.strerror or exc}", 2)
     _log_to_stderr(args.quiet)
-    worker = Worker(urls, args.token, registry, capacity=args.capacity, name=args.name,
-                    concurrency_keys=args.concurrency_keys, cancellation_notifications=args.cancel_notifications,
-                    ssl_context=context, strict=args.strict, drain_check=args.drain_check or DRAIN_CHECK_S)
+    try:
+        worker = Worker(urls, args.token, registry, capacity=args.capacity, name=args.name,
+                        concurrency_keys=args.concurrency_keys, cancellation_notifications=args.cancel_notifications,
+                        ssl_context=context, strict=args.strict, drain_check=args.drain_check or DRAIN_CHECK_S)
+    except InvalidMessage as exc:  # the hello it would send breaks the contract (a --name too long, say)
+        fail(f"--name: {exc}", 2)
     kinds = ", ".join(f"{h.queue}/{h.kind}" for h in registry)
     sys.stderr.write(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
                      f"connecting to {url} ({args.backend}{' with uvloop' if args.uvloop else ''})\n")

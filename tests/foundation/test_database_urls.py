@@ -15,6 +15,15 @@ def test_several_hosts_keep_their_order_and_default_port():
     assert config.for_node("db2", 3307).hosts == () and config.for_node("db2", 3307).port == 3307
 
 
+def test_the_url_form_gives_back_the_same_config():
+    """What a serve group hands its members: every option survives the round trip."""
+    for url in ("mysql://u:p%40x@db1:3307/pulse?connect_timeout=2.5",
+                "mysql://u@localhost:3306/pulse?unix_socket=/run/m.sock&connect_timeout=0.25",
+                "mysql://u@db1:3306,db2:3306/pulse"):
+        config = parse_database_url(url)
+        assert parse_database_url(config.url(redact=False)) == config
+
+
 def test_one_host_is_not_a_cluster():
     config = parse_database_url("mysql://u@db1/pulse")
     assert config.hosts == () and not config.clustered
@@ -26,6 +35,12 @@ def test_one_host_is_not_a_cluster():
     ("mysql://u@db1:x,db2/pulse", "bad port"),
     ("mysql://u@db1,db2/pulse?unix_socket=/s", "cannot go with several hosts"),
     ("mysql://u@db1/pulse?connect_timeout=soon", "connect_timeout"),
+    ("mysql://u@db1/pulse?connect_timeout=0", "connect_timeout"),
+    ("mysql://u@db1/pulse?connect_timeout=-1", "connect_timeout"),
+    ("mysql://u@db1/pulse?connect_timeout=nan", "connect_timeout"),
+    ("mysql://u@db1/pulse?connect_timeout=1e10", "connect_timeout"),
+    ("mysql://u:p@[::1/pulse", "not a database URL"),
+    ("mysql://u@db1,[::1/pulse", "not a database URL"),
 ])
 def test_malformed_multi_host_urls_are_refused(url, message):
     with pytest.raises(DatabaseUrlError, match=message):

@@ -1,0 +1,72 @@
+"""Bad input is one line on stderr and exit 2, never a traceback (docs/operations.md §7.1).
+
+Database URLs, `worker run`'s flags and the managed database's port: each
+is refused before anything starts, so a service manager that skips restarts
+on exit 2 (the units' RestartPreventExitStatus) does not restart a command
+that can never work.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_support import run
+
+EXIT_USAGE = 2
+
+REGISTRY = """
+from pulse_trio.sdk import Registry
+
+registry = Registry()
+
+
+@registry.handler("billing", "charge")
+async def charge(task):
+    return {}
+"""
+
+
+def _assert_usage_error(done) -> None:
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == EXIT_USAGE, done
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("url", [
+    "mysql://u:p@127.0.0.1:1/pulse?connect_timeout=0",
+    "mysql://u:p@127.0.0.1:1/pulse?connect_timeout=-1",
+    "mysql://u:p@127.0.0.1:1/pulse?connect_timeout=nan",
+    "mysql://u:p@[::1/pulse",
+], ids=["timeout-zero", "timeout-negative", "timeout-nan", "unclosed-ipv6-bracket"])
+def test_a_malformed_database_url_is_a_bad_argument(url):
+    done = run("nodes", "--database-url", url)
+    _assert_usage_error(done)
+
+
+def test_a_malformed_database_url_in_the_environment_is_a_bad_argument_for_serve(monkeypatch):
+    """serve.env's PULSE_DATABASE_URL: exit 2 keeps systemd from restarting it forever (RestartPreventExitStatus=2)."""
+    monkeypatch.setenv("PULSE_DATABASE_URL", "mysql://u:p@127.0.0.1:1/pulse?connect_timeout=0")
+    done = run("serve", "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
+    _assert_usage_error(done)
+
+
+def test_a_missing_ca_file_is_a_bad_argument(tmp_path):
+    (tmp_path / "billing_worker.py").write_text(REGISTRY)
+    done = run("worker", "run", f"{tmp_path / 'billing_worker.py'}:registry", "--token", "pt_x",
+               "--url", "wss://127.0.0.1:1/v1/worker", "--ca-file", str(tmp_path / "missing-ca.pem"), timeout=30)
+    _assert_usage_error(done)
+
+
+@pytest.mark.parametrize("name", ["n" * 200, "tab\there"], ids=["too-long", "control-character"])
+def test_an_invalid_worker_name_is_a_bad_argument(tmp_path, name):
+    (tmp_path / "billing_worker.py").write_text(REGISTRY)
+    done = run("worker", "run", f"{tmp_path / 'billing_worker.py'}:registry", "--token", "pt_x",
+               "--url", "ws://127.0.0.1:1/v1/worker", "--name", name, timeout=30)
+    _assert_usage_error(done)
+
+
+@pytest.mark.parametrize("port", ["0", "70000"])
+def test_a_managed_database_port_out_of_range_is_a_bad_argument(port):
+    """Port 0 makes mariadbd take 3306 (the system MariaDB's), 70000 is clamped to 65535: both silently."""
+    done = run("migrate", "--managed-db-port", port)
+    _assert_usage_error(done)
