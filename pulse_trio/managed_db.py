@@ -130,7 +130,12 @@ class ManagedMariaDB:
         with self._start_lock():
             if not create and not self.initialised:  # its initialisation failed meanwhile
                 raise ManagedDatabaseMissing(f"no managed database in {self.state_dir}")
-            config = self._start_locked(timeout)
+            try:
+                config = self._start_locked(timeout)
+            except BaseException:  # an interrupt (Ctrl-C, a stop) while it starts: no server is left behind
+                if self._process is not None:
+                    self._terminate(timeout)
+                raise
             self._users = open(self.state_dir / "users.lock", "w")
             fcntl.flock(self._users, fcntl.LOCK_SH)
             return config

@@ -1,0 +1,75 @@
+"""A signal while `serve` starts the managed MariaDB does not leave that mariadbd running.
+
+docs/operations.md §1.2: a Ctrl-C or a SIGTERM while the managed server
+starts stops it too; Ctrl-C is exit 130 and SIGTERM, a stop asked for,
+exit 0. The signal here arrives while `serve` waits for the mariadbd it
+just launched to answer (a data directory already initialised, so that
+window is about a second long: what a Ctrl-C or a `systemctl stop` right
+after a start meets).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_support import COMMAND, run
+
+
+def _mariadbd_child(parent: int, state: Path) -> int | None:
+    """The pid of ``parent``'s mariadbd child serving ``state``, if it has started one yet."""
+    with contextlib.suppress(OSError):
+        for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                if f"--pid-file={state}" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    return int(pid)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie of ours is not running
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("signum, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 0)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_managed_database_starts_stops_it_too(tmp_path, signum, expected):
+    state = Path(os.environ["PULSE_STATE_DIR"]).resolve() / "mariadb"
+    assert run("migrate", timeout=120).returncode == 0  # initialised, then stopped again
+    serve = subprocess.Popen([*COMMAND, "serve", "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+                              "--log-level", "warning"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+    mariadbd = None
+    try:
+        deadline = time.monotonic() + 60
+        while mariadbd is None and time.monotonic() < deadline and serve.poll() is None:
+            mariadbd = _mariadbd_child(serve.pid, state)
+            time.sleep(0.005)
+        assert mariadbd is not None, "serve never launched mariadbd"
+        serve.send_signal(signum)
+        returncode = serve.wait(60)
+        time.sleep(0.5)
+        left_running = _alive(mariadbd)
+        assert (returncode, left_running) == (expected, False), serve.stderr.read().decode(errors="replace")
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        if mariadbd is not None and _alive(mariadbd):
+            os.kill(mariadbd, signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while _alive(mariadbd) and time.monotonic() < deadline:
+                time.sleep(0.05)
