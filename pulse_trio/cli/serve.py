@@ -62,35 +62,30 @@ def _serve(args: argparse.Namespace) -> int:
     from pulse_trio.serve import serve
     from pulse_trio.server.settings_sync import SettingsRefused
 
-    with _sigterm_interrupts_the_start() as stopped:
+    with _sigterm_interrupts_the_start(), database(args, create=True) as target:
+        log.info("database %s", target.url())
         try:
-            with database(args, create=True) as target:
-                log.info("database %s", target.url())
-                try:
-                    if settings.processes > 1:
-                        member_command = [sys.executable, "-m", "pulse_trio", "serve", "--log-format",
-                                          args.log_format, "--log-level", args.log_level]
-                        return trio.run(_serve_group_and_notify, settings, target, member_command)
-                    trio.run(_serve_and_notify, serve, settings, target)
-                except* ListenError as group:  # bound before the node joins: nothing was recorded
-                    raise CommandFailed(str(_first(group)), EXIT_CANNOT_LISTEN) from None
-                except* SettingsRefused as group:
-                    raise CommandFailed(str(_first(group)), 2) from None
-        except KeyboardInterrupt:
-            if not stopped:  # Ctrl-C: exit 130
-                raise
+            if settings.processes > 1:
+                member_command = [sys.executable, "-m", "pulse_trio", "serve", "--log-format", args.log_format,
+                                  "--log-level", args.log_level]
+                return trio.run(_serve_group_and_notify, settings, target, member_command)
+            trio.run(_serve_and_notify, serve, settings, target)
+        except* ListenError as group:  # bound before the node joins: nothing was recorded
+            raise CommandFailed(str(_first(group)), EXIT_CANNOT_LISTEN) from None
+        except* SettingsRefused as group:
+            raise CommandFailed(str(_first(group)), 2) from None
     return 0
 
 
 @contextlib.contextmanager
-def _sigterm_interrupts_the_start() -> Iterator[list[int]]:
+def _sigterm_interrupts_the_start() -> Iterator[None]:
     """Until the service watches for it, SIGTERM interrupts like Ctrl-C, then counts as the stop it asked for.
 
     Python's own answer to SIGTERM ends the process at once, which would leave
     a managed MariaDB that is still starting running with nobody to stop it.
     Raised as SIGINT instead, it unwinds what has started (Trio delivers it
     safely inside the service, whose own watcher takes SIGTERM once running);
-    the list it yields says a SIGTERM came, and ``serve`` then exits 0.
+    the interrupt it caused ends here, so ``serve`` exits 0. A Ctrl-C goes on (exit 130).
     """
     stopped: list[int] = []
 
@@ -100,7 +95,10 @@ def _sigterm_interrupts_the_start() -> Iterator[list[int]]:
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        yield stopped
+        yield
+    except KeyboardInterrupt:
+        if not stopped:
+            raise
     finally:
         signal.signal(signal.SIGTERM, previous)
 

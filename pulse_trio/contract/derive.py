@@ -36,6 +36,12 @@ class Decline(ValueError):
     """A frame the fast path leaves to the reference decoder."""
 
 
+#: What msgspec raises on a frame it cannot read into these structs: its own errors, and RecursionError
+#: from an open (``Raw``) value nested past the interpreter's stack, which msgspec walks before any depth
+#: check of ours runs. Every fast path declines on both; the reference path answers (``invalid_json``).
+UNREADABLE = (msgspec.DecodeError, RecursionError)
+
+
 class Count:
     """Keys and the colons of string values, as a frame's structs are walked; the open JSON fragment."""
 

@@ -43,10 +43,8 @@ def try_decode_client(data: bytes) -> m.ClientMessage | None:
     try:
         frame = _DECODER.decode(data)
         return _BUILD[type(frame)](frame, data)
-    except (msgspec.DecodeError, ValueError, TypeError, ScanError, RecursionError):
+    except (*derive.UNREADABLE, ValueError, TypeError, ScanError):
         # msgspec's ValidationError is a DecodeError; InvalidMessage and derive.Decline are ValueErrors.
-        # msgspec walks an open (Raw) value too, and a deep one overflows the stack before any depth
-        # check runs: the reference path refuses it (invalid_json).
         return None
 
 

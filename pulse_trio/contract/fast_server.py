@@ -42,9 +42,8 @@ def try_decode_server(data: bytes, ack_for: Callable[[str], str | None]) -> m.Se
         if type(frame) is _Ack:
             return _ack(frame, data, ack_for(frame.reply_to))
         return _BUILD[type(frame)](frame, data)
-    except (msgspec.DecodeError, ValueError, TypeError, ScanError, RecursionError):
+    except (*derive.UNREADABLE, ValueError, TypeError, ScanError):
         # msgspec's ValidationError is a DecodeError; InvalidMessage and derive.Decline are ValueErrors.
-        # A deep open (Raw) value overflows msgspec's walk: the reference path refuses it (invalid_json).
         return None
 
 

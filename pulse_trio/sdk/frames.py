@@ -183,7 +183,7 @@ def decode_command_ack(data: bytes, pending: dict[str, Any], session_id: str, ep
     """
     try:
         ack = _ACK.decode(data)
-    except (msgspec.DecodeError, RecursionError):  # a deep open body overflows msgspec's walk: the reference path
+    except derive.UNREADABLE:
         return None
     request = pending.get(ack.reply_to)
     if type(request) is not LeaseRequest or ack.session_id != session_id or not g.is_message_id(ack.id):
@@ -257,7 +257,7 @@ def decode_offer(data: bytes, session_id: str, epoch: int, epoch_text: str,
     """
     try:
         frame = _OFFER.decode(data)
-    except (msgspec.DecodeError, RecursionError):  # a deep payload overflows msgspec's walk: the reference path
+    except derive.UNREADABLE:
         return None
     task, lease = frame.body.task, frame.body.lease
     queue_kinds = kinds.get(task.queue, False)

@@ -267,7 +267,7 @@ def key_figures(tx: Tx, *, since: dt.datetime, queues: Sequence[str] | None = No
         keys = sorted(set(r) | set(f), key=lambda k: (-r.get(k, 0), -f.get(k, 0), k))
         # A key that is itself called "other" is counted in the row of that name, never shown beside it.
         shown = [k for k in keys if k != OTHER][:top]
-        rest = [k for k in keys if k not in set(shown)]
+        rest = [k for k in keys if k not in shown]  # shown holds at most ``top``
         total = sum(f.values())
         rows: list[dict[str, object]] = [
             {"fairness_key": k, "ready": r.get(k, 0), "recent_finished": f.get(k, 0),

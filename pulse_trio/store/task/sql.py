@@ -31,15 +31,14 @@ LIVE_LEASE_JOIN = (" LEFT JOIN leases l FORCE INDEX (leases_task) ON l.task_id =
                    f" AND l.state IN {sql_list(LIVE_LEASE_STATES)}")
 #: The task a duplicate submit met: the same id, or the same idempotency key in the queue; with its live
 #: lease's state (NULL without one).
-SUBMITTED_BEFORE = (f"SELECT t.task_id, t.state, l.state FROM tasks t{LIVE_LEASE_JOIN} WHERE t.task_id = %s"
-                    f" UNION ALL SELECT t.task_id, t.state, l.state FROM tasks t{LIVE_LEASE_JOIN}"
-                    " WHERE t.queue = %s AND t.dedup_key = %s LIMIT 1")
+_SUBMITTED_BY_ID = f"SELECT t.task_id, t.state, l.state FROM tasks t{LIVE_LEASE_JOIN} WHERE t.task_id = %s"
+_SUBMITTED_BY_KEY = (f"SELECT t.task_id, t.state, l.state FROM tasks t{LIVE_LEASE_JOIN}"
+                     " WHERE t.queue = %s AND t.dedup_key = %s")
+SUBMITTED_BEFORE = f"{_SUBMITTED_BY_ID} UNION ALL {_SUBMITTED_BY_KEY} LIMIT 1"
 #: The same as a locking read, which sees the latest committed rows whatever the isolation level: the
 #: row a duplicate met was committed after the snapshot of a caller's REPEATABLE READ transaction.
-SUBMITTED_BEFORE_LOCKED = (f"(SELECT t.task_id, t.state, l.state FROM tasks t{LIVE_LEASE_JOIN} WHERE t.task_id = %s"
-                           " LOCK IN SHARE MODE)"
-                           f" UNION ALL (SELECT t.task_id, t.state, l.state FROM tasks t{LIVE_LEASE_JOIN}"
-                           " WHERE t.queue = %s AND t.dedup_key = %s LOCK IN SHARE MODE) LIMIT 1")
+SUBMITTED_BEFORE_LOCKED = (f"({_SUBMITTED_BY_ID} LOCK IN SHARE MODE)"
+                           f" UNION ALL ({_SUBMITTED_BY_KEY} LOCK IN SHARE MODE) LIMIT 1")
 #: Due SCHEDULED tasks, through ``tasks_due (due_state, due_at)`` (``due_state``: the state while it
 #: is one promote leaves, else NULL; migration 0023).
 PROMOTE_SCAN = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms FROM tasks",
