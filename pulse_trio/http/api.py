@@ -36,6 +36,7 @@ from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.token.tokens import live_token
 from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.views.queries import get_worker
 from pulse_trio.store.views.task import TaskView, get_task
 
 T = TypeVar("T")
@@ -53,6 +54,15 @@ def json_text(text: str, status: int = 200, **extra: bool) -> Response:
 def json_value(value: Any, status: int = 200) -> Response:
     return Response(json.dumps(value, ensure_ascii=False, separators=(",", ":")), status_code=status,
                     media_type=JSON)
+
+
+def worker_in_scope(info: tokens.TokenInfo, worker: dict[str, Any]) -> bool:
+    """Whether the token sees the worker: every queue it subscribes to is one of the token's.
+
+    A worker that also serves a queue outside the token's would show that
+    queue's name, and a drain would stop its work there too.
+    """
+    return all(info.allows_queue(sub["queue"]) for sub in worker["subscriptions"])
 
 
 class TaskApi:
@@ -93,6 +103,13 @@ class TaskApi:
         if view is None or not info.allows_queue(view.task.queue):
             raise not_found("task_not_found", f"no task {task_id}")
         return view
+
+    async def visible_worker(self, info: tokens.TokenInfo, instance_id: str) -> None:
+        """404 unless the worker instance exists and the token sees it (:func:`worker_in_scope`)."""
+        if info.queues:  # a token of every queue sees every worker: no read
+            worker = await self.store.run(get_worker, instance_id=instance_id)
+            if worker is None or not worker_in_scope(info, worker):
+                raise not_found("instance_not_found", f"no worker instance {instance_id}")
 
     # -- tasks -----------------------------------------------------------------------------
     async def submit(self, request: Request) -> Response:
@@ -215,10 +232,10 @@ class TaskApi:
 
     # -- workers and queues ------------------------------------------------------------------
     async def workers(self, request: Request) -> Response:
-        await self.authenticate(request, "workers")
+        info = await self.authenticate(request, "workers")
         params = bodies.query(request, frozenset({"all"}))
         workers = await self.blocking(self.client.workers, include_disconnected=bodies.query_bool(params, "all"))
-        return json_value({"workers": workers})
+        return json_value({"workers": [worker for worker in workers if worker_in_scope(info, worker)]})
 
     async def nodes(self, request: Request) -> Response:
         await self.authenticate(request, "nodes")
@@ -227,9 +244,11 @@ class TaskApi:
         return json_value({"nodes": nodes})
 
     async def drain(self, request: Request) -> Response:
-        await self.authenticate(request, "drain")
+        info = await self.authenticate(request, "drain")
         instance_id = bodies.resource_id(request.path_params["instance_id"], INSTANCE_PREFIX, "worker instance",
                                          "instance_not_found")
+        # An instance's subscriptions never change after its hello, so the check cannot go stale.
+        await self.visible_worker(info, instance_id)
         try:
             drained = await self.blocking(self.client.drain, instance_id, now=self.instance.now())
         except ClientError as exc:

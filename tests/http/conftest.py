@@ -35,12 +35,12 @@ def tokens(token_factory) -> dict[str, str]:
 def open_worker(service, nursery):
     """``worker = await open_worker(token, queue)``: registered, capacity 1, on the service."""
 
-    async def open_(token: str, queue: str, capacity: int = 1) -> RawWorker:
+    async def open_(token: str, queue: str, capacity: int = 1, also: tuple[str, ...] = ()) -> RawWorker:
         ws = await trio_websocket.connect_websocket_url(
             nursery, f"ws://127.0.0.1:{service.worker_port}/v1/worker", subprotocols=["pulse.worker.v1"],
             extra_headers=[(b"authorization", f"Bearer {token}".encode())])
         worker = RawWorker(ws)
-        await worker.register(queue, capacity)
+        await worker.register(queue, capacity, also=also)
         return worker
 
     return open_

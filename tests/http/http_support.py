@@ -114,8 +114,11 @@ class RawWorker:
                 assert answer["type"] != "error", answer
                 return answer["body"]
 
-    async def register(self, queue: str, capacity: int = 1, name: str = "http-test", *, keys: bool = False) -> None:
-        hello = {"worker_name": name, "subscriptions": [{"queue": queue}], **({"concurrency_keys": True} if keys else {})}
+    async def register(self, queue: str, capacity: int = 1, name: str = "http-test", *, keys: bool = False,
+                       also: tuple[str, ...] = ()) -> None:
+        """Hello for ``queue`` (and the queues ``also`` names), then declare ``capacity``."""
+        subscriptions = [{"queue": q} for q in (queue, *also)]
+        hello = {"worker_name": name, "subscriptions": subscriptions, **({"concurrency_keys": True} if keys else {})}
         welcome = await self.request("worker.hello", hello)
         self.welcome = welcome
         self.session_id = json.loads(self.frames[-1])["session_id"]

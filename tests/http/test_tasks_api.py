@@ -218,6 +218,28 @@ async def test_operator_drain_stops_new_offers_and_outlives_drain_false(http, to
     assert unknown.status == 404 and unknown.error["code"] == "instance_not_found"
 
 
+async def test_a_queue_scoped_operator_sees_and_drains_only_the_workers_of_its_queues(http, token_factory,
+                                                                                        open_worker):
+    """A worker that also serves another queue is outside the scope: listed, it would show that queue."""
+    worker_token = token_factory("worker")
+    billing = await open_worker(worker_token, "billing")
+    mail = await open_worker(worker_token, "mail")
+    both = await open_worker(worker_token, "billing", also=("mail",))
+    scoped = token_factory("operator", ("billing",))
+    listed = (await http.get("/v1/workers", token=scoped)).json()["workers"]
+    assert [w["instance_id"] for w in listed] == [billing.welcome["instance_id"]]
+    for outside in (mail, both):
+        reply = await http.post(f"/v1/workers/{outside.welcome['instance_id']}/drain", token=scoped)
+        assert reply.status == 404 and reply.error["code"] == "instance_not_found"
+    unknown = await http.post("/v1/workers/ins_01M8VZMC9N9WQ7HZY3RZQQCE2A/drain", token=scoped)
+    assert unknown.status == 404 and unknown.error["code"] == "instance_not_found"
+    drained = await http.post(f"/v1/workers/{billing.welcome['instance_id']}/drain", token=scoped)
+    assert drained.status == 200 and drained.json()["drain"] is True
+    everyone = (await http.get("/v1/workers", token=token_factory("operator"))).json()["workers"]
+    assert {w["instance_id"]: w["drain"] for w in everyone} == {
+        billing.welcome["instance_id"]: True, mail.welcome["instance_id"]: False, both.welcome["instance_id"]: False}
+
+
 async def test_a_submit_through_this_instance_wakes_its_dispatcher_at_once(start_service, tokens, token_factory,
                                                                          nursery):
     service = await start_service(poll_interval=30.0)  # the poll alone would take 30 s
