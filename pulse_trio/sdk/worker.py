@@ -209,20 +209,20 @@ class Worker:
 
     # -- the connection loop ---------------------------------------------------------
     async def _connection_loop(self) -> None:
-        attempt = 0  # consecutive failures: the backoff exponent
+        attempt = 0  # consecutive failures (connections that did not stay up): the backoff exponent
         while not self._done():
-            retry_after, connected = 0.0, False
+            retry_after, connected_at = 0.0, None
             try:
                 async with open_connection(self.url, self._token, self.hello, on_event=self._on_event,
                                            ssl_context=self._ssl, strict=self._strict,
                                            connect_timeout=self._connect_timeout, now=self.clock.now) as conn:
-                    connected, attempt = True, 0
+                    connected_at = anyio.current_time()
                     await self._open_session(conn)
                     await self._serve(conn)
             except WorkerRefused:
                 raise
             except (ConnectionLost, CommandRefused) as exc:
-                if not connected:
+                if connected_at is None:
                     self.stats.failed_connects += 1
                 if isinstance(exc, CommandRefused) and exc.retry_after_ms:
                     retry_after = exc.retry_after_ms / 1000
@@ -234,6 +234,8 @@ class Worker:
                 return
             self._url_at = (self._url_at + 1) % len(self.urls)  # by position: a URL may be listed twice
             self.url = self.urls[self._url_at]
+            if connected_at is not None and anyio.current_time() - connected_at >= self.backoff.maximum:
+                attempt = 0  # it stayed up: a welcome followed by a drop does not reset the backoff
             delay = max(retry_after, self.backoff.delay(attempt))
             attempt += 1
             log.info("reconnecting in %.2fs (%d running)", delay, len(self.runners))

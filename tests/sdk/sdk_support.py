@@ -38,7 +38,9 @@ class Proxy:
         self._thawed.set()
         self._drop_when: Callable[[bytes], bool] | None = None
         self._freeze_on_drop = False
+        self._drop_every = False
         self.dropped_chunks: list[bytes] = []
+        self.link_times: list[float] = []  # when each link was accepted, on the test's Trio clock
 
     @property
     def url(self) -> str:
@@ -60,13 +62,17 @@ class Proxy:
     def thaw(self) -> None:
         self._thawed.set()
 
-    def drop_when(self, predicate: Callable[[bytes], bool] | None, *, then_freeze: bool = False) -> None:
-        """Sever the link instead of forwarding the first matching chunk; ``then_freeze`` also holds new links."""
+    def drop_when(self, predicate: Callable[[bytes], bool] | None, *, then_freeze: bool = False,
+                  every: bool = False) -> None:
+        """Sever the link instead of forwarding the first matching chunk (``every``: each one, on every link);
+        ``then_freeze`` also holds new links."""
         self._drop_when = predicate
         self._freeze_on_drop = then_freeze
+        self._drop_every = every
 
     async def _link(self, client: trio.SocketStream) -> None:
         self.links += 1
+        self.link_times.append(trio.current_time())
         try:
             upstream = await trio.open_tcp_stream("127.0.0.1", self.target_port)
         except OSError:
@@ -93,7 +99,8 @@ class Proxy:
                 await self._thawed.wait()
                 if inspect is not None and self._drop_when is not None and self._drop_when(data):
                     self.dropped_chunks.append(data)
-                    self._drop_when = None
+                    if not self._drop_every:
+                        self._drop_when = None
                     if self._freeze_on_drop:
                         self.freeze()
                     break

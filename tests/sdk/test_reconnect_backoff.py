@@ -1,0 +1,27 @@
+"""The reconnect backoff: only a connection that stayed up resets it."""
+
+from __future__ import annotations
+
+from sdk_support import FAST_BACKOFF, wait_for
+
+from pulse_trio.sdk import Registry, TaskContext
+
+
+async def test_a_session_dropped_right_after_its_welcome_backs_off_like_a_failed_connect(start_service, proxy_for,
+                                                                                        run_worker):
+    """A service that welcomes and then drops every session is not reconnected to at the first delay forever."""
+    proxy = await proxy_for(await start_service())
+    # The ack of the worker's capacity (the welcome shows no sequence) ends every link.
+    proxy.drop_when(lambda data: b'"sequence":' in data, every=True)
+    registry = Registry()
+
+    @registry.handler("billing", "noop")
+    async def noop(task: TaskContext) -> dict:
+        return {}
+
+    worker = await run_worker(proxy.url, registry, wait=False)
+    await wait_for(lambda: len(proxy.link_times) >= 6, what="six links")
+    gaps = [later - earlier for earlier, later in zip(proxy.link_times, proxy.link_times[1:])]
+    # The fourth and fifth reconnects wait at least half the backoff's maximum.
+    assert min(gaps[3:5]) >= FAST_BACKOFF.maximum / 2, gaps
+    assert worker.stats.connects >= 5 and len(proxy.dropped_chunks) >= 5
