@@ -35,6 +35,7 @@ MIN_MS: Final = 1
 #: The INT columns that hold derived durations, and the protocol's lease_ttl_ms / start_timeout_ms.
 MAX_MS: Final = MAX_INT32
 _MS = Decimal(1000)
+_MILLISECOND = Decimal("0.001")
 #: task_retention: a week by default; at least a second, at most ten years (a BIGINT column holds it).
 RETENTION_DEFAULT_MS: Final = 7 * 86_400_000
 RETENTION_MIN_MS: Final = 1_000
@@ -98,15 +99,18 @@ class ClusterSetting:
         number = value if isinstance(value, Decimal) else Decimal(str(value))
         if not number.is_finite():
             raise self._invalid(f"{self.name} must be a finite number of seconds")
+        # Judged exactly: a product in Decimal's context would round a value of many digits first,
+        # and a sub-millisecond part or an excess over the maximum would pass unseen.
         try:
-            ms = number * _MS
-        except ArithmeticError:  # an exponent past what a Decimal holds (1e999999): far out of any range
+            whole_ms = number.quantize(_MILLISECOND)
+        except ArithmeticError:  # too many digits at a millisecond's precision (1e999999): far out of range
             raise self._out_of_range(number) from None
-        if ms != ms.to_integral_value():
+        if whole_ms != number:
             raise self._invalid(f"{self.name} is given to the millisecond at most (got {number} s)")
+        ms = int(whole_ms.scaleb(3))
         if not self.min_ms <= ms <= self.max_ms:
             raise self._out_of_range(number)
-        return int(ms)
+        return ms
 
     def _out_of_range(self, number: Decimal) -> InvalidSetting:
         return self._invalid(f"{self.name} must be {seconds_text(self.min_ms)} to {seconds_text(self.max_ms)} "

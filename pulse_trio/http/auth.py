@@ -67,8 +67,14 @@ def require_role(info: tokens.TokenInfo, roles: tuple[str, ...], action: str) ->
         raise forbidden(f"a {info.role} token cannot {action}; that takes the {' or '.join(roles)} role")
 
 
+#: Actions on what every queue shares: a token held to some queues (``--queue``) may not take them.
+EVERY_QUEUE_ACTIONS = frozenset({"configure"})
+
+
 def may(info: tokens.TokenInfo, action: str) -> bool:
     """Whether the token may take ``action`` (a key of ``PERMISSIONS``): by its role, or by a grant it was made with."""
+    if action in EVERY_QUEUE_ACTIONS and info.queues:
+        return False
     roles, _ = PERMISSIONS[action]
     return info.role in roles or (action in tokens.GRANTS and action in info.allow
                                   and info.role in tokens.GRANTABLE_ROLES)
@@ -79,6 +85,9 @@ def require(info: tokens.TokenInfo, action: str) -> None:
     if may(info, action):
         return
     roles, text = PERMISSIONS[action]
+    if action in EVERY_QUEUE_ACTIONS and info.queues and info.role in roles:
+        raise forbidden(f"a token with --queue cannot {text}: that applies to every queue, and takes "
+                        f"a {' or '.join(roles)} token without --queue")
     grant = (f", or a {' or '.join(tokens.GRANTABLE_ROLES)} token created with --allow {action}"
              if action in tokens.GRANTS else "")
     raise forbidden(f"a {info.role} token cannot {text}; that takes the {' or '.join(roles)} role{grant}")
@@ -99,5 +108,5 @@ def visible_queues(info: tokens.TokenInfo) -> tuple[str, ...] | None:
     return info.queues or None
 
 
-__all__ = ["OPERATOR", "PERMISSIONS", "PRODUCER", "READERS", "allowed_actions", "bearer", "may", "require",
+__all__ = ["EVERY_QUEUE_ACTIONS", "OPERATOR", "PERMISSIONS", "PRODUCER", "READERS", "allowed_actions", "bearer", "may", "require",
            "require_queue", "require_role", "visible_queues"]

@@ -226,7 +226,10 @@ def _seconds_or_null(value: Any, name: str) -> Decimal | int | None:
     if value is None or type(value) is int:
         return value
     if isinstance(value, JsonNumber):
-        return Decimal(value.text)
+        try:
+            return Decimal(value.text)
+        except ArithmeticError:  # an exponent past what a Decimal reads: far outside every setting's range
+            raise bad_request(f"{name} is far outside every setting's range") from None
     raise bad_request(f"{name} must be a number of seconds (or null where the setting allows it)")
 
 

@@ -103,7 +103,9 @@ async def test_a_body_that_is_not_json_is_still_400(http, tokens):
     assert reply.status == 400 and reply.error["code"] == "invalid_json"
 
 
-async def test_a_retention_past_any_range_is_refused_naming_the_value(http, tokens):
+@pytest.mark.parametrize("value", ["1e999999", "1e9999999999999999999", "315360000.00000000000000000001"])
+async def test_a_retention_past_any_range_is_refused_naming_the_value(http, tokens, db, value):
     reply = await http.request("PUT", "/v1/queues/billing/retention", token=tokens["operator"],
-                               body='{"value": 1e999999}', headers={"Content-Type": "application/json"})
+                               body='{"value": %s}' % value, headers={"Content-Type": "application/json"})
     assert (reply.status, reply.error["field"]) == (422, "value"), reply.body
+    assert rows(db, "SELECT COUNT(*) FROM queues") == [(0,)]

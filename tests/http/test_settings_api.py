@@ -27,6 +27,11 @@ async def test_an_operator_token_held_to_queues_cannot_change_what_spans_every_q
     assert (await http.get("/v1/settings", token=scoped)).status == 200
     refused = await http.request("PUT", "/v1/settings/cancel_grace", token=scoped, json_body={"value": 2})
     assert refused.status == 403 and "without --queue" in refused.error["message"]
+    refused = await http.request("PATCH", "/v1/settings", token=scoped, json_body={"cancel_grace": 2})
+    assert refused.status == 403 and "without --queue" in refused.error["message"]
+    # whoami says so too, so the dashboard hides what would be refused.
+    assert "configure" not in (await http.get("/v1/whoami", token=scoped)).json()["may"]
+    assert "configure" in (await http.get("/v1/whoami", token=token_factory("operator"))).json()["may"]
 
 
 async def test_an_operator_changes_one_and_this_instance_applies_it_at_once(http, tokens, service, db):
@@ -79,12 +84,22 @@ async def test_bad_requests_get_the_apis_error_shape_and_change_nothing(http, to
 @pytest.mark.parametrize(("method", "path", "body"), [
     ("PUT", "/v1/settings/cancel_grace", '{"value": 1e999999}'),
     ("PATCH", "/v1/settings", '{"cancel_grace": -1e999999}'),
+    # Exponents past what a Decimal even reads: strict JSON all the same.
+    ("PUT", "/v1/settings/cancel_grace", '{"value": 1e9999999999999999999}'),
+    ("PUT", "/v1/settings/cancel_grace", '{"value": -1e9999999999999999999}'),
+    ("PUT", "/v1/settings/permit_quarantine", '{"value": 1e-9999999999999999999}'),
+    ("PATCH", "/v1/settings", '{"cancel_grace": 1e9999999999999999999}'),
+    # More digits than Decimal's context keeps: judged exactly, never rounded into range first.
+    ("PUT", "/v1/settings/cancel_grace", '{"value": 2.0000000000000000000000000001}'),
+    ("PUT", "/v1/settings/cancel_grace", '{"value": 2147483.6470000000000000000000000001}'),
 ])
-async def test_a_number_past_any_range_is_refused_like_any_out_of_range_one(http, tokens, method, path, body):
+async def test_a_number_past_any_range_is_refused_like_any_out_of_range_one(http, tokens, db, method, path, body):
+    before = rows(db, "SELECT name, value_ms, state FROM cluster_settings ORDER BY name")
     reply = await http.request(method, path, token=tokens["operator"], body=body,
                                headers={"Content-Type": "application/json"})
     assert (reply.status, reply.error["code"]) == (400, "invalid_request"), reply.body
-    assert "seconds" in reply.error["message"]
+    assert any(word in reply.error["message"] for word in ("seconds", "range", "millisecond"))
+    assert rows(db, "SELECT name, value_ms, state FROM cluster_settings ORDER BY name") == before
 
 
 async def test_a_body_that_is_not_strict_json_is_refused(http, tokens):
