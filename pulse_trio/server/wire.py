@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import ssl
 from typing import TYPE_CHECKING
@@ -149,6 +150,9 @@ class WireConnection:
         self._early: list = []  # frames that arrived with the upgrade request
         self._pinged_at: float | None = None
         self._scope: trio.CancelScope | None = None
+        #: The reader's wait for the next chunk: a closing begun by another task brings its deadline forward.
+        self._read_scope: trio.CancelScope | None = None
+        self._parked = False  # the reader waits on the session (the store): it reads no pong meanwhile
         self.keepalive_slot = 0
         self._writing = False  # the writer is inside send_all
         self._unsent = b""  # the rest of a ping written straight to the socket in part, sent before the codec's data
@@ -190,6 +194,8 @@ class WireConnection:
         """
         self._closing = True
         self._close_deadline = trio.current_time() + CLOSE_TIMEOUT_S
+        if self._read_scope is not None:  # a reader waiting with no deadline would wait for the peer forever
+            self._read_scope.deadline = min(self._read_scope.deadline, self._close_deadline)
         if self.session is not None:
             self.endpoint.sessions.hub.refresh(self.session)
 
@@ -201,6 +207,9 @@ class WireConnection:
 
     def keepalive(self, now: float, interval: float) -> None:
         if self._closing or self.ws.state is not OPEN or self.session is None:
+            return
+        if self._parked:  # pongs that came meanwhile are unread: none is missing, and the next ping waits
+            self._pinged_at = None
             return
         if self._pinged_at is not None:
             if now - self._pinged_at >= 3 * interval:
@@ -357,13 +366,12 @@ class WireConnection:
                 deadline = None
             data: bytes | None = None
             try:
-                if deadline is None:
+                with trio.CancelScope(deadline=math.inf if deadline is None else deadline) as self._read_scope:
                     data = await self.stream.receive_some(RECEIVE_CHUNK)
-                else:
-                    with trio.move_on_at(deadline):
-                        data = await self.stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
+            finally:
+                self._read_scope = None
             if data is None:  # a deadline passed
                 if self._closing:
                     return  # the peer never completed the closing handshake
@@ -398,7 +406,12 @@ class WireConnection:
                         self._wake.set()
                         return False
                 count_in(len(data))
-                if not await service.receive(data):
+                self._parked = True
+                try:
+                    received = await service.receive(data)
+                finally:
+                    self._parked = False
+                if not received:
                     return False
             elif opcode is Opcode.BINARY:
                 self.close(e.CLOSE_UNSUPPORTED_DATA, f"binary frames are not part of {SUBPROTOCOL}")

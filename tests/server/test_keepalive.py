@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import trio
+from websockets.frames import Frame, Opcode
 
 import harness
+from pulse_trio.store.engine.writer import connect as db_connect
+from sql_support import rows
 
 PING = b"\x89\x00"  # a server's ping: unmasked, no payload
 MASKED_EMPTY_PONG = b"\x8a\x80\x01\x02\x03\x04"
@@ -73,3 +78,66 @@ async def test_pings_over_tls_go_through_the_writer(start_service, connect, work
             await trio.sleep(interval)
             await w.capacity_ok(1)
     assert len(service.connections) == 1
+
+
+async def test_a_silent_registered_peer_is_dropped_after_the_missing_pong_close(start_service, worker_token, db):
+    """A frozen worker whose kernel still ACKs: it answers no ping and never echoes the close frame.
+
+    The close begins in the keepalive, not in the reader, which waits for the
+    next chunk with no deadline once registered: the closing's 2 s must reach it.
+    """
+    interval = 0.1
+    service = await start_service(ping_interval=interval)
+    stream, buffer = await harness.raw_upgrade(service.worker_port, worker_token)
+    hello = {"protocol_version": "1", "type": "worker.hello", "id": "h1",
+             "body": {"worker_name": "silent", "subscriptions": [{"queue": "billing"}]}}
+    await stream.send_all(Frame(Opcode.TEXT, json.dumps(hello).encode()).serialize(mask=True))
+    with trio.fail_after(10):
+        while b"worker.welcome" not in buffer:
+            buffer += await stream.receive_some(65536)
+    close_seen_at = eof_at = None
+    with trio.move_on_after(3 * interval + 2.0 + 5.0):
+        while True:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                eof_at = trio.current_time()
+                break
+            if close_seen_at is None and b"\x88" in chunk:  # the server's close frame
+                close_seen_at = trio.current_time()
+    await stream.aclose()
+    assert close_seen_at is not None, "no close frame after three unanswered pings"
+    assert eof_at is not None and eof_at - close_seen_at <= 2.0 + 1.0, "the socket outlived the close's 2 s"
+    with trio.fail_after(5):
+        while rows(db, "SELECT state FROM worker_instances WHERE worker_name = 'silent'") != [("DISCONNECTED",)]:
+            await trio.sleep(0.05)
+
+
+async def test_a_peer_that_answers_every_ping_is_kept_while_its_request_waits_in_the_store(start_service, connect,
+                                                                                         worker_token, db):
+    """While the reader waits on the store it reads no pong: none of those is missing.
+
+    Another connection holds the session's row, so the ``worker.capacity``
+    waits ten intervals; the peer (trio-websocket) answers every ping meanwhile.
+    """
+    interval = 0.1
+    service = await start_service(ping_interval=interval)
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=1)
+    holder = await trio.to_thread.run_sync(db_connect, db)
+    replies = []
+    try:
+        await trio.to_thread.run_sync(holder.cursor().execute,
+                                      "SELECT state FROM worker_instances WHERE session_id = %s FOR UPDATE",
+                                      (w.session_id,))
+        async with trio.open_nursery() as nursery:
+
+            async def capacity():
+                replies.append(await w.capacity(2))
+
+            nursery.start_soon(capacity)
+            await trio.sleep(10 * interval)
+            await trio.to_thread.run_sync(holder.rollback)
+    finally:
+        await trio.to_thread.run_sync(holder.close)
+    assert replies and replies[0]["type"] == "ack", replies
+    assert (await w.capacity_ok(3))["capacity"] == 3
