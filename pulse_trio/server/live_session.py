@@ -130,6 +130,8 @@ class LiveSession:
         self.session_id = self.protocol.session_id
         # The live record, as the dispatcher sees it (set at hello).
         self.instance_id: str | None = None
+        #: A registration was sent to the store: it may have committed even if no answer came back.
+        self._registering = False
         self.epoch = 0
         self.queues: dict[str, frozenset[str] | None] = {}  # queue -> kinds (None: every kind)
         self.concurrency_keys = False
@@ -213,7 +215,7 @@ class LiveSession:
         """
         self.closing = True
         self.inbox.close()
-        if self.instance_id is not None:
+        if self.instance_id is not None or self._registering:  # a session nobody ends stays ACTIVE
             services = self.services
             services.hub.remove(self.session_id)
             with trio.move_on_after(10):
@@ -253,6 +255,7 @@ class LiveSession:
             token_id=self.token.token_id,
             session_id=self.session_id,
         )
+        self._registering = True
         try:
             result = await services.call_request(instances.register, instance=new, now=services.clock.now(),
                                                  allowed_queues=self.token.queues or None)
@@ -265,6 +268,8 @@ class LiveSession:
             if reject is not None:
                 self._send_reject(reject)
             return False
+        # Before the welcome, which a closing connection drops: release() must end what was registered.
+        self.instance_id = result.instance.instance_id
         settings = services.settings
         body = to_wire.welcome(result.instance, lease_ttl_ms=settings.lease_ttl_ms,
                                start_timeout_ms=settings.start_timeout_ms, now=services.clock.now(),
@@ -273,7 +278,6 @@ class LiveSession:
         if frame is None:
             return False
         self.outbox.send(frame)
-        self.instance_id = result.instance.instance_id
         self.epoch = result.instance.epoch
         self.queues = {s.queue: (frozenset(s.kinds) if s.kinds is not None else None) for s in hello.subscriptions}
         self.concurrency_keys = hello.concurrency_keys

@@ -7,6 +7,7 @@ import json
 import pytest
 
 import harness
+from sql_support import rows
 
 
 @pytest.mark.parametrize("transport", ["ws", "wss"])
@@ -142,3 +143,53 @@ async def test_invalid_hello_is_invalid_frame_and_the_session_can_still_register
     error = await worker.expect_error("invalid_frame", fatal=False, reply_to="h0")
     assert "session_id" not in error
     await worker.register(["billing"])
+
+
+async def test_a_hello_at_the_subscription_limits_registers(start_service, connect, token_factory):
+    """64 queues of 64 kinds, names of 64 characters: about 290 KB of subscriptions, within the frame limit."""
+    service = await start_service()
+    subscriptions = {f"q{q:02d}".ljust(64, "x"): [f"k{q:02d}.{k:02d}".ljust(64, "y") for k in range(64)]
+                     for q in range(64)}
+    w = await connect(service, token_factory("worker"), name="big")
+    reply = await w.hello(subscriptions)
+    assert reply["type"] == "worker.welcome", reply.get("error")
+
+
+async def test_a_hello_registered_after_the_node_fenced_its_connection_leaves_no_ghost(start_service, connect,
+                                                                                    worker_token, db):
+    """A database stall longer than the node lapse: the node fences (every connection is told
+    server_shutting_down), then the hello that waited for its registration commits. Its connection is
+    closing and drops the welcome, but the session it registered is still ended with the connection."""
+    import trio
+
+    from pulse_trio.store.engine.writer import connect as db_connect
+
+    service = await start_service(node_heartbeat=0.2, node_lapse=1.0)
+    w = await connect(service, worker_token, name="during-stall")
+    holder = await trio.to_thread.run_sync(db_connect, db)
+    try:  # the stall: the registration share-locks the node's row first
+        await trio.to_thread.run_sync(holder.cursor().execute,
+                                      "SELECT state FROM server_nodes WHERE node_id = %s FOR UPDATE",
+                                      (service.store.node_id,))
+        async with trio.open_nursery() as nursery:
+
+            async def hello():
+                try:
+                    await w.hello(["billing"])
+                except harness.ConnectionEnded:
+                    pass
+
+            nursery.start_soon(hello)
+            with trio.fail_after(10):
+                while not service.node.fenced:
+                    await trio.sleep(0.05)
+            await trio.sleep(0.3)  # the shutdown reaches the connection
+            await trio.to_thread.run_sync(holder.rollback)
+    finally:
+        await trio.to_thread.run_sync(holder.close)
+    with trio.fail_after(10):
+        while service.connections:
+            await trio.sleep(0.05)
+        query = "SELECT state FROM worker_instances WHERE worker_name = 'during-stall'"
+        while await trio.to_thread.run_sync(rows, db, query) != [("DISCONNECTED",)]:  # registered, then ended
+            await trio.sleep(0.05)

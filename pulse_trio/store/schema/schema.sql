@@ -255,7 +255,7 @@ CREATE TABLE `worker_instances` (
   `secret_digest` binary(32) NOT NULL,
   `state` varchar(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `worker_name` varchar(128) NOT NULL,
-  `subscriptions` text NOT NULL,
+  `subscriptions` mediumtext NOT NULL,
   `cancellation_notifications` tinyint(1) NOT NULL,
   `concurrency_keys` tinyint(1) NOT NULL,
   `client_info` text DEFAULT NULL,
