@@ -348,3 +348,15 @@ def test_a_ride_along_claim_takes_its_session_row_from_the_batchs_shared_lock(wo
         return after - before - 1  # the first SHOW counts as a select
 
     assert selects(handed=True) == selects(handed=False) - 1
+
+
+def test_a_call_the_database_refuses_in_a_batch_costs_its_neighbours_nothing(world, store):
+    """A value too long for its column (DataError, not a duplicate) fails its own call only: the batch
+    falls back to one transaction per call, and the other registrations commit with their answers."""
+    subs = (SubscribedQueue("q", None),)
+    calls = [(register, {"instance": NewInstance(name, subs), "now": world.now})
+             for name in ("before", "x" * 200, "after")]  # worker_name is VARCHAR(128)
+    before, refused, after = store.run_batch_sync(calls)
+    assert isinstance(refused, pymysql.err.DataError), refused
+    assert type(before).__name__ == type(after).__name__ == "Registered", (before, after)
+    assert world.sql("SELECT worker_name FROM worker_instances ORDER BY worker_name") == [("after",), ("before",)]

@@ -36,7 +36,7 @@ from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store.engine.pool import CONFLICT, LOST, SERVER_IDLE_TIMEOUT_S, ConnectionPool, classify
 from pulse_trio.store.engine.registry import is_read_only, registration_of, takes_no_locks
 from pulse_trio.store.engine.results import Refusal
-from pulse_trio.store.engine.tx import CasMismatch, InvariantViolation, Tx
+from pulse_trio.store.engine.tx import CasMismatch, Tx
 from pulse_trio.store.engine.writer import connect
 
 T = TypeVar("T")
@@ -95,7 +95,7 @@ class SyncStore:
         still exactly one transition and refuses without writing, so the
         others' writes are unaffected by a refusal; they only share the
         commit. If the batch fails as a whole (a deadlock after the retries,
-        a bug in one call), it falls back to one transaction per call so one
+        a value the database refuses or a bug in one call), it falls back to one transaction per call so one
         bad command cannot take its neighbours down.
 
         ``then(tx, results)``, if given, runs last in the same transaction,
@@ -122,7 +122,7 @@ class SyncStore:
 
         try:
             return self._transaction(body, "batch")
-        except (StoreUnavailable, InvariantViolation, pymysql.err.IntegrityError) as exc:
+        except Exception as exc:  # one call's bad value (too long, a duplicate) or bug, or the store gave up
             # The batch may have committed before its answer was lost: each call then
             # re-reads what it may already have done, as a retry of its own would.
             lost = isinstance(exc, StoreUnavailable) and exc.commit_lost
@@ -131,7 +131,7 @@ class SyncStore:
     def _safely(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool) -> Any:
         try:
             return self._run_one(fn, kwargs, recovering=recovering)
-        except (StoreUnavailable, InvariantViolation, pymysql.err.IntegrityError) as exc:
+        except Exception as exc:  # this call's own answer: its neighbours keep theirs
             return exc
 
     def run_sync(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
