@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import trio
 
+from sql_support import rows
+
 OTHER_SECRET = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE"
 UNKNOWN_INSTANCE = "ins_01KBFEY3G08GKV6GQS8WWD954X"
 
@@ -252,3 +254,50 @@ async def test_the_old_session_replaying_after_the_move_gets_the_receipt_without
     await new.ok(new.resume(old, held))
     replay = await old.ok(old.start(held, revision=1))
     assert replay["receipt"] == {**first["receipt"], "duplicate": True} and "lease" not in replay
+
+
+async def test_a_drain_committed_while_a_resume_waits_for_the_lease_still_follows_the_worker(
+        start_service, connect, worker_token, client, db):
+    """The drain and the resume meet on the previous instance's row: whichever commits first, the outcome is
+    a serial one. Drain first: the resuming session inherits it. Resume first: the drain finds the lease
+    gone from the drained instance. Another connection holds the lease row meanwhile."""
+    from pulse_trio.store.engine.writer import connect as db_connect
+
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+
+    async def lock_waits() -> int:
+        (count,) = await trio.to_thread.run_sync(
+            lambda: rows(db, "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"))
+        return int(count[0])
+
+    holder = await trio.to_thread.run_sync(db_connect, db)
+    replies: list = []
+    drains: list = []
+    try:
+        await trio.to_thread.run_sync(holder.cursor().execute,
+                                      "SELECT lease_id FROM leases WHERE lease_id = %s FOR UPDATE", (held.lease_id,))
+        async with trio.open_nursery() as nursery:
+
+            async def resume():
+                replies.append(await new.resume(old, held))
+
+            async def drain():
+                drains.append(await trio.to_thread.run_sync(client.drain, old.instance_id))
+
+            nursery.start_soon(resume)
+            with trio.fail_after(10):  # the resume waits for the lease
+                while not await lock_waits():
+                    await trio.sleep(0.01)
+            nursery.start_soon(drain)
+            with trio.move_on_after(2):  # the drain commits, or waits on the resume
+                while not drains and await lock_waits() < 2:
+                    await trio.sleep(0.01)
+            await trio.to_thread.run_sync(holder.rollback)
+    finally:
+        await trio.to_thread.run_sync(holder.close)
+    assert replies[0]["type"] == "ack", replies[0]
+    ack = await new.capacity_ok(1)
+    assert ack["drain"] is True or drains[0]["active_leases"] == 0, (drains[0], ack)

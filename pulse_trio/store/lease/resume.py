@@ -1,7 +1,9 @@
 """Chart ``lease``, trigger ``resume``: a reconnected worker re-attaches a lease.
 
 Locks the resuming session's instance row first (so an assign to the same
-session cannot miscount its live leases), then the lease and its task.
+session cannot miscount its live leases), then the previous instance's row
+shared (an operator's drain of it is either seen, and inherited, or waits
+until the lease has moved), then the lease and its task.
 Refusal order follows docs/protocol.md §4.6: wrong instance or lease
 secret -> ``lease_not_found`` (no oracle), lapsed or expired ->
 ``lease_expired``, revoked -> ``task_cancelled``, finished ->

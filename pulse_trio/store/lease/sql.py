@@ -69,7 +69,8 @@ OFFER_COLUMNS = ("lease_id, task_id, secret_digest, state, revision, attempt, ow
 
 # -- resume ----------------------------------------------------------------------------------------
 #: The instance a resumed lease was held by (not locked: its epoch and secret never change).
-OLD_INSTANCE = f"SELECT {InstanceRow.columns()} FROM worker_instances i WHERE i.instance_id = %s"
+#: Share-locked: an operator's drain of it commits before the resume reads it, or waits for the resume.
+OLD_INSTANCE = f"SELECT {InstanceRow.columns()} FROM worker_instances i WHERE i.instance_id = %s LOCK IN SHARE MODE"
 
 # -- the timers (lapse, expire) ----------------------------------------------------------------------
 #: Due leases, through ``leases_due (state, expires_at)``: the states are the trigger's sources.
