@@ -60,6 +60,12 @@ _STEP_FIELDS = {"step", "when"}
 _RUNS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _STEP = re.compile(r"[A-Za-z_]\w*\.[A-Za-z_]\w*")
 KINDS = ("entry", "step")
+#: A chart, state or guard name: an ASCII identifier (states go into SQL between quotes and into Promela).
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: A guard: a name, or ``!`` and a name (its negation).
+_GUARD = re.compile(r"!?[A-Za-z_][A-Za-z0-9_]*")
+#: The width of the store's state columns (``varchar(16) CHARACTER SET ascii``); a test holds schema.sql to it.
+STATE_NAME_WIDTH = 16
 
 
 class ChartError(ValueError):
@@ -167,9 +173,15 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
     unknown = set(data) - _FIELDS
     if unknown:
         raise fail(f"unknown fields {sorted(unknown)}")
+    if not _is_name(data["name"]):
+        raise fail(f"name must be an identifier, got {data['name']!r}")
+    if not isinstance(data.get("description", ""), str):
+        raise fail("description must be text")
     states = data["states"]
-    if not isinstance(states, list) or not states or not all(isinstance(s, str) and s for s in states):
-        raise fail("states must be a non-empty list of names")
+    if not isinstance(states, list) or not states or not all(
+            _is_name(s) and len(s) <= STATE_NAME_WIDTH for s in states):
+        raise fail(f"states must be a non-empty list of ASCII identifiers of at most {STATE_NAME_WIDTH} characters, "
+                   f"got {states!r}")
     if len(set(states)) != len(states):
         raise fail("a state is declared twice")
     if data["initial"] not in states:
@@ -181,8 +193,11 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
         raise fail(f"side must be one of {list(SIDES)}")
     if side == "worker" and data["persistent"]:
         raise fail("a worker's chart lives in memory: persistent must be false")
+    if not isinstance(data["transitions"], list):
+        raise fail("transitions must be a list")
     transitions: list[Transition] = []
-    seen: set[tuple[str, str, tuple[str, ...]]] = set()
+    # Guards are a conjunction: the same set in another order is the same transition.
+    seen: set[tuple[str, str, frozenset[str]]] = set()
     for index, raw in enumerate(data["transitions"]):
         where = f"transition {index}"
         if not isinstance(raw, Mapping) or set(raw) - _TRANSITION_FIELDS:
@@ -190,9 +205,16 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
         if not {"trigger", "source", "dest"} <= set(raw):
             raise fail(f"{where}: trigger, source and dest are required")
         sources = raw["source"] if isinstance(raw["source"], list) else [raw["source"]]
-        guards = tuple(raw.get("guards", []))
-        if not all(isinstance(g, str) and g.lstrip("!") for g in guards):
-            raise fail(f"{where}: guards must be names")
+        if not sources:
+            raise fail(f"{where}: source must be a state or a non-empty list of states")
+        raw_guards = raw.get("guards", [])
+        if not isinstance(raw_guards, list) or not all(isinstance(g, str) and _GUARD.fullmatch(g) for g in raw_guards):
+            raise fail(f"{where}: guards must be a list of names, each negated by at most one '!'; got {raw_guards!r}")
+        guards = tuple(raw_guards)
+        if len({g.lstrip("!") for g in guards}) != len(guards):
+            raise fail(f"{where}: a guard is named twice")
+        if not isinstance(raw.get("description", ""), str):
+            raise fail(f"{where}: description must be text")
         trigger = raw["trigger"]
         if not isinstance(trigger, str) or not trigger.isidentifier():
             raise fail(f"{where}: trigger must be an identifier, got {trigger!r}")
@@ -200,9 +222,9 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
             raise fail(f"{where}: trigger {trigger!r} shadows a state name")
         for source in sources:
             for state in (source, raw["dest"]):
-                if state not in states:
+                if not isinstance(state, str) or state not in states:
                     raise fail(f"{where}: state {state!r} is not declared")
-            key = (trigger, source, guards)
+            key = (trigger, source, frozenset(guards))
             if key in seen:
                 raise fail(f"{where}: {trigger} from {source} with guards {list(guards)} is declared twice")
             seen.add(key)
@@ -226,6 +248,10 @@ def parse_chart(data: Mapping[str, Any], *, origin: str = "<chart>") -> ChartSpe
         side=side,
         functions=functions,
     )
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
 
 
 def _parse_functions(data: Mapping[str, Any], triggers: tuple[str, ...], fail: Any) -> dict[str, StoreFunction]:

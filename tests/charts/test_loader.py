@@ -142,12 +142,60 @@ def _raw(name):
     (lambda d: d["functions"]["purge"].update(steps=[{"step": "task.cancel"}]), "with a condition"),
     (lambda d: d["functions"]["purge"].update(steps=[{"step": "task.cancel", "when": " "}]), "with a condition"),
     (lambda d: d.update(persistent=False), "an in-memory chart has no store function"),
+    # A forgotten list: "due" was read as the guards 'd', 'u', 'e'.
+    (lambda d: _transition(d, "promote").update(guards="due"), "guards must be a list"),
+    (lambda d: d["transitions"][2].update(guards=None), "guards must be a list"),
+    (lambda d: d["transitions"][2].update(guards=3), "guards must be a list"),
+    (lambda d: d.update(transitions=None), "transitions must be a list"),
+    (lambda d: d.update(transitions=7), "transitions must be a list"),
+    (lambda d: d.update(name=5), "name must be an identifier"),
+    (lambda d: d["transitions"].append({"trigger": "promote", "source": [], "dest": "READY"}), "source must be"),
+    # Guards are a conjunction: the same set in another order can never fire (the first declared wins).
+    (lambda d: d["transitions"].append({"trigger": "finish", "source": "OFFERED", "dest": "FAILED",
+                                        "guards": ["retry_allowed", "status_failed"]}), "declared twice"),
+    (lambda d: _transition(d, "submit", "SCHEDULED").update(guards=["!!due"]), "at most one '!'"),
+    (lambda d: _transition(d, "submit", "SCHEDULED").update(guards=["due", "!due"]), "named twice"),
+    # State names go into SQL between quotes, into Promela #defines and into varchar(16) ascii columns.
+    *[(lambda d, s=state: _with_state(d, s), "ASCII identifiers")
+      for state in ("ON HOLD", "O'HOLD", "on-hold", "ÉTAT", "A_STATE_OF_17_CHR")],
 ])
 def test_malformed_declarations_are_refused_at_load(mutate, message):
     data = copy.deepcopy(_raw("task"))
     mutate(data)
-    with pytest.raises(ChartError, match=message):
+    with pytest.raises(ChartError, match=message) as refused:
         parse_chart(data, origin="task.json")
+    assert str(refused.value).startswith("task.json: ")
+
+
+def _transition(data: dict, trigger: str, dest: str | None = None) -> dict:
+    return next(t for t in data["transitions"] if t["trigger"] == trigger and dest in (None, t["dest"]))
+
+
+def _with_state(data: dict, state: str) -> None:
+    data["states"].append(state)
+    data["transitions"].append({"trigger": "hold", "source": "READY", "dest": state})
+    data["functions"]["hold"] = {"runs": "pulse_trio.store.task.tasks:hold", "kind": "entry"}
+
+
+def test_a_guard_of_the_session_chart_written_as_a_string_fails_at_load_not_at_fire_time():
+    """The in-memory chart would build its Machine with conditions 'd', 'r', 'a', ... and break at a frame."""
+    data = copy.deepcopy(_raw("session"))
+    next(t for t in data["transitions"] if t.get("guards") == ["drain_requested"])["guards"] = "drain_requested"
+    with pytest.raises(ChartError, match="session.json: .*guards must be a list"):
+        parse_chart(data, origin="session.json")
+
+
+def test_state_names_fit_the_state_columns():
+    """Every state column of the schema is as wide as the loader lets a state name be, in ASCII."""
+    import re
+
+    from pulse_trio.charts.loader import STATE_NAME_WIDTH
+
+    schema = (ROOT / "pulse_trio" / "store" / "schema" / "schema.sql").read_text()
+    columns = re.findall(r"^\s*`(\w*state)` (.*)$", schema, re.M)
+    assert len(columns) >= 10
+    for name, definition in columns:
+        assert definition.startswith(f"varchar({STATE_NAME_WIDTH}) CHARACTER SET ascii"), (name, definition)
 
 
 def test_each_trigger_names_its_store_function_and_steps():
