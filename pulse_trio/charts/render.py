@@ -211,13 +211,45 @@ def _verification(name: str) -> list[str]:
     return out
 
 
+def generated_from(path: Path) -> str | None:
+    """The chart a page says it was generated from (its first line is :data:`HEADER`); None for a hand-written one."""
+    prefix, _, suffix = HEADER.partition("{name}")
+    with path.open(encoding="utf-8") as f:
+        first = f.readline().rstrip("\n")
+    if first.startswith(prefix) and first.endswith(suffix) and len(first) > len(prefix) + len(suffix):
+        return first[len(prefix):-len(suffix)]
+    return None
+
+
+def orphans(output: Path) -> list[Path]:
+    """Generated pages whose chart file is gone (removed or renamed): nothing keeps them true."""
+    if not output.is_dir():
+        return []
+    return [path for path in sorted(output.glob("*.md"))
+            if (name := generated_from(path)) is not None and name not in CHARTS]
+
+
 def render(output: Path, impl: Implementations, names: Sequence[str] | None = None, *, check: bool = False,
            svg: bool = True) -> list[Path]:
-    """Write (or, with ``check``, compare) the pages; return the paths that were stale."""
+    """Write (or, with ``check``, compare) the pages; return the paths that were stale.
+
+    For the whole set (no ``names``), a generated page of a chart that no file declares is stale (writing
+    deletes it, and its ``.svg``), and so is a missing README.md, which is hand-written around its table:
+    writing refuses to go on without it.
+    """
     stale: list[Path] = []
     charts = [CHARTS[n] for n in (names or sorted(CHARTS))]
+    index = output / "README.md"
+    if not names and not check and not index.exists():
+        raise ChartError(f"{index}: missing; it is written by hand around the generated table")
     if not check:
         output.mkdir(parents=True, exist_ok=True)
+    if not names:
+        for orphan in orphans(output):
+            stale.append(orphan)
+            if not check:
+                orphan.unlink()
+                orphan.with_suffix(".svg").unlink(missing_ok=True)
     dot_exe = shutil.which("dot") if svg else None
     for chart in charts:
         target = output / f"{chart.name}.md"
@@ -232,8 +264,9 @@ def render(output: Path, impl: Implementations, names: Sequence[str] | None = No
             result = subprocess.run([dot_exe, "-Tsvg"], input=dot(chart).encode(), capture_output=True, check=False)
             if result.returncode == 0:
                 svg_path.write_bytes(result.stdout)
-    index = output / "README.md"
-    if not names and index.exists():  # the whole set: the README's table is drawn from every chart
+    if not names and not index.exists():
+        stale.append(index)
+    elif not names:  # the whole set: the README's table is drawn from every chart
         current = index.read_text("utf-8")
         text = readme(current)
         if current != text:

@@ -80,7 +80,7 @@ def _functions(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from pulse_trio.charts import CHARTS
+    from pulse_trio.charts import CHARTS, ChartError
     from pulse_trio.charts.render import render
 
     flags = [c for c in args.charts if c.startswith("--")]
@@ -91,12 +91,16 @@ def _render(args: argparse.Namespace) -> int:
     unknown = [n for n in args.charts if n not in CHARTS]
     if unknown:
         args.parser.error(f"unknown chart(s): {', '.join(unknown)}; known: {', '.join(sorted(CHARTS))}")
-    stale = render(args.output, store_implementations(), args.charts or None, check=args.check,
-                   svg=not args.no_svg)
+    try:
+        stale = render(args.output, store_implementations(), args.charts or None, check=args.check,
+                       svg=not args.no_svg)
+    except ChartError as exc:  # the pages' folder has no README.md to draw the table into
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     if args.check:
         for path in stale:
             print(f"stale: {path} (run `pulse-trio statecharts render`)", file=sys.stderr)
         return EXIT_REFUSED if stale else 0
     for path in stale:
-        print(f"wrote {path}")
+        print(f"wrote {path}" if path.exists() else f"removed {path} (its chart file is gone)")
     return 0

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.render import Implementations, dot, mermaid, page, render
+from pulse_trio.charts.render import HEADER, Implementations, dot, mermaid, page, render
 from pulse_trio.cli import main as cli_main
 from pulse_trio.cli.statecharts import store_implementations
 
@@ -22,6 +23,33 @@ def main(argv: list[str]) -> int:
 def test_committed_pages_are_fresh():
     stale = render(DOCS, STORE, check=True)
     assert not stale, f"stale: {[p.name for p in stale]}; run `pulse-trio statecharts render`"
+
+
+def test_a_page_whose_chart_file_was_removed_or_renamed_is_stale(tmp_path, capsys):
+    """A chart renamed from ``permit`` to ``key_permit`` (or deleted) leaves its generated page behind."""
+    out = tmp_path / "statecharts"
+    shutil.copytree(DOCS, out)
+    orphan, notes = out / "permit.md", out / "notes.md"
+    orphan.write_text(HEADER.format(name="permit") + "\n\n# Statechart `permit`\n")
+    (out / "permit.svg").write_text("<svg/>")
+    notes.write_text("# Hand-written, not generated\n")
+    assert render(out, STORE, check=True) == [orphan]
+    assert render(out, STORE, ["lease"], check=True) == []  # a few charts: the rest of the folder is not judged
+    assert main(["--check", "--output", str(out)]) == 1
+    assert "stale: " + str(orphan) in capsys.readouterr().err
+    assert main(["--no-svg", "--output", str(out)]) == 0
+    assert "removed " + str(orphan) in capsys.readouterr().out
+    assert not orphan.exists() and not (out / "permit.svg").exists() and notes.exists()
+    assert render(out, STORE, check=True) == []
+
+
+def test_a_missing_readme_is_stale_and_not_written_around(tmp_path, capsys):
+    out = tmp_path / "statecharts"
+    shutil.copytree(DOCS, out)
+    (out / "README.md").unlink()
+    assert render(out, STORE, check=True) == [out / "README.md"]
+    assert main(["--no-svg", "--output", str(out)]) == 1
+    assert "README.md: missing" in capsys.readouterr().err
 
 
 def test_mermaid_comes_from_transitions_graph_machine():
