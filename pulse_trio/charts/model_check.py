@@ -97,6 +97,8 @@ class Outcome:
     def report(self) -> str:
         if self.ok:
             return f"{self.search}: holds ({self.states} states, depth {self.depth}, {self.seconds:.1f} s)"
+        if self.property and not self.property.isidentifier():  # no property failed: the search itself did
+            return f"{self.search}: {self.property}"
         lines = [f"{self.search}: property {self.property or '?'} violated; counterexample:"]
         lines += [f"  {i + 1:3d}. {s}" for i, s in enumerate(self.steps)]
         return "\n".join(lines)
@@ -106,9 +108,14 @@ _STEP = re.compile(r"STEP (\w+) (\w+) (\w+) (\w+) (\d+)")
 _PROPERTY = re.compile(r"PROPERTY (\w+)")
 
 
-def _run(args: list[str], cwd: Path, timeout: float) -> str:
+def _run(args: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
+    """The exit status and the printout (stdout, then stderr)."""
     done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
-    return done.stdout + done.stderr
+    return done.returncode, done.stdout + done.stderr
+
+
+#: What a verifier that searched to the end prints; without it (killed, crashed) nothing was proved.
+_SUMMARY = (re.compile(r"errors: \d+"), re.compile(r"\d+ states, stored"))
 
 
 def _number(pattern: str, text: str) -> float:
@@ -131,7 +138,7 @@ def check(tier: Tier = DEFAULT, specs: Mapping[str, ChartSpec] | None = None, en
         searches = [("safety", ["-DSAFETY", "-DNOCLAIM"], ["-m%d" % tier.max_depth])]
         if liveness:
             searches.append(("liveness", ["-DNFAIR=3"], ["-a", "-f", "-m%d" % tier.max_depth]))
-        text = _run([spin, "-a", "model.pml"], folder, timeout)
+        _, text = _run([spin, "-a", "model.pml"], folder, timeout)
         if not (folder / "pan.c").exists():
             raise RuntimeError(f"spin could not read the generated model:\n{text}")
         # Both verifiers compile at once (two cores); -DNOBOUNDCHECK: indices are ids the model computes.
@@ -146,17 +153,22 @@ def check(tier: Tier = DEFAULT, specs: Mapping[str, ChartSpec] | None = None, en
         outcomes = []
         for search, _, pan_flags in searches:
             started = time.monotonic()
-            text = _run([f"./pan_{search}", *pan_flags], folder, timeout)
+            status, text = _run([f"./pan_{search}", *pan_flags], folder, timeout)
             seconds = time.monotonic() - started
+            # A verifier killed (the OOM killer, a runner) or crashed prints no summary: that proves nothing.
+            finished = status == 0 and all(p.search(text) for p in _SUMMARY)
             errors = int(_number(r"errors: (\d+)", text))
             incomplete = any(m in text for m in ("max search depth too small", "out of memory", "reached -DMEMLIM"))
-            outcome = Outcome(search, errors == 0 and not incomplete, int(_number(r"(\d+) states, stored", text)),
+            outcome = Outcome(search, finished and errors == 0 and not incomplete,
+                              int(_number(r"(\d+) states, stored", text)),
                               int(_number(r"depth reached (\d+)", text)), seconds,
                               _number(r"([\d.]+)\s+total actual memory usage", text), output=text)
             if incomplete and not errors:
                 outcome.property = "incomplete search (depth or memory bound reached)"
+            elif not finished and not errors:
+                outcome.property = f"verifier did not finish (exit {status})"
             elif not outcome.ok:
-                trail = _run([spin, "-t", "model.pml"], folder, timeout)
+                _, trail = _run([spin, "-t", "model.pml"], folder, timeout)
                 outcome.steps = [Step(m.group(1), m.group(2), m.group(3), m.group(4), int(m.group(5)))
                                  for m in _STEP.finditer(trail)]
                 named = _PROPERTY.findall(trail)

@@ -12,6 +12,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import signal
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +84,41 @@ def test_the_large_world_holds_every_property(tmp_path):
 def test_the_combined_world_holds_every_property(tmp_path):
     outcomes = check(TIERS["combined"], workdir=tmp_path, timeout=3600)
     assert all(o.ok for o in outcomes), _failure(outcomes)
+
+
+def _own_children(name: str) -> list[int]:
+    """Processes called ``name`` that this test process started."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            status = dict(line.split(":\t", 1) for line in (entry / "status").read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if status.get("Name", "").strip() == name and status.get("PPid", "").strip() == str(os.getpid()):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(600)
+def test_a_verifier_killed_mid_search_is_not_reported_as_holding(tmp_path):
+    """SIGKILL, as the OOM killer sends: the verifier prints no summary, and that proves nothing."""
+    result: dict = {}
+    runner = threading.Thread(target=lambda: result.update(
+        outcomes=check(DEFAULT, workdir=tmp_path, liveness=False, timeout=500)))
+    runner.start()
+    killed = None
+    while runner.is_alive() and killed is None:
+        pids = _own_children("pan_safety")
+        if pids:
+            time.sleep(0.5)  # let it start searching
+            os.kill(pids[0], signal.SIGKILL)
+            killed = pids[0]
+        time.sleep(0.05)
+    runner.join()
+    assert killed is not None, "the verifier finished before it could be killed"
+    (outcome,) = result["outcomes"]
+    assert not outcome.ok, f"{outcome.report()!r} (output {outcome.output!r})"
+    assert outcome.report() == f"safety: verifier did not finish (exit {-signal.SIGKILL})"
 
 
 @pytest.mark.parametrize(("chart", "trigger", "guard", "prop"), [
