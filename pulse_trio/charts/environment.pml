@@ -14,6 +14,10 @@
    (the k-th of worker w is 1 + w*SPW + k; 0 is "none"); nodes 0 and 1. */
 
 //@drives task lease key_permit cancellation instance node
+/* Transitions of the driven charts this world never fires (generation fails on any other it leaves out):
+   retry and purge start and end a task's record outside its life here; an operator's drain and a
+   worker's capacity frames (and the drain a resume inherits) only take sessions out of dispatch. */
+//@undriven task.retry task.purge instance.set_capacity instance.operator_drain instance.inherit_drain
 //@command revision status retryable due old_session by_node sequence_newer drain source_found source_recoverable
 //@property single_execution_right covers task lease -- at most one lease of a task is live, and only its holder's session gets an execution right from start, renew, resume or finish
 //@property revision_current covers lease -- an accepted start, renew or finish carried the lease's current revision
@@ -61,6 +65,7 @@ byte next_lease[N_TASKS];      /* leases used so far per task */
 byte current[N_TASKS];         /* the latest lease of the task (its first before any) */
 byte receipt_rev[N_lease];     /* the revision the last command that left a receipt carried */
 bit resent[N_lease];           /* after a resume, the worker may resend what it sent before, old revision and all */
+bit waits[N_TASKS];            /* set aside while its key was at its limit (tasks.waits_for_key) */
 byte workers_done;
 
 /* Ghosts: what happened, for the properties only. */
@@ -113,6 +118,16 @@ inline check_properties() {
 /* A step the entry needs and its chart refuses: the charts disagree. */
 #define STEP(call, can) if :: can -> call :: else -> printf("PROPERTY steps_agree\n"); assert(false) fi
 
+/* key_permit.release runs task.key_freed: the key's set-aside tasks come back (every task has the one key). */
+inline key_freed() {
+  for (i : 0 .. N_TASKS - 1) {
+    if :: waits[i] -> STEP(APPLY(fire_task_key_freed, IDS(i, 0, 0, 0)), APPLY(task_key_freed_can, IDS(i, 0, 0, 0)));
+                      waits[i] = 0
+       :: else fi
+  };
+  i = 0
+}
+
 /* The holder learns its lease is gone (a refusal, or its own ttl ran out: the SDK stops the task). */
 inline forget(l) { known_rev[l] = 0; running[l] = 0; resent[l] = 0 }
 
@@ -153,6 +168,7 @@ inline finish(w, l, t, s) {
        APPLY(fire_lease_finish, IDS(t, l, s, 0));
        STEP(APPLY(fire_task_finish, IDS(t, l, s, 0)), APPLY(task_finish_can, IDS(t, l, s, 0)));
        STEP(APPLY(fire_key_permit_release, IDS(t, l, s, 0)), APPLY(key_permit_release_can, IDS(t, l, s, 0)));
+       key_freed();
        if :: OPEN_INTENT(t) -> STEP(APPLY(fire_cancellation_resolve, IDS(t, l, s, 0)),
                                     APPLY(cancellation_resolve_can, IDS(t, l, s, 0)))
           :: else fi;
@@ -246,10 +262,14 @@ proctype worker(byte w) {
 
 /* lease.assign + key_permit.acquire + task.offer, of task t to worker w's session. */
 #define NEXT(t) (t * LPT + next_lease[t])
-#define MAY_ASSIGN(t, w) (sess[w] != 0 && next_lease[t] < LPT \
+#define MAY_ASSIGN(t, w) (sess[w] != 0 && next_lease[t] < LPT && !waits[t] \
     && APPLY(lease_assign_can, IDS(t, NEXT(t), sess[w], 0)) && APPLY(key_permit_acquire_can, IDS(t, NEXT(t), sess[w], 0)))
 #define MAY_ASSIGN_0(t) MAY_ASSIGN(t, 0)
 #define MAY_ASSIGN_1(t) MAY_ASSIGN(t, 1)
+/* lease.assign picks a task whose key is at its limit: task.wait_for_key sets it aside instead of offering it. */
+#define KEY_FULL_FOR(t, w) (sess[w] != 0 && APPLY(lease_assign_can, IDS(t, NEXT(t), sess[w], 0)) \
+    && !APPLY(key_permit_acquire_can, IDS(t, NEXT(t), sess[w], 0)))
+#define MAY_WAIT(t) (next_lease[t] < LPT && !waits[t] && (KEY_FULL_FOR(t, 0) || KEY_FULL_FOR(t, 1)))
 #define MAY_NOTIFY(t) APPLY(cancellation_notify_can, IDS(t, current[t], 0, 0))
 #define MAY_PROMOTE(t) (task_state[t] == task_SCHEDULED)
 
@@ -266,6 +286,9 @@ proctype dispatcher() {
   do
   :: atomic { ANY_task(MAY_ASSIGN_0) -> PICK_task(MAY_ASSIGN_0, t); assign(t, 0); check_properties(); clear_cmd(); t = 0 }
   :: atomic { ANY_task(MAY_ASSIGN_1) -> PICK_task(MAY_ASSIGN_1, t); assign(t, 1); check_properties(); clear_cmd(); t = 0 }
+  :: atomic { ANY_task(MAY_WAIT) -> PICK_task(MAY_WAIT, t);
+       STEP(APPLY(fire_task_wait_for_key, IDS(t, 0, 0, 0)), APPLY(task_wait_for_key_can, IDS(t, 0, 0, 0)));
+       waits[t] = 1; check_properties(); clear_cmd(); t = 0 }
   :: atomic { ANY_task(MAY_NOTIFY) -> PICK_task(MAY_NOTIFY, t);
        APPLY(fire_cancellation_notify, IDS(t, current[t], 0, 0)); check_properties(); clear_cmd(); t = 0 }
   :: atomic { ANY_task(MAY_PROMOTE) -> PICK_task(MAY_PROMOTE, t); cmd_due = 1;
@@ -293,7 +316,7 @@ proctype timers() {
        STEP(APPLY(fire_task_lapse, IDS(TASK_OF(l), l, 0, 0)), APPLY(task_lapse_can, IDS(TASK_OF(l), l, 0, 0)));
        STEP(APPLY(fire_key_permit_release, IDS(TASK_OF(l), l, 0, 0)),
             APPLY(key_permit_release_can, IDS(TASK_OF(l), l, 0, 0)));
-       check_properties(); clear_cmd(); l = 0 }
+       key_freed(); check_properties(); clear_cmd(); l = 0 }
   :: atomic { ANY_lease(MAY_EXPIRE) -> PICK_lease(MAY_EXPIRE, l);
        APPLY(fire_lease_expire, IDS(TASK_OF(l), l, 0, 0)); lost[TASK_OF(l)] = 1;
        STEP(APPLY(fire_task_expire, IDS(TASK_OF(l), l, 0, 0)), APPLY(task_expire_can, IDS(TASK_OF(l), l, 0, 0)));
@@ -307,7 +330,7 @@ proctype timers() {
   :: atomic { ANY_lease(QUARANTINE_ENDS) -> PICK_lease(QUARANTINE_ENDS, l); key_permit_due[l] = 1;
        STEP(APPLY(fire_key_permit_release_after_quarantine, IDS(TASK_OF(l), l, 0, 0)),
             APPLY(key_permit_release_after_quarantine_can, IDS(TASK_OF(l), l, 0, 0)));
-       check_properties(); clear_cmd(); l = 0 }
+       key_freed(); check_properties(); clear_cmd(); l = 0 }
   :: ALL_TASKS_DONE && ALL_key_permit_SETTLED -> break
   od
 }
@@ -323,11 +346,12 @@ proctype timers() {
             STEP(APPLY(fire_lease_revoke, IDS(t, CUR_LEASE(t), 0, 0)), APPLY(lease_revoke_can, IDS(t, CUR_LEASE(t), 0, 0))); \
             STEP(APPLY(fire_key_permit_release, IDS(t, CUR_LEASE(t), 0, 0)), \
                  APPLY(key_permit_release_can, IDS(t, CUR_LEASE(t), 0, 0))); \
+            key_freed(); \
             STEP(APPLY(fire_task_cancel, IDS(t, CUR_LEASE(t), 0, 0)), APPLY(task_cancel_can, IDS(t, CUR_LEASE(t), 0, 0))); \
             confirmed[t] = 1 \
        :: else -> \
             STEP(APPLY(fire_task_cancel, IDS(t, CUR_LEASE(t), 0, 0)), APPLY(task_cancel_can, IDS(t, CUR_LEASE(t), 0, 0))); \
-            confirmed[t] = 1 \
+            waits[t] = 0; confirmed[t] = 1 \
        fi; \
        check_properties(); clear_cmd() }
 

@@ -203,8 +203,14 @@ def _verification(name: str) -> list[str]:
     env = load_environment()
     links = ", ".join(f"[`{p.name}`](verification.md#{p.name})" for p in env.properties if p.covers(name))
     out = ["## Model check", ""]
-    if name in env.drives:
+    never = [u.partition(".")[2] for u in env.undriven if u.partition(".")[0] == name]
+    if name in env.drives and not never:
         out.append(f"SPIN checks this chart exhaustively in the model generated from the chart files, for: {links}.")
+    elif name in env.drives:
+        out += [f"SPIN checks every transition of this chart that the model fires, exhaustively, in the model "
+                f"generated from the chart files, for: {links}.", "",
+                "Not driven by the model (its environment never fires them, so only the generic check of every "
+                "chart file covers them): " + ", ".join(f"`{t}`" for t in never) + "."]
     else:
         out.append("The model's environment does not drive this chart; the generic check of every chart file "
                    f"covers it: {links}.")

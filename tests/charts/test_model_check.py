@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import signal
 import threading
@@ -19,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from pulse_trio.charts.loader import ChartSpec, load_specs, parse_chart
+from pulse_trio.charts.loader import ChartError, ChartSpec, load_specs, parse_chart
 from pulse_trio.charts.model_check import DEFAULT, RENEWALS, TIERS, Tier, check
-from pulse_trio.charts.promela import dead_ends, final_states, generate, load_environment, undriven
+from pulse_trio.charts.promela import dead_ends, final_states, generate, load_environment, undriven, unfired
 
 pytestmark = pytest.mark.live  # it compiles and runs SPIN's verifier (tiers: tests/conftest.py)
 
+ROOT = Path(__file__).parents[2]
 #: Small enough for a counterexample to turn up in seconds, big enough to have one.
 MUTANT = dataclasses.replace(DEFAULT, name="mutant", max_attempts=2)
 
@@ -147,6 +149,32 @@ def test_a_dropped_effect_is_caught_and_named(tmp_path, chart, trigger, dest, ef
     specs = _without_effect(load_specs(), chart, trigger, dest, effect)
     failed = check(MUTANT, specs, workdir=tmp_path, liveness=False)[-1]
     assert not failed.ok and failed.property == prop, failed.report()
+
+
+def test_every_trigger_of_every_driven_chart_is_fired_by_the_model_or_listed_as_not():
+    """What the environment never fires SPIN never sees: the //@undriven line says so, or generation fails."""
+    specs, env = load_specs(), load_environment()
+    assert unfired(specs, env) == list(env.undriven)
+    assert {"task.wait_for_key", "task.key_freed"}.isdisjoint(env.undriven)
+    # One call fewer: the gap is refused, not silent (release_after_quarantine is another trigger, not a call).
+    gap = load_environment(env.text.replace("APPLY(fire_key_permit_release, ", "APPLY(skip_release, "))
+    with pytest.raises(ChartError, match=r"never fires \['key_permit.release'\]"):
+        generate(specs, DEFAULT.sizes(), DEFAULT.constants(), gap)
+    stale = load_environment(env.text.replace("//@undriven ", "//@undriven task.offer "))
+    with pytest.raises(ChartError, match=r"lists \['task.offer'\] on its //@undriven line, but fires them"):
+        generate(specs, DEFAULT.sizes(), DEFAULT.constants(), stale)
+
+
+def test_a_broken_key_freed_is_caught_by_the_model(tmp_path):
+    """``task.key_freed`` made to leave a set-aside task OFFERED with no lease: it is never dispatched again."""
+    data = json.loads((ROOT / "statecharts" / "task.json").read_text())
+    for t in data["transitions"]:
+        if t["trigger"] == "key_freed":
+            t["dest"] = "OFFERED"
+    specs = {**load_specs(), "task": parse_chart(data, origin="task.json")}
+    failed = check(dataclasses.replace(DEFAULT, name="key_freed"), specs, workdir=tmp_path, liveness=False)[-1]
+    assert not failed.ok, failed.report()
+    assert any(s.chart == "task" and s.trigger == "key_freed" for s in failed.steps), failed.report()
 
 
 def test_a_chart_the_environment_does_not_drive_still_generates():
