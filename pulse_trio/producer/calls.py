@@ -170,8 +170,11 @@ def submit(body: dict[str, Any]) -> Call[dict[str, Any]]:
 
 
 def submit_many(bodies: Iterable[Mapping[str, Any]]) -> Call[list[dict[str, Any]]]:
-    """``task_id``, ``state`` and ``created`` per task, in order; all submitted in one transaction, or none."""
-    items = [dict(b) for b in bodies]
+    """``task_id``, ``state`` and ``created`` per task, in order; all submitted in one transaction, or none.
+
+    A task that is not a mapping is sent as it is: the API refuses it with its own item (``field`` null).
+    """
+    items = [dict(b) if isinstance(b, Mapping) else b for b in bodies]
     return _expect((yield Request("POST", "/v1/tasks/batch", body={"tasks": items})), 200, 201)["tasks"]
 
 

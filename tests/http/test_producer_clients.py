@@ -139,6 +139,16 @@ async def test_submit_many_is_all_or_nothing_with_each_refusal_named(producer):
     assert len((await producer.list())["tasks"]) == 2
 
 
+@pytest.mark.parametrize("bad", ["not a task", 42, None])
+async def test_submit_many_a_task_that_is_not_an_object_gets_the_apis_refusal(producer, bad):
+    """The client judges nothing the API judges: the item travels and comes back refused, ``field`` null."""
+    with pytest.raises(RequestRefused) as refused:
+        await producer.submit_many([task("billing", "a"), bad])
+    assert refused.value.status == 400 and refused.value.code == "invalid_request"
+    assert [(i["index"], i["field"]) for i in refused.value.items] == [(1, None)]
+    assert (await producer.list())["tasks"] == []
+
+
 BAD_CALLS = [
     ("submit", ("billing", "k"), {"priority": 99}, "invalid_request"),
     ("submit", ("billing", "k"), {"colour": "red"}, "invalid_request"),
