@@ -29,6 +29,8 @@ from typing import Final
 
 from cronsim import CronSim, CronSimError
 
+from pulse_trio.picklable import ByFields
+
 UTC = dt.timezone.utc
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = dt.timedelta(seconds=1)
@@ -51,7 +53,7 @@ INVALID_SCHEDULE: Final = "invalid_schedule"
 _HOST_FILES = frozenset({"localtime", "posixrules", "Factory"})
 
 
-class InvalidField(ValueError):
+class InvalidField(ByFields, ValueError):
     """One field of a schedule breaks its rule; nothing is written. ``field`` names it."""
 
     code = INVALID_SCHEDULE

@@ -28,6 +28,7 @@ from pulse_trio.contract.jsontext import JsonText
 from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
+from pulse_trio.picklable import ByFields
 from pulse_trio.store.queue import fairness
 from pulse_trio.store.views import queries
 from pulse_trio.store.task import retention
@@ -50,7 +51,7 @@ UTC = dt.timezone.utc
 DEFAULT_BACKOFF_INITIAL_MS = next(f.default for f in dataclasses.fields(NewTask) if f.name == "backoff_initial_ms")
 
 
-class ClientError(Exception):
+class ClientError(ByFields, Exception):
     """A request the platform refused; ``code`` is stable, ``message`` is for people.
 
     ``field`` names the input at fault when one is (``priority``, ``payload``), for a batch's per-task errors.

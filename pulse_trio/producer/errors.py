@@ -4,7 +4,9 @@ A refusal by the API is a :class:`~pulse_trio.client.ClientError` with the
 API's own ``code`` (the same codes as ``docs/http-api.md`` lists), so code
 written against the direct-database client catches the same class. A task
 that ended badly is a :class:`TaskOutcomeError`, one subclass per terminal
-state, carrying the task as the API showed it.
+state, carrying the task as the API showed it. Every one pickles as
+itself (:class:`~pulse_trio.picklable.ByFields`), so a refusal met in a
+process pool's worker reaches the parent unchanged.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pulse_trio.client.producer import ClientError, TaskNotFound
+from pulse_trio.picklable import ByFields
 
 
 class RequestRefused(ClientError):
@@ -24,7 +27,7 @@ class RequestRefused(ClientError):
         self.items = items or []
 
 
-class TaskOutcomeError(Exception):
+class TaskOutcomeError(ByFields, Exception):
     """The task ended without succeeding; ``task`` is its view (attempts and outcome included)."""
 
     state = ""
@@ -58,7 +61,7 @@ class TaskCancelled(TaskOutcomeError):
     state = "CANCELLED"
 
 
-class WaitTimeout(TimeoutError):
+class WaitTimeout(ByFields, TimeoutError):
     """The wait ran out before the task ended; ``task`` is its view then (it goes on running)."""
 
     def __init__(self, task: dict[str, Any], timeout: float) -> None:

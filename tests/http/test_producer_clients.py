@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import pickle
 from typing import Any
 
 import pytest
 import trio
 
+from pulse_trio.client import ranges
+from pulse_trio.client.producer import InvalidRequest
+from pulse_trio.client.schedules import ScheduleNotFound
 from pulse_trio.contract.limits import MAX_PAYLOAD_BYTES
 from pulse_trio.producer import (
     AsyncClient, Client, ClientError, RequestRefused, TaskCancelled, TaskFailed, TaskHandle, TaskNotFound,
-    WaitTimeout, task,
+    TaskOutcomeError, TaskUnknown, WaitTimeout, task,
 )
+from pulse_trio.schedule_timing import InvalidField
+
+SOME_TASK = "tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A"
 
 
 class InThread:
@@ -244,3 +251,67 @@ async def test_a_wait_outlives_a_restart_of_serve(db, token_factory, kind, nurse
             await raw.aclose()
         else:
             raw.close()
+
+
+def _submit_in_child(url: str, token: str) -> str:
+    with Client(url, token) as producer:
+        return producer.submit("billing", "invoice.send", priority=99).task_id
+
+
+async def test_a_refusal_raised_in_a_process_pool_reaches_the_parent_as_itself(service, tokens):
+    """A blocking Client fanned out over a ProcessPoolExecutor: the API's 400 comes back pickled, as itself
+    (not as BrokenProcessPool, which would also end the pool for every other submit)."""
+    import concurrent.futures
+    import multiprocessing
+
+    def run() -> BaseException | str:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+            try:
+                return pool.submit(_submit_in_child, f"http://127.0.0.1:{service.http_port}",
+                                   tokens["producer"]).result(timeout=60)
+            except BaseException as exc:  # noqa: BLE001 (the test judges what it was)
+                return exc
+
+    raised = await trio.to_thread.run_sync(run)
+    assert isinstance(raised, RequestRefused), (type(raised), raised)
+    assert (raised.status, raised.code) == (400, "invalid_request")
+
+
+def _assert_pickles_as_itself(error: BaseException) -> None:
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) and back.__dict__ == error.__dict__, error
+
+
+async def test_the_clients_errors_from_real_calls_survive_pickling(producer):
+    handle = await producer.submit("billing", "invoice.send")
+    for call, error in ((producer.submit("billing", "k", priority=99), RequestRefused),
+                        (producer.get(SOME_TASK), TaskNotFound), (handle.result(timeout=0), WaitTimeout)):
+        with pytest.raises(error) as raised:
+            await call
+        _assert_pickles_as_itself(raised.value)
+
+
+_VIEW = {"task_id": SOME_TASK, "state": "FAILED", "outcome": {"error_code": "invoice.malformed", "error_message": "x"}}
+EVERY_ERROR = [
+    ClientError("setting_conflict", "node_lapse is too short", "node_lapse"), InvalidRequest("bad", "priority"),
+    TaskNotFound(SOME_TASK), ScheduleNotFound("nightly"), ranges.OutOfRange("limit must be 1..1000"),
+    InvalidField("cron", "not a cron expression"), RequestRefused(400, "invalid_request", "2 of 3", [{"index": 1}]),
+    TaskFailed(_VIEW), TaskUnknown(_VIEW), TaskCancelled(_VIEW),
+    WaitTimeout({"task_id": SOME_TASK, "state": "READY"}, 2),
+]
+
+
+def test_every_error_of_the_clients_survives_pickling():
+    """Each public error class of pulse_trio.client and pulse_trio.producer, constructed as the code does."""
+    import pulse_trio.client
+    import pulse_trio.client.producer
+    import pulse_trio.client.schedules
+    import pulse_trio.producer
+
+    modules = (pulse_trio.client, pulse_trio.client.producer, pulse_trio.client.schedules, ranges, pulse_trio.producer)
+    public = {value for module in modules for name, value in vars(module).items()
+              if isinstance(value, type) and issubclass(value, BaseException) and value.__module__.startswith(
+                  ("pulse_trio.client", "pulse_trio.producer")) and not name.startswith("_")}
+    assert public - {TaskOutcomeError} <= {type(error) for error in EVERY_ERROR}  # raised only as its subclasses
+    for error in EVERY_ERROR:
+        _assert_pickles_as_itself(error)
