@@ -36,6 +36,9 @@ LONG_POLL_S = 30.0
 assert LONG_POLL_S <= MAX_WAIT_S
 #: How much longer than its long-poll a request may take to be answered before the client gives up on it.
 READ_SLACK_S = 10.0
+#: How long past its own timeout a wait may still wait for the answer to its last request: a service that
+#: accepts connections but never answers (frozen, partitioned) does not hold a wait beyond its timeout.
+OVERRUN_S = 1.0
 #: A wait whose request found no service (a restart, a 503) asks again after this pause, until its timeout.
 RETRY_PAUSE_S = 1.0
 _NO_BODY = object()
@@ -50,9 +53,11 @@ class Request:
     params: Mapping[str, str] | None = None
     body: Any = _NO_BODY
     timeout: float | None = None  # None: the client's
-    #: Safe to send again when the service cannot be reached or answers 503 (a read): the driver pauses
-    #: ``RETRY_PAUSE_S`` and hands the call an Answer with the failure, and the call decides.
+    #: Safe to send again when the service cannot be reached (a read): the driver hands the call an
+    #: Answer with the transport's failure instead of raising it, and the call decides.
     retry: bool = False
+    #: Seconds the driver sleeps before sending (a wait asking again after the service was away).
+    pause: float = 0.0
 
     def content(self) -> bytes | None:
         if self.body is _NO_BODY:
@@ -90,19 +95,19 @@ def drive(call: Call[T], send: Callable[[Request], Answer]) -> T:
     """Run ``call`` to its result with a blocking ``send`` (the async driver is the same loop with ``await``).
 
     ``send`` raises what the transport raises; for a ``retry`` request the
-    driver pauses and hands the failure to the call instead.
+    driver hands the failure to the call instead.
     """
     try:
         request = next(call)
         while True:
+            if request.pause > 0:
+                time.sleep(request.pause)
             try:
                 reply = send(request)
             except Exception as exc:
                 if not (request.retry and is_transport_error(exc)):
                     raise
                 reply = Answer(0, None, exc)
-            if request.retry and reply.unavailable:
-                time.sleep(RETRY_PAUSE_S)
             request = call.send(reply)
     except StopIteration as done:
         return done.value
@@ -119,15 +124,22 @@ def _expect(reply: Answer, *ok: int, task_id: str | None = None) -> Any:
     """The body of an answer with one of the ``ok`` statuses; the API's refusal raised otherwise."""
     if reply.status in ok:
         return reply.body
+    raise _refusal(reply, task_id)
+
+
+def _refusal(reply: Answer, task_id: str | None = None) -> BaseException:
+    """What went wrong with an answer: the transport's failure, or the API's refusal as a ClientError."""
+    if reply.error is not None:
+        return reply.error
     error = reply.body.get("error") if isinstance(reply.body, dict) else None
     if not isinstance(error, dict):
-        raise RequestRefused(reply.status, "http_error", f"the API answered HTTP {reply.status} without an error")
+        return RequestRefused(reply.status, "http_error", f"the API answered HTTP {reply.status} without an error")
     code, message = str(error.get("code", "http_error")), str(error.get("message", ""))
     if code == "task_not_found":
         exc = TaskNotFound(task_id or "")
         exc.status = reply.status  # type: ignore[attr-defined]
-        raise exc
-    raise RequestRefused(reply.status, code, message, error.get("items"))
+        return exc
+    return RequestRefused(reply.status, code, message, error.get("items"))
 
 
 def _task_path(task_id: Any, *rest: str) -> str:
@@ -211,23 +223,36 @@ def wait_task(task_id: str, timeout: float | None, *,
 
     A service that cannot be reached, or answers 503, is asked again every
     ``RETRY_PAUSE_S`` until the timeout: a wait outlives a restart of ``serve``.
+    No request outlasts the timeout by more than ``OVERRUN_S``, and a wait
+    whose timeout passes while the service is away ends as a WaitTimeout
+    too (with the view last seen, chained from the last failure).
     """
     path = _task_path(task_id, "outcome")
     if timeout is not None and (not isinstance(timeout, (int, float)) or math.isnan(timeout)):
         raise InvalidRequest("timeout must be a number of seconds (or None: no limit)", "timeout")
-    deadline = None if timeout is None else clock() + max(0.0, float(timeout))
+    wait_s = math.inf if timeout is None else max(0.0, float(timeout))
+    deadline = clock() + wait_s
+    seen: dict[str, Any] | None = None
+    pause = 0.0
     while True:
-        chunk = LONG_POLL_S if deadline is None else min(LONG_POLL_S, max(0.0, deadline - clock()))
-        reply = yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=chunk + READ_SLACK_S, retry=True)
-        if reply.unavailable and (deadline is None or clock() < deadline):
-            continue  # a restart, a database away: the wait goes on until its own timeout
-        if reply.error is not None:
-            raise reply.error
+        left = max(0.0, deadline - clock())
+        pause = min(pause, left)
+        chunk = min(LONG_POLL_S, left - pause)
+        limit = min(chunk + READ_SLACK_S, left - pause + OVERRUN_S)
+        reply = yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=limit, retry=True, pause=pause)
+        ran_out = clock() >= deadline
+        if reply.unavailable:
+            if not ran_out:
+                pause = RETRY_PAUSE_S  # a restart, a database away: the wait goes on until its own timeout
+                continue
+            timed_out = WaitTimeout(seen, wait_s) if seen else WaitTimeout.unanswered(task_id, wait_s)
+            raise timed_out from _refusal(reply, task_id)
         view = _expect(reply, 200, task_id=task_id)
         if view.get("done"):
             return view
-        if deadline is not None and clock() >= deadline:
-            raise WaitTimeout(view, float(timeout or 0))
+        if ran_out:
+            raise WaitTimeout(view, wait_s)
+        seen, pause = view, 0.0
 
 
 def wait(task_id: str, timeout: float | None) -> Call[Any]:

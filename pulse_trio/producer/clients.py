@@ -154,6 +154,8 @@ class AsyncClient:
         try:
             request = next(call)
             while True:
+                if request.pause > 0:
+                    await anyio.sleep(request.pause)
                 try:
                     response = await self._http.request(request.method, request.path, **_send_args(request))
                     reply = calls.answer(response.status_code, response.content)
@@ -161,8 +163,6 @@ class AsyncClient:
                     if not (request.retry and calls.is_transport_error(exc)):
                         raise
                     reply = Answer(0, None, exc)
-                if request.retry and reply.unavailable:
-                    await anyio.sleep(calls.RETRY_PAUSE_S)
                 request = call.send(reply)
         except StopIteration as done:
             return done.value

@@ -62,12 +62,25 @@ class TaskCancelled(TaskOutcomeError):
 
 
 class WaitTimeout(ByFields, TimeoutError):
-    """The wait ran out before the task ended; ``task`` is its view then (it goes on running)."""
+    """The wait ran out before the task ended; ``task`` is its view as last seen (it goes on running).
+
+    A wait whose service never answered has seen no view: its ``task`` holds
+    ``task_id`` and ``state`` None, and the error is chained from the last
+    transport failure or 503.
+    """
 
     def __init__(self, task: dict[str, Any], timeout: float) -> None:
         self.task = task
         self.task_id: str = task["task_id"]
-        super().__init__(f"task {self.task_id} is still {task['state']} after {timeout:g} s")
+        if task.get("state") is None:
+            super().__init__(f"task {self.task_id}: the service did not answer within {timeout:g} s")
+        else:
+            super().__init__(f"task {self.task_id} is still {task['state']} after {timeout:g} s")
+
+    @classmethod
+    def unanswered(cls, task_id: str, timeout: float) -> WaitTimeout:
+        """The wait ran out without one answer from the service."""
+        return cls({"task_id": task_id, "state": None}, timeout)
 
 
 #: The error for each terminal state but SUCCEEDED.

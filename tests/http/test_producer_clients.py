@@ -11,8 +11,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import pickle
+import time
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -251,6 +253,55 @@ async def test_a_wait_outlives_a_restart_of_serve(db, token_factory, kind, nurse
             await raw.aclose()
         else:
             raw.close()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _timed_wait(kind: str, url: str, timeout: float) -> tuple[BaseException | None, float]:
+    """What ``wait(SOME_TASK, timeout)`` raised on a client of ``kind`` talking to ``url``, and how long it took."""
+    raw = AsyncClient(url, "pt_any") if kind == "async" else Client(url, "pt_any")
+    client = raw if kind == "async" else InThread(raw)
+    started = time.monotonic()
+    try:
+        await client.wait(SOME_TASK, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 (the test judges what it was)
+        return exc, time.monotonic() - started
+    finally:
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
+    return None, time.monotonic() - started
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_wait_whose_service_stays_away_ends_at_its_timeout_as_a_timeout(kind):
+    """Not httpx's ConnectError: a wait asks again every second until its own timeout (the last pause cut
+    short to end there), and then it is a WaitTimeout."""
+    raised, took = await _timed_wait(kind, f"http://127.0.0.1:{_closed_port()}", 1.5)
+    assert isinstance(raised, WaitTimeout) and took < 1.9, (type(raised), raised, f"{took:.2f} s")
+    assert raised.task == {"task_id": SOME_TASK, "state": None}
+    assert isinstance(raised.__cause__, httpx.ConnectError)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_wait_on_a_service_that_accepts_but_never_answers_ends_near_its_timeout(kind, nursery):
+    """A frozen or partitioned serve: the long-poll's read timeout is bounded by the wait's own timeout."""
+    async def hold(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()  # read nothing, answer nothing
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(trio.serve_listeners, hold, listeners)
+    with trio.fail_after(20):
+        raised, took = await _timed_wait(kind, f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", 1)
+    assert isinstance(raised, WaitTimeout) and took < 3, (type(raised), raised, f"{took:.1f} s")
+    assert isinstance(raised.__cause__, httpx.ReadTimeout)
 
 
 def _submit_in_child(url: str, token: str) -> str:
