@@ -22,12 +22,16 @@ from pulse_trio.producer.calls import Answer, Call, Request
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 10.0
+#: No cap on open connections: a waiting handle holds one for each long-poll, so under httpx's cap a
+#: shared client's other calls would queue behind the waits and fail. The idle ones kept stay capped.
+DEFAULT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20)
 
 
-def _options(url: str, token: str, timeout: float, headers: Mapping[str, str] | None) -> dict[str, Any]:
+def _options(url: str, token: str, timeout: float, headers: Mapping[str, str] | None,
+             limits: httpx.Limits) -> dict[str, Any]:
     if not isinstance(token, str) or not token:
         raise ValueError("a producer (or operator) token is required: pulse-trio token create --role producer")
-    return dict(base_url=url.rstrip("/"), timeout=timeout,
+    return dict(base_url=url.rstrip("/"), timeout=timeout, limits=limits,
                 headers={**(headers or {}), "Authorization": f"Bearer {token}", "Accept": "application/json"})
 
 
@@ -83,13 +87,16 @@ class AsyncTaskHandle:
 class Client:
     """The producer over HTTP, blocking: ``Client("http://127.0.0.1:7381", token)``.
 
-    Thread-safe (httpx's pool is). For transactional enqueue inside your own
-    database transaction, use :class:`pulse_trio.client.DatabaseClient` instead.
+    Thread-safe (httpx's pool is). ``limits`` bounds the pool (``httpx.Limits``;
+    a long-poll holds a connection, so a cap counts the waits too). For
+    transactional enqueue inside your own database transaction, use
+    :class:`pulse_trio.client.DatabaseClient` instead.
     """
 
     def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S,
-                 headers: Mapping[str, str] | None = None, verify: Any = True) -> None:
-        self._http = httpx.Client(**_options(url, token, timeout, headers), verify=verify)
+                 headers: Mapping[str, str] | None = None, verify: Any = True,
+                 limits: httpx.Limits = DEFAULT_LIMITS) -> None:
+        self._http = httpx.Client(**_options(url, token, timeout, headers, limits), verify=verify)
 
     def _run(self, call: Call[T]) -> T:
         def send(request: Request) -> Answer:
@@ -143,11 +150,15 @@ class Client:
 
 
 class AsyncClient:
-    """The producer over HTTP for asyncio and Trio: ``async with AsyncClient(url, token) as client``."""
+    """The producer over HTTP for asyncio and Trio: ``async with AsyncClient(url, token) as client``.
+
+    The same options as :class:`Client`.
+    """
 
     def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S,
-                 headers: Mapping[str, str] | None = None, verify: Any = True) -> None:
-        self._http = httpx.AsyncClient(**_options(url, token, timeout, headers), verify=verify)
+                 headers: Mapping[str, str] | None = None, verify: Any = True,
+                 limits: httpx.Limits = DEFAULT_LIMITS) -> None:
+        self._http = httpx.AsyncClient(**_options(url, token, timeout, headers, limits), verify=verify)
 
     async def _run(self, call: Call[T]) -> T:
         """:func:`pulse_trio.producer.calls.drive`, awaiting each request (and each pause)."""

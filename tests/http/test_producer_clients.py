@@ -255,6 +255,23 @@ async def test_a_wait_outlives_a_restart_of_serve(db, token_factory, kind, nurse
             raw.close()
 
 
+async def test_parked_waits_do_not_starve_the_shared_clients_other_calls(tokens, service):
+    """One client shared by an app (worker.md §12.1): a hundred handles parked in ``result()`` each hold a
+    connection for their long-poll, and a submit beside them still goes through at once."""
+    async with AsyncClient(f"http://127.0.0.1:{service.http_port}", tokens["producer"]) as producer:
+        waiting = await producer.submit("billing", "invoice.send")
+        async with trio.open_nursery() as nursery:
+            for _ in range(100):
+                nursery.start_soon(waiting.result, 25)  # cancelled below, long before it runs out
+            pool = producer._http._transport._pool  # read to know every long-poll is out, nothing changed
+            with trio.fail_after(10):
+                while sum(not c.is_idle() for c in pool.connections) < 100:
+                    await trio.sleep(0.05)
+            with trio.fail_after(5):
+                assert (await producer.submit("billing", "invoice.send", {"n": 1})).created is True
+            nursery.cancel_scope.cancel()
+
+
 def _closed_port() -> int:
     import socket
 
