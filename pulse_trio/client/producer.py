@@ -18,14 +18,18 @@ import dataclasses
 import datetime as dt
 import json
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pulse_trio import cluster_settings
 from pulse_trio.client import ranges
-from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_fairness_key, is_queue, is_resource_id, is_text
+from pulse_trio.contract.grammar import (
+    INSTANCE_PREFIX, TASK_PREFIX, is_concurrency_key, is_fairness_key, is_queue, is_resource_id, is_text,
+)
 from pulse_trio.contract.jsontext import JsonText
-from pulse_trio.contract.limits import MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
+from pulse_trio.contract.limits import (
+    MAX_CONCURRENCY_KEY_CHARS, MAX_FAIRNESS_KEY_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH,
+)
 from pulse_trio.contract.scanner import ScanError
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.picklable import ByFields
@@ -86,6 +90,27 @@ def check_name(what: str, value: Any) -> str:
     return value
 
 
+def _is_idempotency_key(text: str) -> bool:
+    return text != "" and is_text(text, MAX_IDEMPOTENCY_KEY_CHARS)
+
+
+#: The keys a task may carry, each with its test and its rule for messages: what ``build_task`` (under the
+#: HTTP API, the CLI and the direct client alike) and a listing's filter hold them to.
+KEY_RULES: dict[str, tuple[Callable[[str], bool], str]] = {
+    "idempotency_key": (_is_idempotency_key, f"text of 1-{MAX_IDEMPOTENCY_KEY_CHARS} characters (no lone surrogates)"),
+    "concurrency_key": (is_concurrency_key, f"1-{MAX_CONCURRENCY_KEY_CHARS} printable ASCII characters"),
+    "fairness_key": (is_fairness_key, f"1-{MAX_FAIRNESS_KEY_CHARS} printable ASCII characters"),
+}
+
+
+def check_key(name: str, value: Any) -> str | None:
+    """An optional key by its rule in ``KEY_RULES``; InvalidRequest naming it before any SQL sees it."""
+    valid, rule = KEY_RULES[name]
+    if value is not None and (type(value) is not str or not valid(value)):
+        raise InvalidRequest(f"{name} must be {rule}", name)
+    return value
+
+
 def _task_id(task_id: Any) -> None:
     """A string that cannot be a task id names no task (TaskNotFound), and never reaches SQL."""
     if type(task_id) is not str or not is_resource_id(task_id, TASK_PREFIX):
@@ -101,8 +126,7 @@ def check_list_filters(*, queue: str | None, state: str | None, kind: str | None
         check_name("kind", kind)
     if state is not None and state not in queries.TASK_STATES:
         raise InvalidRequest(f"state must be one of {', '.join(queries.TASK_STATES)}")
-    if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_CHARS:
-        raise InvalidRequest(f"idempotency_key must be 1-{MAX_IDEMPOTENCY_KEY_CHARS} characters")
+    check_key("idempotency_key", idempotency_key)
     if cursor is not None and (type(cursor) is not str or not is_resource_id(cursor, TASK_PREFIX)):
         raise InvalidRequest("cursor must be the `next` value of a previous page")
     if order not in queries.LIST_ORDERS:
@@ -149,6 +173,13 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
     now = now or dt.datetime.now(UTC)
     check_name("queue", queue)
     check_name("kind", kind)
+    for name, key in (("idempotency_key", idempotency_key), ("concurrency_key", concurrency_key),
+                      ("fairness_key", fairness_key)):
+        check_key(name, key)
+    if type(retry_uncertain) is not bool:
+        raise InvalidRequest("retry_uncertain must be True or False", "retry_uncertain")
+    if due_at is not None and not isinstance(due_at, dt.datetime):
+        raise InvalidRequest("due_at must be a datetime with a time zone (UTC)", "due_at")
     if delay is not None and due_at is not None:
         raise InvalidRequest("give delay or due_at, not both", "delay")
     if delay is not None:

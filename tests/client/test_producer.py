@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from pulse_trio.client import Client, ClientError, TaskNotFound
@@ -105,6 +107,27 @@ def test_invalid_submissions_are_refused_before_writing(client: Client):
                 dict(backoff_factor=0.9), dict(backoff_initial=5, backoff_max=1), dict(backoff_max=10**7)):
         with pytest.raises(ClientError):
             client.submit("billing", "invoice.send", {}, **bad)
+    assert client.list()["tasks"] == []
+
+
+BAD_OPTIONS = [
+    {"due_at": "2030-01-01T00:00:00Z"},  # the API's spelling, as text
+    {"due_at": dt.date(2030, 1, 1)},
+    {"idempotency_key": 991},
+    {"idempotency_key": "inv-\ud800"},  # a lone surrogate: no column holds it
+    {"concurrency_key": 7},
+    {"fairness_key": 7},
+    {"retry_uncertain": None},
+    {"retry_uncertain": "no"},
+]
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS, ids=[repr(o)[:40] for o in BAD_OPTIONS])
+def test_badly_typed_submit_options_are_refused_naming_the_field(client: Client, options):
+    """InvalidRequest before anything is written: never a TypeError, nor a driver's error from the INSERT."""
+    with pytest.raises(InvalidRequest) as refused:
+        client.submit("billing", "invoice.send", {"invoice": 1}, **options)
+    assert refused.value.field == next(iter(options))
     assert client.list()["tasks"] == []
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pulse_trio.client import Client, TaskNotFound
+from pulse_trio.client.producer import InvalidRequest
 from pulse_trio.dburl import connect
 
 
@@ -75,3 +76,18 @@ def test_a_known_key_committed_after_the_callers_snapshot_returns_its_task(clien
     mine = client.submit("billing", "invoice.send", {"order": 7}, connection=conn, idempotency_key="order-7")
     assert (mine["task_id"], mine["created"]) == (elsewhere["task_id"], False)
     conn.commit()
+
+
+@pytest.mark.parametrize("options", [{"retry_uncertain": "no"}, {"idempotency_key": "order-\ud800"}])
+def test_a_refused_submit_leaves_the_callers_transaction_going(client: Client, conn, options):
+    """Bad options are InvalidRequest before the caller's connection is used, not a driver's error mid-transaction."""
+    conn.begin()
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO orders (id, task_id) VALUES (7, NULL)")
+    with pytest.raises(InvalidRequest):
+        client.submit("billing", "invoice.send", {"order": 7}, connection=conn, **options)
+    conn.commit()
+    with conn.cursor() as cur:
+        cur.execute("SELECT id FROM orders")
+        assert cur.fetchall() == ((7,),)
+    assert client.list()["tasks"] == []
