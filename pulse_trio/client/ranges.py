@@ -19,10 +19,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import re
 from decimal import Decimal
 from typing import Any, Final
 
 from pulse_trio.contract.limits import MAX_INT32, MAX_PRIORITY, MIN_PRIORITY
+
+#: A number as a command line or a query string gives it: ASCII digits, a point, an exponent.
+_DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 #: The longest duration a column or a protocol field holds: MAX_INT32 ms, in seconds.
 MAX_DURATION_S: Final = Decimal(MAX_INT32) / 1000
@@ -114,9 +118,11 @@ class Range:
                 return self.check(int(text))
             except OutOfRange:
                 raise OutOfRange(f"{self.name} must be {self.spelled} (got {text[:40]})") from None
+        if not _DECIMAL_TEXT.fullmatch(text):  # Decimal alone also reads "0_5" (as 5), "Infinity" and "NaN"
+            raise OutOfRange(f"{self.name} must be a number: {self.spelled}")
         try:
-            number = Decimal(text) if text.isascii() else Decimal("nan")
-        except ArithmeticError:  # InvalidOperation, or an exponent beyond what Decimal holds
+            number = Decimal(text)
+        except ArithmeticError:  # an exponent beyond what Decimal holds
             raise OutOfRange(f"{self.name} must be a number: {self.spelled}") from None
         return self.check(number)
 

@@ -56,6 +56,13 @@ def json_value(value: Any, status: int = 200) -> Response:
                     media_type=JSON)
 
 
+async def _cancel_on_hang_up(request: Request, scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` once the client has gone: a long-poll nobody waits for holds nothing."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
 def worker_in_scope(info: tokens.TokenInfo, worker: dict[str, Any]) -> bool:
     """Whether the token sees the worker: every queue it subscribes to is one of the token's.
 
@@ -88,7 +95,8 @@ class TaskApi:
         token = auth.bearer(request)
         if token is None:
             raise unauthenticated()
-        info = await self.store.run(live_token, token=token)
+        async with self.limiter:  # a burst of requests, even with made-up tokens, leaves the workers their threads
+            info = await self.store.run(live_token, token=token)
         if info is None:
             raise unauthenticated("the bearer token is unknown or revoked")
         request.scope.setdefault("pulse", {})["token_id"] = info.token_id
@@ -99,7 +107,8 @@ class TaskApi:
     async def visible_task(self, info: tokens.TokenInfo, task_id: str) -> TaskView:
         """The task, if it exists in a queue the token may see (else 404 either way)."""
         bodies.resource_id(task_id, TASK_PREFIX, "task", "task_not_found")
-        view = await self.store.run(get_task, task_id=task_id)
+        async with self.limiter:
+            view = await self.store.run(get_task, task_id=task_id)
         if view is None or not info.allows_queue(view.task.queue):
             raise not_found("task_not_found", f"no task {task_id}")
         return view
@@ -166,6 +175,7 @@ class TaskApi:
         view = await self.visible_task(info, request.path_params["task_id"])
         return json_text(view.as_json_text())
 
+    @bodies.judges_query
     async def outcome(self, request: Request) -> Response:
         """The task once it is terminal, waiting up to ``wait`` seconds for that; ``done`` says which it is.
 
@@ -179,12 +189,15 @@ class TaskApi:
         with self.outcomes.watching(task_id) as ended:
             view = await self.visible_task(info, task_id)
             if view.task.state not in TERMINAL_TASK_STATES and wait > 0:
-                with trio.move_on_after(wait):
-                    await ended.wait()
-                if ended.is_set():
-                    view = await self.visible_task(info, task_id)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_cancel_on_hang_up, request, nursery.cancel_scope)
+                    with trio.move_on_after(wait):
+                        await ended.wait()
+                    nursery.cancel_scope.cancel()
+                view = await self.visible_task(info, task_id)  # ended or not: the task as it is now
         return json_text(view.as_json_text(), done=view.task.state in TERMINAL_TASK_STATES)
 
+    @bodies.judges_query
     async def list(self, request: Request) -> Response:
         info = await self.authenticate(request, "list")
         params = bodies.query(request, LIST_PARAMS)
@@ -231,12 +244,14 @@ class TaskApi:
         return json_text(text, 201 if created else 200, created=created)
 
     # -- workers and queues ------------------------------------------------------------------
+    @bodies.judges_query
     async def workers(self, request: Request) -> Response:
         info = await self.authenticate(request, "workers")
         params = bodies.query(request, frozenset({"all"}))
         workers = await self.blocking(self.client.workers, include_disconnected=bodies.query_bool(params, "all"))
         return json_value({"workers": [worker for worker in workers if worker_in_scope(info, worker)]})
 
+    @bodies.judges_query
     async def nodes(self, request: Request) -> Response:
         await self.authenticate(request, "nodes")
         params = bodies.query(request, frozenset({"all"}))
@@ -260,7 +275,6 @@ class TaskApi:
 
     async def queues(self, request: Request) -> Response:
         info = await self.authenticate(request, "queues")
-        bodies.query(request, frozenset())
         depths = await self.blocking(self.client.queues, now=self.instance.now())
         visible = auth.visible_queues(info)
         if visible is not None:

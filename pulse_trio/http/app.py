@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pulse_trio.client import ClientError
 from pulse_trio.config import Settings
+from pulse_trio.http import bodies
 from pulse_trio.http.api import TaskApi
 from pulse_trio.http.connections import EndRefusedConnections
 from pulse_trio.http.dashboard import DashboardApi
@@ -45,6 +46,15 @@ log = logging.getLogger("pulse_trio.http")
 access_log = logging.getLogger("pulse_trio.http.access")
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _takes_no_query(handler: Handler) -> Handler:
+    @functools.wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        bodies.query(request, frozenset())  # 400 for any parameter: none is silently ignored
+        return await handler(request)
+
+    return endpoint
 
 
 def _guarded(handler: Handler, instance: LiveInstance) -> Handler:
@@ -82,7 +92,13 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings,
     schedules = SchedulesApi(tasks)
 
     def route(path: str, **handlers: Handler) -> Route:
-        """One route per path, so a wrong method gets 405 with the full ``Allow`` list."""
+        """One route per path, so a wrong method gets 405 with the full ``Allow`` list.
+
+        A ``/v1`` handler not marked :func:`~pulse_trio.http.bodies.judges_query` takes no query parameter.
+        """
+        if path.startswith("/v1/"):
+            handlers = {method: handler if getattr(handler, "judges_query", False) else _takes_no_query(handler)
+                        for method, handler in handlers.items()}
         by_method = {method.upper(): _guarded(handler, instance) for method, handler in handlers.items()}
         if "GET" in by_method:
             by_method["HEAD"] = by_method["GET"]
@@ -136,6 +152,8 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings,
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error},
                     middleware=[Middleware(EndRefusedConnections, drain_timeout=settings.http_body_timeout),
                                 Middleware(_AccessLog, instance=instance), Middleware(SecurityHeaders)])
+    # A trailing slash is an unknown path (404 in the API's shape), not a redirect built from the Host header.
+    app.router.redirect_slashes = False
     app.state.body_timeout = settings.http_body_timeout
     app.state.outcomes = tasks.outcomes  # its probe loop runs beside the server (pulse_trio.http.server)
     app.state.process_metrics = ops.process_metrics  # what a serve group's member publishes (same)

@@ -18,7 +18,7 @@ import dataclasses
 import datetime as dt
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from starlette.requests import ClientDisconnect, Request
@@ -30,6 +30,8 @@ from pulse_trio.contract.jsontext import dumps
 from pulse_trio.contract.limits import MAX_DEPTH, MAX_FRAME_BYTES, MAX_IDEMPOTENCY_KEY_CHARS
 from pulse_trio.contract.scanner import JsonNumber, ScanError, scan
 from pulse_trio.http.errors import ApiError, bad_request
+
+HandlerT = TypeVar("HandlerT")
 
 MAX_BODY_BYTES = MAX_FRAME_BYTES
 #: When the application does not say (``app.state.body_timeout``, from ``--http-body-timeout``).
@@ -263,6 +265,16 @@ def resource_id(value: str, prefix: str, what: str, code: str) -> str:
     if not is_resource_id(value, prefix):
         raise ApiError(404, code, f"no {what} {value[:80]}")
     return value
+
+
+def judges_query(handler: HandlerT) -> HandlerT:
+    """Marks a ``/v1`` handler that reads its own query parameters (through :func:`query`).
+
+    Every other ``/v1`` handler takes none: the route refuses any it is given
+    (``pulse_trio.http.app``), so a mistyped parameter is never silently ignored.
+    """
+    handler.judges_query = True  # type: ignore[attr-defined]
+    return handler
 
 
 def query(request: Request, allowed: frozenset[str]) -> dict[str, str]:

@@ -67,6 +67,7 @@ class SchedulesApi:
         self.tasks = tasks
         self.schedules = Schedules(tasks.client.store)
 
+    @bodies.judges_query
     async def list(self, request: Request) -> Response:
         info = await self.tasks.authenticate(request, "schedules")
         params = bodies.query(request, frozenset({"all"}))

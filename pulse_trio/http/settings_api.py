@@ -37,7 +37,6 @@ class SettingsApi:
 
     async def list(self, request: Request) -> Response:
         await self.tasks.authenticate(request, "settings")
-        bodies.query(request, frozenset())
         return json_value({"settings": await self.tasks.blocking(self.tasks.client.settings)})
 
     async def get(self, request: Request) -> Response:
@@ -59,7 +58,6 @@ class SettingsApi:
 
     async def weights(self, request: Request) -> Response:
         await self.tasks.authenticate(request, "settings")
-        bodies.query(request, frozenset())
         return json_value({"fairness_weights": await self.tasks.blocking(self.tasks.client.fairness_weights)})
 
     async def get_weight(self, request: Request) -> Response:

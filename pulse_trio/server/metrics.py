@@ -38,6 +38,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 #: Seconds; a task's run spans a no-op handler (ms) to batch jobs (hours).
 RUN_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400)
+#: The methods HTTP defines (RFC 9110, and PATCH): the ``method`` label takes these, and ``OTHER``.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 TRANSACTION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
 
 
@@ -177,7 +179,8 @@ class ServiceMetrics:
         self.errors[(surface, code)] += 1
 
     def count_http(self, method: str, route: str, status: int) -> None:
-        self.http_requests[(method, route, status)] += 1
+        """One answered request; a method HTTP does not define is counted as ``OTHER`` (any token parses)."""
+        self.http_requests[(method if method in HTTP_METHODS else "OTHER", route, status)] += 1
 
     def observe_transaction(self, seconds: float) -> None:
         """An awaited store transaction took ``seconds`` (the store's ``on_transaction`` hook)."""

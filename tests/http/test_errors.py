@@ -264,3 +264,37 @@ async def test_an_idempotency_key_header_outside_its_documented_pattern_is_400(h
     for value in ("caf\xe9", "x" * 256):
         reply = await http.post("/v1/tasks", token=tokens["operator"], json_body=OK, headers={"Idempotency-Key": value})
         assert reply.status == 400 and "Idempotency-Key header" in reply.error["message"], (value[:10], reply.body)
+
+
+def _operations() -> list[tuple[str, str]]:
+    """Every ``/v1`` operation of docs/openapi.json, its path parameters filled with well-formed ids."""
+    from pathlib import Path
+
+    document = json.loads((Path(__file__).resolve().parents[2] / "docs" / "openapi.json").read_text())
+    fill = {"{task_id}": "tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", "{instance_id}": "ins_01M8VZMC9N9WQ7HZY3RZQQCE2A",
+            "{queue}": "billing", "{name}": "cancel_grace", "{schedule}": "nightly", "{key}": "tenant-1"}
+    operations = []
+    for path, methods in document["paths"].items():
+        if path.startswith("/v1/"):
+            for placeholder, value in fill.items():
+                path = path.replace(placeholder, value)
+            operations += [(method.upper(), path) for method in methods if method in {"get", "post", "put",
+                                                                                       "patch", "delete"}]
+    return operations
+
+
+@pytest.mark.parametrize(("method", "path"), _operations())
+async def test_every_operation_refuses_a_query_parameter_it_does_not_take(http, tokens, method, path):
+    """``GET /v1/tasks/{id}?wait=30`` (the long-poll's parameter on the wrong path) must not answer as if asked."""
+    reply = await http.request(method, f"{path}?surely_unknown=1", token=tokens["operator"])
+    assert (reply.status, reply.error["code"]) == (400, "invalid_request"), (method, path, reply.body[:120])
+    assert "surely_unknown" in reply.error["message"]
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/tasks/"), ("POST", "/v1/tasks/"),
+                                              ("GET", "/v1/tasks/tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A/outcome/")])
+async def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(http, tokens, method, path):
+    """A redirect would have an empty body, and its Location would be built from the request's Host header."""
+    reply = await http.request(method, path, token=tokens["producer"], headers={"Host": "evil.example"},
+                               json_body={"queue": "billing", "kind": "k"} if method == "POST" else None)
+    assert (reply.status, reply.error["code"]) == (404, "not_found"), (reply.status, reply.headers)

@@ -161,3 +161,26 @@ async def test_a_fairness_key_named_other_is_counted_in_the_other_row_once(http,
     assert sorted(ready) == sorted([*((f"tenant-{i:02}", 12 - i) for i in range(10)), ("other", 20 + 2)])
     rows = (await http.get("/v1/overview", token=tokens["producer"])).json()["queues"]["billing"]["fairness"]
     assert [row["fairness_key"] for row in rows].count("other") == 1
+
+
+async def test_made_up_methods_do_not_grow_the_request_metric(service):
+    """Any token parses as a method, and no token is needed: the label takes HTTP's methods and OTHER."""
+    import socket
+
+    def send(request: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", service.http_port), timeout=5) as s:
+            s.sendall(request)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            return data
+
+    def flood() -> None:
+        for n in range(50):
+            send(f"X{n:04d}METHOD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+
+    await trio.to_thread.run_sync(flood)
+    exposition = (await trio.to_thread.run_sync(
+        send, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")).decode()
+    methods = set(re.findall(r'^pulse_http_requests_total\{[^}]*method="([^"]*)"', exposition, re.M))
+    assert "OTHER" in methods and not {m for m in methods if m.startswith("X")}, sorted(methods)

@@ -157,3 +157,61 @@ async def test_a_stopping_server_answers_its_waiters_at_once(start_service, toke
         while not answered:
             await trio.sleep(0.01)
     assert answered[0].status == 200 and answered[0].json()["done"] is False
+
+
+async def test_a_wait_that_times_out_answers_the_task_as_it_is_then(http, tokens, open_worker, nursery):
+    """"After S seconds, the task as it is": started meanwhile, it is RUNNING at its first attempt."""
+    task_id = await submit(http, tokens["producer"])
+    answered: list = []
+
+    async def wait() -> None:
+        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=3", token=tokens["producer"]))
+
+    nursery.start_soon(wait)
+    await trio.sleep(0.5)  # the request has read the task (READY) and waits
+    worker = await open_worker(tokens["worker"], "billing")
+    with trio.fail_after(10):
+        lease = (await worker.next_assignment())["lease"]
+        await worker.request("task.start", {"task_id": task_id, "lease_id": lease["lease_id"],
+                                            "lease_secret": lease["lease_secret"], "revision": lease["revision"]})
+        while not answered:
+            await trio.sleep(0.05)
+    body = answered[0].json()
+    assert (body["done"], body["state"], body["attempt"]) == (False, "RUNNING", 1)
+
+
+async def test_a_long_poll_whose_client_went_away_releases_its_waiter(http, tokens, service):
+    """A client that hangs up mid-wait leaves no waiter, handler or connection behind for the rest of it."""
+    import socket
+
+    task_id = await submit(http, tokens["producer"])
+
+    def waiters() -> float:
+        with socket.create_connection(("127.0.0.1", service.http_port), timeout=5) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        (line,) = [x for x in data.decode().splitlines() if x.startswith("pulse_http_outcome_waiters ")]
+        return float(line.split()[1])
+
+    poll = socket.create_connection(("127.0.0.1", service.http_port), timeout=5)
+    try:
+        poll.sendall(f"GET /v1/tasks/{task_id}/outcome?wait=60 HTTP/1.1\r\nHost: x\r\n"
+                     f"Authorization: Bearer {tokens['producer']}\r\n\r\n".encode())
+        with trio.fail_after(5):
+            while await trio.to_thread.run_sync(waiters) != 1:
+                await trio.sleep(0.05)
+    finally:
+        poll.close()
+    with trio.fail_after(5):
+        while await trio.to_thread.run_sync(waiters):
+            await trio.sleep(0.1)
+
+
+async def test_a_wait_that_is_no_number_is_refused(http, tokens):
+    """Decimal alone reads "0_5" as 5: the request would be held 5 s instead of refused."""
+    task_id = await submit(http, tokens["producer"])
+    for text in ("0_5", "Infinity", "NaN", "0x1"):
+        reply = await http.get(f"/v1/tasks/{task_id}/outcome?wait={text}", token=tokens["producer"])
+        assert (reply.status, reply.error["code"]) == (400, "invalid_request"), (text, reply.status)
