@@ -6,11 +6,19 @@ one process and none to another. The gate (``pulse_trio.group.shares``
 implements it) says whether this process may take the next connection and
 counts the ones it holds; a process over its share waits, polling, while a
 less loaded one accepts.
+
+The gate is asked again when a connection is waiting, just before it is
+taken, and the accept then never blocks: a process that sat blocked in
+``accept()`` would take the next connection whatever the counts had become
+meanwhile (a worker that left a less loaded process, reconnecting), and a
+process that lost the connection to another goes back to waiting.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -18,6 +26,13 @@ import trio
 
 #: How often a process over its share looks again (a connection never waits for it: another process accepts).
 GATE_POLL_S = 0.02
+#: An accept that fails with these has lost one connection, not the listener (the errors trio's SocketListener skips).
+_CONNECTION_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "ECONNABORTED", "ECONNRESET", "EPROTO", "EPERM", "ENETDOWN", "ENETUNREACH", "EHOSTDOWN", "EHOSTUNREACH",
+    "ENONET", "ENOPROTOOPT", "EOPNOTSUPP", "ENOSR", "ESOCKTNOSUPPORT", "EPROTONOSUPPORT", "ETIMEDOUT")
+    if hasattr(errno, name))
+#: An accept that fails with these found the listener closed.
+_CLOSED_ERRNOS = frozenset((errno.EBADF, errno.ENOTSOCK))
 
 
 class AcceptGate(Protocol):
@@ -32,19 +47,37 @@ class AcceptGate(Protocol):
 
 
 class GatedListener(trio.abc.Listener[trio.SocketStream]):
-    """A :class:`trio.SocketListener` that accepts only while ``gate`` allows."""
+    """A :class:`trio.SocketListener` that accepts only while ``gate`` allows, asked when a connection waits."""
 
     def __init__(self, inner: trio.SocketListener, gate: AcceptGate) -> None:
         self.inner, self.gate = inner, gate
+        # The same listening socket, to accept without waiting (trio's accept waits when another took the connection).
+        self._listening = socket.socket(fileno=socket.dup(inner.socket.fileno()))
+        self._listening.setblocking(False)
 
     async def accept(self) -> trio.SocketStream:
-        while not self.gate.may_accept():
-            await trio.sleep(GATE_POLL_S)
-        stream = await self.inner.accept()
-        self.gate.opened()
-        return stream
+        while True:
+            if not self.gate.may_accept():
+                await trio.sleep(GATE_POLL_S)
+                continue
+            await trio.lowlevel.wait_readable(self.inner.socket)
+            if not self.gate.may_accept():  # the counts moved while this process waited
+                continue
+            try:
+                sock, _ = self._listening.accept()
+            except BlockingIOError:  # another process took it
+                continue
+            except OSError as exc:
+                if exc.errno in _CLOSED_ERRNOS:
+                    raise trio.ClosedResourceError from None
+                if exc.errno in _CONNECTION_ERRNOS:
+                    continue
+                raise  # EMFILE and the like: trio.serve_listeners waits and tries again
+            self.gate.opened()
+            return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
 
     async def aclose(self) -> None:
+        self._listening.close()
         await self.inner.aclose()
 
 

@@ -58,17 +58,20 @@ def _metrics(serve: ServeProcess) -> Samples:
         return exposition_samples(reply.read())
 
 
+async def _worker(serve: ServeProcess, token: str, nursery: trio.Nursery, name: str) -> RawWorker:
+    """A worker of queue billing, connected to the group and registered."""
+    ws = await trio_websocket.connect_websocket_url(
+        nursery, serve.worker_url, subprotocols=["pulse.worker.v1"],
+        extra_headers=[(b"authorization", f"Bearer {token}".encode())])
+    worker = RawWorker(ws)
+    await worker.register("billing", name=name)
+    return worker
+
+
 async def test_workers_spread_over_the_members_and_metrics_answer_for_the_group(group, token_factory, nursery):
     serve, client = group
     token = token_factory("worker")
-    workers = []
-    for n in range(4):
-        ws = await trio_websocket.connect_websocket_url(
-            nursery, serve.worker_url, subprotocols=["pulse.worker.v1"],
-            extra_headers=[(b"authorization", f"Bearer {token}".encode())])
-        worker = RawWorker(ws)
-        await worker.register("billing", name=f"w{n}")
-        workers.append(worker)
+    workers = [await _worker(serve, token, nursery, f"w{n}") for n in range(4)]
     nodes = [w["node_id"] for w in await trio.to_thread.run_sync(client.workers)]
     assert len(nodes) == 4 and sorted(nodes.count(node) for node in set(nodes)) == [2, 2]
 
@@ -97,6 +100,26 @@ async def test_workers_spread_over_the_members_and_metrics_answer_for_the_group(
         assert figures[("pulse_database_up", ())] == 1
         assert figures[("pulse_finishes_total", (("queue", "billing"), ("status", "SUCCEEDED")))] == 4
     for worker in workers:
+        await worker.ws.aclose()
+
+
+async def test_a_worker_that_reconnects_lands_on_the_member_it_left_not_on_the_busier_one(group, token_factory,
+                                                                                        nursery):
+    """One worker on each member; one reconnects (a restart, a network blip): only the member it left, now
+    holding none, may take it. Each round is the kernel's toss between two members, hence several."""
+    serve, client = group
+    token = token_factory("worker")
+    first = await _worker(serve, token, nursery, "w0")
+    second = await _worker(serve, token, nursery, "w1")
+    assert len({w["node_id"] for w in await trio.to_thread.run_sync(client.workers)}) == 2
+    for round_ in range(24):
+        await second.ws.aclose()
+        await trio.to_thread.run_sync(wait_until, lambda: len(client.workers()) == 1, 20, "the session closed")
+        await trio.sleep(0.5)  # its member has counted the connection closed
+        second = await _worker(serve, token, nursery, f"w{round_ + 2}")
+        nodes = [w["node_id"] for w in await trio.to_thread.run_sync(client.workers)]
+        assert len(set(nodes)) == 2, f"round {round_}: both workers on one member: {nodes}"
+    for worker in (first, second):
         await worker.ws.aclose()
 
 
