@@ -34,14 +34,19 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
 
     ``member``: this process is a member of a serve group and serves on the sockets its parent bound.
     """
+    shared_metrics = member.shared_metrics() if member is not None else None
     if member is None:
         beside, inherited = HttpApi(settings), None
     else:
-        beside = HttpApi(settings, sockets=member.http_sockets(), shared_metrics=member.shared_metrics())
+        beside = HttpApi(settings, sockets=member.http_sockets(), shared_metrics=shared_metrics)
         inherited = Inherited(worker_sockets=member.worker_sockets(), gate=member.shares(),
                               siblings=member.sibling_wake())
-    await run_service(settings, database, beside=beside, handle_signals=handle_signals, clock=clock,
-                      pool_size=pool_size, inherited=inherited, task_status=task_status)
+    try:
+        await run_service(settings, database, beside=beside, handle_signals=handle_signals, clock=clock,
+                          pool_size=pool_size, inherited=inherited, task_status=task_status)
+    finally:
+        if shared_metrics is not None:
+            shared_metrics.withdraw()  # the group's folder outlives no member, even when the parent is gone
 
 
 async def serve_group(settings: Settings, database: DatabaseConfig, member_command: Sequence[str],

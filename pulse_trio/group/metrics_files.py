@@ -7,6 +7,10 @@ answering sums every member's file. It reads its own from the file too, not
 live: a counter that one scrape read live and the next from a file up to a
 second old would seem to go backwards, which Prometheus takes for a restart.
 The database's series are read once per scrape, by the member answering.
+
+A member that stops removes its file, then the directory if it was the
+last: the directory is memory (``/dev/shm``), and the parent that made it
+may be gone (killed) when its members stop by themselves.
 """
 
 from __future__ import annotations
@@ -32,10 +36,25 @@ class SharedMetrics:
 
     def publish(self, text: bytes) -> None:
         """Replace this member's file with ``text`` (readers see the old one or the new one, never a part)."""
-        path = self.directory / f"{self.index}{_SUFFIX}"
+        path = self._path()
         partial = path.with_suffix(".partial")
-        partial.write_bytes(text)
+        try:
+            partial.write_bytes(text)
+        except FileNotFoundError:  # the last other member removed the directory: the group is stopping
+            return
         os.replace(partial, path)
+
+    def withdraw(self) -> None:
+        """Remove this member's file, and the directory once no member has one there (this member stops)."""
+        self._path().unlink(missing_ok=True)
+        self._path().with_suffix(".partial").unlink(missing_ok=True)
+        try:
+            self.directory.rmdir()
+        except OSError:  # another member's file is still there (or the parent removed it already)
+            pass
+
+    def _path(self) -> Path:
+        return self.directory / f"{self.index}{_SUFFIX}"
 
     async def publish_every(self, own: Callable[[], bytes], interval: float = PUBLISH_INTERVAL_S) -> None:
         """Publish ``own()`` now and every ``interval`` seconds until cancelled."""

@@ -107,3 +107,17 @@ def test_a_published_file_is_replaced_whole(tmp_path: Path):
     shared.publish(_exposition(frames=5, transaction_s=0.1, sessions=0, http=0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0.prom"]
     assert exposition_samples(shared.merged())[("pulse_frames_received_total", ())] == 5
+
+
+def test_the_last_member_to_stop_removes_the_group_metrics_folder(tmp_path: Path):
+    folder = tmp_path / "group"
+    folder.mkdir()
+    first, last = SharedMetrics(folder, 0), SharedMetrics(folder, 1)
+    for member in (first, last):
+        member.publish(_exposition(frames=1, transaction_s=0.1, sessions=0, http=0))
+    first.withdraw()
+    assert sorted(p.name for p in folder.iterdir()) == ["1.prom"]
+    last.withdraw()
+    assert not folder.exists()
+    first.publish(b"")  # a member still starting when the others have gone publishes nothing, and does not fail
+    assert not folder.exists()

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 import trio
@@ -25,6 +27,7 @@ from http_support import RawWorker
 from metrics_support import Samples, exposition_samples
 from pulse_trio.bench.processes import wait_until
 from pulse_trio.client import Client
+from pulse_trio.group.member import ENVIRONMENT
 from pulse_trio.group.shares import ConnectionShares, create_shares
 from pulse_trio.ports import free_port
 from pulse_trio.serve_process import ServeProcess
@@ -169,6 +172,32 @@ def test_the_members_stop_when_the_parent_is_killed(group):
     process.kill()
     process.wait()
     wait_until(lambda: not any(_alive(pid) for pid in members), 30, "every member stopped")
+
+
+def _metrics_dir(pid: int) -> Path:
+    """The group's metrics folder, as the parent handed it to member ``pid`` (in its environment)."""
+    with open(f"/proc/{pid}/environ", "rb") as environ:
+        for entry in environ.read().split(b"\0"):
+            if entry.startswith(ENVIRONMENT.encode() + b"="):
+                return Path(json.loads(entry.split(b"=", 1)[1])["metrics_dir"])
+    raise AssertionError(f"pid {pid} is no group member")
+
+
+def test_the_group_metrics_folder_does_not_outlive_a_group_whose_first_process_was_killed(group):
+    """The folder is memory (/dev/shm): a service manager restarting a killed group must not leak one each time."""
+    serve, client = group
+    members = [node["pid"] for node in client.nodes()]
+    folder = _metrics_dir(members[0])
+    wait_until(lambda: len(list(folder.glob("*.prom"))) == 2, 10, "both members published")
+    process = serve.process
+    assert process is not None
+    process.kill()
+    process.wait()
+    wait_until(lambda: not any(_alive(pid) for pid in members), 30, "every member stopped")
+    try:
+        assert not folder.exists(), f"left behind: {sorted(p.name for p in folder.iterdir())}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def test_a_stop_waits_for_members_that_stop_and_kills_one_still_running_after_the_stop_time(monkeypatch):
