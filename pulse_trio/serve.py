@@ -24,6 +24,8 @@ from pulse_trio.http.server import HttpApi
 from pulse_trio.listen import bind_workers
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.service import DEFAULT_POOL_SIZE, Inherited, ServiceHandle, run_service
+from pulse_trio.server.settings_sync import check_given
+from pulse_trio.store.engine.trio_bridge import Store
 
 
 async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals: bool = True,
@@ -54,12 +56,18 @@ async def serve_group(settings: Settings, database: DatabaseConfig, member_comma
                       on_stopping: Callable[[], None] = lambda: None) -> int:
     """Bind both addresses, run ``settings.processes`` members on them until stopped; the group's exit code.
 
-    A taken port stops the start with a ListenError before any member starts.
+    A taken port stops the start with a ListenError, and flags the cluster refuses with SettingsRefused, before
+    any member starts (each member would fail on its own, and say so).
     """
     worker_sockets = await bind_workers(settings.worker_listen)
     http = HttpApi(settings)
     try:
         http.bind()
+        store = Store(database, pool_size=1)
+        try:
+            await check_given(store, settings.given_ms())
+        finally:
+            store.close()
         assert http.sockets is not None
         http_sockets = [*http.sockets.secure_sockets, *http.sockets.insecure_sockets]
         addresses = GroupAddresses(worker_port=worker_sockets[0].getsockname()[1],

@@ -34,7 +34,7 @@ from pulse_trio import cluster_settings as cs
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.store.engine.results import Refusal
-from pulse_trio.store.cluster_setting.settings import StoredSetting, read_all, set_values
+from pulse_trio.store.cluster_setting.settings import StoredSetting, read_all, refusal, set_values
 from pulse_trio.store.engine.trio_bridge import Store
 
 log = logging.getLogger("pulse_trio.settings")
@@ -45,6 +45,21 @@ REFRESH_S = 2.0
 
 class SettingsRefused(RuntimeError):
     """The cluster refused this instance's flags (node_lapse under twice node_heartbeat)."""
+
+    def __init__(self, refused: Refusal) -> None:
+        super().__init__(f"the cluster refused this instance's settings: {refused.message}")
+
+
+async def check_given(store: Store, given_ms: Mapping[str, int | None]) -> None:
+    """Raise :class:`SettingsRefused` if the cluster would refuse ``given_ms`` now; nothing is written.
+
+    For a serve group's first process, which serves nothing itself: its
+    members each write the flags when they start (:meth:`SettingsSync.load`).
+    """
+    if given_ms:
+        refused = await store.run(refusal, values=given_ms)
+        if refused is not None:
+            raise SettingsRefused(refused)
 
 
 def _who(row: StoredSetting) -> str:
@@ -115,10 +130,10 @@ class SettingsSync:
                 result = await store.run(set_values, values=self.given, now=self.clock.now(),
                                          updated_by=f"serve:{store.node_id}")
                 if isinstance(result, Refusal):
-                    message = f"the cluster refused this instance's settings: {result.message}"
+                    refused = SettingsRefused(result)
                     if strict:
-                        raise SettingsRefused(message)
-                    log.error("%s; following the cluster's values instead", message)
+                        raise refused
+                    log.error("%s; following the cluster's values instead", refused)
                 else:
                     self._note_replaced(result.before)
             self._apply(await store.run(read_all))
@@ -180,4 +195,4 @@ class SettingsSync:
         self.settings.replace(self.settings.current.with_cluster({name: row.value_ms for name, row in rows.items()}))
 
 
-__all__ = ["REFRESH_S", "Conflict", "SettingsRefused", "SettingsSync"]
+__all__ = ["REFRESH_S", "Conflict", "SettingsRefused", "SettingsSync", "check_given"]

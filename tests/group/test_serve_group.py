@@ -240,6 +240,22 @@ def test_a_taken_port_fails_in_one_line_before_any_member_starts(db):
         client.close()
 
 
+def test_a_group_whose_flags_the_cluster_refuses_fails_in_one_line_with_exit_2(db):
+    """The stored node_lapse is 15 s, so --node-heartbeat 10 is refused: one line, as one process says it,
+    not once per member plus the first process's own."""
+    stderr = {}
+    for processes in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pulse_trio", "serve", "--processes", processes,
+             "--database-url", db.url(redact=False), "--worker-listen", f"127.0.0.1:{free_port()}",
+             "--http-listen", f"127.0.0.1:{free_port()}", "--log-level", "warning", "--node-heartbeat", "10"],
+            capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done
+        stderr[processes] = done.stderr
+    assert stderr["1"].count("\n") == 1 and stderr["1"].startswith("pulse-trio: the cluster refused"), stderr["1"]
+    assert stderr["2"] == stderr["1"]
+
+
 async def test_a_member_over_its_share_leaves_the_next_connection_to_the_others():
     """Two gated listeners on one listening socket, as two members have: the connections alternate."""
     fd = create_shares(2)

@@ -10,7 +10,7 @@ from pulse_trio import cluster_settings as cs
 from pulse_trio.dburl import connect
 from pulse_trio.store import NewTask, request_cancel, submit
 from pulse_trio.store.engine.results import Refusal
-from pulse_trio.store.cluster_setting.settings import read_all, set_values
+from pulse_trio.store.cluster_setting.settings import read_all, refusal, set_values
 from pulse_trio.store.engine.tx import Tx, db_time
 
 
@@ -46,6 +46,14 @@ def test_a_lapse_under_twice_the_heartbeat_is_refused_on_the_values_that_result(
     both = world.run(set_values, values={"node_heartbeat": 10_000, "node_lapse": 20_000}, updated_by="x")
     assert not isinstance(both, Refusal)
     assert isinstance(world.run(set_values, values={"node_lapse": 19_999}, updated_by="x"), Refusal)
+
+
+def test_a_refusal_can_be_known_without_writing(world):
+    """What a serve group's first process asks before it starts its members: set_values's answer, nothing written."""
+    assert world.store.run_sync(refusal, values={"node_heartbeat": 10_000}) == world.run(
+        set_values, values={"node_heartbeat": 10_000}, updated_by="x")
+    assert world.store.run_sync(refusal, values={"node_heartbeat": 10_000, "node_lapse": 20_000}) is None
+    assert world.sql("SELECT COUNT(*) FROM cluster_settings WHERE state = 'SET'") == [(0,)]
 
 
 @pytest.mark.parametrize("values", [{"cancel_grace": 0}, {"lease_ttl": None}, {"poll_interval": 50},

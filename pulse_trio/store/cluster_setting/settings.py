@@ -8,7 +8,8 @@ Three ways in, one table:
   their own transaction, so no process can write with a stale copy.
 * :func:`read_all` is the read-only view the CLI, the HTTP API and every
   serve instance's refresh loop use.
-* :func:`set_values` changes one or several settings in one transaction.
+* :func:`set_values` changes one or several settings in one transaction;
+  :func:`refusal` says, writing nothing, whether it would refuse them now.
 
 Values are checked against their bounds before they get here
 (:mod:`pulse_trio.cluster_settings`); the one rule that spans two rows,
@@ -111,14 +112,9 @@ def set_values(tx: Tx, *, values: Mapping[str, int | None], now: dt.datetime,
         cs.lookup(name).from_seconds(cs.json_seconds(ms))  # a caller that skipped the check fails here
     stored = _stored(tx, lock=True)
     before = {name: stored.get(name) or StoredSetting.default(name) for name in cs.NAMES}
-    merged = {name: values[name] if name in values else row.value_ms for name, row in before.items()}
-    context = SettingContext(values=merged)
-    decided = {}
-    for name in values:
-        dest = decide("cluster_setting", "set", before[name].state, context)
-        if isinstance(dest, Refusal):
-            return Refusal(dest.code, cs.pair_problem(merged) or dest.message)
-        decided[name] = dest
+    decided = _decide(before, values)
+    if isinstance(decided, Refusal):
+        return decided
     stamp = db_time(now)
     who = updated_by[:128]
     after = dict(before)
@@ -133,4 +129,28 @@ def set_values(tx: Tx, *, values: Mapping[str, int | None], now: dt.datetime,
     return SettingsChange(before, after)
 
 
-__all__ = ["SettingsChange", "StoredSetting", "read_all", "set_values", "value_ms", "values_ms"]
+@read_only(takes_locks=False)
+def refusal(tx: Tx, *, values: Mapping[str, int | None]) -> Refusal | None:
+    """What :func:`set_values` would refuse ``values`` with now, or None; nothing is written.
+
+    A serve group's first process asks before it starts its members, so
+    flags the cluster refuses fail once rather than once per member.
+    """
+    decided = _decide(_rows(tx, lock=False), values)
+    return decided if isinstance(decided, Refusal) else None
+
+
+def _decide(before: Mapping[str, StoredSetting], values: Mapping[str, int | None]) -> dict[str, str] | Refusal:
+    """Each changed setting's destination, judged on the values the change would leave; or the refusal."""
+    merged = {name: values[name] if name in values else row.value_ms for name, row in before.items()}
+    context = SettingContext(values=merged)
+    decided = {}
+    for name in values:
+        dest = decide("cluster_setting", "set", before[name].state, context)
+        if isinstance(dest, Refusal):
+            return Refusal(dest.code, cs.pair_problem(merged) or dest.message)
+        decided[name] = dest
+    return decided
+
+
+__all__ = ["SettingsChange", "StoredSetting", "read_all", "refusal", "set_values", "value_ms", "values_ms"]
