@@ -114,10 +114,17 @@ class _Outcome:
 
 
 async def _watch_signals(outcome: _Outcome) -> None:
+    """The first SIGTERM or SIGINT stops the group; later ones are taken here too, until the stop is over.
+
+    Left to Python's handler, a second signal (Ctrl-C pressed twice, a script
+    that signals again) would interrupt the stop and kill the members mid-shutdown.
+    """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
+        async for signum in signals:
+            if outcome.stopping.is_set():
+                log.warning("%s: the group is already stopping (members still running after %g s are killed)",
+                            signal.Signals(signum).name, STOP_TIMEOUT_S)
             outcome.stopping.set()
-            return
 
 
 async def _watch_member(index: int, process: trio.Process, outcome: _Outcome) -> None:

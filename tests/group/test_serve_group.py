@@ -153,6 +153,21 @@ def test_a_signal_to_every_process_at_once_still_stops_each_member_the_orderly_w
     assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
 
 
+def test_a_second_sigterm_while_the_group_stops_does_not_abandon_the_orderly_stop(group):
+    """An impatient operator, a script that signals twice, Ctrl-C pressed twice: still an orderly stop, exit 0."""
+    serve, client = group
+    members = [node["pid"] for node in client.nodes()]
+    process = serve.process
+    assert process is not None
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0, serve.log_tail()
+    assert "Traceback" not in serve.log_tail(10**6)
+    wait_until(lambda: not any(_alive(pid) for pid in members), 30, "every member stopped")
+    assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
+
+
 def test_a_member_that_dies_stops_the_group(group):
     serve, client = group
     first, second = (node["pid"] for node in client.nodes())
