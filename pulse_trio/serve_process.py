@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
+from pulse_trio.child_process import child_environment, python_command
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port, start_on_fresh_ports
@@ -88,10 +88,10 @@ class ServeProcess:
     def _launch(self) -> None:
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pulse_trio", "serve", "--database-url", self.database.url(redact=False),
-             "--worker-listen", f"127.0.0.1:{self.worker_port}", "--http-listen", f"127.0.0.1:{self.http_port}",
-             "--log-level", "warning", *self.extra_args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
+            python_command("pulse_trio", "serve", "--database-url", self.database.url(redact=False),
+                           "--worker-listen", f"127.0.0.1:{self.worker_port}",
+                           "--http-listen", f"127.0.0.1:{self.http_port}", "--log-level", "warning", *self.extra_args),
+            env=child_environment(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
 
     def _wait_answering(self) -> None:
         """Until the HTTP API answers: it serves only once the node has joined the cluster."""

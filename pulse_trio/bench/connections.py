@@ -40,6 +40,7 @@ from pulse_trio.bench.noop_worker import KIND, QUEUE
 from pulse_trio.bench.processes import (
     Fleet, bench_env, bench_tokens, on_fresh_database, progress, raise_fd_limit, wait_until, worker_url,
 )
+from pulse_trio.child_process import python_command
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port
@@ -138,9 +139,9 @@ def _start_holders(fleet: Fleet, env: dict[str, str], options: ConnectionOptions
     shares = [options.sessions // options.holders + (1 if i < options.sessions % options.holders else 0)
               for i in range(options.holders)]
     return [fleet.spawn(
-        [sys.executable, "-m", "pulse_trio.bench.idle_sessions", "--url", worker_url(worker_port),
-         "--sessions", str(share), "--capacity", str(options.capacity), "--queue", IDLE_QUEUE,
-         "--name", f"idle-{i}", "--in-flight", str(options.in_flight)],
+        python_command("pulse_trio.bench.idle_sessions", "--url", worker_url(worker_port),
+                       "--sessions", str(share), "--capacity", str(options.capacity), "--queue", IDLE_QUEUE,
+                       "--name", f"idle-{i}", "--in-flight", str(options.in_flight)),
         env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True)
         for i, share in enumerate(shares)]
 

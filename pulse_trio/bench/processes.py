@@ -7,7 +7,6 @@ stops whatever it started, in order, even when the run fails half way.
 
 from __future__ import annotations
 
-import os
 import resource
 import secrets
 import socket
@@ -18,6 +17,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
+from pulse_trio.child_process import child_environment, python_command
 from pulse_trio.contract.limits import ENDPOINT_PATH
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port
@@ -119,9 +119,9 @@ class Fleet:
                poll_interval: float = 0.01, extra: Sequence[str] = ()) -> subprocess.Popen:
         """One `pulse-trio serve`, waited for until its worker port listens."""
         proc = self.spawn(
-            [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
-             "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}",
-             "--poll-interval", f"{poll_interval:g}", *extra], env)
+            python_command("pulse_trio", "serve", "--database-url", db.url(redact=False),
+                           "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}",
+                           "--poll-interval", f"{poll_interval:g}", *extra), env)
         self.servers.append(proc)
         wait_port(worker_port, proc)
         if http_port:
@@ -132,9 +132,9 @@ class Fleet:
                concurrency_keys: bool = False, backend: str = "asyncio") -> subprocess.Popen:
         """One `pulse-trio worker run` of a bench registry (no-op handlers) on ``backend`` (asyncio or trio)."""
         return self.spawn(
-            [sys.executable, "-m", "pulse_trio", "worker", "run", registry,
-             "--url", worker_url(worker_port), "--capacity", str(capacity), "--quiet", "--backend", backend,
-             *(["--concurrency-keys"] if concurrency_keys else [])], env)
+            python_command("pulse_trio", "worker", "run", registry,
+                           "--url", worker_url(worker_port), "--capacity", str(capacity), "--quiet",
+                           "--backend", backend, *(["--concurrency-keys"] if concurrency_keys else [])), env)
 
     def stop_all(self) -> None:
         """Workers and holders first, then the servers.
@@ -164,7 +164,8 @@ def serve_flags(*, history: bool, server_processes: int) -> tuple[str, ...]:
 
 
 def bench_env(**extra: str) -> dict[str, str]:
-    return dict(os.environ, **extra)
+    """The environment of the bench's processes: this one's, ``extra``, and this package's code first."""
+    return child_environment(**extra)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, *, interval: float = 0.1) -> None:

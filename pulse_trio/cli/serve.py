@@ -8,7 +8,6 @@ import functools
 import logging
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -58,6 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_format, args.log_level)
     import trio
 
+    from pulse_trio.child_process import python_command
     from pulse_trio.listen import ListenError
     from pulse_trio.serve import serve
     from pulse_trio.server.settings_sync import SettingsRefused
@@ -66,8 +66,8 @@ def _serve(args: argparse.Namespace) -> int:
         log.info("database %s", target.url())
         try:
             if settings.processes > 1:
-                member_command = [sys.executable, "-m", "pulse_trio", "serve", "--log-format", args.log_format,
-                                  "--log-level", args.log_level]
+                member_command = python_command("pulse_trio", "serve", "--log-format", args.log_format,
+                                                "--log-level", args.log_level)
                 return trio.run(_serve_group_and_notify, settings, target, member_command)
             trio.run(_serve_and_notify, serve, settings, target)
         except* ListenError as group:  # bound before the node joins: nothing was recorded

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import trio
 
+from pulse_trio.child_process import child_environment
 from pulse_trio.config import Settings
 from pulse_trio.group.member import ENVIRONMENT, READY, GroupMember
 from pulse_trio.group.shares import create_shares
@@ -57,7 +58,7 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
     """
     size = settings.processes
     member_settings = dataclasses.replace(settings, database_url=database_url, processes=1)
-    environment = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # the parent reports, not each
+    environment = {k: v for k, v in child_environment().items() if k != "NOTIFY_SOCKET"}  # the parent reports, not each
     shares_fd = create_shares(size)
     group = secrets.token_hex(8)
     metrics_dir = Path(tempfile.mkdtemp(prefix="pulse-trio-group-",

@@ -1,9 +1,11 @@
-"""The serve group's parts in memory: connection shares, the settings a member is handed, summed metrics."""
+"""The serve group's parts: connection shares, the settings a member is handed, summed metrics, the code it runs."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -11,6 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from metrics_support import exposition_samples
+import pulse_trio
+from pulse_trio.child_process import child_environment
 from pulse_trio.config import MAX_PROCESSES, Settings, parse_processes, settings_from_json, settings_to_json
 from pulse_trio.group.member import GroupMember
 from pulse_trio.group.metrics_files import SharedMetrics
@@ -121,3 +125,12 @@ def test_the_last_member_to_stop_removes_the_group_metrics_folder(tmp_path: Path
     assert not folder.exists()
     first.publish(b"")  # a member still starting when the others have gone publishes nothing, and does not fail
     assert not folder.exists()
+
+
+def test_a_child_process_imports_the_pulse_trio_its_parent_imported(tmp_path):
+    """Wherever it starts, and whatever the interpreter would find by itself (an install of another checkout)."""
+    (tmp_path / "pulse_trio").mkdir()
+    (tmp_path / "pulse_trio" / "__init__.py").write_text("")
+    done = subprocess.run([sys.executable, "-P", "-c", "import pulse_trio; print(pulse_trio.__file__)"],
+                          env=child_environment(), cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip() == str(Path(pulse_trio.__file__).resolve()), done

@@ -432,6 +432,36 @@ async def test_a_wake_reaches_every_other_member_and_none_is_lost_to_a_member_no
         member.close()
 
 
+def test_the_members_run_the_parents_code_not_a_pulse_trio_package_in_the_working_directory(db, tmp_path):
+    """The first process runs as the console script (no working directory on its sys.path); a member started
+    with ``python -m`` would import a ``pulse_trio`` folder in the working directory (another version's checkout,
+    anyone's file in /tmp) and run it with the service's rights and database password."""
+    planted = tmp_path / "pulse_trio"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("")
+    marker = tmp_path / "ran-the-planted-package"
+    (planted / "__main__.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit(3)\n")
+    worktree = str(Path(__file__).resolve().parents[2])
+    console_script = [sys.executable, "-c", f"import sys; sys.path[0] = {worktree!r}; from pulse_trio.cli import main; "
+                                            "sys.exit(main())"]
+    client = Client(db)
+    process = subprocess.Popen(
+        [*console_script, "serve", "--processes", "2", "--database-url", db.url(redact=False),
+         "--worker-listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}",
+         "--log-level", "warning"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: process.poll() is not None or len(client.nodes()) == 2, 30, "the group up, or gone")
+        assert not marker.exists(), "a member imported pulse_trio from the working directory"
+        assert process.poll() is None, process.returncode
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        client.close()
+
+
 def test_a_group_serves_https_and_wss_on_the_sockets_it_inherits(db, tls):
     """With --tls-cert the members wrap the inherited sockets: HTTPS answers, a WSS upgrade is judged (401)."""
     cert, key, context = tls
