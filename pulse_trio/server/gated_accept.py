@@ -51,9 +51,6 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
 
     def __init__(self, inner: trio.SocketListener, gate: AcceptGate) -> None:
         self.inner, self.gate = inner, gate
-        # The same listening socket, to accept without waiting (trio's accept waits when another took the connection).
-        self._listening = socket.socket(fileno=socket.dup(inner.socket.fileno()))
-        self._listening.setblocking(False)
 
     async def accept(self) -> trio.SocketStream:
         while True:
@@ -64,7 +61,7 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
             if not self.gate.may_accept():  # the counts moved while this process waited
                 continue
             try:
-                sock, _ = self._listening.accept()
+                sock = _accept_now(self.inner.socket)
             except BlockingIOError:  # another process took it
                 continue
             except OSError as exc:
@@ -77,8 +74,16 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
             return trio.SocketStream(trio.socket.from_stdlib_socket(sock))
 
     async def aclose(self) -> None:
-        self._listening.close()
         await self.inner.aclose()
+
+
+def _accept_now(listening: trio.socket.SocketType) -> socket.socket:
+    """A connection waiting on ``listening``, or BlockingIOError: trio's own accept would wait for the next one."""
+    same = socket.socket(fileno=listening.fileno())  # the same socket (non-blocking, as trio set it), borrowed
+    try:
+        return same.accept()[0]
+    finally:
+        same.detach()
 
 
 def counted(handler: Callable[[trio.SocketStream], Awaitable[None]],
