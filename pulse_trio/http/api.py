@@ -124,7 +124,7 @@ class TaskApi:
     async def submit(self, request: Request) -> Response:
         info = await self.authenticate(request, "submit")
         body = await bodies.read_json(request)
-        sub = bodies.submission(body, request.headers.get("idempotency-key"))
+        sub = bodies.submission(body, bodies.idempotency_header(request))
         auth.require_queue(info, sub.queue)
         now = self.instance.now()
         task = build_task(sub.queue, sub.kind, now=now, **sub.options)  # InvalidRequest -> 400
@@ -142,7 +142,7 @@ class TaskApi:
     async def submit_many(self, request: Request) -> Response:
         """Every task valid and allowed, then one transaction: all are submitted or none (per-task errors named)."""
         info = await self.authenticate(request, "submit")
-        items = bodies.batch(await bodies.read_json(request), request.headers.get("idempotency-key"))
+        items = bodies.batch(await bodies.read_json(request), bodies.idempotency_header(request))
         now = self.instance.now()
         tasks, refused = [], []
         for index, item in enumerate(items):

@@ -267,6 +267,14 @@ def resource_id(value: str, prefix: str, what: str, code: str) -> str:
     return value
 
 
+def idempotency_header(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header; given twice it is refused, not read as its first value."""
+    values = request.headers.getlist("idempotency-key")
+    if len(values) > 1:
+        raise bad_request("the Idempotency-Key header is given twice")
+    return values[0] if values else None
+
+
 def judges_query(handler: HandlerT) -> HandlerT:
     """Marks a ``/v1`` handler that reads its own query parameters (through :func:`query`).
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import trio
 import trio_websocket
 
@@ -357,3 +359,24 @@ async def test_a_drain_answers_with_its_worker_however_many_sessions_came_before
     reply = await http.post(f"/v1/workers/{instance_id}/drain", token=tokens["operator"])
     assert reply.status == 200, reply.body
     assert (reply.json()["instance_id"], reply.json()["drain"]) == (instance_id, True)
+
+
+async def test_an_idempotency_key_header_given_twice_is_refused(service, tokens):
+    """Not read as its first value: the second would be dropped unseen."""
+    import socket
+
+    body = json.dumps(SUBMIT).encode()
+
+    def send() -> bytes:
+        with socket.create_connection(("127.0.0.1", service.http_port), timeout=5) as s:
+            s.sendall(b"POST /v1/tasks HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      b"Authorization: Bearer " + tokens["producer"].encode() + b"\r\n"
+                      b"Content-Type: application/json\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            return data
+
+    answer = await trio.to_thread.run_sync(send)
+    assert answer.startswith(b"HTTP/1.1 400") and b'"invalid_request"' in answer and b"twice" in answer, answer
