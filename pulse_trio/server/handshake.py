@@ -1,7 +1,8 @@
 """The opening handshake of /v1/worker: path, subprotocol, bearer token.
 
 Everything is decided before a WebSocket exists, so a refused client gets
-a plain HTTP answer (400/401/404) and never a session.
+a plain HTTP answer (400/401/404, or 503 while the token cannot be
+looked up) and never a session.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ class HandshakeRefusal:
 
     status: int
     reason: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+#: The token could not be looked up (the database is away): the worker comes back later, as from any drop.
+STORAGE_UNAVAILABLE = HandshakeRefusal(503, "the worker token cannot be checked now: storage unavailable; retry later",
+                                       (("Retry-After", "1"),))
 
 
 def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:

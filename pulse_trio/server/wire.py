@@ -55,7 +55,7 @@ from pulse_trio.contract import errors as e
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.contract.ws_frames import FrameCutter, queue_text
 from pulse_trio.server.gated_accept import AcceptGate, GatedListener, counted
-from pulse_trio.server.handshake import bearer_token, check_request
+from pulse_trio.server.handshake import STORAGE_UNAVAILABLE, bearer_token, check_request
 from pulse_trio.listen import bind_workers, listen_workers
 from pulse_trio.server.live_session import LiveSession, in_flight_limit
 
@@ -309,10 +309,16 @@ class WireConnection:
         info = None
         if refusal is None:
             token = bearer_token(headers)
-            info = await self.endpoint.tokens.check(token) if token else None
+            try:
+                info = await self.endpoint.tokens.check(token) if token else None
+            except Exception as exc:  # the database is away: say so, as a storage failure later would
+                log.warning("worker token not checked: %r", exc)
+                refusal = STORAGE_UNAVAILABLE
         if refusal is not None or info is None:
             if refusal is not None:
                 response = self.ws.reject(refusal.status, refusal.reason + "\n")
+                for name, value in refusal.headers:
+                    response.headers[name] = value
             else:
                 response = self.ws.reject(401, "a valid worker token is required: Authorization: Bearer <token>\n")
                 response.headers["WWW-Authenticate"] = 'Bearer realm="pulse"'

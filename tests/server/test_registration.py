@@ -193,3 +193,18 @@ async def test_a_hello_registered_after_the_node_fenced_its_connection_leaves_no
         query = "SELECT state FROM worker_instances WHERE worker_name = 'during-stall'"
         while await trio.to_thread.run_sync(rows, db, query) != [("DISCONNECTED",)]:  # registered, then ended
             await trio.sleep(0.05)
+
+
+async def test_a_token_that_cannot_be_looked_up_gets_http_503_and_retry_after(start_service, connect, worker_token,
+                                                                               db):
+    """The database cannot answer the lookup (here its table is away for a moment): a plain 503, never a drop."""
+    service = await start_service()
+    rows(db, "RENAME TABLE api_tokens TO api_tokens_away")
+    try:
+        refusal = await harness.rejected(service.worker_port, worker_token)
+    finally:
+        rows(db, "RENAME TABLE api_tokens_away TO api_tokens")
+    assert refusal.status_code == 503
+    assert dict(refusal.headers)[b"retry-after"] == b"1" and b"retry later" in refusal.body
+    welcome = await (await connect(service, worker_token)).hello(["billing"])  # and the next is as before
+    assert welcome["type"] == "worker.welcome"
