@@ -73,7 +73,12 @@ class BackgroundWorker:
         """Start the thread and the worker; return once it is connected (RuntimeError if it cannot be)."""
         self._thread = threading.Thread(target=self._main, name="pulse-background-worker", daemon=True)
         self._thread.start()
-        if not self._connected.wait(timeout) or self.error is not None:
+        try:
+            connected = self._connected.wait(timeout)
+        except BaseException:  # interrupted (a test's time cap, Ctrl-C): the thread must not go on reconnecting
+            self._end(drain=False, timeout=DRAIN_TIMEOUT_S)
+            raise
+        if not connected or self.error is not None:
             self.stop(drain=False)
             raise RuntimeError(f"the worker did not connect to {self.url} within {timeout:g} s") from self.error
         return self
@@ -108,17 +113,22 @@ class BackgroundWorker:
 
     def stop(self, *, drain: bool = True, timeout: float = DRAIN_TIMEOUT_S) -> None:
         """Drain (running tasks finish) or stop at once, end the loop; a failure of the worker is raised."""
+        if self._end(drain=drain, timeout=timeout) and self.error is not None:
+            raise RuntimeError("the background worker failed") from self.error
+
+    def _end(self, *, drain: bool, timeout: float) -> bool:
+        """Ask the loop to end and wait for its thread; False if it was not running."""
         thread, self._thread = self._thread, None
         if thread is None:
-            return
+            return False
         self._drain, self._drain_timeout = drain, timeout
         self._stop_asked.set()
         thread.join(timeout + STOP_SLACK_S)
-        if self.error is not None:
-            raise RuntimeError("the background worker failed") from self.error
+        return True
 
     def __enter__(self) -> BackgroundWorker:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+

@@ -135,8 +135,8 @@ def pulse_worker(pulse_server: PulseServer, pulse_queue: str) -> Iterator[Callab
               **options: Any) -> BackgroundWorker:
         worker = BackgroundWorker(pulse_server.worker_url, pulse_server.worker_token,
                                   registry_for(pulse_queue, handlers), backend=backend, capacity=capacity, **options)
-        started.append(worker.start())
-        return worker
+        started.append(worker)  # before it starts: a start interrupted half-way is stopped at teardown too
+        return worker.start()
 
     yield start
     for worker in reversed(started):

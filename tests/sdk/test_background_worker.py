@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -33,6 +34,35 @@ def test_a_start_that_gives_up_leaves_no_thread_and_no_worker_behind(backend):
     with pytest.raises(RuntimeError, match="did not connect"):
         background.start(timeout=0.5)
     assert time.monotonic() - started < 5, "start() waited for the whole stop slack: the stop was not heard"
+    assert not [t for t in threading.enumerate() if t.name == "pulse-background-worker"]
+    tries = background.worker.stats.failed_connects
+    time.sleep(0.5)
+    assert background.worker.stats.failed_connects == tries, "the worker still reconnects"
+
+
+class Interrupted(Exception):
+    """What a signal handler raises in the main thread: a test's time cap (pytest-timeout), a Ctrl-C."""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_start_interrupted_while_it_waits_leaves_no_thread_and_no_worker_behind(backend):
+    """An exception raised in start()'s wait for the first connection stops the worker before it goes on."""
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    background = BackgroundWorker(closed_port_url(), "t", registry, backend=backend, backoff=FAST_BACKOFF)
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.3, signal.pthread_kill, (threading.main_thread().ident, signal.SIGUSR1))
+    timer.start()
+    try:
+        with pytest.raises(Interrupted):
+            background.start(timeout=30)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
     assert not [t for t in threading.enumerate() if t.name == "pulse-background-worker"]
     tries = background.worker.stats.failed_connects
     time.sleep(0.5)
