@@ -12,7 +12,7 @@ the SDK's public API only (``Worker``, ``Registry``)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import threading
@@ -132,3 +132,20 @@ class BackgroundWorker:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+
+def stop_all(workers: Iterable[BackgroundWorker]) -> None:
+    """Stop every one of ``workers``, even past one that failed; then raise: one failure as it is, several grouped.
+
+    A worker left running after another's failure would go on reconnecting
+    into whatever runs next (a test's later tests).
+    """
+    failures: list[Exception] = []
+    for worker in workers:
+        try:
+            worker.stop()
+        except Exception as exc:
+            failures.append(exc)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        raise ExceptionGroup("background workers failed", failures)

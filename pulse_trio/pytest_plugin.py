@@ -127,7 +127,7 @@ def pulse_worker(pulse_server: PulseServer, pulse_queue: str) -> Iterator[Callab
     ``backend`` is the worker's own event loop (AnyIO's name for it); other
     keyword arguments go to :class:`~pulse_trio.sdk.Worker`.
     """
-    from pulse_trio.background_worker import BackgroundWorker, registry_for
+    from pulse_trio.background_worker import BackgroundWorker, registry_for, stop_all
 
     started: list[BackgroundWorker] = []
 
@@ -139,5 +139,4 @@ def pulse_worker(pulse_server: PulseServer, pulse_queue: str) -> Iterator[Callab
         return worker.start()
 
     yield start
-    for worker in reversed(started):
-        worker.stop()
+    stop_all(reversed(started))
