@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.from_thread
 
 from pulse_trio.contract.grammar import new_id
 from pulse_trio.contract.jsontext import JsonText
@@ -93,6 +94,25 @@ class Finished:
         return self.status == "LEASE_LOST"
 
 
+class _Attempt:
+    """One run of the handler as ``wait_called`` sees it: its context, whether the handler was called, how it ended."""
+
+    def __init__(self) -> None:
+        self.context: TaskContext | None = None
+        self.called = False
+        self.finished: Finished | None = None  # once ended: how, unless run() itself raised
+        #: Set once the handler is called or the attempt ends without calling it: either answers ``wait_called``.
+        self.settled = anyio.Event()
+
+    def mark_called(self) -> None:
+        self.called = True
+        self.settled.set()
+
+    def mark_ended(self, finished: Finished | None) -> None:
+        self.finished = finished
+        self.settled.set()
+
+
 class HandlerEnvironment:
     """Runs one attempt of a handler at a time (see the module docstring).
 
@@ -119,8 +139,9 @@ class HandlerEnvironment:
         self.renewals = 0
         self._failing = False
         self._scope: anyio.CancelScope | None = None
-        self._called: anyio.Event | None = None
-        self._called_flag = threading.Event()
+        # The attempt running now, and the next one when a ``wait_called`` is waiting for it to start.
+        self._running: _Attempt | None = None
+        self._next: _Attempt | None = None
 
     # -- the attempt ---------------------------------------------------------------
     async def run(self, queue: str = DEFAULT_QUEUE, kind: str = DEFAULT_KIND, payload: Any = None, *,
@@ -149,42 +170,52 @@ class HandlerEnvironment:
         ctx = TaskContext(task, new_id("lse_"), clock=self.clock)
         ctx._set_deadline(self.lease_ttl)
         self.context, self.finished, self.renewals, self._failing = ctx, None, 0, False
-        self._called, self._scope = anyio.Event(), anyio.CancelScope()
-        self._called_flag.clear()
+        attempt, self._next = self._next or _Attempt(), None
+        attempt.context, self._running, self._scope = ctx, attempt, anyio.CancelScope()
         try:
-            outcome = await call_handler(self._observed(handler), ctx, self._scope, limiter=None,
+            outcome = await call_handler(self._observed(handler, attempt), ctx, self._scope, limiter=None,
                                          max_result_bytes=self.max_result_bytes)
+            called = attempt.called
+            if outcome is None or ctx.stop_reason == LEASE_LOST:  # the worker finishes nothing for a lost lease
+                self.finished = Finished("LEASE_LOST", None, "", ctx.cancel_reason, handler_called=called,
+                                         renewals=self.renewals)
+            else:
+                self.finished = Finished(outcome.status, json.loads(outcome.result), outcome.error_code,
+                                         outcome.error_message, outcome.retryable, called, self.renewals)
         finally:
-            self._scope = None
-        called = self._called_flag.is_set()
-        if outcome is None or ctx.stop_reason == LEASE_LOST:  # the worker finishes nothing for a lost lease
-            self.finished = Finished("LEASE_LOST", None, "", ctx.cancel_reason, handler_called=called,
-                                     renewals=self.renewals)
-        else:
-            self.finished = Finished(outcome.status, json.loads(outcome.result), outcome.error_code,
-                                     outcome.error_message, outcome.retryable, called, self.renewals)
+            self._scope, self._running = None, None
+            attempt.mark_ended(self.finished)
         return self.finished
 
     async def wait_called(self) -> TaskContext:
-        """Wait until the handler has been called (in a task beside ``run``); returns its context."""
-        while self._called is None:
-            await anyio.sleep(0.001)
-        while not self._called_flag.is_set():  # set from a handler thread too: poll the thread-safe flag
-            await anyio.sleep(0.001)
-        assert self.context is not None
-        return self.context
+        """Wait until the handler of the running attempt, or else of the next one, is called; returns its context.
 
-    def _observed(self, handler: Handler) -> Handler:
-        """The handler, noting (thread-safely) that it was called."""
-        fn, flag = handler.fn, self._called_flag
+        Tied to that one attempt: an earlier attempt's call never answers it,
+        and an attempt that ends without calling the handler (a payload that
+        does not fit its type) raises RuntimeError rather than waiting for ever.
+        """
+        attempt = self._running or self._next
+        if attempt is None:
+            attempt = self._next = _Attempt()
+        await attempt.settled.wait()
+        if not attempt.called:
+            how = f": {attempt.finished.status} {attempt.finished.error_code}" if attempt.finished is not None else ""
+            raise RuntimeError(f"the attempt ended without calling the handler{how}")
+        assert attempt.context is not None
+        return attempt.context
+
+    @staticmethod
+    def _observed(handler: Handler, attempt: _Attempt) -> Handler:
+        """The handler, noting on ``attempt`` that it was called (from its worker thread for a ``def`` one)."""
+        fn = handler.fn
         if handler.sync:
             def called_sync(*args: Any) -> Any:
-                flag.set()
+                anyio.from_thread.run_sync(attempt.mark_called)  # the attempt's event belongs to the loop
                 return fn(*args)
             return dataclasses.replace(handler, fn=called_sync)
 
         async def called_async(*args: Any) -> Any:
-            flag.set()
+            attempt.mark_called()
             return await fn(*args)
         return dataclasses.replace(handler, fn=called_async)
 

@@ -8,6 +8,7 @@ itself instead of leaving it to a plugin.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -161,3 +162,55 @@ def test_a_lost_lease_while_a_thread_runs_finishes_nothing():
 
     finished = run("asyncio", scenario)
     assert finished.lease_lost and finished.handler_called and finished.error_message == "lease_expired"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wait_called_on_a_second_attempt_waits_for_that_attempt(backend):
+    """On a reused environment, the first attempt's call does not answer the second's wait: its cancel lands."""
+
+    async def slow(task: TaskContext) -> dict:
+        await anyio.sleep(3)  # ended by the test's cancel long before
+        return {}
+
+    env = HandlerEnvironment(slow)
+
+    async def scenario():
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(env.run)
+                first = await env.wait_called()
+                env.cancel("first")
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(lambda: env.run(attempt=2))
+                second = await env.wait_called()
+                env.cancel("second")
+        return first.attempt, second.attempt, env.finished
+
+    first, second, finished = run(backend, scenario)
+    assert (first, second) == (1, 2)
+    assert (finished.status, finished.error_message) == ("CANCELLED", "second")
+
+
+@dataclasses.dataclass
+class Invoice:
+    invoice: int
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wait_called_does_not_hang_when_the_attempt_ends_without_calling_the_handler(backend):
+    """A payload that does not fit the handler's type ends the attempt uncalled: wait_called says so."""
+
+    async def send(task: TaskContext, invoice: Invoice) -> dict:
+        return {"invoice": invoice.invoice}
+
+    env = HandlerEnvironment(send)
+
+    async def scenario():
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(lambda: env.run(payload={"invoice": "not a number"}))
+                with pytest.raises(RuntimeError, match="without calling the handler: FAILED invalid_payload"):
+                    await env.wait_called()
+
+    run(backend, scenario)
+    assert env.finished.error_code == "invalid_payload" and not env.finished.handler_called
