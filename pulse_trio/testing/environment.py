@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -65,8 +66,9 @@ class TestClock:
             return self._now
 
     def advance(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError("time only moves forward")
+        """Move the clock forward; NaN or infinity would leave it no time to tell, so they are refused too."""
+        if not 0 <= seconds < math.inf:
+            raise ValueError(f"time only moves forward, by a finite number of seconds (not {seconds!r})")
         with self._lock:
             self._now += seconds
 

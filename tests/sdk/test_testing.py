@@ -214,3 +214,11 @@ def test_wait_called_does_not_hang_when_the_attempt_ends_without_calling_the_han
 
     run(backend, scenario)
     assert env.finished.error_code == "invalid_payload" and not env.finished.handler_called
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("nan"), float("inf")])
+def test_the_clock_refuses_to_move_back_or_by_no_number(seconds):
+    env = HandlerEnvironment(lambda task: {})
+    with pytest.raises(ValueError, match="time only moves forward"):
+        env.advance(seconds)
+    assert env.clock() == 0
