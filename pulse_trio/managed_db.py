@@ -239,6 +239,8 @@ class ManagedMariaDB:
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
+                with contextlib.suppress(ChildProcessError):  # another object of this process started it: reap it
+                    os.waitpid(pid, os.WNOHANG)
                 os.kill(pid, 0)
                 time.sleep(0.05)
             os.kill(pid, signal.SIGKILL)
