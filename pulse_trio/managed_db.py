@@ -223,17 +223,26 @@ class ManagedMariaDB:
                 users.close()
 
     def _terminate(self, timeout: float) -> None:
+        """Stop the server that serves the state dir: this object's child while it runs, else the pid file's.
+
+        The child may have died and another user started the server again;
+        the one running then is the one to stop. A pid file with nothing
+        answering is stale (its number may be another process's by now).
+        """
         process, self._process = self._process, None
-        if process is not None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
             return
-        # Started by a process that has exited since: stop it through its pid file.
+        if self._answers():
+            self._stop_by_pid_file(timeout)
+
+    def _stop_by_pid_file(self, timeout: float) -> None:
+        """SIGTERM the server named in the pid file (started by another user), SIGKILL if it outlives ``timeout``."""
         with contextlib.suppress(OSError, ValueError):
             pid = int(self.pid_path.read_text().strip())
             os.kill(pid, signal.SIGTERM)
