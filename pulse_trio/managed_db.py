@@ -42,6 +42,9 @@ class _PortTaken(ManagedDatabaseError):
     """``mariadbd`` could not bind its port: another socket took it first."""
 
 
+#: The longest socket path accepted, in bytes as the kernel counts them (a little under its ``sun_path``).
+_SOCKET_PATH_MAX_BYTES = 100
+
 #: What ``mariadbd`` logs when its TCP port is taken (errno EADDRINUSE).
 _PORT_IN_USE = "Address already in use"
 
@@ -96,7 +99,7 @@ class ManagedMariaDB:
         self.fast = fast
         self._process: subprocess.Popen[bytes] | None = None
         self._users = None  # the shared users.lock, held while this object uses the server
-        if len(str(self.socket_path)) > 100:
+        if len(os.fsencode(self.socket_path)) > _SOCKET_PATH_MAX_BYTES:
             raise ManagedDatabaseError(f"state dir path too long for a unix socket: {self.state_dir}")
 
     def config(self, database: str = "pulse") -> DatabaseConfig:
