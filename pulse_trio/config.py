@@ -225,6 +225,10 @@ def env_name(field: str) -> str:
     return "PULSE_" + field.upper()
 
 
+#: The variables of `serve`'s settings (one per option above): a test service leaves them to the real service.
+SERVE_VARIABLES = frozenset(env_name(field) for _, field, _, _ in _OPTIONS)
+
+
 def add_options(parser: argparse.ArgumentParser, options=_OPTIONS) -> None:
     """Add the flags; defaults come from the environment, then Settings.
 

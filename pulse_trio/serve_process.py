@@ -3,22 +3,26 @@
 Blocking and loop-free on purpose: it starts the process, waits until its
 HTTP API answers, and stops it with SIGTERM (the orderly shutdown). Ports
 are chosen by the operating system; the database must be migrated already,
-or ``serve`` migrates it (it is allowed to create it).
+or ``serve`` migrates it (it is allowed to create it). Its settings are its
+arguments alone: the environment's ``PULSE_`` serve settings are not passed on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 from pulse_trio.child_process import child_environment, python_command
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
+from pulse_trio.config import SERVE_VARIABLES
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port, start_on_fresh_ports
 
@@ -91,7 +95,8 @@ class ServeProcess:
             python_command("pulse_trio", "serve", "--database-url", self.database.url(redact=False),
                            "--worker-listen", f"127.0.0.1:{self.worker_port}",
                            "--http-listen", f"127.0.0.1:{self.http_port}", "--log-level", "warning", *self.extra_args),
-            env=child_environment(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
+            env=child_environment(_without_serve_settings(os.environ)), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=self.log)
 
     def _wait_answering(self) -> None:
         """Until the HTTP API answers: it serves only once the node has joined the cluster."""
@@ -105,7 +110,8 @@ class ServeProcess:
                     return
             except (OSError, urllib.error.URLError):
                 time.sleep(0.05)
-        raise RuntimeError(f"pulse-trio serve did not answer on {self.http_url} within {START_TIMEOUT_S:g} s")
+        raise RuntimeError(f"pulse-trio serve did not answer on {self.http_url} within {START_TIMEOUT_S:g} s: "
+                           f"{self.log_tail()}")
 
     def log_tail(self, chars: int = 2000) -> str:
         """The end of its log so far (for a failure's message)."""
@@ -135,3 +141,13 @@ class ServeProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _without_serve_settings(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` less the ``PULSE_`` serve settings: they configure the caller's real service, not this one.
+
+    Inherited, ``PULSE_TLS_CERT`` alone would make it serve HTTPS and WSS on
+    the ``http://`` and ``ws://`` URLs it advertises; this service takes its
+    settings from its own arguments only.
+    """
+    return {name: value for name, value in environment.items() if name not in SERVE_VARIABLES}

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -170,3 +171,22 @@ def test_a_serve_process_whose_chosen_port_was_taken_starts_again_on_fresh_ports
         squatter.listen()
         with pytest.raises(RuntimeError, match="exited with 5"):
             given.start()  # a port the caller gave is never changed
+
+
+def test_the_test_service_answers_on_its_advertised_urls_whatever_pulse_tls_variables_say(
+        database_server, tls, monkeypatch):
+    """The caller's PULSE_TLS_* (set for their real service) do not reach it: it serves http:// and ws:// as it says."""
+    from pulse_trio.serve_process import ServeProcess
+    from pulse_trio.store.engine.writer import drop_database
+
+    cert, key, _ = tls
+    monkeypatch.setenv("PULSE_TLS_CERT", str(cert))  # the environment, not the product's code
+    monkeypatch.setenv("PULSE_TLS_KEY", str(key))
+    db = database_server.with_database("pulse_tls_variables")
+    try:
+        with ServeProcess(db) as serve:
+            with urllib.request.urlopen(f"{serve.http_url}/healthz", timeout=5) as answer:
+                assert answer.status == 200
+            assert _handshake_status(serve.worker_port).startswith("HTTP/1.1 401")  # plain ws://
+    finally:
+        drop_database(db)
