@@ -17,7 +17,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pulse_trio.child_process import child_environment, python_command
@@ -53,6 +53,10 @@ class ServeProcess:
     process: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False)
     #: Its log (stderr) goes to a file, never a pipe nobody drains: a full pipe would stall the server.
     log: Any = dataclasses.field(default=None, repr=False)
+    #: How a port left 0 is chosen (given, so a test can hand it a port that is already taken).
+    choose_port: Callable[[], int] = dataclasses.field(default=free_port, repr=False)
+    #: How many times ``serve`` was started: more than once when a chosen port was taken first.
+    launches: int = 0
 
     @property
     def http_url(self) -> str:
@@ -75,9 +79,9 @@ class ServeProcess:
 
         def launch() -> ServeProcess:
             if choose_worker:
-                self.worker_port = free_port()
+                self.worker_port = self.choose_port()
             if choose_http:
-                self.http_port = free_port()
+                self.http_port = self.choose_port()
             self._launch()
             try:
                 self._wait_answering()
@@ -90,6 +94,7 @@ class ServeProcess:
             error, ServeExited) and error.returncode == EXIT_CANNOT_LISTEN)
 
     def _launch(self) -> None:
+        self.launches += 1
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             python_command("pulse_trio", "serve", "--database-url", self.database.url(redact=False),

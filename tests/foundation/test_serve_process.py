@@ -141,9 +141,9 @@ def test_commands_racing_on_a_fresh_state_dir_share_one_managed_mariadb(tmp_path
     assert len(json.loads(listed.stdout)["tokens"]) == 3
 
 
-def test_a_serve_process_whose_chosen_port_was_taken_starts_again_on_fresh_ports(database_server, monkeypatch):
+def test_a_serve_process_whose_chosen_port_was_taken_starts_again_on_fresh_ports(database_server):
     """The port it chose is taken before serve binds it: serve exits having recorded nothing, and starts again."""
-    from pulse_trio import serve_process
+    from pulse_trio.ports import free_port
     from pulse_trio.serve_process import ServeProcess
 
     db = database_server.with_database("pulse_port_taken")
@@ -152,18 +152,8 @@ def test_a_serve_process_whose_chosen_port_was_taken_starts_again_on_fresh_ports
         squatter.listen()
         taken = squatter.getsockname()[1]
         chosen = iter([taken])
-        real = serve_process.free_port
-        monkeypatch.setattr(serve_process, "free_port", lambda: next(chosen, None) or real())
-        launched: list[int] = []
-        launch = ServeProcess._launch
-
-        def counted(self):
-            launched.append(self.worker_port)
-            launch(self)
-
-        monkeypatch.setattr(ServeProcess, "_launch", counted)
-        with ServeProcess(db) as serve:
-            assert launched[0] == taken and serve.worker_port not in (taken, 0) and len(launched) == 2
+        with ServeProcess(db, choose_port=lambda: next(chosen, None) or free_port()) as serve:
+            assert serve.launches == 2 and serve.worker_port not in (taken, 0)
             assert _handshake_status(serve.worker_port).startswith("HTTP/1.1 401")
     given = ServeProcess(db, worker_port=taken)
     with socket.socket() as squatter:
