@@ -13,6 +13,17 @@ from pulse_trio.serve_process import ServeProcess
 from pulse_trio.store.engine.trio_bridge import Store
 
 
+def waiting(nursery: trio.Nursery, http, task_id: str, token: str, *, wait: int) -> list:
+    """Start a long-poll for ``task_id`` in ``nursery``; the list gets its reply."""
+    answered: list = []
+
+    async def wait_for_it() -> None:
+        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait={wait}", token=token))
+
+    nursery.start_soon(wait_for_it)
+    return answered
+
+
 async def submit(http, token, queue="billing") -> str:
     reply = await http.post("/v1/tasks", token=token, json_body={"queue": queue, "kind": "k"})
     assert reply.status == 201, reply.body
@@ -21,13 +32,8 @@ async def submit(http, token, queue="billing") -> str:
 
 async def test_the_wait_answers_when_a_worker_finishes_the_task(http, tokens, open_worker, nursery):
     task_id = await submit(http, tokens["producer"])
-    answered: list = []
-
-    async def wait() -> None:
-        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=tokens["producer"]))
-
     started = time.monotonic()
-    nursery.start_soon(wait)
+    answered = waiting(nursery, http, task_id, tokens["producer"], wait=30)
     await trio.sleep(0.3)  # the request waits
     worker = await open_worker(tokens["worker"], "billing")
     await worker.run_one({"paid": True})
@@ -52,12 +58,7 @@ async def test_the_wait_times_out_with_the_task_as_it_is(http, tokens):
 
 async def test_a_cancel_through_the_api_wakes_the_wait(http, tokens, token_factory, nursery):
     task_id = await submit(http, tokens["producer"])
-    answered: list = []
-
-    async def wait() -> None:
-        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=tokens["producer"]))
-
-    nursery.start_soon(wait)
+    answered = waiting(nursery, http, task_id, tokens["producer"], wait=30)
     await trio.sleep(0.2)
     granted = token_factory("producer", ("billing",), allow=("cancel",))
     assert (await http.post(f"/v1/tasks/{task_id}/cancel", token=granted)).status == 200
@@ -83,12 +84,7 @@ async def test_bad_waits_are_refused_like_the_rest_of_the_api(http, tokens):
 async def test_a_finish_on_another_serve_process_wakes_the_wait(db, http, tokens, nursery):
     """The worker is on a separate `pulse-trio serve` process: only the shared probe can see its finish."""
     task_id = await submit(http, tokens["producer"])
-    answered: list = []
-
-    async def wait() -> None:
-        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=tokens["producer"]))
-
-    nursery.start_soon(wait)
+    answered = waiting(nursery, http, task_id, tokens["producer"], wait=30)
     other = await trio.to_thread.run_sync(ServeProcess(db).start)
     try:
         ws = await trio_websocket.connect_websocket_url(
@@ -143,12 +139,7 @@ async def test_a_stopping_server_answers_its_waiters_at_once(start_service, toke
     service = await start_service()
     http, token = Http(service.http_port), token_factory("producer")
     task_id = await submit(http, token)
-    answered: list = []
-
-    async def wait() -> None:
-        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=30", token=token))
-
-    nursery.start_soon(wait)
+    answered = waiting(nursery, http, task_id, token, wait=30)
     with trio.fail_after(10):  # the long-poll is parked on the server (its gauge says so) before the stop
         while "pulse_http_outcome_waiters 1\n" not in (await http.get("/metrics")).body.decode():
             await trio.sleep(0.02)
@@ -162,12 +153,7 @@ async def test_a_stopping_server_answers_its_waiters_at_once(start_service, toke
 async def test_a_wait_that_times_out_answers_the_task_as_it_is_then(http, tokens, open_worker, nursery):
     """"After S seconds, the task as it is": started meanwhile, it is RUNNING at its first attempt."""
     task_id = await submit(http, tokens["producer"])
-    answered: list = []
-
-    async def wait() -> None:
-        answered.append(await http.get(f"/v1/tasks/{task_id}/outcome?wait=3", token=tokens["producer"]))
-
-    nursery.start_soon(wait)
+    answered = waiting(nursery, http, task_id, tokens["producer"], wait=3)
     await trio.sleep(0.5)  # the request has read the task (READY) and waits
     worker = await open_worker(tokens["worker"], "billing")
     with trio.fail_after(10):
