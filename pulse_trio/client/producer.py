@@ -26,7 +26,7 @@ from pulse_trio.client import ranges
 from pulse_trio.contract.grammar import (
     INSTANCE_PREFIX, TASK_PREFIX, is_concurrency_key, is_fairness_key, is_queue, is_resource_id, is_text,
 )
-from pulse_trio.contract.jsontext import JsonText
+from pulse_trio.contract.jsontext import JsonText, NumberOutOfRange
 from pulse_trio.contract.limits import (
     MAX_CONCURRENCY_KEY_CHARS, MAX_FAIRNESS_KEY_CHARS, MAX_IDEMPOTENCY_KEY_CHARS, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH,
 )
@@ -144,8 +144,12 @@ def _in_range(field: ranges.Range, value: Any) -> Any:
 def canonical_payload(payload: Any = None, *, payload_json: str | None = None) -> str:
     """Strict JSON text of the payload (the same rules as frames), ≤ 256 KiB."""
     try:
-        text = (JsonText.parse(payload_json, max_depth=MAX_PAYLOAD_DEPTH) if payload_json is not None
-                else JsonText.from_value({} if payload is None else payload, max_depth=MAX_PAYLOAD_DEPTH))
+        text = (JsonText.parse(payload_json, max_depth=MAX_PAYLOAD_DEPTH, check_numbers=True)
+                if payload_json is not None
+                else JsonText.from_value({} if payload is None else payload, max_depth=MAX_PAYLOAD_DEPTH,
+                                         check_numbers=True))
+    except NumberOutOfRange as exc:  # valid JSON, but the task would be offered to workers that cannot read it
+        raise InvalidRequest(f"payload: {exc}", "payload") from None
     except (ScanError, ValueError, TypeError) as exc:
         raise InvalidRequest(f"payload is not valid JSON: {exc}", "payload") from None
     if len(text.encode("utf-8")) > MAX_PAYLOAD_BYTES:

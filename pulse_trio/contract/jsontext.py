@@ -96,6 +96,10 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
+class NumberOutOfRange(ValueError):
+    """A number a worker could not read (its exponent or its digits past the protocol's rules)."""
+
+
 class JsonText(str):
     """Canonical compact JSON text of one valid JSON value.
 
@@ -106,22 +110,29 @@ class JsonText(str):
     __slots__ = ()
 
     @classmethod
-    def parse(cls, text: str, *, max_depth: int) -> JsonText:
-        """Validate strictly (as a frame would be) and canonicalize."""
-        if type(text) is cls:
+    def parse(cls, text: str, *, max_depth: int, check_numbers: bool = False) -> JsonText:
+        """Validate strictly (as a frame would be) and canonicalize.
+
+        ``check_numbers``: also hold every number to the payload and result
+        rules of the worker protocol (:exc:`NumberOutOfRange` otherwise), so
+        that every worker can read the value.
+        """
+        if type(text) is cls and not check_numbers:
             return text
         value = scan(text, max_depth=max_depth)
-        encoded, _ = dumps(value)
+        encoded, problem = dumps(value, check_numbers=check_numbers)
+        if problem:
+            raise NumberOutOfRange(problem)
         return cls(encoded)
 
     @classmethod
-    def from_value(cls, value: Any, *, max_depth: int) -> JsonText:
+    def from_value(cls, value: Any, *, max_depth: int, check_numbers: bool = False) -> JsonText:
         """Encode a Python value (dict/list/str/int/float/bool/None)."""
         try:
             encoded, _ = dumps(value)
         except ValueError as exc:  # NaN, Infinity, lone surrogates
             raise ScanError(str(exc)) from None
-        return cls.parse(encoded, max_depth=max_depth)
+        return cls.parse(encoded, max_depth=max_depth, check_numbers=check_numbers)
 
     def load(self) -> Any:
         """The value, numbers as ``int`` or exact ``JsonNumber``."""

@@ -72,6 +72,9 @@ def test_payload_from_file_and_stdin_and_delay(db, tmp_path):
     ["--queue", "Bad Queue", "--kind", "k"],
     ["--queue", "q", "--kind", "k", "--payload", "{not json"],
     ["--queue", "q", "--kind", "k", "--payload", '{"a": 1, "a": 2}'],
+    # Valid JSON no worker can read (the protocol's number rules): every offer of it would be refused.
+    ["--queue", "q", "--kind", "k", "--payload", '{"amount": 1e400}'],
+    ["--queue", "q", "--kind", "k", "--payload", '{"amount": 1' + "0" * 4300 + "}"],
     ["--queue", "q", "--kind", "k", "--priority", "10"],
     ["--queue", "q", "--kind", "k", "--due-at", "2026-02-30T00:00:00Z"],
     ["--queue", "q", "--kind", "k", "--delay", "1", "--due-at", "2026-12-01T00:00:00Z"],

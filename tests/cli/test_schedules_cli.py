@@ -45,6 +45,7 @@ def test_create_list_show_pause_resume_delete(db):
     (["--interval", "60", "--timezone", "Europe/Atlantis"], "timezone"),
     (["--interval", "0"], "interval"),
     (["--interval", "60", "--payload", "{bad"], "payload"),
+    (["--interval", "60", "--payload", '{"amount": 1e400}'], "payload"),  # every tick's task would be unreadable
 ])
 def test_bad_input_exits_2_naming_the_field_and_writes_nothing(db, args, field):
     done = cli(db, "create", "bad", "--queue", "q", "--kind", "k", *args)

@@ -101,6 +101,9 @@ def test_invalid_submissions_are_refused_before_writing(client: Client):
         client.submit("Billing!", "invoice.send", {})
     with pytest.raises(ClientError):
         client.submit("billing", "invoice.send", payload_json="{not json")
+    for unreadable in ('{"amount": 1e400}', '{"amount": 1' + "0" * 4300 + "}"):  # valid JSON no worker reads
+        with pytest.raises(ClientError, match="payload: number"):
+            client.submit("billing", "invoice.send", payload_json=unreadable)
     with pytest.raises(ClientError):
         client.submit("billing", "invoice.send", {}, priority=10)
     for bad in (dict(backoff_initial=-1), dict(backoff_initial=float("nan")), dict(backoff_factor=float("inf")),
