@@ -21,13 +21,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import pymysql
 
 from pulse_trio.driver import CONVERSIONS, Connection
 
 _SCHEMES = {"mysql", "mariadb", "mysql+pymysql"}
+#: The options a database URL may carry (``?name=value``); any other is refused.
+OPTIONS = ("unix_socket", "connect_timeout")
+#: The port of a node the URL names without one.
+DEFAULT_PORT = 3306
 
 
 class DatabaseUrlError(ValueError):
@@ -48,7 +52,7 @@ class DatabaseConfig:
     user: str = "root"
     password: str = ""
     host: str = "localhost"
-    port: int = 3306
+    port: int = DEFAULT_PORT
     unix_socket: str | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
     #: Every node of a multi-host URL, in the URL's order (empty for one host);
@@ -114,13 +118,10 @@ def parse_database_url(url: str) -> DatabaseConfig:
     database = unquote(parts.path.lstrip("/"))
     if not database or "/" in database:
         raise DatabaseUrlError("the database URL must name exactly one database: mysql://host/dbname")
-    query = parse_qs(parts.query)
-    unknown = set(query) - {"unix_socket", "connect_timeout"}
-    if unknown:
-        raise DatabaseUrlError(f"unknown database URL option(s): {', '.join(sorted(unknown))}")
+    query = _options(parts.query)
     auth, _, where = parts.netloc.rpartition("@")
     user, _, password = auth.partition(":")
-    hosts = tuple(_host_port(item) for item in where.split(",")) if where else (("localhost", 3306),)
+    hosts = tuple(_host_port(item) for item in where.split(",")) if where else (("localhost", DEFAULT_PORT),)
     if len(set(hosts)) != len(hosts):
         raise DatabaseUrlError("the database URL names one node twice")
     if len(hosts) > 1 and "unix_socket" in query:
@@ -131,12 +132,12 @@ def parse_database_url(url: str) -> DatabaseConfig:
         password=unquote(password) if password else "",
         host=hosts[0][0],
         port=hosts[0][1],
-        unix_socket=query["unix_socket"][-1] if "unix_socket" in query else None,
+        unix_socket=query.get("unix_socket"),
         hosts=hosts if len(hosts) > 1 else (),
     )
     if "connect_timeout" in query:
         try:
-            timeout = float(query["connect_timeout"][-1])
+            timeout = float(query["connect_timeout"])
         except ValueError:
             timeout = float("nan")
         if not 0 < timeout <= MAX_CONNECT_TIMEOUT_S:  # NaN too
@@ -146,18 +147,50 @@ def parse_database_url(url: str) -> DatabaseConfig:
     return config
 
 
+def _options(query: str) -> dict[str, str]:
+    """The URL's options by name, each known, given once and with a value.
+
+    Read by hand rather than by ``parse_qs``, which drops an option given
+    without a value (``?ssl`` would pass as no option at all), keeps the
+    last of two values, and reads ``+`` as a space, as in a form: in a URL
+    it is a plus (``/run/c++/mysqld.sock``).
+    """
+    options: dict[str, str] = {}
+    unknown: set[str] = set()
+    for item in query.split("&"):
+        if not item:
+            continue
+        raw_name, _, raw_value = item.partition("=")
+        name, value = unquote(raw_name), unquote(raw_value)
+        if name not in OPTIONS:
+            unknown.add(name)
+        elif not value:
+            raise DatabaseUrlError(f"the database URL option {name} has no value")
+        elif name in options:
+            raise DatabaseUrlError(f"the database URL option {name} is given twice")
+        else:
+            options[name] = value
+    if unknown:
+        raise DatabaseUrlError(f"unknown database URL option(s): {', '.join(sorted(unknown))}")
+    return options
+
+
 def _host_port(item: str) -> tuple[str, int]:
-    """``host``, ``host:port`` or ``[v6]:port`` -> (host, port); 3306 when no port is given."""
+    """``host``, ``host:port`` or ``[v6]:port`` -> (host, port); :data:`DEFAULT_PORT` when no port is given."""
     if not item:
         raise DatabaseUrlError("empty host in the database URL")
     try:
         parts = urlsplit(f"//{item}")
-        port = parts.port or 3306
+        port = parts.port
     except ValueError as exc:
         raise DatabaseUrlError(f"bad port in database URL: {exc}") from None
     if not parts.hostname:
         raise DatabaseUrlError(f"bad host in the database URL: {item!r}")
-    return parts.hostname, port
+    if port is None and item.endswith(":"):
+        raise DatabaseUrlError(f"bad port in database URL: {item!r} has none after its colon")
+    if port == 0:
+        raise DatabaseUrlError(f"bad port in database URL: {item!r}; a port is 1-65535")
+    return parts.hostname, DEFAULT_PORT if port is None else port
 
 
 def connect(config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:

@@ -47,6 +47,34 @@ def test_malformed_multi_host_urls_are_refused(url, message):
         parse_database_url(url)
 
 
+@pytest.mark.parametrize("url, message", [
+    # parse_qs dropped an option without a value: TLS asked for this way was silently a plain-text connection,
+    ("mysql://u:p@db1/pulse?ssl", "unknown database URL option"),
+    ("mysql://u:p@db1/pulse?ssl=", "unknown database URL option"),
+    ("mysql://u:p@db1/pulse?ssl-mode=", "unknown database URL option"),
+    # and a known option given empty was read as absent (TCP to localhost:3306 instead of the socket).
+    ("mysql://u:p@localhost/pulse?unix_socket=", "unix_socket has no value"),
+    ("mysql://u:p@db1/pulse?connect_timeout=", "connect_timeout has no value"),
+    # Two values are ambiguous; the last one silently won.
+    ("mysql://u@db1/pulse?connect_timeout=1&connect_timeout=300", "connect_timeout is given twice"),
+    # An explicit port 0 became 3306, and so did a colon with no port after it.
+    ("mysql://u@db1:0/pulse", "port"),
+    ("mysql://u@db1:3306,db2:0/pulse", "port"),
+    ("mysql://u@db1:/pulse", "port"),
+], ids=["ssl-flag", "ssl-empty", "ssl-mode-empty", "unix-socket-empty", "connect-timeout-empty",
+        "option-twice", "port-zero", "port-zero-second-node", "port-empty"])
+def test_an_option_or_port_the_url_does_not_really_give_is_refused_not_read_as_something_else(url, message):
+    with pytest.raises(DatabaseUrlError, match=message):
+        parse_database_url(url)
+
+
+def test_a_plus_sign_in_an_option_is_a_plus_not_a_space():
+    """A URL query is not a form (RFC 3986): ``/run/c++/mysqld.sock`` must not become ``/run/c  /mysqld.sock``."""
+    config = parse_database_url("mysql://u@localhost/pulse?unix_socket=/run/c++/mysqld.sock")
+    assert config.unix_socket == "/run/c++/mysqld.sock"
+    assert parse_database_url(config.url(redact=False)) == config
+
+
 def test_a_multi_host_url_writes_through_the_first_node_that_answers(database_server):
     """A plain server (no Galera) counts as ready; a node that refuses connections is passed over."""
     import contextlib
