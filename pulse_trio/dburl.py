@@ -74,7 +74,9 @@ class DatabaseConfig:
     def connect_kwargs(self, *, database: bool = True) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "user": self.user,
-            "password": self.password,
+            # As bytes: PyMySQL sends a str password as latin-1, where the server hashed the
+            # UTF-8 bytes that a percent-encoded URL stands for (and most characters have no latin-1).
+            "password": self.password.encode("utf-8"),
             "charset": "utf8mb4",
             "autocommit": False,
             "connect_timeout": self.connect_timeout,

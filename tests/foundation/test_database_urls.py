@@ -101,6 +101,33 @@ def test_a_multi_host_url_writes_through_the_first_node_that_answers(database_se
         drop_database(config)
 
 
+@pytest.mark.parametrize("password", ["päss-wörd", "pass€word", "пароль"], ids=["latin1-letters", "euro", "cyrillic"])
+def test_a_non_ascii_password_given_percent_encoded_logs_in(database_server, password):
+    """Percent-encoding stands for UTF-8 bytes, and the server hashed the password's UTF-8 bytes: PyMySQL sent
+    a str password as latin-1 (1045 for ``ä``, a UnicodeEncodeError for ``€``)."""
+    import contextlib
+    import secrets
+    from urllib.parse import quote
+
+    from pulse_trio.dburl import connect_node
+
+    user = f"pulse_u8_{secrets.token_hex(3)}"
+    with contextlib.closing(connect_node(database_server, database=False)) as admin, admin.cursor() as cur:
+        cur.execute("SELECT @@port, @@character_set_client")
+        port, charset = cur.fetchone()
+        assert charset == "utf8mb4"  # the password below is sent, and hashed, as UTF-8
+        cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+    try:
+        config = parse_database_url(f"mysql://{user}:{quote(password, safe='')}@127.0.0.1:{port}/mysql")
+        assert config.password == password
+        with contextlib.closing(connect_node(config, database=False)) as conn, conn.cursor() as cur:
+            cur.execute("SELECT CURRENT_USER()")
+            assert cur.fetchone()[0] == f"{user}@127.0.0.1"
+    finally:
+        with contextlib.closing(connect_node(database_server, database=False)) as admin, admin.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
+
+
 def test_a_multi_host_url_is_not_sent_to_its_first_node_by_the_one_server_connect():
     """Only the store's writer choice knows which node to write to: the URL module refuses to guess."""
     from pulse_trio.dburl import connect, create_database
