@@ -210,14 +210,17 @@ def connect_node(config: DatabaseConfig, *, database: bool = True,
                  io_timeout: float | None = None) -> pymysql.connections.Connection:
     """Open one connection to exactly the host ``config`` names.
 
-    ``io_timeout`` bounds every read and write on it, the server's greeting
-    included: ``connect_timeout`` alone covers only the TCP connect, so a
-    node that accepts and then says nothing would block the caller for good.
+    ``connect_timeout`` bounds the TCP connect and then each read and write
+    of the handshake (the server's greeting, the login, the session setup):
+    a node that accepts and then says nothing fails the connect instead of
+    blocking the caller for good. ``io_timeout`` bounds every read and write
+    after it too (a probe's); without it a statement waits as long as it
+    needs.
     """
     kwargs = config.connect_kwargs(database=database)
     if io_timeout is not None:
         kwargs["read_timeout"] = kwargs["write_timeout"] = io_timeout
-    return Connection(**kwargs)
+    return Connection(handshake_timeout=config.connect_timeout, **kwargs)
 
 
 Connector = Callable[..., pymysql.connections.Connection]

@@ -77,10 +77,31 @@ class Connection(pymysql.connections.Connection):
     :class:`_Result`.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, handshake_timeout: float | None = None, **kwargs: Any) -> None:
         #: Column descriptions this connection has parsed, by their packets' bytes (see :class:`_Result`).
         self.descriptions: dict[bytes, tuple[FieldDescriptorPacket, tuple, tuple[str | None, Any]]] = {}
+        #: Seconds each read and write of the handshake may wait (see :meth:`connect`).
+        self.handshake_timeout = handshake_timeout
         super().__init__(*args, **kwargs)
+
+    def connect(self, sock: Any = None) -> None:
+        """PyMySQL's own, with each read and write of the handshake bounded by ``handshake_timeout``.
+
+        PyMySQL's ``connect_timeout`` covers the TCP connect alone: the greeting, the login and
+        the session setup after it wait as long as ``read_timeout`` says, for good when it is
+        unset, so a server that accepts and never answers would hold the caller's thread. The
+        bound ends with the handshake: a statement then waits as long as ``read_timeout`` says
+        (a lock wait, a migration's long ALTER must not be cut short).
+        """
+        if self.handshake_timeout is None:
+            return super().connect(sock)
+        after = self._read_timeout, self._write_timeout
+        self._read_timeout, self._write_timeout = (
+            self.handshake_timeout if t is None else min(t, self.handshake_timeout) for t in after)
+        try:
+            super().connect(sock)
+        finally:
+            self._read_timeout, self._write_timeout = after  # the next read or write resets the socket's
 
     def set_character_set(self, charset: str, collation: str | None = None) -> None:
         """PyMySQL's own; the descriptions kept were read in the old encoding, so they go."""

@@ -238,6 +238,51 @@ def test_the_pool_replaces_a_connection_idle_for_half_the_server_timeout(db):
         store.close()
 
 
+@pytest.mark.live  # a listening socket that never answers
+def test_a_database_that_accepts_and_never_greets_fails_the_transaction_instead_of_hanging():
+    """connect_timeout bounded the TCP connect alone: the greeting was read with no timeout, and the
+    thread (which Trio waits for) blocked for good instead of the store giving up with StoreUnavailable."""
+    import socket
+
+    from pulse_trio.dburl import parse_database_url
+
+    outcome: list = []
+    with socket.socket() as hung:  # the kernel completes the handshake; nobody ever writes a greeting
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(64)
+        config = parse_database_url(f"mysql://u:p@127.0.0.1:{hung.getsockname()[1]}/pulse?connect_timeout=1")
+        store = Store(config, pool_size=1, max_attempts=2)
+
+        def run():
+            try:
+                outcome.append(store.run_sync(_ping, value=1))
+            except BaseException as exc:  # the answer looked for
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(15)  # two attempts of 1 s each, with room to spare
+        # (closing the listening socket resets the pending connections and frees a thread still blocked)
+    assert not thread.is_alive(), "run_sync still blocked reading the greeting of a server that never answers"
+    assert outcome and isinstance(outcome[0], StoreUnavailable), outcome
+
+
+def test_a_statement_may_run_longer_than_the_connect_timeout(db):
+    """The handshake's bound is lifted once connected: a lock wait or a long statement is not cut short."""
+    import dataclasses
+
+    store = Store(dataclasses.replace(db, connect_timeout=0.5), pool_size=1, max_attempts=1)
+    try:
+        assert store.run_sync(_slow_ping, seconds=1.0) == 0
+    finally:
+        store.close()
+
+
+@read_only
+def _slow_ping(tx, *, seconds):
+    return tx.one("SELECT SLEEP(%s)", (seconds,))[0]
+
+
 def test_a_batch_whose_commit_was_lost_falls_back_to_calls_that_re_read(world, db):
     """The batch's COMMIT landed but its answer was lost and the retries ran out: each call recovers its own."""
     _CommitThenDrop.armed = False

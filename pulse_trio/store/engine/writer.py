@@ -135,11 +135,16 @@ class WriterSelector:
         self._checked_at = time.monotonic()
 
 
+def _probe(node: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
+    """A connection to ``node`` whose every step, the connect included, waits at most :data:`PROBE_TIMEOUT_S`."""
+    return connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)),
+                        database=database, io_timeout=PROBE_TIMEOUT_S)
+
+
 def _ready(node: DatabaseConfig) -> bool:
     """The node answers and reports itself Synced and ready (a server without Galera is ready)."""
-    probe = dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout))
     try:
-        conn = connect_node(probe, database=False, io_timeout=PROBE_TIMEOUT_S)
+        conn = _probe(node, database=False)
     except (pymysql.err.MySQLError, OSError):
         return False
     try:
@@ -169,8 +174,7 @@ def _node_text(node: tuple[str, int]) -> str:
 def _read_record(node: DatabaseConfig) -> tuple[str, int] | None:
     """The writer recorded in ``db_writer``, read causally on a ready node; None if none or unreadable."""
     try:
-        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)),
-                            io_timeout=PROBE_TIMEOUT_S)
+        conn = _probe(node)
     except (pymysql.err.MySQLError, OSError):
         return None
     try:
@@ -193,8 +197,7 @@ def _read_record(node: DatabaseConfig) -> tuple[str, int] | None:
 def _write_record(node: DatabaseConfig, writer: tuple[str, int]) -> None:
     """Record ``writer`` for the processes that choose later; a failure only leaves list order to decide."""
     try:
-        conn = connect_node(dataclasses.replace(node, connect_timeout=min(PROBE_TIMEOUT_S, node.connect_timeout)),
-                            io_timeout=PROBE_TIMEOUT_S)
+        conn = _probe(node)
     except (pymysql.err.MySQLError, OSError):
         return
     try:
