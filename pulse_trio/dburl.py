@@ -2,8 +2,8 @@
 
 One parser for every entry point (serve, migrate, CLI, tests) so that
 ``mysql://user:pass@host:port/db?unix_socket=/path`` means the same thing
-everywhere. Connections are always utf8mb4, UTC, autocommit off: the
-transaction functions rely on all three.
+everywhere. Connections are always utf8mb4, UTC, strict sql_mode,
+autocommit off: the transaction functions rely on all four.
 
 A URL may name several nodes of one cluster
 (``mysql://u:p@h1:3306,h2:3306,h3:3306/db``): which of them is written to
@@ -42,6 +42,11 @@ class DatabaseUrlError(ValueError):
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: The longest ``connect_timeout`` PyMySQL takes (a year).
 MAX_CONNECT_TIMEOUT_S = 31_536_000
+#: What every connection runs first: UTC, and strict mode added to the server's own sql_mode,
+#: whatever the server's default is. A value too long for its column must be refused, never cut
+#: short: a batch falls back to one call at a time on the refusal, and the HTTP API answers 400.
+SESSION_INIT = ("SET time_zone = '+00:00', "
+                "sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,7 +85,7 @@ class DatabaseConfig:
             "charset": "utf8mb4",
             "autocommit": False,
             "connect_timeout": self.connect_timeout,
-            "init_command": "SET time_zone = '+00:00'",
+            "init_command": SESSION_INIT,
             "conv": CONVERSIONS,
         }
         if self.unix_socket:

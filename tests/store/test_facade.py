@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -10,7 +11,7 @@ import pymysql
 import pytest
 import trio
 
-from pulse_trio.dburl import connect
+from pulse_trio.dburl import connect, connect_node
 from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, start
 from pulse_trio.store.lease.leases import finish
 from pulse_trio.store.engine.inputs import FinishReport
@@ -405,3 +406,33 @@ def test_a_call_the_database_refuses_in_a_batch_costs_its_neighbours_nothing(wor
     assert isinstance(refused, pymysql.err.DataError), refused
     assert type(before).__name__ == type(after).__name__ == "Registered", (before, after)
     assert world.sql("SELECT worker_name FROM worker_instances ORDER BY worker_name") == [("after",), ("before",)]
+
+
+@pytest.fixture(params=["", "NO_ENGINE_SUBSTITUTION"], ids=["empty", "no-engine-substitution"])
+def lenient_sql_mode(request, database_server):
+    """The server's global sql_mode made lenient (an older my.cnf's), for sessions opened in the test; restored.
+
+    Only this run's sessions start in it, and the store's pin strict mode themselves.
+    """
+    with contextlib.closing(connect_node(database_server, database=False)) as admin, admin.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.sql_mode")
+        (previous,) = cur.fetchone()
+    try:
+        with contextlib.closing(connect_node(database_server, database=False)) as admin, admin.cursor() as cur:
+            cur.execute("SET GLOBAL sql_mode = %s", (request.param,))
+        yield
+    finally:
+        with contextlib.closing(connect_node(database_server, database=False)) as admin, admin.cursor() as cur:
+            cur.execute("SET GLOBAL sql_mode = %s", (previous,))
+
+
+def test_a_value_too_long_for_its_column_is_refused_whatever_the_servers_sql_mode(lenient_sql_mode, world, db):
+    """Without strict mode the server cuts the value short and stores it: the batch fallback and the HTTP 400
+    above never see a refusal."""
+    store = Store(db, pool_size=1)
+    try:
+        with pytest.raises(pymysql.err.DataError):  # worker_name is VARCHAR(128)
+            store.run_sync(register, instance=NewInstance("x" * 200, (SubscribedQueue("q", None),)), now=world.now)
+    finally:
+        store.close()
+    assert world.sql("SELECT CHAR_LENGTH(worker_name) FROM worker_instances") == [], "a cut worker name was stored"
