@@ -33,7 +33,7 @@ from starlette.responses import Response
 from pulse_trio.client import ClientError
 from pulse_trio.cluster_settings import UNKNOWN_SETTING
 from pulse_trio.store.engine.facade import StoreUnavailable
-from pulse_trio.store.engine.pool import LOST, classify
+from pulse_trio.store.engine.failures import LOST, classify
 from pulse_trio.store.engine.codes import TASK_NOT_FOUND
 
 RETRY_AFTER_S = 1

@@ -158,6 +158,88 @@ def test_no_node_answering_is_a_connection_error_naming_the_nodes():
     assert writer_for(config).writer is None
 
 
+def _port(server) -> int:
+    import contextlib
+
+    from pulse_trio.dburl import connect_node
+
+    with contextlib.closing(connect_node(server, database=False)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@port")
+        return cur.fetchone()[0]
+
+
+def test_a_wrong_password_on_a_multi_host_url_is_reported_as_such(database_server):
+    """A node that refuses the login is up: the caller sees 1045, not "no database node is synced and ready"."""
+    import socket
+
+    import pymysql
+
+    from pulse_trio.store.engine.writer import connect, writer_for
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    config = parse_database_url(f"mysql://pulse_nobody:wrong@127.0.0.1:{_port(database_server)},"
+                                f"127.0.0.1:{dead}/pulse?connect_timeout=1")
+    try:
+        with pytest.raises(pymysql.err.OperationalError) as caught:
+            connect(config)
+        assert caught.value.args[0] == 1045, caught.value
+    finally:
+        writer_for(config).reset()
+
+
+@pytest.fixture
+def second_server(tmp_path):
+    """Another real MariaDB, standing for a second node (neither runs Galera, so both count as ready)."""
+    from pulse_trio.managed_db import ManagedMariaDB
+
+    server = ManagedMariaDB(tmp_path / "node-b", fast=True)
+    try:
+        yield server.start().with_database("mysql")
+    finally:
+        server.stop()
+
+
+@pytest.mark.live  # a second server
+def test_a_writer_that_refuses_a_login_for_want_of_connections_stays_the_writer(database_server, second_server):
+    """A writer whose connection slots are full for a moment (1040, 1226) is still up: the process that hit it
+    moved to the next node alone while every other one stayed, two writers (docs/deployment.md §1, §2)."""
+    import contextlib
+    import secrets
+    import time
+
+    import pymysql
+
+    from pulse_trio.dburl import connect_node
+    from pulse_trio.store.engine.writer import RECHECK_AFTER_S, connect, writer_for
+
+    user, password = f"cap_{secrets.token_hex(3)}", "pw"
+    for server, limit in ((database_server, 2), (second_server, 0)):
+        with contextlib.closing(connect_node(server, database=False)) as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE USER '{user}'@'127.0.0.1' IDENTIFIED BY %s WITH MAX_USER_CONNECTIONS {limit}",
+                        (password,))
+            cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO '{user}'@'127.0.0.1'")
+    a, b = ("127.0.0.1", _port(database_server)), ("127.0.0.1", _port(second_server))
+    config = parse_database_url(f"mysql://{user}:{password}@{a[0]}:{a[1]},{b[0]}:{b[1]}/mysql")
+    selector = writer_for(config)
+    others: list = []
+    try:
+        assert selector.current() == a  # the first node writes
+        others = [connect_node(config.for_node(*a)) for _ in range(2)]  # other processes hold every slot A allows
+        time.sleep(RECHECK_AFTER_S + 0.1)  # a while after the choice, as in production
+        with pytest.raises(pymysql.err.OperationalError) as caught:
+            connect(config)
+        assert caught.value.args[0] == 1226, caught.value  # the store's retries take it from here
+        assert (selector.current(), selector.changes) == (a, 0), "the process moved its writer on its own"
+    finally:
+        for conn in others:
+            conn.close()
+        selector.reset()
+        with contextlib.closing(connect_node(database_server, database=False)) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS '{user}'@'127.0.0.1'")
+
+
 @pytest.mark.live  # a listening socket that never answers
 def test_a_node_that_accepts_and_never_answers_is_not_ready_and_does_not_block():
     """connect_timeout covers only the TCP connect; the probe bounds the greeting too."""

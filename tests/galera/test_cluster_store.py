@@ -140,7 +140,7 @@ def test_a_node_that_is_not_ready_is_treated_as_a_lost_connection(cluster, datab
     with pytest.raises(pymysql.err.MySQLError) as caught, conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM tasks")
     conn.close()
-    from pulse_trio.store.engine.pool import LOST, classify
+    from pulse_trio.store.engine.failures import LOST, classify
 
     assert caught.value.args[0] == 1047 and classify(caught.value) == LOST
 
@@ -202,7 +202,7 @@ def test_a_commit_cut_off_by_isolation_is_re_checked_before_answering(cluster, d
         store.close()
     assert result.instance.instance_id == instance.instance_id
     assert seen, "the commit on the isolated node failed"
-    from pulse_trio.store.engine.pool import LOST, classify
+    from pulse_trio.store.engine.failures import LOST, classify
 
     assert classify(seen[0]) == LOST, f"{seen[0]!r} is a lost connection: the outcome is unknown"
     assert selector.current() != ("127.0.0.1", n1.port)

@@ -1,4 +1,4 @@
-"""Which failures the facade runs again, and how (pool.classify), on the suite's real MariaDB.
+"""Which failures the facade runs again, and how (failures.classify), on the suite's real MariaDB.
 
 The cluster-only answers (1047, 1180, certification failures) are raised by a
 real Galera cluster in tests/galera; here they are raised by the function
@@ -12,7 +12,7 @@ import pytest
 
 from pulse_trio.store import StoreUnavailable
 from pulse_trio.store.engine.trio_bridge import Store
-from pulse_trio.store.engine.pool import CONFLICT, LOST, classify
+from pulse_trio.store.engine.failures import CONFLICT, LOST, classify, node_answered
 from pulse_trio.store.engine.registry import read_only
 
 
@@ -28,6 +28,21 @@ from pulse_trio.store.engine.registry import read_only
 ])
 def test_classify(error, kind):
     assert classify(error) == kind
+
+
+@pytest.mark.parametrize("error, up", [
+    (pymysql.err.OperationalError(1040, "Too many connections"), True),
+    (pymysql.err.OperationalError(1226, "User 'u' has exceeded the 'max_user_connections' resource"), True),
+    (pymysql.err.OperationalError(1045, "Access denied"), True),
+    (pymysql.err.OperationalError(2003, "Can't connect"), False),
+    (pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query (timed out)"), False),
+    (pymysql.err.OperationalError(1047, "WSREP has not yet prepared node for application use"), False),
+    (pymysql.err.OperationalError(1053, "Server shutdown in progress"), False),
+    (pymysql.err.InternalError("Packet sequence number wrong - got 9 expected 1"), False),
+])
+def test_a_login_refused_by_the_node_itself_means_it_is_up(error, up):
+    """What the writer choice reads from a failed probe: only an unreachable, silent or not-ready node moves it."""
+    assert node_answered(error) is up
 
 
 def test_a_node_that_is_not_ready_costs_its_connection_and_a_retry(db):

@@ -14,7 +14,7 @@ importing the store never imports Trio. :meth:`SyncStore.run_sync`:
 * retries deadlocks (1213) and lock-wait timeouts (1205) with jittered
   exponential backoff, a bounded number of times;
 * replaces a connection lost mid-transaction, or whose cluster node stopped
-  being ready (1047, 1180: ``pool.classify``), and runs the function again;
+  being ready (1047, 1180: ``failures.classify``), and runs the function again;
   on a cluster the writer is re-checked first (``writer.py``).
   If the loss happened during COMMIT the outcome is unknown, so the re-run
   gets ``tx.recovering = True``: every entry function then re-reads what it
@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 import pymysql
 
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.store.engine.pool import CONFLICT, LOST, SERVER_IDLE_TIMEOUT_S, ConnectionPool, classify
+from pulse_trio.store.engine.failures import CONFLICT, LOST, classify
+from pulse_trio.store.engine.pool import SERVER_IDLE_TIMEOUT_S, ConnectionPool
 from pulse_trio.store.engine.registry import is_read_only, registration_of, takes_no_locks
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.tx import CasMismatch, Tx

@@ -21,35 +21,8 @@ from collections.abc import Callable
 import pymysql
 
 from pulse_trio.dburl import DatabaseConfig, set_causal_reads
+from pulse_trio.store.engine.failures import LOST, classify
 from pulse_trio.store.engine.writer import connect, writer_for
-
-# -- what a failed statement means --------------------------------------------------
-DEADLOCK = 1213  # also a Galera certification failure, reported at COMMIT: nothing was committed
-LOCK_WAIT_TIMEOUT = 1205
-#: Client-side "the connection is gone" codes (CR_*), and server shutdown.
-CONNECTION_LOST = frozenset({2003, 2006, 2013, 2014, 2045, 2055, 1053, 1927})
-#: A cluster node that is up but may not serve: 1047 "WSREP has not yet prepared node for
-#: application use" and 1180 "Got error 6 'Not connected to Primary Component' during COMMIT".
-#: Handled like a lost connection: the
-#: connection is dropped, the writer re-checked, and a COMMIT hit by it re-checked.
-NODE_NOT_READY = frozenset({1047, 1180})
-
-CONFLICT, LOST = "conflict", "lost"
-
-
-def classify(exc: BaseException) -> str | None:
-    """``CONFLICT`` (roll back and run again), ``LOST`` (drop the connection, run again) or None."""
-    if isinstance(exc, pymysql.err.InterfaceError):
-        return LOST
-    if not isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InternalError,
-                            pymysql.err.NotSupportedError)):
-        return None
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-    if code in (DEADLOCK, LOCK_WAIT_TIMEOUT):
-        return CONFLICT
-    if code in CONNECTION_LOST or code in NODE_NOT_READY:
-        return LOST
-    return None
 
 #: The server drops one of our connections after this long without a statement.
 #: A transaction function never pauses between statements, so a connection

@@ -11,7 +11,9 @@ same list of nodes:
   server without Galera (``wsrep_on`` off or unknown) is always ready;
 * the choice is sticky: it stands until the writer fails (a connection to
   it is lost, or it answers "not ready"), and then it is re-checked first,
-  so a blip on a healthy writer changes nothing;
+  so a blip on a healthy writer changes nothing, nor does a login the
+  writer refuses itself (no connection slot free): the store's retries
+  wait for it, as every other process's do;
 * the choice is recorded in the database (table ``db_writer``, one row), so
   processes agree even when they choose at different times: a process that
   starts, or whose writer failed, takes the recorded node when it is ready
@@ -44,6 +46,7 @@ import pymysql
 
 from pulse_trio import dburl
 from pulse_trio.dburl import UNKNOWN_VARIABLE, DatabaseConfig, connect_node, set_causal_reads
+from pulse_trio.store.engine.failures import node_answered
 
 log = logging.getLogger("pulse_trio.dbwriter")  # the logger's name operators already filter on
 
@@ -142,11 +145,16 @@ def _probe(node: DatabaseConfig, *, database: bool = True) -> pymysql.connection
 
 
 def _ready(node: DatabaseConfig) -> bool:
-    """The node answers and reports itself Synced and ready (a server without Galera is ready)."""
+    """The node answers and reports itself Synced and ready (a server without Galera is ready).
+
+    A node that refuses the probe's login itself (every connection slot
+    taken, say) is up and counts as ready: moving off it would take this
+    process alone to another writer, while the others stay.
+    """
     try:
         conn = _probe(node, database=False)
-    except (pymysql.err.MySQLError, OSError):
-        return False
+    except (pymysql.err.MySQLError, OSError) as exc:
+        return node_answered(exc)
     try:
         with conn.cursor() as cur:
             try:

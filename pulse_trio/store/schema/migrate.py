@@ -32,7 +32,7 @@ import pymysql
 
 from pulse_trio.dburl import DatabaseConfig, set_causal_reads
 from pulse_trio.store.engine.writer import connect, create_database
-from pulse_trio.store.engine.pool import CONFLICT, classify
+from pulse_trio.store.engine.failures import CONFLICT, classify
 
 LOCK_NAME = "pulse_trio.migrate"
 #: How long to wait for another run's lock before giving up.

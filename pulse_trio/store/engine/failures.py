@@ -1,0 +1,57 @@
+"""What a failed statement, or a refused login, means: one reading for the runner, the pool and the writer choice.
+
+The runner (``facade.py``) runs a transaction again or raises by
+:func:`classify`; the writer choice (``writer.py``) moves to another node
+only when :func:`node_answered` says the node did not, so a node that is up
+but refuses one login (every connection slot taken, a wrong password) stays
+the writer, as it does for every other process.
+"""
+
+from __future__ import annotations
+
+import pymysql
+
+DEADLOCK = 1213  # also a Galera certification failure, reported at COMMIT: nothing was committed
+LOCK_WAIT_TIMEOUT = 1205
+#: Client-side "the connection is gone" codes (CR_*), and server shutdown.
+CONNECTION_LOST = frozenset({2003, 2006, 2013, 2014, 2045, 2055, 1053, 1927})
+#: A cluster node that is up but may not serve: 1047 "WSREP has not yet prepared node for
+#: application use" and 1180 "Got error 6 'Not connected to Primary Component' during COMMIT".
+#: Handled like a lost connection: the
+#: connection is dropped, the writer re-checked, and a COMMIT hit by it re-checked.
+NODE_NOT_READY = frozenset({1047, 1180})
+#: The client library's own codes (CR_*): raised when the server did not answer, never sent by it.
+CLIENT_CODES = range(2000, 3000)
+
+CONFLICT, LOST = "conflict", "lost"
+
+
+def _code(exc: BaseException) -> int:
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+
+
+def classify(exc: BaseException) -> str | None:
+    """``CONFLICT`` (roll back and run again), ``LOST`` (drop the connection, run again) or None."""
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return LOST
+    if not isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InternalError,
+                            pymysql.err.NotSupportedError)):
+        return None
+    code = _code(exc)
+    if code in (DEADLOCK, LOCK_WAIT_TIMEOUT):
+        return CONFLICT
+    if code in CONNECTION_LOST or code in NODE_NOT_READY:
+        return LOST
+    return None
+
+
+def node_answered(exc: BaseException) -> bool:
+    """A failed connect was the node's own refusal (1040 too many connections, 1226, 1045, ...): it is up.
+
+    Not when the node could not be reached or gave no answer (a client
+    code, a timeout, a garbled greeting), nor when it said it is shutting
+    down or not ready to serve: those move the writer.
+    """
+    code = _code(exc)
+    return (isinstance(exc, pymysql.err.MySQLError) and code > 0 and code not in CLIENT_CODES
+            and classify(exc) != LOST)
