@@ -113,7 +113,11 @@ class SyncStore:
             fn, kwargs = calls[0]
             return [self.run_sync(fn, **kwargs)]
 
+        lost_commit = False  # a COMMIT of this batch lost its answer: it may have landed
+
         def body(tx: Tx) -> list[Any]:
+            nonlocal lost_commit
+            lost_commit = lost_commit or tx.recovering
             if first is not None:
                 first(tx)
             results = [fn(tx, **kwargs) for fn, kwargs in calls]
@@ -125,8 +129,9 @@ class SyncStore:
             return self._transaction(body, "batch")
         except Exception as exc:  # one call's bad value (too long, a duplicate) or bug, or the store gave up
             # The batch may have committed before its answer was lost: each call then
-            # re-reads what it may already have done, as a retry of its own would.
-            lost = isinstance(exc, StoreUnavailable) and exc.commit_lost
+            # re-reads what it may already have done, as a retry of its own would. That
+            # holds however the batch ended: out of attempts, or a re-run that raised.
+            lost = lost_commit or (isinstance(exc, StoreUnavailable) and exc.commit_lost)
             return [self._safely(fn, kwargs, recovering=lost) for fn, kwargs in calls]
 
     def _safely(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool) -> Any:
