@@ -129,6 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     from pulse_trio import sd_notify
     from pulse_trio.contract.errors import InvalidMessage
     from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
+    from pulse_trio.sdk.endpoint import check_url
     from pulse_trio.sdk.worker import DRAIN_CHECK_S
 
     if not args.token:
@@ -136,8 +137,10 @@ def _run(args: argparse.Namespace) -> int:
     url = args.url or DEFAULT_URL
     urls = [u.strip() for u in url.split(",")]
     for one in urls:
-        if not one.startswith(("ws://", "wss://")):
-            fail(f"--url must be ws:// or wss://, got {one!r}", 2)
+        try:
+            check_url(one)
+        except ValueError as exc:
+            fail(f"--url: {exc}", 2)
     if args.backend not in BACKENDS:
         fail(f"--backend is one of {', '.join(BACKENDS)}, got {args.backend!r}", 2)
     options: dict[str, Any] = {}

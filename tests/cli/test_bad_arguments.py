@@ -70,3 +70,19 @@ def test_a_managed_database_port_out_of_range_is_a_bad_argument(port):
     """Port 0 makes mariadbd take 3306 (the system MariaDB's), 70000 is clamped to 65535: both silently."""
     done = run("migrate", "--managed-db-port", port)
     _assert_usage_error(done)
+
+
+@pytest.mark.parametrize("url", [
+    "ws://127.0.0.1:99999/v1/worker",
+    "ws://127.0.0.1:74x0/v1/worker",
+    "ws://[::1/v1/worker",
+    "ws://",
+    "ws://127.0.0.1:0/v1/worker",
+], ids=["port-out-of-range", "port-not-a-number", "unclosed-ipv6-bracket", "no-host", "port-zero"])
+def test_worker_run_with_a_malformed_url_is_a_bad_argument(tmp_path, url):
+    """A URL no connect can ever use: one line naming it, not a traceback or reconnecting forever."""
+    (tmp_path / "billing_worker.py").write_text(REGISTRY)
+    done = run("worker", "run", f"{tmp_path / 'billing_worker.py'}:registry", "--token", "pt_x",
+               "--url", f"ws://127.0.0.1:1/v1/worker,{url}", timeout=30)
+    _assert_usage_error(done)
+    assert repr(url) in done.stderr, done.stderr

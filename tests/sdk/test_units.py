@@ -11,7 +11,7 @@ from pulse_trio.contract import messages as m
 from pulse_trio.contract.encoder import encode
 from pulse_trio.contract.grammar import new_id, new_secret
 from pulse_trio.sdk import (
-    Backoff, PermanentError, Registry, RetryableError, TaskCancelled, TaskContext, UnknownOutcome,
+    Backoff, PermanentError, Registry, RetryableError, TaskCancelled, TaskContext, UnknownOutcome, Worker,
 )
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk import protocol as p
@@ -77,6 +77,18 @@ def test_registry_subscribes_to_exactly_its_kinds():
         registry.add("billing", "other3", render, sync=False)
     with pytest.raises(ValueError):
         registry.add("Billing", "x", send)
+
+
+@pytest.mark.parametrize("url", [
+    "ws://127.0.0.1:99999/v1/worker", "ws://[::1/v1/worker", "ws:///v1/worker", "http://127.0.0.1:7380/v1/worker",
+], ids=["port-out-of-range", "unclosed-ipv6-bracket", "no-host", "not-a-websocket"])
+def test_a_worker_refuses_a_url_no_connect_can_use_when_it_is_made(url):
+    """Not at each connect: the reconnect loop would try it forever."""
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    with pytest.raises(ValueError) as refused:
+        Worker(["ws://127.0.0.1:7380/v1/worker", url], "t", registry)
+    assert repr(url) in str(refused.value)
 
 
 def test_backoff_grows_with_jitter_and_caps():
