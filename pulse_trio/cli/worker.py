@@ -129,11 +129,15 @@ def _run(args: argparse.Namespace) -> int:
     from pulse_trio import sd_notify
     from pulse_trio.contract.errors import InvalidMessage
     from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
-    from pulse_trio.sdk.endpoint import check_url
+    from pulse_trio.sdk.endpoint import check_token, check_url
     from pulse_trio.sdk.worker import DRAIN_CHECK_S
 
     if not args.token:
         fail("a worker token is required: --token or PULSE_WORKER_TOKEN", 2)
+    try:
+        check_token(args.token)
+    except ValueError as exc:
+        fail(f"{exc}: --token or PULSE_WORKER_TOKEN", 2)
     url = args.url or DEFAULT_URL
     urls = [u.strip() for u in url.split(",")]
     for one in urls:

@@ -20,7 +20,7 @@ Modules: ``registry`` (handlers), ``context`` (what a handler gets),
 ``payload`` (typed payloads), ``errors`` (outcomes a handler raises), ``outcome`` (outcome → finish),
 ``protocol`` (sans-IO session checks and pending requests), ``frames``
 (lease commands from fields encoded once; command acks in one pass), ``websocket``
-(the RFC 6455 client on ``websockets``' sans-IO codec), ``endpoint`` (URLs checked when a worker is made), ``transport`` (one
+(the RFC 6455 client on ``websockets``' sans-IO codec), ``endpoint`` (URLs and token checked when a worker is made), ``transport`` (one
 session: reader, writer, heartbeat), ``lease`` (one attempt, through reconnects),
 ``pool`` (the handler tasks, a context per handler),
 ``clock`` (every lease's renewal and watchdog timer, in one task),

@@ -35,3 +35,17 @@ def check_url(url: str) -> None:
         parse_uri(url)  # what connecting parses: it refuses a fragment, say
     except InvalidURI as exc:
         raise ValueError(f"{url!r} is not a worker URL: {exc.msg}") from None
+
+
+def check_token(token: str) -> None:
+    """ValueError unless ``token`` is printable ASCII without blanks around it, as an HTTP header carries it.
+
+    The message never quotes the token: it is a secret, and a line on
+    stderr ends up in logs. A token read from a file saved with CRLF ends
+    in a carriage return.
+    """
+    if not token:
+        raise ValueError("the worker token is empty")
+    if not (token.isascii() and token.isprintable()) or token != token.strip():
+        raise ValueError("the worker token is not printable ASCII without blanks around it "
+                         "(a line end or a blank copied with it?)")

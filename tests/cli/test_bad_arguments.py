@@ -86,3 +86,15 @@ def test_worker_run_with_a_malformed_url_is_a_bad_argument(tmp_path, url):
                "--url", f"ws://127.0.0.1:1/v1/worker,{url}", timeout=30)
     _assert_usage_error(done)
     assert repr(url) in done.stderr, done.stderr
+
+
+def test_worker_run_with_a_token_ending_in_a_carriage_return_is_one_line(tmp_path, monkeypatch):
+    """A worker.env saved with CRLF: no handshake can carry the token, and the line never shows the secret."""
+    (tmp_path / "billing_worker.py").write_text(REGISTRY)
+    secret = "pt_" + "s" * 43
+    for token in (secret + "\r", secret + "\n", secret + "é", " " + secret):
+        monkeypatch.setenv("PULSE_WORKER_TOKEN", token)
+        done = run("worker", "run", f"{tmp_path / 'billing_worker.py'}:registry",
+                   "--url", "ws://127.0.0.1:1/v1/worker", timeout=30)
+        _assert_usage_error(done)
+        assert "s" * 43 not in done.stderr, done.stderr

@@ -91,6 +91,16 @@ def test_a_worker_refuses_a_url_no_connect_can_use_when_it_is_made(url):
     assert repr(url) in str(refused.value)
 
 
+@pytest.mark.parametrize("token", ["", "pt_secret\r", "pt_secret\n", " pt_secret", "pt_secrét"],
+                         ids=["empty", "carriage-return", "line-feed", "leading-blank", "not-ascii"])
+def test_a_worker_refuses_a_token_no_handshake_can_carry_without_quoting_it(token):
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    with pytest.raises(ValueError) as refused:
+        Worker("ws://127.0.0.1:7380/v1/worker", token, registry)
+    assert "secr" not in str(refused.value)
+
+
 def test_backoff_grows_with_jitter_and_caps():
     backoff = Backoff(initial=0.1, factor=2, maximum=1.0)
     for attempt, ceiling in ((0, 0.1), (1, 0.2), (3, 0.8), (10, 1.0)):
