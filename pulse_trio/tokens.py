@@ -12,6 +12,9 @@ import datetime as dt
 import hashlib
 from collections.abc import Sequence
 
+from pulse_trio.contract.grammar import is_label
+from pulse_trio.contract.limits import MAX_LABEL_CHARS
+
 ROLES = ("worker", "producer", "operator")
 #: Actions a producer token may be granted beyond its role when it is created (``--allow``); the
 #: HTTP API's permission table (``pulse_trio.http.auth``) is where a grant is honoured.
@@ -21,6 +24,8 @@ GRANTABLE_ROLES = ("producer",)
 TOKEN_PREFIX = "pt_"
 #: Longer presented tokens are refused before any digest is taken.
 MAX_TOKEN_CHARS = 200
+#: What a token's id starts with (the rest is hex digits): an id names a token, never grants anything.
+TOKEN_ID_PREFIX = "tok_"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,6 +59,21 @@ def check_grants(role: str, allow: Sequence[str]) -> tuple[str, ...]:
     if allow and role not in GRANTABLE_ROLES:
         raise ValueError(f"a {role} token takes no grants (only {', '.join(GRANTABLE_ROLES)} tokens do)")
     return tuple(sorted(set(allow)))
+
+
+def check_label(label: str) -> str:
+    """The label as given, or ValueError: the rule of worker names, so `token list` prints nothing raw that
+    drives a terminal; empty is allowed (no label)."""
+    if label and not is_label(label, MAX_LABEL_CHARS):
+        raise ValueError(f"a token's label is at most {MAX_LABEL_CHARS} characters of UTF-8 text "
+                         "without control characters")
+    return label
+
+
+def could_be_token_id(text: str) -> bool:
+    """False for text no token's id can be: ids are printable ASCII, so an argument that is not
+    (one that was not UTF-8, say) is not looked up."""
+    return text.isascii() and text.isprintable()
 
 
 def _iso(value: dt.datetime) -> str:

@@ -46,8 +46,10 @@ def _create(args: argparse.Namespace) -> int:
     for queue in args.queue:
         if not is_queue(queue):
             fail(f"invalid queue name {queue!r}", 2)
-    if len(args.label) > 128:
-        fail("label is longer than 128 characters", 2)
+    try:
+        tokens.check_label(args.label)
+    except ValueError as exc:
+        fail(f"--label: {exc}", 2)
     allow = [name.strip() for name in args.allow.split(",") if name.strip()]
     try:
         tokens.check_grants(args.role, allow)
@@ -76,6 +78,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    if not tokens.could_be_token_id(args.token_id):
+        fail(f"no token with id {args.token_id!r}", EXIT_NOT_FOUND)
     with database(args) as target:
         conn = connect(target)
         try:

@@ -79,3 +79,28 @@ def test_allow_grants_cancel_and_retry_to_a_producer(db):
         refused = cli(db, "token", "create", *bad)
         assert refused.returncode == 2 and "grant" in refused.stderr
     assert len(json.loads(cli(db, "token", "list").stdout)["tokens"]) == 1
+
+
+def _assert_one_line(done, exit_code: int) -> None:
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == exit_code, done
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("pulse-trio: "), done.stderr
+
+
+def test_token_create_with_a_label_that_is_not_utf8_is_one_line_and_exit_2(db):
+    """A Latin-1 terminal's "café": Python hands the byte on as a lone surrogate, which no column can store."""
+    _assert_one_line(cli(db, "token", "create", "--role", "worker", "--label", "caf\udce9"), 2)
+    assert json.loads(cli(db, "token", "list").stdout)["tokens"] == []
+
+
+def test_token_revoke_with_an_id_that_is_not_utf8_is_one_line(db):
+    _assert_one_line(cli(db, "token", "revoke", "tok_caf\udce9"), 3)
+
+
+def test_token_create_refuses_a_label_with_control_characters_as_worker_names_do(db):
+    """`token list` would print them raw: a C1 control (\\x9b is CSI) drives the operator's terminal."""
+    for label in ("\x9b2J", "line\x85break", "tab\there"):
+        _assert_one_line(cli(db, "token", "create", "--role", "worker", "--label", label), 2)
+    assert cli(db, "token", "create", "--role", "worker", "--label", "billing — café").returncode == 0
+    assert [t["label"] for t in json.loads(cli(db, "token", "list").stdout)["tokens"]] == ["billing — café"]
+

@@ -20,7 +20,8 @@ from typing import Any
 from pulse_trio.store.engine.registry import read_only
 from pulse_trio.store.engine.tx import Tx
 from pulse_trio.store.token import sql
-from pulse_trio.tokens import MAX_TOKEN_CHARS, ROLES, TOKEN_PREFIX, TokenInfo, check_grants, digest
+from pulse_trio.tokens import (MAX_TOKEN_CHARS, ROLES, TOKEN_ID_PREFIX, TOKEN_PREFIX, TokenInfo, check_grants,
+                               check_label, digest)
 
 #: The worker endpoint takes only worker tokens.
 WORKER: tuple[str, ...] = ("worker",)
@@ -71,8 +72,9 @@ def create_token(conn: Any, *, role: str, queues: Sequence[str], label: str,
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
     grants = check_grants(role, allow)
+    label = check_label(label)
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token_id = "tok_" + secrets.token_hex(13)
+    token_id = TOKEN_ID_PREFIX + secrets.token_hex(13)
     created = _naive_utc(now)
     with conn.cursor() as cur:
         cur.execute(
