@@ -78,6 +78,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    if args.token_id.startswith(tokens.TOKEN_PREFIX):  # the secret itself: never echoed, never looked up
+        fail(f"no token has that id: it is a token ({tokens.TOKEN_PREFIX}…, not shown here), not a token's id "
+             f"({tokens.TOKEN_ID_PREFIX}…, see `pulse-trio token list`)", EXIT_NOT_FOUND)
     if not tokens.could_be_token_id(args.token_id):
         fail(f"no token with id {args.token_id!r}", EXIT_NOT_FOUND)
     with database(args) as target:

@@ -104,3 +104,12 @@ def test_token_create_refuses_a_label_with_control_characters_as_worker_names_do
     assert cli(db, "token", "create", "--role", "worker", "--label", "billing — café").returncode == 0
     assert [t["label"] for t in json.loads(cli(db, "token", "list").stdout)["tokens"]] == ["billing — café"]
 
+
+def test_token_revoke_given_the_token_instead_of_its_id_never_shows_it(db):
+    token = cli(db, "token", "create", "--role", "worker").stdout.strip()
+    done = cli(db, "token", "revoke", token)
+    _assert_one_line(done, 3)
+    assert token[3:] not in done.stderr + done.stdout
+    conn = connect(db)
+    assert tokens.authenticate(conn, token) is not None  # nothing was revoked
+    conn.close()
