@@ -14,8 +14,10 @@ import pymysql
 
 from pulse_trio import config as cfg
 from pulse_trio.cli.output import print_json  # noqa: F401  (re-exported: every command prints through it)
+from pulse_trio.client.producer import INVALID_REQUEST, ClientError
 from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
 from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, ManagedMariaDB
+from pulse_trio.store.engine.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
 from pulse_trio.store.schema.migrate import MigrationError, code_version, current_version, migrate
 
 
@@ -26,6 +28,9 @@ EXIT_NOT_FOUND = 3  # the task, token or worker named does not exist
 EXIT_UNREACHABLE = 4  # no database to talk to: unreachable, or no managed database yet
 EXIT_CANNOT_LISTEN = 5  # serve: a listen address is taken or invalid; nothing was recorded
 EXIT_INTERRUPTED = 130  # SIGINT, or a second SIGTERM for `worker run`
+
+#: What a refusal of the client exits with, by its code; any other code is EXIT_REFUSED.
+CLIENT_EXIT_CODES = {INVALID_REQUEST: EXIT_USAGE, TASK_NOT_FOUND: EXIT_NOT_FOUND, INSTANCE_NOT_FOUND: EXIT_NOT_FOUND}
 
 LEGACY_STATE_DIR = ".pulse-state"  # where earlier versions put the managed database: the current folder
 
@@ -200,7 +205,11 @@ def tuned_collector() -> Iterator[None]:
 
 
 def run_guarded(fn, *, long_running: bool = False):
-    """Wrap a command body so CommandFailed becomes a message and an exit code.
+    """Wrap a command body so CommandFailed, or a ClientError it lets through, becomes a message and an exit code.
+
+    A ClientError's exit code follows its code (``CLIENT_EXIT_CODES``): input
+    the client refused is a bad argument, as the same input is when the
+    command checks it itself.
 
     ``long_running``: a service process (``serve``, ``worker run``), whose body runs with the
     collector tuned for it (:func:`tuned_collector`).
@@ -213,6 +222,9 @@ def run_guarded(fn, *, long_running: bool = False):
         except CommandFailed as exc:
             sys.stderr.write(f"pulse-trio: {exc}\n")
             return exc.exit_code
+        except ClientError as exc:
+            sys.stderr.write(f"pulse-trio: {exc.message}\n")
+            return CLIENT_EXIT_CODES.get(exc.code, EXIT_REFUSED)
         except pymysql.err.OperationalError as exc:  # the database went away (or never answered) mid-command
             sys.stderr.write(f"pulse-trio: cannot reach the database: {_reason(exc)}\n")
             return EXIT_UNREACHABLE

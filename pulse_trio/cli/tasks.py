@@ -3,7 +3,8 @@
 ``queues`` lists the queues; ``queues pause|resume Q`` stops or restarts one.
 
 Thin faces over :class:`pulse_trio.client.Client`: arguments are checked
-before anything is written (exit 2), refusals exit 1, an unknown id exits 3,
+before anything is written (exit 2), refusals exit 1, an unknown id exits 3
+(a ClientError a command lets through gets its exit code in ``run_guarded``),
 results are one compact JSON object on stdout (or a table with
 ``--format table`` for the lists).
 """
@@ -17,15 +18,14 @@ import sys
 from collections.abc import Iterator
 
 from pulse_trio import cluster_settings as cs
-from pulse_trio.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, add_database_options,
-                                   add_inherited_database_options, database, fail, run_guarded)
+from pulse_trio.cli.common import (EXIT_USAGE, add_database_options, add_inherited_database_options, database, fail,
+                                   run_guarded)
 from pulse_trio.cli.durations import parse_duration
 from pulse_trio.cli.output import Column, add_format_option, print_json, print_table, with_field, write_json_text
-from pulse_trio.client import Client, ClientError, TaskNotFound
+from pulse_trio.client import Client, ClientError
 from pulse_trio.client import ranges
-from pulse_trio.client.producer import NAME_RULE, build_task, check_name
+from pulse_trio.client.producer import INVALID_REQUEST, NAME_RULE, build_task, check_name
 from pulse_trio.store.views import queries
-from pulse_trio.store.engine.codes import INSTANCE_NOT_FOUND
 from pulse_trio.contract.grammar import INSTANCE_PREFIX, TASK_PREFIX, is_resource_id, parse_time
 
 #: Flags two commands took before the values moved to the cluster: accepted there, ignored, warned about.
@@ -224,34 +224,21 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        try:
-            write_json_text(client.get_json_text(args.task_id))
-        except TaskNotFound as exc:
-            fail(exc.message, EXIT_NOT_FOUND)
+        write_json_text(client.get_json_text(args.task_id))
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        try:
-            text, changed = client.cancel_json_text(args.task_id, reason=args.reason, requested_by="cli")
-            write_json_text(with_field(text, "cancel_changed", changed))
-        except TaskNotFound as exc:
-            fail(exc.message, EXIT_NOT_FOUND)
-        except ClientError as exc:
-            fail(exc.message)
+        text, changed = client.cancel_json_text(args.task_id, reason=args.reason, requested_by="cli")
+        write_json_text(with_field(text, "cancel_changed", changed))
     return 0
 
 
 def _retry(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        try:
-            new_task_id, created = client.request_retry(args.task_id)
-            write_json_text(with_field(client.get_json_text(new_task_id), "created", created))
-        except TaskNotFound as exc:
-            fail(exc.message, EXIT_NOT_FOUND)
-        except ClientError as exc:
-            fail(exc.message)
+        new_task_id, created = client.request_retry(args.task_id)
+        write_json_text(with_field(client.get_json_text(new_task_id), "created", created))
     return 0
 
 
@@ -260,7 +247,7 @@ def _purge(args: argparse.Namespace) -> int:
         if args.queue is not None:
             check_name("queue", args.queue)
         if args.older_than is not None and args.older_than > cs.RETENTION_MAX_MS / 1000:
-            raise ClientError("invalid_request", f"--older-than is at most {cs.RETENTION_MAX_MS // 86_400_000} days")
+            raise ClientError(INVALID_REQUEST, f"--older-than is at most {cs.RETENTION_MAX_MS // 86_400_000} days")
     except ClientError as exc:
         fail(exc.message, EXIT_USAGE)
     with _client(args) as client:
@@ -282,10 +269,7 @@ def _drain(args: argparse.Namespace) -> int:
     if not is_resource_id(args.instance_id, INSTANCE_PREFIX):
         fail(f"not a worker instance id: {args.instance_id!r} (ins_…, see `pulse-trio workers`)", EXIT_USAGE)
     with _client(args) as client:
-        try:
-            print_json(client.drain(args.instance_id))
-        except ClientError as exc:
-            fail(exc.message, EXIT_NOT_FOUND if exc.code == INSTANCE_NOT_FOUND else EXIT_REFUSED)
+        print_json(client.drain(args.instance_id))
     return 0
 
 

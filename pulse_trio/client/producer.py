@@ -73,9 +73,13 @@ class TaskNotFound(ClientError):
         super().__init__(TASK_NOT_FOUND, f"no task {task_id}")
 
 
+#: The code of a request refused for its own input, before anything is written.
+INVALID_REQUEST = "invalid_request"
+
+
 class InvalidRequest(ClientError):
     def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__("invalid_request", message, field)
+        super().__init__(INVALID_REQUEST, message, field)
 
 
 #: The rule of queue and kind names, for messages (the grammar itself is pulse_trio.contract.grammar).

@@ -125,3 +125,19 @@ def test_workers_and_queues(db):
     assert queues["q"]["states"] == {"READY": 1}
     assert json.loads(cli(db, "workers").stdout) == {"workers": []}
     assert json.loads(cli(db, "nodes", "--all").stdout) == {"nodes": []}  # no serve process ever ran here
+
+
+def _cancel_is_a_bad_argument(db, reason: str) -> None:
+    task = json.loads(cli(db, "submit", "--queue", "q", "--kind", "k").stdout)
+    done = cli(db, "task", "cancel", task["task_id"], "--reason", reason)
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.returncode == 2 and "reason" in done.stderr, done  # a bad argument, not a refusal (1)
+    assert json.loads(cli(db, "task", "show", task["task_id"]).stdout)["state"] == "READY"  # nothing written
+
+
+def test_task_cancel_with_a_reason_too_long_is_a_bad_argument(db):
+    _cancel_is_a_bad_argument(db, "r" * 256)
+
+
+def test_task_cancel_with_a_reason_that_is_not_utf8_is_a_bad_argument(db):
+    _cancel_is_a_bad_argument(db, "caf\udce9")
