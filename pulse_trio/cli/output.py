@@ -78,7 +78,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:g}"
+        return json.dumps(value)  # every digit, as the JSON output prints it: a table is no place to round
     if isinstance(value, (list, tuple)):
         return ",".join(_cell(v) for v in value) or "-"
     return str(value)

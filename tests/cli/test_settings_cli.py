@@ -98,3 +98,13 @@ def test_weight_gives_a_fairness_key_a_weight_and_weights_lists_them(db):
                                capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stderr
     assert json.loads(submitted.stdout)["fairness_key"] == "tenant:7"
+
+
+def test_settings_show_table_prints_the_value_that_is_set(db):
+    """Every digit, as the JSON output prints it: not rounded to 1.23457e+06."""
+    assert cli(db, "settings", "set", "task_retention", "1234567.891").returncode == 0
+    done = cli(db, "settings", "show", "--format", "table")
+    assert done.returncode == 0, done.stderr
+    row = next(line.split() for line in done.stdout.splitlines() if line.startswith("task_retention "))
+    assert row[1] == "1234567.891", done.stdout
+    assert json.loads(cli(db, "settings", "show").stdout)["settings"]["task_retention"]["value"] == 1234567.891
