@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import logging
 import os
 import ssl
@@ -83,12 +84,30 @@ def _seconds(text: str) -> float:
 
 
 def load_registry(target: str) -> Any:
-    """Import ``module:attribute`` (or ``path/to/file.py:attribute``) and return the Registry."""
+    """Import ``module:attribute`` (or ``path/to/file.py:attribute``) and return the Registry.
+
+    Whatever goes wrong in the user's module is one line and exit 2: the
+    worker cannot start until the module is fixed, so a service manager
+    must not restart it (docs/operations.md §7.1).
+    """
     from pulse_trio.sdk import Registry
 
     module_name, sep, attribute = target.rpartition(":")
     if not sep or not module_name or not attribute:
         fail(f"expected MODULE:REGISTRY, got {target!r}", 2)
+    module = _import(module_name)
+    registry = getattr(module, attribute, None)
+    if callable(registry) and not isinstance(registry, Registry):
+        registry = _call_factory(target, registry)
+    if not isinstance(registry, Registry):
+        fail(f"{target} is not a pulse_trio.sdk.Registry", 2)
+    if not len(registry):
+        fail(f"{target} has no handlers", 2)
+    return registry
+
+
+def _import(module_name: str) -> Any:
+    """The module, run as Python runs it; anything its top level raises ends the command."""
     try:
         if module_name.endswith(".py"):
             path = Path(module_name).resolve()
@@ -98,20 +117,35 @@ def load_registry(target: str) -> Any:
             module = importlib.util.module_from_spec(spec)
             sys.modules[path.stem] = module
             spec.loader.exec_module(module)
-        else:
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(module_name)
+            return module
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        return importlib.import_module(module_name)
+    except SyntaxError as exc:  # IndentationError too: where it is matters more than the type
+        fail(f"cannot import {module_name}: {type(exc).__name__} in {exc.filename}, line {exc.lineno}: "
+             f"{_one_line(exc.msg)}", 2)
     except (ImportError, OSError) as exc:
-        fail(f"cannot import {module_name}: {exc}", 2)
-    registry = getattr(module, attribute, None)
-    if callable(registry) and not isinstance(registry, Registry):
-        registry = registry()
-    if not isinstance(registry, Registry):
-        fail(f"{target} is not a pulse_trio.sdk.Registry", 2)
-    if not len(registry):
-        fail(f"{target} has no handlers", 2)
-    return registry
+        fail(f"cannot import {module_name}: {_one_line(str(exc))}", 2)
+    except Exception as exc:  # whatever the module's top level raised: a missing setting, say
+        fail(f"cannot import {module_name}: it raised {type(exc).__name__}: {_one_line(str(exc))}", 2)
+
+
+def _call_factory(target: str, factory: Any) -> Any:
+    """What a function named by the target returns, if it takes no arguments (else it is no factory)."""
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        fail(f"{target} is neither a pulse_trio.sdk.Registry nor a function of no arguments returning one", 2)
+    except ValueError:  # no signature to read (some built-ins): calling it says
+        pass
+    try:
+        return factory()
+    except Exception as exc:
+        fail(f"{target} raised {type(exc).__name__}: {_one_line(str(exc))}", 2)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _log_to_stderr(quiet: bool) -> None:

@@ -98,3 +98,35 @@ def test_worker_run_with_a_token_ending_in_a_carriage_return_is_one_line(tmp_pat
                    "--url", "ws://127.0.0.1:1/v1/worker", timeout=30)
         _assert_usage_error(done)
         assert "s" * 43 not in done.stderr, done.stderr
+
+
+def _worker_run(target: str, cwd: str) -> object:
+    return run("worker", "run", target, "--token", "pt_x", "--url", "ws://127.0.0.1:1/v1/worker", timeout=30, cwd=cwd)
+
+
+def test_worker_run_with_a_handler_module_that_does_not_compile_is_one_line(tmp_path):
+    """The line names the module, SyntaxError and where: what the traceback would have said, without it."""
+    source = REGISTRY + "\n\ndef broken(:\n    pass\n"
+    (tmp_path / "billing_worker.py").write_text(source)
+    line = source.splitlines().index("def broken(:") + 1
+    for target in ("billing_worker:registry", f"{tmp_path / 'billing_worker.py'}:registry"):
+        done = _worker_run(target, str(tmp_path))
+        _assert_usage_error(done)
+        assert "billing_worker" in done.stderr and "SyntaxError" in done.stderr, done.stderr
+        assert "billing_worker.py" in done.stderr and f"line {line}" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("source", "target", "expected"), [
+    (REGISTRY + "\nraise RuntimeError('BILLING_API_KEY is not set')\n", "billing_worker:registry",
+     ("billing_worker", "RuntimeError", "BILLING_API_KEY is not set")),
+    ("import json\n", "json:loads", ("json:loads", "Registry")),
+    ("def registry():\n    raise LookupError('no handlers configured')\n", "billing_worker:registry",
+     ("billing_worker:registry", "LookupError", "no handlers configured")),
+], ids=["raises-on-import", "a-function-that-is-not-a-factory", "a-factory-that-raises"])
+def test_worker_run_with_a_handler_module_that_raises_or_names_no_registry_is_one_line(tmp_path, source, target,
+                                                                                      expected):
+    (tmp_path / "billing_worker.py").write_text(source)
+    done = _worker_run(target, str(tmp_path))
+    _assert_usage_error(done)
+    for text in expected:
+        assert text in done.stderr, done.stderr
