@@ -140,3 +140,24 @@ async def test_retryable_is_refused_with_other_statuses(virtual_clock, scenario_
         held = await running(worker)
         assert error_code(await held.finish("UNKNOWN", retryable=True)) == "invalid_frame"
         assert (await held.finish("UNKNOWN"))["type"] == "ack"
+
+
+@pytest.mark.parametrize("attempt", [1025, 2**31 - 1])  # past a float's range at the default ×2
+def test_the_backoff_of_any_attempt_is_capped_not_an_overflow(attempt):
+    assert 150_000 <= expected_backoff_ms("tsk_x", attempt) <= 300_000
+
+
+async def test_many_retryable_failures_keep_being_rescheduled(virtual_clock, scenario_service, connect_worker, submit,
+                                                              operator):
+    """Retry for ever, capped: at ×100, factor^(n−1) leaves a float's range at attempt 156 (×2: at 1025)."""
+    service = await scenario_service(**SETTINGS)
+    ops = operator(service)
+    task = await submit(service, max_attempts=200, backoff_initial=0.001, backoff_factor=100, backoff_max=0.001)
+    async with connect_worker(service) as worker:
+        await worker.capacity(1)
+        for attempt in range(1, 161):
+            held = await running(worker)
+            assert held.task["attempt"] == attempt
+            done = await held.finish("FAILED", {"try": attempt}, error_code="busy", retryable=True)
+            assert done["type"] == "ack", (attempt, done.get("error"))
+            assert (await ops.get(task["task_id"]))["state"] == "SCHEDULED"

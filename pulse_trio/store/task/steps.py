@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import hashlib
+import math
 from collections.abc import Iterable, Sequence
 
 from pulse_trio.store.engine.chart_write import move
@@ -33,7 +34,11 @@ def backoff_ms(task: TaskRow, attempt: int) -> int:
     generator, so a re-run of the transaction computes the same due time and
     tests can predict it, while different tasks still spread out.
     """
-    base = min(task.backoff_initial_ms * task.backoff_factor ** max(0, attempt - 1), task.backoff_max_ms)
+    try:
+        grown = task.backoff_initial_ms * task.backoff_factor ** max(0, attempt - 1)
+    except OverflowError:  # past what a float holds, so far past the cap (a thousand attempts at ×2)
+        grown = math.inf
+    base = min(grown, task.backoff_max_ms)
     fraction = int.from_bytes(hashlib.sha256(f"{task.task_id}:{attempt}".encode()).digest()[:8], "big") / 2**64
     return max(1, int(base * (0.5 + 0.5 * fraction)))
 
