@@ -8,7 +8,7 @@ import pytest
 
 from pulse_trio import cluster_settings as cs
 from pulse_trio.dburl import connect
-from pulse_trio.store import NewTask, request_cancel, submit
+from pulse_trio.store import NewTask, request_cancel, retry, submit
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.cluster_setting.settings import read_all, refusal, set_values
 from pulse_trio.store.engine.tx import Tx, db_time
@@ -69,6 +69,17 @@ def test_submit_orders_by_the_clusters_priority_step(world):
     (r,) = world.run(submit, tasks=[NewTask("q", "k", priority=7)])
     ((due, eff),) = world.sql("SELECT due_at, effective_at FROM tasks WHERE task_id = %s", (r.task_id,))
     assert due - eff == dt.timedelta(seconds=14)
+
+
+def test_a_manual_retry_is_placed_by_the_step_in_force_then_like_a_fresh_submit(world):
+    """The source was weighed by the step of its own submit; its retry is a new task, weighed by today's."""
+    (source,) = world.run(submit, tasks=[NewTask("q", "k", priority=9)])  # the default step: 270 s ahead
+    world.run(request_cancel, task_id=source.task_id)
+    world.setting("priority_step", 1_000)
+    created = world.run(retry, source_task_id=source.task_id)
+    ((due, eff, offset),) = world.sql("SELECT due_at, effective_at, priority_offset_ms FROM tasks WHERE task_id = %s",
+                                      (created.task_id,))
+    assert (due - eff, offset) == (dt.timedelta(seconds=9), 9_000)
 
 
 def test_a_transactional_enqueue_reads_the_step_on_the_callers_own_connection(world):

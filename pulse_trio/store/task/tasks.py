@@ -238,13 +238,17 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
     task_id = new_task_id or ids.new_id("tsk")
     uncertain = bool(source.outcome_uncertain)
     stamp = db_time(now)
-    effective = stamp - dt.timedelta(milliseconds=source.priority_offset_ms)
+    # A new task: weighed by the priority_step in force now, as a fresh submit is (not the source's).
+    priority_step_ms = settings.value_ms(tx, "priority_step")
+    assert priority_step_ms is not None
+    offset_ms = source.priority * priority_step_ms
+    effective = stamp - dt.timedelta(milliseconds=offset_ms)
     if source.fairness_key is not None:
-        (placed,) = fairness.place(tx, [fairness.Arrival(source.queue, source.fairness_key, now,
-                                                         source.priority_offset_ms)], now=now)
+        (placed,) = fairness.place(tx, [fairness.Arrival(source.queue, source.fairness_key, now, offset_ms)],
+                                   now=now)
         effective = db_time(placed)
     chart_write.create(tx, "task", "retry", columns=sql.NEW_TASK_COLUMNS, row=sql.NEW_TASK_ROW, dest=dest, rows=[(
-        task_id, source.queue, source.kind, source.payload, source.priority, source.priority_offset_ms,
+        task_id, source.queue, source.kind, source.payload, source.priority, offset_ms,
         stamp, effective, source.idempotency_key, None,
         source.concurrency_key, source.concurrency_limit, source.max_attempts, source.backoff_initial_ms,
         source.backoff_factor, source.backoff_max_ms, source.retry_uncertain, source.lease_ttl_ms, 0, uncertain,
