@@ -139,11 +139,15 @@ def current_version_or_zero(target: DatabaseConfig) -> int:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` shows each flag's default, unless there is none to show or the help already says it."""
+    """``--help`` shows each flag's default, unless there is none to show or the help already says it.
+
+    A switch (a flag taking no value) shows none: ``--no-cancel-notifications
+    (default: True)`` would read as if the switch were on by default.
+    """
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text.lower():
+        if action.nargs == 0 or action.default in (None, False, argparse.SUPPRESS) or "default" in text.lower():
             return text
         return f"{text} (default: {_shown(action.default)})".replace("%", "%%").replace("%%(", "%(")
 

@@ -49,6 +49,14 @@ def test_help_shows_defaults():
     assert "(default: 100)" in text and "(default: oldest)" in text
 
 
+def test_no_switch_shows_a_default_that_reads_as_if_it_were_on():
+    """``--no-cancel-notifications (default: True)`` said the opposite of what the switch does when absent."""
+    shown = [f"{' '.join(path)} {flag}" for path, parser in _commands(build_parser())
+             for flag, action in _flags(parser).items()
+             if action.nargs == 0 and "(default:" in (parser._get_formatter()._get_help_string(action) or "")]
+    assert shown == []
+
+
 def test_commands_take_only_the_flags_they_use():
     commands = dict(_commands(build_parser()))
     read_only = [("queues",), ("workers",), ("nodes",), ("task", "show"), ("task", "list"), ("settings", "show"),
