@@ -28,6 +28,24 @@ from typing import Any
 from pulse_trio.contract.grammar import ERROR_CODE_PATTERN, is_error_code
 
 
+def text_of(value: object) -> str:
+    """``value`` as message text, whatever it is: a handler's message must fail its task, never the worker.
+
+    ``RetryableError(exc)`` (the caught exception as the message) is the
+    usual idiom, so a non-str is turned into its ``str()``, None into no
+    message; an object whose ``__str__`` raises (a library exception that
+    formats lazily) is named by its type instead.
+    """
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    try:
+        return str(value)
+    except Exception as exc:  # noqa: BLE001 - any failure of a foreign __str__
+        return f"<{type(value).__name__}: str() raised {type(exc).__name__}>"
+
+
 def _code(code: str) -> str:
     if not is_error_code(code):
         raise ValueError(f"error codes are {ERROR_CODE_PATTERN}, got {code!r}")
@@ -35,13 +53,18 @@ def _code(code: str) -> str:
 
 
 class HandlerOutcome(Exception):
-    """Base of the outcomes a handler may raise; ``details`` becomes the finish result."""
+    """Base of the outcomes a handler may raise; ``details`` becomes the finish result.
+
+    ``message`` may be any object (the caught exception, say): it is kept as
+    its text (:func:`text_of`).
+    """
 
     default_code = "failed"
 
-    def __init__(self, message: str = "", *, code: str | None = None, details: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: object = "", *, code: str | None = None, details: Any = None) -> None:
+        text = text_of(message)
+        super().__init__(text)
+        self.message = text
         self.code = _code(code or self.default_code)
         self.details = details
 

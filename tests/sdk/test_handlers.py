@@ -3,7 +3,8 @@
 ``async def`` on the worker's own loop (asyncio-only primitives included),
 ``def`` in a worker thread that never stalls the loop, typed payloads
 refused before the call, and results the contract cannot carry finishing
-FAILED without harming the worker.
+FAILED without harming the worker; nor does anything a handler raises
+(docs/worker.md §4): a bad exception fails its own task, never the worker.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import pytest
 
 from sdk_support import in_thread, url_of, wait_for, wait_state
 
-from pulse_trio.sdk import Registry, TaskContext
+from pulse_trio.sdk import Registry, RetryableError, TaskContext
+
+ENDED = {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"}
 
 
 @dataclasses.dataclass
@@ -225,3 +228,49 @@ async def test_a_cancelled_error_of_the_handlers_own_making_fails_the_task_not_t
     view = await wait_state(client, neighbour["task_id"], {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"})
     assert view["state"] == "SUCCEEDED" and view["attempt"] == 1, view
     assert not worker.returned.is_set() and worker.stats.failed == 1 and worker.stats.lost == 0
+
+
+async def _fails_alone(start_service, run_worker, client, bad) -> dict:
+    """Run ``bad`` (billing/invoice.send) beside a running neighbour: its task ends, the worker and neighbour go on."""
+    service = await start_service()
+    registry = Registry()
+    neighbour_started, release = threading.Event(), threading.Event()
+    registry.add("billing", "invoice.send", bad)
+
+    @registry.handler("billing", "invoice.render")
+    async def render(task: TaskContext) -> dict:
+        import anyio
+
+        neighbour_started.set()
+        while not release.is_set():
+            await anyio.sleep(0.01)
+        return {"rendered": True}
+
+    worker = await run_worker(url_of(service), registry, capacity=2)
+    neighbour = await in_thread(client.submit, "billing", "invoice.render", {})
+    await wait_for(neighbour_started.is_set, what="the neighbour's handler")
+    task = await in_thread(client.submit, "billing", "invoice.send", {}, max_attempts=1)
+    await wait_for(lambda: worker.returned.is_set() or worker.stats.finished, what="the task's finish")
+    assert not worker.returned.is_set(), f"the worker's run() ended: {worker.error!r}"
+    view = await wait_state(client, task["task_id"], ENDED)
+    release.set()
+    neighbour_view = await wait_state(client, neighbour["task_id"], ENDED)
+    assert neighbour_view["state"] == "SUCCEEDED" and neighbour_view["attempt"] == 1, neighbour_view
+    assert not worker.returned.is_set(), worker.error
+    return view
+
+
+async def test_retryable_error_wrapping_the_caught_exception_fails_the_task_not_the_worker(start_service, run_worker,
+                                                                                          client):
+    """``raise RetryableError(exc, code=...)``, the caught exception as the message, is the usual idiom."""
+
+    async def send(task: TaskContext) -> dict:
+        try:
+            raise ConnectionError("gateway unreachable")
+        except ConnectionError as exc:
+            raise RetryableError(exc, code="gateway.unavailable") from exc
+
+    view = await _fails_alone(start_service, run_worker, client, send)
+    outcome = view["outcome"]
+    assert view["state"] == "FAILED" and outcome["error_code"] == "gateway.unavailable", outcome
+    assert outcome["error_message"] == "gateway unreachable" and view["attempts"][0]["retryable"] is True

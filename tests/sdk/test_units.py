@@ -36,6 +36,14 @@ def test_exceptions_map_to_finish(exc, cancel_requested, expected):
     assert got.result == "{}"
 
 
+def test_an_outcomes_message_may_be_any_object():
+    """``RetryableError(exc)`` is the usual idiom; None is no message."""
+    assert oc.from_exception(RetryableError(ConnectionError("unreachable")), cancel_requested=False).error_message \
+        == "unreachable"
+    assert oc.from_exception(PermanentError(None), cancel_requested=False).error_message == ""
+    assert oc.from_exception(UnknownOutcome(504), cancel_requested=False).error_message == "504"
+
+
 def test_results_are_canonical_json_and_bounded():
     assert oc.succeeded({"a": 1, "b": [1.5, "x"]}).result == '{"a":1,"b":[1.5,"x"]}'
     assert oc.succeeded(None).result == "{}"  # finish needs a non-null result
