@@ -46,8 +46,7 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
                 value = await handler.fn(*args)
             result = oc.succeeded(value, max_result_bytes)
         except TaskCancelled as exc:
-            result = None if ctx.stop_reason == LEASE_LOST else oc.from_exception(
-                exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED)
+            result = None if ctx.stop_reason == LEASE_LOST else _mapped(exc, ctx, max_result_bytes)
         except anyio.get_cancelled_exc_class() as exc:
             if anyio.current_effective_deadline() == -math.inf:  # the handler's scope, or the worker's, was cancelled
                 raise
@@ -70,4 +69,14 @@ def _raised(handler: Handler, ctx: TaskContext, exc: BaseException, max_result_b
     """The outcome of a handler that raised ``exc`` (its own outcome, or FAILED ``unhandled_exception``)."""
     if not isinstance(exc, HandlerOutcome):
         log.exception("handler %s raised for task %s", handler.name, ctx.task_id)
-    return oc.from_exception(exc, cancel_requested=ctx.stop_reason == CANCEL_REQUESTED, max_bytes=max_result_bytes)
+    return _mapped(exc, ctx, max_result_bytes)
+
+
+def _mapped(exc: BaseException, ctx: TaskContext, max_result_bytes: int) -> oc.Outcome:
+    """``exc`` mapped to its outcome; a failure of the mapping itself fails this task, never the worker."""
+    cancel_requested = ctx.stop_reason == CANCEL_REQUESTED
+    try:
+        return oc.from_exception(exc, cancel_requested=cancel_requested, max_bytes=max_result_bytes)
+    except Exception as error:  # noqa: BLE001 - raised out of the pool's task, it would end the worker
+        log.exception("task %s: the outcome of %s could not be read", ctx.task_id, type(exc).__name__)
+        return oc.unmapped(exc, error, cancel_requested=cancel_requested)

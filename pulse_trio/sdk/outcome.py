@@ -14,7 +14,9 @@ from typing import Any
 from pulse_trio.contract.jsontext import JsonText, utf8_size
 from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_RESULT_DEPTH
 from pulse_trio.contract.messages import Status
-from pulse_trio.sdk.errors import HandlerOutcome, PermanentError, RetryableError, TaskCancelled, UnknownOutcome
+from pulse_trio.sdk.errors import (
+    HandlerOutcome, PermanentError, RetryableError, TaskCancelled, UnknownOutcome, text_of,
+)
 from pulse_trio.sdk.payload import INVALID_PAYLOAD, to_builtins
 
 EMPTY = "{}"
@@ -69,9 +71,9 @@ def encode_result(value: Any, max_bytes: int = MAX_RESULT_BYTES) -> str | Outcom
             text = JsonText.from_value({} if value is None else value, max_depth=MAX_RESULT_DEPTH)
         except TypeError:
             text = JsonText.from_value(to_builtins(value), max_depth=MAX_RESULT_DEPTH)
-    except (ValueError, TypeError, RecursionError) as exc:
+    except Exception as exc:  # noqa: BLE001 - a model's own dump may raise anything; the effect has happened
         return Outcome("FAILED", EMPTY, INVALID_RESULT,
-                       clean_message(f"the handler finished but its result is not JSON: {exc}"))
+                       clean_message(f"the handler finished but its result is not JSON: {text_of(exc)}"))
     size = utf8_size(text)
     if size > max_bytes:
         return Outcome("FAILED", EMPTY, RESULT_TOO_LARGE,
@@ -110,7 +112,24 @@ def from_exception(exc: BaseException, *, cancel_requested: bool,
         if isinstance(exc, PermanentError):
             return Outcome("FAILED", details, exc.code, message)
         return Outcome("FAILED", details, exc.code, message)
-    message = clean_message(f"{type(exc).__name__}: {exc}")
+    message = described(exc)
+    if cancel_requested:
+        return cancelled(message)
+    return Outcome("FAILED", EMPTY, UNHANDLED, message, retryable=True)
+
+
+def described(exc: BaseException) -> str:
+    """``Type: text`` of an exception, even one whose ``__str__`` raises (see ``errors.text_of``)."""
+    return clean_message(f"{type(exc).__name__}: {text_of(exc)}")
+
+
+def unmapped(exc: BaseException, error: Exception, *, cancel_requested: bool) -> Outcome:
+    """What a handler's outcome finishes as when mapping it failed (a broken ``HandlerOutcome`` subclass, say).
+
+    The handler raised, so it is what any other exception is: FAILED,
+    retryable, ``unhandled_exception`` (CANCELLED after a cancel request).
+    """
+    message = clean_message(f"{described(exc)} (its outcome could not be read: {described(error)})")
     if cancel_requested:
         return cancelled(message)
     return Outcome("FAILED", EMPTY, UNHANDLED, message, retryable=True)

@@ -23,6 +23,16 @@ from pulse_trio.sdk import Registry, RetryableError, TaskContext
 ENDED = {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"}
 
 
+class GatewayError(Exception):
+    """A library's exception whose ``__str__`` needs a response that is not there."""
+
+    def __init__(self, response=None) -> None:
+        self.response = response
+
+    def __str__(self) -> str:
+        return f"gateway said {self.response.status_code}"  # AttributeError: the response is None
+
+
 @dataclasses.dataclass
 class Invoice:
     invoice: int
@@ -274,3 +284,13 @@ async def test_retryable_error_wrapping_the_caught_exception_fails_the_task_not_
     outcome = view["outcome"]
     assert view["state"] == "FAILED" and outcome["error_code"] == "gateway.unavailable", outcome
     assert outcome["error_message"] == "gateway unreachable" and view["attempts"][0]["retryable"] is True
+
+
+async def test_an_exception_whose_str_raises_fails_the_task_not_the_worker(start_service, run_worker, client):
+    def send(task: TaskContext) -> dict:
+        raise GatewayError()
+
+    view = await _fails_alone(start_service, run_worker, client, send)
+    outcome = view["outcome"]
+    assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
+    assert outcome["error_message"].startswith("GatewayError: ") and view["attempts"][0]["retryable"] is True

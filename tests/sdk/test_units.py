@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import anyio
 import pytest
 
 from pulse_trio.contract import messages as m
@@ -15,6 +16,7 @@ from pulse_trio.sdk import (
 )
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk import protocol as p
+from pulse_trio.testing import HandlerEnvironment
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -42,6 +44,30 @@ def test_an_outcomes_message_may_be_any_object():
         == "unreachable"
     assert oc.from_exception(PermanentError(None), cancel_requested=False).error_message == ""
     assert oc.from_exception(UnknownOutcome(504), cancel_requested=False).error_message == "504"
+
+
+class _Unreadable(Exception):
+    def __str__(self) -> str:
+        raise AttributeError("a lazily formatted library exception")
+
+
+class _HalfMade(PermanentError):
+    def __init__(self, why: str) -> None:  # never calls PermanentError.__init__: no message, no code
+        self.why = why
+
+
+def test_an_exception_that_cannot_be_read_still_finishes_its_task():
+    """A raising ``__str__``, or an outcome the mapping cannot read, is FAILED ``unhandled_exception``."""
+    got = oc.from_exception(_Unreadable(), cancel_requested=False)
+    assert (got.status, got.error_code, got.retryable) == ("FAILED", "unhandled_exception", True)
+    assert got.error_message.startswith("_Unreadable: ")
+
+    def send(task: TaskContext) -> dict:
+        raise _HalfMade("declined")
+
+    finished = anyio.run(HandlerEnvironment(send).run, backend="trio")
+    assert (finished.status, finished.error_code, finished.retryable) == ("FAILED", "unhandled_exception", True)
+    assert finished.error_message.startswith("_HalfMade: ") and "could not be read" in finished.error_message
 
 
 def test_results_are_canonical_json_and_bounded():
