@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -20,6 +21,28 @@ from pulse_trio.sdk.payload import InvalidPayload
 from pulse_trio.sdk.registry import Handler
 
 log = logging.getLogger("pulse_trio.sdk")
+
+#: What a handler may raise that is no ``Exception`` but still only its own task's failure (argparse's
+#: ``sys.exit`` on bad input, say). A ``KeyboardInterrupt`` counts only in a ``def`` handler's thread: on the
+#: loop's thread it is the Ctrl-C a signal delivers wherever the loop happens to be.
+HANDLER_EXITS: tuple[type[BaseException], ...] = (SystemExit, KeyboardInterrupt, GeneratorExit)
+ASYNC_HANDLER_EXITS: tuple[type[BaseException], ...] = (SystemExit, GeneratorExit)
+
+
+class HandlerExited(Exception):
+    """One of ``HANDLER_EXITS`` raised in a ``def`` handler's thread, carried to the loop as a plain failure."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(type(raised).__name__)
+        self.raised = raised
+
+
+def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """Call a ``def`` handler in its thread: whatever it raises there is its own, so none of it stops the loop."""
+    try:
+        return fn(*args)
+    except HANDLER_EXITS as exc:
+        raise HandlerExited(exc) from exc
 
 
 async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelScope, *,
@@ -41,7 +64,7 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
     with scope:
         try:
             if handler.sync:
-                value = await anyio.to_thread.run_sync(handler.fn, *args, limiter=limiter)
+                value = await anyio.to_thread.run_sync(_in_thread, handler.fn, args, limiter=limiter)
             else:
                 value = await handler.fn(*args)
             result = oc.succeeded(value, max_result_bytes)
@@ -57,6 +80,12 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
         except Exception as exc:
             if ctx.stop_reason == LEASE_LOST:
                 return None
+            result = _raised(handler, ctx, exc.raised if isinstance(exc, HandlerExited) else exc, max_result_bytes)
+        except ASYNC_HANDLER_EXITS as exc:  # an async handler's own (a thread's come as HandlerExited)
+            if not _in_a_task():  # a GeneratorExit thrown in to close the coroutine of a loop that is gone
+                raise
+            if ctx.stop_reason == LEASE_LOST:
+                return None
             result = _raised(handler, ctx, exc, max_result_bytes)
     if scope.cancelled_caught:
         if ctx.stop_reason == CANCEL_REQUESTED:
@@ -68,8 +97,17 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
 def _raised(handler: Handler, ctx: TaskContext, exc: BaseException, max_result_bytes: int) -> oc.Outcome:
     """The outcome of a handler that raised ``exc`` (its own outcome, or FAILED ``unhandled_exception``)."""
     if not isinstance(exc, HandlerOutcome):
-        log.exception("handler %s raised for task %s", handler.name, ctx.task_id)
+        log.error("handler %s raised for task %s", handler.name, ctx.task_id, exc_info=exc)
     return _mapped(exc, ctx, max_result_bytes)
+
+
+def _in_a_task() -> bool:
+    """Whether this runs in a task of a running event loop (so an exception here was raised by the handler)."""
+    try:
+        anyio.get_current_task()
+    except Exception:  # noqa: BLE001 - no event loop runs in this thread
+        return False
+    return True
 
 
 def _mapped(exc: BaseException, ctx: TaskContext, max_result_bytes: int) -> oc.Outcome:

@@ -294,3 +294,20 @@ async def test_an_exception_whose_str_raises_fails_the_task_not_the_worker(start
     outcome = view["outcome"]
     assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
     assert outcome["error_message"].startswith("GatewayError: ") and view["attempts"][0]["retryable"] is True
+
+
+async def test_a_def_handler_calling_sys_exit_fails_the_task_not_the_worker(start_service, run_worker, client):
+    """argparse inside a handler calls sys.exit() on bad input: one task's failure, not the process's."""
+
+    def send(task: TaskContext) -> dict:
+        import argparse
+
+        parser = argparse.ArgumentParser(exit_on_error=False)
+        parser.add_argument("--pages", type=int, required=True)
+        parser.parse_args([])  # a missing required argument: SystemExit(2) whatever exit_on_error says
+        return {}
+
+    view = await _fails_alone(start_service, run_worker, client, send)
+    outcome = view["outcome"]
+    assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
+    assert outcome["error_message"] == "SystemExit: 2"

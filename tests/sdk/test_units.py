@@ -70,6 +70,27 @@ def test_an_exception_that_cannot_be_read_still_finishes_its_task():
     assert finished.error_message.startswith("_HalfMade: ") and "could not be read" in finished.error_message
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_handlers_own_exit_fails_its_task_but_a_ctrl_c_on_the_loop_goes_on(backend):
+    """SystemExit (argparse on bad input) is the task's failure; a KeyboardInterrupt on the loop is the Ctrl-C."""
+
+    async def exits(task: TaskContext) -> dict:
+        raise SystemExit(2)
+
+    def interrupted_in_its_thread(task: TaskContext) -> dict:
+        raise KeyboardInterrupt  # no signal reaches a worker thread: the handler raised it
+
+    async def interrupted(task: TaskContext) -> dict:
+        raise KeyboardInterrupt
+
+    for handler, message in ((exits, "SystemExit: 2"), (interrupted_in_its_thread, "KeyboardInterrupt: ")):
+        finished = anyio.run(HandlerEnvironment(handler).run, backend=backend)
+        assert (finished.status, finished.error_code, finished.retryable) == ("FAILED", "unhandled_exception", True)
+        assert finished.error_message == message
+    with pytest.raises(KeyboardInterrupt):
+        anyio.run(HandlerEnvironment(interrupted).run, backend=backend)
+
+
 def test_results_are_canonical_json_and_bounded():
     assert oc.succeeded({"a": 1, "b": [1.5, "x"]}).result == '{"a":1,"b":[1.5,"x"]}'
     assert oc.succeeded(None).result == "{}"  # finish needs a non-null result
