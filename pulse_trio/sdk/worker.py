@@ -68,6 +68,16 @@ class Backoff:
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
+def check_capacity(capacity: object) -> None:
+    """ValueError unless ``capacity`` is what ``worker.capacity`` can declare: an int (not a bool) 0..MAX_CAPACITY.
+
+    Checked before anything is set, so a refused value leaves the worker as
+    it was instead of being declared later and ending the session.
+    """
+    if type(capacity) is not int or not 0 <= capacity <= lim.MAX_CAPACITY:
+        raise ValueError(f"capacity must be an int 0..{lim.MAX_CAPACITY}, got {capacity!r:.40}")
+
+
 def default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"[: lim.MAX_LABEL_CHARS]
 
@@ -88,8 +98,7 @@ class Worker:
                  drain_check: float = DRAIN_CHECK_S) -> None:
         if not len(registry):
             raise ValueError("the registry has no handlers")
-        if not 0 <= capacity <= lim.MAX_CAPACITY:
-            raise ValueError(f"capacity must be 0..{lim.MAX_CAPACITY}")
+        check_capacity(capacity)
         if not drain_check > 0:
             raise ValueError("drain_check must be a positive number of seconds")
         #: Every server URL this worker may use, tried in turn: the next one after each
@@ -152,8 +161,7 @@ class Worker:
         task until fewer than ``capacity`` run. The pool of handler tasks
         and the threads for ``def`` handlers follow it.
         """
-        if not 0 <= capacity <= lim.MAX_CAPACITY:
-            raise ValueError(f"capacity must be 0..{lim.MAX_CAPACITY}")
+        check_capacity(capacity)
         self.capacity = capacity
         self._threads = max(1, capacity)
         if self.thread_limiter is not None:

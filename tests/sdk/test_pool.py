@@ -142,6 +142,28 @@ async def test_the_pool_and_the_declared_capacity_follow_set_capacity(start_serv
     await declared(0)
 
 
+async def test_a_fractional_capacity_is_refused_and_the_worker_goes_on(start_service, run_worker, client):
+    """set_capacity(2.5) (cores x 1.25, say) is refused by the call, leaving the worker as it was.
+
+    Half applied, it was declared at the next turn of the serve loop and ended the worker (docs/worker.md §14.2).
+    """
+    service = await start_service()
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext) -> dict:
+        return {"sent": True}
+
+    worker = await run_worker(url_of(service), registry, capacity=2, drain_check=0.2)
+    with pytest.raises(ValueError):
+        worker.set_capacity(2.5)
+    await anyio.sleep(1)  # a few drain checks: the serve loop declares any capacity that changed
+    assert not worker.returned.is_set(), f"the worker's run() ended: {worker.error!r}"
+    assert worker.capacity == 2 and worker.thread_limiter.total_tokens == 2
+    task = await in_thread(client.submit, "billing", "invoice.send", {})
+    assert (await wait_state(client, task["task_id"], {"SUCCEEDED", "FAILED"}))["state"] == "SUCCEEDED"
+
+
 async def test_the_services_in_flight_limit_follows_the_declared_capacity(start_service, run_worker, client):
     """The service reads up to max(64, 2 × capacity) lease commands ahead of their answers (docs/worker.md §13)."""
     service = await start_service()

@@ -156,6 +156,14 @@ def test_a_worker_refuses_a_token_no_handshake_can_carry_without_quoting_it(toke
     assert "secr" not in str(refused.value)
 
 
+@pytest.mark.parametrize("capacity", [2.5, 2.0, True, "2", -1, 10_001])
+def test_a_worker_refuses_a_capacity_it_could_not_declare_when_it_is_made(capacity):
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    with pytest.raises(ValueError, match="capacity must be an int"):
+        Worker("ws://127.0.0.1:7380/v1/worker", "t", registry, capacity=capacity)
+
+
 def test_backoff_grows_with_jitter_and_caps():
     backoff = Backoff(initial=0.1, factor=2, maximum=1.0)
     for attempt, ceiling in ((0, 0.1), (1, 0.2), (3, 0.8), (10, 1.0)):
