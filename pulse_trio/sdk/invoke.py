@@ -19,6 +19,7 @@ from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
 from pulse_trio.sdk.errors import HandlerOutcome, TaskCancelled
 from pulse_trio.sdk.payload import InvalidPayload
 from pulse_trio.sdk.registry import Handler
+from pulse_trio.sdk.threads import HandlerThreads
 
 log = logging.getLogger("pulse_trio.sdk")
 
@@ -46,12 +47,12 @@ def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 
 
 async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelScope, *,
-                       limiter: anyio.CapacityLimiter | None, max_result_bytes: int) -> oc.Outcome | None:
+                       threads: HandlerThreads | None, max_result_bytes: int) -> oc.Outcome | None:
     """Run ``handler`` for ``ctx`` inside ``scope`` (cancelled to stop it); None when the lease was lost.
 
     A payload that does not fit the handler's type is refused before the
-    call (FAILED ``invalid_payload``); a ``def`` handler runs in a worker
-    thread under ``limiter``, so it never blocks the loop.
+    call (FAILED ``invalid_payload``); a ``def`` handler runs in one of
+    ``threads`` (AnyIO's own when None), so it never blocks the loop.
     """
     result: oc.Outcome | None = None
     args: tuple[Any, ...] = (ctx,)
@@ -64,7 +65,8 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
     with scope:
         try:
             if handler.sync:
-                value = await anyio.to_thread.run_sync(_in_thread, handler.fn, args, limiter=limiter)
+                value = await (threads.run(_in_thread, handler.fn, args) if threads is not None
+                               else anyio.to_thread.run_sync(_in_thread, handler.fn, args))
             else:
                 value = await handler.fn(*args)
             result = oc.succeeded(value, max_result_bytes)

@@ -85,6 +85,7 @@ if TYPE_CHECKING:
     from pulse_trio.sdk.clock import LeaseClock, Timer
     from pulse_trio.sdk.transport import Answer, Connection
     from pulse_trio.sdk.stats import WorkerStats
+    from pulse_trio.sdk.threads import HandlerThreads
 
 log = logging.getLogger("pulse_trio.sdk")
 
@@ -128,7 +129,7 @@ class LeaseHost(Protocol):
     """What a runner needs from its worker."""
 
     stats: WorkerStats
-    thread_limiter: anyio.CapacityLimiter
+    threads: HandlerThreads
     clock: LeaseClock
 
     def ready_connection(self, *, not_: Connection | None = None) -> Connection | None: ...
@@ -262,7 +263,7 @@ class LeaseRunner:
 
     async def _call_handler(self) -> oc.Outcome | None:
         """Run the handler in its own cancel scope; None when it was stopped for a lost lease."""
-        return await call_handler(self.handler, self.ctx, self._handler_scope, limiter=self.host.thread_limiter,
+        return await call_handler(self.handler, self.ctx, self._handler_scope, threads=self.host.threads,
                                   max_result_bytes=self._max_result_bytes)
 
     def _finish(self, outcome: oc.Outcome) -> None:

@@ -24,6 +24,7 @@ class WorkerStats:
     unsettled: int = 0
     duplicates: int = 0
     running: int = 0
+    abandoned_threads: int = 0  # def handlers still in their thread when the worker stopped hard
 
     def count(self, status: str, *, duplicate: bool = False) -> None:
         name = {"SUCCEEDED": "succeeded", "FAILED": "failed", "UNKNOWN": "unknown", "CANCELLED": "cancelled"}[status]

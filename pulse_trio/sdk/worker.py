@@ -5,6 +5,7 @@ Structure (every task in a task group)::
     Worker.run
     ├── signal watcher (optional): 1st SIGINT/SIGTERM drains, 2nd stops hard
     ├── lease clock: one task for every lease's renewal and watchdog timer
+    ├── threads: at a hard stop, abandons the ``def`` handlers still in their thread
     ├── handlers: a pool of tasks, each running one started lease's handler
     │   at a time (``pool``: as many kept idle as the capacity; a new one when
     │   all are busy); a LeaseRunner's commands need none: the connection's
@@ -45,6 +46,7 @@ from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
 from pulse_trio.sdk.lease import Credentials, LeaseRunner
 from pulse_trio.sdk.pool import HandlerPool
 from pulse_trio.sdk.stats import WorkerStats
+from pulse_trio.sdk.threads import HandlerThreads
 from pulse_trio.sdk.registry import Registry
 from pulse_trio.sdk.transport import Closed, Connection, open_connection
 
@@ -119,8 +121,7 @@ class Worker:
         self._drain_check = drain_check
         self.backoff = backoff or Backoff()
         self.stats = WorkerStats()
-        self._threads = max(1, capacity)
-        self.thread_limiter: anyio.CapacityLimiter | None = None  # made by run(): it belongs to one event loop
+        self.threads = HandlerThreads(max(1, capacity), self.stats)
         self.pool = HandlerPool(capacity)
         self.clock = LeaseClock()
         self.runners: dict[str, LeaseRunner] = {}
@@ -163,9 +164,7 @@ class Worker:
         """
         check_capacity(capacity)
         self.capacity = capacity
-        self._threads = max(1, capacity)
-        if self.thread_limiter is not None:
-            self.thread_limiter.total_tokens = self._threads
+        self.threads.resize(max(1, capacity))
         self.pool.resize(capacity)
         self._poke()
 
@@ -193,7 +192,7 @@ class Worker:
             raise RuntimeError("this Worker is already running (a Worker runs once at a time)")
         refused: WorkerRefused | None = None
         self.clock.now = loop_clock()
-        self.thread_limiter = anyio.CapacityLimiter(self._threads)
+        self.threads.open()
         self._ready_changed, self._changed, self._first = anyio.Event(), anyio.Event(), anyio.Event()
         self._capacity_lock = anyio.Lock()
         try:
@@ -207,6 +206,7 @@ class Worker:
                     if handle_signals:
                         tasks.start_soon(self._watch_signals)
                     tasks.start_soon(self.clock.run)
+                    tasks.start_soon(self.threads.abandon_on_stop)
                     tasks.start_soon(self._report_started, task_status)
                     try:
                         await self._connection_loop()

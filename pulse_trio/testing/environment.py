@@ -175,7 +175,7 @@ class HandlerEnvironment:
         attempt, self._next = self._next or _Attempt(), None
         attempt.context, self._running, self._scope = ctx, attempt, anyio.CancelScope()
         try:
-            outcome = await call_handler(self._observed(handler, attempt), ctx, self._scope, limiter=None,
+            outcome = await call_handler(self._observed(handler, attempt), ctx, self._scope, threads=None,
                                          max_result_bytes=self.max_result_bytes)
             called = attempt.called
             if outcome is None or ctx.stop_reason == LEASE_LOST:  # the worker finishes nothing for a lost lease

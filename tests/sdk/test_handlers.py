@@ -92,6 +92,29 @@ async def test_a_blocking_def_handler_does_not_stall_its_neighbours_renewals(sta
     assert worker.stats.lost == 0 and worker.stats.renewals >= 8  # both leases, every ttl/3 (0.17 s)
 
 
+async def test_stop_returns_at_once_while_a_def_handler_blocks(start_service, run_worker, client):
+    """stop() is "stop now" (docs/worker.md §14.2): it abandons a thread it cannot interrupt instead of waiting."""
+    service = await start_service()
+    registry = Registry()
+    started, release = threading.Event(), threading.Event()
+
+    @registry.handler("reports", "render")
+    def render(task: TaskContext) -> dict:
+        started.set()
+        release.wait(30)  # a blocking call that never checks anything (a socket read, a C library)
+        return {"rendered": True}
+
+    worker = await run_worker(url_of(service), registry)
+    try:
+        await in_thread(client.submit, "reports", "render", {})
+        await wait_for(started.is_set, what="the def handler to start")
+        worker.stop()
+        await wait_for(worker.returned.is_set, timeout=5, what="run() to return after stop()")
+        assert worker.stopped and worker.error is None and worker.stats.abandoned_threads == 1
+    finally:
+        release.set()
+
+
 async def test_a_payload_that_does_not_fit_fails_without_calling_the_handler(start_service, run_worker, client):
     service = await start_service()
     calls: list[Invoice] = []

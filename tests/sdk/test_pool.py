@@ -159,7 +159,7 @@ async def test_a_fractional_capacity_is_refused_and_the_worker_goes_on(start_ser
         worker.set_capacity(2.5)
     await anyio.sleep(1)  # a few drain checks: the serve loop declares any capacity that changed
     assert not worker.returned.is_set(), f"the worker's run() ended: {worker.error!r}"
-    assert worker.capacity == 2 and worker.thread_limiter.total_tokens == 2
+    assert worker.capacity == 2 and worker.threads.limiter.total_tokens == 2
     task = await in_thread(client.submit, "billing", "invoice.send", {})
     assert (await wait_state(client, task["task_id"], {"SUCCEEDED", "FAILED"}))["state"] == "SUCCEEDED"
 
