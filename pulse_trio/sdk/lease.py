@@ -138,6 +138,8 @@ class LeaseHost(Protocol):
 
     def retire(self, runner: LeaseRunner) -> None: ...
 
+    def thread_stuck(self, stuck: bool) -> None: ...
+
 
 class _Step:
     """One command of a lease, from issue to its ack; ``answer`` is what the connection calls back."""
@@ -181,6 +183,7 @@ class LeaseRunner:
         self._granted = math.inf  # the ttl the last acknowledged command granted, in the server's clock
         self._can_extend = True
         self._handler_called = False
+        self._stuck = False  # the lease is lost while its def handler is still in its thread
         self._max_result_bytes = conn.max_result_bytes
         self.owners: list[Credentials] = [owner]
         self.phase = LEASE.initial
@@ -250,6 +253,10 @@ class LeaseRunner:
         except BaseException:  # the worker is stopping hard: nothing is finished
             self._retire("stopped")
             raise
+        finally:
+            if self._stuck:
+                self._stuck = False
+                self.host.thread_stuck(False)
         if self.phase is RETIRED:
             return
         self._move("handler_returned")  # no new renewal; the watchdog stays until the finish's ack
@@ -411,6 +418,9 @@ class LeaseRunner:
         elif self.phase is FINISHING or not self._handler_called:
             self._count_lost()
             self._retire("lost")
+        elif self.handler.sync:  # its thread is held until the handler returns: no task may be offered for it
+            self._stuck = True
+            self.host.thread_stuck(True)
         # RUNNING: the handler's task retires the runner once the handler has stopped
 
     def request_cancel(self, reason: str) -> None:

@@ -25,6 +25,7 @@ class WorkerStats:
     duplicates: int = 0
     running: int = 0
     abandoned_threads: int = 0  # def handlers still in their thread when the worker stopped hard
+    stuck_threads: int = 0  # def handlers of lost leases still in their thread (not declared as capacity)
 
     def count(self, status: str, *, duplicate: bool = False) -> None:
         name = {"SUCCEEDED": "succeeded", "FAILED": "failed", "UNKNOWN": "unknown", "CANCELLED": "cancelled"}[status]

@@ -169,6 +169,16 @@ class Worker:
         self._poke()
 
     @property
+    def offered_capacity(self) -> int:
+        """What ``worker.capacity`` declares: ``capacity`` less the threads stuck in handlers of lost leases.
+
+        Such a thread still holds one of the ``capacity`` threads, but the
+        service no longer counts its lease: were the slot declared, a task
+        offered for it would be started and then wait for a thread.
+        """
+        return max(0, self.capacity - self.stats.stuck_threads)
+
+    @property
     def draining(self) -> bool:
         return self._draining
 
@@ -277,8 +287,8 @@ class Worker:
             assert changed is not None
             if conn.closed.is_set():
                 raise ConnectionLost(conn.close_reason)
-            if not self._draining and self._declared_capacity != self.capacity:
-                await self._declare(conn)  # set_capacity() changed it
+            if not self._draining and self._declared_capacity != self.offered_capacity:
+                await self._declare(conn)  # set_capacity() changed it, or a thread got stuck or came back
                 continue
             if self._draining:
                 if not drain_declared:
@@ -301,7 +311,7 @@ class Worker:
         assert self._capacity_lock is not None
         async with self._capacity_lock:
             self._sequence += 1
-            drain, capacity = self._draining, self.capacity
+            drain, capacity = self._draining, self.offered_capacity
             body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=capacity,
                                       drain=drain)
             self._declared_capacity = capacity
@@ -323,7 +333,8 @@ class Worker:
             if self._sequence == 0 or conn.closed.is_set():
                 return
             try:
-                declared = self._declared_capacity if self._declared_capacity is not None else self.capacity
+                declared = (self._declared_capacity if self._declared_capacity is not None
+                            else self.offered_capacity)
                 body = await conn.request(m.WorkerCapacity, sequence=self._sequence, capacity=declared,
                                           drain=self._draining)
             except CommandRefused as exc:
@@ -387,6 +398,11 @@ class Worker:
     def spawn(self, fn: Callable[[], Coroutine[Any, Any, object]]) -> None:
         """Run a handler's job in a task of the pool (see ``pool``)."""
         self.pool.run(fn)
+
+    def thread_stuck(self, stuck: bool) -> None:
+        """A lost lease's ``def`` handler is still in its thread (True), or has left it (False)."""
+        self.stats.stuck_threads += 1 if stuck else -1
+        self._poke()
 
     def retire(self, runner: LeaseRunner) -> None:
         """The runner is done (finished, lost or never started): forget it."""

@@ -1,7 +1,8 @@
-"""Client.cancel reaches a running handler: by push, by renewal, and in a thread."""
+"""Client.cancel reaches a running handler: by push, by renewal, and in a thread; one that ignores it is cut off."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import anyio
@@ -63,3 +64,44 @@ async def test_cancel_reaches_a_sync_handler_that_polls(start_service, run_worke
     await in_thread(client.cancel, task["task_id"])
     view = await wait_state(client, task["task_id"], "CANCELLED")
     assert view["outcome"]["error_code"] == "cancelled"
+
+
+async def test_a_task_taken_after_a_stuck_def_handler_is_run_not_held(start_service, run_worker, client):
+    """A def handler that ignores its cancel is cut off at the grace (docs/worker.md §8) but keeps its thread.
+
+    The worker declares that slot away while it does (docs/worker.md §3.1): the next task is not offered to it,
+    rather than started, then renewed for ever while its handler waits for a thread that is not coming back.
+    """
+    service = await start_service(lease_ttl=1, cancel_grace=1)
+    registry = Registry()
+    stuck, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    @registry.handler("reports", "render")
+    def render(task: TaskContext, payload: dict) -> dict:
+        calls.append(payload["name"])
+        if payload["name"] == "stuck":
+            stuck.set()
+            release.wait(60)  # ignores its cancel (a C call, a socket read without a timeout)
+        return {"rendered": payload["name"]}
+
+    worker = await run_worker(url_of(service), registry, capacity=1)
+    try:
+        first = await in_thread(client.submit, "reports", "render", {"name": "stuck"})
+        await wait_for(stuck.is_set, what="the stuck handler to start")
+        await in_thread(client.cancel, first["task_id"], reason="taking too long")
+        view = await wait_state(client, first["task_id"], {"CANCELLED", "UNKNOWN", "FAILED"})
+        assert view["state"] == "CANCELLED", view  # cut off at the grace: the lease is gone
+        await wait_for(lambda: worker.stats.stuck_threads == 1, what="the stuck thread counted")
+        with trio.fail_after(10):
+            while [r["capacity"] for r in await in_thread(client.workers)] != [0]:
+                await trio.sleep(0.02)
+        second = await in_thread(client.submit, "reports", "render", {"name": "next"})
+        await trio.sleep(1)
+        view = await in_thread(client.get, second["task_id"])
+        assert view["state"] == "READY" and calls == ["stuck"], view  # not offered: no thread would run it
+    finally:
+        release.set()
+    view = await wait_state(client, second["task_id"], "SUCCEEDED")
+    assert view["attempt"] == 1 and calls == ["stuck", "next"]
+    assert worker.stats.stuck_threads == 0 and worker.stats.lost == 1
