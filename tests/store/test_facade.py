@@ -284,38 +284,10 @@ def _slow_ping(tx, *, seconds):
     return tx.one("SELECT SLEEP(%s)", (seconds,))[0]
 
 
-def test_a_batch_whose_commit_was_lost_falls_back_to_calls_that_re_read(world, db):
-    """The batch's COMMIT landed but its answer was lost and the retries ran out: each call recovers its own."""
+def _two_claims_whose_commit_is_lost(world, db, *, max_attempts: int, then=None) -> None:
+    """Two sessions' claims in one batch whose COMMIT lands and whose answer is lost; each gets its own offers."""
     _CommitThenDrop.armed = False
-    s = Store(db, pool_size=2, max_attempts=1, connector=lambda config: _CommitThenDrop(connect(config)))
-    try:
-        s.run_sync(_ping, value=0)
-        a, b = world.worker("q"), world.worker("q")
-        for _ in range(6):
-            world.submit()
-        mine = {w.session_id: new_credentials(2) for w in (a, b)}
-        calls = [(assign, {"session_id": sid, "credentials": creds, "now": world.now, "start_timeout_ms": 30_000,
-                           "default_lease_ttl_ms": 30_000}) for sid, creds in mine.items()]
-        _CommitThenDrop.armed = True
-        results = s.run_batch_sync(calls)
-    finally:
-        s.close()
-    assert [type(r).__name__ for r in results] == ["AssignResult", "AssignResult"], results
-    for result, creds in zip(results, mine.values()):
-        assert {o.lease_secret for o in result.offers} == {c.lease_secret for c in creds}
-    assert world.sql("SELECT COUNT(*) FROM leases") == [(4,)], "the committed claims, and no second one"
-
-
-def test_a_batch_whose_re_run_after_a_lost_commit_fails_still_falls_back_to_calls_that_re_read(world, db):
-    """The batch's COMMIT landed, its answer was lost, and the re-run failed with an error that is not run again
-    (a node turned read-only, a bug in a hook): the fallback must still re-read, or each call does its work twice."""
-    _CommitThenDrop.armed = False
-    s = Store(db, pool_size=2, max_attempts=3, connector=lambda config: _CommitThenDrop(connect(config)))
-
-    def then(tx, results):
-        if tx.recovering:
-            raise pymysql.err.OperationalError(1290, "The MariaDB server is running with the --read-only option")
-
+    s = Store(db, pool_size=2, max_attempts=max_attempts, connector=lambda config: _CommitThenDrop(connect(config)))
     try:
         s.run_sync(_ping, value=0)
         a, b = world.worker("q"), world.worker("q")
@@ -332,6 +304,22 @@ def test_a_batch_whose_re_run_after_a_lost_commit_fails_still_falls_back_to_call
     for result, creds in zip(results, mine.values()):
         assert {o.lease_secret for o in result.offers} == {c.lease_secret for c in creds}
     assert world.sql("SELECT COUNT(*) FROM leases") == [(4,)], "the committed claims, and no second one"
+
+
+def test_a_batch_whose_commit_was_lost_falls_back_to_calls_that_re_read(world, db):
+    """The batch's COMMIT landed but its answer was lost and the retries ran out: each call recovers its own."""
+    _two_claims_whose_commit_is_lost(world, db, max_attempts=1)
+
+
+def test_a_batch_whose_re_run_after_a_lost_commit_fails_still_falls_back_to_calls_that_re_read(world, db):
+    """The batch's COMMIT landed, its answer was lost, and the re-run failed with an error that is not run again
+    (a node turned read-only, a bug in a hook): the fallback must still re-read, or each call does its work twice."""
+
+    def then(tx, results):
+        if tx.recovering:
+            raise pymysql.err.OperationalError(1290, "The MariaDB server is running with the --read-only option")
+
+    _two_claims_whose_commit_is_lost(world, db, max_attempts=3, then=then)
 
 
 def _ride_along(world, w, credentials):
