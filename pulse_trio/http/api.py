@@ -90,13 +90,18 @@ class TaskApi:
         async with self.limiter:
             return await self.store.in_thread(functools.partial(fn, *args, **kwargs))
 
+    async def read(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """A store view under the HTTP limiter: a burst of requests, even with made-up tokens, leaves the
+        workers their threads."""
+        async with self.limiter:
+            return await self.store.run(fn, **kwargs)
+
     async def authenticate(self, request: Request, action: str | None) -> tokens.TokenInfo:
         """The live token behind the request, allowed ``action`` (None: any role; the caller decides)."""
         token = auth.bearer(request)
         if token is None:
             raise unauthenticated()
-        async with self.limiter:  # a burst of requests, even with made-up tokens, leaves the workers their threads
-            info = await self.store.run(live_token, token=token)
+        info = await self.read(live_token, token=token)
         if info is None:
             raise unauthenticated("the bearer token is unknown or revoked")
         request.scope.setdefault("pulse", {})["token_id"] = info.token_id
@@ -107,8 +112,7 @@ class TaskApi:
     async def visible_task(self, info: tokens.TokenInfo, task_id: str) -> TaskView:
         """The task, if it exists in a queue the token may see (else 404 either way)."""
         bodies.resource_id(task_id, TASK_PREFIX, "task", "task_not_found")
-        async with self.limiter:
-            view = await self.store.run(get_task, task_id=task_id)
+        view = await self.read(get_task, task_id=task_id)
         if view is None or not info.allows_queue(view.task.queue):
             raise not_found("task_not_found", f"no task {task_id}")
         return view
@@ -116,7 +120,7 @@ class TaskApi:
     async def visible_worker(self, info: tokens.TokenInfo, instance_id: str) -> None:
         """404 unless the worker instance exists and the token sees it (:func:`worker_in_scope`)."""
         if info.queues:  # a token of every queue sees every worker: no read
-            worker = await self.store.run(get_worker, instance_id=instance_id)
+            worker = await self.read(get_worker, instance_id=instance_id)
             if worker is None or not worker_in_scope(info, worker):
                 raise not_found("instance_not_found", f"no worker instance {instance_id}")
 

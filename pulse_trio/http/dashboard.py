@@ -47,12 +47,12 @@ class DashboardApi:
         info = await self.tasks.authenticate(request, "overview")
         now = self.instance.now()
         visible = auth.visible_queues(info)
-        queues = await self.store.run(queue_states, now=now, queues=visible)
-        controls = await self.store.run(queue_controls, queues=visible)
+        queues = await self.tasks.read(queue_states, now=now, queues=visible)
+        controls = await self.tasks.read(queue_controls, queues=visible)
         for name in controls:  # a paused queue shows even while it holds no task
             queues.setdefault(name, {"states": {}, "capped": [], "oldest_ready_age_s": None})
-        fairness = await self.store.run(key_figures, since=now - RECENT, queues=visible)
-        recent = await self.store.run(finishes_since, since=now - RECENT)
+        fairness = await self.tasks.read(key_figures, since=now - RECENT, queues=visible)
+        recent = await self.tasks.read(finishes_since, since=now - RECENT)
         first, series = await self.per_minute.read(now)
         zeros = [0] * self.per_minute.minutes
         for name, entry in queues.items():

@@ -45,14 +45,14 @@ class SettingsApi:
         return json_value((await self.tasks.blocking(self.tasks.client.settings))[name])
 
     async def put(self, request: Request) -> Response:
-        info = await self._operator(request)
+        info = await self.tasks.authenticate(request, "configure")  # not a token with --queue (auth.may)
         name = _known(request.path_params["name"])
         value = bodies.setting_value(await bodies.read_json(request))
         changed = await self._set(info.token_id, {name: value})
         return json_value(changed[name])
 
     async def patch(self, request: Request) -> Response:
-        info = await self._operator(request)
+        info = await self.tasks.authenticate(request, "configure")
         values = bodies.setting_values(await bodies.read_json(request), cs.NAMES)
         return json_value({"settings": await self._set(info.token_id, values)})
 
@@ -69,14 +69,11 @@ class SettingsApi:
         return json_value(found)
 
     async def put_weight(self, request: Request) -> Response:
-        info = await self._operator(request)
+        info = await self.tasks.authenticate(request, "configure")
         weight = bodies.weight_value(await bodies.read_json(request))
         changed = await self.tasks.blocking(self.tasks.client.set_fairness_weight, request.path_params["key"],
                                             weight, updated_by=f"http:{info.token_id}", now=self.instance.now())
         return json_value(changed)
-
-    async def _operator(self, request: Request):
-        return await self.tasks.authenticate(request, "configure")  # auth.may refuses a token with --queue
 
     async def _set(self, token_id: str, values: dict) -> dict[str, dict[str, object]]:
         now = self.instance.now()

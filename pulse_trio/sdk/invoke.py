@@ -79,16 +79,12 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
             # (an awaited future someone else cancelled). That is the handler failing, not the worker
             # stopping; raised further, it would end the pool's task and, with it, the worker.
             result = _raised(handler, ctx, exc, max_result_bytes)
-        except Exception as exc:
+        except (Exception, *ASYNC_HANDLER_EXITS) as exc:  # an async handler's exits too (a thread's: HandlerExited)
+            if not isinstance(exc, Exception) and not _in_a_task():
+                raise  # a GeneratorExit thrown in to close the coroutine of a loop that is gone
             if ctx.stop_reason == LEASE_LOST:
                 return None
             result = _raised(handler, ctx, exc.raised if isinstance(exc, HandlerExited) else exc, max_result_bytes)
-        except ASYNC_HANDLER_EXITS as exc:  # an async handler's own (a thread's come as HandlerExited)
-            if not _in_a_task():  # a GeneratorExit thrown in to close the coroutine of a loop that is gone
-                raise
-            if ctx.stop_reason == LEASE_LOST:
-                return None
-            result = _raised(handler, ctx, exc, max_result_bytes)
     if scope.cancelled_caught:
         if ctx.stop_reason == CANCEL_REQUESTED:
             return oc.cancelled(ctx.cancel_reason or "cancelled by request")

@@ -15,7 +15,7 @@ from pulse_trio.contract.jsontext import JsonText, utf8_size
 from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_RESULT_DEPTH
 from pulse_trio.contract.messages import Status
 from pulse_trio.sdk.errors import (
-    HandlerOutcome, PermanentError, RetryableError, TaskCancelled, UnknownOutcome, text_of,
+    HandlerOutcome, RetryableError, TaskCancelled, UnknownOutcome, text_of,
 )
 from pulse_trio.sdk.payload import INVALID_PAYLOAD, to_builtins
 
@@ -109,13 +109,8 @@ def from_exception(exc: BaseException, *, cancel_requested: bool,
             return Outcome("FAILED", details, exc.code, message, retryable=True)
         if isinstance(exc, UnknownOutcome):
             return Outcome("UNKNOWN", details, exc.code, message)
-        if isinstance(exc, PermanentError):
-            return Outcome("FAILED", details, exc.code, message)
-        return Outcome("FAILED", details, exc.code, message)
-    message = described(exc)
-    if cancel_requested:
-        return cancelled(message)
-    return Outcome("FAILED", EMPTY, UNHANDLED, message, retryable=True)
+        return Outcome("FAILED", details, exc.code, message)  # PermanentError, or a HandlerOutcome of its own
+    return _unhandled(described(exc), cancel_requested=cancel_requested)
 
 
 def described(exc: BaseException) -> str:
@@ -129,7 +124,12 @@ def unmapped(exc: BaseException, error: Exception, *, cancel_requested: bool) ->
     The handler raised, so it is what any other exception is: FAILED,
     retryable, ``unhandled_exception`` (CANCELLED after a cancel request).
     """
-    message = clean_message(f"{described(exc)} (its outcome could not be read: {described(error)})")
+    return _unhandled(clean_message(f"{described(exc)} (its outcome could not be read: {described(error)})"),
+                      cancel_requested=cancel_requested)
+
+
+def _unhandled(message: str, *, cancel_requested: bool) -> Outcome:
+    """Any exception but a handler outcome: FAILED, retryable, ``unhandled_exception`` (CANCELLED once asked)."""
     if cancel_requested:
         return cancelled(message)
     return Outcome("FAILED", EMPTY, UNHANDLED, message, retryable=True)

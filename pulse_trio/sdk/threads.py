@@ -26,10 +26,11 @@ log = logging.getLogger("pulse_trio.sdk")
 
 
 class HandlerThreads:
-    """One worker's handler threads: a limiter of ``size`` tokens, and the waits a hard stop abandons."""
+    """One worker's handler threads: a limiter of one token per task of its capacity, and the waits a hard
+    stop abandons."""
 
-    def __init__(self, size: int, stats: WorkerStats) -> None:
-        self.size = size
+    def __init__(self, capacity: int, stats: WorkerStats) -> None:
+        self.size = _threads_for(capacity)
         self.stats = stats
         self.limiter: anyio.CapacityLimiter | None = None  # made by open(): it belongs to one event loop
         self._unbounded: anyio.CapacityLimiter | None = None  # the threads run under ``limiter`` already
@@ -41,10 +42,10 @@ class HandlerThreads:
         self._unbounded = anyio.CapacityLimiter(math.inf)
         self._waits.clear()
 
-    def resize(self, size: int) -> None:
-        self.size = size
+    def resize(self, capacity: int) -> None:
+        self.size = _threads_for(capacity)
         if self.limiter is not None:
-            self.limiter.total_tokens = size
+            self.limiter.total_tokens = self.size
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a thread, once one of ``size`` is free; only :meth:`abandon_on_stop` stops the wait."""
@@ -70,6 +71,11 @@ class HandlerThreads:
                             "until its handler returns", len(self._waits))
                 for wait in self._waits:
                     wait.cancel()
+
+
+def _threads_for(capacity: int) -> int:
+    """One thread per task the worker runs at once; one even at capacity 0, for the leases it still runs."""
+    return max(1, capacity)
 
 
 async def _stopping() -> NoReturn:

@@ -121,7 +121,7 @@ class Worker:
         self._drain_check = drain_check
         self.backoff = backoff or Backoff()
         self.stats = WorkerStats()
-        self.threads = HandlerThreads(max(1, capacity), self.stats)
+        self.threads = HandlerThreads(capacity, self.stats)
         self.pool = HandlerPool(capacity)
         self.clock = LeaseClock()
         self.runners: dict[str, LeaseRunner] = {}
@@ -164,7 +164,7 @@ class Worker:
         """
         check_capacity(capacity)
         self.capacity = capacity
-        self.threads.resize(max(1, capacity))
+        self.threads.resize(capacity)
         self.pool.resize(capacity)
         self._poke()
 

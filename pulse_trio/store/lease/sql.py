@@ -68,8 +68,8 @@ OFFER_COLUMNS = ("lease_id, task_id, secret_digest, state, revision, attempt, ow
                  " epoch, expires_at, offered_at, ttl_ms, effect_uncertain, concurrency_token")
 
 # -- resume ----------------------------------------------------------------------------------------
-#: The instance a resumed lease was held by (not locked: its epoch and secret never change).
-#: Share-locked: an operator's drain of it commits before the resume reads it, or waits for the resume.
+#: The instance a resumed lease was held by, share-locked: its epoch and secret never change, but an operator's
+#: drain of it commits before the resume reads it, or waits for the resume.
 OLD_INSTANCE = f"SELECT {InstanceRow.columns()} FROM worker_instances i WHERE i.instance_id = %s LOCK IN SHARE MODE"
 
 # -- the timers (lapse, expire) ----------------------------------------------------------------------
