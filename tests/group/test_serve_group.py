@@ -126,11 +126,16 @@ async def test_a_worker_that_reconnects_lands_on_the_member_it_left_not_on_the_b
         await worker.ws.aclose()
 
 
-def test_a_stopped_group_stops_every_member_and_records_them_stopped(group):
+def _running(group):
+    """The group's first process and its members' pids, as the tests that stop it start from."""
     serve, client = group
-    members = [node["pid"] for node in client.nodes()]
     process = serve.process
     assert process is not None
+    return serve, client, [node["pid"] for node in client.nodes()], process
+
+
+def test_a_stopped_group_stops_every_member_and_records_them_stopped(group):
+    serve, client, members, process = _running(group)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     assert not any(_alive(pid) for pid in members)
@@ -142,10 +147,7 @@ def test_a_stopped_group_stops_every_member_and_records_them_stopped(group):
 
 def test_a_signal_to_every_process_at_once_still_stops_each_member_the_orderly_way(group):
     """systemd's default KillMode and a terminal's Ctrl-C signal the whole group, not only its first process."""
-    serve, client = group
-    members = [node["pid"] for node in client.nodes()]
-    process = serve.process
-    assert process is not None
+    serve, client, members, process = _running(group)
     for pid in (process.pid, *members):
         os.kill(pid, signal.SIGTERM)
     assert process.wait(timeout=30) == 0
@@ -155,10 +157,7 @@ def test_a_signal_to_every_process_at_once_still_stops_each_member_the_orderly_w
 
 def test_a_second_sigterm_while_the_group_stops_does_not_abandon_the_orderly_stop(group):
     """An impatient operator, a script that signals twice, Ctrl-C pressed twice: still an orderly stop, exit 0."""
-    serve, client = group
-    members = [node["pid"] for node in client.nodes()]
-    process = serve.process
-    assert process is not None
+    serve, client, members, process = _running(group)
     process.send_signal(signal.SIGTERM)
     time.sleep(0.02)
     process.send_signal(signal.SIGTERM)
@@ -180,10 +179,7 @@ def test_a_member_that_dies_stops_the_group(group):
 
 
 def test_the_members_stop_when_the_parent_is_killed(group):
-    serve, client = group
-    members = [node["pid"] for node in client.nodes()]
-    process = serve.process
-    assert process is not None
+    serve, client, members, process = _running(group)
     process.kill()
     process.wait()
     wait_until(lambda: not any(_alive(pid) for pid in members), 30, "every member stopped")
