@@ -17,7 +17,9 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pymysql
@@ -77,6 +79,33 @@ def _find(names: tuple[str, ...]) -> str:
     raise ManagedDatabaseError(
         f"none of {', '.join(names)} found: install mariadb-server (apt-get install mariadb-server)"
     )
+
+
+@contextlib.contextmanager
+def _interrupts_after() -> Iterator[None]:
+    """A Ctrl-C or SIGTERM that arrives inside the block is delivered once it has run.
+
+    ``Popen`` forks, then waits for the exec: interrupted there, it raises
+    without returning the child it made, and nobody could stop that child.
+    Held back, the interrupt comes once the child is known, and the start's
+    own cleanup stops it. Signal handlers are the main thread's alone; in
+    another thread no interrupt arrives to hold back.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    held = {signum: handler for signum, handler in held.items() if handler is not None}  # None: set outside Python
+    for signum in held:
+        signal.signal(signum, lambda number, frame: caught.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+        for signum in caught:
+            signal.raise_signal(signum)
 
 
 class ManagedMariaDB:
@@ -190,10 +219,11 @@ class ManagedMariaDB:
         if os.geteuid() == 0:
             args.append("--user=root")
         log_start = self._log_size()
-        self._process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        with _interrupts_after():  # else an interrupt between the fork and Popen's return would orphan mariadbd
+            self._process = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
