@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from .limits import MAX_DEPTH, MAX_INTEGER_DIGITS, MAX_NUMBER_EXPONENT
@@ -50,6 +51,17 @@ class JsonNumber(RawJson):
     def is_integer_token(self) -> bool:
         """True for tokens without fraction or exponent (``12``, ``-0``)."""
         return _INTEGER_TOKEN.fullmatch(self.text) is not None
+
+    def exact(self) -> Decimal | None:
+        """The number digit for digit, for range checks that must not round first.
+
+        None when its exponent is past what a ``Decimal`` holds: such a number
+        is far outside every range, and each caller says so in its own terms.
+        """
+        try:
+            return Decimal(self.text)
+        except ArithmeticError:
+            return None
 
 
 _INTEGER_TOKEN = re.compile(r"-?(?:0|[1-9][0-9]*)")

@@ -117,18 +117,18 @@ def _number(body: dict[str, Any], field: ranges.Range) -> int | float | None:
     value = body.get(field.name)
     if value is None:
         return None
-    try:
-        if isinstance(value, JsonNumber):
-            value = Decimal(value.text)  # a fraction, an exponent, or a long integer: exact, then judged by range
-            if field.integer and value != value.to_integral_value():
-                raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}", field=field.name)
-        elif field.integer and type(value) is not int:
+    if isinstance(value, JsonNumber):
+        value = value.exact()  # a fraction, an exponent, or a long integer: exact, then judged by range
+        if value is None:
+            raise bad_request(f"{field.name} must be {field.spelled}", field=field.name)
+        if field.integer and value != value.to_integral_value():
             raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}", field=field.name)
+    elif field.integer and type(value) is not int:
+        raise bad_request(f"{field.name} must be a JSON integer: {field.spelled}", field=field.name)
+    try:
         return field.check(value)
     except ranges.OutOfRange as exc:
         raise bad_request(str(exc), field=field.name) from None
-    except ArithmeticError:  # an exponent beyond what Decimal holds: far outside any range
-        raise bad_request(f"{field.name} must be {field.spelled}", field=field.name) from None
 
 
 def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
@@ -228,10 +228,10 @@ def _seconds_or_null(value: Any, name: str) -> Decimal | int | None:
     if value is None or type(value) is int:
         return value
     if isinstance(value, JsonNumber):
-        try:
-            return Decimal(value.text)
-        except ArithmeticError:  # an exponent past what a Decimal reads: far outside every setting's range
-            raise bad_request(f"{name} is far outside every setting's range") from None
+        number = value.exact()
+        if number is None:
+            raise bad_request(f"{name} is far outside every setting's range")
+        return number
     raise bad_request(f"{name} must be a number of seconds (or null where the setting allows it)")
 
 

@@ -62,10 +62,10 @@ def retention_value(body: dict) -> Decimal | int | None:
         if type(value) is int:
             number: Decimal | int = value
         elif isinstance(value, JsonNumber):
-            try:
-                number = Decimal(value.text)
-            except ArithmeticError:  # an exponent past what a Decimal reads: far outside the bounds
-                raise unprocessable("value", "value is far outside task_retention's bounds") from None
+            exact = value.exact()
+            if exact is None:
+                raise unprocessable("value", "value is far outside task_retention's bounds")
+            number = exact
         else:
             raise unprocessable("value", "value must be a number of seconds, or null for the cluster's task_retention")
         try:

@@ -10,7 +10,6 @@ schedules of those queues; any other is not found to it.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from starlette.requests import Request
@@ -36,10 +35,10 @@ def invalid_field(exc: InvalidField) -> ApiError:
 def _value(name: str, value: Any) -> Any:
     """A body value as the checks take it: numbers exact (Decimal), everything else as sent."""
     if isinstance(value, JsonNumber):
-        try:
-            return Decimal(value.text)
-        except ArithmeticError:
-            raise InvalidField(name, "is not a number the schedule can hold") from None
+        number = value.exact()
+        if number is None:
+            raise InvalidField(name, "is not a number the schedule can hold")
+        return number
     return value
 
 

@@ -30,6 +30,15 @@ def test_numbers_survive_digit_for_digit() -> None:
     assert JsonText.parse(text, max_depth=32) == text
 
 
+def test_a_number_reads_exactly_or_not_at_all() -> None:
+    """Range checks compare the token's own digits; an exponent no Decimal holds reads as None."""
+    from decimal import Decimal
+
+    assert JsonNumber("0.1").exact() == Decimal("0.1")
+    assert JsonNumber("1e400").exact() == Decimal("1e400")
+    assert JsonNumber("1e999999999999999999999").exact() is None
+
+
 @pytest.mark.parametrize("text", [
     '{"a":1,"a":2}',
     '{"x":{"a":1,"b":2,"a":3}}',
