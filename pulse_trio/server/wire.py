@@ -72,10 +72,15 @@ RECEIVE_CHUNK = 65536
 # refused with a closing handshake (1009), so the peer's send completes.
 CODEC_MAX_BYTES = 2 * MAX_FRAME_BYTES
 CLOSE_TIMEOUT_S = 2.0
-MAX_REASON_BYTES = 123  # a close frame's payload is at most 125 bytes, 2 of them the code
+# A control frame's payload is at most 125 bytes (RFC 6455 §5.5); a server's adds a 2-byte header.
+CONTROL_PAYLOAD_BYTES = 125
+MAX_REASON_BYTES = CONTROL_PAYLOAD_BYTES - 2  # a close frame's payload begins with the 2-byte code
 # Every frame the outbox can hold is bounded by the protocol: at most
 # `capacity` offers outstanding, at most in_flight_limit(capacity) answers, a few pushes.
 OUTBOX_FRAMES = MAX_CAPACITY + in_flight_limit(MAX_CAPACITY) + 16
+# The frames the codec queues itself (a pong for every ping read) wait beside the outbox while the
+# writer is blocked: no more than one text frame's worth of the largest, or the peer is dropped.
+CONTROL_FRAMES = MAX_FRAME_BYTES // (2 + CONTROL_PAYLOAD_BYTES)
 # A server's frames are not masked (RFC 6455 §5.1): a ping with no payload is always these two bytes.
 PING_FRAME = b"\x89\x00"
 
@@ -361,6 +366,12 @@ class WireConnection:
                 if frame.opcode is Opcode.PONG:
                     self._pinged_at = None
             if self.ws.writes:  # pongs, the echo of a close, a close after a framing error
+                if len(self.ws.writes) - self._queued > CONTROL_FRAMES:
+                    # A peer that pings and never reads: its pongs would grow without bound. Dropped
+                    # as a full outbox is; a close frame would only wait behind them.
+                    log.warning("pongs unsent past the limit for %s; closing", service.session_id)
+                    self._abort()
+                    return
                 self._wake.set()
             if self.ws.state is CLOSED or self.ws.eof_sent:
                 return

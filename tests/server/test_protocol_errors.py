@@ -215,6 +215,36 @@ async def test_a_peer_that_never_answers_pings_is_dropped(start_service, worker_
             await trio.sleep(0.01)
 
 
+async def test_a_peer_that_pings_but_never_reads_is_dropped_before_its_pongs_pile_up(start_service, worker_token):
+    """Each ping read queues a pong while the writer waits on a full socket; past ``CONTROL_FRAMES``, a drop."""
+    from pulse_trio.server.wire import CONTROL_FRAMES, CONTROL_PAYLOAD_BYTES, RECEIVE_CHUNK
+
+    service = await start_service()
+    peer = _PeerThatNeverClosesBack(*await harness.raw_upgrade(service.worker_port, worker_token))
+    with trio.fail_after(10):
+        await peer.request({"protocol_version": "1", "type": "worker.hello", "id": "h1",
+                            "body": {"worker_name": "flood", "subscriptions": [{"queue": "billing"}]}})
+    (connection,) = service.connections
+    largest = 2 + CONTROL_PAYLOAD_BYTES
+    bound = (CONTROL_FRAMES + RECEIVE_CHUNK // largest + 1) * largest  # checked after each chunk read
+    burst = _masked(Opcode.PING, b"p" * CONTROL_PAYLOAD_BYTES) * 4096  # about 0.5 MiB of pings a write
+    most = 0
+    with trio.move_on_after(20):
+        try:
+            for _ in range(256):  # up to 128 MiB; the peer never reads a byte
+                await peer.stream.send_all(burst)
+                most = max(most, sum(len(chunk) for chunk in connection.ws.writes))
+                if most > bound:
+                    break
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+    assert most <= bound, f"the server holds {most} bytes of unsent pongs"
+    with trio.fail_after(5):
+        while service.connections:
+            await trio.sleep(0.02)
+    await peer.stream.aclose()
+
+
 def _masked(opcode: Opcode, payload: bytes, *, fin: bool = True) -> bytes:
     """One client frame, masked as a client must, by ``websockets``' own serializer."""
     return Frame(opcode, payload, fin=fin).serialize(mask=True)
