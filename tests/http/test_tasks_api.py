@@ -40,7 +40,7 @@ async def test_payload_numbers_survive_digit_for_digit(http, tokens):
     reply = await http.post("/v1/tasks", token=tokens["producer"], body=body,
                             headers={"Content-Type": "application/json"})
     assert reply.status == 201
-    assert b'"payload": {"amount":1.10,"big":123456789012345678901234567890,"e":1E+2}' in reply.body
+    assert b'"payload":{"amount":1.10,"big":123456789012345678901234567890,"e":1E+2}' in reply.body
     shown = await http.get(f"/v1/tasks/{reply.json()['task_id']}", token=tokens["producer"])
     assert b'{"amount":1.10,"big":123456789012345678901234567890,"e":1E+2}' in shown.body
 
@@ -150,7 +150,7 @@ async def test_a_submit_through_http_reaches_a_worker_and_its_outcome_is_shown(h
     done = await http.get(f"/v1/tasks/{submitted['task_id']}", token=tokens["producer"])
     task = done.json()
     assert task["state"] == "SUCCEEDED" and task["attempt"] == 1
-    assert task["outcome"]["status"] == "SUCCEEDED" and b'"result": {"sent":true,"amount":12.5}' in done.body
+    assert task["outcome"]["status"] == "SUCCEEDED" and b'"result":{"sent":true,"amount":12.5}' in done.body
     assert [a["status"] for a in task["attempts"]] == ["SUCCEEDED"]
 
     workers = (await http.get("/v1/workers", token=tokens["operator"])).json()["workers"]
@@ -161,6 +161,20 @@ async def test_a_submit_through_http_reaches_a_worker_and_its_outcome_is_shown(h
     depths = (await http.get("/v1/queues", token=tokens["producer"])).json()["queues"]
     assert depths == {"billing": {"states": {"SUCCEEDED": 1}, "oldest_ready_age_s": None, "state": "ACTIVE",
                                   "paused": False, "paused_at": None, "paused_by": None, "task_retention": None}}
+
+
+async def test_a_payload_holding_any_string_stays_the_payload_and_the_result_the_result(http, tokens, token_factory,
+                                                                                      open_worker):
+    """The view embeds payload and result as their stored text: no string in the payload, as a value or as a
+    key, may be taken for the place of either (a NUL is a valid JSON string character)."""
+    worker = await open_worker(token_factory("worker", ("billing",)), "billing")
+    for payload in ({"note": "\x00result\x00"}, {"\x00result\x00": 1}):
+        with trio.fail_after(10):
+            submitted = await http.post("/v1/tasks", token=tokens["producer"], json_body={**SUBMIT, "payload": payload})
+            await worker.run_one({"ok": True, "total": 42})
+        for path in (f"/v1/tasks/{submitted.json()['task_id']}", f"/v1/tasks/{submitted.json()['task_id']}/outcome"):
+            shown = (await http.get(path, token=tokens["producer"])).json()
+            assert shown["payload"] == payload and shown["outcome"]["result"] == {"ok": True, "total": 42}, path
 
 
 async def test_a_started_task_shows_running_at_its_attempt_and_an_offered_one_offered(http, tokens, token_factory,

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 
 from pulse_trio.store.engine.registry import read_only
 from pulse_trio.charts.states import TERMINAL_TASK_STATES
+from pulse_trio.contract.jsontext import dumps
+from pulse_trio.contract.scanner import RawJson
 from pulse_trio.store.engine.rows import LeaseRow, TaskRow
 from pulse_trio.store.engine.tx import Tx, py_time, rfc3339
 from pulse_trio.store.views import sql
@@ -82,9 +83,12 @@ class TaskView:
         return self.cancel.state if self.cancel else None
 
     def as_json_text(self) -> str:
-        """One JSON object; payload and result are embedded as their exact stored text."""
+        """One JSON object; payload and result are embedded as their exact stored text.
+
+        Spliced by ``dumps``, whose placeholder no stored text can contain: a payload holding any
+        string of its own stays the payload, and the result stays the result.
+        """
         t = self.task
-        raw: dict[str, str] = {}
         doc: dict[str, object] = {
             "task_id": t.task_id, "queue": t.queue, "kind": t.kind, "state": t.state, "priority": t.priority,
             "attempt": t.attempt, "max_attempts": t.max_attempts, "idempotency_key": t.idempotency_key,
@@ -97,7 +101,7 @@ class TaskView:
             "created_at": rfc3339(t.created_at), "due_at": rfc3339(t.due_at),
             "cancel_requested_at": rfc3339(self.cancel_requested_at) if self.cancel_requested_at else None,
             "cancel": self.cancel.as_json() if self.cancel else None,
-            "payload": _placeholder(raw, "payload", t.payload),
+            "payload": RawJson(t.payload),
             "attempts": [{
                 "attempt": a.attempt, "lease_id": a.lease_id, "status": a.status,
                 "started_at": rfc3339(a.started_at), "ended_at": rfc3339(a.ended_at) if a.ended_at else None,
@@ -116,19 +120,10 @@ class TaskView:
                 result = "{}"
             doc["outcome"] = {
                 "status": o.status, "error_code": o.error_code, "error_message": o.error_message,
-                "result": _placeholder(raw, "result", result) if result is not None else None,
+                "result": RawJson(result) if result is not None else None,
                 "retryable": o.retryable, "effect_uncertain": o.effect_uncertain,
             }
-        text = json.dumps(doc, ensure_ascii=False)
-        for marker, value in raw.items():
-            text = text.replace(json.dumps(marker), value, 1)
-        return text
-
-
-def _placeholder(raw: dict[str, str], name: str, text: str) -> str:
-    marker = f"\x00{name}\x00"
-    raw[marker] = text
-    return marker
+        return dumps(doc)[0]
 
 
 def seen(row: tuple) -> TaskRow:
