@@ -1,4 +1,5 @@
-"""Untrusted data stays text: markup, javascript: URLs and bidi controls from producers and workers."""
+"""Untrusted data stays text: markup, javascript: URLs, bidi controls and other invisible characters from producers
+and workers."""
 
 from __future__ import annotations
 
@@ -51,6 +52,23 @@ def test_markup_in_payloads_results_errors_and_names_is_shown_as_text(page, serv
     name = page.wait_for_selector("[data-field=worker-name] >> text=evil")
     assert name.text_content() == HOSTILE_NAME.replace(RLO, "U+202E")
     assert_nothing_ran(page)
+
+
+def test_zero_width_and_other_format_characters_are_shown_as_marked_code_points(page, service):
+    """A value with one must not read exactly like the value without it."""
+    operator = service.token("operator")
+    hidden = {"U+200B": "\u200b", "U+2060": "\u2060", "U+FEFF": "\ufeff", "U+00AD": "\u00ad"}
+    key = "inv-" + "".join(hidden.values()) + "-key"
+    task = service.api.submit(operator, queue="ui-invisible", kind="k", idempotency_key=key,
+                              payload={"user": "admin\u200b"})
+    sign_in(page, operator)
+    page.goto(f"/ui/#/task/{task['task_id']}")
+    page.wait_for_selector("#payload")
+    text = page.inner_text("#view")
+    assert not [name for name, char in hidden.items() if char in text]
+    chips = page.eval_on_selector_all(".ctl", "chips => chips.map(c => c.textContent)")
+    assert set(hidden) <= set(chips), chips
+    assert page.text_content("#payload .ctl") == "U+200B"
 
 
 def test_the_page_policy_refuses_markup_and_inline_script_outright(page, service):

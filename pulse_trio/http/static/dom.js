@@ -2,9 +2,10 @@
 // Nothing here parses HTML (the page's Trusted Types policy would refuse it anyway), links are
 // only ever in-app "#/..." routes, and invisible controls are shown as visible markers.
 
-// C0/C1 controls (tab and newline excepted) and every bidirectional formatting character:
-// a worker name with U+202E must not read backwards, nor hide what follows it.
-const INVISIBLE = /[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/u;
+// Controls (tab and newline excepted), format characters, line and paragraph separators and the
+// Hangul fillers that render blank: a worker name with U+202E must not read backwards, nor hide
+// what follows it, and "admin" followed by a zero-width space must not pass for "admin".
+const INVISIBLE = /(?![\t\n])[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\u115F\u1160\u3164\uFFA0]/u;
 const INVISIBLE_ALL = new RegExp(INVISIBLE.source, "gu");
 
 const ATTRIBUTES = new Set([
@@ -33,7 +34,7 @@ export function textFragment(text) {
     if (match.index) fragment.append(document.createTextNode(rest.slice(0, match.index)));
     const chip = document.createElement("span");
     chip.className = "ctl";
-    chip.title = "an invisible control character, shown by its code point";
+    chip.title = "an invisible character, shown by its code point";
     chip.textContent = codePoint(match[0]);
     fragment.append(chip);
     rest = rest.slice(match.index + match[0].length);
