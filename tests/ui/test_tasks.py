@@ -77,6 +77,16 @@ def test_look_up_by_task_id_and_by_idempotency_key(page, service):
     assert "No task was submitted with idempotency key" in page.wait_for_selector("#lookup-message .notice").text_content()
 
 
+def test_a_task_address_whose_percent_escapes_nothing_shows_the_task_as_not_found(page, service):
+    """A hand-edited ``#/task/…`` with a stray ``%`` still leaves the page it was on, for the API's 404."""
+    sign_in(page, service.token("operator"), "#/overview")
+    page.wait_for_selector("#queues, #view .notice")
+    page.goto("/ui/#/task/tsk_%E0%A4%A")
+    assert "404 task_not_found" in page.wait_for_selector("#banner:not([hidden])").text_content()
+    assert page.get_attribute("#nav a[data-page=tasks]", "aria-current") == "page"
+    assert still_same_document(page)
+
+
 def test_open_a_task_cancel_it_and_see_its_state_change(page, service):
     operator = service.token("operator")
     task = service.api.submit(operator, queue="ui-cancel", kind="invoice.send", payload={"invoice": 991})

@@ -38,8 +38,18 @@ function parseHash() {
   const [path, search = ""] = location.hash.replace(/^#\/?/, "").split("?");
   const [page, id] = path.split("/");
   const params = Object.fromEntries(new URLSearchParams(search));
-  if (page === "task" && id) params.id = decodeURIComponent(id);
+  if (page === "task" && id) params.id = decoded(id);
   return { page: PAGES[page] ? page : "overview", params };
+}
+
+// A hand-edited id whose "%" escapes nothing is kept as typed: the API then answers that no such
+// task exists, where a throw here would leave the page as it was.
+function decoded(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
 }
 
 // -- signing in and out -------------------------------------------------------------------------
