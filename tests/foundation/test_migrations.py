@@ -341,3 +341,31 @@ def test_set_aside_marks_that_no_release_would_clear_are_dropped(database_server
     assert marks == {"tsk_01KBFEY3G00000000000000001": 0, "tsk_01KBFEY3G00000000000000002": 0,
                      "tsk_01KBFEY3G00000000000000003": 1, "tsk_01KBFEY3G00000000000000004": 0,
                      "tsk_01KBFEY3G00000000000000005": 0}
+
+
+def test_the_waiting_tasks_of_a_key_with_no_permit_out_compete_again(database_server):
+    """0028: a release that brought back only tasks where nobody takes them left the key's other tasks set aside
+    with no permit out; those compete again, while a key whose permit is out keeps waiting for its release."""
+    config, t0, _ = _older(database_server, "key_places", 27)
+    rows = {  # task id: (key, queue)
+        "tsk_01KBFEY3G00000000000000001": ("stalled", "paused"),
+        "tsk_01KBFEY3G00000000000000002": ("stalled", "q"),
+        "tsk_01KBFEY3G00000000000000003": ("held", "q"),
+    }
+    conn = connect(config)
+    with conn.cursor() as cur:
+        for task_id, (key, queue) in rows.items():
+            cur.execute("INSERT INTO tasks (task_id, queue, kind, state, payload, due_at, effective_at,"
+                        " idempotency_key, created_at, updated_at, concurrency_key, waits_for_key)"
+                        " VALUES (%s, %s, 'k', 'READY', '{}', %s, %s, %s, %s, %s, %s, TRUE)",
+                        (task_id, queue, t0, t0, task_id, t0, t0, key))
+        cur.execute("INSERT INTO key_counters (concurrency_key, last_token, outstanding)"
+                    " VALUES ('stalled', 4, 0), ('held', 9, 1)")
+    conn.commit()
+    migrate(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT task_id, pick_state FROM tasks ORDER BY task_id")
+        picks = dict(cur.fetchall())
+    conn.close()
+    assert picks == {"tsk_01KBFEY3G00000000000000001": "KEYED", "tsk_01KBFEY3G00000000000000002": "KEYED",
+                     "tsk_01KBFEY3G00000000000000003": "KEY_WAIT"}

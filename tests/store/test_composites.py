@@ -193,7 +193,8 @@ def test_cancelling_a_ready_keyed_task_brings_back_another_of_its_key(world, key
     world.assign(keyed, 1)  # the key is at its limit: both are set aside
     world.finish(keyed, running, 2)  # one permit freed: the first is brought back, the second still waits
     assert trail(world, request_cancel, task_id=brought_back) == declared(
-        "cancellation.request", "SCHEDULED, READY or OFFERED", "a READY keyed task, and tasks of the key wait")
+        "cancellation.request", "SCHEDULED, READY or OFFERED",
+        "a READY keyed task, and tasks of the key wait in its queue and kind")
 
 
 def test_a_quarantine_running_out_brings_back_a_waiting_task_of_its_key(world, keyed):

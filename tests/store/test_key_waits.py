@@ -2,18 +2,28 @@
 
 A key found at its limit has its READY tasks set aside (task.wait_for_key),
 out of the pick-up range every claim reads; each permit released brings one
-back (task.key_freed). Depths here are far past any page or scan bound of a
-claim (``page`` ≤ 64 rows, ``max_scan`` = 8 × want + 64, set-aside chunks
-of ``WAIT_CHUNK``).
+back in each place (queue and kind) where the key waits (task.key_freed).
+Depths here are far past any page or scan bound of a claim (``page`` ≤ 64
+rows, ``max_scan`` = 8 × want + 64, set-aside chunks of ``WAIT_CHUNK``).
 """
 
 from __future__ import annotations
 
+import pytest
+
 from pulse_trio.store import NewTask, expire, finish, lapse, promote, release_after_quarantine, request_cancel, submit
 from pulse_trio.store.engine.inputs import FinishReport
-from pulse_trio.store.task.steps import WAIT_CHUNK
+from pulse_trio.store.queue.queues import pause
+from pulse_trio.store.task.steps import WAIT_CHUNK, waiting_of_key
+from sql_support import index_reads
 
 DEEP = 4 * WAIT_CHUNK + 37  # several set-aside chunks, hundreds of claim pages
+#: A task of key "cust", ahead of the rest in pick-up order, where the session of ``_taker`` does not take it.
+AHEAD_WHERE_NONE_TAKE = {
+    "in a paused queue": NewTask("paused", "k", priority=9, concurrency_key="cust"),
+    "in a queue it does not take": NewTask("other", "k", priority=9, concurrency_key="cust"),
+    "of a kind it does not name": NewTask("q", "report", priority=9, concurrency_key="cust"),
+}
 
 
 def _flood(world, key: str, count: int, *, queue: str = "q", priority: int = 9) -> list[str]:
@@ -29,6 +39,11 @@ def _waiting(world, key: str) -> int:
 def _ready_in_range(world, key: str) -> int:
     ((n,),) = world.sql("SELECT COUNT(*) FROM tasks WHERE concurrency_key = %s AND pick_state = 'KEYED'", (key,))
     return n
+
+
+def _taker(world):
+    """A keyed session on kind ``k`` of ``q`` and on the queue ``paused``, which is paused once it has met a key."""
+    return world.worker("q", "paused", keys=True, capacity=5, kinds={"q": ["k"]})
 
 
 def test_a_deep_blocked_key_blocks_nothing_behind_it_in_any_queue_or_priority(world):
@@ -142,6 +157,64 @@ def test_cancelling_the_task_brought_back_brings_back_another(world):
     world.run(request_cancel, task_id=first)  # the one brought back: another must take its place
     (nxt,) = world.assign(w, 5)
     assert nxt.task.task_id == second
+
+
+@pytest.mark.parametrize("where", list(AHEAD_WHERE_NONE_TAKE))
+def test_a_released_permit_brings_back_a_task_in_each_place_its_key_waits(world, where):
+    """The key's first waiting task is where no session takes it: the task a session would take comes back too.
+
+    (Only the first in pick-up order came back: with no permit of the key out, the key's other tasks stayed
+    set aside until another release of the key, which might never come.)"""
+    holder = world.worker("q", keys=True, capacity=1)
+    held = world.offer(holder, concurrency_key="cust")  # "cust" (limit 1) is at its limit
+    world.advance(1)
+    world.run(submit, tasks=[AHEAD_WHERE_NONE_TAKE[where]])
+    world.advance(1)
+    here = world.submit(concurrency_key="cust")
+    w = _taker(world)
+    assert world.assign(w, 5) == () and _waiting(world, "cust") == 2  # met at its limit: both set aside
+    world.run(pause, queue="paused", paused_by="ops")
+    world.start(holder, held)
+    world.finish(holder, held, 2)  # no permit of "cust" is out now
+    assert [o.task.task_id for o in world.assign(w, 5)] == [here]
+
+
+def test_cancelling_the_task_brought_back_brings_back_another_in_its_place(world):
+    """The top-up of a cancel comes from the cancelled task's queue and kind, not from the first in pick-up order."""
+    holder = world.worker("q", keys=True, capacity=1)
+    held = world.offer(holder, concurrency_key="cust")
+    world.advance(1)
+    _flood(world, "cust", 2, queue="paused", priority=9)  # ahead in pick-up order
+    first, second = sorted(_flood(world, "cust", 2, priority=0))
+    w = _taker(world)
+    assert world.assign(w, 5) == () and _waiting(world, "cust") == 4
+    world.run(pause, queue="paused", paused_by="ops")
+    world.start(holder, held)
+    world.finish(holder, held, 2)  # one comes back in each queue
+    world.run(request_cancel, task_id=first)  # the one brought back in "q": another must take its place there
+    (nxt,) = world.assign(w, 5)
+    assert nxt.task.task_id == second
+
+
+def test_bringing_back_reads_a_few_entries_per_place_whatever_the_depth(world):
+    """A release finds the key's places and their first waiting tasks through the index: it reads no run of them."""
+    holder = world.worker("q", "r", keys=True, capacity=1)
+    world.offer(holder, concurrency_key="hot")
+    w = world.worker("q", "r", keys=True, capacity=5)
+
+    def reads_after(depth: int) -> int:
+        for queue, kind in (("q", "k"), ("q", "j"), ("r", "k")):
+            world.run(submit, tasks=[NewTask(queue, kind, concurrency_key="hot") for _ in range(depth)])
+        while _ready_in_range(world, "hot"):
+            assert world.assign(w, 5) == ()  # each claim sets a chunk aside
+        back, read = index_reads(world.db, lambda tx: waiting_of_key(tx, "hot", 2))
+        assert len(back) == 3 * 2
+        return read
+
+    few = reads_after(2)
+    many = reads_after(WAIT_CHUNK)
+    assert _waiting(world, "hot") == 3 * (WAIT_CHUNK + 2)
+    assert many < few + 5, (few, many)
 
 
 def test_waiting_tasks_still_count_as_ready(world):

@@ -116,9 +116,9 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
         task_state = task_steps.cancel(tx, task=task, now=now)
         if task.state == "READY" and task.concurrency_key is not None:
             # It may have been the key's one task brought back for a freed
-            # permit: bring back another, or the key's waiting tasks would
-            # wait for a release that never comes.
-            waiting = task_steps.waiting_of_key(tx, task.concurrency_key, 1, skip_locked=True)
+            # permit in its place: bring back another there, or the key's
+            # waiting tasks would wait for a release that never comes.
+            waiting = task_steps.waiting_in_place(tx, task)
             if waiting:
                 task_steps.key_freed(tx, task_ids=waiting)
     stamp = db_time(now)

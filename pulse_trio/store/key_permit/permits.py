@@ -7,7 +7,8 @@ assigner holds it, the task is skipped for now rather than waited on, which
 keeps waiting keyed tasks from blocking anything behind them and keeps the
 assigner deadlock-free: it never waits for a counter. A key found at its
 limit has its READY tasks set aside (task.wait_for_key) so that no claim
-reads them again; every permit released puts one back (task.key_freed).
+reads them again; every permit released puts one back in each place (queue
+and kind) where the key waits (task.key_freed).
 Release and quarantine run inside lease transactions after the lease and
 task rows; everything that waits takes locks in one order: lease, task,
 permit, counter, then the key's waiting tasks.
@@ -80,7 +81,8 @@ def _held(tx: Tx, lease_ids: Sequence[str]) -> list[tuple[str, str]]:
 def _decrement(tx: Tx, keys: Sequence[str]) -> int:
     """Count the released permits off their keys' counters; as many waiting tasks of each key compete again.
 
-    Returns how many waiting tasks compete again.
+    As many in each place (queue and kind) where the key waits, so that one
+    is wherever a session may take it. Returns how many compete again.
     """
     freed = 0
     for key, count in sorted(collections.Counter(keys).items()):

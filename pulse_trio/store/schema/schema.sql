@@ -243,9 +243,9 @@ CREATE TABLE `tasks` (
   UNIQUE KEY `tasks_retry_of` (`retry_of`),
   KEY `tasks_pickup_kind` (`queue`,`pick_state`,`kind`,`effective_at`,`task_id`),
   KEY `tasks_finished` (`queue`,`outcome_status`,`finished_at`),
-  KEY `tasks_key_pick` (`concurrency_key`,`key_pick`,`effective_at`,`task_id`),
   KEY `tasks_pickup` (`queue`,`pick_state`,`effective_at`,`task_id`,`fairness_key`),
-  KEY `tasks_due` (`due_state`,`due_at`)
+  KEY `tasks_due` (`due_state`,`due_at`),
+  KEY `tasks_key_pick` (`concurrency_key`,`key_pick`,`queue`,`kind`,`effective_at`,`task_id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE `worker_instances` (

@@ -51,9 +51,14 @@ RETRY_OF = "SELECT task_id, effect_uncertain FROM tasks WHERE retry_of = %s"
 READY_OF_KEY = ("SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s"
                 f" AND key_pick = '{UNKEYED_READY}'"
                 " LIMIT %s FOR UPDATE SKIP LOCKED")
-#: A key's set-aside tasks in pick-up order, locked (``SKIP LOCKED`` appended for a cancel's top-up).
-WAITING_OF_KEY = (f"SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s AND key_pick = '{KEY_WAIT}'"
-                  " ORDER BY effective_at, task_id LIMIT %s FOR UPDATE")
+#: A key's set-aside tasks place by place (queue, kind), each place's in pick-up order, locked.
+#: ``{place}``: nothing, PAST_PLACE (a release, one place after another) or IN_PLACE (a cancel's
+#: top-up, with SKIP_LOCKED appended).
+WAITING_OF_KEY = ("SELECT task_id, queue, kind FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s"
+                  f" AND key_pick = '{KEY_WAIT}'{{place}}"
+                  " ORDER BY queue, kind, effective_at, task_id LIMIT %s FOR UPDATE")
+PAST_PLACE = " AND (queue > %s OR (queue = %s AND kind > %s))"
+IN_PLACE = " AND queue = %s AND kind = %s"
 SKIP_LOCKED = " SKIP LOCKED"
 
 # -- the purge (retention) ---------------------------------------------------------------------------

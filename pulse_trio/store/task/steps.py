@@ -109,13 +109,42 @@ def ready_of_key(tx: Tx, key: str) -> list[str]:
     return [r[0] for r in tx.all(sql.READY_OF_KEY, (key, WAIT_CHUNK))]
 
 
-def waiting_of_key(tx: Tx, key: str, count: int, *, skip_locked: bool = False) -> list[str]:
-    """The first ``count`` set-aside tasks of ``key`` in pick-up order, locked.
+#: How many places (a queue and a kind) one release brings a key's waiting
+#: tasks back in; a key that waits in more gets them back in the first, by name.
+FREED_PLACES = 64
 
-    A permit release waits for their locks (a freed permit must bring one
-    back); a cancel (``skip_locked``) only tops up and never waits.
+
+def waiting_of_key(tx: Tx, key: str, count: int) -> list[str]:
+    """The first ``count`` set-aside tasks of ``key`` in each place (queue and kind) where it waits, locked.
+
+    Each place gets its own: the first in pick-up order may be where no
+    session takes them (a paused queue, a kind no one names), and the freed
+    permit would go unused while the key's other tasks wait. One read per
+    place, up to FREED_PLACES, and one that finds no more. A permit release
+    waits for their locks (a freed permit must bring one back).
     """
-    return [r[0] for r in tx.all(sql.WAITING_OF_KEY + (sql.SKIP_LOCKED if skip_locked else ""), (key, count))]
+    found: list[str] = []
+    read = sql.WAITING_OF_KEY.format(place="")
+    args: tuple = (key, count)
+    for _ in range(FREED_PLACES):
+        rows = tx.all(read, args)
+        if not rows:
+            break
+        queue, kind = rows[0][1], rows[0][2]
+        found += [r[0] for r in rows if (r[1], r[2]) == (queue, kind)]
+        read = sql.WAITING_OF_KEY.format(place=sql.PAST_PLACE)
+        args = (key, queue, queue, kind, count)
+    return found
+
+
+def waiting_in_place(tx: Tx, task: TaskRow) -> list[str]:
+    """The first set-aside task of ``task``'s key in its place (queue and kind), locked, skipping locked ones.
+
+    A cancel's top-up for a READY task of the key, which may have been the
+    one brought back there: it never waits.
+    """
+    read = sql.WAITING_OF_KEY.format(place=sql.IN_PLACE) + sql.SKIP_LOCKED
+    return [r[0] for r in tx.all(read, (task.concurrency_key, task.queue, task.kind, 1))]
 
 
 @transition("task", "wait_for_key", entry=False)
