@@ -10,9 +10,10 @@
   into the socket's buffer (nobody waits to hand it over), and the writer
   sends whatever has accumulated, frames and pongs, in one write each time
   it wakes, so no frame is ever half sent by a cancelled caller;
-* the heartbeat: a ping whose pong is late drops the connection, so a
-  half-open TCP connection is noticed well inside a lease's ttl and the
-  leases are resumed elsewhere in time.
+* the heartbeat: a ping whose pong is late drops the connection at once
+  (no closing handshake with a peer that does not answer), so a half-open
+  TCP connection is noticed well inside a lease's ttl and the leases are
+  resumed on the next connection in time.
 
 When the connection ends, every pending request is answered with
 ``ConnectionLost``: the caller cannot know whether it committed, which is
@@ -45,6 +46,11 @@ log = logging.getLogger("pulse_trio.sdk")
 REFUSING_STATUS = frozenset({400, 401, 403, 404, 426})
 HELLO_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
+#: The heartbeat pings every ttl/PINGS_PER_TTL, kept within PING_INTERVAL_S, and gives each pong two
+#: intervals. A lease is renewed a third of the way to its expiry, so what is left of it when a
+#: connection goes half-open must cover noticing that, reconnecting and resuming.
+PINGS_PER_TTL = 8
+PING_INTERVAL_S = (0.2, 10.0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -202,7 +208,7 @@ class Connection:
             self._end(str(exc))
 
     async def _heartbeat(self) -> None:
-        interval = min(10.0, max(0.2, self.lease_ttl / 4))
+        interval = ping_interval(self.lease_ttl)
         socket = self.socket
         while True:
             await anyio.sleep(interval)
@@ -211,6 +217,7 @@ class Connection:
             with anyio.move_on_after(2 * interval):
                 await answered.wait()
                 continue
+            socket.gone = True
             self._end(f"no pong within {2 * interval:g}s")
             return
 
@@ -230,6 +237,12 @@ class Connection:
         for callback in callbacks.values():
             callback(lost)
         self._on_event(self, Closed(reason))
+
+
+def ping_interval(ttl: float) -> float:
+    """The heartbeat's period for leases of ``ttl`` seconds."""
+    low, high = PING_INTERVAL_S
+    return min(high, max(low, ttl / PINGS_PER_TTL))
 
 
 @contextlib.asynccontextmanager

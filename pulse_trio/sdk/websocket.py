@@ -13,7 +13,8 @@ does the I/O around it, without tasks of its own, so that its owner
 * :meth:`ClientSocket.send_text` only encodes a frame into the codec's
   buffer, and :meth:`ClientSocket.flush` writes everything buffered, frames
   and automatic pongs alike, in one ``send_all``;
-* :meth:`ClientSocket.close` runs the closing handshake with a time limit.
+* :meth:`ClientSocket.close` runs the closing handshake with a time limit,
+  or none at all once the peer is ``gone``.
 
 What no reconnect can fix is raised as :class:`HandshakeRejected` (the HTTP
 status and body); everything else that ends a socket is
@@ -77,6 +78,8 @@ class ClientSocket:
         self._keys = MaskKeys()
         self.subprotocol = codec.subprotocol
         self.ended: str | None = None  # why it ended, once it did
+        #: The peer cannot hear us: the stream broke, or (the owner's verdict) a ping went unanswered.
+        self.gone = False
         self._early = early  # frames that came with the handshake response
         self._partial: bytearray | None = None  # a fragmented message so far
         self._unread: list[bytes] = []
@@ -98,6 +101,7 @@ class ClientSocket:
         except anyio.EndOfStream:
             data = b""
         except BROKEN as exc:
+            self.gone = True
             self._end(f"the connection broke: {exc.__cause__ or exc}")
             data = b""
         return self._messages(self.frames.receive(data) if data else self.frames.receive_eof())
@@ -182,6 +186,7 @@ class ClientSocket:
         try:
             await self.stream.send(b"".join(chunks))
         except BROKEN as exc:
+            self.gone = True
             self._end(f"the connection broke while sending: {exc.__cause__ or exc}")
             raise SocketClosed(self.ended) from None
 
@@ -190,29 +195,35 @@ class ClientSocket:
         """The closing handshake within ``timeout`` seconds (the server closes TCP first), then the stream.
 
         Shielded, so a worker that is being cancelled still says goodbye; the
-        time limit keeps a vanished server from holding it up.
+        time limit keeps a vanished server from holding it up. A peer that is
+        ``gone`` gets no goodbye: it would only use up the time limit, while
+        the leases wait for the next connection to resume them.
         """
-        codec = self.codec
         with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(timeout):
-                try:
-                    if codec.state is OPEN:
-                        codec.send_close(code, reason)
-                    await self.flush()
-                    while codec.state is not CLOSED:
-                        try:
-                            data = await self.stream.receive(RECEIVE_CHUNK)
-                        except anyio.EndOfStream:
-                            data = b""
-                        if data:
-                            self.frames.receive(data)
-                        else:
-                            self.frames.receive_eof()
-                        await self.flush()
-                except (SocketClosed, *BROKEN):
-                    pass
+            if not self.gone:
+                with anyio.move_on_after(timeout):
+                    await self._closing_handshake(code, reason)
             self._end("closed by the worker")
             await anyio.aclose_forcefully(self.stream)
+
+    async def _closing_handshake(self, code: int, reason: str) -> None:
+        codec = self.codec
+        try:
+            if codec.state is OPEN:
+                codec.send_close(code, reason)
+            await self.flush()
+            while codec.state is not CLOSED:
+                try:
+                    data = await self.stream.receive(RECEIVE_CHUNK)
+                except anyio.EndOfStream:
+                    data = b""
+                if data:
+                    self.frames.receive(data)
+                else:
+                    self.frames.receive_eof()
+                await self.flush()
+        except (SocketClosed, *BROKEN):
+            pass
 
 
 async def connect(url: str, headers: list[tuple[str, str]], *, ssl_context: ssl.SSLContext | None,

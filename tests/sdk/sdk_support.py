@@ -4,7 +4,9 @@ The proxy sits between the SDK and the service. ``sever()`` closes both
 TCP sockets of every link (a real drop: the SDK sees its stream die, the
 server sees its peer vanish); ``retarget(port)`` points new links at a
 restarted service; ``freeze()`` holds every byte (a partition: the sockets
-stay open, nothing arrives); ``drop_when(predicate)`` severs a link instead
+stay open, nothing arrives); ``half_open()`` holds every byte of the links
+open now, for good, while new links pass (a half-open TCP path: no FIN, no
+RST, and the worker can come back); ``drop_when(predicate)`` severs a link instead
 of forwarding a server→worker chunk the predicate matches (server frames
 are unmasked, so an ack can be recognised on the wire: a lost ack), optionally freezing every link from
 then on (the worker cannot come back until the test thaws the proxy).
@@ -39,6 +41,7 @@ class Proxy:
         self._drop_when: Callable[[bytes], bool] | None = None
         self._freeze_on_drop = False
         self._drop_every = False
+        self._half_open_links = 0  # links numbered up to this hold every byte for good
         self.dropped_chunks: list[bytes] = []
         self.link_times: list[float] = []  # when each link was accepted, on the test's Trio clock
 
@@ -62,6 +65,9 @@ class Proxy:
     def thaw(self) -> None:
         self._thawed.set()
 
+    def half_open(self) -> None:
+        self._half_open_links = self.links
+
     def drop_when(self, predicate: Callable[[bytes], bool] | None, *, then_freeze: bool = False,
                   every: bool = False) -> None:
         """Sever the link instead of forwarding the first matching chunk (``every``: each one, on every link);
@@ -72,6 +78,7 @@ class Proxy:
 
     async def _link(self, client: trio.SocketStream) -> None:
         self.links += 1
+        number = self.links
         self.link_times.append(trio.current_time())
         try:
             upstream = await trio.open_tcp_stream("127.0.0.1", self.target_port)
@@ -82,21 +89,23 @@ class Proxy:
             self._scopes.add(scope)
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._pump, client, upstream, None, scope)
-                    nursery.start_soon(self._pump, upstream, client, self, scope)
+                    nursery.start_soon(self._pump, client, upstream, None, scope, number)
+                    nursery.start_soon(self._pump, upstream, client, self, scope, number)
             finally:
                 self._scopes.discard(scope)
         await trio.aclose_forcefully(client)
         await trio.aclose_forcefully(upstream)
 
     async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream, inspect: Proxy | None,
-                    scope: trio.CancelScope) -> None:
+                    scope: trio.CancelScope, number: int) -> None:
         try:
             while True:
                 data = await source.receive_some(65536)
                 if not data:
                     break
                 await self._thawed.wait()
+                if number <= self._half_open_links:
+                    await trio.sleep_forever()
                 if inspect is not None and self._drop_when is not None and self._drop_when(data):
                     self.dropped_chunks.append(data)
                     if not self._drop_every:

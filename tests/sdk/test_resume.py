@@ -81,3 +81,29 @@ async def test_lost_ack_is_answered_from_the_receipt(start_service, proxy_for, r
     assert worker.stats.resumed == (0 if command == "task.finish" else 1)
     view = await wait_state(client, task["task_id"], "SUCCEEDED")
     assert calls == [task["task_id"]] and len(view["attempts"]) == 1
+
+
+async def test_a_half_open_connection_is_dropped_at_once_and_the_lease_resumed(start_service, proxy_for,
+                                                                               run_worker, client):
+    # Only the heartbeat can notice: no FIN or RST comes. The worker then owes the silent peer no closing
+    # handshake, whose time limit alone would outlast this lease.
+    await _half_open_keeps_the_lease(await start_service(lease_ttl=2.0), proxy_for, run_worker, client)
+
+
+async def _half_open_keeps_the_lease(service, proxy_for, run_worker, client, *, task_ttl: float | None = None):
+    proxy = await proxy_for(service)
+    started, release, calls = Gate(), Gate(), []
+    worker = await run_worker(proxy.url, gated_registry(started, release, calls))
+    task = await in_thread(client.submit, "billing", "invoice.send", {}, lease_ttl=task_ttl)
+    with trio.fail_after(10):
+        await started.wait()
+
+    held_at = trio.current_time()
+    proxy.half_open()
+    await wait_for(lambda: worker.stats.resumed or worker.stats.lost, timeout=30,
+                   what="the lease to be resumed (or lost)")
+    relinked = [round(t - held_at, 2) for t in proxy.link_times[1:]]
+    assert worker.stats.lost == 0, f"lease lost on a half-open connection; new links {relinked} s after it"
+    release.set()
+    view = await wait_state(client, task["task_id"], "SUCCEEDED")
+    assert calls == [task["task_id"]] and len(view["attempts"]) == 1
