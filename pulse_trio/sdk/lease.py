@@ -242,6 +242,11 @@ class LeaseRunner:
     def min_handler_lease(self) -> float:
         return min(MIN_HANDLER_LEASE_S, self._granted / 2)
 
+    @property
+    def ttl(self) -> float:
+        """The ttl the service last granted this lease (inf until an ack said): what the heartbeat keeps up with."""
+        return self._granted
+
     def _start_refused(self, exc: CommandRefused) -> None:
         log.warning("task %s not started: %s", self.label, exc)
         self._retire("start_refused")
@@ -459,6 +464,8 @@ class LeaseRunner:
             sent, receipt = granted_since
             granted = (lease.expires_at - receipt.committed_at).total_seconds()
             self.deadline = min(self.deadline, sent + granted)
+            if granted < self._granted:  # the first grant, or a shorter one: ping at least as often as it needs
+                conn.pace(granted)
             self._granted = granted
         self._absorbed_at = self._now()
         self.ctx._set_deadline(self.deadline - self._absorbed_at)
@@ -645,6 +652,7 @@ class LeaseRunner:
             if self.lost is not None or self.phase is RETIRED:
                 return
             self._absorb(lease, conn)
+            conn.pace(self._granted)  # a new connection: its heartbeat has not heard of this lease
             self._arm()
             self.host.stats.resumed += 1
             log.info("task %s: lease resumed at revision %d", self.label, lease.revision)

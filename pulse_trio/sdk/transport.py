@@ -13,7 +13,10 @@
 * the heartbeat: a ping whose pong is late drops the connection at once
   (no closing handshake with a peer that does not answer), so a half-open
   TCP connection is noticed well inside a lease's ttl and the leases are
-  resumed on the next connection in time.
+  resumed on the next connection in time. It is paced by the shortest ttl
+  of the leases the worker holds (the session's ttl at most): a lease told
+  to :meth:`Connection.pace` quickens it at once, and the pace is read
+  again before every ping.
 
 When the connection ends, every pending request is answered with
 ``ConnectionLost``: the caller cannot know whether it committed, which is
@@ -26,6 +29,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import math
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -46,11 +50,14 @@ log = logging.getLogger("pulse_trio.sdk")
 REFUSING_STATUS = frozenset({400, 401, 403, 404, 426})
 HELLO_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
-#: The heartbeat pings every ttl/PINGS_PER_TTL, kept within PING_INTERVAL_S, and gives each pong two
-#: intervals. A lease is renewed a third of the way to its expiry, so what is left of it when a
-#: connection goes half-open must cover noticing that, reconnecting and resuming.
+#: The heartbeat pings every ttl/PINGS_PER_TTL (the ttl of the shortest lease held), kept within
+#: PING_INTERVAL_S, and gives each pong two intervals. A lease is renewed a third of the way to its
+#: expiry, so what is left of it when a connection goes half-open must cover noticing that,
+#: reconnecting and resuming.
 PINGS_PER_TTL = 8
 PING_INTERVAL_S = (0.2, 10.0)
+#: What ``shortest_lease`` says while no lease is held: the session's ttl paces the heartbeat.
+NO_LEASE = math.inf
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,7 +90,8 @@ class Connection:
 
     def __init__(self, socket: ClientSocket, welcome: m.WorkerWelcome,
                  protocol: p.ClientProtocol, on_event: Callable[[Connection, p.Event | Closed], None],
-                 now: Callable[[], float] = anyio.current_time) -> None:
+                 now: Callable[[], float] = anyio.current_time,
+                 shortest_lease: Callable[[], float] = lambda: NO_LEASE) -> None:
         self.socket = socket
         self.welcome = welcome
         self.protocol = protocol
@@ -93,6 +101,10 @@ class Connection:
         self._on_event = on_event
         self._callbacks: dict[str, Callable[[Answer], None]] = {}
         self._wake = anyio.Event()
+        self._shortest_lease = shortest_lease  # the shortest ttl of the leases held
+        self.ping_interval = ping_interval(self.lease_ttl)
+        self._beat = anyio.CancelScope()  # the heartbeat's wait under way: ``pace`` may end it sooner
+        self._beat_intervals = 1  # how many intervals that wait lasts
         # Server time minus local wall time at the welcome: lets lease
         # deadlines (server times) be turned into local timers.
         self.clock_offset = welcome.body.server_time - dt.datetime.now(dt.timezone.utc)
@@ -207,19 +219,34 @@ class Connection:
         except SocketClosed as exc:
             self._end(str(exc))
 
+    def pace(self, ttl: float) -> None:
+        """A lease of ``ttl`` seconds is held: if it needs faster pings, the wait under way is cut to the new pace."""
+        interval = ping_interval(ttl)
+        if interval < self.ping_interval:
+            self.ping_interval = interval
+            self._beat.deadline = min(self._beat.deadline, anyio.current_time() + self._beat_intervals * interval)
+
     async def _heartbeat(self) -> None:
-        interval = ping_interval(self.lease_ttl)
         socket = self.socket
         while True:
-            await anyio.sleep(interval)
+            self.ping_interval = ping_interval(min(self.lease_ttl, self._shortest_lease()))
+            await self._beat_for(1, None)
             answered = socket.ping()
             self._wake.set()
-            with anyio.move_on_after(2 * interval):
+            await self._beat_for(2, answered)
+            if not answered.is_set():
+                socket.gone = True
+                self._end(f"no pong within {2 * self.ping_interval:g}s")
+                return
+
+    async def _beat_for(self, intervals: int, answered: anyio.Event | None) -> None:
+        """Wait ``intervals`` ping intervals, or until ``answered`` is set."""
+        self._beat_intervals = intervals
+        with anyio.CancelScope(deadline=anyio.current_time() + intervals * self.ping_interval) as self._beat:
+            if answered is None:
+                await anyio.sleep_forever()
+            else:
                 await answered.wait()
-                continue
-            socket.gone = True
-            self._end(f"no pong within {2 * interval:g}s")
-            return
 
     def _answer(self, request: p.Request, answer: Answer) -> None:
         callback = self._callbacks.pop(request.id, None)
@@ -249,8 +276,12 @@ def ping_interval(ttl: float) -> float:
 async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_event: Callable[[Connection, p.Event | Closed], None],
                           ssl_context: ssl.SSLContext | None = None, strict: bool = False,
                           connect_timeout: float = 10.0,
-                          now: Callable[[], float] = anyio.current_time) -> AsyncIterator[Connection]:
+                          now: Callable[[], float] = anyio.current_time,
+                          shortest_lease: Callable[[], float] = lambda: NO_LEASE) -> AsyncIterator[Connection]:
     """Handshake, hello, welcome; yields the live connection and closes it on exit.
+
+    ``shortest_lease`` is the shortest ttl of the leases the worker holds
+    (``NO_LEASE`` without one), read before each ping.
 
     Raises ``WorkerRefused`` when the service refuses this worker for good
     (bad token, queue not allowed) and ``ConnectionLost`` for anything a
@@ -277,7 +308,8 @@ async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_even
             while not messages:
                 messages = await socket.receive()
         welcome = p.read_welcome(hello, messages[0], strict=strict)
-        conn = Connection(socket, welcome, p.ClientProtocol(welcome, hello, strict=strict), on_event, now)
+        conn = Connection(socket, welcome, p.ClientProtocol(welcome, hello, strict=strict), on_event, now,
+                          shortest_lease)
         socket.unread(messages[1:])
         # The caller's exception is carried past our nursery by hand, so
         # it comes out as itself rather than wrapped in an ExceptionGroup.

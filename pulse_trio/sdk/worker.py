@@ -48,7 +48,7 @@ from pulse_trio.sdk.pool import HandlerPool
 from pulse_trio.sdk.stats import WorkerStats
 from pulse_trio.sdk.threads import HandlerThreads
 from pulse_trio.sdk.registry import Registry
-from pulse_trio.sdk.transport import Closed, Connection, open_connection
+from pulse_trio.sdk.transport import NO_LEASE, Closed, Connection, open_connection
 
 log = logging.getLogger("pulse_trio.sdk")
 
@@ -237,7 +237,8 @@ class Worker:
             try:
                 async with open_connection(self.url, self._token, self.hello, on_event=self._on_event,
                                            ssl_context=self._ssl, strict=self._strict,
-                                           connect_timeout=self._connect_timeout, now=self.clock.now) as conn:
+                                           connect_timeout=self._connect_timeout, now=self.clock.now,
+                                           shortest_lease=self.shortest_lease_ttl) as conn:
                     connected_at = anyio.current_time()
                     await self._open_session(conn)
                     await self._serve(conn)
@@ -394,6 +395,10 @@ class Worker:
         if conn is not None and conn is not not_ and not conn.closed.is_set():
             return conn
         return None
+
+    def shortest_lease_ttl(self) -> float:
+        """The shortest ttl granted to a lease this worker holds: what paces the heartbeat."""
+        return min((runner.ttl for runner in self.runners.values()), default=NO_LEASE)
 
     def spawn(self, fn: Callable[[], Coroutine[Any, Any, object]]) -> None:
         """Run a handler's job in a task of the pool (see ``pool``)."""
