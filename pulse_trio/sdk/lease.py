@@ -222,16 +222,21 @@ class LeaseRunner:
         self._call_or_renew()
 
     def _call_or_renew(self) -> None:
-        """Call the handler if the lease leaves it time enough; else renew first (nothing has happened yet)."""
+        """Call the handler if the lease leaves it time enough; else renew first (nothing has happened yet).
+
+        A cancel known by now (pushed while the start was unanswered, or
+        shown by its ack or a resume) is reported without calling it.
+        """
+        if self.ctx.stop_reason == CANCEL_REQUESTED:  # nothing happened: report the cancel at once
+            self._move("cancelled_before_call")
+            self._finish(oc.cancelled(self.ctx.cancel_reason or "cancelled by request"))
+            self._arm()  # the watchdog at this lease's expiry, until the finish's ack
+            return
         left = self.deadline - self._now()
         if left >= self.min_handler_lease or not self._can_extend:
             self._handler_called = True
             self._arm()
             self.host.spawn(self._run_handler)
-            return
-        if self.ctx.stop_reason == CANCEL_REQUESTED:  # nothing happened: report the cancel at once
-            self._move("cancelled_before_call")
-            self._finish(oc.cancelled(self.ctx.cancel_reason or "cancelled by request"))
             return
         log.info("task %s: %.0f ms of lease left; renewing before the handler is called", self.label,
                  max(0.0, left) * 1000)

@@ -1,4 +1,7 @@
-"""Client.cancel reaches a running handler: by push, by renewal, and in a thread; one that ignores it is cut off."""
+"""Client.cancel reaches a running handler: by push, by renewal, and in a thread; one that ignores it is cut off.
+
+A cancel the worker learns before it calls the handler finishes the task without calling it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import anyio
 import pytest
 import trio
 
-from sdk_support import Gate, in_thread, url_of, wait_for, wait_state
+from sdk_support import Gate, ack_of, in_thread, url_of, wait_for, wait_state
 
 from pulse_trio.sdk import CANCEL_REQUESTED, Registry, TaskContext
 
@@ -43,6 +46,34 @@ async def test_cancel_reaches_the_handler(start_service, run_worker, client, not
     [ctx] = contexts
     assert ctx.cancelled.is_set() and ctx.stop_reason == CANCEL_REQUESTED
     await wait_for(lambda: worker.stats.cancelled == 1, what="the finish ack")
+
+
+async def test_a_cancel_known_before_the_call_finishes_the_task_without_calling_the_handler(start_service, proxy_for,
+                                                                                          run_worker, client):
+    # The start commits, its ack is lost with the connection, and the cancel is saved while the worker is away.
+    # On its return the replayed start is answered from its receipt and the resume shows the cancel: the
+    # handler was not called yet, so it is not called at all (docs/worker.md §5.2).
+    service = await start_service()
+    proxy = await proxy_for(service)
+    calls: list[str] = []
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext) -> dict:
+        calls.append(task.task_id)  # an effect before its first await: a cancelled scope would not stop it
+        return {"sent": True}
+
+    worker = await run_worker(proxy.url, registry)
+    proxy.drop_when(ack_of("task.start"), then_freeze=True)
+    task = await in_thread(client.submit, "billing", "invoice.send", {})
+    await wait_for(lambda: proxy.dropped_chunks, what="the start's ack to be dropped")
+    await in_thread(client.cancel, task["task_id"], reason="stop it")
+    proxy.thaw()
+    view = await wait_state(client, task["task_id"], {"SUCCEEDED", "CANCELLED"})
+    assert view["state"] == "CANCELLED" and calls == []
+    assert view["outcome"]["error_code"] == "cancelled"
+    await wait_for(lambda: worker.stats.cancelled == 1, what="the finish ack")
+    assert worker.stats.duplicates == 1 and worker.stats.resumed == 1
 
 
 async def test_cancel_reaches_a_sync_handler_that_polls(start_service, run_worker, client):
