@@ -15,11 +15,20 @@ SCHEMES = ("ws", "wss")
 
 
 def check_url(url: str) -> None:
-    """ValueError naming ``url`` unless it is ws:// or wss:// with a host and, if it names one, a port 1..65535."""
+    """ValueError naming ``url`` unless it is ws:// or wss:// with a host and, if it names one, a port 1..65535.
+
+    User info (``user:password@``) is refused too: connecting would send it
+    as a second Authorization header beside the token's, which the service
+    refuses. The message masks it, password and all.
+    """
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # an unclosed "[" of an IPv6 address
         raise ValueError(f"{url!r} is not a URL: {exc}") from None
+    if "@" in parts.netloc:
+        shown = url.replace(parts.netloc, "***@" + parts.netloc.rpartition("@")[2], 1)
+        raise ValueError(f"{shown!r} is not a worker URL: it carries user info (user:password@), and a worker "
+                         "authenticates with its token alone")
     if parts.scheme not in SCHEMES:
         raise ValueError(f"{url!r} is not a worker URL: it must start with "
                          f"{' or '.join(f'{scheme}://' for scheme in SCHEMES)}")

@@ -253,6 +253,8 @@ async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: lis
     codec = ClientProtocol(uri, subprotocols=[SUBPROTOCOL], max_size=MAX_FRAME_BYTES, logger=_CODEC_LOG)
     request = codec.connect()
     for name, value in headers:
+        if name in request.headers:  # the codec's own (Basic from user info): setting one only adds another
+            del request.headers[name]
         request.headers[name] = value
     codec.send_request(request)
     await stream.send(b"".join(codec.data_to_send()))

@@ -146,6 +146,15 @@ def test_a_worker_refuses_a_url_no_connect_can_use_when_it_is_made(url):
     assert repr(url) in str(refused.value)
 
 
+def test_a_worker_refuses_a_url_with_user_info_without_quoting_it():
+    """Connecting would send it as Basic beside the token's Bearer: two Authorization headers, refused with 401."""
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    with pytest.raises(ValueError, match="user info") as refused:
+        Worker("ws://ops:hunter2@127.0.0.1:7380/v1/worker", "t", registry)
+    assert "'ws://***@127.0.0.1:7380/v1/worker'" in str(refused.value) and "hunter2" not in str(refused.value)
+
+
 @pytest.mark.parametrize("token", ["", "pt_secret\r", "pt_secret\n", " pt_secret", "pt_secrét"],
                          ids=["empty", "carriage-return", "line-feed", "leading-blank", "not-ascii"])
 def test_a_worker_refuses_a_token_no_handshake_can_carry_without_quoting_it(token):

@@ -170,6 +170,14 @@ async def test_closing_a_socket_whose_peer_is_gone_takes_no_time(raw):
     assert socket.ended == "closed by the worker"
 
 
+async def test_the_upgrade_carries_one_authorization_the_token_s(raw):
+    # User info in the URL makes the codec add a Basic one; a second Authorization is a 401 at the service.
+    socket = await connect(raw.url().replace("://", "://ops:hunter2@"), TOKEN, ssl_context=None, timeout=5)
+    peer = await raw.next_peer()
+    assert peer.request.headers.get_all("Authorization") == ["Bearer t0ken"]
+    await socket.close(2)
+
+
 async def test_a_refused_upgrade_is_its_status_and_body(raw):
     raw.reject = (401, "a valid worker token is required\n")
     with pytest.raises(HandshakeRejected) as refused:
