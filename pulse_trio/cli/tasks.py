@@ -198,8 +198,8 @@ def _submit(args: argparse.Namespace) -> int:
     except ClientError as exc:
         fail(exc.message, 2)
     with _client(args) as client:
-        done = client.submit_many([task])[0]
-        write_json_text(with_field(client.get_json_text(done["task_id"]), "created", done["created"]))
+        _, text, created = client.submit_json_text(task)
+        write_json_text(with_field(text, "created", created))
     return 0
 
 
@@ -237,8 +237,8 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _retry(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        new_task_id, created = client.request_retry(args.task_id)
-        write_json_text(with_field(client.get_json_text(new_task_id), "created", created))
+        text, created = client.retry_json_text(args.task_id)
+        write_json_text(with_field(text, "created", created))
     return 0
 
 

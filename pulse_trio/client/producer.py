@@ -292,10 +292,23 @@ class DatabaseClient:
         """
         now = self.now()
         task = self.new_task(queue, kind, payload, now=now, **options)
-        done = self.submit_many([task], connection=connection, now=now)[0]
         if connection is not None:
-            return done
-        return dict(self.get(done["task_id"]), created=done["created"])
+            return self.submit_many([task], connection=connection, now=now)[0]
+        _, text, created = self.submit_json_text(task, now=now)
+        return dict(json.loads(text), created=created)
+
+    def submit_json_text(self, task: NewTask, *, now: dt.datetime | None = None) -> tuple[str, str, bool]:
+        """One task submitted: its id, its view's JSON text, and whether this call created it.
+
+        The view is read in the submit's own transaction, so a known key
+        answers the task the submit found even if the purge deletes it just
+        after: never "task not found" (docs/tasks.md §8).
+        """
+        result, text = self._run_and_view(submit_tasks, {"tasks": [task], "now": now or self.now()},
+                                          lambda done: done[0].task_id)
+        (done,) = result
+        assert text is not None  # a submit never refuses
+        return done.task_id, text, done.created
 
     def submit_many(self, tasks: Sequence[NewTask], *, connection: Any = None,
                     now: dt.datetime | None = None) -> list[dict[str, Any]]:
@@ -421,37 +434,58 @@ class DatabaseClient:
         if not is_text(reason, ranges.MAX_CANCEL_REASON_CHARS):
             raise InvalidRequest("reason must not hold lone surrogates")
 
-        def view(tx: Tx, results: list[Any]) -> TaskView | None:
-            return None if isinstance(results[0], Refusal) else get_task(tx, task_id=task_id)
-
-        results = self.store.run_batch_sync([(request_cancel, {"task_id": task_id, "now": now or self.now(),
-                                                               "reason": reason, "requested_by": requested_by})],
-                                            then=view)
-        result = results[0]
-        if isinstance(result, BaseException):
-            raise result
+        result, text = self._run_and_view(request_cancel, {"task_id": task_id, "now": now or self.now(),
+                                                           "reason": reason, "requested_by": requested_by},
+                                          lambda _: task_id)
         if isinstance(result, Refusal):
             raise TaskNotFound(task_id) if result.code == TASK_NOT_FOUND else ClientError(result.code, result.message)
-        if len(results) == 2 and results[1] is not None:
-            return results[1].as_json_text(), result.changed
-        return self.get_json_text(task_id), result.changed  # the shared transaction fell back: read apart
+        assert text is not None
+        return text, result.changed
 
     def retry(self, task_id: str) -> dict[str, Any]:
         """Manual recovery of a terminal FAILED/UNKNOWN/CANCELLED task; idempotent per source."""
-        new_task_id, created = self.request_retry(task_id)
-        return dict(self.get(new_task_id), created=created)
+        text, created = self.retry_json_text(task_id)
+        return dict(json.loads(text), created=created)
 
-    def request_retry(self, task_id: str, *, now: dt.datetime | None = None) -> tuple[str, bool]:
-        """:meth:`retry` without reading the new task back: its id, and whether this call made it."""
+    def retry_json_text(self, task_id: str, *, now: dt.datetime | None = None) -> tuple[str, bool]:
+        """:meth:`retry` as the new task's view JSON text, and whether this call made it.
+
+        The view is read in the retry's own transaction: a retry made
+        before is answered as the transaction found it.
+        """
         _task_id(task_id)
-        result = self.store.run_sync(retry_task, source_task_id=task_id, now=now or self.now())
+        result, text = self._run_and_view(retry_task, {"source_task_id": task_id, "now": now or self.now()},
+                                          lambda retried: retried.task_id)
         if isinstance(result, Refusal):
             if result.code == TASK_NOT_FOUND:
                 raise TaskNotFound(task_id)
             state = self.get(task_id)["state"]
             raise ClientError("not_retryable", f"task {task_id} is {state}: only a terminal FAILED, UNKNOWN "
                               "or CANCELLED task can be retried")
-        return result.task_id, result.created
+        assert text is not None
+        return text, result.created
+
+    def _run_and_view(self, fn: Callable[..., Any], kwargs: dict[str, Any],
+                      task_of: Callable[[Any], str]) -> tuple[Any, str | None]:
+        """``fn``'s result and, unless it refused, the view of the task ``task_of(result)`` names.
+
+        The view is read in ``fn``'s own transaction, so the answer is the
+        task as that transaction left it, whatever commits just after (a
+        finish, the purge). Only if the transaction fell back to running
+        ``fn`` alone is the view read apart.
+        """
+        def view(tx: Tx, results: list[Any]) -> TaskView | None:
+            return None if isinstance(results[0], Refusal) else get_task(tx, task_id=task_of(results[0]))
+
+        results = self.store.run_batch_sync([(fn, kwargs)], then=view)
+        result = results[0]
+        if isinstance(result, BaseException):
+            raise result
+        if isinstance(result, Refusal):
+            return result, None
+        if len(results) == 2 and results[1] is not None:
+            return result, results[1].as_json_text()
+        return result, self.get_json_text(task_of(result))  # the shared transaction fell back: read apart
 
     # -- retention ---------------------------------------------------------------
     def set_queue_retention(self, queue: str, value: str | float | int | None, *, updated_by: str,

@@ -134,10 +134,10 @@ class TaskApi:
         task = build_task(sub.queue, sub.kind, now=now, **sub.options)  # InvalidRequest -> 400
 
         def submit_and_read() -> tuple[str, str, bool]:
-            done = self.client.submit_many([task], now=now)[0]
-            if done["created"]:  # committed: dispatch it while the answer is read back
+            task_id, text, created = self.client.submit_json_text(task, now=now)
+            if created:  # committed: dispatch it while the answer is sent
                 trio.from_thread.run_sync(self.instance.wake_dispatcher)
-            return done["task_id"], self.client.get_json_text(done["task_id"]), done["created"]
+            return task_id, text, created
 
         task_id, text, created = await self.blocking(submit_and_read)
         request.scope.setdefault("pulse", {})["task_id"] = task_id
@@ -238,11 +238,7 @@ class TaskApi:
         source = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
         now = self.instance.now()
 
-        def retry_and_read() -> tuple[str, bool]:
-            new_id, created = self.client.request_retry(source, now=now)
-            return self.client.get_json_text(new_id), created
-
-        text, created = await self.blocking(retry_and_read)
+        text, created = await self.blocking(self.client.retry_json_text, source, now=now)
         if created:
             self.instance.wake_dispatcher()
         return json_text(text, 201 if created else 200, created=created)

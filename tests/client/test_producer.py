@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
+import threading
 
 import pytest
 
@@ -34,6 +36,29 @@ def test_same_idempotency_key_returns_the_existing_task(client: Client):
     other_queue = client.submit("refunds", "invoice.send", {"invoice": 1}, idempotency_key="invoice-1")
     assert other_queue["task_id"] != first["task_id"]  # dedup is per queue
     assert len(client.list(queue="billing")["tasks"]) == 1
+
+
+def test_a_repeat_submit_racing_the_purge_answers_a_task_never_task_not_found(client: Client, db):
+    """docs/tasks.md §4, §8: a known key answers its task, and once the purge deleted that task the key
+    submits a new one; the answer is read in the submit's own transaction, so it is never TaskNotFound."""
+    stop = threading.Event()
+
+    def purge_until_stopped() -> None:
+        with Client(db) as purger:
+            while not stop.is_set():
+                purger.purge(older_than=0, queue="billing")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        purging = pool.submit(purge_until_stopped)
+        try:
+            for i in range(300):
+                first = client.submit("billing", "invoice.send", {}, idempotency_key=f"invoice-{i}")
+                client.cancel(first["task_id"])  # terminal: the purge may take it from now on
+                again = client.submit("billing", "invoice.send", {}, idempotency_key=f"invoice-{i}")
+                assert again["created"] is (again["task_id"] != first["task_id"])
+        finally:
+            stop.set()
+        purging.result()
 
 
 def test_delay_schedules_the_task(client: Client):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import trio
 import trio_websocket
+
+from pulse_trio.client import Client
 
 from http_support import Http, RawWorker  # noqa: I001  (beside this file; see conftest)
 
@@ -81,6 +84,31 @@ async def test_null_optional_fields_count_as_not_given(http, tokens):
     assert reply.status == 201, reply.body
     task = reply.json()
     assert (task["priority"], task["max_attempts"], task["state"], task["payload"]) == (0, 3, "READY", None)
+
+
+async def test_a_repeat_submit_racing_the_purge_answers_a_task_never_404(http, tokens, db):
+    """A known key answers 200 with its task, and once the purge deleted that task 201 with a new one
+    (docs/tasks.md §8): the view is read in the submit's own transaction, so never 404 task_not_found."""
+    stop = threading.Event()
+
+    def purge_until_stopped() -> None:
+        with Client(db) as purger:
+            while not stop.is_set():
+                purger.purge(older_than=0, queue="billing")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, purge_until_stopped)
+        try:
+            for i in range(300):
+                body = {**SUBMIT, "idempotency_key": f"invoice-{i}"}
+                first = await http.post("/v1/tasks", token=tokens["producer"], json_body=body)
+                cancel = await http.post(f"/v1/tasks/{first.json()['task_id']}/cancel", token=tokens["operator"])
+                assert cancel.status == 200, cancel.body
+                again = await http.post("/v1/tasks", token=tokens["producer"], json_body=body)
+                assert again.status in (200, 201), again.body
+                assert (again.status == 201) is (again.json()["task_id"] != first.json()["task_id"])
+        finally:
+            stop.set()
 
 
 async def test_delay_and_due_at_schedule_the_task(http, tokens):
