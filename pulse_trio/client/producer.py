@@ -38,6 +38,7 @@ from pulse_trio.store.views import queries
 from pulse_trio.store.task import retention
 from pulse_trio.store.cluster_setting import settings as stored_settings
 from pulse_trio.store.cancellation.intents import request as request_cancel
+from pulse_trio.store.engine import ids
 from pulse_trio.store.engine.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
 from pulse_trio.store.engine.facade import SyncStore
 from pulse_trio.store.instance.instances import operator_drain
@@ -451,10 +452,13 @@ class DatabaseClient:
         """:meth:`retry` as the new task's view JSON text, and whether this call made it.
 
         The view is read in the retry's own transaction: a retry made
-        before is answered as the transaction found it.
+        before is answered as the transaction found it. The new task's id
+        is made once, before the transaction, so a re-run after a lost
+        COMMIT knows the retry it finds as its own (``created`` stays true).
         """
         _task_id(task_id)
-        result, text = self._run_and_view(retry_task, {"source_task_id": task_id, "now": now or self.now()},
+        result, text = self._run_and_view(retry_task, {"source_task_id": task_id, "now": now or self.now(),
+                                                       "new_task_id": ids.new_id("tsk")},
                                           lambda retried: retried.task_id)
         if isinstance(result, Refusal):
             if result.code == TASK_NOT_FOUND:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import threading
 import time
 
@@ -11,8 +12,9 @@ import pymysql
 import pytest
 import trio
 
+from pulse_trio.client import Client
 from pulse_trio.dburl import connect, connect_node
-from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, start
+from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, request_cancel, start
 from pulse_trio.store.lease.leases import finish
 from pulse_trio.store.engine.inputs import FinishReport
 from pulse_trio.store.engine.trio_bridge import Store
@@ -172,6 +174,19 @@ def test_lost_commit_is_re_read_for_a_registration(world, lossy):
     result = lossy.run_sync(register, instance=instance, now=world.now)
     assert result.instance.instance_id == instance.instance_id
     assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(1,)]
+
+
+def test_lost_commit_is_re_read_for_a_manual_retry(world, lossy):
+    """The retry's id is made before its transaction, so the re-run knows the retry it finds as its own:
+    created, as a first retry is (docs/task-recovery.md §2, §3), not "retried before"."""
+    source = world.submit()
+    world.run(request_cancel, task_id=source)
+    _CommitThenDrop.armed = True
+    text, created = Client(lossy.config, store=lossy).retry_json_text(source, now=world.now)
+    assert lossy.statistics().recoveries == 1
+    assert created, "this call made the retry: nobody retried the source before"
+    assert world.task(source).retried_by == json.loads(text)["task_id"]
+    assert world.sql("SELECT COUNT(*) FROM tasks WHERE retry_of = %s", (source,)) == [(1,)]
 
 
 def test_a_connection_lost_before_commit_is_simply_replaced(world, store):
