@@ -116,6 +116,17 @@ def check_key(name: str, value: Any) -> str | None:
     return value
 
 
+def check_time(name: str, value: dt.datetime) -> dt.datetime:
+    """An aware datetime as UTC; InvalidRequest naming ``name`` for a naive one, or one whose UTC moment
+    lies outside the years a datetime holds (the last evening of the last year, west of Greenwich)."""
+    if value.tzinfo is None:
+        raise InvalidRequest(f"{name} must carry a time zone (UTC)", name)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidRequest(f"{name} must lie within the years {dt.MINYEAR}-{dt.MAXYEAR} in UTC", name) from None
+
+
 def _task_id(task_id: Any) -> None:
     """A string that cannot be a task id names no task (TaskNotFound), and never reaches SQL."""
     if type(task_id) is not str or not is_resource_id(task_id, TASK_PREFIX):
@@ -194,8 +205,7 @@ def build_task(queue: str, kind: str, payload: Any = None, *, payload_json: str 
     if delay is not None:
         due_at = now + dt.timedelta(seconds=_in_range(ranges.DELAY, delay))
     if due_at is not None:
-        if due_at.tzinfo is None:
-            raise InvalidRequest("due_at must carry a time zone (UTC)", "due_at")
+        due_at = check_time("due_at", due_at)
         if due_at < ranges.EARLIEST_DUE_AT:
             raise InvalidRequest(f"due_at must not be before {ranges.EARLIEST_DUE_AT:%Y-%m-%d} (UTC)", "due_at")
     try:

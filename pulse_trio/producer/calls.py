@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, TypeVar
 
-from pulse_trio.client.producer import InvalidRequest, TaskNotFound
+from pulse_trio.client.producer import InvalidRequest, TaskNotFound, check_time
 from pulse_trio.client.ranges import MAX_WAIT_S
 from pulse_trio.contract.grammar import TASK_PREFIX, is_resource_id
 from pulse_trio.producer.errors import OUTCOME_ERRORS, RequestRefused, WaitTimeout
@@ -154,9 +154,7 @@ def _task_path(task_id: Any, *rest: str) -> str:
 def _wire(name: str, value: Any) -> Any:
     """A submit option as the API takes it: times as UTC RFC 3339, durations as seconds."""
     if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            raise InvalidRequest(f"{name} must carry a time zone (UTC)", name)
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return check_time(name, value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     return value

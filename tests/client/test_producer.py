@@ -141,6 +141,7 @@ def test_invalid_submissions_are_refused_before_writing(client: Client):
 BAD_OPTIONS = [
     {"due_at": "2030-01-01T00:00:00Z"},  # the API's spelling, as text
     {"due_at": dt.date(2030, 1, 1)},
+    {"due_at": dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(dt.timedelta(hours=-5)))},  # UTC: year 10000
     {"idempotency_key": 991},
     {"idempotency_key": "inv-\ud800"},  # a lone surrogate: no column holds it
     {"concurrency_key": 7},

@@ -166,6 +166,8 @@ BAD_CALLS = [
     ("submit", ("billing", "k", float("nan")), {}, "invalid_request"),
     ("submit", ("billing", "k", "x" * MAX_PAYLOAD_BYTES), {}, "payload_too_large"),
     ("submit", ("billing", "k"), {"due_at": dt.datetime(2030, 1, 1)}, "invalid_request"),
+    ("submit", ("billing", "k"), {"due_at": dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(dt.timedelta(hours=-5)))},
+     "invalid_request"),  # in UTC, year 10000: no RFC 3339 text for the API
     ("submit", ("billing", "k"), {"delay": 1, "due_at": dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)},
      "invalid_request"),
     ("submit", ("mail", "k"), {}, "forbidden"),
