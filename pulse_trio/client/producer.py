@@ -116,6 +116,14 @@ def check_key(name: str, value: Any) -> str | None:
     return value
 
 
+def check_by(name: str, value: Any) -> str:
+    """Who asks for a change, as text the store can keep (it cuts it to its column); InvalidRequest naming
+    ``name`` for anything else, lone surrogates included, before any SQL sees it."""
+    if type(value) is not str or not is_text(value, len(value)):  # any length: only the kept part is stored
+        raise InvalidRequest(f"{name} must be text without lone surrogates", name)
+    return value
+
+
 def check_time(name: str, value: dt.datetime) -> dt.datetime:
     """An aware datetime as UTC; InvalidRequest naming ``name`` for a naive one, or one whose UTC moment
     lies outside the years a datetime holds (the last evening of the last year, west of Greenwich)."""
@@ -417,12 +425,14 @@ class DatabaseClient:
         are still accepted. ``changed`` is False when it was paused already.
         """
         check_name("queue", queue)
+        check_by("paused_by", paused_by)
         change = self.store.run_sync(pause_queue, queue=queue, now=now or self.now(), paused_by=paused_by)
         return {"queue": queue, **change.control.as_json(), "changed": change.changed}
 
     def resume_queue(self, queue: str, *, resumed_by: str, now: dt.datetime | None = None) -> dict[str, Any]:
         """Offer the queue's tasks again; idempotent (``changed`` False when it was not paused)."""
         check_name("queue", queue)
+        check_by("resumed_by", resumed_by)
         change = self.store.run_sync(resume_queue, queue=queue, now=now or self.now(), resumed_by=resumed_by)
         return {"queue": queue, **change.control.as_json(), "changed": change.changed}
 
@@ -444,6 +454,7 @@ class DatabaseClient:
             raise InvalidRequest(f"reason must be text of at most {ranges.MAX_CANCEL_REASON_CHARS} characters")
         if not is_text(reason, ranges.MAX_CANCEL_REASON_CHARS):
             raise InvalidRequest("reason must not hold lone surrogates")
+        check_by("requested_by", requested_by)
 
         result, text = self._run_and_view(request_cancel, {"task_id": task_id, "now": now or self.now(),
                                                            "reason": reason, "requested_by": requested_by},
@@ -506,6 +517,7 @@ class DatabaseClient:
                             now: dt.datetime | None = None) -> dict[str, Any]:
         """Give ``queue`` its own task_retention (seconds, checked like the cluster's), or None: the cluster's."""
         check_name("queue", queue)
+        check_by("updated_by", updated_by)
         ms = None if value is None else parse_settings({"task_retention": value})["task_retention"]
         change = self.store.run_sync(set_queue_retention, queue=queue, retention_ms=ms, now=now or self.now(),
                                      updated_by=updated_by)
@@ -575,6 +587,7 @@ class DatabaseClient:
         Raises ``invalid_request`` for a malformed key or weight (nothing is written).
         """
         key, value = check_weight(fairness_key, weight)
+        check_by("updated_by", updated_by)
         self.store.run_sync(fairness.set_weight, fairness_key=key, weight=value, now=now or self.now(),
                             updated_by=updated_by)
         return self.fairness_weights()[key]
@@ -588,6 +601,7 @@ class DatabaseClient:
         Running instances pick the change up within their refresh interval.
         """
         ms = parse_settings(values)
+        check_by("updated_by", updated_by)
         result = self.store.run_sync(stored_settings.set_values, values=ms, now=now or self.now(),
                                      updated_by=updated_by)
         if isinstance(result, Refusal):

@@ -197,6 +197,28 @@ def test_a_string_that_cannot_be_a_task_id_names_no_task(client: Client, task_id
     assert refused.value.code == "instance_not_found"
 
 
+WHO_CALLS = [
+    ("paused_by", lambda c, who: c.pause_queue("billing", paused_by=who)),
+    ("resumed_by", lambda c, who: c.resume_queue("refunds", resumed_by=who)),
+    ("requested_by", lambda c, who: c.cancel(c.submit("refunds", "k")["task_id"], requested_by=who)),
+    ("updated_by", lambda c, who: c.set_queue_retention("billing", 60, updated_by=who)),
+    ("updated_by", lambda c, who: c.set_fairness_weight("tenant:7", 2, updated_by=who)),
+    ("updated_by", lambda c, who: c.set_settings({"lease_ttl": 40}, updated_by=who)),
+]
+
+
+@pytest.mark.parametrize(("field", "call"), WHO_CALLS, ids=[f"{i}-{field}" for i, (field, _) in enumerate(WHO_CALLS)])
+def test_who_asked_holding_a_lone_surrogate_is_refused_naming_the_field(client: Client, field, call):
+    """InvalidRequest before any SQL sees it, as for the other text a call takes: no column holds a lone
+    surrogate (the driver's UnicodeEncodeError otherwise)."""
+    client.pause_queue("refunds", paused_by="test")
+    with pytest.raises(InvalidRequest) as refused:
+        call(client, "op-\ud800")
+    assert refused.value.field == field
+    queues = client.queues()
+    assert queues["refunds"]["paused_by"] == "test" and "billing" not in queues, "nothing was written"
+
+
 def test_fairness_key_and_weights(client: Client):
     task = client.submit("billing", "invoice.send", {"invoice": 7}, fairness_key="tenant:7")
     assert client.get(task["task_id"])["fairness_key"] == "tenant:7"
