@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import string
 from collections.abc import Sequence
 
 from pulse_trio.contract.grammar import is_label
@@ -71,9 +72,11 @@ def check_label(label: str) -> str:
 
 
 def could_be_token_id(text: str) -> bool:
-    """False for text no token's id can be: ids are printable ASCII, so an argument that is not
-    (one that was not UTF-8, say) is not looked up."""
-    return text.isascii() and text.isprintable()
+    """False for text no token's id can be (``TOKEN_ID_PREFIX`` and hex digits): such an argument is
+    neither looked up nor shown, since it may be a secret pasted around (one with a blank or
+    ``Bearer`` before it) or text that was not UTF-8."""
+    digits = text.removeprefix(TOKEN_ID_PREFIX)
+    return text.startswith(TOKEN_ID_PREFIX) and bool(digits) and all(c in string.hexdigits for c in digits)
 
 
 def _iso(value: dt.datetime) -> str:

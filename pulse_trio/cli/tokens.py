@@ -7,6 +7,7 @@ import datetime as dt
 import sys
 
 from pulse_trio import tokens
+from pulse_trio.bearer import parse_bearer
 from pulse_trio.store.token import tokens as stored_tokens
 from pulse_trio.cli.common import EXIT_NOT_FOUND, add_database_options, database, fail, print_json, run_guarded
 from pulse_trio.contract.grammar import is_queue
@@ -78,18 +79,20 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    if args.token_id.startswith(tokens.TOKEN_PREFIX):  # the secret itself: never echoed, never looked up
+    given = args.token_id.strip()
+    if (parse_bearer(given) or given).startswith(tokens.TOKEN_PREFIX):  # the secret: never shown, never looked up
         fail(f"no token has that id: it is a token ({tokens.TOKEN_PREFIX}…, not shown here), not a token's id "
              f"({tokens.TOKEN_ID_PREFIX}…, see `pulse-trio token list`)", EXIT_NOT_FOUND)
-    if not tokens.could_be_token_id(args.token_id):
-        fail(f"no token with id {args.token_id!r}", EXIT_NOT_FOUND)
+    if not tokens.could_be_token_id(given):  # not shown either: it may hold a secret in another shape
+        fail(f"no token has that id: a token's id is {tokens.TOKEN_ID_PREFIX} and hex digits "
+             "(see `pulse-trio token list`)", EXIT_NOT_FOUND)
     with database(args) as target:
         conn = connect(target)
         try:
-            info = stored_tokens.revoke_token(conn, args.token_id, now=_now())
+            info = stored_tokens.revoke_token(conn, given, now=_now())
         finally:
             conn.close()
     if info is None:
-        fail(f"no token with id {args.token_id!r}", EXIT_NOT_FOUND)
+        fail(f"no token with id {given!r}", EXIT_NOT_FOUND)
     print_json(info.as_json())
     return 0

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from pulse_trio.store.token import tokens
 from pulse_trio.dburl import connect
 
@@ -108,6 +110,20 @@ def test_token_create_refuses_a_label_with_control_characters_as_worker_names_do
 def test_token_revoke_given_the_token_instead_of_its_id_never_shows_it(db):
     token = cli(db, "token", "create", "--role", "worker").stdout.strip()
     done = cli(db, "token", "revoke", token)
+    _assert_one_line(done, 3)
+    assert token[3:] not in done.stderr + done.stdout
+    conn = connect(db)
+    assert tokens.authenticate(conn, token) is not None  # nothing was revoked
+    conn.close()
+
+
+@pytest.mark.parametrize("given", [" {t}", "\t{t}", "Bearer {t}", "PULSE_TOKEN={t}"],
+                         ids=["leading-blank", "leading-tab", "bearer-header-value", "assignment"])
+def test_token_revoke_given_the_token_pasted_around_never_shows_it(db, given):
+    """A token with a blank before it, or as the header value it travels in, is still the secret: the
+    error line shows no argument that is not an id's shape (docs/operations.md §1.4)."""
+    token = cli(db, "token", "create", "--role", "worker").stdout.strip()
+    done = cli(db, "token", "revoke", given.format(t=token))
     _assert_one_line(done, 3)
     assert token[3:] not in done.stderr + done.stdout
     conn = connect(db)
