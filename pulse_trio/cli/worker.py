@@ -161,15 +161,16 @@ def _run(args: argparse.Namespace) -> int:
     import anyio
 
     from pulse_trio import sd_notify
+    from pulse_trio.contract.credentials import check_token
     from pulse_trio.contract.errors import InvalidMessage
     from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
-    from pulse_trio.sdk.endpoint import check_token, check_url
+    from pulse_trio.sdk.endpoint import check_url
     from pulse_trio.sdk.worker import DRAIN_CHECK_S
 
     if not args.token:
         fail("a worker token is required: --token or PULSE_WORKER_TOKEN", 2)
     try:
-        check_token(args.token)
+        check_token(args.token, "worker")
     except ValueError as exc:
         fail(f"{exc}: --token or PULSE_WORKER_TOKEN", 2)
     url = args.url or DEFAULT_URL

@@ -18,6 +18,9 @@ The pipeline of docs/protocol.md §5.1 as modules, one job each:
   ``websockets`` codec, the transport's fast path;
 * ``codec``: the entry points; ``errors``: the error tree.
 
+Beside the pipeline, ``credentials`` checks the bearer token a client sends
+(the worker SDK's and the producer clients') before any request carries it.
+
 The published JSON Schema ships beside them as ``worker.schema.json``.
 """
 

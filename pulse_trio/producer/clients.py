@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 
+from pulse_trio.contract.credentials import check_token
 from pulse_trio.producer import calls
 from pulse_trio.producer.calls import Answer, Call, Request
 
@@ -31,6 +32,7 @@ def _options(url: str, token: str, timeout: float, headers: Mapping[str, str] | 
              limits: httpx.Limits) -> dict[str, Any]:
     if not isinstance(token, str) or not token:
         raise ValueError("a producer (or operator) token is required: pulse-trio token create --role producer")
+    check_token(token, "producer")  # else httpx's refusal of the header would quote it
     return dict(base_url=url.rstrip("/"), timeout=timeout, limits=limits,
                 headers={**(headers or {}), "Authorization": f"Bearer {token}", "Accept": "application/json"})
 

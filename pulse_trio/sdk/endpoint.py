@@ -1,7 +1,9 @@
-"""What a worker connects with, checked when the worker is made rather than at each connect.
+"""Where a worker connects, checked when the worker is made rather than at each connect.
 
-A URL no connect can use, or a token no handshake can carry, would fail
-every connect the same way, and the reconnect loop would try it forever.
+A URL no connect can use would fail every connect the same way, and the
+reconnect loop would try it forever. Its token is checked likewise, by
+:func:`pulse_trio.contract.credentials.check_token`, which the producer
+clients share.
 """
 
 from __future__ import annotations
@@ -45,16 +47,3 @@ def check_url(url: str) -> None:
     except InvalidURI as exc:
         raise ValueError(f"{url!r} is not a worker URL: {exc.msg}") from None
 
-
-def check_token(token: str) -> None:
-    """ValueError unless ``token`` is printable ASCII without blanks around it, as an HTTP header carries it.
-
-    The message never quotes the token: it is a secret, and a line on
-    stderr ends up in logs. A token read from a file saved with CRLF ends
-    in a carriage return.
-    """
-    if not token:
-        raise ValueError("the worker token is empty")
-    if not (token.isascii() and token.isprintable()) or token != token.strip():
-        raise ValueError("the worker token is not printable ASCII without blanks around it "
-                         "(a line end or a blank copied with it?)")

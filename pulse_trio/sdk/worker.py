@@ -39,9 +39,10 @@ import anyio.abc
 from pulse_trio import __version__
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
+from pulse_trio.contract.credentials import check_token
 from pulse_trio.sdk import protocol as p
 from pulse_trio.sdk.clock import LeaseClock, loop_clock
-from pulse_trio.sdk.endpoint import check_token, check_url
+from pulse_trio.sdk.endpoint import check_url
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
 from pulse_trio.sdk.lease import Credentials, LeaseRunner
 from pulse_trio.sdk.pool import HandlerPool
@@ -110,7 +111,7 @@ class Worker:
             raise ValueError("give at least one server URL")
         for one in self.urls:
             check_url(one)
-        check_token(token)
+        check_token(token, "worker")
         self.url, self._token, self.registry, self.capacity = self.urls[0], token, registry, capacity
         self._url_at = 0  # the position of ``url`` in ``urls``
         self.hello = m.WorkerHello(

@@ -204,6 +204,17 @@ async def test_a_bad_token_is_unauthenticated_and_no_token_is_refused_at_once(co
         Client(f"http://127.0.0.1:{service.http_port}", "")
 
 
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n"], ids=["lf", "crlf"])
+async def test_a_token_read_with_its_line_end_is_refused_without_being_shown(connect, tokens, line_end):
+    """``Client(url, open(path).read())``: no header carries the line end, and httpx's refusal of the
+    header would quote the secret; the client refuses the token when it is made, in words that do not
+    (docs/worker.md §12.1)."""
+    token = tokens["producer"]
+    with pytest.raises(ValueError) as refused:
+        await (await connect(token + line_end)).get(SOME_TASK)
+    assert token[3:] not in str(refused.value) and "line end" in str(refused.value)
+
 async def test_requests_reuse_one_connection(producer):
     for _ in range(5):
         await producer.list()
