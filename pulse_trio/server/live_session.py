@@ -33,8 +33,9 @@ Whoever else has news for the session posts it to the inbox and never
 calls a method here that changes the session: the lanes (outcomes,
 ride-along offers), the dispatcher (its offers, the leases a failed claim
 may have made), the timers (a lease a timer ended, reconciliation, a
-cancel notice), the HTTP side (an operator's drain), another connection
-(a lease its resume took from this one) and the service (shutdown). They
+cancel notice, a revoked token), the HTTP side (an operator's drain),
+another connection (a lease its resume took from this one) and the
+service (shutdown). They
 may read what :data:`OUTSIDE_READS` names. The tests hold every
 connection to this rule (``tests/server/ownership_support.py``).
 
@@ -58,7 +59,8 @@ from pulse_trio.contract import messages as m
 from pulse_trio.contract.grammar import new_id
 from pulse_trio.contract.trusted import trusted
 from pulse_trio.server import to_wire
-from pulse_trio.server.session_inbox import CANCEL, DRAIN, ENDED, OFFERS, RECONCILE, SHUTDOWN, UNCERTAIN, SessionInbox
+from pulse_trio.server.session_inbox import (CANCEL, DRAIN, ENDED, OFFERS, RECONCILE, REVOKED, SHUTDOWN, UNCERTAIN,
+                                             SessionInbox)
 from pulse_trio.session import Close, Reject, Request, ServerSession
 from pulse_trio.store.instance import instances
 from pulse_trio.store.engine.results import AssignResult, CancelNotice, Refusal
@@ -484,10 +486,19 @@ class LiveSession:
         else:
             self.outbox.close(e.CLOSE_GOING_AWAY, "server shutting down")
 
+    def _token_revoked(self, _: Any = None) -> None:
+        """The token this session was opened with is revoked: a fatal permission_denied, then close (1008).
+
+        What a hello with that token would get now; the leases stay as a
+        closed connection leaves them.
+        """
+        self._send_reject(self.protocol.fail(e.PERMISSION_DENIED, "the worker token of this session was revoked"))
+
     #: The method that applies each entry that is neither a command's outcome nor offers (rare). Looked up by
     #: name, so the class attribute is what runs: the tests' ownership checker wraps the class's methods.
     _NOTICES = {UNCERTAIN: "_leases_uncertain", ENDED: "_ended_elsewhere", RECONCILE: "_reconcile",
-                CANCEL: "_notify_cancel", DRAIN: "_drain_hinted", SHUTDOWN: "_shutdown"}
+                CANCEL: "_notify_cancel", DRAIN: "_drain_hinted", SHUTDOWN: "_shutdown",
+                REVOKED: "_token_revoked"}
 
     # -- what others may read ----------------------------------------------------
     def holds(self, lease_id: str) -> bool:

@@ -14,7 +14,8 @@ everything posted since it last ran, in order, with no await between:
 * the dispatcher (``dispatcher.py``): the offers its claims committed, and
   the leases a failed claim may have made;
 * the timers (``timers.py``): a lease a timer ended, a reconciliation of
-  the session's leases with the database, a cancel notice to push;
+  the session's leases with the database, a cancel notice to push, the
+  revocation of the session's token;
 * the HTTP side (``live.py``): an operator's drain;
 * another connection's reader: a lease its resume took from this session;
 * the service and node liveness (``wire.py``): the instance is stopping.
@@ -38,8 +39,8 @@ commands between read and answer, and an outcome counts as in flight
 until applied; each ride-along entry (offers, or the leases a failed
 batch may have made) rides on a finish of the same batch, one per session
 and batch. The other posters post at most once per session per claim,
-lease ended, reconciliation or cancel notice, and the results task takes
-everything at its next wake-up.
+lease ended, reconciliation, cancel notice or revocation, and the results
+task takes everything at its next wake-up.
 
 What the dispatcher reads counts posts at once, so no claim over-offers
 and no drained session is offered work meanwhile: leases posted and not
@@ -86,6 +87,8 @@ CANCEL = "cancel"
 DRAIN = "drain"
 #: The instance is stopping, or its node was fenced: server_shutting_down, then close.
 SHUTDOWN = "shutdown"
+#: The token the session was opened with has been revoked: a fatal permission_denied, then close.
+REVOKED = "revoked"
 
 
 class SessionInbox:
@@ -180,6 +183,10 @@ class SessionInbox:
         """The instance is stopping: send server_shutting_down and close."""
         self._post(SHUTDOWN, None)
 
+    def token_revoked(self) -> None:
+        """The session's token was revoked: end the session, as its handshake would be refused now."""
+        self._post(REVOKED, None)
+
     def _post(self, head: str, payload: Any) -> None:
         if self.closed:
             return
@@ -251,4 +258,4 @@ def _undelivered(result: AssignResult) -> None:
         log.info("offer %s not delivered; it will lapse", offer.lease.lease_id)
 
 
-__all__ = ["CANCEL", "DRAIN", "ENDED", "OFFERS", "RECONCILE", "SHUTDOWN", "UNCERTAIN", "SessionInbox"]
+__all__ = ["CANCEL", "DRAIN", "ENDED", "OFFERS", "RECONCILE", "REVOKED", "SHUTDOWN", "UNCERTAIN", "SessionInbox"]

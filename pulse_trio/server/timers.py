@@ -33,6 +33,13 @@ dispatcher. A session's count here is never below the database's (it adds
 a lease once committed, or when the outcome is unknown, and forgets one
 only once it ended, or later: an end posted to the inbox counts once
 applied), so the claim takes it as given (``assign(held=...)``).
+
+A handshake checks its token once, so at the same pace a tick re-checks
+the tokens of the local sessions: one statement asks which of the distinct
+token ids they were opened with are still live, and each session whose
+token was revoked is told through its inbox (a fatal ``permission_denied``,
+then the close). A revoke thus ends the sessions opened before it within
+``RECONCILE_EVERY_S`` and a tick (docs/operations.md §1.4).
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from pulse_trio.store.instance import instances
 from pulse_trio.store.lease import timers as lease_timers
 from pulse_trio.store.key_permit import permits
 from pulse_trio.store.task import tasks
+from pulse_trio.store.token.tokens import live_token_ids
 from pulse_trio.store.engine.results import TimerResult
 from pulse_trio.store.views.timer_probe import due_work
 from pulse_trio.store.engine.trio_bridge import Store
@@ -65,7 +73,7 @@ log = logging.getLogger("pulse_trio.timers")
 
 MAX_ROUNDS = 20  # bounded catch-up per tick, so one tick never runs forever
 TICK_FLOOR_S = 0.1
-RECONCILE_EVERY_S = 1.0  # lease counts are only the dispatcher's hint (see the module docstring)
+RECONCILE_EVERY_S = 1.0  # lease counts are only the dispatcher's hint; tokens are re-checked as often (module docstring)
 
 
 #: Where a lease's end can put its task back in the queue: a lapse, or an expiry retried with effect_uncertain.
@@ -133,6 +141,7 @@ class Timers:
         if trio.current_time() >= self._reconciled_at + RECONCILE_EVERY_S:
             self._reconciled_at = trio.current_time()
             await self.reconcile()
+            await self.end_revoked_sessions()
 
     async def reconcile(self) -> None:
         """Forget the leases that ended elsewhere (see the module docstring)."""
@@ -151,6 +160,16 @@ class Timers:
         live = await self.store.run(instances.live_lease_ids, session_ids=list(known))
         for session in short:  # each session forgets what ended, and wakes the dispatcher if a slot came free
             session.inbox.reconcile(known[session.session_id], live.get(session.session_id, frozenset()))
+
+    async def end_revoked_sessions(self) -> None:
+        """Tell each local session whose token was revoked since its handshake (see the module docstring)."""
+        sessions = [s for s in self.hub if not s.ending]  # one that is closing already is offered nothing
+        if not sessions:
+            return
+        live = await self.store.run(live_token_ids, token_ids={s.token.token_id for s in sessions})
+        for session in sessions:
+            if session.token.token_id not in live:  # its own task sends the error and closes
+                session.inbox.token_revoked()
 
     async def _drain(self, run_batch) -> int:
         total = 0

@@ -66,9 +66,9 @@ TIME_FIELDS = {"server_time", "expires_at", "cancel_requested_at", "committed_at
 ACK_SHAPE = {"worker.capacity": "welcome", "worker.resume": "lease", "task.start": "commandResult",
              "task.renew": "commandResult", "task.finish": "commandResult"}
 #: Errors that may come without reply_to (the offending id could not be read,
-#: or nothing was asked): docs/protocol.md §2 and §4.8.
+#: or nothing was asked: a revoked token's permission_denied): docs/protocol.md §2 and §4.8.
 UNSOLICITED = {"invalid_json", "hello_required", "server_shutting_down", "unsupported_version",
-               "session_mismatch", "invalid_frame"}
+               "session_mismatch", "invalid_frame", "permission_denied"}
 ABSENT = object()  # expect_error(reply_to=ABSENT): the frame must carry no reply_to
 ANY = object()
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import trio
 
 import harness
+from pulse_trio.server.timers import RECONCILE_EVERY_S
 from sql_support import rows
+
+#: What a loaded test machine may add to a documented bound before the service acts on it.
+LOAD_SLACK_S = 1.5
 
 
 @pytest.mark.parametrize("transport", ["ws", "wss"])
@@ -76,6 +81,30 @@ async def test_non_worker_and_revoked_tokens_get_401(start_service, token_factor
     worker = token_factory("worker", ["billing"])
     revoke(worker)
     assert (await harness.rejected(service.worker_port, worker)).status_code == 401
+
+
+async def test_a_revoke_ends_the_sessions_its_token_opened_before_and_they_are_offered_nothing(
+        start_service, connect, token_factory, revoke, client):
+    """docs/protocol.md §1.2: the timers re-check the sessions' tokens every RECONCILE_EVERY_S, at a tick;
+    each session of a revoked token gets a fatal permission_denied and close 1008, the others go on."""
+    service = await start_service()
+    token, other = token_factory("worker", ["billing"]), token_factory("worker", ["billing"])
+    revoked = [await connect(service, token, name=f"revoked-{n}") for n in range(2)]
+    for worker in revoked:
+        await worker.register(["billing"], capacity=1)
+    kept = await connect(service, other, name="kept")
+    await kept.register(["billing"], capacity=1)
+    revoke(token)
+    revoked_at = trio.current_time()
+    bound = RECONCILE_EVERY_S + service.timers.interval + LOAD_SLACK_S
+    for worker in revoked:
+        frame = await worker.expect_error("permission_denied", fatal=True, reply_to=harness.ABSENT, timeout=bound)
+        assert frame["session_id"] == worker.session_id
+        await worker.expect_close(1008)  # and no frame after the error: no offer either
+    assert trio.current_time() - revoked_at < bound
+    task = client.submit("billing", "invoice.send", {"card": "4111-secret"})
+    assert (await kept.expect_assign()).task_id == task["task_id"]
+    assert not any(f["type"] == "task.assign" for worker in revoked for f in worker.received)
 
 
 async def test_wrong_or_missing_subprotocol_gets_400(start_service, worker_token):

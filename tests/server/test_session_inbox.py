@@ -50,6 +50,7 @@ async def test_a_burst_of_posts_is_taken_at_one_wake_up_and_counts_from_the_post
         inbox.notify_cancel(_notice())
         inbox.drain_hinted()
         inbox.shutdown()
+        inbox.token_revoked()
         # Counted before the results task runs: a claim built now sees them; a drain closes the slots.
         assert inbox.leases_posted == 3 and inbox.drain_posted
         assert len(seen["refreshed"]) == 3  # offers, uncertain leases, the drain: what the dispatcher reads
@@ -58,7 +59,8 @@ async def test_a_burst_of_posts_is_taken_at_one_wake_up_and_counts_from_the_post
         nursery.cancel_scope.cancel()
     assert len(taken) == 1, taken
     heads = [head for head, _ in taken[0]]
-    assert heads == [si.OFFERS, si.UNCERTAIN, si.ENDED, si.RECONCILE, si.CANCEL, si.DRAIN, si.SHUTDOWN]
+    assert heads == [si.OFFERS, si.UNCERTAIN, si.ENDED, si.RECONCILE, si.CANCEL, si.DRAIN, si.SHUTDOWN,
+                     si.REVOKED]
     assert taken[0][2][1] == ("lea_x", True)
     assert inbox.leases_posted == 0 and not inbox.drain_posted
 

@@ -7,7 +7,7 @@ and fails a test in which any of them ran elsewhere. The first test shows
 that it does; the others take each path by which another task has news
 for a session (the dispatcher's offers, a timer's lapse, reconciliation, a
 cancel notice, an operator's drain, a resume on another connection, the
-shutdown) and check that the news arrived and was applied by the
+shutdown, a revoked token) and check that the news arrived and was applied by the
 connection's results task.
 """
 
@@ -204,3 +204,13 @@ async def test_the_shutdown_is_sent_by_the_connections_own_task(start_service, c
     await w.expect_error("server_shutting_down", fatal=True, reply_to=harness.ABSENT)
     assert session_owners.roles("_shutdown", session) == ["results"]
     assert session_owners.roles("protocol.shutdown", session) == ["results"]
+
+
+async def test_the_end_of_a_revoked_tokens_session_is_sent_by_the_connections_own_task(
+        start_service, connect, worker_token, session_owners, revoke):
+    service = await start_service()
+    w, session = await _registered(service, connect, worker_token, capacity=1)
+    revoke(worker_token)  # the timers find it at their next re-check and post it to the inbox
+    await w.expect_error("permission_denied", fatal=True, reply_to=harness.ABSENT)
+    assert session_owners.roles("_token_revoked", session) == ["results"]
+    assert session_owners.roles("protocol.fail", session) == ["results"]

@@ -2,7 +2,8 @@
 
 :func:`live_token` is the read-only view the worker endpoint (``roles=WORKER``)
 and the HTTP API (any role; the handler judges what the role allows) run
-through the store. Creating, listing and revoking are operator commands of
+through the store; :func:`live_token_ids` is how a serve process re-checks
+the tokens of the sessions it holds. Creating, listing and revoking are operator commands of
 the CLI on a connection of its own: no chart governs a token, so they are
 plain statements, not transitions, and they live here only so that every
 statement on the table does.
@@ -14,7 +15,7 @@ import datetime as dt
 import hmac
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from pulse_trio.store.engine.registry import read_only
@@ -60,6 +61,18 @@ def _lookup(row_of: Any, token: str, roles: Sequence[str]) -> TokenInfo | None:
 def live_token(tx: Tx, *, token: str, roles: Sequence[str] = ROLES) -> TokenInfo | None:
     """The record of a live token whose role is one of ``roles``, or None (unknown, revoked, other role)."""
     return _lookup(tx.one, token, roles)
+
+
+@read_only(takes_locks=False)
+def live_token_ids(tx: Tx, *, token_ids: Collection[str]) -> frozenset[str]:
+    """The ids among ``token_ids`` whose token is not revoked: one statement by primary key.
+
+    A serve process asks it for the distinct tokens its open sessions were
+    opened with, so a revoke also ends the sessions opened before it.
+    """
+    if not token_ids:
+        return frozenset()
+    return frozenset(row[0] for row in tx.all(sql.LIVE_IDS, (tuple(token_ids),)))
 
 
 # -- the CLI's operator commands, each on a connection of its own -------------------------------------
