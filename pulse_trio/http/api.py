@@ -185,6 +185,7 @@ class TaskApi:
 
         The waiter registers before it reads the task, so an end committed
         between that read and the wait is still seen (docs/http-api.md, Waiting for an outcome).
+        The token is checked again when the wait ends, before the task is read.
         """
         info = await self.authenticate(request, "read")
         params = bodies.query(request, frozenset({"wait"}))
@@ -198,6 +199,7 @@ class TaskApi:
                     with trio.move_on_after(wait):
                         await ended.wait()
                     nursery.cancel_scope.cancel()
+                info = await self.authenticate(request, "read")  # a token revoked while it waited reads nothing
                 view = await self.visible_task(info, task_id)  # ended or not: the task as it is now
         return json_text(view.as_json_text(), done=view.task.state in TERMINAL_TASK_STATES)
 

@@ -11,6 +11,7 @@ from http_support import RawWorker
 from pulse_trio.http.outcomes import OutcomeWatch
 from pulse_trio.serve_process import ServeProcess
 from pulse_trio.store.engine.trio_bridge import Store
+from token_support import revoke_token
 
 
 def waiting(nursery: trio.Nursery, http, task_id: str, token: str, *, wait: int) -> list:
@@ -66,6 +67,23 @@ async def test_a_cancel_through_the_api_wakes_the_wait(http, tokens, token_facto
         while not answered:
             await trio.sleep(0.01)
     assert answered[0].json()["state"] == "CANCELLED" and answered[0].json()["done"] is True
+
+
+async def test_a_token_revoked_while_it_waits_gets_401_not_the_result(http, token_factory, db, open_worker,
+                                                                       nursery):
+    """The token is checked again when the wait ends (docs/http-api.md, Waiting for an outcome)."""
+    producer = token_factory("producer", ("billing",))
+    task_id = await submit(http, producer)
+    answered = waiting(nursery, http, task_id, producer, wait=30)
+    await trio.sleep(0.3)  # the request waits
+    revoke_token(db, producer)
+    worker = await open_worker(token_factory("worker", ("billing",)), "billing")
+    await worker.run_one({"secret_result": 42})
+    with trio.fail_after(10):
+        while not answered:
+            await trio.sleep(0.01)
+    assert answered[0].status == 401 and answered[0].error["code"] == "unauthenticated", answered[0].body
+    assert b"secret_result" not in answered[0].body
 
 
 async def test_bad_waits_are_refused_like_the_rest_of_the_api(http, tokens):
