@@ -21,7 +21,10 @@ its queues): :func:`may` is the one place a role or a grant is judged.
 No token, an unknown one or a revoked one is 401; a live token whose role
 or queues do not allow the request is 403. A task in a queue the token
 cannot see is reported as not found, and so is a worker instance that subscribes to
-such a queue, so a token learns nothing about queues outside its scope.
+such a queue, so a token learns nothing about queues outside its scope but
+the names of their schedules: names are one namespace for the cluster
+(routes address a schedule by name), so creating one that another queue
+uses is 409 ``schedule_exists`` (docs/http-api.md, Tokens and roles).
 """
 
 from __future__ import annotations

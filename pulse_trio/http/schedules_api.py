@@ -5,7 +5,9 @@ JSON object is 400 like everywhere else; a field out of its rule (unknown,
 missing, a bad cron expression, an unknown time zone, an interval under one
 second, ...) is **422** ``invalid_schedule`` with ``field`` naming it, and
 nothing is written. A token held to some queues sees and changes only the
-schedules of those queues; any other is not found to it.
+schedules of those queues; any other is not found to it. Its name is not
+hidden: names are one namespace for the cluster, so a create that takes
+one used in another queue is 409 ``schedule_exists`` like any taken name.
 """
 
 from __future__ import annotations

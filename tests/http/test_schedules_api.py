@@ -70,6 +70,19 @@ async def test_producers_and_foreign_queues_cannot_change_them(http, tokens, tok
     assert (await http.get("/v1/schedules")).status == 401
 
 
+async def test_names_are_one_namespace_so_a_name_another_queue_uses_is_taken_for_a_scoped_token_too(
+        http, tokens, token_factory):
+    """docs/http-api.md, Tokens and roles: the schedule stays not found to the token, its name does not."""
+    assert (await http.post("/v1/schedules", token=tokens["operator"], json_body=NIGHTLY)).status == 201
+    scoped = token_factory("operator", ("shipping",))
+    assert (await http.get("/v1/schedules/nightly", token=scoped)).status == 404
+    taken = await http.post("/v1/schedules", token=scoped, json_body=NIGHTLY | {"queue": "shipping"})
+    assert (taken.status, taken.json()["error"]["code"]) == (409, "schedule_exists")
+    assert "billing" not in taken.body.decode()  # the name is all it learns
+    other = await http.post("/v1/schedules", token=scoped, json_body=NIGHTLY | {"name": "n2", "queue": "shipping"})
+    assert other.status == 201
+
+
 BAD_FIELDS = [
     ({"cron": "61 * * * *"}, "cron"),
     ({"cron": None, "interval": 0}, "interval"),
