@@ -23,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import heapq
 import zoneinfo
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Final
 
@@ -34,6 +36,7 @@ from pulse_trio.picklable import ByFields
 UTC = dt.timezone.utc
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = dt.timedelta(seconds=1)
+_MINUTE = dt.timedelta(minutes=1)
 _MICRO = dt.timedelta(microseconds=1)
 
 #: The shortest interval: one tick a second.
@@ -48,9 +51,16 @@ MAX_CATCH_UP: Final = 1000
 DEFAULT_CATCH_UP: Final = 10
 #: The refusal code of a field out of its rules (HTTP 422, CLI exit 2).
 INVALID_SCHEDULE: Final = "invalid_schedule"
+#: The most cron matches one look at a schedule's ticks reads: a full catch-up and every minute of two days,
+#: more than any stretch of wall-clock time the clocks skip or repeat.
+MAX_CRON_MATCHES: Final = MAX_CATCH_UP + 2 * 24 * 60
 
 
 _HOST_FILES = frozenset({"localtime", "posixrules", "Factory"})
+
+
+class TicksNotFound(ValueError):
+    """A cron schedule's ticks were not found within MAX_CRON_MATCHES matches: it cannot tick."""
 
 
 class InvalidField(ByFields, ValueError):
@@ -87,6 +97,37 @@ def _utc(moment: dt.datetime) -> dt.datetime:
     if moment.tzinfo is None:
         raise ValueError("an aware datetime is required")
     return moment.astimezone(UTC)
+
+
+def _instant(wall: dt.datetime, zone: zoneinfo.ZoneInfo, fold: int) -> dt.datetime | None:
+    """When (UTC) the clocks show ``wall``, in pass ``fold`` when they show it twice; None when they skip it."""
+    at = wall.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+    return at if at.astimezone(zone).replace(tzinfo=None) == wall else None
+
+
+def _after_the_jump(wall: dt.datetime, zone: zoneinfo.ZoneInfo) -> dt.datetime:
+    """When (UTC) the clocks first show a whole minute after ``wall``, a time they skip (cron's rule).
+
+    The skip is at most the offsets' difference long, so the minute is found by halving that span.
+    """
+    before, after = (wall.replace(tzinfo=zone, fold=fold).utcoffset() for fold in (0, 1))
+    jump = after - before  # type: ignore[operator]
+    skipped, shown = 0, -(-jump // _MINUTE)
+    while shown - skipped > 1:
+        middle = (skipped + shown) // 2
+        if _instant(wall + middle * _MINUTE, zone, 0) is None:
+            skipped = middle
+        else:
+            shown = middle
+    at = _instant(wall + shown * _MINUTE, zone, 0)
+    if at is None:
+        raise TicksNotFound(f"the clocks show no time within {jump} after {wall}")
+    return at
+
+
+def _repeated(local: dt.datetime) -> dt.timedelta:
+    """How long the clocks repeat the wall time ``local`` shows: zero unless it is shown twice."""
+    return abs(local.replace(fold=0).utcoffset() - local.replace(fold=1).utcoffset())  # type: ignore[operator]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,23 +171,45 @@ class Timing:
             return [_EPOCH + dt.timedelta(microseconds=k * step) for k in range(first, last + 1)]
         assert self.cron is not None
         local = moment.astimezone(self.zone)
-        # In the second pass of a repeated hour, the first pass's later wall times are earlier ticks:
-        # the reverse walk starts at the end of the repeated hour, and the filter below drops what is later.
-        start = moment
-        if local.fold:  # the repeated wall times lie ahead by the difference of the two offsets
-            start = moment + (local.replace(fold=0).utcoffset() - local.utcoffset())  # type: ignore[operator]
-        # cronsim's reverse walk starts at or before the given second when it has microseconds.
-        ticks = CronSim(self.cron, (start + _MICRO).astimezone(self.zone), reverse=True)
+        # In the second pass of a repeated stretch, the first pass's later wall times are earlier ticks:
+        # the walk back starts at the stretch's end, and the filter below drops what is later.
         found: list[dt.datetime] = []
-        for tick in ticks:
-            at = _utc(tick)
+        for at in self._ticks(local.replace(tzinfo=None) + _repeated(local), reverse=True):
             if floor is not None and at < floor:
                 break
-            if at <= moment:  # the skipped-hour fix-up may step forward past the start
+            if at <= moment and (not found or at < found[-1]):  # skipped times share the tick after the jump
                 found.append(at)
-            if len(found) == count:
-                break
+                if len(found) == count:
+                    break
         return found[::-1]
+
+    def _ticks(self, wall: dt.datetime, *, reverse: bool) -> Iterator[dt.datetime]:
+        """The cron ticks (UTC) in order, one way from the naive wall time ``wall`` (included); repeats possible.
+
+        cronsim matches naive wall-clock times only: there each of its steps moves one way and its horizon
+        ends the walk, where across a zone's changes its own walk can loop for ever. When the clocks show
+        a match is read from the zone here: a fixed minute and hour by cron's rule (module docstring),
+        any other expression at every instant that shows it, so each pass of a repeated time is a walk.
+        """
+        assert self.cron is not None
+        minute, hour = self.cron.split()[:2]
+        cron_rule = not minute.startswith("*") and not hour.startswith("*")  # as cronsim itself tells them apart
+        walks = [self._walk(wall, fold, cron_rule, reverse) for fold in ((0,) if cron_rule else (0, 1))]
+        return heapq.merge(*walks, reverse=reverse)
+
+    def _walk(self, wall: dt.datetime, fold: int, cron_rule: bool, reverse: bool) -> Iterator[dt.datetime]:
+        """One pass of :meth:`_ticks`; a time the clocks skip ticks after the jump under cron's rule, else never."""
+        assert self.cron is not None
+        zone = self.zone
+        start = wall + _MICRO if reverse else wall - _MICRO  # cronsim starts past a whole second
+        for read, match in enumerate(CronSim(self.cron, start, reverse=reverse), 1):
+            if read > MAX_CRON_MATCHES:
+                raise TicksNotFound(f"{self.cron!r} in {self.timezone}: no tick within {MAX_CRON_MATCHES} matches")
+            at = _instant(match, zone, fold)
+            if at is None and cron_rule:
+                at = _after_the_jump(match, zone)
+            if at is not None:
+                yield at
 
     def due(self, next_at: dt.datetime, now: dt.datetime, limit: int) -> tuple[list[dt.datetime], dt.datetime]:
         """The ticks to fire now, and the schedule's next tick after them.

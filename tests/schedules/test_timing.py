@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
+from cronsim import CronSim
 
 from pulse_trio.client.schedules import build_schedule
 from pulse_trio.schedule_timing import InvalidField, missed_policy, timing
@@ -178,3 +180,91 @@ def test_in_the_second_pass_of_a_repeated_hour_the_next_tick_is_still_ahead():
     late = timing(cron="59 2 * * *", timezone="Europe/Berlin")
     assert late.due(at(2026, 10, 25, 0, 59), at(2026, 10, 25, 1, 0, 2), 1) == (
         [at(2026, 10, 25, 0, 59)], at(2026, 10, 26, 1, 59))
+
+
+@pytest.mark.timeout(10)
+def test_looking_back_across_a_change_off_the_hour_finds_the_ticks():
+    """Pacific/Chatham (UTC+12:45, +13:45 in summer) falls back on 5 April 2026 from 03:45 to 02:45.
+
+    There cronsim's own walk back never returns; looked at on time or late, the ticks are found.
+    """
+    two_hourly = timing(cron="0 */2 * * *", timezone="Pacific/Chatham")
+    four = at(2026, 4, 4, 15, 15)  # 04:00 +12:45, the first tick after the repeated 02:45-03:45
+    assert two_hourly.after(at(2026, 4, 4, 12, 15)) == four
+    assert two_hourly.due(four, four + dt.timedelta(milliseconds=50), 10) == ([four], at(2026, 4, 4, 17, 15))
+    nightly = timing(cron="*/20 2 * * *", timezone="Pacific/Chatham")
+    last = at(2026, 4, 4, 12, 55)  # 02:40 +13:45, the last before the change
+    assert nightly.due(last, at(2026, 4, 4, 13, 20), 1) == ([last], at(2026, 4, 5, 13, 15))
+
+
+#: Clocks that change off the hour or by other than an hour (Kathmandu once, in 1986), and Berlin's on the hour.
+ODD_ZONES = ("Pacific/Chatham", "Australia/Lord_Howe", "America/St_Johns", "Australia/Adelaide", "Asia/Kathmandu",
+             "Antarctica/Troll", "Europe/Berlin")
+#: Real instants (minute or hour starting with ``*``) and cron's wall-clock rule, around the changes' hours.
+EXPRESSIONS = ("*/15 * * * *", "0 */2 * * *", "*/20 1-3 * * *", "10,40 1-3 * * *", "45 2 * * *", "0,30 1-3 * * SUN")
+MINUTE = dt.timedelta(minutes=1)
+
+
+def _changes(zone: ZoneInfo, year: int) -> list[dt.datetime]:
+    """The instants (whole minutes) the zone's offset changes at in ``year``."""
+    found, step = [], dt.timedelta(hours=6)
+    moment, end = at(year, 1, 1), at(year + 1, 1, 1)
+    while moment < end:
+        offset = moment.astimezone(zone).utcoffset()
+        if (moment + step).astimezone(zone).utcoffset() != offset:
+            same, changed = 0, step // MINUTE
+            while changed - same > 1:
+                middle = (same + changed) // 2
+                if (moment + middle * MINUTE).astimezone(zone).utcoffset() == offset:
+                    same = middle
+                else:
+                    changed = middle
+            found.append(moment + changed * MINUTE)
+        moment += step
+    return found
+
+
+def _reference(cron: str, walls: list[tuple[dt.datetime, dt.datetime, int, dt.datetime]]) -> list[dt.datetime]:
+    """The ticks among ``walls`` (each UTC minute, its wall time and fold, the wall time a minute before).
+
+    By the rules, minute by minute: real instants, every minute whose wall time matches; cron's rule (a fixed
+    minute and hour), a matching wall time's first pass, and the first minute after a jump that skipped a
+    matching wall time. cronsim only says which values each field allows.
+    """
+    fields = CronSim(cron, dt.datetime(2000, 1, 1))
+
+    def matches(wall: dt.datetime) -> bool:
+        return (wall.minute in fields.minutes and wall.hour in fields.hours and wall.month in fields.months
+                and fields.match_day(wall.date()))
+
+    minute, hour = cron.split()[:2]
+    if minute.startswith("*") or hour.startswith("*"):
+        return [moment for moment, wall, _, _ in walls if matches(wall)]
+    return [moment for moment, wall, fold, shown in walls if (fold == 0 and matches(wall))
+            or any(matches(shown + k * MINUTE) for k in range(1, (wall - shown) // MINUTE))]
+
+
+def _windows():
+    """Each zone's changes of several years, a day around each: (zone, walls as :func:`_reference` takes them)."""
+    for name in ODD_ZONES:
+        zone = ZoneInfo(name)
+        for year in (1986, 2026, 2027):
+            for change in _changes(zone, year):
+                locals_ = [(change + k * MINUTE).astimezone(zone) for k in range(-12 * 60 - 1, 12 * 60)]
+                walls = [local.replace(tzinfo=None) for local in locals_]
+                yield name, [(local.astimezone(UTC), walls[i + 1], local.fold, walls[i])
+                             for i, local in enumerate(locals_[1:])]
+
+
+def test_ticks_across_every_kind_of_clock_change_agree_with_a_minute_by_minute_reference():
+    """Around each change of several years, for each expression: every tick, and the ticks looked back from
+    moments on and between them, are those a minute-by-minute walk in UTC finds."""
+    for name, walls in _windows():
+        start, end = walls[0][0], walls[-1][0] + MINUTE
+        for cron in EXPRESSIONS:
+            rule, ticks = timing(cron=cron, timezone=name), _reference(cron, walls)
+            assert rule.latest(end - dt.timedelta(microseconds=1), len(ticks) + 1, since=start) == ticks, (name, cron)
+            for moment in (start + k * dt.timedelta(minutes=17, seconds=30) for k in range(82)):
+                before = [t for t in ticks if t <= moment][-2:]
+                if len(before) == 2:
+                    assert rule.latest(moment, 2) == before, (name, cron, moment)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,8 @@ from pulse_trio.store.schedule.schedules import (
 from tests.store.conftest import T0
 
 SECOND = dt.timedelta(seconds=1)
+UTC = dt.timezone.utc
+ROOT = Path(__file__).parents[2]
 
 
 def _create(world, name="every-second", **fields):
@@ -181,3 +186,42 @@ def test_a_schedule_made_in_a_repeated_hour_waits_for_its_next_tick_and_stalls_n
     world.run(fire)
     assert [row for row in _tasks(world, nightly.schedule_id) if row[2].replace(tzinfo=utc) < made_at] == []
     assert dt.datetime(2026, 10, 25, 1, 41) in [row[2] for row in _tasks(world, heartbeat.schedule_id)]
+
+
+_FIRE_ONCE = """
+import datetime as dt, sys
+from pulse_trio.dburl import parse_database_url
+from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.schedule.schedules import fire
+store = Store(parse_database_url(sys.argv[1]), pool_size=1)
+print(store.run_sync(fire, now=dt.datetime.fromisoformat(sys.argv[2])).created)
+store.close()
+"""
+
+
+def _fire_in_a_process(world, now: dt.datetime) -> int:
+    """One fire pass in a process of its own, so a pass that never ends fails the test instead of stalling the run."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _FIRE_ONCE, world.db.url(redact=False), now.isoformat()],
+                              cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the fire pass never ended: its batch stays locked and its process fires nothing more")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout)
+
+
+def test_a_schedule_ticking_across_a_change_off_the_hour_lets_the_fire_pass_end(world):
+    """Pacific/Chatham falls back on 5 April 2026 from 03:45 to 02:45 (UTC+13:45 to +12:45).
+
+    An every-two-hours catch-up fired on time at 04:00 fires its tick, and the pass ends: the heartbeat in the
+    same batch fires too (operations.md §8.4: one schedule holds up no other).
+    """
+    world.now = dt.datetime(2026, 4, 4, 12, 16, tzinfo=UTC)
+    chatham = _create(world, name="chatham", cron="0 */2 * * *", timezone="Pacific/Chatham", missed="catch_up")
+    heartbeat = _create(world, name="heartbeat", interval=60)
+    four = dt.datetime(2026, 4, 4, 15, 15, tzinfo=UTC)  # 04:00 +12:45, the first tick after the repeated stretch
+    assert chatham.next_fire_at == four
+    assert _fire_in_a_process(world, four + dt.timedelta(milliseconds=50)) == 2
+    assert [t[2] for t in _tasks(world, chatham.schedule_id)] == [four.replace(tzinfo=None)]
+    assert len(_tasks(world, heartbeat.schedule_id)) == 1
+    assert world.store.run_sync(get_schedule, ref="chatham").next_fire_at == dt.datetime(2026, 4, 4, 17, 15, tzinfo=UTC)

@@ -153,7 +153,7 @@ def fire(tx: Tx, *, now: dt.datetime, limit: int = FIRE_BATCH) -> FireResult:
             ticks, next_at = s.timing.due(s.next_fire_at, now, s.catch_up_limit)
         except StopIteration:  # no match within cronsim's horizon
             ticks, next_at = [], NEVER
-        except (ValueError, CronSimError):  # its zone left the installed zone data: it cannot tick
+        except (ValueError, CronSimError):  # its zone left the zone data, or its ticks were not found: it cannot tick
             log.error("schedule %s (%s) cannot compute its ticks; it stops until resumed", s.schedule_id, s.name,
                       exc_info=True)
             ticks, next_at = [], NEVER
