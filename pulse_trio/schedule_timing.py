@@ -4,13 +4,15 @@ Pure functions of time, no database and no clock, so daylight-saving edges
 are unit-tested and every ``serve`` process computes the same ticks.
 
 * **cron**: five fields (minute hour day-of-month month day-of-week), parsed
-  and iterated by ``cronsim``. Wall-clock times are read in the schedule's
-  zone. An expression with a fixed minute and hour (``30 2 * * *``) follows
-  cron's rule across a daylight-saving change: a time the clocks skip fires
-  at the first minute after the jump, a time they repeat fires once, at its
-  first occurrence. An expression that steps through every hour or minute
-  (``*/15 * * * *``) matches real instants: the repeated hour fires twice,
-  the skipped hour not at all (docs/operations.md §8).
+  by ``cronsim``, which walks naive wall-clock times; when the schedule's
+  zone shows each match is read here, alike for every change of any size
+  at any minute. An expression whose minute and hour fields both name their
+  values (``30 2 * * *``, ``0,30 1-3 * * *``) follows cron's rule across a
+  daylight-saving change: a time the clocks skip fires at the first minute
+  after the jump, a time they repeat fires once, at its first occurrence.
+  One whose minute or hour field starts with ``*`` (``*/15 * * * *``,
+  ``*/20 2 * * *``) matches real instants: a repeated time fires in each
+  pass, a skipped one not at all (docs/operations.md §8).
 * **interval**: every N whole seconds, counted from the Unix epoch in UTC
   (``300`` fires at :00, :05, … of every hour). The zone does not move it.
 
@@ -51,7 +53,7 @@ MAX_CATCH_UP: Final = 1000
 DEFAULT_CATCH_UP: Final = 10
 #: The refusal code of a field out of its rules (HTTP 422, CLI exit 2).
 INVALID_SCHEDULE: Final = "invalid_schedule"
-#: The most cron matches one look at a schedule's ticks reads: a full catch-up and every minute of two days,
+#: The most cron matches one walk for a schedule's ticks reads: a full catch-up and every minute of two days,
 #: more than any stretch of wall-clock time the clocks skip or repeat.
 MAX_CRON_MATCHES: Final = MAX_CATCH_UP + 2 * 24 * 60
 
@@ -60,7 +62,7 @@ _HOST_FILES = frozenset({"localtime", "posixrules", "Factory"})
 
 
 class TicksNotFound(ValueError):
-    """A cron schedule's ticks were not found within MAX_CRON_MATCHES matches: it cannot tick."""
+    """A cron schedule's ticks cannot be worked out (none within MAX_CRON_MATCHES matches): it cannot tick."""
 
 
 class InvalidField(ByFields, ValueError):
@@ -150,10 +152,10 @@ class Timing:
             elapsed = (moment - _EPOCH) // _MICRO
             return _EPOCH + dt.timedelta(microseconds=(elapsed // step + 1) * step)
         assert self.cron is not None
-        # cronsim walks wall-clock time and reads a repeated (fall-back) hour as its first pass: from the
-        # second pass, its first tick can be that hour's first-pass tick, already past. Walk on to one after.
-        for tick in CronSim(self.cron, moment.astimezone(self.zone)):
-            at = _utc(tick)
+        local = moment.astimezone(self.zone)
+        # In the first pass of a repeated stretch, the second pass's earlier wall times are later ticks:
+        # the walk starts at the stretch's start, and the filter below drops what is not after the moment.
+        for at in self._ticks(local.replace(tzinfo=None) - _repeated(local), reverse=False):
             if at > moment:
                 return at
         raise StopIteration
@@ -187,9 +189,9 @@ class Timing:
         """The cron ticks (UTC) in order, one way from the naive wall time ``wall`` (included); repeats possible.
 
         cronsim matches naive wall-clock times only: there each of its steps moves one way and its horizon
-        ends the walk, where across a zone's changes its own walk can loop for ever. When the clocks show
-        a match is read from the zone here: a fixed minute and hour by cron's rule (module docstring),
-        any other expression at every instant that shows it, so each pass of a repeated time is a walk.
+        ends the walk (in a zone, across a change, its own walk can loop for ever). When the clocks show each
+        match is read from the zone: under cron's rule (module docstring) at its first pass, a skipped one
+        after the jump; otherwise at every instant, so each pass through a repeated stretch is a walk of its own.
         """
         assert self.cron is not None
         minute, hour = self.cron.split()[:2]
@@ -252,7 +254,7 @@ def timing(*, cron: object = None, interval: object = None, timezone: object = "
         found.after(dt.datetime.now(UTC))
     except CronSimError as exc:
         raise InvalidField("cron", f"{text!r} is not a cron expression: {exc}") from None
-    except StopIteration:
+    except (StopIteration, TicksNotFound):
         raise InvalidField("cron", f"{text!r} never fires") from None
     return found
 

@@ -257,14 +257,22 @@ def _windows():
 
 
 def test_ticks_across_every_kind_of_clock_change_agree_with_a_minute_by_minute_reference():
-    """Around each change of several years, for each expression: every tick, and the ticks looked back from
-    moments on and between them, are those a minute-by-minute walk in UTC finds."""
+    """Around each change of several years, for each expression: the ticks walked forward and looked back
+    at, and the next and latest ticks from moments on and between them, are those a minute-by-minute walk in
+    UTC finds."""
+    micro = dt.timedelta(microseconds=1)
     for name, walls in _windows():
         start, end = walls[0][0], walls[-1][0] + MINUTE
         for cron in EXPRESSIONS:
             rule, ticks = timing(cron=cron, timezone=name), _reference(cron, walls)
-            assert rule.latest(end - dt.timedelta(microseconds=1), len(ticks) + 1, since=start) == ticks, (name, cron)
+            walked, moment = [], start - micro
+            while (moment := rule.after(moment)) < end:
+                walked.append(moment)
+            assert walked == ticks, (name, cron)
+            assert rule.latest(end - micro, len(ticks) + 1, since=start) == ticks, (name, cron)
             for moment in (start + k * dt.timedelta(minutes=17, seconds=30) for k in range(82)):
-                before = [t for t in ticks if t <= moment][-2:]
+                before, after = [t for t in ticks if t <= moment][-2:], [t for t in ticks if t > moment][:1]
+                if after:
+                    assert rule.after(moment) == after[0], (name, cron, moment)
                 if len(before) == 2:
                     assert rule.latest(moment, 2) == before, (name, cron, moment)

@@ -6,6 +6,7 @@ import datetime as dt
 import subprocess
 import sys
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -18,6 +19,7 @@ from pulse_trio.store.schedule.schedules import (
 from tests.store.conftest import T0
 
 SECOND = dt.timedelta(seconds=1)
+DAY = dt.timedelta(days=1)
 UTC = dt.timezone.utc
 ROOT = Path(__file__).parents[2]
 
@@ -225,3 +227,20 @@ def test_a_schedule_ticking_across_a_change_off_the_hour_lets_the_fire_pass_end(
     assert [t[2] for t in _tasks(world, chatham.schedule_id)] == [four.replace(tzinfo=None)]
     assert len(_tasks(world, heartbeat.schedule_id)) == 1
     assert world.store.run_sync(get_schedule, ref="chatham").next_fire_at == dt.datetime(2026, 4, 4, 17, 15, tzinfo=UTC)
+
+
+def test_a_fall_back_day_off_the_hour_fires_every_tick_its_clocks_show(world):
+    """``*/20 2 * * *`` in Australia/Lord_Howe, fired on time tick after tick: 02:00, 02:20 and 02:40 each day.
+
+    On 5 April 2026 its clocks go back half an hour, from 02:00 to 01:30, so they show 02:00-02:59 once, and all
+    three fire (operations.md §8.1: only a time the clocks skip does not).
+    """
+    zone = ZoneInfo("Australia/Lord_Howe")
+    world.now = dt.datetime(2026, 4, 3, 12, 0, tzinfo=UTC)
+    row, until = _create(world, name="lord-howe", cron="*/20 2 * * *", timezone=zone.key), world.now + 2 * DAY
+    while (upcoming := world.store.run_sync(get_schedule, ref="lord-howe").next_fire_at) < until:
+        world.now = upcoming + dt.timedelta(milliseconds=50)
+        world.run(fire)
+    fired = [due.replace(tzinfo=UTC).astimezone(zone) for _, _, due, _ in _tasks(world, row.schedule_id)]
+    assert [t.strftime("%m-%d %H:%M") for t in fired] == [
+        "04-04 02:00", "04-04 02:20", "04-04 02:40", "04-05 02:00", "04-05 02:20", "04-05 02:40"]
