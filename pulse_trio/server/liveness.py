@@ -11,14 +11,17 @@ sessions it held (``pulse_trio.store.instance.nodes``).
 Two rules keep a live process from being declared lost, or from acting as
 if it had not been:
 
-* A node sweeps only once its own heartbeats have landed, each sent within
-  a lapse of the one before and each recorded within ``lapse − heartbeat``
-  of being sent, for a whole lapse counted from a landing. After an outage
-  of the database every heartbeat is overdue; and after a stall (the
-  database hung, then answered everything) every node's heartbeat lands
-  with an ``expires_at`` computed before the stall, already past or nearly.
-  Either way the first node through must give the others a lapse to beat
-  before it judges them.
+* A node sweeps only once its own heartbeats have landed, each sent before
+  its own row had lapsed and each recorded within ``lapse − heartbeat``
+  of being sent, for a whole lapse counted from a landing; and never while
+  its own row is lapsed by the clock it judges the others with. After an
+  outage of the database every heartbeat is overdue; after a pause of the
+  processes (a VM or a host paused, a debugger) every node's beat is
+  overdue alike, and the first one to wake may tick before its own beat
+  lands; and after a stall (the database hung, then answered everything)
+  every node's heartbeat lands with an ``expires_at`` computed before the
+  stall, already past or nearly. Either way the first node through must
+  give the others a lapse to beat before it judges them.
 * The heartbeat interval and the lapse are cluster settings and may change
   while the node runs (``settings_sync.py``). Every heartbeat writes the
   lapse of one snapshot of the settings into the node's row, and the next
@@ -41,6 +44,7 @@ if it had not been:
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 import os
@@ -57,7 +61,9 @@ from pulse_trio.server.metrics import ServiceMetrics
 from pulse_trio.store.instance import nodes
 from pulse_trio.store.engine.codes import NODE_LOST
 from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.engine.rows import NodeRow
 from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.tx import db_time
 
 if TYPE_CHECKING:
     from pulse_trio.config import Settings
@@ -84,7 +90,7 @@ class NodeLiveness:
         self.settings_sync = settings_sync
         self.node_id: str = store.node_id
         self._next_beat = -math.inf
-        self._last_beat: float | None = None
+        self._expires_at: dt.datetime | None = None  # our own row's expires_at, as our last heartbeat left it
         self._steady_since: float | None = None
         self._started = False
         self._stopping = False
@@ -102,6 +108,8 @@ class NodeLiveness:
     @property
     def may_sweep(self) -> bool:
         """Our own heartbeats have landed, on time, for a whole lapse (see the module docstring)."""
+        if self._lapsed(self.clock.now()):
+            self._steady_since = None  # paused or stalled past our own lapse: so may every other node have been
         return self._steady_since is not None and trio.current_time() - self._steady_since >= self.lapse_s
 
     async def start(self) -> bool:
@@ -117,15 +125,15 @@ class NodeLiveness:
             if self.settings_sync is not None:  # the cluster's settings (this node's lapse among them) first
                 await self.settings_sync.load()
             settings = self.settings.current
-            await self.store.run(nodes.start, now=self.clock.now(), lapse_ms=_lapse_ms(settings),
-                                 host=socket.gethostname(), pid=os.getpid())
+            row = await self.store.run(nodes.start, now=self.clock.now(), lapse_ms=_lapse_ms(settings),
+                                       host=socket.gethostname(), pid=os.getpid())
         except Exception:
             log.warning("node %s not recorded yet (database unavailable); retrying at the next heartbeat",
                         self.node_id, exc_info=True)
             self._next_beat = sent + self.heartbeat_s
             return False
         self._started = True
-        self._landed(sent, settings=settings)
+        self._landed(sent, row, settings=settings)
         log.info("node %s started (heartbeat %gs, lapse %gs)", self.node_id, self.heartbeat_s, self.lapse_s)
         return True
 
@@ -190,14 +198,14 @@ class NodeLiveness:
             self._steady_since = None
             log.error("node %s heartbeat refused: %s (%s)", self.node_id, result.code, result.message)
             return
-        self._landed(sent, landed, settings)
+        self._landed(sent, result, landed, settings)
 
     async def sweep(self) -> None:
         """Declare lapsed nodes lost and disconnect their sessions (SKIP LOCKED, shared by every node)."""
-        if not self.may_sweep:
-            return
         metrics = self.metrics
         for _ in range(MAX_SWEEP_ROUNDS):
+            if not self.may_sweep:  # asked each round: the process may have been paused during the last one
+                return
             result = await self.store.run(nodes.lose, now=self.clock.now())
             for node_id in result.lost_nodes:
                 log.warning("node %s declared lost: its heartbeat lapsed; disconnecting its sessions", node_id)
@@ -238,10 +246,15 @@ class NodeLiveness:
             raise RuntimeError(f"node {self.node_id} could not rejoin: {result.code} ({result.message})")
         self.metrics.node_rejoins += 1
         self._steady_since = None
-        self._landed(sent, settings=settings)
+        self._landed(sent, result, settings=settings)
 
-    def _landed(self, sent: float, landed: float | None = None, settings: Settings | None = None) -> None:
-        """A heartbeat sent at Trio time ``sent`` was recorded at ``landed`` (now, if not given).
+    def _lapsed(self, at: dt.datetime) -> bool:
+        """By ``at``, our own row has lapsed: another node judging it then would declare us lost."""
+        return self._expires_at is not None and db_time(self._expires_at) <= db_time(at)
+
+    def _landed(self, sent: float, row: NodeRow, landed: float | None = None,
+                settings: Settings | None = None) -> None:
+        """A heartbeat sent at Trio time ``sent`` was recorded as ``row`` at ``landed`` (now, if not given).
 
         ``settings`` is the snapshot whose lapse the heartbeat wrote: the next
         beat is due by its interval, which is at most half that lapse.
@@ -250,7 +263,7 @@ class NodeLiveness:
         self._landed_at, self.fenced = landed, False
         settings = settings or self.settings.current
         lapse_s, heartbeat_s = settings.node_lapse, settings.node_heartbeat
-        away = self._last_beat is not None and sent - self._last_beat > lapse_s
+        away = self._lapsed(row.heartbeat_at)
         slow = landed - sent > lapse_s - heartbeat_s
         if away or slow:
             # We were away longer than a lapse, or the database stalled: every
@@ -258,7 +271,7 @@ class NodeLiveness:
             self._steady_since = None
         if self._steady_since is None:
             self._steady_since = landed
-        self._last_beat = sent
+        self._expires_at = row.expires_at
         self._next_beat = sent + heartbeat_s
 
 

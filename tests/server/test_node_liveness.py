@@ -1,4 +1,5 @@
-"""Server-process liveness with real processes: SIGKILL leaves no ghost session, nor does a graceful stop.
+"""Server-process liveness with real processes: SIGKILL leaves no ghost session, nor does a graceful stop,
+and processes paused together judge nobody when they wake.
 
 Two `pulse-trio serve` processes on one database with a fast heartbeat
 (0.2 s) and lapse (1 s), so the whole story takes seconds.
@@ -18,6 +19,7 @@ HEARTBEAT = 0.2
 LAPSE = 1.0
 FAST = ("--node-heartbeat", str(HEARTBEAT), "--node-lapse", str(LAPSE), "--poll-interval", "0.05")
 SLACK = 1.0  # a timers tick (0.1 s) and a loaded 2-core machine
+PAUSES = 4  # which of a waking process's timers tick and its overdue heartbeat runs first is a race
 
 
 async def _query(db, query, args=()):
@@ -108,6 +110,31 @@ async def test_a_graceful_stop_leaves_no_ghost_and_is_never_declared_lost(db, co
             await staying.wait()
         if staying.poll() is None:
             staying.kill()
+
+
+async def test_processes_paused_together_declare_nobody_lost_when_they_wake(db):
+    """A VM pause or a debugger stops every serve process at once; none was on time, so none may judge.
+
+    Each pause lasts two lapses, so every row lapses; both wake together, and
+    the first through must give the other a lapse to beat (docs/operations.md §4).
+    """
+    processes = [(await serve_process.start_on_free_ports(db, *FAST))[0] for _ in range(2)]
+    try:
+        await trio.sleep(LAPSE * 2)  # both steady for over a lapse: both sweep
+        for pause in range(PAUSES):
+            for process in processes:
+                process.send_signal(signal.SIGSTOP)
+            await trio.sleep(LAPSE * 2)
+            for process in processes:
+                process.send_signal(signal.SIGCONT)
+            await trio.sleep(LAPSE * 1.5)  # a lapse of steady beats again: both sweep before the next pause
+            rows = await _query(db, "SELECT state, lost_by FROM server_nodes")
+            assert rows == [("ALIVE", None)] * 2, (pause, rows)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
 
 
 async def test_a_hello_on_a_node_declared_lost_is_refused_on_the_wire(db, start_service, connect, worker_token):
