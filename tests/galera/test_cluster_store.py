@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -13,7 +14,7 @@ import pymysql
 import pytest
 
 from pulse_trio.dburl import connect_node
-from pulse_trio.store.engine.writer import connect, create_database, writer_for
+from pulse_trio.store.engine.writer import FOLLOW_AFTER_S, WriterSelector, connect, create_database, writer_for
 from pulse_trio.store import register
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.inputs import NewInstance, SubscribedQueue
@@ -106,6 +107,8 @@ def test_every_process_picks_the_first_synced_node_and_sticks_to_it(cluster, dat
     assert selector.current() == ("127.0.0.1", n1.port)
     with contextlib.closing(connect(config)) as conn:
         assert conn.port == n1.port
+    late = WriterSelector(config)  # another process's choice, on n1 too
+    assert late.current() == ("127.0.0.1", n1.port)
 
     n1.isolate()
     _wait(lambda: not n1.synced())
@@ -115,6 +118,8 @@ def test_every_process_picks_the_first_synced_node_and_sticks_to_it(cluster, dat
     n1.wait_synced(60, cluster_size=3)
     selector.failed(("127.0.0.1", n2.port))  # a blip on the writer: it is re-checked, and kept
     assert selector.current() == ("127.0.0.1", n2.port), "a node that came back does not pull the writer back"
+    late.failed(("127.0.0.1", n1.port))  # its failure seen only now, with n1 ready again
+    assert late.current() == ("127.0.0.1", n2.port), "a re-check joins the recorded writer"
     selector.reset()  # a process that starts now reads the recorded writer
     assert selector.current() == ("127.0.0.1", n2.port), "nor does it pull a newly started process"
     for fresh in (cluster.config(database_name), cluster.config(database_name, [n1, n2])):
@@ -127,6 +132,64 @@ def test_every_process_picks_the_first_synced_node_and_sticks_to_it(cluster, dat
 @read_only
 def _node_port(tx):
     return tx.one("SELECT @@port")[0]
+
+
+#: Another process on the same URL: one transaction at start, then one for each line it reads.
+NODE_PORTS = textwrap.dedent("""
+    import sys
+    from pulse_trio.dburl import parse_database_url
+    from pulse_trio.store.engine.registry import read_only
+    from pulse_trio.store.engine.trio_bridge import Store
+
+    @read_only
+    def port(tx):
+        return tx.one("SELECT @@port")[0]
+
+    store = Store(parse_database_url(sys.argv[1]), pool_size=1)
+    print(store.run_sync(port), flush=True)
+    for line in sys.stdin:
+        print(store.run_sync(port), flush=True)
+""")
+
+
+def test_a_process_idle_through_a_failover_joins_the_others_when_it_next_writes(cluster, database_name):
+    """One writer for every process (docs/deployment.md §2), even for one that saw no failure.
+
+    n1 leaves the primary component while this process (A) works and a
+    child process (B) is idle; A moves to n2 and records it, and n1 comes
+    back Synced. B's pooled connection to n1 is still good, so it never
+    sees a failure: it re-reads the record before its next write once
+    ``FOLLOW_AFTER_S`` have passed, and writes through n2 from then on.
+    """
+    config = cluster.config(database_name)
+    migrate(config)
+    n1, n2, _ = cluster.nodes
+    writer_for(config).reset()
+    a = Store(config, pool_size=2)
+    b = subprocess.Popen([sys.executable, "-c", NODE_PORTS, config.url(redact=False)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert int(b.stdout.readline()) == n1.port
+        b_looked = time.monotonic()  # B read the record when it chose
+        assert a.run_sync(_node_port) == n1.port
+        n1.isolate()
+        _wait(lambda: not n1.synced())
+        assert a.run_sync(_node_port) == n2.port  # 1047: A re-checks, moves to n2 and records it
+        n1.isolate(False)
+        n1.wait_synced(60, cluster_size=3)
+        time.sleep(max(0.0, b_looked + FOLLOW_AFTER_S - time.monotonic()))
+        a_ports, b_ports = [], []
+        for _ in range(3):
+            a_ports.append(a.run_sync(_node_port))
+            b.stdin.write("next\n")
+            b.stdin.flush()
+            b_ports.append(int(b.stdout.readline()))
+        assert a_ports == [n2.port] * 3
+        assert b_ports == a_ports, f"B writes through {b_ports}, A through {a_ports} (n1={n1.port}, n2={n2.port})"
+    finally:
+        a.close()
+        b.kill()
+        b.wait()
 
 
 def test_a_node_that_is_not_ready_is_treated_as_a_lost_connection(cluster, database_name):

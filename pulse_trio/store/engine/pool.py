@@ -8,8 +8,10 @@ for it.
 
 On a multi-host URL every connection goes to the process's writer
 (``writer.py``): a connection that is lost or whose node stops being ready
-has the writer re-checked (:meth:`ConnectionPool.lost`), and idle
-connections to a writer the process has left are closed, not handed out.
+has the writer re-checked (:meth:`ConnectionPool.lost`), the record of
+the writer is re-read now and then (:meth:`WriterSelector.follow`), and
+idle connections to a writer the process has left are closed, not handed
+out.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ class ConnectionPool:
         self.discarded = 0
 
     def acquire(self) -> pymysql.connections.Connection:
+        if self._writer is not None:
+            self._writer.follow()
         with self._lock:
             if self._closed:
                 raise RuntimeError("the pool is closed")

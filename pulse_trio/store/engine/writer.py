@@ -20,7 +20,14 @@ same list of nodes:
   (and is not the one that just failed); otherwise the first ready node in
   list order, which it records. So a node that comes back after a failure
   does not pull writers back to it, not even newly started ones: the record
-  names the node everyone moved to, and it stands until that node fails.
+  names the node everyone moved to, and it stands until that node fails;
+* a process follows the record: one that saw no failure while the others
+  moved (it was idle through the blip, or its writer was ready again by the
+  time it re-checked) would otherwise write through the old node for good.
+  So a re-check that finds the writer ready still joins the recorded node
+  when that one is ready, and a working process re-reads the record at most
+  every :data:`FOLLOW_AFTER_S` (:meth:`WriterSelector.follow`, from the
+  pool), so a transaction pays for it only that often.
 
 Recording is best effort (a database not migrated yet has no table): the
 rule then falls back to list order, which every process applies alike.
@@ -55,6 +62,8 @@ log = logging.getLogger("pulse_trio.dbwriter")  # the logger's name operators al
 PROBE_TIMEOUT_S = 2.0
 #: A writer re-checked within this long is not re-checked again for the next failure.
 RECHECK_AFTER_S = 0.5
+#: A process that saw no failure re-reads the recorded writer at most this often, when it next works.
+FOLLOW_AFTER_S = 5.0
 #: CR_CONN_HOST_ERROR: what a caller sees when no node is ready.
 NO_WRITER = 2003
 
@@ -69,6 +78,7 @@ class WriterSelector:
         self._lock = threading.Lock()
         self._writer: tuple[str, int] | None = None
         self._checked_at = 0.0
+        self._follow_at = 0.0  # monotonic time from which the next transaction re-reads the record
         #: How many times the writer failed over, for logs and tests.
         self.changes = 0
 
@@ -111,11 +121,38 @@ class WriterSelector:
             if time.monotonic() - self._checked_at < RECHECK_AFTER_S:
                 return  # re-checked a moment ago, by the failure of a sibling connection
             if _ready(self.config.for_node(*node)):
-                self._checked_at = time.monotonic()
-                return  # the writer is fine: a blip on one connection
+                recorded = self._recorded(node)
+                if recorded is None or recorded == node:
+                    self._checked_at = time.monotonic()
+                    return  # the writer is fine: a blip on one connection
+                log.warning("database writer %s:%s failed and is back; joining %s:%s, the recorded writer",
+                            *node, *recorded)
+                self._take(recorded)
+                return
             self._writer = None
             with contextlib.suppress(pymysql.err.OperationalError):
                 self._choose(previous=node)
+
+    def follow(self) -> None:
+        """Join the recorded writer if the others moved while this process saw no failure (see the module).
+
+        Cheap when not due: the pool calls it for every connection it hands out.
+        """
+        if time.monotonic() < self._follow_at:
+            return
+        with self._lock:
+            writer = self._writer
+            if writer is None or time.monotonic() < self._follow_at:
+                return  # no choice yet (the next connection makes one, reading the record), or a sibling follows
+            self._follow_at = time.monotonic() + FOLLOW_AFTER_S
+        recorded = self._recorded(writer)
+        if recorded is None or recorded == writer:
+            return
+        with self._lock:
+            if self._writer == writer:
+                log.warning("database writer moved to %s:%s while this process wrote through %s:%s; joining it",
+                            *recorded, *writer)
+                self._take(recorded)
 
     def _choose(self, previous: tuple[str, int] | None) -> None:
         first = next((node for node in self.config.hosts
@@ -124,18 +161,33 @@ class WriterSelector:
             self._writer = None
             names = ", ".join(f"{h}:{p}" for h, p in self.config.hosts)
             raise pymysql.err.OperationalError(NO_WRITER, f"no database node is synced and ready among {names}")
-        chosen = first
-        recorded = _read_record(self.config.for_node(*first))
-        if (recorded is not None and recorded != first and recorded != previous and recorded in self.config.hosts
-                and _ready(self.config.for_node(*recorded))):
-            chosen = recorded  # the node the others moved to: stay with them
-        if recorded != chosen:
+        chosen = self._recorded(first, avoid=previous)  # the node the others moved to: stay with them
+        if chosen is None:
+            chosen = first
             _write_record(self.config.for_node(*chosen), chosen)
         if previous is not None:
             log.warning("database writer %s:%s failed; writing to %s:%s now", *previous, *chosen)
+        self._take(chosen, moved=previous is not None)
+
+    def _recorded(self, on: tuple[str, int], *, avoid: tuple[str, int] | None = None) -> tuple[str, int] | None:
+        """The writer ``db_writer`` names, read on ``on`` (a node that answers), if this process may take it.
+
+        That is ``on`` itself, or another node of the list that is ready,
+        never ``avoid`` (the node that just failed); None otherwise.
+        """
+        recorded = _read_record(self.config.for_node(*on))
+        if recorded == on or (recorded is not None and recorded != avoid and recorded in self.config.hosts
+                                 and _ready(self.config.for_node(*recorded))):
+            return recorded
+        return None
+
+    def _take(self, node: tuple[str, int], *, moved: bool = True) -> None:
+        """Write through ``node`` from now on (under the lock); the record was just read or written."""
+        if moved:
             self.changes += 1
-        self._writer = chosen
-        self._checked_at = time.monotonic()
+        self._writer = node
+        now = time.monotonic()
+        self._checked_at, self._follow_at = now, now + FOLLOW_AFTER_S
 
 
 def _probe(node: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
