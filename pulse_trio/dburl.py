@@ -219,8 +219,8 @@ def connect_node(config: DatabaseConfig, *, database: bool = True,
     of the handshake (the server's greeting, the login, the session setup):
     a node that accepts and then says nothing fails the connect instead of
     blocking the caller for good. ``io_timeout`` bounds every read and write
-    after it too (a probe's); without it a statement waits as long as it
-    needs.
+    after it too (a probe's, a pooled connection's); without it a statement
+    waits as long as it needs (a migration's).
     """
     kwargs = config.connect_kwargs(database=database)
     if io_timeout is not None:

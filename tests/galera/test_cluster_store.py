@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,10 @@ import pymysql
 import pytest
 
 from pulse_trio.dburl import connect_node
-from pulse_trio.store.engine.writer import FOLLOW_AFTER_S, WriterSelector, connect, create_database, writer_for
+from pulse_trio.store.engine.pool import STATEMENT_TIMEOUT_S
+from pulse_trio.store.engine.writer import (
+    FOLLOW_AFTER_S, PROBE_TIMEOUT_S, WriterSelector, connect, create_database, writer_for,
+)
 from pulse_trio.store import register
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.inputs import NewInstance, SubscribedQueue
@@ -213,6 +217,41 @@ def test_a_node_that_is_not_ready_is_treated_as_a_lost_connection(cluster, datab
     try:
         assert store.run_sync(_node_port) == n2.port
     finally:
+        store.close()
+
+
+def test_a_writer_that_hangs_is_failed_over_from_once_a_statement_times_out(cluster, database_name):
+    """n1's mariadbd is frozen (SIGSTOP: a dead disk, a stopped VM) with a pooled connection open to it.
+
+    Its kernel keeps the connection open and Galera evicts it, so n2 and n3
+    go on as the primary component; no failure comes from n1 itself. The
+    transaction's statement gives up after ``STATEMENT_TIMEOUT_S`` (2013, a
+    lost connection), the probe of n1 gets no greeting either, and the run
+    moves to n2.
+    """
+    config = cluster.config(database_name)
+    migrate(config)
+    n1, n2, n3 = cluster.nodes
+    writer_for(config).reset()
+    store = Store(config, pool_size=1)
+    try:
+        assert store.run_sync(_node_port) == n1.port  # one pooled connection to n1, idle and fresh
+        n1.process.send_signal(signal.SIGSTOP)
+        _wait(lambda: n2.synced(cluster_size=2) and n3.synced(cluster_size=2))
+        answer: list = []
+
+        def run() -> None:
+            try:
+                answer.append(store.run_sync(_node_port))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                answer.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(STATEMENT_TIMEOUT_S + PROBE_TIMEOUT_S + 15)  # and a loaded 2-core machine
+        assert answer == [n2.port], f"{answer or 'still blocked on n1'}; writer {writer_for(config).writer}"
+    finally:
+        n1.kill()  # SIGKILL ends a stopped process too; the fixture restarts it (IST)
         store.close()
 
 

@@ -34,11 +34,10 @@ import pymysql
 
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store.engine.failures import CONFLICT, LOST, classify
-from pulse_trio.store.engine.pool import SERVER_IDLE_TIMEOUT_S, ConnectionPool
+from pulse_trio.store.engine.pool import SERVER_IDLE_TIMEOUT_S, ConnectionPool, connect_pooled
 from pulse_trio.store.engine.registry import is_read_only, registration_of, takes_no_locks
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.tx import CasMismatch, Tx
-from pulse_trio.store.engine.writer import connect
 
 T = TypeVar("T")
 
@@ -73,7 +72,7 @@ class SyncStore:
 
     def __init__(self, config: DatabaseConfig, pool_size: int = 8, *, max_attempts: int = 10,
                  backoff_s: float = 0.002, max_backoff_s: float = 0.2,
-                 connector: Callable[[DatabaseConfig], Any] = connect, node_id: str | None = None,
+                 connector: Callable[[DatabaseConfig], Any] = connect_pooled, node_id: str | None = None,
                  server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> None:
         self.config = config
         #: The serve process whose transactions these are (see :attr:`Tx.node_id`).

@@ -35,6 +35,18 @@ from pulse_trio.store.engine.writer import connect, writer_for
 #: The pool never hands out a connection idle for half of it (the server may
 #: be about to drop it): it opens a fresh one instead.
 SERVER_IDLE_TIMEOUT_S = 60
+#: How long a statement waits for a row lock before it fails with 1205 (which is retried).
+#: Waits are short by design (nobody waits on a pick-up); a long one is a bug or an outage.
+LOCK_WAIT_TIMEOUT_S = 10
+#: The longest one statement of the store takes once it has its locks (a purge batch's
+#: delete, a count of a large kept history), with room for a loaded machine.
+LONGEST_STATEMENT_S = 20
+#: Each read and write on a pooled connection waits at most this long. A server that is
+#: silent for longer hangs (a stopped mariadbd, a frozen VM or disk: its kernel still
+#: acknowledges, so TCP never notices), and the connection counts as lost (2013): the
+#: store runs the transaction again and, on a cluster, has the writer re-checked. Not
+#: for migrations: they open connections of their own, without it.
+STATEMENT_TIMEOUT_S = LOCK_WAIT_TIMEOUT_S + LONGEST_STATEMENT_S
 
 
 def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[str, ...]:
@@ -44,16 +56,19 @@ def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[s
         # needs no snapshot; READ COMMITTED also avoids the gap locks that made
         # concurrent SKIP LOCKED claims deadlock under REPEATABLE READ (docs/storage.md §3).
         "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-        # Waits are short by design (nobody waits on a pick-up); a long one is a
-        # bug or an outage, and 1205 is retried.
-        "SET SESSION innodb_lock_wait_timeout = 10",
+        f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_S}",
         f"SET SESSION wait_timeout = {int(server_idle_timeout_s)}",
     )
 
 
+def connect_pooled(config: DatabaseConfig) -> pymysql.connections.Connection:
+    """The pool's own connector: the writer's, every read and write bounded by :data:`STATEMENT_TIMEOUT_S`."""
+    return connect(config, io_timeout=STATEMENT_TIMEOUT_S)
+
+
 class ConnectionPool:
     def __init__(self, config: DatabaseConfig, size: int,
-                 connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect, *,
+                 connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect_pooled, *,
                  server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S, autocommit: bool = False) -> None:
         if size < 1:
             raise ValueError("pool size must be at least 1")

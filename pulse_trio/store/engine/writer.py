@@ -87,14 +87,15 @@ class WriterSelector:
         """The current choice, if one was made (without probing)."""
         return self._writer
 
-    def connect(self, config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
+    def connect(self, config: DatabaseConfig, *, database: bool = True,
+                io_timeout: float | None = None) -> pymysql.connections.Connection:
         """A connection to the writer (``config``'s database and login); on a failure, re-choose once."""
         target = self.current()
         try:
-            return connect_node(config.for_node(*target), database=database)
+            return connect_node(config.for_node(*target), database=database, io_timeout=io_timeout)
         except (pymysql.err.MySQLError, OSError):
             self.failed(target)
-            return connect_node(config.for_node(*self.current()), database=database)
+            return connect_node(config.for_node(*self.current()), database=database, io_timeout=io_timeout)
 
     def current(self) -> tuple[str, int]:
         """The writer, choosing one first if there is none."""
@@ -289,11 +290,15 @@ def writer_for(config: DatabaseConfig) -> WriterSelector:
         return selector
 
 
-def connect(config: DatabaseConfig, *, database: bool = True) -> pymysql.connections.Connection:
-    """Open one connection (to the writer, for several nodes); the caller owns it and must close it."""
+def connect(config: DatabaseConfig, *, database: bool = True,
+            io_timeout: float | None = None) -> pymysql.connections.Connection:
+    """Open one connection (to the writer, for several nodes); the caller owns it and must close it.
+
+    ``io_timeout``: as :func:`~pulse_trio.dburl.connect_node` takes it.
+    """
     if config.clustered:
-        return writer_for(config).connect(config, database=database)
-    return connect_node(config, database=database)
+        return writer_for(config).connect(config, database=database, io_timeout=io_timeout)
+    return connect_node(config, database=database, io_timeout=io_timeout)
 
 
 def create_database(config: DatabaseConfig) -> None:
