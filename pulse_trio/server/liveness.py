@@ -25,17 +25,18 @@ if it had not been:
 * The heartbeat interval and the lapse are cluster settings and may change
   while the node runs (``settings_sync.py``). Every heartbeat writes the
   lapse of one snapshot of the settings into the node's row, and the next
-  beat is due by the interval of the same snapshot, at most half that lapse;
+  beat is due by the interval of the same snapshot, at most half that lapse
+  (or sooner, once the node notices a shorter interval);
   so whatever changes, and whenever each node notices, no row ever promises
   a beat later than its node will send one. Each row is judged by the lapse
   it carries, so nodes that have not noticed a change yet are judged by the
   values they still beat by.
-* Fencing: when no heartbeat has landed for longer than a lapse (the writer
-  is unreachable, or every node of the cluster refuses), the other instances
-  are about to declare this node lost, and its sessions can do nothing
-  useful: every lease command would fail. Each is told
-  ``server_shutting_down`` at once, so its worker goes to another instance
-  (or retries here) instead of idling on a dead path.
+* Fencing: when no heartbeat has landed for longer than the lapse the last
+  one wrote (the writer is unreachable, or every node of the cluster
+  refuses), the other instances are about to declare this node lost, and
+  its sessions can do nothing useful: every lease command would fail. Each
+  is told ``server_shutting_down`` at once, so its worker goes to another
+  instance (or retries here) instead of idling on a dead path.
 * A heartbeat refused with ``node_lost`` means another instance has already
   disconnected this node's sessions. Their connections are still open here,
   so each is told ``server_shutting_down`` (the workers reconnect and resume
@@ -73,7 +74,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("pulse_trio.liveness")
 
 MAX_SWEEP_ROUNDS = 20  # batches per tick, like the other timers
-MAX_RETRY_S = 1.0  # a failed heartbeat is tried again this soon (or at the heartbeat interval, if shorter)
+# A failed heartbeat is tried again this soon (or at the heartbeat interval, if shorter); the heartbeat
+# loop wakes at least as often, so it follows a shortened interval without waiting for the beat it scheduled.
+MAX_RETRY_S = 1.0
 
 
 class NodeLiveness:
@@ -91,10 +94,12 @@ class NodeLiveness:
         self.node_id: str = store.node_id
         self._next_beat = -math.inf
         self._expires_at: dt.datetime | None = None  # our own row's expires_at, as our last heartbeat left it
+        self._last_beat: float | None = None  # Trio time the last recorded heartbeat was sent
         self._steady_since: float | None = None
         self._started = False
         self._stopping = False
         self._landed_at: float | None = None  # Trio time of the last heartbeat recorded
+        self._landed_lapse = math.inf  # the lapse it wrote: the others judge this node by it until the next lands
         self.fenced = False  # cut off from the database for over a lapse; sessions ended
 
     @property
@@ -153,16 +158,23 @@ class NodeLiveness:
         if self._landed_at is None or self._stopping or self.fenced:
             return
         away = trio.current_time() - self._landed_at
-        if away <= self.lapse_s:
+        if away <= self._landed_lapse:  # not the current lapse: a shorter one applies from the next heartbeat
             return
         self.fenced = True
         self.metrics.node_fenced += 1
         connections = list(self.connections)
         log.warning("node %s: no heartbeat recorded for %.1fs (over the %gs lapse): the database writer is "
                     "unreachable; ending %d session(s) so their workers go elsewhere",
-                    self.node_id, away, self.lapse_s, len(connections))
+                    self.node_id, away, self._landed_lapse, len(connections))
         for connection in connections:
             connection.shutdown()
+
+    @property
+    def _due(self) -> float:
+        """The next heartbeat: as the last one scheduled it, or sooner once the interval has shrunk since."""
+        if self._last_beat is None:
+            return self._next_beat
+        return min(self._next_beat, self._last_beat + self.heartbeat_s)
 
     async def _heartbeats(self) -> None:
         while True:
@@ -171,13 +183,13 @@ class NodeLiveness:
             except Exception:
                 log.exception("node %s: heartbeat failed; retrying", self.node_id)
             now = trio.current_time()
-            # The next heartbeat when this one landed; soon again when it did not.
-            await trio.sleep_until(self._next_beat if self._next_beat > now
-                                   else now + min(MAX_RETRY_S, self.heartbeat_s))
+            retry = now + min(MAX_RETRY_S, self.heartbeat_s)
+            # The next heartbeat when this one landed; soon again when it did not, or to look whether it is due.
+            await trio.sleep_until(self._due if now < self._due < retry else retry)
 
     async def beat(self) -> None:
         """Heartbeat if one is due; if another instance declared us lost, close our connections and rejoin."""
-        if self._stopping or trio.current_time() < self._next_beat:
+        if self._stopping or trio.current_time() < self._due:
             return
         if not self._started:
             await self.start()
@@ -260,9 +272,9 @@ class NodeLiveness:
         beat is due by its interval, which is at most half that lapse.
         """
         landed = trio.current_time() if landed is None else landed
-        self._landed_at, self.fenced = landed, False
         settings = settings or self.settings.current
         lapse_s, heartbeat_s = settings.node_lapse, settings.node_heartbeat
+        self._landed_at, self._landed_lapse, self.fenced = landed, lapse_s, False
         away = self._lapsed(row.heartbeat_at)
         slow = landed - sent > lapse_s - heartbeat_s
         if away or slow:
@@ -272,6 +284,7 @@ class NodeLiveness:
         if self._steady_since is None:
             self._steady_since = landed
         self._expires_at = row.expires_at
+        self._last_beat = sent
         self._next_beat = sent + heartbeat_s
 
 

@@ -265,8 +265,33 @@ async def test_changing_heartbeat_and_lapse_never_makes_a_live_instance_look_los
         client.close()
     for instance in (first, second):
         assert instance.metrics.nodes_declared_lost == 0 and instance.metrics.node_rejoins == 0
+        assert instance.metrics.node_fenced == 0  # nor does it take itself for cut off
         assert (instance.settings.node_heartbeat, instance.settings.node_lapse) == (2, 5)
     assert await query(db, "SELECT DISTINCT lapse_ms FROM server_nodes") == [(5_000,)]
+
+
+async def test_shrinking_heartbeat_and_lapse_does_not_fence_a_healthy_instance(start_service, connect, worker_token,
+                                                                               db):
+    """From the defaults to a lapse shorter than the wait for the heartbeat already scheduled: the sessions stay."""
+    service = await start_service(poll_interval=0.05)
+    started, heartbeat = trio.current_time(), service.settings.node_heartbeat  # its node is recorded: a beat landed
+    worker = await connect(service, worker_token)
+    await worker.register(["billing"], capacity=1)
+    ((node_id,),) = await query(db, "SELECT node_id FROM server_nodes")
+    await trio.sleep_until(started + 1.6)  # that beat is older than the new lapse
+    with Client(db) as client:  # one transaction, as `settings set node_heartbeat 0.5 node_lapse 1.5`
+        await trio.to_thread.run_sync(lambda: client.set_settings({"node_heartbeat": "0.5", "node_lapse": "1.5"},
+                                                                  updated_by="test"))
+    await service.settings_sync.refresh()  # what the instance that served a PATCH does at once
+    service.node.check_cut_off()  # what its cut-off watch does next, before another heartbeat can land
+    assert service.metrics.node_fenced == 0, "a healthy instance fenced itself and ended its worker sessions"
+    with trio.fail_after(heartbeat + SLACK + 5):
+        while (await query(db, "SELECT lapse_ms FROM server_nodes WHERE node_id = %s", (node_id,)))[0][0] != 1_500:
+            await trio.sleep(0.05)
+    assert trio.current_time() < started + heartbeat - 1  # at the new pace, not when the old interval said
+    await trio.sleep_until(started + heartbeat + SLACK)  # past the beat the old interval had scheduled
+    assert service.metrics.node_fenced == 0
+    assert len(service.connections) == 1
 
 
 async def test_flags_given_while_the_schema_is_missing_are_written_once_it_is_there(database_server, nursery):
