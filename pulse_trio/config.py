@@ -232,6 +232,11 @@ SERVE_VARIABLES = frozenset(env_name(field) for _, field, _, _ in _OPTIONS)
 def add_options(parser: argparse.ArgumentParser, options=_OPTIONS) -> None:
     """Add the flags; defaults come from the environment, then Settings.
 
+    A variable's text is its flag's default as text, which argparse converts
+    by the flag's type only when the command that takes the flag runs: every
+    command's parser is built for every command, and a variable one of them
+    cannot use is no business of the others (a flag given beats it unread).
+
     A cluster setting neither flagged nor in the environment is left out of
     the parsed namespace altogether, which is how "not given" (use the
     cluster's value) is told from "given the default's value".
@@ -241,12 +246,24 @@ def add_options(parser: argparse.ArgumentParser, options=_OPTIONS) -> None:
         raw = os.environ.get(env_name(field))
         default = argparse.SUPPRESS if field in cs.BY_NAME else getattr(defaults, field)
         if raw not in (None, ""):
-            try:
-                default = kind(raw)  # type: ignore[operator]
-            except (argparse.ArgumentTypeError, ValueError) as exc:
-                parser.error(f"{env_name(field)}: {exc}")
+            default, kind = raw, _naming(env_name(field), raw, kind)  # type: ignore[arg-type]
         parser.add_argument(flag, dest=field, type=kind, default=default,
                             help=f"{help_text} [env {env_name(field)}]")
+
+
+def _naming(variable: str, text: str, kind: Callable[[str], object]) -> Callable[[str], object]:
+    """``kind``, whose refusal of the variable's ``text`` (the flag's default) names the variable."""
+
+    def parse(value: str) -> object:
+        try:
+            return kind(value)
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            if value is not text:  # the flag's own value: argparse names the flag
+                raise
+            raise argparse.ArgumentTypeError(f"{variable}: {exc}") from None
+
+    parse.__name__ = getattr(kind, "__name__", variable)
+    return parse
 
 
 def settings_to_json(settings: Settings) -> dict[str, object]:

@@ -50,6 +50,20 @@ def test_a_malformed_database_url_in_the_environment_is_a_bad_argument_for_serve
     _assert_usage_error(done)
 
 
+@pytest.mark.parametrize(("name", "value"), [("PULSE_CANCEL_GRACE", "30s"), ("PULSE_POLL_INTERVAL", "50ms"),
+                                           ("PULSE_MANAGED_DB_PORT", "0")])
+def test_a_bad_serve_variable_is_a_bad_argument_for_serve_and_names_the_variable(monkeypatch, name, value):
+    """Judged when serve runs (the other commands leave serve's variables alone), before anything starts.
+
+    The database URL is refused when serve reads it: a variable let through would stop serve there instead.
+    """
+    monkeypatch.setenv(name, value)
+    done = run("serve", "--database-url", "mysql://u:p@127.0.0.1:1/pulse?connect_timeout=0",
+               "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
+    _assert_usage_error(done)
+    assert f"{name}: " in done.stderr and repr(value) in done.stderr, done.stderr
+
+
 def test_a_missing_ca_file_is_a_bad_argument(tmp_path):
     (tmp_path / "billing_worker.py").write_text(REGISTRY)
     done = run("worker", "run", f"{tmp_path / 'billing_worker.py'}:registry", "--token", "pt_x",

@@ -82,6 +82,21 @@ def test_the_old_timing_flags_warn_and_write_nothing(db):
     assert stored(db)["cancel_grace"] == (30_000, "DEFAULT")
 
 
+def test_task_cancel_ignores_a_stale_pulse_cancel_grace_as_documented(db):
+    """A shell that sourced an old serve.env, written the way people write durations: serve's to refuse."""
+    task_id = json.loads(cli(db, "submit", "--queue", "billing", "--kind", "invoice.send").stdout)["task_id"]
+    done = cli(db, "task", "cancel", task_id, env={"PULSE_CANCEL_GRACE": "30s"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["cancel_changed"] is True
+
+
+def test_settings_show_is_not_refused_for_a_serve_only_variable(db):
+    """`settings show` takes no --poll-interval: a bad PULSE_POLL_INTERVAL is serve's business, not its."""
+    done = cli(db, "settings", "show", env={"PULSE_POLL_INTERVAL": "50ms"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["settings"]["cancel_grace"]["value"] == 30
+
+
 def test_weight_gives_a_fairness_key_a_weight_and_weights_lists_them(db):
     done = cli(db, "settings", "weight", "tenant:7", "3")
     assert done.returncode == 0, done.stderr
