@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
@@ -29,24 +30,26 @@ from pulse_trio.managed_db import default_state_dir
 
 
 def parse_seconds(text: str) -> float:
-    """A positive decimal number of seconds."""
+    """A positive decimal number of seconds, judged as the float the process runs by: never 0, never infinite."""
     try:
         value = Decimal(text)
     except InvalidOperation:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value.is_finite() or value <= 0:
-        raise argparse.ArgumentTypeError(f"seconds must be a positive number: {text!r}")
+    if not value.is_finite() or not 0 < float(value) < math.inf:
+        raise argparse.ArgumentTypeError(f"seconds must be a positive number that neither rounds to 0 nor "
+                                         f"overflows: {text!r}")
     return float(value)
 
 
 def parse_share(text: str) -> float:
-    """A fraction of time: a number greater than 0 and at most 1."""
+    """A fraction of time: a number greater than 0 and at most 1, judged as the float the process runs by."""
     try:
         value = Decimal(text)
     except InvalidOperation:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value.is_finite() or not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"a share must be greater than 0 and at most 1: {text!r}")
+    if not value.is_finite() or not 0 < float(value) <= 1:
+        raise argparse.ArgumentTypeError(f"a share must be greater than 0 and at most 1, and not round to 0: "
+                                         f"{text!r}")
     return float(value)
 
 

@@ -40,6 +40,18 @@ def test_non_positive_or_non_numeric_seconds_are_rejected(bad):
         _parse(["--lease-ttl", bad])
 
 
+@pytest.mark.parametrize("bad", ["1e-400", "1e400", "9" * 400])
+def test_seconds_and_shares_whose_float_would_be_zero_or_infinite_are_rejected(bad, monkeypatch):
+    """Judged as the float the process runs by: 1e-400 s is 0.0 (a dispatcher polling without a pause)."""
+    for flag in ("--poll-interval", "--hello-timeout", "--purge-busy-share"):
+        with pytest.raises(SystemExit):
+            _parse([flag, bad])
+    with pytest.raises(SystemExit):
+        _parse([], monkeypatch, {"PULSE_POLL_INTERVAL": bad})
+    with pytest.raises(SystemExit):
+        _parse(["--lease-ttl", bad])  # a cluster setting: its own bounds, to the millisecond
+
+
 def test_environment_variables_and_flag_precedence(monkeypatch):
     s = _parse([], monkeypatch, {"PULSE_LEASE_TTL": "1.25", "PULSE_DATABASE_URL": "mysql://u@h/db"})
     assert s.lease_ttl == 1.25 and s.database_url == "mysql://u@h/db"
