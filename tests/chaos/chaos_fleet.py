@@ -13,15 +13,22 @@ against workers on both backends at once.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from pulse_trio.managed_db import ManagedMariaDB
 from pulse_trio.ports import free_port
+from pulse_trio.store.engine.writer import connect
+from pulse_trio.store.schema.migrate import migrate
+from pulse_trio.store.token.tokens import create_token
 
 WORKER = str(Path(__file__).with_name("recording_worker.py")) + ":registry"
 #: The worker backends, by worker index modulo their number.
@@ -36,6 +43,24 @@ def wait_port(port: int, timeout: float = 30) -> None:
                 return
         time.sleep(0.05)
     raise AssertionError(f"nothing listens on {port}")
+
+
+@contextlib.contextmanager
+def own_database(tmp_path: Path, name: str) -> Iterator[tuple[ManagedMariaDB, object, str]]:
+    """A MariaDB of the run's own, to stop and start under load: (server, migrated database, worker token)."""
+    server = ManagedMariaDB(tmp_path / "mariadb", fast=True)
+    try:
+        db = server.start().with_database(name)
+        migrate(db)
+        conn = connect(db)
+        try:
+            token, _ = create_token(conn, role="worker", queues=["chaos"], label="chaos",
+                                    now=dt.datetime.now(dt.timezone.utc))
+        finally:
+            conn.close()
+        yield server, db, token
+    finally:
+        server.stop()
 
 
 def monotonic() -> float:

@@ -10,14 +10,13 @@ exactly one task, and every serve process must still be alive and serving.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 
 import pytest
 
 import chaos_checks
-from chaos_fleet import Fleet
+from chaos_fleet import Fleet, own_database
 from sql_support import rows as sql_rows
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
@@ -41,39 +40,29 @@ NODE_ARGS = ("--node-heartbeat", "0.2", "--node-lapse", "1")
 
 
 def test_database_outage_longer_than_a_lease(tmp_path):
-    from pulse_trio.managed_db import ManagedMariaDB
-    from pulse_trio.store.engine.writer import connect
-    from pulse_trio.store.schema.migrate import migrate
-    from pulse_trio.store.token.tokens import create_token
+    with own_database(tmp_path, "pulse_outage") as (server, db, token):
+        fleet = Fleet(db, token, tmp_path / "executions.jsonl", serve_args=Fleet.SERVE_ARGS + NODE_ARGS)
+        produced: dict[str, str] = {}  # idempotency key -> task id answered
+        errors: list[str] = []
+        stop = threading.Event()
 
-    server = ManagedMariaDB(tmp_path / "mariadb", fast=True)
-    db = server.start().with_database("pulse_outage")
-    migrate(db)
-    conn = connect(db)
-    token, _ = create_token(conn, role="worker", queues=["chaos"], label="chaos", now=dt.datetime.now(dt.timezone.utc))
-    conn.close()
-    fleet = Fleet(db, token, tmp_path / "executions.jsonl", serve_args=Fleet.SERVE_ARGS + NODE_ARGS)
-    produced: dict[str, str] = {}  # idempotency key -> task id answered
-    errors: list[str] = []
-    stop = threading.Event()
+        def producer() -> None:
+            n = 0
+            with Client(db) as client:
+                while not stop.is_set():
+                    key = f"idem-{n}"
+                    for _ in range(200):
+                        try:
+                            produced[key] = client.submit("chaos", "work", {"idem": n, "sleep": 0.1},
+                                                          idempotency_key=key, retry_uncertain=True,
+                                                          max_attempts=10)["task_id"]
+                            break
+                        except Exception as exc:  # the database is away: try again
+                            errors.append(f"{type(exc).__name__}: {exc}"[:120])
+                            time.sleep(0.1)
+                    n += 1
+                    time.sleep(0.05)
 
-    def producer() -> None:
-        n = 0
-        with Client(db) as client:
-            while not stop.is_set():
-                key = f"idem-{n}"
-                for _ in range(200):
-                    try:
-                        produced[key] = client.submit("chaos", "work", {"idem": n, "sleep": 0.1}, idempotency_key=key,
-                                                      retry_uncertain=True, max_attempts=10)["task_id"]
-                        break
-                    except Exception as exc:  # the database is away: try again
-                        errors.append(f"{type(exc).__name__}: {exc}"[:120])
-                        time.sleep(0.1)
-                n += 1
-                time.sleep(0.05)
-
-    try:
         try:
             for i in (0, 1):
                 fleet.start_server(i)
@@ -102,8 +91,6 @@ def test_database_outage_longer_than_a_lease(tmp_path):
                                                    (k,))] != [(v,)]]
         with Client(db) as client:
             summary = chaos_checks.check_run(db, client, fleet, ids, states)
-    finally:
-        server.stop()
     print(f"\nchaos: {summary}; producer errors {len(errors)} {sorted(set(errors))[:8]}; produced {len(produced)}")
     assert alive == {0: None, 1: None}, f"serve exited: {alive}; logs in {fleet.logs}"
     assert not dupes and not mismatch, (dupes, mismatch[:5])

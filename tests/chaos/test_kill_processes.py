@@ -20,7 +20,7 @@ import time
 import pytest
 
 import chaos_checks
-from chaos_fleet import Fleet
+from chaos_fleet import Fleet, own_database
 from sql_support import rows as sql_rows
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
@@ -91,21 +91,8 @@ def test_sigkill_servers_and_workers_loses_nothing(db, token_factory, tmp_path):
 
 def test_restarting_mariadb_under_load_loses_nothing(tmp_path):
     """(b) The database goes away and comes back: the service retries, nothing is lost or doubled silently."""
-    import datetime as dt
-
-    from pulse_trio.store.engine.writer import connect
-    from pulse_trio.managed_db import ManagedMariaDB
-    from pulse_trio.store.schema.migrate import migrate
-    from pulse_trio.store.token.tokens import create_token
-
-    server = ManagedMariaDB(tmp_path / "mariadb", fast=True)
-    db = server.start().with_database("pulse_chaos")
-    migrate(db)
-    conn = connect(db)
-    token, _ = create_token(conn, role="worker", queues=["chaos"], label="chaos", now=dt.datetime.now(dt.timezone.utc))
-    conn.close()
-    fleet = Fleet(db, token, tmp_path / "executions.jsonl")
-    try:
+    with own_database(tmp_path, "pulse_chaos") as (server, db, token):
+        fleet = Fleet(db, token, tmp_path / "executions.jsonl")
         try:
             for i in (0, 1):
                 fleet.start_server(i)
@@ -122,6 +109,4 @@ def test_restarting_mariadb_under_load_loses_nothing(tmp_path):
             fleet.stop_all()
         with Client(db) as client:
             summary = chaos_checks.check_run(db, client, fleet, ids, states)
-    finally:
-        server.stop()
     print(f"\nchaos: {summary}")
