@@ -236,6 +236,22 @@ def test_a_connection_silent_inside_a_transaction_loses_its_locks(world, db):
     assert 1 <= waited < 9, waited  # released by the 2 s idle timeout, well before the 10 s lock wait
 
 
+def test_a_pooled_connection_waits_for_a_tables_lock_no_longer_than_for_a_rows(db):
+    """A statement behind a migration's ALTER (a metadata lock) fails as a row-lock wait does, and is retried,
+    rather than waiting out the server's default of a year until the statement timeout cuts it."""
+    from pulse_trio.store.engine.pool import LOCK_WAIT_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionPool
+
+    pool = ConnectionPool(db, 1)
+    conn = pool.acquire()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@SESSION.lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout")
+            assert cur.fetchone() == (LOCK_WAIT_TIMEOUT_S, LOCK_WAIT_TIMEOUT_S)
+    finally:
+        pool.discard(conn)
+    assert LOCK_WAIT_TIMEOUT_S < STATEMENT_TIMEOUT_S
+
+
 def test_the_pool_replaces_a_connection_idle_for_half_the_server_timeout(db):
     store = Store(db, pool_size=2, server_idle_timeout_s=2)
     try:

@@ -57,6 +57,9 @@ def session_setup(server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> tuple[s
         # concurrent SKIP LOCKED claims deadlock under REPEATABLE READ (docs/storage.md §3).
         "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         f"SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_TIMEOUT_S}",
+        # A table's metadata lock (held by a migration's ALTER) is waited for as long as a row's, and
+        # fails alike (1205, retried), well inside STATEMENT_TIMEOUT_S: the server's default is a year.
+        f"SET SESSION lock_wait_timeout = {LOCK_WAIT_TIMEOUT_S}",
         f"SET SESSION wait_timeout = {int(server_idle_timeout_s)}",
     )
 
