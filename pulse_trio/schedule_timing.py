@@ -231,6 +231,12 @@ class Timing:
         return {"cron": self.cron, "interval": self.interval_s, "timezone": self.timezone}
 
 
+def _quoted(number: int | Decimal) -> str:
+    """A refused number for a message, as given (a Decimal keeps its exponent) and cut short like the value."""
+    text = str(Decimal(number))  # through Decimal: str() of a long int is refused past the interpreter's digit limit
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def timing(*, cron: object = None, interval: object = None, timezone: object = "UTC") -> Timing:
     """A checked :class:`Timing`: one InvalidField naming the first field that breaks its rule."""
     if (cron is None) == (interval is None):
@@ -242,7 +248,8 @@ def timing(*, cron: object = None, interval: object = None, timezone: object = "
             raise InvalidField("interval", "must be a whole number of seconds")
         # Compared as given, before int(): 1e999999 as an int is a million digits of work.
         if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:  # type: ignore[operator]
-            raise InvalidField("interval", f"must be {MIN_INTERVAL_S}..{MAX_INTERVAL_S} seconds (got {interval})")
+            raise InvalidField("interval", f"must be {MIN_INTERVAL_S}..{MAX_INTERVAL_S} seconds "
+                                           f"(got {_quoted(interval)})")  # type: ignore[arg-type]
         return Timing(None, int(interval), str(timezone))  # type: ignore[arg-type]
     if type(cron) is not str or not cron.strip() or len(cron) > MAX_CRON_CHARS or not cron.isascii():
         raise InvalidField("cron", f"must be a cron expression of 1-{MAX_CRON_CHARS} ASCII characters")

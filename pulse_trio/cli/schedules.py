@@ -69,7 +69,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         parser.set_defaults(run=run_guarded(_change), change=action)
 
 
-def _number(field: str, text: str | None) -> int | Decimal | None:
+def _number(field: str, text: str | None) -> Decimal | None:
+    """The number as typed, exact: the schedule's checks compare it to its bounds before any int().
+
+    No int is made here: one of a number with a large exponent is as many digits of work.
+    """
     if text is None:
         return None
     try:
@@ -78,7 +82,7 @@ def _number(field: str, text: str | None) -> int | Decimal | None:
         value = Decimal("nan")
     if not value.is_finite():
         raise InvalidField(field, f"must be a number (got {text[:40]!r})")
-    return int(value) if value == value.to_integral_value() else value
+    return value
 
 
 def _payload_json(args: argparse.Namespace) -> str | None:

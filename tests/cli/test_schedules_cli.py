@@ -12,9 +12,9 @@ import pytest
 from sql_support import rows
 
 
-def cli(db, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(db, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pulse_trio", "schedules", *args, "--database-url",
-                           db.url(redact=False)], capture_output=True, text=True, timeout=60, env=dict(os.environ))
+                           db.url(redact=False)], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
 
 
 def test_create_list_show_pause_resume_delete(db):
@@ -52,6 +52,28 @@ def test_bad_input_exits_2_naming_the_field_and_writes_nothing(db, args, field):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"pulse-trio: {field}: "), done.stderr
     assert done.stdout == ""
+    assert rows(db, "SELECT COUNT(*) FROM schedules") == [(0,)]
+
+
+@pytest.mark.parametrize("value", ["1e100000", "1e400", "1" + "0" * 5000], ids=["1e100000", "1e400", "5001-digits"])
+def test_an_interval_of_many_digits_is_one_short_line_and_exit_2(db, value):
+    done = cli(db, "create", "bad", "--queue", "q", "--kind", "k", "--interval", value)
+    assert done.returncode == 2, done.stderr[-600:]
+    assert done.stderr.startswith("pulse-trio: interval: ") and len(done.stderr.splitlines()) == 1, done.stderr[-600:]
+    assert len(done.stderr) < 200, done.stderr[:300]  # the value is quoted cut short, not digit for digit
+    assert rows(db, "SELECT COUNT(*) FROM schedules") == [(0,)]
+
+
+@pytest.mark.parametrize("flag", ["--interval", "--priority", "--max-attempts", "--catch-up-limit"])
+def test_a_number_with_a_huge_exponent_is_refused_at_once(db, flag):
+    """Compared to its bounds as typed: as an int, 1e999999999 alone would be a billion digits of work."""
+    rule = [] if flag == "--interval" else ["--interval", "60", "--missed", "catch_up"]
+    try:
+        done = cli(db, "create", "bad", "--queue", "q", "--kind", "k", *rule, flag, "1e999999999", timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"schedules create {flag} 1e999999999 still ran after 20 s")
+    field = flag.removeprefix("--").replace("-", "_")
+    assert done.returncode == 2 and done.stderr.startswith(f"pulse-trio: {field}: "), done.stderr[-600:]
     assert rows(db, "SELECT COUNT(*) FROM schedules") == [(0,)]
 
 

@@ -120,6 +120,11 @@ async def test_other_bad_requests(http, tokens, db):
     assert (await http.post("/v1/schedules", token=op, body="{")).status == 400
     huge = await http.post("/v1/schedules", token=op, body=json.dumps(NIGHTLY).replace("10.1", "1e400"))
     assert (huge.status, huge.json()["error"]["field"]) == (422, "payload")
+    for many_digits in ("1" + "0" * 5000, "1e999999999"):  # compared as given, and quoted cut short
+        body = json.dumps(NIGHTLY | {"cron": None, "interval": 0}).replace(": 0", ": " + many_digits)
+        long = await http.post("/v1/schedules", token=op, body=body)
+        assert (long.status, long.json()["error"]["field"]) == (422, "interval")
+        assert len(long.json()["error"]["message"]) < 200, long.json()["error"]["message"][:300]
     assert (await http.post("/v1/schedules", token=op, json_body=NIGHTLY)).status == 201
     taken = await http.post("/v1/schedules", token=op, json_body=NIGHTLY | {"cron": "0 * * * *"})
     assert (taken.status, taken.json()["error"]["code"]) == (409, "schedule_exists")
