@@ -126,7 +126,7 @@ def _import(module_name: str) -> Any:
              f"{_one_line(exc.msg)}", 2)
     except (ImportError, OSError) as exc:
         fail(f"cannot import {module_name}: {_one_line(str(exc))}", 2)
-    except Exception as exc:  # whatever the module's top level raised: a missing setting, say
+    except (Exception, SystemExit) as exc:  # whatever its top level raised: a missing setting, or sys.exit() over one
         fail(f"cannot import {module_name}: it raised {type(exc).__name__}: {_one_line(str(exc))}", 2)
 
 
@@ -140,7 +140,7 @@ def _call_factory(target: str, factory: Any) -> Any:
         pass
     try:
         return factory()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a sys.exit() in it is a bad argument too, not its own exit code
         fail(f"{target} raised {type(exc).__name__}: {_one_line(str(exc))}", 2)
 
 

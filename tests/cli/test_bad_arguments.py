@@ -137,7 +137,14 @@ def test_worker_run_with_a_handler_module_that_does_not_compile_is_one_line(tmp_
     ("import json\n", "json:loads", ("json:loads", "Registry")),
     ("def registry():\n    raise LookupError('no handlers configured')\n", "billing_worker:registry",
      ("billing_worker:registry", "LookupError", "no handlers configured")),
-], ids=["raises-on-import", "a-function-that-is-not-a-factory", "a-factory-that-raises"])
+    # sys.exit() is a SystemExit raised: its own exit code (say 3) would have the unit restart it for ever
+    ("import sys\nsys.exit('BILLING_API_KEY is not set')\n", "billing_worker:registry",
+     ("billing_worker", "SystemExit", "BILLING_API_KEY is not set")),
+    ("raise SystemExit(3)\n", "billing_worker:registry", ("billing_worker", "SystemExit: 3")),
+    ("import sys\n\ndef registry():\n    sys.exit('no config')\n", "billing_worker:registry",
+     ("billing_worker:registry", "SystemExit", "no config")),
+], ids=["raises-on-import", "a-function-that-is-not-a-factory", "a-factory-that-raises", "exits-on-import",
+        "exits-3-on-import", "a-factory-that-exits"])
 def test_worker_run_with_a_handler_module_that_raises_or_names_no_registry_is_one_line(tmp_path, source, target,
                                                                                       expected):
     (tmp_path / "billing_worker.py").write_text(source)
