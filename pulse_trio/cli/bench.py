@@ -168,9 +168,9 @@ def _bench(args: argparse.Namespace) -> int:
                            keyed_share=args.keyed_share, fairness_keys=args.fairness_keys, timeout_s=args.timeout,
                            worker_backend=args.worker_backend, history=args.history,
                            submit_first=args.submit_first)
-    with database(args, ensure_schema=False, create=True) as server:
-        print_json(run(server, options) if len(args.capacity) == 1 else sweep(server, options, args.capacity))
-    return 0
+    if len(args.capacity) == 1:
+        return _report(args, lambda server: run(server, options))
+    return _report(args, lambda server: sweep(server, options, args.capacity))
 
 
 def _capacities(text: str) -> list[int]:

@@ -12,12 +12,17 @@ from pathlib import Path
 import pytest
 
 
-def _bench(database_server, *args: str, timeout: float = 180) -> dict:
-    """``pulse-trio bench ARGS --timeout 120`` on a fresh database of ``database_server``: its JSON report."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pulse_trio", "bench", *args, "--timeout", "120",
+def _run(database_server, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``pulse-trio bench ARGS`` on a fresh database of ``database_server``, to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "bench", *args,
          "--database-url", database_server.with_database("unused").url(redact=False)],
         capture_output=True, text=True, timeout=timeout)
+
+
+def _bench(database_server, *args: str, timeout: float = 180) -> dict:
+    """``pulse-trio bench ARGS --timeout 120``: its JSON report."""
+    done = _run(database_server, *args, "--timeout", "120", timeout=timeout)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -97,6 +102,16 @@ def test_a_capacity_sweep_reports_each_capacity_and_the_ceiling(database_server)
         assert row["end_to_end_tasks_per_s"] > 0 and row["workers_cpu_s_per_task"] > 0
     assert report["ceiling_capacity"] in (2, 4)
     assert report["best_tasks_per_s"] == max(row["end_to_end_tasks_per_s"] for row in report["sweep"])
+
+
+@pytest.mark.parametrize("capacity", ["1", "1,2"], ids=["one-run", "sweep"])
+def test_a_run_past_its_timeout_is_one_line_and_exit_1(database_server, capacity):
+    """It says how far the run got, never a traceback (docs/operations.md §7.1), as the other modes do."""
+    done = _run(database_server, "--tasks", "3000", "--workers", "1", "--capacity", capacity, "--timeout", "0.5")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-800:]
+    failures = [line for line in done.stderr.splitlines() if line.startswith("pulse-trio: ")]
+    assert len(failures) == 1 and "of 3000 tasks finished in 0.5s" in failures[0], done.stderr[-800:]
+    assert done.stdout == ""
 
 
 def _children(pid: int) -> set[int]:
