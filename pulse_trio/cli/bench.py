@@ -47,18 +47,19 @@ WORKER_BACKENDS = ("asyncio", "trio")
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("bench", help="measure throughput and latency with real server and worker processes",
                                  description="Without MODE: throughput of no-op tasks submitted in batches.")
-    parser.add_argument("--workers", type=int, default=2, help="SDK worker processes (default 2)")
+    parser.add_argument("--workers", type=_positive(int), default=2, help="SDK worker processes (default 2)")
     parser.add_argument("--capacity", type=_capacities, default=[64],
                         help="capacity of each worker (default 64); several, comma-separated (8,16,32,64,128), "
                              "run one after another on fresh databases: a sweep for where throughput stops growing")
-    parser.add_argument("--tasks", type=int, default=2000, help="no-op tasks to run (default 2000)")
-    parser.add_argument("--payload-bytes", type=int, default=0, help="payload size per task (e.g. 1024)")
-    parser.add_argument("--backlog", type=int, default=0, help="READY tasks no worker takes, pre-filled")
-    parser.add_argument("--instances", type=int, default=1, help="server instances on the one database")
-    parser.add_argument("--server-processes", type=int, default=1,
+    parser.add_argument("--tasks", type=_positive(int), default=2000, help="no-op tasks to run (default 2000)")
+    parser.add_argument("--payload-bytes", type=_not_negative(int), default=0, help="payload size per task (e.g. 1024)")
+    parser.add_argument("--backlog", type=_not_negative(int), default=0, help="READY tasks no worker takes, pre-filled")
+    parser.add_argument("--instances", type=_positive(int), default=1, help="server instances on the one database")
+    parser.add_argument("--server-processes", type=_positive(int), default=1,
                         help="serve --processes of each instance: processes behind its one address (default 1)")
-    parser.add_argument("--keyed-share", type=float, default=0.0, help="fraction of tasks with a concurrency key")
-    parser.add_argument("--fairness-keys", type=int, default=0,
+    parser.add_argument("--keyed-share", type=_share, default=0.0,
+                        help="fraction of tasks with a concurrency key, 0..1")
+    parser.add_argument("--fairness-keys", type=_not_negative(int), default=0,
                         help="spread the tasks over this many fairness keys, round robin (default 0: none); "
                              "compare 1 with 10000 for the claim cost per key")
     parser.add_argument("--submit-first", action="store_true",
@@ -67,7 +68,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the run to finish")
     parser.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
                         help="event loop of the SDK workers (worker run --backend; default asyncio)")
-    parser.add_argument("--history", type=int, default=0,
+    parser.add_argument("--history", type=_not_negative(int), default=0,
                         help="finished tasks past the retention, filled before the run and purged by the servers "
                              "during it (--purge-interval 1): what the purge costs the run")
     add_database_options(parser)
@@ -92,7 +93,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     latency.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each path's tasks")
     latency.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
                          help="event loop of the SDK workers (worker run --backend; default asyncio)")
-    latency.add_argument("--history", type=int, default=0,
+    latency.add_argument("--history", type=_not_negative(int), default=0,
                          help="finished tasks past the retention, filled before the run and purged by the server "
                               "during it (--purge-interval 1): what the purge costs the latency")
     _add_mode_database_options(latency)
@@ -143,13 +144,30 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _positive(kind: Callable[[str], float | int]) -> Callable[[str], float | int]:
+    """A count, rate or duration above zero: no tasks or no workers is no run (its figures divide by zero)."""
+    return _checked(kind, lambda value: value > 0, "must be positive")
+
+
+def _not_negative(kind: Callable[[str], float | int]) -> Callable[[str], float | int]:
+    """A count that may be zero (none of it), never below."""
+    return _checked(kind, lambda value: value >= 0, "must not be negative")
+
+
+def _share(text: str) -> float | int:
+    """A fraction of the tasks."""
+    return _checked(float, lambda value: 0 <= value <= 1, "must be 0..1")(text)
+
+
+def _checked(kind: Callable[[str], float | int], within: Callable[[float | int], bool],
+             rule: str) -> Callable[[str], float | int]:
+    """An argparse ``type=``: the text read as ``kind``, refused (exit 2, one line) unless ``within`` holds."""
     def parse(text: str) -> float | int:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        if not within(value):  # NaN holds no rule
+            raise argparse.ArgumentTypeError(f"{rule}: {text!r}")
         return value
 
     return parse

@@ -114,6 +114,21 @@ def test_a_run_past_its_timeout_is_one_line_and_exit_1(database_server, capacity
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize("flag, value", [
+    ("--tasks", "0"), ("--tasks", "-3"), ("--instances", "0"), ("--workers", "0"), ("--server-processes", "0"),
+    ("--backlog", "-1"), ("--payload-bytes", "-1"), ("--history", "-1"), ("--fairness-keys", "-1"),
+    ("--keyed-share", "1.5"), ("--keyed-share", "nan"),
+])
+def test_a_count_out_of_range_is_a_bad_argument(database_server, flag, value):
+    """One line and exit 2 before anything starts (docs/operations.md §7.1): no tasks divided by zero, minus
+    three printed NaN (not JSON), and no workers waited out the timeout."""
+    done = _run(database_server, "--tasks", "10", "--workers", "1", "--capacity", "1", "--timeout", "10", flag, value)
+    assert done.returncode == 2, (done.returncode, done.stdout[:300], done.stderr[-400:])
+    assert done.stderr.startswith(f"pulse-trio bench: error: argument {flag}: ") and done.stderr.count("\n") == 1, \
+        done.stderr[-400:]
+    assert done.stdout == ""
+
+
 def _children(pid: int) -> set[int]:
     """Every live descendant of ``pid`` (from /proc)."""
     found: set[int] = set()

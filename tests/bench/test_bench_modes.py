@@ -7,11 +7,15 @@ import subprocess
 import sys
 
 
-def _bench(database_server, *args: str) -> dict:
-    done = subprocess.run(
+def _run(database_server, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "pulse_trio", "bench", *args,
          "--database-url", database_server.with_database("unused").url(redact=False)],
         capture_output=True, text=True, timeout=120)
+
+
+def _bench(database_server, *args: str) -> dict:
+    done = _run(database_server, *args)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -39,6 +43,13 @@ def test_latency_with_a_history_reports_what_the_server_purged_meanwhile(databas
     history = report["history"]
     assert history["tasks"] == 2000 and 0 <= history["left_after_run"] <= 2000
     assert history["purge_tasks_per_s_under_load"] is not None
+
+
+def test_latency_with_a_negative_history_is_a_bad_argument(database_server):
+    done = _run(database_server, "latency", "--rate", "40", "--tasks", "20", "--timeout", "60", "--history", "-1")
+    assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout[:300], done.stderr[-400:])
+    assert done.stderr.startswith("pulse-trio bench latency: error: argument --history: must not be negative"), \
+        done.stderr[-400:]
 
 
 def test_latency_on_a_serve_group_reports_every_task_assigned(database_server):
