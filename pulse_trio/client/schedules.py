@@ -62,8 +62,8 @@ def build_schedule(*, name: Any, queue: Any, kind: Any, payload: Any = None, pay
     _name("kind", kind)
     try:
         text = canonical_payload(payload, payload_json=payload_json)
-    except ClientError as exc:
-        raise InvalidField("payload", exc.message) from None
+    except ClientError as exc:  # its message names the payload already, as InvalidField does
+        raise InvalidField("payload", exc.message.removeprefix("payload").removeprefix(":").lstrip()) from None
     if isinstance(interval, float):
         interval = Decimal(repr(interval))
     rule = timing(cron=cron, interval=interval, timezone="UTC" if timezone is None else timezone)

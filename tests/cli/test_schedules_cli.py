@@ -51,6 +51,7 @@ def test_bad_input_exits_2_naming_the_field_and_writes_nothing(db, args, field):
     done = cli(db, "create", "bad", "--queue", "q", "--kind", "k", *args)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"pulse-trio: {field}: "), done.stderr
+    assert not done.stderr.startswith(f"pulse-trio: {field}: {field}"), done.stderr  # named once
     assert done.stdout == ""
     assert rows(db, "SELECT COUNT(*) FROM schedules") == [(0,)]
 
