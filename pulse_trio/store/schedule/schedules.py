@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 
 import pymysql
