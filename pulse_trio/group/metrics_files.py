@@ -8,9 +8,12 @@ live: a counter that one scrape read live and the next from a file up to a
 second old would seem to go backwards, which Prometheus takes for a restart.
 The database's series are read once per scrape, by the member answering.
 
-A member that stops removes its file, then the directory if it was the
-last: the directory is memory (``/dev/shm``), and the parent that made it
-may be gone (killed) when its members stop by themselves.
+A member that stops leaves its file, marked stopped, so its counters stay
+in the sum while the others still answer: taken out, they would make the
+group's counters go down, which Prometheus takes for a restart. The last
+member to stop removes every file and the directory: the directory is
+memory (``/dev/shm``), and the parent that made it may be gone (killed)
+when its members stop by themselves.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 PUBLISH_INTERVAL_S = 1.0
 _SUFFIX = ".prom"
+#: Beside a member's file once it has stopped.
+_STOPPED = ".stopped"
 
 
 class SharedMetrics:
@@ -45,12 +50,22 @@ class SharedMetrics:
         os.replace(partial, path)
 
     def withdraw(self) -> None:
-        """Remove this member's file, and the directory once no member has one there (this member stops)."""
-        self._path().unlink(missing_ok=True)
+        """Mark this member stopped; once every member with a file is, remove them all and the directory."""
         self._path().with_suffix(".partial").unlink(missing_ok=True)
         try:
+            self._path().with_suffix(_STOPPED).touch()
+            names = {path.name for path in self.directory.iterdir()}
+        except FileNotFoundError:  # the last other member (or the parent) removed the directory already
+            return
+        published = {name.removesuffix(_SUFFIX) for name in names if name.endswith(_SUFFIX)}
+        if any(f"{index}{_STOPPED}" not in names for index in published):
+            return  # a member still runs (or was killed: the parent removes the directory)
+        for name in names:
+            if name.endswith((_SUFFIX, _STOPPED)):
+                (self.directory / name).unlink(missing_ok=True)
+        try:
             self.directory.rmdir()
-        except OSError:  # another member's file is still there (or the parent removed it already)
+        except OSError:  # a member still starting is writing its first file, which it removes when it stops
             pass
 
     def _path(self) -> Path:
@@ -63,8 +78,17 @@ class SharedMetrics:
             await trio.sleep(interval)
 
     def merged(self) -> bytes:
-        """Every member's last published series, summed by name and labels."""
-        texts = [path.read_text("utf-8") for path in sorted(self.directory.glob(f"*{_SUFFIX}"))]
+        """Every member's last published series, summed by name and labels (a stopped member's too)."""
+        try:
+            paths = sorted(self.directory.glob(f"*{_SUFFIX}"))
+        except FileNotFoundError:  # the last member to stop removed the directory as it was listed
+            paths = []
+        texts: list[str] = []
+        for path in paths:
+            try:
+                texts.append(path.read_text("utf-8"))
+            except FileNotFoundError:  # removed since the listing, by the last member to stop
+                pass
         return generate_latest(_Summed(texts))
 
 

@@ -6,7 +6,9 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -113,18 +115,83 @@ def test_a_published_file_is_replaced_whole(tmp_path: Path):
     assert exposition_samples(shared.merged())[("pulse_frames_received_total", ())] == 5
 
 
-def test_the_last_member_to_stop_removes_the_group_metrics_folder(tmp_path: Path):
+def test_a_stopped_members_series_stay_in_the_sum_until_the_last_member_removes_the_folder(tmp_path: Path):
+    """Taken out as it stops, a member's counters would make the group's go down: a restart to Prometheus."""
     folder = tmp_path / "group"
     folder.mkdir()
     first, last = SharedMetrics(folder, 0), SharedMetrics(folder, 1)
     for member in (first, last):
         member.publish(_exposition(frames=1, transaction_s=0.1, sessions=0, http=0))
     first.withdraw()
-    assert sorted(p.name for p in folder.iterdir()) == ["1.prom"]
+    assert sorted(p.name for p in folder.iterdir()) == ["0.prom", "0.stopped", "1.prom"]
+    assert exposition_samples(last.merged())[("pulse_frames_received_total", ())] == 2
     last.withdraw()
     assert not folder.exists()
     first.publish(b"")  # a member still starting when the others have gone publishes nothing, and does not fail
     assert not folder.exists()
+
+
+_FRAMES_SENT = (b"# HELP pulse_frames_sent_total Worker frames sent.\n"
+                b"# TYPE pulse_frames_sent_total counter\npulse_frames_sent_total 5.0\n")
+
+
+def _scrapes_while(other_process: Callable[[], None], scrape: Callable[[], None]) -> None:
+    """``scrape()`` over and over until ``other_process()`` returns in a thread, the two interleaved as finely
+    as two processes are (not at the interpreter's usual switch interval)."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            other_process()
+        finally:
+            done.set()
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        while not done.is_set():
+            scrape()
+    finally:
+        sys.setswitchinterval(switch)
+        thread.join()
+
+
+def test_a_scrape_while_another_member_stops_neither_fails_nor_goes_down(tmp_path: Path):
+    """Member 1 stops and starts again over and over while member 0 answers scrapes: its series stay in the
+    sum, and no file the scrape listed is gone when it reads it."""
+    folder = tmp_path / "group"
+    folder.mkdir()
+    answering, stopping = SharedMetrics(folder, 0), SharedMetrics(folder, 1)
+    for member in (answering, stopping):
+        member.publish(_FRAMES_SENT)
+    sums = set()
+
+    def stop_and_start() -> None:
+        for _ in range(500):
+            stopping.withdraw()
+            stopping.publish(_FRAMES_SENT)
+
+    _scrapes_while(stop_and_start, lambda: sums.add(
+        exposition_samples(answering.merged())[("pulse_frames_sent_total", ())]))
+    assert sums == {10}
+
+
+def test_a_scrape_racing_the_last_members_removing_the_folder_does_not_fail(tmp_path: Path):
+    """A member that answers before its first publish, while the others stop: their files go as it reads."""
+    folder = tmp_path / "group"
+    others = [SharedMetrics(folder, 1), SharedMetrics(folder, 2)]
+
+    def start_and_stop() -> None:
+        for _ in range(500):
+            folder.mkdir(exist_ok=True)
+            for member in others:
+                member.publish(_FRAMES_SENT)
+            for member in others:
+                member.withdraw()
+
+    _scrapes_while(start_and_stop, SharedMetrics(folder, 0).merged)
 
 
 def test_a_child_process_imports_the_pulse_trio_its_parent_imported(tmp_path):

@@ -15,7 +15,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from metrics_support import Samples, exposition_samples
 from pulse_trio.bench.processes import wait_until
 from pulse_trio.client import Client
 from pulse_trio.group.member import ENVIRONMENT
+from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.group.shares import ConnectionShares, create_shares
 from pulse_trio.ports import free_port
 from pulse_trio.serve_process import ServeProcess
@@ -209,6 +212,38 @@ def test_the_group_metrics_folder_does_not_outlive_a_group_whose_first_process_w
         assert not folder.exists(), f"left behind: {sorted(p.name for p in folder.iterdir())}"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_group_answers_every_scrape_while_a_member_stops(group):
+    """A member that stops leaves the group's folder while the others answer scrapes (here a third member of the
+    same folder, stopping and starting again over and over): every scrape answers 200, none 500."""
+    serve, client = group
+    folder = _metrics_dir(client.nodes()[0]["pid"])
+    wait_until(lambda: len(list(folder.glob("*.prom"))) == 2, 10, "both members published")
+    stopping = SharedMetrics(folder, 2)
+    text = (folder / "0.prom").read_bytes()
+    done = threading.Event()
+
+    def stop_and_start() -> None:
+        while not done.is_set():
+            stopping.withdraw()
+            stopping.publish(text)
+
+    thread = threading.Thread(target=stop_and_start)
+    thread.start()
+    statuses: dict[int, int] = {}
+    try:
+        for _ in range(400):
+            try:
+                with urllib.request.urlopen(f"{serve.http_url}/metrics", timeout=5) as reply:
+                    status = reply.status
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+            statuses[status] = statuses.get(status, 0) + 1
+    finally:
+        done.set()
+        thread.join()
+    assert statuses == {200: 400}, f"scrapes by status: {statuses}\n{serve.log_tail(3000)}"
 
 
 async def test_a_stop_waits_for_members_that_stop_and_kills_one_still_running_after_the_stop_time(monkeypatch):
