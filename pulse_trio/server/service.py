@@ -282,7 +282,16 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
 
 
 async def _watch_signals(stop: trio.Event) -> None:
+    """The first SIGTERM or SIGINT stops the instance; later ones are taken here too, until it has stopped.
+
+    Left to Trio's handler, a second signal (Ctrl-C pressed twice, which in a
+    serve group reaches every member) would raise KeyboardInterrupt in the
+    middle of the orderly stop: a traceback, sessions not closed, the node
+    left ALIVE until the others declare it lost.
+    """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
+        async for signum in signals:
+            if stop.is_set():
+                log.warning("%s: already stopping (closing the sessions, then recording the node STOPPED)",
+                            signal.Signals(signum).name)
             stop.set()
-            return

@@ -25,6 +25,7 @@ import pytest
 import trio
 import trio_websocket
 
+import harness
 from http_support import RawWorker
 from metrics_support import Samples, exposition_samples
 from pulse_trio.bench.processes import wait_until
@@ -168,6 +169,29 @@ def test_a_second_sigterm_while_the_group_stops_does_not_abandon_the_orderly_sto
     assert "Traceback" not in serve.log_tail(10**6)
     wait_until(lambda: not any(_alive(pid) for pid in members), 30, "every member stopped")
     assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
+
+
+async def test_ctrl_c_pressed_twice_in_a_terminal_still_stops_each_member_the_orderly_way(group, token_factory):
+    """A terminal's Ctrl-C reaches every process of the group, and so does the second, pressed while the
+    members still close their sessions (a worker on each that never answers the close holds that up to the
+    grace): each member takes it as a warning too, as the first process does."""
+    serve, client, members, process = _running(group)
+    token = token_factory("worker")
+    silent = [(await harness.raw_upgrade(serve.worker_port, token))[0] for _ in members]  # one on each member
+    for pid in (process.pid, *members):
+        os.kill(pid, signal.SIGINT)
+    await trio.sleep(0.5)
+    for pid in (process.pid, *members):
+        if _alive(pid):
+            os.kill(pid, signal.SIGINT)
+    assert await trio.to_thread.run_sync(lambda: process.wait(timeout=30)) == 0, serve.log_tail()
+    await trio.to_thread.run_sync(wait_until, lambda: not any(_alive(pid) for pid in members), 20,
+                                  "every member stopped")
+    for stream in silent:
+        await stream.aclose()
+    log = serve.log_tail(10**6)
+    assert "Traceback" not in log, log[-3000:]
+    assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}, log[-3000:]
 
 
 def test_a_member_that_dies_stops_the_group(group):

@@ -171,6 +171,30 @@ async def test_sigterm_of_a_serve_process_is_a_graceful_stop(db, connect, worker
     assert client.get(held.task_id)["state"] == "RUNNING"  # the lease is left for a resume elsewhere
 
 
+async def test_a_second_signal_while_a_serve_process_stops_changes_nothing_but_a_warning(db, worker_token, client,
+                                                                                          tmp_path):
+    """Ctrl-C pressed twice: the second comes while the sessions close (a worker that never answers the close
+    holds that up to the grace). The stop still ends the orderly way: node STOPPED, exit 0, no traceback."""
+    log = tmp_path / "serve.log"
+    with log.open("w") as output:
+        process, port, _ = await serve_process.start_on_free_ports(db, "--log-level", "info", log=output)
+    try:
+        silent, _ = await harness.raw_upgrade(port, worker_token)
+        process.send_signal(signal.SIGINT)
+        await trio.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        with trio.fail_after(30):
+            code = await process.wait()
+        await silent.aclose()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = log.read_text()
+    assert code == 0 and "Traceback" not in text, text[-3000:]
+    assert "SIGINT: already stopping" in text
+    assert [node["state"] for node in client.nodes(include_stopped=True)] == ["STOPPED"]
+
+
 async def test_a_fast_poll_does_not_make_the_timers_spin(start_service):
     """The dispatcher may poll every 10 ms; the timers' tick stays within 0.1-1 s (2 x poll)."""
     assert (await start_service(poll_interval=0.01)).timers.interval == 0.1
