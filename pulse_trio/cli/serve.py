@@ -112,15 +112,42 @@ def _serve_member(args: argparse.Namespace, member: GroupMember) -> int:
 
     logs.configure(args.log_format, args.log_level)
     assert member.settings.database_url is not None
-    try:
-        trio.run(_serve_and_report, member, parse_database_url(member.settings.database_url))
-    except* SettingsRefused as group:
-        raise CommandFailed(str(_first(group)), 2) from None
+    with _signals_wait_for_the_start() as received:
+        try:
+            trio.run(_serve_and_report, member, parse_database_url(member.settings.database_url), received)
+        except* SettingsRefused as group:
+            raise CommandFailed(str(_first(group)), 2) from None
     return 0
 
 
-async def _serve_and_report(member: GroupMember, target: DatabaseConfig) -> None:
-    """Serve; tell the parent once serving; stop as on SIGTERM once the parent closes the link (or is gone)."""
+@contextlib.contextmanager
+def _signals_wait_for_the_start() -> Iterator[list[int]]:
+    """A member's SIGTERM or SIGINT before the service watches for them: kept, to stop once it has started.
+
+    They reach a member still starting when they reach the whole group (a
+    service manager's stop, Ctrl-C). Python's own answers, the process ended
+    at once or a KeyboardInterrupt, would end the start half-way (its node
+    recorded ALIVE and left so); the group's stop reaches the member through
+    its link anyway. Yields the signals received, in order.
+    """
+    received: list[int] = []
+
+    def keep(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    previous = {signum: signal.signal(signum, keep) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+async def _serve_and_report(member: GroupMember, target: DatabaseConfig, received: list[int]) -> None:
+    """Serve; tell the parent once serving; stop as on SIGTERM once the parent closes the link (or is gone).
+
+    ``received``: the signals that reached this member before its service watched for them (it stops at once).
+    """
     import trio
 
     from pulse_trio.group.member import report_ready, wait_parent_gone
@@ -136,6 +163,10 @@ async def _serve_and_report(member: GroupMember, target: DatabaseConfig) -> None
                     nursery.cancel_scope.cancel()  # the parent watch ends with the instance
 
             handle = await nursery.start(run)
+            if received:
+                log.info("%s while starting: stopping", signal.Signals(received[0]).name)
+                handle.stop()
+                return
             try:
                 await report_ready(link)
                 await wait_parent_gone(link)

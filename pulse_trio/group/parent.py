@@ -36,6 +36,8 @@ log = logging.getLogger("pulse_trio.group")
 
 #: How long a stop waits for the members' orderly shutdowns before it kills them.
 STOP_TIMEOUT_S = 30.0
+#: How long a member's exit waits for the group's own stop before it counts as the member's failure.
+SIGNAL_SPREAD_S = 0.5
 _SHARED_MEMORY = Path("/dev/shm")
 
 
@@ -129,7 +131,16 @@ async def _watch_signals(outcome: _Outcome) -> None:
 
 
 async def _watch_member(index: int, process: trio.Process, outcome: _Outcome) -> None:
+    """A member that exits on its own stops the group with its code; one the group's own stop ended does not.
+
+    A signal sent to every process of the group at once (a service manager's
+    stop, Ctrl-C) can end a member still starting (still importing, it dies
+    by the signal itself) before this process has taken its own copy: so its
+    exit waits a moment for that stop before it counts as a failure.
+    """
     code = await process.wait()
+    with trio.move_on_after(SIGNAL_SPREAD_S):
+        await outcome.stopping.wait()
     if not outcome.stopping.is_set():
         log.error("serve process %d of the group exited with %d: stopping the others", index, code)
         outcome.fail(code)

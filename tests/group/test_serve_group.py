@@ -8,8 +8,10 @@ member's death and the parent's death each end every process.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -29,8 +31,10 @@ import harness
 from http_support import RawWorker
 from metrics_support import Samples, exposition_samples
 from pulse_trio.bench.processes import wait_until
+from pulse_trio.child_process import child_environment, python_command
 from pulse_trio.client import Client
-from pulse_trio.group.member import ENVIRONMENT
+from pulse_trio.config import Settings
+from pulse_trio.group.member import ENVIRONMENT, GroupMember
 from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.group.shares import ConnectionShares, create_shares
 from pulse_trio.ports import free_port
@@ -192,6 +196,86 @@ async def test_ctrl_c_pressed_twice_in_a_terminal_still_stops_each_member_the_or
     log = serve.log_tail(10**6)
     assert "Traceback" not in log, log[-3000:]
     assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}, log[-3000:]
+
+
+def _members_of(parent: int) -> list[int]:
+    """The pids of ``parent``'s children, from /proc: a group's members before they have a node."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == parent:
+                        found.append(int(entry))
+    return found
+
+
+def test_sigterm_to_every_process_while_the_group_starts_stops_it_with_exit_0(db):
+    """systemctl stop while the group still starts: systemd's default KillMode signals every process, members
+    still importing or starting among them. The group stops as asked and its first process exits 0, as one
+    serve process does on a SIGTERM during its start, not with a member's death, which systemd counts as a
+    failure. Each round is a race of a member's end and the first process's own signal, hence several."""
+    client = Client(db)
+    outcomes = []
+    try:
+        for attempt in range(12):
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pulse_trio", "serve", "--processes", "2", "--database-url",
+                 db.url(redact=False), "--worker-listen", f"127.0.0.1:{free_port()}",
+                 "--http-listen", f"127.0.0.1:{free_port()}", "--log-level", "warning"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                wait_until(lambda: len(_members_of(process.pid)) == 2, 30, "both members started")
+                members = _members_of(process.pid)
+                time.sleep(0.05 * (attempt % 6 + 1))  # the members are importing, then starting
+                for pid in (process.pid, *members):  # the first process first, as systemd does
+                    os.kill(pid, signal.SIGTERM)
+                _, stderr = process.communicate(timeout=60)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            wait_until(lambda: not any(_alive(pid) for pid in members), 30, "every member gone")
+            outcomes.append((process.returncode, stderr))
+        failed = [stderr[-1500:] for code, stderr in outcomes if code or "Traceback" in stderr]
+        assert [code for code, _ in outcomes] == [0] * len(outcomes) and not failed, failed
+        assert client.nodes() == []
+    finally:
+        client.close()
+
+
+def test_a_member_that_gets_sigterm_while_it_starts_stops_as_asked_with_exit_0(db, tmp_path):
+    """A member handed what its parent hands it, on a database that is away, so its start lasts (each store
+    call retries): SIGTERM then unwinds the start, as in one serve process, instead of killing the member
+    outright with its node half-made; the member exits 0, a stop asked for."""
+    away = dataclasses.replace(db, host="127.0.0.1", port=free_port(), unix_socket=None, connect_timeout=1.0)
+    worker, http = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    shares_fd = create_shares(1)
+    link, member_end = socket.socketpair()
+    member = GroupMember(index=0, size=1, settings=Settings(database_url=away.url(redact=False), processes=1),
+                         worker_fds=(worker.fileno(),), http_fds=(http.fileno(),), shares_fd=shares_fd,
+                         link_fd=member_end.fileno(), metrics_dir=tmp_path, group=secrets.token_hex(8))
+    process = subprocess.Popen(python_command("pulse_trio", "serve", "--log-level", "info"),
+                               env={**child_environment(), ENVIRONMENT: member.to_environment()},
+                               pass_fds=member.inherited_fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:  # its start has reached the database, and goes on retrying
+            if "cluster settings not read yet" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for sock in (worker, http, link, member_end):
+            sock.close()
+        os.close(shares_fd)
+    assert process.returncode == 0, rest[-3000:]
+    assert all(line.startswith("{") for line in rest.splitlines()), rest[-3000:]  # log lines, no traceback
+    assert "SIGTERM while starting: stopping" in rest
 
 
 def test_a_member_that_dies_stops_the_group(group):
