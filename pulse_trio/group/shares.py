@@ -5,9 +5,11 @@ a new connection to whichever member is waiting first, which can put two
 workers on one process while another holds none. So a member accepts only
 while it holds no more connections than the least loaded member: the one
 with the fewest always accepts, and a connection never waits for a member
-to become eligible. Each member writes only its own slot (one aligned
-64-bit integer) and reads the others'; a read that races a write only
-delays a member's turn by one connection, which the next accept corrects.
+to become eligible (nor long for one that holds the fewest but hangs: see
+``pulse_trio.server.gated_accept``). Each member writes only its own slot
+(one aligned 64-bit integer) and reads the others'; a read that races a
+write only delays a member's turn by one connection, which the next accept
+corrects.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ Used when several serve processes share one listening socket
 one process and none to another. The gate (``pulse_trio.group.shares``
 implements it) says whether this process may take the next connection and
 counts the ones it holds; a process over its share waits, polling, while a
-less loaded one accepts.
+less loaded one accepts. A process that should take a connection may not
+(stopped, deadlocked): a connection still waiting after
+:data:`GATE_PATIENCE_S` is taken by a process over its share.
 
 The gate is asked again when a connection is waiting, just before it is
 taken, and the accept then never blocks: a process that sat blocked in
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import select
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -26,6 +29,8 @@ import trio
 
 #: How often a process over its share looks again (a connection never waits for it: another process accepts).
 GATE_POLL_S = 0.02
+#: How long a connection waits for a process within its share before one over its share takes it.
+GATE_PATIENCE_S = 10 * GATE_POLL_S
 #: An accept that fails with these has lost one connection, not the listener (the errors trio's SocketListener skips).
 _CONNECTION_ERRNOS = frozenset(getattr(errno, name) for name in (
     "ECONNABORTED", "ECONNRESET", "EPROTO", "EPERM", "ENETDOWN", "ENETUNREACH", "EHOSTDOWN", "EHOSTUNREACH",
@@ -53,13 +58,20 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
         self.inner, self.gate = inner, gate
 
     async def accept(self) -> trio.SocketStream:
+        waiting_since: float | None = None  # over its share: since when it has seen a connection wait, at each poll
         while True:
             if not self.gate.may_accept():
-                await trio.sleep(GATE_POLL_S)
-                continue
-            await trio.lowlevel.wait_readable(self.inner.socket)
-            if not self.gate.may_accept():  # the counts moved while this process waited
-                continue
+                if not _connection_waiting(self.inner.socket):
+                    waiting_since = None
+                elif waiting_since is None:
+                    waiting_since = trio.current_time()
+                if waiting_since is None or trio.current_time() - waiting_since < GATE_PATIENCE_S:
+                    await trio.sleep(GATE_POLL_S)
+                    continue
+            else:
+                await trio.lowlevel.wait_readable(self.inner.socket)
+                if not self.gate.may_accept():  # the counts moved while this process waited
+                    continue
             try:
                 sock = _accept_now(self.inner.socket)
             except BlockingIOError:  # another process took it
@@ -75,6 +87,13 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def _connection_waiting(listening: trio.socket.SocketType) -> bool:
+    """True if a connection waits on ``listening`` now (asked without waiting)."""
+    poller = select.poll()
+    poller.register(listening.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _accept_now(listening: trio.socket.SocketType) -> socket.socket:

@@ -39,7 +39,7 @@ from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.group.shares import ConnectionShares, create_shares
 from pulse_trio.ports import free_port
 from pulse_trio.serve_process import ServeProcess
-from pulse_trio.server.gated_accept import GatedListener
+from pulse_trio.server.gated_accept import GATE_PATIENCE_S, GatedListener
 
 pytestmark = pytest.mark.live
 
@@ -444,6 +444,46 @@ async def test_a_member_over_its_share_leaves_the_next_connection_to_the_others(
     for share in shares:
         share.close()
     os.close(fd)
+
+
+async def test_a_connection_the_least_loaded_member_never_takes_goes_to_one_over_its_share_after_a_while():
+    """Member 1 holds none but hangs (its listener never accepts: stopped, deadlocked); member 0, holding one,
+    is over its share, and takes the connection once it has waited the gate's patience."""
+    fd = create_shares(2)
+    shares = [ConnectionShares(fd, 2, index) for index in range(2)]
+    shares[0].opened()
+    listening = trio.socket.socket()
+    await listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    healthy = GatedListener(trio.SocketListener(listening), shares[0])
+    client = await trio.open_tcp_stream("127.0.0.1", listening.getsockname()[1])
+    began = trio.current_time()
+    with trio.fail_after(5):
+        taken = await healthy.accept()
+    assert trio.current_time() - began >= GATE_PATIENCE_S and shares[1].counts() == [2, 0]
+    for stream in (taken, client, healthy):
+        await stream.aclose()
+    for share in shares:
+        share.close()
+    os.close(fd)
+
+
+async def test_a_hung_member_does_not_stop_the_healthy_one_from_taking_new_workers(group, token_factory, nursery):
+    """One worker on member A; member B, holding none, hangs (SIGSTOP stands for a deadlock, a stuck call, a
+    debugger). A new worker is still taken, by A: the least loaded member is B, which takes nothing."""
+    serve, client = group
+    token = token_factory("worker")
+    first = await _worker(serve, token, nursery, "first")
+    holder = (await trio.to_thread.run_sync(client.workers))[0]["node_id"]
+    hung = next(node["pid"] for node in client.nodes() if node["node_id"] != holder)
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        with trio.fail_after(10):
+            second = await _worker(serve, token, nursery, "second")
+        for worker in (first, second):
+            await worker.ws.aclose()
+    finally:
+        os.kill(hung, signal.SIGCONT)
 
 
 @contextlib.asynccontextmanager
