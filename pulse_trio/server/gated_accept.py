@@ -29,8 +29,10 @@ import trio
 
 #: How often a process over its share looks again (a connection never waits for it: another process accepts).
 GATE_POLL_S = 0.02
-#: How long a connection waits for a process within its share before one over its share takes it.
-GATE_PATIENCE_S = 10 * GATE_POLL_S
+#: How long a connection waits for a process within its share before one over its share takes it: long
+#: enough that a healthy member on a loaded machine still takes its own (a reconnecting worker lands on
+#: the member it left), short beside a worker's reconnect backoff.
+GATE_PATIENCE_S = 2.0
 #: An accept that fails with these has lost one connection, not the listener (the errors trio's SocketListener skips).
 _CONNECTION_ERRNOS = frozenset(getattr(errno, name) for name in (
     "ECONNABORTED", "ECONNRESET", "EPROTO", "EPERM", "ENETDOWN", "ENETUNREACH", "EHOSTDOWN", "EHOSTUNREACH",
