@@ -53,14 +53,19 @@ RETRY_OF = "SELECT task_id, effect_uncertain FROM tasks WHERE retry_of = %s LOCK
 READY_OF_KEY = ("SELECT task_id FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s"
                 f" AND key_pick = '{UNKEYED_READY}'"
                 " LIMIT %s FOR UPDATE SKIP LOCKED")
+_WAITING = ("SELECT task_id, queue, kind FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s"
+            f" AND key_pick = '{KEY_WAIT}'")
+_IN_PICK_UP_ORDER = " ORDER BY queue, kind, effective_at, task_id LIMIT %s FOR UPDATE"
 #: A key's set-aside tasks place by place (queue, kind), each place's in pick-up order, locked.
-#: ``{place}``: nothing, PAST_PLACE (a release, one place after another) or IN_PLACE (a cancel's
-#: top-up, with SKIP_LOCKED appended).
-WAITING_OF_KEY = ("SELECT task_id, queue, kind FROM tasks FORCE INDEX (tasks_key_pick) WHERE concurrency_key = %s"
-                  f" AND key_pick = '{KEY_WAIT}'{{place}}"
-                  " ORDER BY queue, kind, effective_at, task_id LIMIT %s FOR UPDATE")
-PAST_PLACE = " AND (queue > %s OR (queue = %s AND kind > %s))"
-IN_PLACE = " AND queue = %s AND kind = %s"
+WAITING_OF_KEY = _WAITING + _IN_PICK_UP_ORDER
+#: The same in the places after one (queue, kind): a later kind of its queue, then the later queues. Two
+#: ranges of one interval each, never one with an OR, which the optimizer may read from the key's first
+#: place on (a run of every task waiting before it).
+WAITING_AFTER_PLACE = (f"({_WAITING} AND queue = %s AND kind > %s{_IN_PICK_UP_ORDER})"
+                       f" UNION ALL ({_WAITING} AND queue > %s{_IN_PICK_UP_ORDER})"
+                       " ORDER BY queue, kind LIMIT %s")
+#: One place's set-aside tasks (a cancel's top-up, with SKIP_LOCKED appended).
+WAITING_IN_PLACE = _WAITING + " AND queue = %s AND kind = %s" + _IN_PICK_UP_ORDER
 SKIP_LOCKED = " SKIP LOCKED"
 
 # -- the purge (retention) ---------------------------------------------------------------------------

@@ -124,16 +124,13 @@ def waiting_of_key(tx: Tx, key: str, count: int) -> list[str]:
     waits for their locks (a freed permit must bring one back).
     """
     found: list[str] = []
-    read = sql.WAITING_OF_KEY.format(place="")
-    args: tuple = (key, count)
+    rows = tx.all(sql.WAITING_OF_KEY, (key, count))
     for _ in range(FREED_PLACES):
-        rows = tx.all(read, args)
         if not rows:
             break
         queue, kind = rows[0][1], rows[0][2]
         found += [r[0] for r in rows if (r[1], r[2]) == (queue, kind)]
-        read = sql.WAITING_OF_KEY.format(place=sql.PAST_PLACE)
-        args = (key, queue, queue, kind, count)
+        rows = tx.all(sql.WAITING_AFTER_PLACE, (key, queue, kind, count, key, queue, count, count))
     return found
 
 
@@ -143,8 +140,7 @@ def waiting_in_place(tx: Tx, task: TaskRow) -> list[str]:
     A cancel's top-up for a READY task of the key, which may have been the
     one brought back there: it never waits.
     """
-    read = sql.WAITING_OF_KEY.format(place=sql.IN_PLACE) + sql.SKIP_LOCKED
-    return [r[0] for r in tx.all(read, (task.concurrency_key, task.queue, task.kind, 1))]
+    return [r[0] for r in tx.all(sql.WAITING_IN_PLACE + sql.SKIP_LOCKED, (task.concurrency_key, task.queue, task.kind, 1))]
 
 
 @transition("task", "wait_for_key", entry=False)
