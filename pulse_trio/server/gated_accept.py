@@ -71,6 +71,7 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
                     await trio.sleep(GATE_POLL_S)
                     continue
             else:
+                waiting_since = None  # within its share: what it saw wait while over it was taken by another
                 await trio.lowlevel.wait_readable(self.inner.socket)
                 if not self.gate.may_accept():  # the counts moved while this process waited
                     continue

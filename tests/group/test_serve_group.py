@@ -468,6 +468,41 @@ async def test_a_connection_the_least_loaded_member_never_takes_goes_to_one_over
     os.close(fd)
 
 
+async def test_a_member_over_its_share_waits_its_patience_anew_for_each_connection():
+    """Member 0 saw a connection wait while over its share, and member 1 took it; back over its share later, member
+    0 must wait its patience for the next connection too, not take it at once on the old sighting."""
+    fd = create_shares(2)
+    shares = [ConnectionShares(fd, 2, index) for index in range(2)]
+    shares[0].opened()
+    listening = trio.socket.socket()
+    await listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    port = listening.getsockname()[1]
+    over = GatedListener(trio.SocketListener(listening), shares[0])
+    taken: list[trio.SocketStream] = []
+
+    async def member_0() -> None:
+        taken.append(await over.accept())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(member_0)
+        first = await trio.open_tcp_stream("127.0.0.1", port)
+        await trio.sleep(0.2)  # member 0 has seen it wait at its polls
+        (await listening.accept())[0].close()  # member 1 takes it ...
+        shares[1].opened()  # ... and holds as many: member 0 is within its share and waits for the next
+        await trio.sleep(GATE_PATIENCE_S)  # longer than its patience ago, that sighting
+        shares[1].closed()  # member 1's worker leaves: member 0 is over its share again
+        second = await trio.open_tcp_stream("127.0.0.1", port)
+        await trio.sleep(GATE_PATIENCE_S / 2)
+        assert not taken, "member 0 took the new connection at once, on the sighting of an earlier one"
+        nursery.cancel_scope.cancel()
+    for stream in (first, second, over):
+        await stream.aclose()
+    for share in shares:
+        share.close()
+    os.close(fd)
+
+
 async def test_a_hung_member_does_not_stop_the_healthy_one_from_taking_new_workers(group, token_factory, nursery):
     """One worker on member A; member B, holding none, hangs (SIGSTOP stands for a deadlock, a stuck call, a
     debugger). A new worker is still taken, by A: the least loaded member is B, which takes nothing."""
