@@ -446,61 +446,62 @@ async def test_a_member_over_its_share_leaves_the_next_connection_to_the_others(
     os.close(fd)
 
 
-async def test_a_connection_the_least_loaded_member_never_takes_goes_to_one_over_its_share_after_a_while():
-    """Member 1 holds none but hangs (its listener never accepts: stopped, deadlocked); member 0, holding one,
-    is over its share, and takes the connection once it has waited the gate's patience."""
+@contextlib.asynccontextmanager
+async def _member_0_over_its_share():
+    """Two members' shares with member 0 holding one, a listening socket, and member 0's gate on it."""
     fd = create_shares(2)
     shares = [ConnectionShares(fd, 2, index) for index in range(2)]
     shares[0].opened()
     listening = trio.socket.socket()
     await listening.bind(("127.0.0.1", 0))
     listening.listen()
-    healthy = GatedListener(trio.SocketListener(listening), shares[0])
-    client = await trio.open_tcp_stream("127.0.0.1", listening.getsockname()[1])
-    began = trio.current_time()
-    with trio.fail_after(5):
-        taken = await healthy.accept()
-    assert trio.current_time() - began >= GATE_PATIENCE_S and shares[1].counts() == [2, 0]
-    for stream in (taken, client, healthy):
-        await stream.aclose()
-    for share in shares:
-        share.close()
-    os.close(fd)
+    gated = GatedListener(trio.SocketListener(listening), shares[0])
+    try:
+        yield shares, listening, gated
+    finally:
+        await gated.aclose()
+        for share in shares:
+            share.close()
+        os.close(fd)
+
+
+async def test_a_connection_the_least_loaded_member_never_takes_goes_to_one_over_its_share_after_a_while():
+    """Member 1 holds none but hangs (its listener never accepts: stopped, deadlocked); member 0, holding one,
+    is over its share, and takes the connection once it has waited the gate's patience."""
+    async with _member_0_over_its_share() as (shares, listening, healthy):
+        client = await trio.open_tcp_stream("127.0.0.1", listening.getsockname()[1])
+        began = trio.current_time()
+        with trio.fail_after(5):
+            taken = await healthy.accept()
+        assert trio.current_time() - began >= GATE_PATIENCE_S and shares[1].counts() == [2, 0]
+        for stream in (taken, client):
+            await stream.aclose()
 
 
 async def test_a_member_over_its_share_waits_its_patience_anew_for_each_connection():
     """Member 0 saw a connection wait while over its share, and member 1 took it; back over its share later, member
     0 must wait its patience for the next connection too, not take it at once on the old sighting."""
-    fd = create_shares(2)
-    shares = [ConnectionShares(fd, 2, index) for index in range(2)]
-    shares[0].opened()
-    listening = trio.socket.socket()
-    await listening.bind(("127.0.0.1", 0))
-    listening.listen()
-    port = listening.getsockname()[1]
-    over = GatedListener(trio.SocketListener(listening), shares[0])
-    taken: list[trio.SocketStream] = []
+    async with _member_0_over_its_share() as (shares, listening, over):
+        port = listening.getsockname()[1]
+        taken: list[trio.SocketStream] = []
 
-    async def member_0() -> None:
-        taken.append(await over.accept())
+        async def member_0() -> None:
+            taken.append(await over.accept())
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(member_0)
-        first = await trio.open_tcp_stream("127.0.0.1", port)
-        await trio.sleep(0.2)  # member 0 has seen it wait at its polls
-        (await listening.accept())[0].close()  # member 1 takes it ...
-        shares[1].opened()  # ... and holds as many: member 0 is within its share and waits for the next
-        await trio.sleep(GATE_PATIENCE_S)  # longer than its patience ago, that sighting
-        shares[1].closed()  # member 1's worker leaves: member 0 is over its share again
-        second = await trio.open_tcp_stream("127.0.0.1", port)
-        await trio.sleep(GATE_PATIENCE_S / 2)
-        assert not taken, "member 0 took the new connection at once, on the sighting of an earlier one"
-        nursery.cancel_scope.cancel()
-    for stream in (first, second, over):
-        await stream.aclose()
-    for share in shares:
-        share.close()
-    os.close(fd)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(member_0)
+            first = await trio.open_tcp_stream("127.0.0.1", port)
+            await trio.sleep(0.2)  # member 0 has seen it wait at its polls
+            (await listening.accept())[0].close()  # member 1 takes it ...
+            shares[1].opened()  # ... and holds as many: member 0 is within its share and waits for the next
+            await trio.sleep(GATE_PATIENCE_S)  # longer than its patience ago, that sighting
+            shares[1].closed()  # member 1's worker leaves: member 0 is over its share again
+            second = await trio.open_tcp_stream("127.0.0.1", port)
+            await trio.sleep(GATE_PATIENCE_S / 2)
+            assert not taken, "member 0 took the new connection at once, on the sighting of an earlier one"
+            nursery.cancel_scope.cancel()
+        for stream in (first, second):
+            await stream.aclose()
 
 
 async def test_a_hung_member_does_not_stop_the_healthy_one_from_taking_new_workers(group, token_factory, nursery):
