@@ -47,7 +47,7 @@ def parse_share(text: str) -> float:
         value = Decimal(text)
     except InvalidOperation:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value.is_finite() or not 0 < float(value) <= 1:
+    if not value.is_finite() or not 0 < value <= 1 or float(value) == 0:
         raise argparse.ArgumentTypeError(f"a share must be greater than 0 and at most 1, and not round to 0: "
                                          f"{text!r}")
     return float(value)

@@ -52,6 +52,13 @@ def test_seconds_and_shares_whose_float_would_be_zero_or_infinite_are_rejected(b
         _parse(["--lease-ttl", bad])  # a cluster setting: its own bounds, to the millisecond
 
 
+def test_a_share_just_above_one_is_rejected_though_its_float_is_one():
+    """The bound is the number as written: 1.00000000000000000001 is over 1 though it rounds to 1.0."""
+    with pytest.raises(SystemExit):
+        _parse(["--purge-busy-share", "1.00000000000000000001"])
+    assert _parse(["--purge-busy-share", "1"]).purge_busy_share == 1.0
+
+
 def test_environment_variables_and_flag_precedence(monkeypatch):
     s = _parse([], monkeypatch, {"PULSE_LEASE_TTL": "1.25", "PULSE_DATABASE_URL": "mysql://u@h/db"})
     assert s.lease_ttl == 1.25 and s.database_url == "mysql://u@h/db"
