@@ -21,6 +21,8 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pymysql.cursors
+
 from pulse_trio import cluster_settings
 from pulse_trio.client import ranges
 from pulse_trio.contract.grammar import (
@@ -331,10 +333,15 @@ class DatabaseClient:
 
     def submit_many(self, tasks: Sequence[NewTask], *, connection: Any = None,
                     now: dt.datetime | None = None) -> list[dict[str, Any]]:
-        """Submit a batch in one transaction; returns ``task_id``/``state``/``created`` per task."""
+        """Submit a batch in one transaction; returns ``task_id``/``state``/``created`` per task.
+
+        On the caller's ``connection`` the store reads through a plain cursor
+        of its own: the rows it reads are tuples whatever cursor class the
+        caller's connection makes by default (a ``DictCursor``, say).
+        """
         now = now or self.now()
         if connection is not None:
-            with connection.cursor() as cursor:
+            with connection.cursor(pymysql.cursors.Cursor) as cursor:
                 tx = Tx(cursor)
                 done = submit_tasks(tx, tasks=list(tasks), now=now)
             return [{"task_id": s.task_id, "state": s.state, "created": s.created} for s in done]

@@ -7,6 +7,8 @@ commit, and a rollback leaves neither behind.
 
 from __future__ import annotations
 
+import pymysql
+import pymysql.cursors
 import pytest
 
 from pulse_trio.client import Client, TaskNotFound
@@ -91,3 +93,23 @@ def test_a_refused_submit_leaves_the_callers_transaction_going(client: Client, c
         cur.execute("SELECT id FROM orders")
         assert cur.fetchall() == ((7,),)
     assert client.list()["tasks"] == []
+
+
+def test_a_known_key_on_a_dict_cursor_connection_returns_its_task(client: Client, db):
+    """A caller whose connection makes dict rows (``cursorclass=DictCursor``, common in applications):
+    a known key re-submitted in its transaction returns the existing task, as on any connection, not a
+    KeyError from reading the found row by position."""
+    conn = pymysql.connect(**db.connect_kwargs(), cursorclass=pymysql.cursors.DictCursor)
+    try:
+        conn.begin()
+        first = client.submit("billing", "invoice.send", {"order": 8}, connection=conn, idempotency_key="order-8")
+        conn.commit()
+        conn.begin()
+        again = client.submit("billing", "invoice.send", {"order": 8}, connection=conn, idempotency_key="order-8")
+        conn.commit()
+        assert (again["task_id"], again["created"]) == (first["task_id"], False)
+        with conn.cursor() as cur:  # the caller's own cursors still make its kind of rows
+            cur.execute("SELECT 1 AS one")
+            assert cur.fetchone() == {"one": 1}
+    finally:
+        conn.close()
