@@ -63,9 +63,41 @@ class Request:
         if self.body is _NO_BODY:
             return None
         try:
-            return json.dumps(self.body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+            return _json(self.body)
         except (TypeError, ValueError) as exc:
-            raise InvalidRequest(f"payload is not valid JSON: {exc}", "payload") from None
+            where, field = _unsendable(self.body)
+            raise InvalidRequest(f"{where} cannot be sent as JSON: {exc}", field) from None
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _sends(value: Any) -> bool:
+    try:
+        _json(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _unsendable(body: Any) -> tuple[str, str | None]:
+    """The member of a body that no JSON text holds, as words for the refusal and the field it names.
+
+    Any field may be the one (a ``date`` for ``due_at``, a ``Decimal``, a lone
+    surrogate), so the refusal names it rather than the payload; a batch's
+    task is named by its index, as the API's items do.
+    """
+    if isinstance(body, dict):
+        for name, value in body.items():
+            if name == "tasks" and isinstance(value, list):
+                for index, item in enumerate(value):
+                    if not _sends(item):
+                        where, field = _unsendable(item)
+                        return f"task {index}: {where}", field
+            elif not _sends({name: value}):
+                return (name, name) if isinstance(name, str) and _sends(name) else ("a field name", None)
+    return "the request", None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import datetime as dt
 import functools
 import pickle
 import time
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -193,6 +194,28 @@ async def test_bad_input_gets_the_apis_codes(producer, method, args, kwargs, cod
     assert refused.value.code == code, refused.value
     if code == "task_not_found":
         assert isinstance(refused.value, TaskNotFound)
+
+
+UNSENDABLE = [
+    ("submit", ("billing", "k"), {"due_at": dt.date(2030, 1, 1)}, "due_at"),  # a date, not a datetime
+    ("submit", ("billing", "k"), {"priority": Decimal(3)}, "priority"),  # as a database row gives it
+    ("submit", ("billing", "k"), {"idempotency_key": "inv-\ud800"}, "idempotency_key"),  # no UTF-8 holds it
+    ("submit", ("billing", "k", {"invoice": Decimal(1)}), {}, "payload"),
+    ("submit_many", ([task("billing", "a"), task("billing", "b", delay=Decimal(5))],), {}, "delay"),
+    ("cancel", (SOME_TASK,), {"reason": "dup-\ud800"}, "reason"),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "kwargs", "field"), UNSENDABLE,
+                         ids=[f"{m}-{field}" for m, _a, _k, field in UNSENDABLE])
+async def test_a_value_no_json_holds_is_refused_naming_its_own_field(producer, method, args, kwargs, field):
+    """Refused before it is sent, as the direct client refuses it: ``invalid_request`` naming the field at
+    fault, not the payload (which may be fine, or not given at all)."""
+    with pytest.raises(InvalidRequest) as refused:
+        await getattr(producer, method)(*args, **kwargs)
+    assert refused.value.field == field and refused.value.message.startswith(
+        (field, f"task 1: {field}")), refused.value.message
+    assert (await producer.list())["tasks"] == []
 
 
 async def test_a_bad_token_is_unauthenticated_and_no_token_is_refused_at_once(connect, service):
