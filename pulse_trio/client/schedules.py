@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from pulse_trio.client import ranges
-from pulse_trio.client.producer import ClientError, canonical_payload
+from pulse_trio.client.producer import ClientError, canonical_payload, check_by
 from pulse_trio.contract.grammar import ULID_PATTERN, is_kind, is_queue
 from pulse_trio.schedule_timing import InvalidField, missed_policy, timing
 from pulse_trio.store.schedule import schedules as stored
@@ -98,6 +98,8 @@ class Schedules:
 
     def create(self, schedule: stored.NewSchedule, *, created_by: str,
                now: dt.datetime | None = None) -> stored.ScheduleRow:
+        """A new schedule; InvalidRequest for a ``created_by`` no column holds, before any SQL sees it."""
+        check_by("created_by", created_by)
         result = self.store.run_sync(stored.create, schedule=schedule, now=now or dt.datetime.now(UTC),
                                      created_by=created_by)
         if isinstance(result, Refusal):
@@ -116,7 +118,11 @@ class Schedules:
 
     def change(self, action: str, ref: str, *, by: str,
                now: dt.datetime | None = None) -> tuple[stored.ScheduleRow, bool]:
-        """``pause``, ``resume`` or ``delete``: the schedule after it, and whether this call changed it."""
+        """``pause``, ``resume`` or ``delete``: the schedule after it, and whether this call changed it.
+
+        ``by`` is held to the rule of every call's who-asked text (InvalidRequest naming it).
+        """
+        check_by("by", by)
         fn = {"pause": stored.pause, "resume": stored.resume, "delete": stored.delete}[action]
         result = self.store.run_sync(fn, ref=check_ref(ref), now=now or dt.datetime.now(UTC), by=by)
         if isinstance(result, Refusal):
