@@ -203,14 +203,16 @@ UNSENDABLE = [
     ("submit", ("billing", "k", {"invoice": Decimal(1)}), {}, "payload"),
     ("submit_many", ([task("billing", "a"), task("billing", "b", delay=Decimal(5))],), {}, "delay"),
     ("cancel", (SOME_TASK,), {"reason": "dup-\ud800"}, "reason"),
+    ("list", (), {"idempotency_key": "inv-\ud800"}, "idempotency_key"),  # a query parameter: no URL holds it
+    ("list", (), {"queue": "bill\ud800"}, "queue"),
 ]
 
 
 @pytest.mark.parametrize(("method", "args", "kwargs", "field"), UNSENDABLE,
                          ids=[f"{m}-{field}" for m, _a, _k, field in UNSENDABLE])
-async def test_a_value_no_json_holds_is_refused_naming_its_own_field(producer, method, args, kwargs, field):
+async def test_a_value_that_cannot_be_sent_is_refused_naming_its_own_field(producer, method, args, kwargs, field):
     """Refused before it is sent, as the direct client refuses it: ``invalid_request`` naming the field at
-    fault, not the payload (which may be fine, or not given at all)."""
+    fault, not the payload (which may be fine, or not given at all), nor httpx's UnicodeEncodeError."""
     with pytest.raises(InvalidRequest) as refused:
         await getattr(producer, method)(*args, **kwargs)
     assert refused.value.field == field and refused.value.message.startswith(
