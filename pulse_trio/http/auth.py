@@ -33,7 +33,7 @@ from starlette.requests import Request
 
 from pulse_trio import tokens
 from pulse_trio.bearer import parse_bearer
-from pulse_trio.http.errors import forbidden
+from pulse_trio.http.errors import forbidden, unauthenticated
 
 PRODUCER = "producer"
 OPERATOR = "operator"
@@ -61,8 +61,15 @@ PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization")
-    return None if header is None else parse_bearer(header)
+    """The token of the request's one ``Authorization`` header (None: none or another scheme).
+
+    Given twice it is 401, not read as its first value: the worker endpoint
+    refuses it too, and a proxy in front may have judged the other one.
+    """
+    values = request.headers.getlist("authorization")
+    if len(values) > 1:
+        raise unauthenticated("the Authorization header is given twice; send one bearer token")
+    return parse_bearer(values[0]) if values else None
 
 
 def require_role(info: tokens.TokenInfo, roles: tuple[str, ...], action: str) -> None:

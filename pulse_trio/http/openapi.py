@@ -356,7 +356,8 @@ SCHEMAS: dict[str, Any] = {
 _ERRORS = {
     400: "Bad input: not strict JSON (`invalid_json`), or a field or parameter out of its rules "
          "(`invalid_request`).",
-    401: "No bearer token, or an unknown or revoked one (`unauthenticated`).",
+    401: "No bearer token, an unknown or revoked one, or an Authorization header given twice "
+         "(`unauthenticated`).",
     403: "The token's role or queues do not allow this (`forbidden`).",
     404: "No such resource, or one in a queue the token cannot see.",
     409: "The request conflicts with the resource's state (`not_retryable`, `instance_disconnected`, "

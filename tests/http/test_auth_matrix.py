@@ -107,3 +107,29 @@ async def test_a_queue_scoped_operator_is_held_to_its_queues(http, token_factory
     assert (await http.post(f"/v1/tasks/{tasks['mail']}/cancel", token=scoped)).status == 404
     assert (await http.post(f"/v1/tasks/{tasks['billing']}/cancel", token=scoped)).status == 200
     assert (await http.post("/v1/tasks", token=scoped, json_body={"queue": "mail", "kind": "k"})).status == 403
+
+
+def _whoami_with(port: int, *authorizations: str) -> bytes:
+    """``GET /v1/whoami`` with each of ``authorizations`` as an Authorization header of its own."""
+    import socket
+
+    head = "".join(f"Authorization: {value}\r\n" for value in authorizations)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(f"GET /v1/whoami HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{head}\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        return data
+
+
+async def test_an_authorization_header_given_twice_is_refused_whichever_comes_first(http, tokens):
+    """Not read as its first value: the worker endpoint refuses it too, and a proxy may have judged the other."""
+    import trio
+
+    valid, other = f"Bearer {tokens['operator']}", "Bearer pt_not-a-real-token-at-all"
+    assert (await trio.to_thread.run_sync(_whoami_with, http.port, valid)).startswith(b"HTTP/1.1 200")
+    for pair in ((valid, other), (other, valid), (valid, valid)):
+        answer = await trio.to_thread.run_sync(_whoami_with, http.port, *pair)
+        assert answer.startswith(b"HTTP/1.1 401") and b'"unauthenticated"' in answer, answer
+        assert b"www-authenticate: Bearer" in answer.lower().replace(b"bearer", b"Bearer"), answer
+        assert b"twice" in answer and tokens["operator"].encode() not in answer, answer
