@@ -85,7 +85,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings,
     ``shared_metrics``: this process is a member of a serve group, whose ``/metrics`` sums every member's.
     """
     tasks, ui = TaskApi(instance, store), Dashboard()
-    ops = OpsApi(instance, store, tasks.outcomes, shared_metrics)
+    ops = OpsApi(instance, store, tasks.outcomes, tasks.limiter, shared_metrics)
     cluster_settings = SettingsApi(tasks)
     dashboard = DashboardApi(tasks)
     queues = QueuesApi(tasks)

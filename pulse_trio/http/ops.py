@@ -32,11 +32,14 @@ READY_TIMEOUT_S = 5.0
 
 
 class OpsApi:
-    def __init__(self, instance: LiveInstance, store: Store, outcomes: OutcomeWatch,
+    def __init__(self, instance: LiveInstance, store: Store, outcomes: OutcomeWatch, limiter: trio.CapacityLimiter,
                  shared_metrics: SharedMetrics | None = None) -> None:
+        """``limiter``: the HTTP API's share of the store's threads (``TaskApi.limiter``)."""
         self.instance = instance
         self.store = store
         self.outcomes = outcomes
+        #: A scrape takes no token, so a flood of them must not take the threads the workers need either.
+        self.limiter = limiter
         #: In a serve group: every member's series, summed (``pulse_trio.group.metrics_files``).
         self.shared_metrics = shared_metrics
         self._openapi = openapi.text()
@@ -78,9 +81,10 @@ class OpsApi:
         depths = None
         with trio.move_on_after(READY_TIMEOUT_S):
             try:
-                now = self.instance.now()
-                depths = await self.store.run(queue_depths, now=now, ended=False)  # not the whole history
-                figures = await self.store.run(key_figures, since=now - FAIRNESS_RECENT)
+                async with self.limiter:
+                    now = self.instance.now()
+                    depths = await self.store.run(queue_depths, now=now, ended=False)  # not the whole history
+                    figures = await self.store.run(key_figures, since=now - FAIRNESS_RECENT)
                 for queue, keys in figures.items():  # the fairness keys with the most ready work, then "other"
                     depths.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})["fairness"] = keys
             except Exception:  # the scrape still reports the process; pulse_database_up says 0

@@ -206,3 +206,40 @@ async def test_metrics_count_lapsed_offers_and_expired_leases(start_service, tok
                 break
             await trio.sleep(0.05)
     assert first["task"]["task_id"] != second["task"]["task_id"]
+
+
+async def test_a_flood_of_scrapes_takes_no_more_than_the_http_share_of_the_store_threads(db, service):
+    """/metrics takes no token: its reads must leave the workers their threads, like every other HTTP read.
+
+    The task tables are write-locked from a connection of the test's own, so every scrape's depth read
+    waits inside the database; the server's process list shows how many run at once.
+    """
+    from pulse_trio.store.engine.writer import connect as db_connect
+
+    http, share = Http(service.http_port), max(1, service.store.limiter.total_tokens // 2)
+    lock, watch = db_connect(db), db_connect(db)
+    at_once: list[int] = []
+    answers: list[int] = []
+
+    async def scrape() -> None:
+        answers.append((await http.get("/metrics")).status)
+
+    try:
+        with lock.cursor() as cur:
+            cur.execute("LOCK TABLES tasks WRITE, tasks AS t WRITE, leases WRITE, leases AS l WRITE")
+        async with trio.open_nursery() as nursery:
+            for _ in range(3 * service.store.limiter.total_tokens):
+                nursery.start_soon(scrape)
+            for _ in range(15):
+                await trio.sleep(0.1)
+                with watch.cursor() as cur:  # the depth read of a scrape (queue_depths), and only that
+                    cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s"
+                                " AND ID <> CONNECTION_ID()", ("%UNION ALL SELECT t.queue, l.state%",))
+                    at_once.append(cur.fetchone()[0])
+            with lock.cursor() as cur:
+                cur.execute("UNLOCK TABLES")
+    finally:
+        lock.close()
+        watch.close()
+    assert 1 <= max(at_once) <= share, (at_once, share)
+    assert answers == [200] * 3 * service.store.limiter.total_tokens
