@@ -41,7 +41,7 @@ from pulse_trio.contract.encoder import encode_bytes
 from pulse_trio.contract.limits import SUBPROTOCOL
 from pulse_trio.sdk import protocol as p
 from pulse_trio.sdk.frames import LeaseFrames
-from pulse_trio.sdk.websocket import ClientSocket, HandshakeRejected, SocketClosed, connect
+from pulse_trio.sdk.websocket import ClientSocket, HandshakeRejected, HandshakeUnusable, SocketClosed, connect
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, ProtocolViolation, WorkerRefused
 
 log = logging.getLogger("pulse_trio.sdk")
@@ -296,6 +296,8 @@ async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_even
             raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status} {body}",
                                 status=exc.status, detail=body) from None
         raise ConnectionLost(f"handshake refused: HTTP {exc.status}") from None
+    except HandshakeUnusable as exc:
+        raise WorkerRefused(str(exc)) from None
     except SocketClosed as exc:
         raise ConnectionLost(str(exc)) from None
     try:

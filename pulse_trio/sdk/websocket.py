@@ -16,8 +16,9 @@ does the I/O around it, without tasks of its own, so that its owner
 * :meth:`ClientSocket.close` runs the closing handshake with a time limit,
   or none at all once the peer is ``gone``.
 
-What no reconnect can fix is raised as :class:`HandshakeRejected` (the HTTP
-status and body); everything else that ends a socket is
+An HTTP answer instead of the upgrade is raised as :class:`HandshakeRejected`
+(the HTTP status and body), an upgrade no reconnect can make usable as
+:class:`HandshakeUnusable`; everything else that ends a socket is
 :class:`SocketClosed`, with a reason for the log.
 """
 
@@ -53,6 +54,10 @@ BROKEN = (anyio.BrokenResourceError, anyio.ClosedResourceError, ssl.SSLError, OS
 
 class SocketClosed(Exception):
     """The socket ended, or never opened: a reconnect may fix it."""
+
+
+class HandshakeUnusable(SocketClosed):
+    """The socket never opened, and reconnecting to the same server will not open it either."""
 
 
 class HandshakeRejected(Exception):
@@ -281,6 +286,11 @@ async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: lis
     failure = codec.handshake_exc
     if isinstance(failure, InvalidStatus):
         raise HandshakeRejected(failure.response.status_code, bytes(failure.response.body))
+    chosen = response.headers.get_all("Sec-WebSocket-Protocol")
+    if failure is not None and chosen and chosen != [SUBPROTOCOL]:
+        # The server's choice, as fixed as a missing subprotocol (which the session refuses).
+        raise HandshakeUnusable(f"the server did not select subprotocol {SUBPROTOCOL}: it selected "
+                                f"{', '.join(chosen)!r}")
     if isinstance(failure, InvalidHandshake):
         raise SocketClosed(f"invalid handshake response: {failure}")
     return ClientSocket(stream, codec, early, bytes(received))

@@ -7,11 +7,13 @@ while the service is still there, so no test leaves sockets behind.
 
 from __future__ import annotations
 
+import ssl
 
 import pytest
 import trio
+import trustme
 
-
+from raw_server import RawServer
 from sdk_support import FAST_BACKOFF, WORKER_BACKENDS, Proxy, start_worker, stop_workers
 
 from pulse_trio.client import Client
@@ -33,6 +35,29 @@ async def proxy_for(start_service):
             return await own.start(Proxy(service.worker_port).serve)
 
         yield start
+        own.cancel_scope.cancel()
+
+
+@pytest.fixture(scope="module")
+def ca():
+    return trustme.CA()
+
+
+@pytest.fixture
+async def raw():
+    """A :class:`~raw_server.RawServer` on ws://."""
+    async with trio.open_nursery() as own:
+        yield await own.start(RawServer().serve)
+        own.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def raw_tls(ca):
+    """A :class:`~raw_server.RawServer` on wss:// with a certificate for localhost from ``ca``."""
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(server_context)
+    async with trio.open_nursery() as own:
+        yield await own.start(RawServer(server_context).serve)
         own.cancel_scope.cancel()
 
 

@@ -120,6 +120,10 @@ class RawServer:
         self.port = 0
         self.ssl_context = ssl_context
         self.reject: tuple[int, str] | None = None  # (status, body) to refuse every upgrade with
+        self.reject_headers: list[tuple[str, str]] = []  # added to that refusal (Location, Retry-After)
+        #: The Sec-WebSocket-Protocol of the 101 instead of the negotiated one ("" leaves it out).
+        self.subprotocol: str | None = None
+        self.request_times: list[float] = []  # when each upgrade request was read, on the test's Trio clock
         self.silent = False  # upgrade, then never read again (a peer that vanished)
         self._send, self._receive = trio.open_memory_channel[RawPeer](4)
 
@@ -149,10 +153,18 @@ class RawServer:
                 request = next((e for e in codec.events_received() if isinstance(e, Request)), None)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
+        self.request_times.append(trio.current_time())
         if self.reject is not None:
-            codec.send_response(codec.reject(*self.reject))
+            response = codec.reject(*self.reject)
+            for name, value in self.reject_headers:
+                response.headers[name] = value
         else:
-            codec.send_response(codec.accept(request))
+            response = codec.accept(request)
+            if self.subprotocol is not None:
+                del response.headers["Sec-WebSocket-Protocol"]
+                if self.subprotocol:
+                    response.headers["Sec-WebSocket-Protocol"] = self.subprotocol
+        codec.send_response(response)
         peer = RawPeer(stream, codec, request)
         await peer.flush()
         if codec.state is not OPEN:

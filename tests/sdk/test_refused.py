@@ -57,3 +57,14 @@ async def test_unreachable_service_is_retried_until_it_comes_up(start_service, r
     with trio.fail_after(10):
         await worker.returned.wait()
     assert worker.error is None
+
+
+@pytest.mark.parametrize("selected", ["pulse.worker.v9", ""], ids=["another", "none"])
+async def test_a_101_without_our_subprotocol_is_refused(raw, run_worker, selected):
+    """The server upgraded to another subprotocol (or none): every reconnect gets the same answer."""
+    raw.subprotocol = selected
+    worker = await run_worker(raw.url(), _registry(), token="t", wait=False)
+    with pytest.raises(WorkerRefused, match="subprotocol"):
+        raise await _refusal(worker)
+    assert worker.stats.connects == 0
+

@@ -11,7 +11,6 @@ import ssl
 
 import pytest
 import trio
-import trustme
 
 from raw_server import RawServer
 from sdk_support import in_thread, wait_for, wait_state
@@ -23,27 +22,6 @@ from pulse_trio.sdk import Registry, TaskContext
 from pulse_trio.sdk.websocket import ClientSocket, HandshakeRejected, SocketClosed, connect
 
 TOKEN = [("Authorization", "Bearer t0ken")]
-
-
-@pytest.fixture(scope="module")
-def ca():
-    return trustme.CA()
-
-
-@pytest.fixture
-async def raw():
-    async with trio.open_nursery() as own:
-        yield await own.start(RawServer().serve)
-        own.cancel_scope.cancel()
-
-
-@pytest.fixture
-async def raw_tls(ca):
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("localhost").configure_cert(server_context)
-    async with trio.open_nursery() as own:
-        yield await own.start(RawServer(server_context).serve)
-        own.cancel_scope.cancel()
 
 
 async def _open(server: RawServer, ssl_context: ssl.SSLContext | None = None):
