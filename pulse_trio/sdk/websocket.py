@@ -63,10 +63,12 @@ class HandshakeUnusable(SocketClosed):
 class HandshakeRejected(Exception):
     """The server answered the upgrade request with an HTTP status instead of 101."""
 
-    def __init__(self, status: int, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes, location: str | None = None) -> None:
+        """``location``: where a redirect points (its Location header)."""
         super().__init__(f"HTTP {status}")
         self.status = status
         self.body = body
+        self.location = location
 
 
 class ClientSocket:
@@ -285,7 +287,9 @@ async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: lis
             raise SocketClosed(f"no handshake response: {codec.handshake_exc or 'the server closed'}")
     failure = codec.handshake_exc
     if isinstance(failure, InvalidStatus):
-        raise HandshakeRejected(failure.response.status_code, bytes(failure.response.body))
+        answer = failure.response
+        location = ", ".join(answer.headers.get_all("Location")) or None  # get() raises on a repeated one
+        raise HandshakeRejected(answer.status_code, bytes(answer.body), location)
     chosen = response.headers.get_all("Sec-WebSocket-Protocol")
     if failure is not None and chosen and chosen != [SUBPROTOCOL]:
         # The server's choice, as fixed as a missing subprotocol (which the session refuses).

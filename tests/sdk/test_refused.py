@@ -68,3 +68,13 @@ async def test_a_101_without_our_subprotocol_is_refused(raw, run_worker, selecte
         raise await _refusal(worker)
     assert worker.stats.connects == 0
 
+
+
+async def test_a_redirect_is_refused_naming_where_it_points(raw, run_worker):
+    """The SDK follows no redirect, so each reconnect would be sent the same way."""
+    raw.reject = (301, "moved\n")
+    raw.reject_headers = [("Location", "wss://pulse.example.com/v1/worker")]
+    worker = await run_worker(raw.url(), _registry(), token="t", wait=False)
+    refused = await _refusal(worker)
+    assert refused.status == 301 and "wss://pulse.example.com/v1/worker" in refused.detail, refused.detail
+
