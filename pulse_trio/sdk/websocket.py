@@ -302,12 +302,19 @@ async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: lis
 
 @contextlib.asynccontextmanager
 async def _closed_on_failure(stream: anyio.abc.ByteStream, what: str) -> AsyncIterator[None]:
-    """Close ``stream`` if the block fails; a broken stream becomes SocketClosed saying ``what``."""
+    """Close ``stream`` if the block fails; a broken stream becomes SocketClosed saying ``what``.
+
+    A certificate that fails verification becomes HandshakeUnusable.
+    """
     try:
         yield
     except BROKEN as exc:
         await anyio.aclose_forcefully(stream)
-        raise SocketClosed(f"{what}: {exc.__cause__ or exc}") from None
+        cause = exc.__cause__ or exc
+        if isinstance(cause, ssl.SSLCertVerificationError):  # the same certificate is shown next time
+            raise HandshakeUnusable(f"the TLS handshake refused the server's certificate: {cause} (one from a "
+                                    "private CA needs ssl_context=, --ca-file in the CLI)") from None
+        raise SocketClosed(f"{what}: {cause}") from None
     except BaseException:
         await anyio.aclose_forcefully(stream)
         raise

@@ -78,3 +78,10 @@ async def test_a_redirect_is_refused_naming_where_it_points(raw, run_worker):
     refused = await _refusal(worker)
     assert refused.status == 301 and "wss://pulse.example.com/v1/worker" in refused.detail, refused.detail
 
+
+async def test_a_certificate_that_fails_verification_is_refused(raw_tls, run_worker):
+    """A server certificate the worker's CAs do not vouch for stays so on every reconnect."""
+    worker = await run_worker(raw_tls.url(), _registry(), token="t", wait=False)  # the system's CAs only
+    with pytest.raises(WorkerRefused, match="certificate"):
+        raise await _refusal(worker)
+    assert worker.stats.connects == 0
