@@ -32,6 +32,7 @@ import socket
 import ssl
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
@@ -111,6 +112,9 @@ class Worker:
             raise ValueError("give at least one server URL")
         for one in self.urls:
             check_url(one)
+            if ssl_context is not None and urlsplit(one).scheme == "ws":
+                raise ValueError(f"{one!r} is ws://, yet a TLS context is given (ssl_context=, --ca-file): it "
+                                 "would go unused and the token out in the clear; use wss://")
         check_token(token, "worker")
         self.url, self._token, self.registry, self.capacity = self.urls[0], token, registry, capacity
         self._url_at = 0  # the position of ``url`` in ``urls``

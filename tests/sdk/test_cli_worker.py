@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trustme
 
 from sdk_support import in_thread, url_of, wait_state
 
@@ -66,3 +67,13 @@ def test_bad_targets_exit_2(capsys):
     err = capsys.readouterr().err
     assert "--uvloop goes with --backend asyncio" in err
     assert "cannot import" in err and "not a pulse_trio.sdk.Registry" in err and "token is required" in err
+
+
+def test_a_ca_file_with_a_ws_url_exits_2(tmp_path):
+    """The CA file says TLS was meant, yet ws:// would send the token in the clear: refused before any connect."""
+    trustme.CA().cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    done = subprocess.run(
+        [sys.executable, "-m", "pulse_trio", "worker", "run", "examples.billing_worker:registry", "--token", "pt_x",
+         "--url", "ws://127.0.0.1:1/v1/worker", "--ca-file", str(tmp_path / "ca.pem")],
+        cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2 and "in the clear" in done.stderr and "Traceback" not in done.stderr, done.stderr

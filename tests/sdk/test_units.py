@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import ssl
 
 import anyio
 import pytest
@@ -153,6 +154,19 @@ def test_a_worker_refuses_a_url_with_user_info_without_quoting_it():
     with pytest.raises(ValueError, match="user info") as refused:
         Worker("ws://ops:hunter2@127.0.0.1:7380/v1/worker", "t", registry)
     assert "'ws://***@127.0.0.1:7380/v1/worker'" in str(refused.value) and "hunter2" not in str(refused.value)
+
+
+def test_a_worker_refuses_an_ssl_context_with_a_ws_url():
+    """The context was meant for TLS: over ws:// it would go unused and the token out in the clear."""
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    context = ssl.create_default_context()
+    with pytest.raises(ValueError, match="in the clear") as refused:
+        Worker(["wss://pulse.example.com/v1/worker", "WS://pulse.example.com:7380/v1/worker"], "t", registry,
+               ssl_context=context)
+    assert "'WS://pulse.example.com:7380/v1/worker'" in str(refused.value)
+    Worker("wss://pulse.example.com/v1/worker", "t", registry, ssl_context=context)  # what it is for
+    Worker("ws://127.0.0.1:7380/v1/worker", "t", registry)  # plain ws:// without one, for development
 
 
 @pytest.mark.parametrize("token", ["", "pt_secret\r", "pt_secret\n", " pt_secret", "pt_secrét"],
