@@ -121,7 +121,14 @@ class WorkerRefused(WorkerError):
 
 
 class ConnectionLost(WorkerError):
-    """The connection ended before the request was answered (it may have committed)."""
+    """The connection ended before the request was answered (it may have committed).
+
+    ``retry_after``: the seconds a refused handshake asked the worker to wait (a 503's Retry-After), else 0.
+    """
+
+    def __init__(self, message: str = "", *, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ProtocolViolation(WorkerError):

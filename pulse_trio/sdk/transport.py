@@ -301,7 +301,7 @@ async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_even
             body = exc.body.decode("utf-8", "replace").strip()
             raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status} {body}",
                                 status=exc.status, detail=body) from None
-        raise ConnectionLost(f"handshake refused: HTTP {exc.status}") from None
+        raise ConnectionLost(f"handshake refused: HTTP {exc.status}", retry_after=exc.retry_after) from None
     except HandshakeUnusable as exc:
         raise WorkerRefused(str(exc)) from None
     except SocketClosed as exc:

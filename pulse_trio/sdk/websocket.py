@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator
 
@@ -63,12 +64,13 @@ class HandshakeUnusable(SocketClosed):
 class HandshakeRejected(Exception):
     """The server answered the upgrade request with an HTTP status instead of 101."""
 
-    def __init__(self, status: int, body: bytes, location: str | None = None) -> None:
-        """``location``: where a redirect points (its Location header)."""
+    def __init__(self, status: int, body: bytes, location: str | None = None, retry_after: float = 0.0) -> None:
+        """``location``: where a redirect points; ``retry_after``: the seconds a Retry-After asked for (or 0)."""
         super().__init__(f"HTTP {status}")
         self.status = status
         self.body = body
         self.location = location
+        self.retry_after = retry_after
 
 
 class ClientSocket:
@@ -289,7 +291,8 @@ async def _upgrade(stream: anyio.abc.ByteStream, uri: WebSocketURI, headers: lis
     if isinstance(failure, InvalidStatus):
         answer = failure.response
         location = ", ".join(answer.headers.get_all("Location")) or None  # get() raises on a repeated one
-        raise HandshakeRejected(answer.status_code, bytes(answer.body), location)
+        raise HandshakeRejected(answer.status_code, bytes(answer.body), location,
+                                _seconds(answer.headers.get_all("Retry-After")))
     chosen = response.headers.get_all("Sec-WebSocket-Protocol")
     if failure is not None and chosen and chosen != [SUBPROTOCOL]:
         # The server's choice, as fixed as a missing subprotocol (which the session refuses).
@@ -318,6 +321,13 @@ async def _closed_on_failure(stream: anyio.abc.ByteStream, what: str) -> AsyncIt
     except BaseException:
         await anyio.aclose_forcefully(stream)
         raise
+
+
+def _seconds(retry_after: list[str]) -> float:
+    """A single Retry-After in seconds, else 0 (an HTTP date, a repeated or unreadable one: the backoff alone)."""
+    if len(retry_after) == 1 and re.fullmatch(r"[0-9]{1,9}", retry_after[0].strip()):
+        return float(retry_after[0].strip())
+    return 0.0
 
 
 def _is_utf8(data: bytes) -> bool:

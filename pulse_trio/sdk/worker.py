@@ -254,6 +254,8 @@ class Worker:
                     self.stats.failed_connects += 1
                 if isinstance(exc, CommandRefused) and exc.retry_after_ms:
                     retry_after = exc.retry_after_ms / 1000
+                elif isinstance(exc, ConnectionLost):  # a handshake's Retry-After, within the backoff's maximum
+                    retry_after = min(exc.retry_after, self.backoff.maximum)
                 if not self._done():
                     log.warning("disconnected: %s", exc)
             finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sdk_support import FAST_BACKOFF, wait_for
 
-from pulse_trio.sdk import Registry, TaskContext
+from pulse_trio.sdk import Backoff, Registry, TaskContext
 
 
 async def test_a_session_dropped_right_after_its_welcome_backs_off_like_a_failed_connect(start_service, proxy_for,
@@ -25,3 +25,17 @@ async def test_a_session_dropped_right_after_its_welcome_backs_off_like_a_failed
     # The fourth and fifth reconnects wait at least half the backoff's maximum.
     assert min(gaps[3:5]) >= FAST_BACKOFF.maximum / 2, gaps
     assert worker.stats.connects >= 5 and len(proxy.dropped_chunks) >= 5
+
+
+async def test_a_handshake_503_is_retried_after_its_retry_after(raw, run_worker):
+    """The service answers 503 with Retry-After while it cannot check tokens: the worker waits that long."""
+    raw.reject = (503, "the worker token cannot be checked now: storage unavailable; retry later")
+    raw.reject_headers = [("Retry-After", "1")]
+    registry = Registry()
+    registry.add("billing", "noop", lambda task: {})
+    worker = await run_worker(raw.url(), registry, token="t", wait=False,
+                              backoff=Backoff(initial=0.05, factor=2.0, maximum=2.0))
+    await wait_for(lambda: len(raw.request_times) >= 3, what="three handshakes")
+    times = raw.request_times
+    assert min(later - earlier for earlier, later in zip(times, times[1:3])) >= 0.95, times
+    assert worker.error is None and worker.stats.failed_connects >= 2
