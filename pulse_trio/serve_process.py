@@ -1,7 +1,8 @@
 """A real ``pulse-trio serve`` in a child process, for tests and examples (the pytest plugin uses it).
 
-Blocking and loop-free on purpose: it starts the process, waits until its
-HTTP API answers, and stops it with SIGTERM (the orderly shutdown). Ports
+Blocking and loop-free on purpose: it starts the process, waits until the
+process says it serves (``READY=1``, sd_notify's datagram, on a socket only
+it was given), and stops it with SIGTERM (the orderly shutdown). Ports
 are chosen by the operating system; the database must be migrated already,
 or ``serve`` migrates it (it is allowed to create it). Its settings are its
 arguments alone: the environment's ``PULSE_`` serve settings are not passed on.
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -57,6 +58,9 @@ class ServeProcess:
     choose_port: Callable[[], int] = dataclasses.field(default=free_port, repr=False)
     #: How many times ``serve`` was started: more than once when a chosen port was taken first.
     launches: int = 0
+    #: The ``NOTIFY_SOCKET`` it was given (its ``READY=1`` says it serves), and that socket's private folder.
+    notify: socket.socket | None = dataclasses.field(default=None, repr=False)
+    notify_dir: str | None = dataclasses.field(default=None, repr=False)
 
     @property
     def http_url(self) -> str:
@@ -82,8 +86,8 @@ class ServeProcess:
                 self.worker_port = self.choose_port()
             if choose_http:
                 self.http_port = self.choose_port()
-            self._launch()
             try:
+                self._launch()
                 self._wait_answering()
             except BaseException:
                 self.stop()
@@ -96,25 +100,35 @@ class ServeProcess:
     def _launch(self) -> None:
         self.launches += 1
         self.log = tempfile.TemporaryFile()
+        self.notify_dir = tempfile.mkdtemp(prefix="pulse-serve-")
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        path = os.path.join(self.notify_dir, "notify")
+        self.notify.bind(path)
         self.process = subprocess.Popen(
             python_command("pulse_trio", "serve", "--database-url", self.database.url(redact=False),
                            "--worker-listen", f"127.0.0.1:{self.worker_port}",
                            "--http-listen", f"127.0.0.1:{self.http_port}", "--log-level", "warning", *self.extra_args),
-            env=child_environment(_without_serve_settings(os.environ)), stdin=subprocess.DEVNULL,
+            env=child_environment(_without_serve_settings(os.environ), NOTIFY_SOCKET=path), stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=self.log)
 
     def _wait_answering(self) -> None:
-        """Until the HTTP API answers: it serves only once the node has joined the cluster."""
-        assert self.process is not None
+        """Until this process says ``READY=1``: its node has joined and both its ports listen.
+
+        Not until something answers on its HTTP port: another ``serve`` that
+        took the chosen port first would answer there while this one exits
+        for want of it, and would be taken for it.
+        """
+        assert self.process is not None and self.notify is not None
         deadline = time.monotonic() + START_TIMEOUT_S
+        self.notify.settimeout(0.05)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServeExited(self.process.returncode, self.log_tail())
             try:
-                with urllib.request.urlopen(f"{self.http_url}/healthz", timeout=5):
+                if b"READY=1" in self.notify.recv(4096).split(b"\n"):
                     return
-            except (OSError, urllib.error.URLError):
-                time.sleep(0.05)
+            except TimeoutError:
+                pass
         raise RuntimeError(f"pulse-trio serve did not answer on {self.http_url} within {START_TIMEOUT_S:g} s: "
                            f"{self.log_tail()}")
 
@@ -128,9 +142,7 @@ class ServeProcess:
     def stop(self) -> None:
         """SIGTERM, then wait (SIGKILL if it does not stop in time)."""
         process, self.process = self.process, None
-        if process is None:
-            return
-        if process.poll() is None:
+        if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
                 process.wait(timeout=STOP_TIMEOUT_S)
@@ -140,6 +152,12 @@ class ServeProcess:
         if self.log is not None:
             self.log.close()
             self.log = None
+        if self.notify is not None:
+            self.notify.close()
+            self.notify = None
+        if self.notify_dir is not None:
+            shutil.rmtree(self.notify_dir, ignore_errors=True)
+            self.notify_dir = None
 
     def __enter__(self) -> ServeProcess:
         return self.start()

@@ -163,6 +163,25 @@ def test_a_serve_process_whose_chosen_port_was_taken_starts_again_on_fresh_ports
             given.start()  # a port the caller gave is never changed
 
 
+
+def test_a_serve_process_whose_chosen_port_another_serve_took_is_not_mistaken_for_that_serve(database_server):
+    """Another serve took the HTTP port it chose: that one answers /healthz there, but this one exited; it starts again."""
+    from pulse_trio.serve_process import ServeProcess
+    from pulse_trio.store.engine.writer import drop_database
+
+    theirs, ours = (database_server.with_database(name) for name in ("pulse_port_theirs", "pulse_port_ours"))
+    try:
+        with ServeProcess(theirs) as other:
+            chosen = iter([free_port(), other.http_port])  # the worker port is chosen first, then the HTTP one
+            with ServeProcess(ours, choose_port=lambda: next(chosen, None) or free_port()) as serve:
+                assert serve.http_port != other.http_port and serve.launches == 2
+                assert serve.process is not None and serve.process.poll() is None
+                with urllib.request.urlopen(f"{serve.http_url}/healthz", timeout=5) as answer:
+                    assert answer.status == 200
+    finally:
+        for database in (theirs, ours):
+            drop_database(database)
+
 def test_the_test_service_answers_on_its_advertised_urls_whatever_pulse_tls_variables_say(
         database_server, tls, monkeypatch):
     """The caller's PULSE_TLS_* (set for their real service) do not reach it: it serves http:// and ws:// as it says."""
