@@ -5,7 +5,8 @@ process says it serves (``READY=1``, sd_notify's datagram, on a socket only
 it was given), and stops it with SIGTERM (the orderly shutdown). Ports
 are chosen by the operating system; the database must be migrated already,
 or ``serve`` migrates it (it is allowed to create it). Its settings are its
-arguments alone: the environment's ``PULSE_`` serve settings are not passed on.
+arguments alone, and its database URL: the environment's ``PULSE_`` serve
+settings are not passed on.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from typing import Any
 
 from pulse_trio.child_process import child_environment, python_command
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
-from pulse_trio.config import SERVE_VARIABLES
+from pulse_trio.config import SERVE_VARIABLES, env_name
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port, start_on_fresh_ports
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+#: How ``serve`` is given its database: ``--database-url``'s variable.
+DATABASE_URL_VARIABLE = env_name("database_url")
 
 
 class ServeExited(RuntimeError):
@@ -105,11 +108,12 @@ class ServeProcess:
         path = os.path.join(self.notify_dir, "notify")
         self.notify.bind(path)
         self.process = subprocess.Popen(
-            python_command("pulse_trio", "serve", "--database-url", self.database.url(redact=False),
-                           "--worker-listen", f"127.0.0.1:{self.worker_port}",
+            python_command("pulse_trio", "serve", "--worker-listen", f"127.0.0.1:{self.worker_port}",
                            "--http-listen", f"127.0.0.1:{self.http_port}", "--log-level", "warning", *self.extra_args),
-            env=child_environment(_without_serve_settings(os.environ), NOTIFY_SOCKET=path), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=self.log)
+            # The URL (and its password) in the environment, which only its user reads, not the arguments anyone may.
+            env=child_environment(_without_serve_settings(os.environ), NOTIFY_SOCKET=path,
+                                  **{DATABASE_URL_VARIABLE: self.database.url(redact=False)}),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
 
     def _wait_answering(self) -> None:
         """Until this process says ``READY=1``: its node has joined and both its ports listen.
