@@ -44,14 +44,19 @@ DATABASE_URL_VARIABLE = "PULSE_TEST_DATABASE_URL"
 
 @dataclasses.dataclass(frozen=True)
 class PulseServer:
-    """The running service of a test session: where it answers and the tokens to use it with."""
+    """The running service of a test session: where it answers and the tokens to use it with.
+
+    Its repr shows the URLs only: pytest prints it in a failed assertion that
+    reads it, and a CI log must not hold the tokens or the database's
+    password (a ``DatabaseConfig``'s repr shows it).
+    """
 
     http_url: str
     worker_url: str
-    database: DatabaseConfig
-    producer_token: str  # every queue, granted cancel and retry
-    worker_token: str
-    operator_token: str
+    database: DatabaseConfig = dataclasses.field(repr=False)
+    producer_token: str = dataclasses.field(repr=False)  # every queue, granted cancel and retry
+    worker_token: str = dataclasses.field(repr=False)
+    operator_token: str = dataclasses.field(repr=False)
 
 
 def _make_token(database: DatabaseConfig, role: str, allow: tuple[str, ...] = ()) -> str:
