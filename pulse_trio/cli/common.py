@@ -29,6 +29,10 @@ EXIT_UNREACHABLE = 4  # no database to talk to: unreachable, or no managed datab
 EXIT_CANNOT_LISTEN = 5  # serve: a listen address is taken or invalid; nothing was recorded
 EXIT_INTERRUPTED = 130  # SIGINT, or a second SIGTERM for `worker run`
 
+#: The database's answers that refuse this login (user or password, a host or database the user may not use):
+#: it answered, so EXIT_REFUSED; waiting never mends them as it may an unreachable database (EXIT_UNREACHABLE).
+LOGIN_REFUSED = frozenset({1044, 1045, 1130, 1698})
+
 #: What a refusal of the client exits with, by its code; any other code is EXIT_REFUSED.
 CLIENT_EXIT_CODES = {INVALID_REQUEST: EXIT_USAGE, TASK_NOT_FOUND: EXIT_NOT_FOUND, INSTANCE_NOT_FOUND: EXIT_NOT_FOUND}
 
@@ -116,13 +120,21 @@ def _check_schema(target: DatabaseConfig, *, migrate_it: bool) -> None:
     except MigrationError as exc:
         raise CommandFailed(str(exc)) from None
     except pymysql.err.MySQLError as exc:
-        raise CommandFailed(f"cannot reach the database {target.url()}: {_reason(exc)}", EXIT_UNREACHABLE) from None
+        raise database_failure(exc, target.url()) from None
     if have == 0:
         raise CommandFailed(f"no pulse-trio schema in the database {target.url()}: `pulse-trio migrate` "
                             "creates it", EXIT_UNREACHABLE)
     raise CommandFailed(f"the database {target.url()} has schema version {have}, this code needs "
                         f"{code_version()}: " + ("run `pulse-trio migrate`" if have < code_version()
                                                  else "upgrade the code"))
+
+
+def database_failure(exc: pymysql.err.MySQLError, url: str = "") -> CommandFailed:
+    """A database error as the user's failure: a refused login (exit 1), else no database to talk to (exit 4)."""
+    where = f"the database {url}" if url else "the database"
+    if exc.args and exc.args[0] in LOGIN_REFUSED:
+        return CommandFailed(f"{where} refused the login: {_reason(exc)}", EXIT_REFUSED)
+    return CommandFailed(f"cannot reach {where}: {_reason(exc)}", EXIT_UNREACHABLE)
 
 
 def _reason(exc: Exception) -> str:
@@ -229,9 +241,10 @@ def run_guarded(fn, *, long_running: bool = False):
         except ClientError as exc:
             sys.stderr.write(f"pulse-trio: {exc.message}\n")
             return CLIENT_EXIT_CODES.get(exc.code, EXIT_REFUSED)
-        except pymysql.err.OperationalError as exc:  # the database went away (or never answered) mid-command
-            sys.stderr.write(f"pulse-trio: cannot reach the database: {_reason(exc)}\n")
-            return EXIT_UNREACHABLE
+        except pymysql.err.OperationalError as exc:  # the database went away, never answered, or refused the login
+            failure = database_failure(exc)
+            sys.stderr.write(f"pulse-trio: {failure}\n")
+            return failure.exit_code
 
     runner.long_running = long_running  # type: ignore[attr-defined]
     return runner

@@ -6,6 +6,7 @@ creates a database: it fails in one line with exit code 4.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ from pulse_trio.managed_db import default_state_dir
 
 pytestmark = pytest.mark.live  # it runs commands that start a managed mariadbd
 
+EXIT_REFUSED = 1
 EXIT_UNREACHABLE = 4
 
 READ_ONLY = [
@@ -86,6 +88,16 @@ def test_an_unreachable_database_is_one_line():
     done = run("queues", "--database-url", "mysql://root@127.0.0.1:1/pulse")
     assert done.returncode == EXIT_UNREACHABLE, done
     assert done.stderr.count("\n") == 1 and "cannot reach the database" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", [["queues"], ["settings", "show"], ["migrate"]])
+def test_a_refused_login_exits_1_not_4(db, command):
+    """The database answered and said no (docs/operations.md §7.1: 1); exit 4 reads as "try again later"."""
+    wrong = dataclasses.replace(db, user="pulse_nobody", password="not-the-password")
+    done = run(*command, "--database-url", wrong.url(redact=False))
+    assert done.returncode == EXIT_REFUSED, done
+    assert done.stderr.count("\n") == 1 and "refused the login" in done.stderr, done.stderr
+    assert "cannot reach" not in done.stderr and "not-the-password" not in done.stderr, done.stderr
 
 
 def test_a_database_left_in_the_old_place_is_pointed_out(tmp_path):
