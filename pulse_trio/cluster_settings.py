@@ -13,7 +13,8 @@ set`` and ``PUT /v1/settings/{name}`` all parse through it.
 Values are durations. They are stored as whole milliseconds (``value_ms``)
 and shown as seconds; a value finer than a millisecond is refused, not
 rounded. Each is bounded by the protocol's INT range, except
-``task_retention`` (a second to ten years), which no frame carries. The one nullable setting, ``permit_quarantine``, stores NULL for
+``task_retention`` (a second to ten years), which no frame carries, and
+``lease_ttl``, which starts where a task's own lease_ttl does (half a second). The one nullable setting, ``permit_quarantine``, stores NULL for
 "the task's own lease ttl", spelled ``lease-ttl`` on the command line and
 ``null`` in JSON.
 
@@ -36,6 +37,9 @@ MIN_MS: Final = 1
 MAX_MS: Final = MAX_INT32
 _MS = Decimal(1000)
 _MILLISECOND = Decimal("0.001")
+#: lease_ttl: no shorter than a task's own may be (``client.ranges.MIN_LEASE_TTL_S``), for the same reason:
+#: the worker SDK renews a third of the way to the expiry, and a shorter lease would lapse before its renewal.
+LEASE_TTL_MIN_MS: Final = 500
 #: task_retention: a week by default; at least a second, at most ten years (a BIGINT column holds it).
 RETENTION_DEFAULT_MS: Final = 7 * 86_400_000
 RETENTION_MIN_MS: Final = 1_000
@@ -149,7 +153,7 @@ def json_seconds(ms: int | None) -> int | float | None:
 
 SETTINGS: Final[tuple[ClusterSetting, ...]] = (
     ClusterSetting("lease_ttl", 30_000, "seconds a started lease lives without renewal, for a task that "
-                                        "names no lease_ttl of its own"),
+                                        "names no lease_ttl of its own", min_ms=LEASE_TTL_MIN_MS),
     ClusterSetting("start_timeout", 30_000, "seconds an offer may wait for task.start"),
     ClusterSetting("cancel_grace", 30_000, "seconds a cancelled running task may keep running; fixed into the "
                                            "intent when the cancel is saved"),
@@ -198,7 +202,7 @@ def pair_problem(values: Mapping[str, int | None], spell: Callable[[str], str] =
 
 
 __all__ = [
-    "BY_NAME", "DEFAULTS_MS", "INVALID_VALUE", "MAX_MS", "MIN_MS", "NAMES", "RETENTION_DEFAULT_MS", "SETTINGS", "SETTING_CONFLICT",
-    "UNKNOWN_SETTING", "ClusterSetting", "InvalidSetting", "json_seconds", "lookup", "pair_problem",
+    "BY_NAME", "DEFAULTS_MS", "INVALID_VALUE", "LEASE_TTL_MIN_MS", "MAX_MS", "MIN_MS", "NAMES",
+    "RETENTION_DEFAULT_MS", "SETTINGS", "SETTING_CONFLICT", "UNKNOWN_SETTING", "ClusterSetting", "InvalidSetting", "json_seconds", "lookup", "pair_problem",
     "seconds_text",
 ]

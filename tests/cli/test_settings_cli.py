@@ -50,6 +50,7 @@ def test_set_changes_one_or_several_in_one_go(db):
     (("poll_interval", "1"), "no cluster setting 'poll_interval'"),
     (("cancel_grace", "0"), "0.001 to 2147483.647 seconds"),
     (("cancel_grace", "0.0001"), "to the millisecond"),
+    (("lease_ttl", "0.001"), "lease_ttl must be 0.5 to 2147483.647 seconds"),  # a task's own: 0.5 at least
     (("lease_ttl", "lease-ttl"), "not a number"),
     (("cancel_grace",), "a value is missing"),
     (("cancel_grace", "2", "cancel_grace", "3"), "named twice"),

@@ -9,6 +9,7 @@ import pytest
 
 from pulse_trio import cluster_settings as cs
 from pulse_trio import config as cfg
+from pulse_trio.client import ranges
 from pulse_trio.dburl import connect
 
 
@@ -55,7 +56,20 @@ def test_task_retention_has_bounds_of_its_own():
             retention.from_text(bad)
 
 
-def test_only_permit_quarantine_may_be_null():
+def test_the_cluster_lease_ttl_is_no_shorter_than_a_task_may_ask_for():
+    """The lease of every task that names none: one a worker cannot renew in time would be lost every time."""
+    lease_ttl = cs.BY_NAME["lease_ttl"]
+    assert Decimal(lease_ttl.min_ms) / 1000 == ranges.MIN_LEASE_TTL_S
+    assert lease_ttl.from_text("0.5") == 500
+    for bad in ("0.499", "0.001"):
+        with pytest.raises(cs.InvalidSetting, match="lease_ttl must be 0.5 to 2147483.647 seconds"):
+            lease_ttl.from_text(bad)
+    with pytest.raises(SystemExit) as refused:  # serve's flag and PULSE_LEASE_TTL: exit 2 before anything starts
+        _parse(["--lease-ttl", "0.1"])
+    assert refused.value.code == 2
+
+
+
     quarantine = cs.BY_NAME["permit_quarantine"]
     assert quarantine.from_text("lease-ttl") is None and quarantine.from_text("LEASE-TTL") is None
     assert quarantine.from_seconds(None) is None and quarantine.from_text("4") == 4_000

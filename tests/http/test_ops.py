@@ -186,7 +186,7 @@ async def test_metrics_after_a_full_flow(http, tokens, token_factory, open_worke
 
 
 async def test_metrics_count_lapsed_offers_and_expired_leases(start_service, tokens, token_factory, nursery):
-    service = await start_service(start_timeout=0.2, lease_ttl=0.3, poll_interval=0.02)
+    service = await start_service(start_timeout=0.2, lease_ttl=0.5, poll_interval=0.02)
     http = Http(service.http_port)
     ws = await trio_websocket.connect_websocket_url(
         nursery, f"ws://127.0.0.1:{service.worker_port}/v1/worker", subprotocols=["pulse.worker.v1"],
