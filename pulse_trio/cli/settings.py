@@ -62,8 +62,15 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seconds(setting: dict, field: str) -> object:
+    """A value in seconds, or the word ``set`` takes for null (``lease-ttl``): `-` would read as no value at all."""
+    value = setting[field]
+    return cs.BY_NAME[setting["name"]].null_word if value is None else value
+
+
 SETTING_COLUMNS: tuple[Column, ...] = (
-    ("NAME", lambda s: s["name"]), ("VALUE_S", lambda s: s["value"]), ("DEFAULT_S", lambda s: s["default"]),
+    ("NAME", lambda s: s["name"]), ("VALUE_S", lambda s: _seconds(s, "value")),
+    ("DEFAULT_S", lambda s: _seconds(s, "default")),
     ("STATE", lambda s: s["state"]), ("UPDATED_BY", lambda s: s["updated_by"]),
     ("UPDATED_AT", lambda s: s["updated_at"]),
 )

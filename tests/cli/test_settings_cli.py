@@ -124,3 +124,15 @@ def test_settings_show_table_prints_the_value_that_is_set(db):
     row = next(line.split() for line in done.stdout.splitlines() if line.startswith("task_retention "))
     assert row[1] == "1234567.891", done.stdout
     assert json.loads(cli(db, "settings", "show").stdout)["settings"]["task_retention"]["value"] == 1234567.891
+
+
+def test_settings_show_table_spells_the_task_s_own_lease_ttl_as_set_takes_it(db):
+    """permit_quarantine's null is a value ("the task's own lease ttl"), not an empty cell: `-` read as unset."""
+    done = cli(db, "settings", "show", "--format", "table")
+    assert done.returncode == 0, done.stderr
+    row = next(line.split() for line in done.stdout.splitlines() if line.startswith("permit_quarantine "))
+    assert row[1:4] == ["lease-ttl", "lease-ttl", "DEFAULT"], done.stdout
+    assert cli(db, "settings", "set", "permit_quarantine", "5").returncode == 0
+    row = next(line.split() for line in cli(db, "settings", "show", "--format", "table").stdout.splitlines()
+               if line.startswith("permit_quarantine "))
+    assert row[1:4] == ["5", "lease-ttl", "SET"]
