@@ -32,6 +32,9 @@ EXIT_INTERRUPTED = 130  # SIGINT, or a second SIGTERM for `worker run`
 #: The database's answers that refuse this login (user or password, a host or database the user may not use):
 #: it answered, so EXIT_REFUSED; waiting never mends them as it may an unreachable database (EXIT_UNREACHABLE).
 LOGIN_REFUSED = frozenset({1044, 1045, 1130, 1698})
+#: The database's answers that refuse a statement to this user (a table, column, routine or privilege it lacks):
+#: a refusal too, for the same reason.
+STATEMENT_REFUSED = frozenset({1142, 1143, 1227, 1370})
 
 #: What a refusal of the client exits with, by its code; any other code is EXIT_REFUSED.
 CLIENT_EXIT_CODES = {INVALID_REQUEST: EXIT_USAGE, TASK_NOT_FOUND: EXIT_NOT_FOUND, INSTANCE_NOT_FOUND: EXIT_NOT_FOUND}
@@ -130,10 +133,13 @@ def _check_schema(target: DatabaseConfig, *, migrate_it: bool) -> None:
 
 
 def database_failure(exc: pymysql.err.MySQLError, url: str = "") -> CommandFailed:
-    """A database error as the user's failure: a refused login (exit 1), else no database to talk to (exit 4)."""
+    """A database error as the user's failure: a refused login or statement (exit 1), else no database (exit 4)."""
     where = f"the database {url}" if url else "the database"
-    if exc.args and exc.args[0] in LOGIN_REFUSED:
+    code = exc.args[0] if exc.args else None
+    if code in LOGIN_REFUSED:
         return CommandFailed(f"{where} refused the login: {_reason(exc)}", EXIT_REFUSED)
+    if code in STATEMENT_REFUSED:
+        return CommandFailed(f"{where} refused: {_reason(exc)}", EXIT_REFUSED)
     return CommandFailed(f"cannot reach {where}: {_reason(exc)}", EXIT_UNREACHABLE)
 
 

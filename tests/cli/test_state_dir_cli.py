@@ -100,6 +100,34 @@ def test_a_refused_login_exits_1_not_4(db, command):
     assert "cannot reach" not in done.stderr and "not-the-password" not in done.stderr, done.stderr
 
 
+@pytest.fixture
+def read_only_user(db):
+    """The test database's URL for a user that may only read it."""
+    conn = connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE USER 'pulse_reader'@'%' IDENTIFIED BY 'reader-pw'")
+            cur.execute(f"GRANT SELECT ON `{db.database}`.* TO 'pulse_reader'@'%'")
+            cur.execute("CREATE USER 'pulse_reader'@'localhost' IDENTIFIED BY 'reader-pw'")
+            cur.execute(f"GRANT SELECT ON `{db.database}`.* TO 'pulse_reader'@'localhost'")
+        yield dataclasses.replace(db, user="pulse_reader", password="reader-pw")
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DROP USER IF EXISTS 'pulse_reader'@'%', 'pulse_reader'@'localhost'")
+        conn.close()
+
+
+@pytest.mark.parametrize("command", [["settings", "set", "cancel_grace", "3"], ["queues", "pause", "mail"],
+                                     ["submit", "--queue", "q", "--kind", "k"]])
+def test_a_statement_the_user_may_not_run_exits_1_not_4(read_only_user, command):
+    """The database answered "UPDATE command denied": a refusal (docs/operations.md §7.1: 1), not "cannot reach"."""
+    assert run("settings", "show", "--database-url", read_only_user.url(redact=False)).returncode == 0
+    done = run(*command, "--database-url", read_only_user.url(redact=False))
+    assert done.returncode == EXIT_REFUSED, done
+    assert done.stderr.count("\n") == 1 and "command denied" in done.stderr, done.stderr
+    assert "cannot reach" not in done.stderr, done.stderr
+
+
 def test_a_database_left_in_the_old_place_is_pointed_out(tmp_path):
     folder = tmp_path / "project"
     (folder / ".pulse-state" / "mariadb" / "data" / "mysql").mkdir(parents=True)
