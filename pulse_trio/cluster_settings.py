@@ -37,8 +37,9 @@ MIN_MS: Final = 1
 MAX_MS: Final = MAX_INT32
 _MS = Decimal(1000)
 _MILLISECOND = Decimal("0.001")
-#: lease_ttl: no shorter than a task's own may be (``client.ranges.MIN_LEASE_TTL_S``), for the same reason:
-#: the worker SDK renews a third of the way to the expiry, and a shorter lease would lapse before its renewal.
+#: The shortest lease, the cluster's lease_ttl and a task's own alike (``client.ranges.MIN_LEASE_TTL_S``).
+#: The worker SDK renews a third of the way to the expiry, so half a second leaves its renewal about a
+#: third of a second for the round trip and the commit; a shorter lease could not be renewed.
 LEASE_TTL_MIN_MS: Final = 500
 #: task_retention: a week by default; at least a second, at most ten years (a BIGINT column holds it).
 RETENTION_DEFAULT_MS: Final = 7 * 86_400_000

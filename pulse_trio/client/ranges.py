@@ -23,6 +23,7 @@ import re
 from decimal import Decimal
 from typing import Any, Final
 
+from pulse_trio.cluster_settings import LEASE_TTL_MIN_MS
 from pulse_trio.contract.limits import MAX_INT32, MAX_PRIORITY, MIN_PRIORITY
 
 #: A number as a command line or a query string gives it: ASCII digits, a point, an exponent.
@@ -30,10 +31,8 @@ _DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?
 
 #: The longest duration a column or a protocol field holds: MAX_INT32 ms, in seconds.
 MAX_DURATION_S: Final = Decimal(MAX_INT32) / 1000
-#: The shortest lease a task may ask for. The worker SDK renews a third of the
-#: way to the expiry, so a 0.5 s lease leaves its renewal about a third of a
-#: second for the round trip and the commit; a shorter one could not be renewed.
-MIN_LEASE_TTL_S: Final = Decimal("0.5")
+#: The shortest lease a task may ask for: the cluster's own shortest (``cluster_settings``).
+MIN_LEASE_TTL_S: Final = Decimal(LEASE_TTL_MIN_MS) / 1000
 #: The furthest ahead ``delay`` may put a task: ten years (3650 days).
 MAX_DELAY_S: Final = Decimal(3650 * 86400)
 #: The earliest ``due_at``: a task's pick-up time lies up to nine priority steps
