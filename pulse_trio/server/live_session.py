@@ -407,7 +407,8 @@ class LiveSession:
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
             self._lease_ended(msg.lease_id)
-            if outcome.freed_work:  # a key's set-aside task competes again: another member may hold its taker
+            if outcome.freed_work:  # a key's set-aside task competes again: new work, here and for the others
+                self._hub.wake()  # news: a free slot below its refill mark may be its only taker
                 self._hub.announce()
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
 

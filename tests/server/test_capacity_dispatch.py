@@ -263,6 +263,34 @@ async def test_a_concurrency_limit_holds_back_the_second_task_of_a_key(start_ser
     assert int(after.task["concurrency_token"]) != int(held.task["concurrency_token"])
 
 
+async def test_a_finish_that_frees_a_keys_waiting_task_offers_it_here_at_once(start_service, connect,
+                                                                                worker_token, client):
+    """The task set aside behind its key competes again once the key's permit is released: that is new
+    work, as a submit is, so the free slot of a session here below its refill mark takes it at once,
+    not at the next poll (20 s here)."""
+    service = await start_service(poll_interval=20)
+    first = client.submit("billing", "invoice.send", {"n": 1}, concurrency_key="customer:7", concurrency_limit=1)
+    holder = await connect(service, worker_token, name="holder")
+    await holder.register(["billing"], capacity=1, concurrency_keys=True)
+    held = await holder.expect_assign()
+    assert held.task_id == first["task_id"]
+    second = client.submit("billing", "invoice.send", {"n": 2}, concurrency_key="customer:7", concurrency_limit=1)
+    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(7)])
+    busy = await connect(service, worker_token, name="busy")
+    await busy.register(["billing"], capacity=8, concurrency_keys=True)  # meets the key at its limit, takes 7
+    taken = [await busy.expect_assign() for _ in range(7)]
+    assert second["task_id"] not in {h.task_id for h in taken}
+    await holder.capacity_ok(0)  # the holder takes nothing more: only busy's last slot (below its mark) can
+    with trio.fail_after(10):
+        while not service.dispatcher.settled:
+            await trio.sleep(0.005)
+    assert client.get(second["task_id"])["state"] == "READY"
+    await holder.ok(holder.start(held))
+    await holder.ok(holder.finish(held))
+    after = await busy.expect_assign(timeout=3)  # well within the 20 s poll
+    assert after.task_id == second["task_id"]
+
+
 async def test_many_idle_sessions_on_an_empty_queue_cost_one_probe_per_pass_not_a_claim_each(
         start_service, connect, worker_token, client):
     service = await start_service(poll_interval=60)  # only the explicit passes below run
