@@ -36,10 +36,23 @@ class PausedQueueSync:
         self.hub = hub
         self.interval = interval
         self._failing = False  # the last read failed: say so once, and once more when it works again
+        self._begun = 0  # reads begun, in order
+        self._applied = 0  # the latest begun read whose answer is in ``hub.paused``
 
     async def refresh(self) -> None:
-        """Read the paused queues now (the HTTP API calls this after a pause or resume it made)."""
+        """Read the paused queues now (the HTTP API calls this after a pause or resume it made).
+
+        Reads overlap (the periodic one, and one per pause or resume through
+        this instance's API): an answer that lands after the answer of a read
+        begun later is older than what the hub holds, and is dropped, or it
+        would undo a pause the API has just answered until the next read.
+        """
+        self._begun += 1
+        mine = self._begun
         paused = await self.store.run(paused_queues)
+        if mine < self._applied:
+            return
+        self._applied = mine
         before = self.hub.paused
         if before is not None and paused != before:
             for queue in sorted(paused - before):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import trio
 
+from http_support import Http
 from pulse_trio.server.queue_sync import INTERVAL_S
 from pulse_trio.store.queue.queues import paused_queues
 
@@ -63,3 +64,36 @@ async def test_a_paused_queue_offers_nothing_on_any_instance_while_its_lease_fin
         while await _states(client, waiting) != ["OFFERED"] * 3:
             await trio.sleep(0.05)
     assert await trio.to_thread.run_sync(lambda: client.store.run_sync(paused_queues)) == frozenset()
+
+
+
+async def test_an_http_pause_holds_on_its_instance_from_its_answer_on(start_service, token_factory, nursery):
+    """The instance that answered a pause has applied it, and a read of the paused set begun before the
+    pause committed (the periodic re-read, or the re-read after another operator's pause or resume)
+    must not put the queue back on offer there by landing after it; nor undo a resume.
+
+    Whether such a read lands late is a race: reads kept in flight all along make it come up within a
+    few of the pauses and resumes below.
+    """
+    service = await start_service()
+    http, operator = Http(service.http_port), token_factory("operator")
+    hub = service.hub
+
+    async def rereading() -> None:  # as every pause or resume through this instance's API does after it
+        while True:
+            await service.instance.refresh_paused_queues()
+
+    for _ in range(5):
+        nursery.start_soon(rereading)
+    undone = []
+    for n in range(200):
+        pause = n % 2 == 0
+        reply = await http.post(f"/v1/queues/billing/{'pause' if pause else 'resume'}", token=operator)
+        assert reply.status == 200, reply.body
+        held_until = trio.current_time() + 0.01
+        while trio.current_time() < held_until:
+            if ("billing" in hub.paused) != pause:
+                undone.append(n)
+                break
+            await trio.sleep(0)
+    assert undone == []
