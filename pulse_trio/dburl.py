@@ -55,7 +55,8 @@ class DatabaseConfig:
 
     database: str
     user: str = "root"
-    password: str = ""
+    #: Out of the repr: a config lands in logs, tracebacks and pytest's failure output.
+    password: str = dataclasses.field(default="", repr=False)
     host: str = "localhost"
     port: int = DEFAULT_PORT
     unix_socket: str | None = None

@@ -24,6 +24,14 @@ def test_the_url_form_gives_back_the_same_config():
         assert parse_database_url(config.url(redact=False)) == config
 
 
+def test_a_config_s_repr_holds_no_password():
+    """A config lands in logs, tracebacks and pytest's failure output: its repr leaves the password out."""
+    config = parse_database_url("mysql://app:s3cret-Pa55@db.example:3306/pulse")
+    assert config.password == "s3cret-Pa55"
+    assert "s3cret-Pa55" not in repr(config)
+    assert "s3cret-Pa55" not in repr(config.for_node("other", 3307))
+
+
 def test_one_host_is_not_a_cluster():
     config = parse_database_url("mysql://u@db1/pulse")
     assert config.hosts == () and not config.clustered
