@@ -27,7 +27,9 @@ from starlette.routing import Route
 from pulse_trio.producer import AsyncClient, TaskOutcomeError, WaitTimeout
 
 
-def create_app(url: str | None = None, token: str | None = None, queue: str = "billing") -> Starlette:
+def create_app(url: str | None = None, token: str | None = None, queue: str = "billing",
+               wait_s: float = 10) -> Starlette:
+    """``wait_s``: how long a request awaits the outcome before it answers 202 with the task's state."""
     url = url or os.environ.get("PULSE_URL", "http://127.0.0.1:7381")
     token = token or os.environ["PULSE_TOKEN"]
 
@@ -42,12 +44,12 @@ def create_app(url: str | None = None, token: str | None = None, queue: str = "b
         handle = await request.app.state.pulse.submit(queue, "invoice.send", {"invoice": invoice},
                                                       idempotency_key=f"invoice-{invoice}")
         try:
-            receipt = await handle.result(timeout=10)
+            receipt = await handle.result(timeout=wait_s)
         except TaskOutcomeError as ended:  # FAILED, UNKNOWN or CANCELLED
             return JSONResponse({"task_id": handle.task_id, "state": ended.state, "error": ended.error_code},
                                 status_code=502)
-        except WaitTimeout:  # still running: the caller may ask again later
-            return JSONResponse({"task_id": handle.task_id, "state": "RUNNING"}, status_code=202)
+        except WaitTimeout as waited:  # not ended yet (READY, OFFERED or RUNNING): the caller may ask again later
+            return JSONResponse({"task_id": handle.task_id, "state": waited.task.get("state")}, status_code=202)
         return JSONResponse({"task_id": handle.task_id, "receipt": receipt})
 
     return Starlette(routes=[Route("/invoices/{invoice:int}", send_invoice, methods=["POST"])], lifespan=lifespan)

@@ -40,6 +40,15 @@ async def test_the_app_answers_the_workers_receipt(pulse_server, pulse_queue, pu
     assert refused.status_code == 502 and refused.json()["error"] == "invoice.unknown"
 
 
+@pytest.mark.anyio
+async def test_an_outcome_not_there_in_time_answers_202_with_the_task_s_state(pulse_server, pulse_queue):
+    app = create_app(pulse_server.http_url, pulse_server.producer_token, queue=pulse_queue, wait_s=0.2)
+    async with app.router.lifespan_context(app):  # no worker: the task waits READY
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app") as http:
+            waiting = await http.post("/invoices/992")
+    assert waiting.status_code == 202 and waiting.json()["state"] == "READY"
+
+
 @pytest.mark.trio
 async def test_a_failed_task_raises_on_trio(pulse_client, pulse_queue, pulse_worker):
     pulse_worker({"invoice.send": send_invoice})

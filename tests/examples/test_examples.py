@@ -16,4 +16,4 @@ def test_the_example_app_passes_its_tests_with_the_pytest_fixtures(database_serv
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "test_invoice_app.py"], cwd=EXAMPLES, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "4 passed" in done.stdout, done.stdout[-2000:]
+    assert "5 passed" in done.stdout, done.stdout[-2000:]
