@@ -7,8 +7,10 @@ address only your network reaches.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 
+import outcome
 import pymysql
 import trio
 from starlette.requests import Request
@@ -31,6 +33,17 @@ from pulse_trio.store.engine.trio_bridge import Store
 READY_TIMEOUT_S = 5.0
 
 
+class _Check:
+    """One readiness check: the probes waiting for it, and what it found."""
+
+    __slots__ = ("done", "version", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.version: int | None = None
+        self.error: Exception | None = None
+
+
 class OpsApi:
     def __init__(self, instance: LiveInstance, store: Store, outcomes: OutcomeWatch, limiter: trio.CapacityLimiter,
                  shared_metrics: SharedMetrics | None = None) -> None:
@@ -43,6 +56,8 @@ class OpsApi:
         #: In a serve group: every member's series, summed (``pulse_trio.group.metrics_files``).
         self.shared_metrics = shared_metrics
         self._openapi = openapi.text()
+        #: The readiness check running now, if any (:meth:`_schema_version`).
+        self._check: _Check | None = None
 
     async def healthz(self, request: Request) -> Response:
         """The process is alive and its event loop answers; nothing else is checked."""
@@ -58,13 +73,7 @@ class OpsApi:
         want = code_version()
         have: int | None = None
         with trio.move_on_after(READY_TIMEOUT_S):
-            try:
-                # A fresh connection on purpose: "can a new connection be made" is the question.
-                # Only a read, so a probe that times out may leave its thread behind.
-                have = await trio.to_thread.run_sync(current_version, self.store.config,
-                                                     abandon_on_cancel=True)
-            except pymysql.err.MySQLError:
-                have = None
+            have = await self._schema_version()
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         if have is None:
             return error_response(503, "database_unavailable", "the database is not reachable", retry)
@@ -76,6 +85,44 @@ class OpsApi:
         if conflicts:  # still ready: the instance runs on the cluster's values, but operators should know
             ready["settings_conflicts"] = conflicts
         return json_value(ready)
+
+    async def _schema_version(self) -> int | None:
+        """The schema version a fresh connection reads (None: the database does not answer).
+
+        A fresh connection on purpose: "can a new connection be made" is the question. A probe takes
+        no token, so at most one check runs per process, on a thread no probe's timeout abandons, and
+        every probe that comes while it runs waits for its answer: a flood of probes holds one
+        connection and one thread, not one of each per probe.
+        """
+        check = self._check
+        if check is None:
+            check = self._check = _Check()
+            config, token = self.store.config, trio.lowlevel.current_trio_token()
+
+            def read() -> int | None:
+                try:
+                    return current_version(config, io_timeout=READY_TIMEOUT_S)
+                except pymysql.err.MySQLError:
+                    return None
+
+            def deliver(result: outcome.Outcome[int | None]) -> None:  # on the check's thread
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(self._checked, check, result)
+
+            trio.lowlevel.start_thread_soon(read, deliver)
+        await check.done.wait()
+        if check.error is not None:
+            raise check.error
+        return check.version
+
+    def _checked(self, check: _Check, result: outcome.Outcome[int | None]) -> None:
+        """A check ended: its waiters answer, and the next probe starts a new one."""
+        self._check = None
+        try:
+            check.version = result.unwrap()
+        except Exception as exc:  # not the database's answer: each waiter's request fails as any other would
+            check.error = exc
+        check.done.set()
 
     async def metrics(self, request: Request) -> Response:
         depths = None

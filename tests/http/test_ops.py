@@ -243,3 +243,45 @@ async def test_a_flood_of_scrapes_takes_no_more_than_the_http_share_of_the_store
         watch.close()
     assert 1 <= max(at_once) <= share, (at_once, share)
     assert answers == [200] * 3 * service.store.limiter.total_tokens
+
+
+async def test_a_flood_of_readiness_probes_opens_one_database_connection_at_a_time(db, service):
+    """/readyz takes no token: a flood of probes must not open a connection each and use up the server's.
+
+    The schema's version table is write-locked from a connection of the test's own, so every check
+    waits inside the database; the server's process list shows how many checks are open at once. The
+    probes are sent without threads (the service runs in this test's own Trio run and thread pool).
+    """
+    import httpx
+
+    from pulse_trio.store.engine.writer import connect as db_connect
+
+    lock, watch = db_connect(db), db_connect(db)
+    at_once: list[int] = []
+    answers: list[int] = []
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.http_port}", limits=limits,
+                                     timeout=30) as client:
+
+            async def probe() -> None:
+                answers.append((await client.get("/readyz")).status_code)
+
+            with lock.cursor() as cur:
+                cur.execute("LOCK TABLES schema_migrations WRITE")
+            async with trio.open_nursery() as nursery:
+                for _ in range(100):
+                    nursery.start_soon(probe)
+                for _ in range(15):
+                    await trio.sleep(0.1)
+                    with watch.cursor() as cur:  # a readiness check's version read, and only that
+                        cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s"
+                                    " AND ID <> CONNECTION_ID()", ("%MAX(version), 0) FROM schema_migrations%",))
+                        at_once.append(cur.fetchone()[0])
+                with lock.cursor() as cur:
+                    cur.execute("UNLOCK TABLES")
+    finally:
+        lock.close()
+        watch.close()
+    assert max(at_once) == 1, at_once
+    assert answers == [200] * 100

@@ -85,9 +85,9 @@ def code_version() -> int:
     return migrations[-1].version if migrations else 0
 
 
-def current_version(config: DatabaseConfig) -> int:
-    """The schema version recorded in the database (0 for an empty one)."""
-    conn = connect(config)
+def current_version(config: DatabaseConfig, *, io_timeout: float | None = None) -> int:
+    """The schema version recorded in the database (0 for an empty one); ``io_timeout``: as ``connect``."""
+    conn = connect(config, io_timeout=io_timeout)
     try:
         with conn.cursor() as cur:
             set_causal_reads(cur)
