@@ -4,7 +4,8 @@ Pure functions of time, no database and no clock, so daylight-saving edges
 are unit-tested and every ``serve`` process computes the same ticks.
 
 * **cron**: five fields (minute hour day-of-month month day-of-week), parsed
-  by ``cronsim``, which walks naive wall-clock times; when the schedule's
+  by ``cronsim`` (with its day forms ``L``, ``LW``, ``5L`` and ``1#5``, which
+  only name days), which walks naive wall-clock times; when the schedule's
   zone shows each match is read here, alike for every change of any size
   at any minute. An expression whose minute and hour fields both name their
   values (``30 2 * * *``, ``0,30 1-3 * * *``) follows cron's rule across a
@@ -256,6 +257,9 @@ def timing(*, cron: object = None, interval: object = None, timezone: object = "
     text = " ".join(cron.split())
     if len(text.split(" ")) != 5:
         raise InvalidField("cron", "must have five fields: minute hour day-of-month month day-of-week")
+    # cronsim reads a step after the day of month's L or LW as none (``L/2`` is every month's last day).
+    if any("/" in term and term.split("/")[0] in ("L", "LW") for term in text.split(" ")[2].upper().split(",")):
+        raise InvalidField("cron", f"{text!r} is not a cron expression: L and LW take no step")
     found = Timing(text, None, str(timezone))  # type: ignore[arg-type]
     try:
         found.after(dt.datetime.now(UTC))

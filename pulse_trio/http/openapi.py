@@ -637,7 +637,8 @@ _SCHEDULE_PARAM = {"name": "schedule", "in": "path", "required": True, "schema":
 _MISSED = {"type": "string", "enum": list(timing_rules.MISSED_POLICIES)}
 SCHEDULE_RULES = {
     "cron": {"type": "string", "maxLength": timing_rules.MAX_CRON_CHARS,
-             "description": "Five fields (minute hour day-of-month month day-of-week), read in `timezone`. "
+             "description": "Five fields (minute hour day-of-month month day-of-week), read in `timezone`; "
+                            "the day fields also take `L`, `LW`, `5L` and `MON#2`. "
                             "Exactly one of cron and interval."},
     "interval": {"type": "integer", "minimum": timing_rules.MIN_INTERVAL_S, "maximum": timing_rules.MAX_INTERVAL_S,
                  "description": "Every this many seconds, counted from the Unix epoch in UTC."},

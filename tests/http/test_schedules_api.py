@@ -85,6 +85,9 @@ async def test_names_are_one_namespace_so_a_name_another_queue_uses_is_taken_for
 
 BAD_FIELDS = [
     ({"cron": "61 * * * *"}, "cron"),
+    ({"cron": "0 0 ? * *"}, "cron"),  # no Quartz forms beyond L, LW, 5L and 1#5 (operations.md §8.1)
+    ({"cron": "0 0 L/2 * *"}, "cron"),  # cronsim would read it as L
+    ({"cron": "@daily"}, "cron"),
     ({"cron": None, "interval": 0}, "interval"),
     ({"cron": None, "interval": 0.5}, "interval"),
     ({"cron": None}, "cron"),
@@ -112,6 +115,15 @@ async def test_a_field_out_of_its_rule_is_422_naming_it_and_nothing_is_written(h
         assert error["message"].startswith(f"{field}: ")
         _check("Error", reply.json())
     assert rows(db, "SELECT COUNT(*) FROM schedules") == [(0,)]
+
+
+async def test_the_day_fields_take_the_last_day_and_nth_weekday_forms(http, tokens):
+    month_end = NIGHTLY | {"name": "month-end", "cron": "30 2 LW * *"}
+    made = await http.post("/v1/schedules", token=tokens["operator"], json_body=month_end)
+    assert (made.status, made.json()["cron"]) == (201, "30 2 LW * *")
+    fifth = await http.post("/v1/schedules", token=tokens["operator"],
+                            json_body=NIGHTLY | {"name": "fifth", "cron": "30 2 * * MON#5,0L"})
+    assert (fifth.status, fifth.json()["state"]) == (201, "ACTIVE")
 
 
 async def test_other_bad_requests(http, tokens, db):

@@ -107,6 +107,19 @@ def test_a_daily_schedule_down_across_the_spring_change_catches_up_each_day_once
     (dict(cron="61 * * * *"), "cron"),
     (dict(cron="* * * *"), "cron"),
     (dict(cron="0 0 30 2 *"), "cron"),
+    # Beyond ranges, lists, steps, names and the day fields' L, LW, 5L and 1#5 nothing is taken (operations.md §8.1).
+    (dict(cron="0 0 ? * *"), "cron"),
+    (dict(cron="0 0 * * ?"), "cron"),
+    (dict(cron="0 0 15W * *"), "cron"),
+    (dict(cron="0 0 L-3 * *"), "cron"),
+    (dict(cron="0 0 * * 1#6"), "cron"),
+    (dict(cron="0 0 * * L"), "cron"),
+    (dict(cron="@daily"), "cron"),
+    (dict(cron="0 0 0 * * *"), "cron"),
+    (dict(cron="0 0 0 * * * 2026"), "cron"),
+    # cronsim reads a step after L or LW as no step at all: the month's last day, not every other one.
+    (dict(cron="0 0 L/2 * *"), "cron"),
+    (dict(cron="0 0 1,lw/3 * *"), "cron"),
     (dict(cron=""), "cron"),
     (dict(cron="x" * 300), "cron"),
     (dict(cron=5), "cron"),
@@ -127,6 +140,25 @@ def test_bad_timing_names_its_field(fields, field):
     with pytest.raises(InvalidField) as refused:
         timing(**fields)
     assert refused.value.field == field
+
+
+def test_the_last_day_and_nth_weekday_forms_tick_on_the_days_they_name_across_the_changes():
+    """L, LW, 5L and MON#5 name days; the clocks' changes treat their times like any other (Berlin 2026:
+    the last Sundays of March and October are the change days)."""
+    last_sunday = timing(cron="30 2 * * 0L", timezone=BERLIN)
+    assert ticks_after(last_sunday, at(2026, 3, 1), 2) == [at(2026, 3, 29, 1, 0), at(2026, 4, 26, 0, 30)]
+    assert last_sunday.after(at(2026, 10, 1)) == at(2026, 10, 25, 0, 30)  # the first 02:30, CEST, once
+    assert last_sunday.latest(at(2026, 10, 25, 1, 45), 2) == [at(2026, 9, 27, 0, 30), at(2026, 10, 25, 0, 30)]
+    last_day = timing(cron="0 0 L * *", timezone=BERLIN)  # 2028 is a leap year
+    assert ticks_after(last_day, at(2028, 1, 15), 3) == [at(2028, 1, 30, 23), at(2028, 2, 28, 23), at(2028, 3, 30, 22)]
+    last_weekday = timing(cron="0 9 LW * *", timezone=BERLIN)  # 31 January is a Saturday, 31 May a Sunday
+    assert ticks_after(last_weekday, at(2026, 1, 1), 5) == [
+        at(2026, 1, 30, 8), at(2026, 2, 27, 8), at(2026, 3, 31, 7), at(2026, 4, 30, 7), at(2026, 5, 29, 7)]
+    fifth_monday = timing(cron="0 9 * * mon#5,5L", timezone=BERLIN)
+    assert ticks_after(fifth_monday, at(2026, 3, 1), 3) == [at(2026, 3, 27, 8), at(2026, 3, 30, 7),
+                                                            at(2026, 4, 24, 7)]
+    assert fifth_monday.latest(at(2026, 4, 24, 7), 3, since=at(2026, 3, 1)) == [
+        at(2026, 3, 27, 8), at(2026, 3, 30, 7), at(2026, 4, 24, 7)]
 
 
 def test_missed_policies():
