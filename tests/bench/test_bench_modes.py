@@ -88,3 +88,11 @@ def test_producer_reports_submit_rates_and_the_statements_of_idle_waiters(databa
     for key in ("queries_per_s_no_waiter", "queries_per_s_one_waiter", "queries_per_s_all_waiters",
                 "probes_per_s_one_waiter", "probes_per_s_all_waiters"):
         assert waiters[key] is not None, key
+
+
+def test_the_statements_per_second_count_none_of_the_readings_own(database_server):
+    """A server nobody uses runs no statements: the counter's readings (each one's session set-up, the
+    SHOW itself) are not the instance's work, or every producer figure carries them."""
+    from pulse_trio.bench.producer import _queries_per_s
+
+    assert _queries_per_s(database_server, 0.5) == 0
