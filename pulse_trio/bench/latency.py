@@ -97,7 +97,7 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
             fleet.worker("pulse_trio.bench.noop_worker:latency_registry", env, worker_port=worker_port,
                          capacity=options.capacity, backend=options.worker_backend)
         wait_until(lambda: sum(1 for w in client.workers() if w["capacity"] > 0) >= options.workers, 60,
-                   "the workers declaring capacity")
+                   "the workers declaring capacity", fleet=fleet)
         progress(f"{options.workers} worker(s) with capacity {options.capacity} connected")
         serve_nodes = len(client.nodes())  # the serve processes (a group's members) ALIVE for the run
         producers: dict[str, Callable[[str], object]] = {
@@ -112,10 +112,10 @@ def _run(db: DatabaseConfig, options: LatencyOptions, fleet: Fleet) -> dict[str,
             for _ in range(WARM_UP_TASKS):  # first connections, first statements: not the figure
                 submit(WARM_UP_KIND)
             warmed += WARM_UP_TASKS
-            _wait_finished(db, WARM_UP_KIND, warmed, options.timeout_s)
+            _wait_finished(db, WARM_UP_KIND, warmed, options.timeout_s, fleet)
             time.sleep(SETTLE_S)
             calls, achieved = _paced(submit, kind, options.rate, options.tasks)
-            _wait_finished(db, kind, options.tasks, options.timeout_s)
+            _wait_finished(db, kind, options.tasks, options.timeout_s, fleet)
             timings = measure.task_timings(db, kind)
             timings.pop("span_s", None)
             report[path] = {
@@ -166,6 +166,6 @@ def _paced(submit: Callable[[str], object], kind: str, rate: float, count: int) 
     return calls, (count - 1) / span if span > 0 else float(rate)
 
 
-def _wait_finished(db: DatabaseConfig, kind: str, count: int, timeout: float) -> None:
+def _wait_finished(db: DatabaseConfig, kind: str, count: int, timeout: float, fleet: Fleet) -> None:
     with measure.Progress(db, kind) as progress:
-        wait_until(progress.all_finished, timeout, f"{count} {kind} tasks finishing", interval=0.05)
+        wait_until(progress.all_finished, timeout, f"{count} {kind} tasks finishing", interval=0.05, fleet=fleet)

@@ -136,6 +136,18 @@ class Fleet:
                            "--url", worker_url(worker_port), "--capacity", str(capacity), "--quiet",
                            "--backend", backend, *(["--concurrency-keys"] if concurrency_keys else [])), env)
 
+    def check_alive(self) -> None:
+        """Fail, naming it, if a process of the run has exited.
+
+        A server or worker gone mid-run leaves tasks nobody will run: a
+        wait that does not look would sit out its whole deadline and then
+        report a timeout instead of what happened.
+        """
+        for proc in self.procs:
+            if proc.poll() is not None:
+                role = "server" if proc in self.servers else "worker"
+                raise RuntimeError(f"a {role} process (pid {proc.pid}) exited with {proc.returncode} during the run")
+
     def stop_all(self) -> None:
         """Workers and holders first, then the servers.
 
@@ -168,10 +180,14 @@ def bench_env(**extra: str) -> dict[str, str]:
     return child_environment(**extra)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, *, interval: float = 0.1) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, *, interval: float = 0.1,
+               fleet: Fleet | None = None) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds, or at once when a
+    process of ``fleet`` has exited."""
     deadline = time.monotonic() + timeout
     while not condition():
+        if fleet is not None:
+            fleet.check_alive()
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)

@@ -150,6 +150,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
             for i in range(options.workers)]
         deadline = time.monotonic() + 60
         while len(client.workers()) < options.workers:
+            fleet.check_alive()
             if time.monotonic() > deadline:
                 raise RuntimeError("the workers did not all connect within 60 s")
             time.sleep(0.1)
@@ -168,6 +169,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
         history_gone_s = None
         with measure.Progress(db, KIND) as run:
             while not run.all_finished():
+                fleet.check_alive()
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"only {run.finished()} of {options.tasks} tasks finished"
                                        f" in {options.timeout_s}s")

@@ -197,3 +197,34 @@ def test_a_bench_stopped_mid_run_ends_at_once_its_workers_drained_before_their_s
         if bench.poll() is None:
             bench.kill()
             bench.wait()
+
+
+def test_a_server_that_dies_during_the_run_ends_it_at_once_saying_so(database_server):
+    """A serve process that exits mid-run leaves tasks nobody will run: the bench says which process exited
+    and ends (one line, exit 1), rather than waiting out its deadline and reporting a timeout."""
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "200", "--workers", "1", "--capacity", "1",
+         "--timeout", "120", "--database-url", database_server.with_database("unused").url(redact=False)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in bench.stderr:
+            lines.append(line)
+            if "server instance(s) up" in line:
+                break
+        else:
+            pytest.fail(f"the bench ended before its server was up: {''.join(lines)[-800:]}")
+        [server] = [pid for pid in _children(bench.pid)  # the one serve process (its worker may be starting)
+                    if b"serve" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+        killed_at = time.monotonic()
+        subprocess.run(["kill", "-KILL", str(server)], check=True)
+        out, err = bench.communicate(timeout=90)
+        assert time.monotonic() - killed_at < 20, "the bench waited out a deadline for a server that was gone"
+        failures = [line for line in err.splitlines() if line.startswith("pulse-trio: ")]
+        assert bench.returncode == 1 and "Traceback" not in err, err[-800:]
+        assert len(failures) == 1 and f"server process (pid {server}) exited" in failures[0], err[-800:]
+        assert out == ""
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
