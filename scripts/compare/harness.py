@@ -708,8 +708,9 @@ async def _pgqueuer_submit(dbname: str, entrypoint: str, tasks: int) -> float:
 
 def run_pulse_trio(args: argparse.Namespace, knobs: dict[str, int], log_dir: Path) -> dict[str, object]:
     capacity, processes = knobs["capacity"], knobs.get("server_processes", 1)
+    # --timeout as the peers have it: the bench's own default would end a longer run early.
     argv = [args.pulse_trio_bin, "bench", "--tasks", str(args.tasks), "--workers", str(args.workers),
-            "--capacity", str(capacity), "--server-processes", str(processes)]
+            "--capacity", str(capacity), "--server-processes", str(processes), "--timeout", f"{args.timeout:g}"]
     log = log_dir / f"pulse-trio-{secrets.token_hex(3)}.log"
     with open(log, "wb") as err:
         proc = subprocess.Popen(argv, cwd=args.project_root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

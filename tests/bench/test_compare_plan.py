@@ -54,10 +54,16 @@ def test_one_point_can_be_pinned_and_rounds_repeat_the_plan():
     assert refused.returncode == 2 and "knobs are" in refused.stderr
 
 
-def test_the_summary_keeps_each_systems_fastest_run_and_its_configuration():
+def _harness():
+    """harness.py as a module (it is a script, not in a package)."""
     spec = importlib.util.spec_from_file_location("compare_harness", HARNESS)
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)
+    return harness
+
+
+def test_the_summary_keeps_each_systems_fastest_run_and_its_configuration():
+    harness = _harness()
     runs = [{"system": "pgqueuer", "end_to_end_tasks_per_s": rate, "sweep": {"batch_size": size}, "round": 1,
              "config": f"batch {size}"} for rate, size in ((900.0, 10), (1500.0, 32), (1200.0, 50))]
     summary = harness.summarise(runs, ["pulse-trio", "pgqueuer"])
@@ -65,3 +71,18 @@ def test_the_summary_keeps_each_systems_fastest_run_and_its_configuration():
     assert (best["system"], best["end_to_end_tasks_per_s"], best["sweep"], best["runs"]) == (
         "pgqueuer", 1500.0, {"batch_size": 32}, 3)
     assert best["config"] == "batch 32"
+
+
+def test_the_pulse_trio_run_gets_the_same_timeout_as_the_peers(database_server, tmp_path, monkeypatch):
+    """``--timeout`` bounds every system's run: the pulse-trio bench is given it, not its own 600 s default
+    (a long run failed there while the peers had longer; a short one was killed before the bench gave up)."""
+    import argparse
+
+    import pytest
+
+    harness = _harness()
+    monkeypatch.setenv("PULSE_DATABASE_URL", database_server.with_database("unused").url(redact=False))
+    args = argparse.Namespace(tasks=500, workers=1, timeout=0.2, project_root=str(HARNESS.parents[2]),
+                              pulse_trio_bin=str(Path(sys.executable).parent / "pulse-trio"))
+    with pytest.raises(RuntimeError, match=r"of 500 tasks finished in 0\.2s"):
+        harness.run_pulse_trio(args, {"capacity": 1, "server_processes": 1}, tmp_path)
