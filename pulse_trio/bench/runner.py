@@ -24,6 +24,7 @@ asserted: the test suite only checks that the command runs.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -71,6 +72,25 @@ def purge_rates(history: int, left: int, run_s: float, *, left_end: int | None =
     if left_end is not None and end_s is not None:
         rates["purge_tasks_per_s_after_run"] = round((left - left_end) / (end_s - run_s), 1) if end_s > run_s else None
     return rates
+
+
+#: The concurrency keys ``--keyed-share``'s tasks take in turn.
+CONCURRENCY_KEYS = 16
+
+
+def concurrency_key(index: int, share: float) -> str | None:
+    """The concurrency key of the run's ``index``-th task, or None: ``share`` of the tasks, evenly spread.
+
+    The keyed tasks take the keys in turn by their own count, so every run
+    contends on all of them. Keyed every ``round(1 / share)``-th task
+    instead, the share run was not the one asked, and ``index %
+    CONCURRENCY_KEYS`` put the keyed tasks on only some of the keys when
+    that step shared a factor with their number.
+    """
+    keyed_before = math.floor(index * share)
+    if math.floor((index + 1) * share) == keyed_before:
+        return None
+    return f"key-{keyed_before % CONCURRENCY_KEYS}"
 
 
 def run(server: DatabaseConfig, options: BenchOptions) -> dict[str, object]:
@@ -126,14 +146,13 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
                                                                                       options.backlog - start))])
             progress(f"backlog of {options.backlog} READY tasks submitted")
         payload = {"pad": "x" * max(0, options.payload_bytes - 10)} if options.payload_bytes else {}
-        keyed_every = round(1 / options.keyed_share) if options.keyed_share > 0 else 0
 
         def submit_all() -> float:
             started = time.perf_counter()
             for start in range(0, options.tasks, SUBMIT_BATCH):
                 batch = []
                 for i in range(start, min(start + SUBMIT_BATCH, options.tasks)):
-                    key = f"key-{i % 16}" if keyed_every and i % keyed_every == 0 else None
+                    key = concurrency_key(i, options.keyed_share)
                     tenant = f"tenant-{i % options.fairness_keys}" if options.fairness_keys else None
                     batch.append(build_task(QUEUE, KIND, payload, concurrency_key=key, concurrency_limit=4,
                                             fairness_key=tenant))

@@ -228,3 +228,16 @@ def test_a_server_that_dies_during_the_run_ends_it_at_once_saying_so(database_se
         if bench.poll() is None:
             bench.kill()
             bench.wait()
+
+
+@pytest.mark.parametrize("share", [0.0625, 0.1, 0.25, 0.3, 0.75, 1.0])
+def test_the_keyed_share_keys_that_share_of_the_tasks_spread_over_every_key(share):
+    """``--keyed-share S``: S of the tasks carry a concurrency key, whatever S, and the keyed tasks take the
+    keys in turn, so how many keys a run contends on does not hang on S (rounding 1/S keyed 0.75 as all
+    of them, and a keyed task every 16th sat on one key of its limit of 4)."""
+    from pulse_trio.bench.runner import CONCURRENCY_KEYS, concurrency_key
+
+    keys = [concurrency_key(i, share) for i in range(1600)]
+    keyed = [key for key in keys if key is not None]
+    assert len(keyed) == round(1600 * share)
+    assert len(set(keyed)) == min(CONCURRENCY_KEYS, len(keyed))
