@@ -110,7 +110,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              help="capacity each idle session declares (default 1; 0 sends no worker.capacity)")
     connections.add_argument("--in-flight", type=_positive(int), default=32,
                              help="registrations under way at once per holder process (default 32)")
-    connections.add_argument("--idle", type=float, default=5.0,
+    connections.add_argument("--idle", type=_not_negative(float), default=5.0,
                              help="seconds to watch the server's CPU with every session idle (default 5)")
     connections.add_argument("--poll-interval", type=cfg.parse_seconds, default=cfg.Settings().poll_interval,
                              help="the server's --poll-interval (default: serve's default)")

@@ -96,3 +96,12 @@ def test_the_statements_per_second_count_none_of_the_readings_own(database_serve
     from pulse_trio.bench.producer import _queries_per_s
 
     assert _queries_per_s(database_server, 0.5) == 0
+
+
+def test_connections_with_a_negative_idle_is_a_bad_argument(database_server):
+    """One line and exit 2 before anything starts, as the counts are: not a whole registration run and
+    then a traceback from sleeping a negative time."""
+    done = _run(database_server, "connections", "--sessions", "5", "--timeout", "60", "--idle", "-1")
+    assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout[:300], done.stderr[-400:])
+    assert done.stderr.startswith("pulse-trio bench connections: error: argument --idle: must not be negative"), \
+        done.stderr[-400:]
