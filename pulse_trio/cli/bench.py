@@ -65,7 +65,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--submit-first", action="store_true",
                         help="submit every task before the workers connect, so the CPU and statements per task "
                              "are the dispatch's alone (the claims and lease commands, not the submits)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the run to finish")
+    parser.add_argument("--timeout", type=_positive(float), default=600.0, help="seconds to wait for the run to finish")
     parser.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
                         help="event loop of the SDK workers (worker run --backend; default asyncio)")
     parser.add_argument("--history", type=_not_negative(int), default=0,
@@ -90,7 +90,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                               f"{cfg.Settings().poll_interval:g}s)")
     latency.add_argument("--path", dest="paths", action="append", choices=("http", "client"),
                          help="producer path to run (repeatable; default both)")
-    latency.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each path's tasks")
+    latency.add_argument("--timeout", type=_positive(float), default=600.0, help="seconds to wait for each path's tasks")
     latency.add_argument("--worker-backend", choices=WORKER_BACKENDS, default="asyncio",
                          help="event loop of the SDK workers (worker run --backend; default asyncio)")
     latency.add_argument("--history", type=_not_negative(int), default=0,
@@ -114,7 +114,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              help="seconds to watch the server's CPU with every session idle (default 5)")
     connections.add_argument("--poll-interval", type=cfg.parse_seconds, default=cfg.Settings().poll_interval,
                              help="the server's --poll-interval (default: serve's default)")
-    connections.add_argument("--timeout", type=float, default=600.0, help="seconds the registrations may take")
+    connections.add_argument("--timeout", type=_positive(float), default=600.0, help="seconds the registrations may take")
     _add_mode_database_options(connections)
     connections.set_defaults(run=run_guarded(_stopped_by_sigterm(_connections)))
 

@@ -117,7 +117,7 @@ def test_a_run_past_its_timeout_is_one_line_and_exit_1(database_server, capacity
 @pytest.mark.parametrize("flag, value", [
     ("--tasks", "0"), ("--tasks", "-3"), ("--instances", "0"), ("--workers", "0"), ("--server-processes", "0"),
     ("--backlog", "-1"), ("--payload-bytes", "-1"), ("--history", "-1"), ("--fairness-keys", "-1"),
-    ("--keyed-share", "1.5"), ("--keyed-share", "nan"),
+    ("--keyed-share", "1.5"), ("--keyed-share", "nan"), ("--timeout", "nan"), ("--timeout", "0"),
 ])
 def test_a_count_out_of_range_is_a_bad_argument(database_server, flag, value):
     """One line and exit 2 before anything starts (docs/operations.md §7.1): no tasks divided by zero, minus
