@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pymysql
 
+from pulse_trio.child_process import killed_with_parent
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port, start_on_fresh_ports
 
@@ -114,9 +115,13 @@ class ManagedMariaDB:
     ``fast=True`` relaxes flushing (for throwaway test databases only): a
     crash of the host may lose the last second of commits, which a test
     database does not care about and the service's default must.
+    ``die_with_parent=True`` has the server killed when the thread that
+    started it ends, however it ends (a test run's own server; never one
+    other processes share, as ``serve``'s is).
     """
 
-    def __init__(self, state_dir: Path, *, port: int | None = None, fast: bool = False) -> None:
+    def __init__(self, state_dir: Path, *, port: int | None = None, fast: bool = False,
+                 die_with_parent: bool = False) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.data_dir = self.state_dir / "data"
         self.socket_path = self.state_dir / "mysqld.sock"
@@ -126,6 +131,7 @@ class ManagedMariaDB:
         self.tmp_dir = self.state_dir / "tmp"
         self.port = port
         self.fast = fast
+        self.die_with_parent = die_with_parent
         self._process: subprocess.Popen[bytes] | None = None
         self._users = None  # the shared users.lock, held while this object uses the server
         if len(os.fsencode(self.socket_path)) > _SOCKET_PATH_MAX_BYTES:
@@ -222,7 +228,7 @@ class ManagedMariaDB:
         with _interrupts_after():  # else an interrupt between the fork and Popen's return would orphan mariadbd
             self._process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=killed_with_parent() if self.die_with_parent else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

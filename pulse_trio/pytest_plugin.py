@@ -82,14 +82,16 @@ def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServ
     from pulse_trio.store.schema.migrate import migrate
 
     url = os.environ.get(DATABASE_URL_VARIABLE)
-    managed = None if url else ManagedMariaDB(tmp_path_factory.mktemp("pulse-mariadb"), fast=True)
+    # Both children die with this process too: a run killed by SIGTERM or SIGKILL (a CI time limit) cleans nothing up.
+    managed = None if url else ManagedMariaDB(tmp_path_factory.mktemp("pulse-mariadb"), fast=True,
+                                              die_with_parent=True)
     server = parse_database_url(url) if url else managed.start()  # type: ignore[union-attr]
     database = server.with_database(f"pulse_pytest_{secrets.token_hex(4)}")
     try:
         migrate(database)
         tokens = {role: _make_token(database, role) for role in ("worker", "operator")}
         producer = _make_token(database, "producer", ("cancel", "retry"))
-        with ServeProcess(database) as serve:
+        with ServeProcess(database, die_with_parent=True) as serve:
             yield PulseServer(http_url=serve.http_url, worker_url=serve.worker_url, database=database,
                               producer_token=producer, worker_token=tokens["worker"],
                               operator_token=tokens["operator"])

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pulse_trio.child_process import child_environment, python_command
+from pulse_trio.child_process import child_environment, killed_with_parent, python_command
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
 from pulse_trio.config import SERVE_VARIABLES, env_name
 from pulse_trio.dburl import DatabaseConfig
@@ -61,6 +61,8 @@ class ServeProcess:
     choose_port: Callable[[], int] = dataclasses.field(default=free_port, repr=False)
     #: How many times ``serve`` was started: more than once when a chosen port was taken first.
     launches: int = 0
+    #: Killed when the thread that started it ends, even by SIGKILL (Linux): see ``killed_with_parent``.
+    die_with_parent: bool = False
     #: The ``NOTIFY_SOCKET`` it was given (its ``READY=1`` says it serves), and that socket's private folder.
     notify: socket.socket | None = dataclasses.field(default=None, repr=False)
     notify_dir: str | None = dataclasses.field(default=None, repr=False)
@@ -113,7 +115,8 @@ class ServeProcess:
             # The URL (and its password) in the environment, which only its user reads, not the arguments anyone may.
             env=child_environment(_without_serve_settings(os.environ), NOTIFY_SOCKET=path,
                                   **{DATABASE_URL_VARIABLE: self.database.url(redact=False)}),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
+            preexec_fn=killed_with_parent() if self.die_with_parent else None)
 
     def _wait_answering(self) -> None:
         """Until this process says ``READY=1``: its node has joined and both its ports listen.

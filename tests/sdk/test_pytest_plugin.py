@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +102,75 @@ def test_a_failure_that_shows_pulse_server_shows_no_token_and_no_database_passwo
     assert secrets[3] == password
     shown = [secret for secret in secrets if secret in done.stdout + done.stderr]
     assert not shown, f"{len(shown)} secret(s) of the session printed in the failure"
+
+
+HOLDS_THE_SERVER = '''
+import os
+import time
+
+
+def test_holds_the_server_until_killed(pulse_server):
+    with open(os.environ["READY_FILE"], "w") as out:
+        out.write(pulse_server.http_url)
+    time.sleep(300)
+'''
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The live processes whose parent is ``pid``: number and name (from /proc)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if int(rest[1]) == pid and rest[0] != "Z":
+                found[int(entry.name)] = name
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_killed_test_run_leaves_no_serve_and_no_mariadbd_running(tmp_path, signum):
+    """A CI job's time limit ends pytest with SIGTERM, or SIGKILL: the processes its fixtures started die with it."""
+    base = Path(tempfile.mkdtemp(prefix="pt-"))  # short: the managed MariaDB's socket path has a length limit
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    (tmp_path / "test_user_suite.py").write_text(textwrap.dedent(HOLDS_THE_SERVER))
+    env = {name: value for name, value in os.environ.items() if name != "PULSE_TEST_DATABASE_URL"}
+    env.update(PYTHONPATH=str(WORKTREE), READY_FILE=str(tmp_path / "ready"))
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:timeout",
+                            f"--basetemp={base / 't'}", "test_user_suite.py"],
+                           cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "ready").exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (tmp_path / "ready").exists(), "the sub-run never got its pulse_server"
+        children = _children(run.pid)
+        assert "mariadbd" in children.values() and len(children) == 2, children
+        run.send_signal(signum)
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(map(_alive, children)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = {pid: name for pid, name in children.items() if _alive(pid)}
+        assert not left, f"still running after pytest was killed: {left}"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(base, ignore_errors=True)
