@@ -112,8 +112,21 @@ class BackgroundWorker:
             worker.stop()
 
     def stop(self, *, drain: bool = True, timeout: float = DRAIN_TIMEOUT_S) -> None:
-        """Drain (running tasks finish) or stop at once, end the loop; a failure of the worker is raised."""
-        if self._end(drain=drain, timeout=timeout) and self.error is not None:
+        """Drain (running tasks finish) or stop at once, end the loop; a failure of the worker is raised.
+
+        A thread still alive after the wait (an ``async def`` handler that
+        blocks the loop hears no stop) is raised too, never left to run on
+        into whatever comes next; a later ``stop()`` waits for it again.
+        """
+        thread = self._thread
+        if not self._end(drain=drain, timeout=timeout):
+            return
+        assert thread is not None
+        if thread.is_alive():
+            self._thread = thread
+            raise RuntimeError(f"the background worker did not stop within {timeout + STOP_SLACK_S:g} s: "
+                               "a handler may block its event loop")
+        if self.error is not None:
             raise RuntimeError("the background worker failed") from self.error
 
     def _end(self, *, drain: bool, timeout: float) -> bool:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sdk_support import FAST_BACKOFF
+from sdk_support import FAST_BACKOFF, in_thread, url_of
 
 from pulse_trio.background_worker import BackgroundWorker
 from pulse_trio.sdk import Registry
@@ -67,3 +67,30 @@ def test_a_start_interrupted_while_it_waits_leaves_no_thread_and_no_worker_behin
     tries = background.worker.stats.failed_connects
     time.sleep(0.5)
     assert background.worker.stats.failed_connects == tries, "the worker still reconnects"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+async def test_a_stop_that_cannot_end_the_worker_raises_instead_of_leaving_it_running(
+        start_service, token_factory, client, backend):
+    """An ``async def`` handler that blocks the worker's loop: the stop cannot end it and says so."""
+    service = await start_service()
+    called, release = threading.Event(), threading.Event()
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def blocks_the_loop(task):
+        called.set()
+        release.wait(60)  # a blocking call in an async handler: the whole loop stands still
+        return {}
+
+    background = BackgroundWorker(url_of(service), token_factory("worker", ("billing",)), registry, backend=backend)
+    await in_thread(background.start)
+    try:
+        await in_thread(client.submit, "billing", "invoice.send", {})
+        assert await in_thread(called.wait, 15), "the handler was never called"
+        with pytest.raises(RuntimeError, match="did not stop"):
+            await in_thread(background.stop, timeout=0.5)
+    finally:
+        release.set()
+    await in_thread(background.stop)  # once the loop runs again, a stop ends it
+    assert not [t for t in threading.enumerate() if t.name == "pulse-background-worker"]
