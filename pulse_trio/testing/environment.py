@@ -171,7 +171,7 @@ class HandlerEnvironment:
             concurrency_token=concurrency_token, effect_uncertain=effect_uncertain, retry_of=retry_of)
         ctx = TaskContext(task, new_id("lse_"), clock=self.clock)
         ctx._set_deadline(self.lease_ttl)
-        self.context, self.finished, self.renewals, self._failing = ctx, None, 0, False
+        self.context, self.finished, self.renewals = ctx, None, 0  # fail_renewals() holds across attempts
         attempt, self._next = self._next or _Attempt(), None
         attempt.context, self._running, self._scope = ctx, attempt, anyio.CancelScope()
         try:
@@ -237,7 +237,10 @@ class HandlerEnvironment:
             ctx._set_deadline(self.lease_ttl)
 
     def fail_renewals(self, failing: bool = True) -> None:
-        """From now on renewals fail (``False``: they succeed again)."""
+        """From now on renewals fail: in this attempt, or the next if none runs yet, and later ones.
+
+        ``False``: they succeed again.
+        """
         self._failing = failing
 
     def cancel(self, reason: str = "") -> None:

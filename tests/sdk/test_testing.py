@@ -118,6 +118,27 @@ def test_the_clock_renews_until_renewals_fail_then_the_lease_is_lost(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_renewals_failed_before_the_attempt_starts_fail_in_it(backend):
+    """``fail_renewals()`` holds from the call on: an attempt started after it renews nothing."""
+    async def long(task: TaskContext) -> dict:
+        await anyio.sleep(5)  # past it, the lease was kept: a renewal was made after all
+        return {}
+
+    env = HandlerEnvironment(long, lease_ttl=30)
+    env.fail_renewals()
+
+    async def scenario():
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(env.run)
+            await env.wait_called()
+            env.advance(31)
+        return env.finished
+
+    finished = run(backend, scenario)
+    assert finished.lease_lost and finished.renewals == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_def_handler_reads_the_driven_deadline_from_its_thread(backend):
     gate = threading.Event()
     registry = Registry()
