@@ -26,7 +26,7 @@ It shows what every handler should think about:
 * a plain **def** handler (PDF rendering) runs in a worker thread, never
   blocking the loop, and polls ``task.check_cancelled()``.
 
-``tests/sdk/test_examples.py`` unit-tests these handlers with
+``tests/sdk/test_testing.py`` unit-tests these handlers with
 ``pulse_trio.testing``, without a server.
 """
 

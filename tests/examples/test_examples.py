@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,3 +18,18 @@ def test_the_example_app_passes_its_tests_with_the_pytest_fixtures(database_serv
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "5 passed" in done.stdout, done.stdout[-2000:]
+
+
+#: A file of the repository named in prose: ``tests/sdk/test_testing.py``, ``docs/worker.md``.
+REPOSITORY_PATH = re.compile(r"(?<![\w/.-])(?:tests|examples|pulse_trio|docs|scripts)/[\w./-]+\.(?:py|md|ini|toml)\b")
+
+
+def test_every_file_the_examples_and_the_worker_guide_point_to_exists():
+    """A reader sent to a file for how the example is tested finds it."""
+    root = EXAMPLES.parent
+    cited = {(source.relative_to(root).as_posix(), path)
+             for source in [*EXAMPLES.iterdir(), root / "docs" / "worker.md"] if source.is_file()
+             for path in REPOSITORY_PATH.findall(source.read_text())}
+    assert ("examples/billing_worker.py", "docs/worker.md") in cited  # the pattern finds what it must
+    missing = sorted(f"{source} -> {path}" for source, path in cited if not (root / path).is_file())
+    assert not missing, missing
