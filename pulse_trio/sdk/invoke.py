@@ -23,26 +23,33 @@ from pulse_trio.sdk.threads import HandlerThreads
 
 log = logging.getLogger("pulse_trio.sdk")
 
-#: What a handler may raise that is no ``Exception`` but still only its own task's failure (argparse's
-#: ``sys.exit`` on bad input, say). A ``KeyboardInterrupt`` counts only in a ``def`` handler's thread: on the
-#: loop's thread it is the Ctrl-C a signal delivers wherever the loop happens to be.
-HANDLER_EXITS: tuple[type[BaseException], ...] = (SystemExit, KeyboardInterrupt, GeneratorExit)
+#: What an ``async def`` handler may raise that is no ``Exception`` but still only its own task's failure
+#: (argparse's ``sys.exit`` on bad input, say). A ``KeyboardInterrupt`` on the loop's thread is the Ctrl-C a
+#: signal delivers wherever the loop happens to be; in a ``def`` handler's thread any exception is the handler's.
 ASYNC_HANDLER_EXITS: tuple[type[BaseException], ...] = (SystemExit, GeneratorExit)
 
 
 class HandlerExited(Exception):
-    """One of ``HANDLER_EXITS`` raised in a ``def`` handler's thread, carried to the loop as a plain failure."""
+    """A ``BaseException`` raised in a ``def`` handler's thread, carried to the loop as a plain failure."""
 
     def __init__(self, raised: BaseException) -> None:
         super().__init__(type(raised).__name__)
         self.raised = raised
 
 
-def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """Call a ``def`` handler in its thread: whatever it raises there is its own, so none of it stops the loop."""
+def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...], cancelled: type[BaseException]) -> Any:
+    """Call a ``def`` handler in its thread: whatever it raises there is its own, so none of it stops the loop.
+
+    No signal and no cancellation reaches a thread, so a ``BaseException``
+    (``SystemExit``, ``KeyboardInterrupt``, a library's own) is the
+    handler's failure too; only the loop's ``cancelled`` class, which
+    ``check_cancelled()`` raises at a hard stop, goes out as itself.
+    """
     try:
         return fn(*args)
-    except HANDLER_EXITS as exc:
+    except (Exception, cancelled):
+        raise
+    except BaseException as exc:
         raise HandlerExited(exc) from exc
 
 
@@ -65,8 +72,9 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
     with scope:
         try:
             if handler.sync:
-                value = await (threads.run(_in_thread, handler.fn, args) if threads is not None
-                               else anyio.to_thread.run_sync(_in_thread, handler.fn, args))
+                cancelled = anyio.get_cancelled_exc_class()
+                value = await (threads.run(_in_thread, handler.fn, args, cancelled) if threads is not None
+                               else anyio.to_thread.run_sync(_in_thread, handler.fn, args, cancelled))
             else:
                 value = await handler.fn(*args)
             result = oc.succeeded(value, max_result_bytes)

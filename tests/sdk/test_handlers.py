@@ -316,3 +316,20 @@ async def test_a_def_handler_calling_sys_exit_fails_the_task_not_the_worker(star
     outcome = view["outcome"]
     assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
     assert outcome["error_message"] == "SystemExit: 2"
+
+
+class Abort(BaseException):
+    """A library's BaseException (gevent's Timeout, pytest's outcomes): not an Exception, still the handler's own."""
+
+
+async def test_a_def_handler_raising_any_base_exception_fails_the_task_not_the_worker(start_service, run_worker,
+                                                                                      client):
+    """No signal or cancellation reaches a thread: whatever a def handler raises there is its own failure."""
+
+    def send(task: TaskContext) -> dict:
+        raise Abort("the render library gave up")
+
+    view = await _fails_alone(start_service, run_worker, client, send)
+    outcome = view["outcome"]
+    assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
+    assert outcome["error_message"] == "Abort: the render library gave up"
