@@ -252,9 +252,11 @@ class Worker:
             except (ConnectionLost, CommandRefused) as exc:
                 if connected_at is None:
                     self.stats.failed_connects += 1
+                # What the service asked for (an error's retry_after_ms, may be days; a handshake's
+                # Retry-After), within the backoff's maximum: a worker is not parked longer than it allows.
                 if isinstance(exc, CommandRefused) and exc.retry_after_ms:
-                    retry_after = exc.retry_after_ms / 1000
-                elif isinstance(exc, ConnectionLost):  # a handshake's Retry-After, within the backoff's maximum
+                    retry_after = min(exc.retry_after_ms / 1000, self.backoff.maximum)
+                elif isinstance(exc, ConnectionLost):
                     retry_after = min(exc.retry_after, self.backoff.maximum)
                 if not self._done():
                     log.warning("disconnected: %s", exc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from sdk_support import FAST_BACKOFF, wait_for
 
 from pulse_trio.sdk import Backoff, Registry, TaskContext
@@ -39,3 +41,19 @@ async def test_a_handshake_503_is_retried_after_its_retry_after(raw, run_worker)
     times = raw.request_times
     assert min(later - earlier for earlier, later in zip(times, times[1:3])) >= 0.95, times
     assert worker.error is None and worker.stats.failed_connects >= 2
+
+
+async def test_a_hello_refused_with_a_long_retry_after_ms_is_retried_within_the_backoffs_maximum(raw, run_worker):
+    """``retry_after_ms`` may say up to 2^31-1 ms (about 24 days): the worker still comes back within its maximum."""
+    registry = Registry()
+    registry.add("billing", "noop", lambda task: {})
+    worker = await run_worker(raw.url(), registry, token="t", wait=False, backoff=FAST_BACKOFF)
+    peer = await raw.next_peer()
+    hello = json.loads(await peer.get_message())
+    assert hello["type"] == "worker.hello", hello
+    await peer.send_message(json.dumps({
+        "protocol_version": "1", "type": "error", "id": "s-1", "reply_to": hello["id"],
+        "error": {"code": "internal", "message": "storage failure; retry later", "fatal": True,
+                  "retry_after_ms": 2**31 - 1}}))
+    await raw.next_peer(timeout=FAST_BACKOFF.maximum + 2)  # the next handshake, not in 24 days
+    assert worker.error is None and worker.stats.failed_connects == 1
