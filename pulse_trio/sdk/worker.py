@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import random
 import signal
@@ -67,8 +68,19 @@ class Backoff:
     factor: float = 2.0
     maximum: float = 10.0
 
+    def __post_init__(self) -> None:
+        """Refuse a backoff that would not back off: a zero or shrinking delay reconnects in a tight loop."""
+        for name, value, least in (("initial", self.initial, 0.0), ("maximum", self.maximum, 0.0)):
+            if not (isinstance(value, (int, float)) and least < value < math.inf):
+                raise ValueError(f"Backoff {name} must be a positive, finite number of seconds, got {value!r:.40}")
+        if not (isinstance(self.factor, (int, float)) and 1 <= self.factor < math.inf):
+            raise ValueError(f"Backoff factor must be a finite number of at least 1, got {self.factor!r:.40}")
+
     def delay(self, attempt: int) -> float:
-        ceiling = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
+        try:
+            ceiling = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
+        except OverflowError:  # a large factor: the maximum long since
+            ceiling = self.maximum
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 

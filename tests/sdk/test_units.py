@@ -194,6 +194,19 @@ def test_backoff_grows_with_jitter_and_caps():
         assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
 
 
+@pytest.mark.parametrize("options", [dict(initial=0), dict(maximum=0), dict(initial=-1), dict(factor=0.5),
+                                     dict(initial=float("nan")), dict(maximum=float("inf")), dict(factor="2")])
+def test_a_backoff_that_would_not_back_off_is_refused(options):
+    """A zero, shrinking or unreadable delay would reconnect in a tight loop (thousands of connects a second)."""
+    with pytest.raises(ValueError, match="Backoff"):
+        Backoff(**options)
+
+
+def test_a_backoff_with_a_huge_factor_stays_at_its_maximum():
+    backoff = Backoff(initial=0.1, factor=1e10, maximum=3.0)
+    assert 1.5 <= backoff.delay(40) <= 3.0
+
+
 # -- the session checks -------------------------------------------------------------------
 def _session(concurrency_keys: bool = False) -> tuple[p.ClientProtocol, m.WorkerWelcome]:
     hello = m.WorkerHello(id="h1", worker_name="w", subscriptions=(m.Subscription("billing", ("send",)),),
