@@ -283,7 +283,16 @@ class Worker:
             delay = max(retry_after, self.backoff.delay(attempt))
             attempt += 1
             log.info("reconnecting in %.2fs (%d running)", delay, len(self.runners))
-            await anyio.sleep(delay)
+            await self._wait_to_reconnect(delay)
+
+    async def _wait_to_reconnect(self, delay: float) -> None:
+        """Sleep ``delay`` seconds, or less when a drain leaves nothing to reconnect for (``run`` then returns)."""
+        with anyio.move_on_after(delay):
+            while not self._done():
+                changed = self._changed
+                assert changed is not None
+                await changed.wait()
+                self._changed = anyio.Event()
 
     async def _open_session(self, conn: Connection) -> None:
         previous = self.credentials

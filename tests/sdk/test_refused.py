@@ -9,7 +9,7 @@ import trio
 
 from sdk_support import url_of, wait_for
 
-from pulse_trio.sdk import Registry, TaskContext, WorkerRefused
+from pulse_trio.sdk import Backoff, Registry, TaskContext, WorkerRefused
 
 
 def _registry() -> Registry:
@@ -85,3 +85,17 @@ async def test_a_certificate_that_fails_verification_is_refused(raw_tls, run_wor
     with pytest.raises(WorkerRefused, match="certificate"):
         raise await _refusal(worker)
     assert worker.stats.connects == 0
+
+
+async def test_a_drain_while_waiting_to_reconnect_returns_at_once(run_worker):
+    """With no lease to finish, a drain (SIGTERM) during the backoff's wait ends run() then, not after the wait."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    worker = await run_worker(f"ws://127.0.0.1:{port}/v1/worker", _registry(), wait=False, strict=False,
+                              backoff=Backoff(initial=8.0, factor=1.0, maximum=8.0))
+    await wait_for(lambda: worker.stats.failed_connects >= 1, what="a refused connect")
+    worker.drain()
+    with trio.fail_after(2):  # the wait is 4 to 8 s
+        await worker.returned.wait()
+    assert worker.error is None and worker.stats.failed_connects == 1
