@@ -483,3 +483,16 @@ def test_a_value_too_long_for_its_column_is_refused_whatever_the_servers_sql_mod
     finally:
         store.close()
     assert world.sql("SELECT CHAR_LENGTH(worker_name) FROM worker_instances") == [], "a cut worker name was stored"
+
+
+def test_lost_commit_is_re_read_for_a_cancel(world, lossy):
+    """The re-run of a cancel whose COMMIT landed finds the intent it saved itself: changed, not "cancelled before"
+    (docs/cancellation.md §3), so the HTTP API still wakes the dispatcher for the freed slot and permit."""
+    source = world.submit()
+    _CommitThenDrop.armed = True
+    text, changed = Client(lossy.config, store=lossy).cancel_json_text(source, reason="stop", requested_by="alice",
+                                                                       now=world.now)
+    assert lossy.statistics().recoveries == 1
+    assert changed, "this call saved the intent: nobody cancelled the task before"
+    assert json.loads(text)["state"] == "CANCELLED"
+    assert world.sql("SELECT COUNT(*) FROM cancel_intents") == [(1,)]

@@ -80,6 +80,16 @@ def _result(task_id: str, task_state: str, intent: tuple | None, changed: bool,
                         py_time(intent[1]) if intent else None, py_time(intent[2]) if intent else None, revoked)
 
 
+def _ours(tx: Tx, intent: tuple | None, now: dt.datetime, reason: str, requested_by: str) -> bool:
+    """The intent is this call's own, saved by an earlier run whose COMMIT's answer was lost.
+
+    The re-run gets the same ``now``, reason and requester: the intent they
+    match is the one this call saved, so its answer stays ``changed``.
+    """
+    return (tx.recovering and intent is not None and intent[1] == db_time(now)
+            and (intent[3], intent[4]) == (reason[:255], requested_by[:128]))
+
+
 @transition("cancellation", "request")
 def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
             requested_by: str = "") -> CancelResult | Refusal:
@@ -94,7 +104,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
     intent = tx.one(sql.LOCK_INTENT, (task_id,))
     lease = LeaseRow.from_row(live[0]) if live else None
     if intent is not None or task.terminal:
-        return _result(task_id, _seen(task, lease), intent, False)
+        return _result(task_id, _seen(task, lease), intent, _ours(tx, intent, now, reason, requested_by))
     dest = decide("cancellation", "request", "NONE", CancellationContext(task=task, lease=lease))
     if isinstance(dest, Refusal):
         return dest

@@ -19,8 +19,9 @@ from pulse_trio.store.engine.rows import LeaseRow, TaskRow
 LOCK_LIVE_LEASES_OF_TASK = (f"SELECT {LeaseRow.columns()} FROM leases l WHERE l.task_id = %s"
                             f" AND l.state IN {sql_list(LIVE_LEASE_STATES)} FOR UPDATE")
 LOCK_TASK = f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id = %s FOR UPDATE"
-LOCK_INTENT = ("SELECT state, requested_at, grace_expires_at FROM cancel_intents WHERE task_id = %s"
-               " FOR UPDATE")
+#: ... with who asked and why last: a re-run after a lost COMMIT knows its own intent by them.
+LOCK_INTENT = ("SELECT state, requested_at, grace_expires_at, reason, requested_by FROM cancel_intents"
+               " WHERE task_id = %s FOR UPDATE")
 #: A new intent, as ``chart_write.create`` inserts it.
 INTENT_COLUMNS = ("task_id, state, requested_at, grace_expires_at, reason, requested_by, task_state, lease_id,"
                   " resolved_at")
