@@ -80,6 +80,11 @@ def _result(task_id: str, task_state: str, intent: tuple | None, changed: bool,
                         py_time(intent[1]) if intent else None, py_time(intent[2]) if intent else None, revoked)
 
 
+def _as_stored(reason: str, requested_by: str) -> tuple[str, str]:
+    """The reason and requester as their columns hold them (VARCHAR(255), VARCHAR(128))."""
+    return reason[:255], requested_by[:128]
+
+
 def _ours(tx: Tx, intent: tuple | None, now: dt.datetime, reason: str, requested_by: str) -> bool:
     """The intent is this call's own, saved by an earlier run whose COMMIT's answer was lost.
 
@@ -87,7 +92,7 @@ def _ours(tx: Tx, intent: tuple | None, now: dt.datetime, reason: str, requested
     match is the one this call saved, so its answer stays ``changed``.
     """
     return (tx.recovering and intent is not None and intent[1] == db_time(now)
-            and (intent[3], intent[4]) == (reason[:255], requested_by[:128]))
+            and (intent[3], intent[4]) == _as_stored(reason, requested_by))
 
 
 @transition("cancellation", "request")
@@ -134,7 +139,7 @@ def request(tx: Tx, *, task_id: str, now: dt.datetime, reason: str = "",
     stamp = db_time(now)
     create(tx, "cancellation", "request", dest=dest,
            columns=sql.INTENT_COLUMNS, row=sql.INTENT_ROW,
-           rows=[(task_id, stamp, db_time(grace), reason[:255], requested_by[:128], seen,
+           rows=[(task_id, stamp, db_time(grace), *_as_stored(reason, requested_by), seen,
                   lease.lease_id if lease else None, stamp if dest == "RESOLVED" else None)])
     return CancelResult(task_id, task_state, dest, True, now, grace, revoked)
 
