@@ -16,6 +16,9 @@ raised                  finish
 any other exception     FAILED, ``retryable: true``, code ``unhandled_exception``
 ======================  =====================================================
 
+A task group's ``ExceptionGroup`` finishes as its first ``UnknownOutcome``,
+else as its first ``PermanentError``, else as any other exception.
+
 The SDK's own errors (``ConnectionLost``, ``CommandRefused``, ...) stay
 inside the SDK except ``WorkerRefused``, which ``Worker.run`` raises when
 reconnecting cannot help (a bad token, a queue the token does not allow).

@@ -15,7 +15,7 @@ from pulse_trio.contract.jsontext import JsonText, utf8_size
 from pulse_trio.contract.limits import MAX_ERROR_MESSAGE_CHARS, MAX_RESULT_BYTES, MAX_RESULT_DEPTH
 from pulse_trio.contract.messages import Status
 from pulse_trio.sdk.errors import (
-    HandlerOutcome, RetryableError, TaskCancelled, UnknownOutcome, text_of,
+    HandlerOutcome, PermanentError, RetryableError, TaskCancelled, UnknownOutcome, text_of,
 )
 from pulse_trio.sdk.payload import INVALID_PAYLOAD, to_builtins
 
@@ -98,6 +98,7 @@ def _details(exc: HandlerOutcome, max_bytes: int) -> str:
 def from_exception(exc: BaseException, *, cancel_requested: bool,
                    max_bytes: int = MAX_RESULT_BYTES) -> Outcome:
     """The outcome a raised exception stands for (see ``errors``)."""
+    exc = _decisive(exc)
     if isinstance(exc, HandlerOutcome):
         message = clean_message(exc.message)
         details = _details(exc, max_bytes)
@@ -111,6 +112,31 @@ def from_exception(exc: BaseException, *, cancel_requested: bool,
             return Outcome("UNKNOWN", details, exc.code, message)
         return Outcome("FAILED", details, exc.code, message)  # PermanentError, or a HandlerOutcome of its own
     return _unhandled(described(exc), cancel_requested=cancel_requested)
+
+
+def _decisive(exc: BaseException) -> BaseException:
+    """The member a task group's ``ExceptionGroup`` finishes as, or ``exc`` itself.
+
+    The cautious reading: a child that cannot tell whether its effect
+    happened makes the whole attempt unknown (a retry could repeat a
+    payment); else a child's permanent failure makes it permanent. The
+    first such member, depth first, names the code, message and details.
+    """
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    return _member(exc, UnknownOutcome) or _member(exc, PermanentError) or exc
+
+
+def _member(exc: BaseException, kind: type[HandlerOutcome]) -> HandlerOutcome | None:
+    """The first ``kind`` in ``exc`` or its groups, depth first; None when there is none."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for member in exc.exceptions:
+            found = _member(member, kind)
+            if found is not None:
+                return found
+    return None
 
 
 def described(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ import pytest
 
 from sdk_support import in_thread, url_of, wait_for, wait_state
 
-from pulse_trio.sdk import Registry, RetryableError, TaskContext
+from pulse_trio.sdk import PermanentError, Registry, RetryableError, TaskContext, UnknownOutcome
 
 ENDED = {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"}
 
@@ -333,3 +333,69 @@ async def test_a_def_handler_raising_any_base_exception_fails_the_task_not_the_w
     outcome = view["outcome"]
     assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
     assert outcome["error_message"] == "Abort: the render library gave up"
+
+
+async def _interrupted_charge(*, task_status) -> None:
+    """A payment request in flight when a sibling's failure cancels it: the charge may have gone through."""
+    import anyio
+
+    task_status.started()
+    try:
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        raise UnknownOutcome("charge interrupted after sending", code="gateway.timeout", details={"charge": 7})
+
+
+async def test_an_outcome_inside_a_task_groups_exception_group_is_the_handlers_outcome(start_service, run_worker,
+                                                                                     client):
+    """A task group delivers its children's exceptions in an ExceptionGroup (docs/worker.md §4).
+
+    A group holding, at any depth, an ``UnknownOutcome`` finishes UNKNOWN (a retry could repeat the charge);
+    else one holding a ``PermanentError`` finishes FAILED, not retryable; any other group as any exception.
+    """
+    import anyio
+
+    service = await start_service()
+    registry = Registry()
+
+    @registry.handler("billing", "charge")
+    async def charge(task: TaskContext) -> dict:
+        async with anyio.create_task_group() as outer:
+            await outer.start(_interrupted_charge)
+            async with anyio.create_task_group() as inner:  # the charge's failure is one level deeper
+                inner.start_soon(_fail, PermanentError("card declined", code="card.declined"))
+        return {"charged": True}
+
+    @registry.handler("billing", "refund")
+    async def refund(task: TaskContext) -> dict:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_fail, KeyError("ledger"))
+            group.start_soon(_fail, PermanentError("refund window closed", code="refund.closed",
+                                                   details={"days": 31}))
+        return {"refunded": True}
+
+    @registry.handler("billing", "notify")
+    async def notify(task: TaskContext) -> dict:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_fail, KeyError("smtp"))
+        return {"notified": True}
+
+    await run_worker(url_of(service), registry, capacity=3)
+    ids = {kind: (await in_thread(client.submit, "billing", kind, {}, max_attempts=attempts))["task_id"]
+           for kind, attempts in (("charge", 3), ("refund", 3), ("notify", 1))}
+    view = await wait_state(client, ids["charge"], ENDED)
+    outcome = view["outcome"]
+    assert view["state"] == "UNKNOWN" and len(view["attempts"]) == 1, view
+    assert (outcome["error_code"], outcome["error_message"]) == ("gateway.timeout", "charge interrupted after sending")
+    assert outcome["result"] == {"charge": 7}
+    view = await wait_state(client, ids["refund"], ENDED)
+    outcome = view["outcome"]
+    assert view["state"] == "FAILED" and len(view["attempts"]) == 1 and not view["attempts"][0]["retryable"], view
+    assert (outcome["error_code"], outcome["error_message"]) == ("refund.closed", "refund window closed")
+    assert outcome["result"] == {"days": 31}
+    view = await wait_state(client, ids["notify"], {"FAILED", "SUCCEEDED"})
+    assert view["attempts"][0]["error_code"] == "unhandled_exception" and view["attempts"][0]["retryable"], view
+
+
+async def _fail(exc: BaseException) -> None:
+    raise exc
