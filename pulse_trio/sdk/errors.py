@@ -37,7 +37,9 @@ def text_of(value: object) -> str:
     ``RetryableError(exc)`` (the caught exception as the message) is the
     usual idiom, so a non-str is turned into its ``str()``, None into no
     message; an object whose ``__str__`` raises (a library exception that
-    formats lazily) is named by its type instead.
+    formats lazily) is named by its type instead, whatever it raised: a
+    library's own ``BaseException`` let out here would end the worker.
+    Only a ``KeyboardInterrupt`` goes on, the Ctrl-C that landed here.
     """
     if type(value) is str:
         return value
@@ -45,7 +47,9 @@ def text_of(value: object) -> str:
         return ""
     try:
         return str(value)
-    except Exception as exc:  # noqa: BLE001 - any failure of a foreign __str__
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any failure of a foreign __str__
         return f"<{type(value).__name__}: str() raised {type(exc).__name__}>"
 
 

@@ -322,6 +322,26 @@ class Abort(BaseException):
     """A library's BaseException (gevent's Timeout, pytest's outcomes): not an Exception, still the handler's own."""
 
 
+class TimedOutRendering(Exception):
+    """A library's exception whose lazy ``__str__`` runs into the library's own ``BaseException``."""
+
+    def __str__(self) -> str:
+        raise Abort("formatting timed out")
+
+
+async def test_an_exception_whose_str_raises_a_base_exception_fails_the_task_not_the_worker(start_service,
+                                                                                           run_worker, client):
+    """Naming the exception by its type instead (docs/worker.md §4) must not let the ``__str__``'s failure out."""
+
+    async def send(task: TaskContext) -> dict:
+        raise TimedOutRendering()
+
+    view = await _fails_alone(start_service, run_worker, client, send)
+    outcome = view["outcome"]
+    assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
+    assert outcome["error_message"] == "TimedOutRendering: <TimedOutRendering: str() raised Abort>"
+
+
 async def test_a_def_handler_raising_any_base_exception_fails_the_task_not_the_worker(start_service, run_worker,
                                                                                       client):
     """No signal or cancellation reaches a thread: whatever a def handler raises there is its own failure."""
