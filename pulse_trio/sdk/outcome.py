@@ -65,12 +65,16 @@ def encode_result(value: Any, max_bytes: int = MAX_RESULT_BYTES) -> str | Outcom
 
     Builtins are encoded as they are; a dataclass, ``msgspec.Struct`` or
     pydantic model (also inside lists and dicts) becomes its JSON object.
+    Numbers are held to the result rules here, as the server holds them:
+    an outcome's details that break them are dropped instead of the finish
+    being refused (which would turn an UNKNOWN into a FAILED).
     """
     try:
         try:
-            text = JsonText.from_value({} if value is None else value, max_depth=MAX_RESULT_DEPTH)
+            text = JsonText.from_value({} if value is None else value, max_depth=MAX_RESULT_DEPTH,
+                                       check_numbers=True)
         except TypeError:
-            text = JsonText.from_value(to_builtins(value), max_depth=MAX_RESULT_DEPTH)
+            text = JsonText.from_value(to_builtins(value), max_depth=MAX_RESULT_DEPTH, check_numbers=True)
     except Exception as exc:  # noqa: BLE001 - a model's own dump may raise anything; the effect has happened
         return Outcome("FAILED", EMPTY, INVALID_RESULT,
                        clean_message(f"the handler finished but its result is not JSON: {text_of(exc)}"))

@@ -178,6 +178,26 @@ async def test_results_the_contract_cannot_carry_fail_clearly_and_the_worker_goe
     assert worker.connected and worker.stats.lost == 0
 
 
+async def test_an_outcome_whose_details_the_contract_cannot_carry_keeps_its_status(start_service, run_worker,
+                                                                                  client):
+    """Details no worker could read (a subnormal float's exponent is beyond ±308) are dropped, as too large ones are.
+
+    Sent as they were, the server refused the finish and the UNKNOWN charge finished FAILED ``invalid_result``.
+    """
+    service = await start_service()
+    registry = Registry()
+
+    @registry.handler("billing", "charge")
+    async def charge(task: TaskContext) -> dict:
+        raise UnknownOutcome("timed out after sending", code="gateway.timeout", details={"fee_rate": 1e-310})
+
+    await run_worker(url_of(service), registry)
+    task = await in_thread(client.submit, "billing", "charge", {}, max_attempts=3)
+    view = await wait_state(client, task["task_id"], ENDED)
+    assert view["state"] == "UNKNOWN" and len(view["attempts"]) == 1, view
+    assert view["outcome"]["error_code"] == "gateway.timeout" and view["outcome"]["result"] == {}
+
+
 PLAIN_ASYNCIO_PROGRAM = """
 import asyncio, sys
 from pulse_trio.sdk import Registry, TaskContext, Worker
