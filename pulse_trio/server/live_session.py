@@ -346,6 +346,8 @@ class LiveSession:
             self._held.add(msg.lease_id)
         services.hub.refresh(self)
         if isinstance(result, Refusal):
+            # A pass while it waited left the slot it counted alone: that slot is capacity again (news).
+            services.hub.wake()
             fatal = False if result.code == e.PERMISSION_DENIED else None
             self._refuse(msg.id, result.code, result.message or result.code, fatal=fatal)
             return

@@ -301,3 +301,55 @@ async def test_a_drain_committed_while_a_resume_waits_for_the_lease_still_follow
     assert replies[0]["type"] == "ack", replies[0]
     ack = await new.capacity_ok(1)
     assert ack["drain"] is True or drains[0]["active_leases"] == 0, (drains[0], ack)
+
+
+async def test_a_refused_resume_gives_its_slot_back_to_a_pass_at_once(start_service, connect, worker_token, client,
+                                                                      token_factory, db):
+    """A resume counts its lease in its session before it commits, so a pass that runs while it waits
+    leaves that slot alone. Refused, the resume gives the slot back: the READY work that pass skipped is
+    offered then, not at the next poll (a long one here)."""
+    from http_support import Http
+    from pulse_trio.store.engine.writer import connect as db_connect
+
+    service = await start_service(poll_interval=5)
+    http, producer = Http(service.http_port), token_factory("producer", ["billing"])
+    old = await connect(service, worker_token, name="old")
+    await old.register(["billing"], capacity=1)
+    first = await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "invoice.send"})
+    assert first.status == 201, first.body
+    held = await old.expect_assign()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=1)
+
+    async def lock_waits() -> int:
+        (count,) = await trio.to_thread.run_sync(
+            lambda: rows(db, "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"))
+        return int(count[0])
+
+    holder = await trio.to_thread.run_sync(db_connect, db)
+    replies: list = []
+    try:
+        await trio.to_thread.run_sync(holder.cursor().execute,
+                                      "SELECT lease_id FROM leases WHERE lease_id = %s FOR UPDATE", (held.lease_id,))
+        async with trio.open_nursery() as nursery:
+
+            async def resume():  # a wrong lease secret: refused once it has the lease row
+                replies.append(await new.resume(old, held, lease_secret=OTHER_SECRET))
+
+            nursery.start_soon(resume)
+            with trio.fail_after(10):
+                while not await lock_waits():
+                    await trio.sleep(0.01)
+            # Work arrives while the resume holds the session's only slot: the pass it wakes skips the session.
+            second = await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "x"})
+            assert second.status == 201, second.body
+            with trio.fail_after(10):
+                while not service.dispatcher.settled:
+                    await trio.sleep(0.01)
+            assert not new.assigns_buffered()
+            await trio.to_thread.run_sync(holder.rollback)
+    finally:
+        await trio.to_thread.run_sync(holder.close)
+    new.assert_error(replies[0], "lease_not_found")
+    offered = await new.expect_assign(timeout=2)  # well before the 5 s poll
+    assert offered.task_id == second.json()["task_id"]
