@@ -24,6 +24,9 @@ class LiveInstance(Protocol):
     def drain_hint(self, session_id: str) -> None:
         """An operator drained this session: if it lives here, stop offering to it now, not at the next refusal."""
 
+    def offer_revoked(self, session_id: str, lease_id: str) -> None:
+        """A cancel revoked this session's offer: if it lives here, its slot is free now, not at reconciliation."""
+
     def on_task_ended(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(task_id)`` (in the Trio thread) when this process ends a task's attempt.
 

@@ -48,7 +48,7 @@ from pulse_trio.store.queue.queues import QueueControl, queue_controls
 from pulse_trio.store.queue.queues import pause as pause_queue
 from pulse_trio.store.queue.queues import resume as resume_queue
 from pulse_trio.store.queue.queues import set_retention as set_queue_retention
-from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.engine.results import CancelResult, Refusal
 from pulse_trio.store.task.tasks import DEFAULT_BACKOFF_MAX_MS, NewTask, retry as retry_task, submit as submit_tasks
 from pulse_trio.store.engine.tx import Tx, rfc3339
 from pulse_trio.store.views.task import TaskView, get_task
@@ -456,6 +456,13 @@ class DatabaseClient:
         state the cancel decided on: a finish that commits just after the
         intent never shows up as a terminal task beside ``changed`` True.
         """
+        result, text = self.cancel_result_text(task_id, reason=reason, requested_by=requested_by, now=now)
+        return text, result.changed
+
+    def cancel_result_text(self, task_id: str, *, reason: str = "", requested_by: str = "",
+                           now: dt.datetime | None = None) -> tuple[CancelResult, str]:
+        """:meth:`cancel_json_text` with the store's whole result: a serve process's HTTP API frees the slot
+        of the offer it revoked (``revoked_lease``) in its own session at once, not at the next reconciliation."""
         _task_id(task_id)
         if type(reason) is not str or len(reason) > ranges.MAX_CANCEL_REASON_CHARS:
             raise InvalidRequest(f"reason must be text of at most {ranges.MAX_CANCEL_REASON_CHARS} characters")
@@ -469,7 +476,7 @@ class DatabaseClient:
         if isinstance(result, Refusal):
             raise TaskNotFound(task_id) if result.code == TASK_NOT_FOUND else ClientError(result.code, result.message)
         assert text is not None
-        return text, result.changed
+        return result, text
 
     def retry(self, task_id: str) -> dict[str, Any]:
         """Manual recovery of a terminal FAILED/UNKNOWN/CANCELLED task; idempotent per source."""

@@ -225,10 +225,14 @@ class TaskApi:
         task_id = (await self.visible_task(info, request.path_params["task_id"])).task.task_id
         now = self.instance.now()
 
-        text, changed = await self.blocking(self.client.cancel_json_text, task_id, reason=reason,
-                                            requested_by=f"http:{info.token_id}", now=now)
+        result, text = await self.blocking(self.client.cancel_result_text, task_id, reason=reason,
+                                           requested_by=f"http:{info.token_id}", now=now)
+        changed = result.changed
         if changed:
             self.outcomes.hint(task_id)  # a task not yet started is CANCELLED at once
+            revoked = result.revoked_lease
+            if revoked is not None:  # its session's count here would hold the slot until reconciled
+                self.instance.offer_revoked(revoked.session_id, revoked.lease_id)
             # A revoked offer freed its session's slot, and a keyed task its key's permit for the next task
             # of the key: a pass now (and in a serve group's other members), not at the poll.
             self.instance.wake_dispatcher()

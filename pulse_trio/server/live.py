@@ -47,6 +47,15 @@ class LiveService:
         if live is not None:
             live.inbox.drain_hinted()
 
+    def offer_revoked(self, session_id: str, lease_id: str) -> None:
+        """A cancel revoked the session's offer: when it lives here, its own task frees the slot.
+
+        Posted as news: the pass that follows fills the slot, however far below its refill mark.
+        """
+        live = self._hub.get(session_id)
+        if live is not None:
+            live.inbox.lease_ended(lease_id, news=True)
+
     def on_task_ended(self, listener: Callable[[str], None]) -> None:
         self._hub.on_task_ended(listener)
 

@@ -33,7 +33,7 @@ Whoever else has news for the session posts it to the inbox and never
 calls a method here that changes the session: the lanes (outcomes,
 ride-along offers), the dispatcher (its offers, the leases a failed claim
 may have made), the timers (a lease a timer ended, reconciliation, a
-cancel notice, a revoked token), the HTTP side (an operator's drain),
+cancel notice, a revoked token), the HTTP side (an operator's drain, an offer its cancel revoked),
 another connection (a lease its resume took from this one) and the
 service (shutdown). They
 may read what :data:`OUTSIDE_READS` names. The tests hold every

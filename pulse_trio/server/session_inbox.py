@@ -16,7 +16,7 @@ everything posted since it last ran, in order, with no await between:
 * the timers (``timers.py``): a lease a timer ended, a reconciliation of
   the session's leases with the database, a cancel notice to push, the
   revocation of the session's token;
-* the HTTP side (``live.py``): an operator's drain;
+* the HTTP side (``live.py``): an operator's drain, an offer its cancel revoked;
 * another connection's reader: a lease its resume took from this session;
 * the service and node liveness (``wire.py``): the instance is stopping.
 
@@ -77,7 +77,8 @@ OFFERS = "offers"
 #: Lease ids a failed claim may have made for the session.
 UNCERTAIN = "uncertain"
 #: ``(lease_id, news)``: a lease that ended elsewhere than in the session's own finish (a timer, a
-#: resume elsewhere); ``news``: the end may have made work ready (the dispatcher fills every free slot).
+#: resume elsewhere, a cancel through this instance's HTTP API); ``news``: the end may have made work
+#: ready (the dispatcher fills every free slot).
 ENDED = "ended"
 #: ``(known, live)``: the timers' reconciliation of the session's leases with the database.
 RECONCILE = "reconcile"
@@ -160,7 +161,7 @@ class SessionInbox:
 
     # -- the timers', the HTTP side's and the other connections' side ---------------------
     def lease_ended(self, lease_id: str, *, news: bool = False) -> None:
-        """One of the session's leases ended (a timer) or moved (a resume elsewhere): free its slot."""
+        """One of the session's leases ended (a timer, a cancel) or moved (a resume elsewhere): free its slot."""
         self._post(ENDED, (lease_id, news))
 
     def reconcile(self, known: frozenset[str], live: frozenset[str]) -> None:

@@ -346,3 +346,36 @@ async def test_commands_sent_back_to_back_on_one_lease_apply_in_the_order_sent(s
     assert [int(r["body"]["lease"]["revision"]) for r in replies[:-1]] == [first + 1 + i for i in range(6)]
     assert client.get(held.task_id)["outcome"]["result"] == {"n": 7}
 
+
+
+async def test_an_http_cancel_of_an_offer_refills_its_slot_at_once(start_service, connect, worker_token,
+                                                                   token_factory):
+    """Cancelled through this instance's HTTP API, an offer's slot is free at once: the pass the cancel
+    wakes offers the READY work waiting behind it, not the lease reconciliation about a second later
+    (the cancel is sent right after one; the poll is long)."""
+    from http_support import Http
+    from pulse_trio.server.timers import RECONCILE_EVERY_S
+
+    service = await start_service(poll_interval=5)
+    http, producer = Http(service.http_port), token_factory("producer", ["billing"])
+    operator = token_factory("operator")
+    w = await connect(service, worker_token)
+    await w.register(["billing"], capacity=1)
+    ids = []
+    for n in range(2):
+        reply = await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k", "payload": n})
+        assert reply.status == 201, reply.body
+        ids.append(reply.json()["task_id"])
+    held = await w.expect_assign()
+    assert held.task_id == ids[0]  # the second waits: the session's only slot holds the offer
+    timers = service.timers
+    last = timers._reconciled_at
+    with trio.fail_after(5):
+        while timers._reconciled_at == last:
+            await trio.sleep(0.005)
+    deadline = timers._reconciled_at + 0.8 * RECONCILE_EVERY_S
+    reply = await http.post(f"/v1/tasks/{ids[0]}/cancel", token=operator)
+    assert reply.status == 200 and reply.json()["cancel_changed"] is True, reply.body
+    w.forget(held)  # revoked: the worker would drop it at its start's task_cancelled
+    offered = await w.expect_assign(timeout=max(0.05, deadline - trio.current_time()))
+    assert offered.task_id == ids[1]
