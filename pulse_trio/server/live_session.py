@@ -352,7 +352,8 @@ class LiveSession:
             self._refuse(msg.id, result.code, result.message or result.code, fatal=fatal)
             return
         # The lease left its previous owner: when that session lives here, tell it
-        # (its own task frees the slot; elsewhere, that instance's timers reconcile its count).
+        # (its own task frees the slot, as a finish does: not news, as that connection is most likely
+        # the one the worker left; elsewhere, that instance's timers reconcile its count).
         previous = services.hub.by_instance(msg.instance_id)
         if previous is not None and previous is not self:
             previous.inbox.lease_ended(msg.lease_id)

@@ -353,3 +353,38 @@ async def test_a_refused_resume_gives_its_slot_back_to_a_pass_at_once(start_serv
     new.assert_error(replies[0], "lease_not_found")
     offered = await new.expect_assign(timeout=2)  # well before the 5 s poll
     assert offered.task_id == second.json()["task_id"]
+
+
+async def test_a_lease_moved_away_frees_its_slot_there_as_a_finish_does(start_service, connect, worker_token, client,
+                                                                        token_factory):
+    """A resume that moves a lease away from a session here frees its slot there as a finish does, not as
+    news: the previous connection is most likely the one its worker just left, so a pass tops that session
+    up once it reaches its refill mark (docs/priority-and-fairness.md §3-§4), and the poll (long here) does
+    the rest."""
+    from http_support import Http
+
+    service = await start_service(poll_interval=30)
+    http, producer = Http(service.http_port), token_factory("producer", ["billing"])
+    old = await connect(service, worker_token, name="old")
+    await old.register(["billing"], capacity=8)  # its refill mark: 2 free slots
+    for n in range(8):
+        reply = await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "invoice.send",
+                                                                        "payload": n})
+        assert reply.status == 201, reply.body
+    leases = [await old.expect_assign() for _ in range(8)]
+    waiting = client.submit("billing", "report.build", {})  # READY; the new session does not take its kind
+    new = await connect(service, worker_token, name="new")
+    await new.register({"billing": ["invoice.send"]}, capacity=2)
+
+    async def settled() -> None:
+        with trio.fail_after(10):
+            while not service.dispatcher.settled:
+                await trio.sleep(0.01)
+
+    await new.ok(new.resume(old, leases[0]))
+    old.forget(leases[0])
+    await settled()
+    assert client.get(waiting["task_id"])["state"] == "READY"  # one free slot, below the mark: not news
+    await new.ok(new.resume(old, leases[1]))
+    old.forget(leases[1])
+    assert (await old.expect_assign(timeout=5)).task_id == waiting["task_id"]  # at the mark: topped up
