@@ -76,6 +76,7 @@ class Dispatcher:
         self.visited = 0  # sessions put into a round: the hungry ones, never the whole hub
         self._last_fill_all = -math.inf
         self.passing = False  # a pass of run() is under way (what `settled` waits out)
+        self._failing = False  # the last pass failed: said once, and once more when a pass works again
 
     async def run(self) -> None:
         hub, settings = self.hub, self.settings
@@ -93,8 +94,16 @@ class Dispatcher:
             try:
                 await self.dispatch_pass(fill_all=fill_all, probe=wake is Wake.TIMEOUT)
             except Exception:
-                log.exception("dispatch pass failed; retrying at the next poll")
+                # Every poll through a database outage: one traceback for the whole of it, not one per pass.
+                if not self._failing:
+                    log.error("dispatch pass failed (database unavailable?); retrying at every poll, "
+                              "saying so again once a pass works", exc_info=True)
+                self._failing = True
                 await trio.sleep(settings.current.poll_interval)
+            else:
+                if self._failing:
+                    log.info("dispatch passes work again")
+                self._failing = False
             finally:
                 self.passing = False
 
