@@ -103,11 +103,20 @@ class Timers:
         return min(1.0, max(TICK_FLOOR_S, self.settings.current.poll_interval * 2))
 
     async def run(self) -> None:
+        failing = False  # the last tick failed: said once, and once more when a tick works again
         while True:
             try:
                 await self.tick()
             except Exception:
-                log.exception("timer tick failed; retrying at the next one")
+                # Every tick through a database outage: one traceback for the whole of it, not one per tick.
+                if not failing:
+                    log.error("timer tick failed (database unavailable?); retrying at every tick, "
+                              "saying so again once one works", exc_info=True)
+                failing = True
+            else:
+                if failing:
+                    log.info("timer ticks work again")
+                failing = False
             await trio.sleep(self.interval)
 
     async def tick(self) -> None:

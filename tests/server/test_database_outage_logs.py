@@ -72,41 +72,67 @@ class DatabaseRelay:
         scope.cancel()
 
 
-async def test_the_dispatcher_says_once_that_the_database_is_away_and_once_that_it_is_back(
-        db, nursery, connect, worker_token, caplog):
-    caplog.set_level(logging.INFO, logger="pulse_trio.dispatcher")
+async def _outage(db, nursery, connect, token, caplog, logger: str, check_away, back: int) -> list:
+    """``logger``'s records through an outage of ``OUTAGE_S`` under one idle worker: ``check_away(records)``
+    checks those of the outage before the database is back; returns the ``back`` (or more) that follow
+    once it is (waited for, and half a second more)."""
+    caplog.set_level(logging.INFO, logger=logger)
     relay = await nursery.start(DatabaseRelay(db).serve)
     relayed = dataclasses.replace(db, host="127.0.0.1", port=relay.port, unix_socket=None, hosts=())
     settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0))
     service = await nursery.start(lambda task_status: serve(settings, relayed, handle_signals=False,
                                                             task_status=task_status))
+
+    def lines() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == logger]
+
     try:
-        worker = await connect(service, worker_token)
+        worker = await connect(service, token)
         await worker.register(["billing"], capacity=1)  # hungry: every poll's pass asks the database
         probes = service.dispatcher.probes
         with trio.fail_after(10):  # the pass its capacity woke is over: the poll's passes ask which queues have work
             while service.dispatcher.probes < probes + 2:
                 await trio.sleep(0.01)
-
-        def lines() -> list[logging.LogRecord]:
-            return [r for r in caplog.records if r.name == "pulse_trio.dispatcher"]
-
-        assert not lines()
+        assert not lines(), _said(lines())
         relay.cut()
         await trio.sleep(OUTAGE_S)
         away = lines()
-        assert len(away) == 1, [r.getMessage() for r in away]
-        assert away[0].levelno == logging.ERROR and away[0].exc_info is not None  # with its traceback
+        check_away(away)
         relay.restore()
         with trio.fail_after(10):
-            while len(lines()) < 2:
+            while len(lines()) < len(away) + back:
                 await trio.sleep(0.05)
         await trio.sleep(0.5)
-        back = lines()[1:]
-        assert [r.levelno for r in back] == [logging.INFO], [r.getMessage() for r in back]
+        return lines()[len(away):]
     finally:
         relay.restore()
         service.stop()
         with trio.move_on_after(10):
             while service.connections:
                 await trio.sleep(0.01)
+
+
+def _said(records: list[logging.LogRecord]) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in records]
+
+
+def _once_each(away: list[logging.LogRecord], parts: int) -> None:
+    """Each failing part said so once, as an error with its traceback."""
+    assert len(away) == parts and len({r.getMessage() for r in away}) == parts, _said(away)
+    assert all(r.levelno == logging.ERROR and r.exc_info is not None for r in away), _said(away)
+
+
+async def test_the_dispatcher_says_once_that_the_database_is_away_and_once_that_it_is_back(
+        db, nursery, connect, worker_token, caplog):
+    back = await _outage(db, nursery, connect, worker_token, caplog, "pulse_trio.dispatcher",
+                         lambda away: _once_each(away, 1), 1)
+    assert [r.levelno for r in back] == [logging.INFO], _said(back)
+
+
+async def test_the_timers_say_once_that_the_database_is_away_and_once_that_it_is_back(
+        db, nursery, connect, worker_token, caplog):
+    """Every tick fails through an outage (the sweep for lost nodes does not run yet: a new node sweeps
+    only once its own heartbeats have been on time for a whole lapse)."""
+    back = await _outage(db, nursery, connect, worker_token, caplog, "pulse_trio.timers",
+                         lambda away: _once_each(away, 1), 1)
+    assert [r.levelno for r in back] == [logging.INFO], _said(back)
