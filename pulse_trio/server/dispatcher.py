@@ -46,6 +46,7 @@ import trio
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub, Wake
 from pulse_trio.server.live_settings import LiveSettings
+from pulse_trio.server.outage_log import OutageLog
 from pulse_trio.store.lease.assign import assign, new_credentials, queues_with_ready_work, sources_ready_at_least
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.trio_bridge import Store
@@ -76,7 +77,7 @@ class Dispatcher:
         self.visited = 0  # sessions put into a round: the hungry ones, never the whole hub
         self._last_fill_all = -math.inf
         self.passing = False  # a pass of run() is under way (what `settled` waits out)
-        self._failing = False  # the last pass failed: said once, and once more when a pass works again
+        self._outage = OutageLog(log, "dispatch pass failed (database unavailable?)", "dispatch passes work again")
 
     async def run(self) -> None:
         hub, settings = self.hub, self.settings
@@ -94,16 +95,10 @@ class Dispatcher:
             try:
                 await self.dispatch_pass(fill_all=fill_all, probe=wake is Wake.TIMEOUT)
             except Exception:
-                # Every poll through a database outage: one traceback for the whole of it, not one per pass.
-                if not self._failing:
-                    log.error("dispatch pass failed (database unavailable?); retrying at every poll, "
-                              "saying so again once a pass works", exc_info=True)
-                self._failing = True
+                self._outage.failed()  # every poll through an outage: one traceback for the whole of it
                 await trio.sleep(settings.current.poll_interval)
             else:
-                if self._failing:
-                    log.info("dispatch passes work again")
-                self._failing = False
+                self._outage.worked()
             finally:
                 self.passing = False
 

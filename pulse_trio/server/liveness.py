@@ -59,6 +59,7 @@ from pulse_trio.cluster_settings import milliseconds
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.outage_log import OutageLog
 from pulse_trio.store.instance import nodes
 from pulse_trio.store.engine.codes import NODE_LOST
 from pulse_trio.store.engine.results import Refusal
@@ -177,11 +178,15 @@ class NodeLiveness:
         return min(self._next_beat, self._last_beat + self.heartbeat_s)
 
     async def _heartbeats(self) -> None:
+        outage = OutageLog(log, f"node {self.node_id}: heartbeat failed (database unavailable?)",
+                           f"node {self.node_id}: heartbeats work again")
         while True:
             try:
                 await self.beat()
             except Exception:
-                log.exception("node %s: heartbeat failed; retrying", self.node_id)
+                outage.failed()
+            else:
+                outage.worked()
             now = trio.current_time()
             retry = now + min(MAX_RETRY_S, self.heartbeat_s)
             # The next heartbeat when this one landed; soon again when it did not, or to look whether it is due.

@@ -19,6 +19,7 @@ import logging
 import trio
 
 from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.outage_log import OutageLog
 from pulse_trio.store.queue.queues import paused_queues
 from pulse_trio.store.engine.trio_bridge import Store
 
@@ -35,7 +36,8 @@ class PausedQueueSync:
         self.store = store
         self.hub = hub
         self.interval = interval
-        self._failing = False  # the last read failed: say so once, and once more when it works again
+        self._outage = OutageLog(log, "paused queues not re-read (database unavailable?); keeping the last set",
+                                 "paused queues read again", level=logging.WARNING)
         self._begun = 0  # reads begun, in order
         self._applied = 0  # the latest begun read whose answer is in ``hub.paused``
 
@@ -71,14 +73,9 @@ class PausedQueueSync:
             try:
                 await self.refresh()
             except Exception:
-                if not self._failing:
-                    log.warning("paused queues not re-read (database unavailable?); keeping the last set",
-                                exc_info=True)
-                self._failing = True
+                self._outage.failed()
             else:
-                if self._failing:
-                    log.info("paused queues read again")
-                self._failing = False
+                self._outage.worked()
             await trio.sleep(self.interval)
 
 

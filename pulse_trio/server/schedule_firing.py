@@ -20,6 +20,7 @@ import trio
 
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.outage_log import OutageLog
 from pulse_trio.store.schedule import schedules
 from pulse_trio.store.engine.trio_bridge import Store
 
@@ -42,14 +43,17 @@ class ScheduleFiring:
 
     async def run(self) -> None:
         """Fire due ticks until :meth:`stop` (or until cancelled with the service)."""
+        outage = OutageLog(log, "firing schedules failed (database unavailable?)", "schedules fire again")
         with self._scope:
             while True:
                 try:
                     await self.fire_due()
                     delay = await self.until_next()
                 except Exception:
-                    log.exception("firing schedules failed; retrying shortly")
+                    outage.failed()
                     delay = POLL_MAX_S
+                else:
+                    outage.worked()
                 await trio.sleep(delay)
 
     def stop(self) -> None:

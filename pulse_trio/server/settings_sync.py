@@ -33,6 +33,7 @@ import trio
 from pulse_trio import cluster_settings as cs
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.live_settings import LiveSettings
+from pulse_trio.server.outage_log import OutageLog
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.cluster_setting.settings import StoredSetting, read_all, refusal, set_values
 from pulse_trio.store.engine.trio_bridge import Store
@@ -147,14 +148,17 @@ class SettingsSync:
         self._apply(await self.store.run(read_all))
 
     async def run(self) -> None:
-        """Re-read every :attr:`interval` until cancelled; a failure is logged and tried again."""
+        """Re-read every :attr:`interval` until cancelled; a failure is logged (once an outage) and tried again."""
+        outage = OutageLog(log, "cluster settings not re-read (database unavailable?); keeping the last values",
+                           "cluster settings read again", level=logging.WARNING)
         while True:
             await trio.sleep(self.interval)
             try:
                 await self.refresh()
             except Exception:
-                log.warning("cluster settings not re-read (database unavailable?); keeping the last values",
-                            exc_info=True)
+                outage.failed()
+            else:
+                outage.worked()
 
     def conflicts(self) -> list[Conflict]:
         """This instance's flags that replaced a different value at start, or that the cluster left since."""

@@ -56,6 +56,7 @@ from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.outage_log import OutageLog
 from pulse_trio.store.cancellation import intents as cancellation
 from pulse_trio.store.instance import instances
 from pulse_trio.store.lease import timers as lease_timers
@@ -90,6 +91,7 @@ class Timers:
         self._reconciled_at = -math.inf
         #: Ask about this instance's sessions by its node (a serve process), or by their ids.
         self._by_node = getattr(store, "node_id", None) is not None
+        self._sweep_outage = OutageLog(log, "the sweep for lost nodes failed", "the sweep for lost nodes works again")
 
     @property
     def interval(self) -> float:
@@ -103,20 +105,14 @@ class Timers:
         return min(1.0, max(TICK_FLOOR_S, self.settings.current.poll_interval * 2))
 
     async def run(self) -> None:
-        failing = False  # the last tick failed: said once, and once more when a tick works again
+        outage = OutageLog(log, "timer tick failed (database unavailable?)", "timer ticks work again")
         while True:
             try:
                 await self.tick()
             except Exception:
-                # Every tick through a database outage: one traceback for the whole of it, not one per tick.
-                if not failing:
-                    log.error("timer tick failed (database unavailable?); retrying at every tick, "
-                              "saying so again once one works", exc_info=True)
-                failing = True
+                outage.failed()  # every tick through an outage: one traceback for the whole of it
             else:
-                if failing:
-                    log.info("timer ticks work again")
-                failing = False
+                outage.worked()
             await trio.sleep(self.interval)
 
     async def tick(self) -> None:
@@ -127,7 +123,9 @@ class Timers:
             try:
                 await self.node.sweep()
             except Exception:
-                log.exception("the sweep for lost nodes failed; retrying at the next tick")
+                self._sweep_outage.failed()
+            else:
+                self._sweep_outage.worked()
         due = await store.run(due_work, now=clock.now(), cancels=self.hub.any_opted_in)
         self._made_ready = False
         try:
