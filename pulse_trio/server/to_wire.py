@@ -16,7 +16,6 @@ through them.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.jsontext import JsonText
