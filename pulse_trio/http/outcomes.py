@@ -6,16 +6,20 @@ it waits: it parks on an event here, shared by every waiter of the same
 task. Two things set the events:
 
 * **this process ended an attempt** (a worker's finish, a lease timer, a
-  cancel through this API): :meth:`OutcomeWatch.hint` asks for a probe now;
-* **another process did**: the probe also runs every ``interval`` seconds
-  while anyone waits, so a finish committed by any serve process of the
-  same database is seen within that interval.
+  cancel through this API): :meth:`OutcomeWatch.hint` asks for a probe of
+  that task now;
+* **another process did**: every ``interval`` seconds while anyone waits,
+  a probe asks about every awaited task, so a finish committed by any
+  serve process of the same database is seen within that interval.
 
-A probe is one statement for every awaited task at once (primary-key
-look-ups of the awaited ids, :func:`~pulse_trio.store.views.queries.ended_tasks`):
-a thousand idle waiters cost one query per interval, not a thousand, and
-no waiter costs anything while nobody waits. A hint is only a hint: the
-probe reads the database, so a finish that scheduled a retry wakes no one.
+A probe is one statement for all the tasks it asks about (primary-key
+look-ups, :func:`~pulse_trio.store.views.queries.ended_tasks`): a thousand
+idle waiters cost one query per interval, not a thousand, and no waiter
+costs anything while nobody waits. A hinted probe asks only about the
+hinted tasks: were it to ask about every awaited one, each end committed
+here would read a row per waiter, and a busy process with many waiters
+would read waiters times ends. A hint is only a hint: the probe reads the
+database, so a finish that scheduled a retry wakes no one.
 """
 
 from __future__ import annotations
@@ -53,9 +57,13 @@ class OutcomeWatch:
         self.interval = interval
         self._awaited: dict[str, _Awaited] = {}
         self._hinted = trio.Event()
+        #: The awaited tasks hinted since the last probe: the next probe asks about them alone.
+        self._hinted_ids: set[str] = set()
         self._closed = False
         #: Probes run so far (what the bench reads: it must not grow with the number of waiters).
         self.probes = 0
+        #: Task ids those probes asked about, in all: a hint must add its own task, not every awaited one.
+        self.probed_ids = 0
 
     @property
     def waiting(self) -> int:
@@ -79,8 +87,9 @@ class OutcomeWatch:
                 del self._awaited[task_id]
 
     def hint(self, task_id: str) -> None:
-        """This process ended an attempt of ``task_id``: probe now if anyone awaits it."""
+        """This process ended an attempt of ``task_id``: probe it now if anyone awaits it."""
         if task_id in self._awaited:
+            self._hinted_ids.add(task_id)
             self._hinted.set()
 
     def close(self) -> None:
@@ -90,15 +99,22 @@ class OutcomeWatch:
             awaited.ended.set()
 
     async def run(self) -> None:
-        """Probe the awaited tasks on a hint, or every ``interval`` while anyone waits; forever."""
+        """Probe the hinted tasks on a hint, and every awaited one every ``interval`` while anyone waits; forever."""
+        every_due = trio.current_time() + self.interval
         while True:
-            with trio.move_on_after(self.interval):
+            with trio.move_on_at(every_due):
                 await self._hinted.wait()
             self._hinted = trio.Event()
-            pending = [task_id for task_id, a in self._awaited.items() if not a.ended.is_set()]
+            hinted, self._hinted_ids = self._hinted_ids, set()
+            if trio.current_time() >= every_due:  # the periodic probe: ends committed by other processes
+                every_due = trio.current_time() + self.interval
+                hinted = set(self._awaited)
+            pending = [task_id for task_id in hinted
+                       if (a := self._awaited.get(task_id)) is not None and not a.ended.is_set()]
             if not pending:
                 continue
             self.probes += 1
+            self.probed_ids += len(pending)
             try:
                 ended = await self.store.run(ended_tasks, task_ids=pending)
             except Exception as exc:  # the database is away: the waiters time out, the next probe tries again

@@ -219,3 +219,51 @@ async def test_a_wait_that_is_no_number_is_refused(http, tokens):
     for text in ("0_5", "Infinity", "NaN", "0x1"):
         reply = await http.get(f"/v1/tasks/{task_id}/outcome?wait={text}", token=tokens["producer"])
         assert (reply.status, reply.error["code"]) == (400, "invalid_request"), (text, reply.status)
+
+
+async def test_a_hint_probes_its_own_task_not_every_awaited_one(db, http, tokens):
+    """Each end this process commits asks about its own task: with many waiters it is one look-up, not one each.
+
+    Probing every awaited id on each hint made a busy process (a producer awaiting all its tasks while
+    they finish or retry here) read waiters x finishes rows, back to back; the waiters of other
+    processes' ends are the periodic probe's, and it alone reads them all.
+    """
+    batch = (await http.post("/v1/tasks/batch", token=tokens["producer"], json_body={
+        "tasks": [{"queue": "billing", "kind": "k", "idempotency_key": f"h-{n}"} for n in range(1000)]})).json()
+    ids = [t["task_id"] for t in batch["tasks"]]
+    cancelled = ids[0]
+    store = Store(db, pool_size=2)
+    watch = OutcomeWatch(store, interval=60)  # no periodic probe here: only the hints can wake anyone
+    woken: list[str] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch.run)
+
+            async def waiter(task_id: str) -> None:
+                with watch.watching(task_id) as ended:
+                    with trio.move_on_after(5):
+                        await ended.wait()
+                    if ended.is_set():
+                        woken.append(task_id)
+
+            async with trio.open_nursery() as waiters:
+                for task_id in ids:
+                    waiters.start_soon(waiter, task_id)
+                await trio.sleep(0.1)
+                for task_id in ids[1:41]:  # ends here that scheduled a retry: each hint is a probe
+                    watch.hint(task_id)
+                    await trio.sleep(0.01)
+                granted = await http.post(f"/v1/tasks/{cancelled}/cancel", token=tokens["operator"])
+                assert granted.json()["state"] == "CANCELLED"
+                started = time.monotonic()
+                watch.hint(cancelled)
+                with trio.fail_after(3):
+                    while not woken:
+                        await trio.sleep(0.01)
+                assert woken == [cancelled] and time.monotonic() - started < 3
+                waiters.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+    assert watch.probes >= 2  # the hints were probed at once (none waited for the minute's probe)
+    assert watch.probed_ids <= 41 + 2, watch.probed_ids  # each probe asked for the hinted task alone
