@@ -60,9 +60,16 @@ _IN_PICK_UP_ORDER = " ORDER BY queue, kind, effective_at, task_id LIMIT %s FOR U
 WAITING_OF_KEY = _WAITING + _IN_PICK_UP_ORDER
 #: The same in the places after one (queue, kind): a later kind of its queue, then the later queues. Two
 #: ranges of one interval each, never one with an OR, which the optimizer may read from the key's first
-#: place on (a run of every task waiting before it).
-WAITING_AFTER_PLACE = (f"({_WAITING} AND queue = %s AND kind > %s{_IN_PICK_UP_ORDER})"
-                       f" UNION ALL ({_WAITING} AND queue > %s{_IN_PICK_UP_ORDER})"
+#: place on (a run of every task waiting before it). The key is bounded on both sides, not equal: with
+#: equal columns before the range the optimizer may choose a ``ref`` on them instead, which reads the
+#: key's (or its queue's) waiting tasks from the first on, whenever the range looks dearer (statistics, or
+#: entries InnoDB has not purged yet, counted in the range's estimate). Bounded, only the range is left,
+#: and the ORDER BY names the index's columns from the key on, so it reads them in order, unsorted.
+_AFTER = ("SELECT task_id, queue, kind FROM tasks FORCE INDEX (tasks_key_pick)"
+          f" WHERE concurrency_key >= %s AND concurrency_key <= %s AND key_pick = '{KEY_WAIT}'")
+_IN_INDEX_ORDER = " ORDER BY concurrency_key, key_pick, queue, kind, effective_at, task_id LIMIT %s FOR UPDATE"
+WAITING_AFTER_PLACE = (f"({_AFTER} AND queue = %s AND kind > %s{_IN_INDEX_ORDER})"
+                       f" UNION ALL ({_AFTER} AND queue > %s{_IN_INDEX_ORDER})"
                        " ORDER BY queue, kind LIMIT %s")
 #: One place's set-aside tasks (a cancel's top-up, with SKIP_LOCKED appended).
 WAITING_IN_PLACE = _WAITING + " AND queue = %s AND kind = %s" + _IN_PICK_UP_ORDER

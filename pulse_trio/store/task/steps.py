@@ -130,7 +130,7 @@ def waiting_of_key(tx: Tx, key: str, count: int) -> list[str]:
             break
         queue, kind = rows[0][1], rows[0][2]
         found += [r[0] for r in rows if (r[1], r[2]) == (queue, kind)]
-        rows = tx.all(sql.WAITING_AFTER_PLACE, (key, queue, kind, count, key, queue, count, count))
+        rows = tx.all(sql.WAITING_AFTER_PLACE, (key, key, queue, kind, count, key, key, queue, count, count))
     return found
 
 
