@@ -7,6 +7,7 @@ is exact to the microsecond; the rows are inspected straight in the tables.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 
 from pulse_trio.dburl import connect
@@ -14,6 +15,7 @@ from pulse_trio.store import expire, release_after_quarantine, request_cancel, r
 from pulse_trio.store.queue.queues import set_retention
 from pulse_trio.store.task.retention import PURGEABLE, count_due, purge, retention_plan
 from pulse_trio.store.task.tasks import NewTask
+from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.tx import Tx
 from sql_support import index_reads
 
@@ -214,6 +216,46 @@ def test_a_task_whose_permit_is_still_quarantined_waits_for_a_later_pass(world):
     _purge_all(world, older_than_ms=1_000)
     assert not _exists(world, lost)
     assert world.sql("SELECT outstanding FROM key_counters WHERE concurrency_key = 'acct'") == [(0,)]
+
+
+def test_a_reader_racing_the_purge_sees_the_whole_ended_task_or_none_never_one_without_its_result(world, db):
+    """docs/tasks.md §8: a task the purge takes while it is read (a waiter's GET, task show) answers with its
+    attempts and result, or not found; never SUCCEEDED with no attempt and a null result."""
+    w = world.worker("q", capacity=100)
+    done = []
+    for _ in range(60):
+        offer = world.running(w)
+        world.finish(w, offer, 2, result='{"paid":42}')
+        done.append(offer.task.task_id)
+        world.advance(1)
+    world.advance(1_000)
+    before = world.now - dt.timedelta(milliseconds=500)
+    purger = Store(db, pool_size=1)
+    stop = threading.Event()
+
+    def one_task_per_commit() -> None:  # in finished_at order: the order the reader reads them in
+        try:
+            while not stop.is_set() and purger.run_sync(purge, queue="q", before=before, limit=1).selected:
+                pass
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=one_task_per_commit)
+    thread.start()
+    torn, whole = [], 0
+    try:
+        for task_id in done:  # each read again and again until the purge has taken it
+            while (view := world.task(task_id)) is not None:
+                if view.outcome is None or view.outcome.result_json != '{"paid":42}' or len(view.attempts) != 1:
+                    torn.append((task_id, view.outcome, len(view.attempts)))
+                else:
+                    whole += 1
+    finally:
+        stop.set()
+        thread.join()
+        purger.close()
+    assert not torn, (len(torn), torn[:2])
+    assert whole and not any(_exists(world, t) for t in done)  # it did read them whole, and they are gone
 
 
 def test_lineage_and_idempotency_keys_once_their_source_is_gone(world):

@@ -22,6 +22,8 @@ from pulse_trio.store.engine.timer_scan import due_states
 TASK_AS_SEEN = f"{TaskRow.columns()}, l.state, l.attempt"
 #: One task and its live lease's columns (all NULL without one), in one statement.
 TASK = f"SELECT {TaskRow.columns()}, {LeaseRow.columns()} FROM tasks t{LIVE_LEASE_JOIN} WHERE t.task_id = %s"
+#: Whether the task is still there: read after an ended task's other rows (the purge deletes them all at once).
+STILL_THERE = "SELECT 1 FROM tasks WHERE task_id = %s"
 #: A task's attempts: its started leases, in order.
 ATTEMPTS = ("SELECT attempt, lease_id, owner_session_id, status, started_at, ended_at, error_code, error_message,"
             " retryable, effect_uncertain, concurrency_token, result FROM leases WHERE task_id = %s"

@@ -134,7 +134,14 @@ def seen(row: tuple) -> TaskRow:
 
 @read_only
 def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
-    """The task with attempts, outcome, lineage and cancel intent; None if unknown."""
+    """The task with attempts, outcome, lineage and cancel intent; None if unknown.
+
+    Each statement sees the latest commits (READ COMMITTED), and the purge
+    deletes an ended task with its leases in one commit: one that lands
+    between the task's read and its attempts' would show the task ended
+    without its attempts or result. So an ended task is looked up once more
+    after the last read: gone by then, it was purged, and it is unknown.
+    """
     row = tx.one(sql.TASK, (task_id,))
     if row is None:
         return None
@@ -158,4 +165,6 @@ def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
         state, requested_at, grace_expires_at, reason, requested_by, resolved_at = intent
         cancel = CancelIntent(state, py_time(requested_at), py_time(grace_expires_at), reason, requested_by,
                               py_time(resolved_at))
+    if task.state in TERMINAL_TASK_STATES and tx.one(sql.STILL_THERE, (task_id,)) is None:
+        return None
     return TaskView(task, attempts, outcome, retried[0] if retried else None, cancel, live)
