@@ -544,7 +544,7 @@ class DatabaseClient:
         What ``serve`` does every minute, by hand: per queue (or just
         ``queue``) one short transaction per ``batch`` tasks, each taking its
         tasks FOR UPDATE SKIP LOCKED, so it runs safely beside ``serve``.
-        ``dry_run`` counts what is due and deletes nothing.
+        ``dry_run`` counts what a purge would delete now, and apart what it would hold; it deletes nothing.
         """
         if queue is not None:
             check_name("queue", queue)
@@ -563,8 +563,9 @@ class DatabaseClient:
             entry: dict[str, Any] = {"before": rfc3339(cut.before), "retention": cluster_settings.json_seconds(
                 cut.retention_ms), "own_retention": cut.own}
             if dry_run:
-                entry["due"] = self.store.run_sync(retention.count_due, queue=cut.queue, before=cut.before)
-                totals["tasks"] += entry["due"]
+                due = self.store.run_sync(retention.count_due, queue=cut.queue, before=cut.before)
+                entry.update(due=due.tasks, held=due.held)
+                totals["tasks"] += due.tasks
             else:
                 entry.update(tasks=0, batches=0, held=0)
                 after = None

@@ -10,10 +10,11 @@ import datetime as dt
 import threading
 import time
 
+from pulse_trio.client import Client
 from pulse_trio.dburl import connect
 from pulse_trio.store import expire, release_after_quarantine, request_cancel, retry, submit
 from pulse_trio.store.queue.queues import set_retention
-from pulse_trio.store.task.retention import PURGEABLE, count_due, purge, retention_plan
+from pulse_trio.store.task.retention import PURGEABLE, DueCount, count_due, purge, retention_plan
 from pulse_trio.store.task.tasks import NewTask
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.tx import Tx
@@ -79,7 +80,7 @@ def test_exactly_the_tasks_past_their_retention_go_with_their_leases_receipts_an
     plan = {c.queue: c for c in world.store.run_sync(retention_plan, now=world.now)}
     assert (plan["q"].retention_ms, plan["q"].own, plan["own"].retention_ms, plan["own"].own) == (
         DAY_MS, False, 3 * DAY_MS // 4, True)
-    assert world.store.run_sync(count_due, queue="q", before=plan["q"].before) == len(old)
+    assert world.store.run_sync(count_due, queue="q", before=plan["q"].before) == DueCount(len(old), 0)
     _purge_all(world)
 
     assert not any(_exists(world, t) for t in [*old, own_old])
@@ -216,6 +217,24 @@ def test_a_task_whose_permit_is_still_quarantined_waits_for_a_later_pass(world):
     _purge_all(world, older_than_ms=1_000)
     assert not _exists(world, lost)
     assert world.sql("SELECT outstanding FROM key_counters WHERE concurrency_key = 'acct'") == [(0,)]
+
+
+def test_a_dry_run_counts_what_the_purge_would_delete_and_holds_apart_what_it_would_leave(world, db):
+    """docs/operations.md §10: ``task purge --dry-run`` counts what a purge would delete now; a task whose
+    key permit is still quarantined is past its retention but stays, so it is counted as held, not due."""
+    w = world.worker("q", capacity=10, keys=True)
+    world.running(w, concurrency_key="acct", lease_ttl_ms=10_000)
+    world.advance(10_000)
+    world.run(expire)  # UNKNOWN, its permit QUARANTINED for the lease ttl
+    gone = [_finished(world, w, renewals=0) for _ in range(2)]
+    world.advance(2_000)
+    with Client(db) as client:
+        dry = client.purge(older_than=1, dry_run=True, now=world.now)
+        real = client.purge(older_than=1, now=world.now)
+    assert (real["purged"]["tasks"], real["queues"]["q"]["held"]) == (2, 1)
+    assert (dry["due"], dry["queues"]["q"]["due"]) == ({"tasks": 2}, 2)  # the two the purge deleted
+    assert dry["queues"]["q"]["held"] == 1
+    assert not any(_exists(world, t) for t in gone)
 
 
 def test_a_reader_racing_the_purge_sees_the_whole_ended_task_or_none_never_one_without_its_result(world, db):

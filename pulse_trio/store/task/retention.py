@@ -29,7 +29,8 @@ How a pass works, and why it stays out of dispatch's way:
   counts. Key counters themselves are never deleted: they carry each key's
   fencing token, which must keep increasing.
 
-:func:`count_due` is the same selection, counted, for ``--dry-run``.
+:func:`count_due` is the same selection, counted, for ``--dry-run``: what a
+purge would delete now, and apart what it would leave for a later pass.
 """
 
 from __future__ import annotations
@@ -46,10 +47,7 @@ from pulse_trio.store.engine.tx import Tx, after_ms, db_time, py_time
 from pulse_trio.store.task import sql
 from pulse_trio.store.task.sql import PURGEABLE  # the states a purge takes from: the task chart's terminal ones
 
-#: A key permit the purge may delete with its task (its key's counter no longer counts it).
-_PERMIT_DONE = "RELEASED"
-#: Cancel intents that still act on their task (requested or notified, not yet resolved).
-_INTENT_LIVE = ("REQUESTED", "NOTIFIED")
+_PERMIT_DONE, _INTENT_LIVE = sql.PERMIT_DONE, sql.INTENT_LIVE
 #: Tasks per purge transaction (serve's loop and ``pulse-trio task purge``): with their leases and
 #: receipts a few thousand rows, a short transaction.
 BATCH_TASKS = 500
@@ -121,11 +119,24 @@ def retention_plan(tx: Tx, *, now: dt.datetime, queue: str | None = None,
     return plan
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class DueCount:
+    """What a purge would do with the queue's tasks that ended before the cutoff."""
+
+    tasks: int  # would be deleted now
+    held: int  # would be left for a later pass (a permit not yet released, a live lease or intent)
+
+
 @read_only(takes_locks=False)
-def count_due(tx: Tx, *, queue: str, before: dt.datetime) -> int:
-    """How many of the queue's tasks ended before ``before`` (``--dry-run``; nothing is locked)."""
+def count_due(tx: Tx, *, queue: str, before: dt.datetime) -> DueCount:
+    """The queue's tasks that ended before ``before``, as a purge now would take them (``--dry-run``; nothing is locked).
+
+    Held tasks are counted apart: a dry run that counted them as due would
+    promise deletions the purge does not make.
+    """
     row = tx.one(sql.COUNT_DUE, (queue, db_time(before)))
-    return int(row[0]) if row else 0
+    due, held = (int(row[0]), int(row[1])) if row else (0, 0)
+    return DueCount(due - held, held)
 
 
 def _in(ids: Sequence[str]) -> tuple[str, ...]:
@@ -237,5 +248,5 @@ def oldest_due(tx: Tx, *, queue: str, before: dt.datetime) -> dt.datetime | None
     return py_time(row[0]) if row and row[0] is not None else None
 
 
-__all__ = ["BATCH_TASKS", "PURGEABLE", "TABLES", "PurgeBatch", "PurgePosition", "QueueCutoff", "count_due", "oldest_due", "purge",
+__all__ = ["BATCH_TASKS", "PURGEABLE", "TABLES", "DueCount", "PurgeBatch", "PurgePosition", "QueueCutoff", "count_due", "oldest_due", "purge",
            "retention_plan"]

@@ -81,7 +81,19 @@ PURGEABLE: tuple[str, ...] = tuple(s for s in CHARTS["task"].spec.states if CHAR
 #: A queue's tasks that ended before a time, through ``tasks_finished``.
 DUE = (f"SELECT task_id, state FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
        f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s")
-COUNT_DUE = f"SELECT COUNT(*) FROM ({DUE}) due"
+#: A key permit the purge may delete with its task (its key's counter no longer counts it).
+PERMIT_DONE = "RELEASED"
+#: Cancel intents that still act on their task (requested or notified, not yet resolved).
+INTENT_LIVE = ("REQUESTED", "NOTIFIED")
+#: The tasks a purge leaves for a later pass however old: a permit not released, a live lease or intent
+#: (each through a state index, or a scan of the intents, whose live ones are few).
+HELD_TASKS = (f"SELECT task_id FROM key_permits FORCE INDEX (key_permits_due) WHERE state IN"
+              f" {sql_list([s for s in CHARTS['key_permit'].spec.states if s not in ('NONE', PERMIT_DONE)])}"
+              f" UNION SELECT task_id FROM leases FORCE INDEX (leases_due) WHERE state IN {sql_list(LIVE_LEASE_STATES)}"
+              f" UNION SELECT task_id FROM cancel_intents WHERE state IN {sql_list(INTENT_LIVE)}")
+#: The due tasks, and how many of them a purge would hold (one scan of the range, for ``--dry-run``).
+COUNT_DUE = (f"SELECT COUNT(*), COUNT(held.task_id) FROM ({DUE}) due"
+             f" LEFT JOIN ({HELD_TASKS}) held ON held.task_id = due.task_id")
 #: One state's due tasks in the index's own order, from a position on (the batch's select).
 DUE_FROM = ("SELECT task_id, state, finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
             " AND outcome_status = %s AND finished_at < %s{after}"
