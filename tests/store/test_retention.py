@@ -12,6 +12,7 @@ import time
 
 from pulse_trio.client import Client
 from pulse_trio.dburl import connect
+from pulse_trio.store.engine.ids import new_id
 from pulse_trio.store import expire, release_after_quarantine, request_cancel, retry, submit
 from pulse_trio.store.queue.queues import set_retention
 from pulse_trio.store.task.retention import PURGEABLE, DueCount, count_due, purge, retention_plan
@@ -290,6 +291,31 @@ def test_lineage_and_idempotency_keys_once_their_source_is_gone(world):
     # The key is free again: a submit with it makes a new task (the idempotency window is the retention).
     (again,) = world.run(submit, tasks=[NewTask("q", "k", idempotency_key="order-1")])
     assert again.created and again.task_id not in (source, copy.task_id)
+
+
+def test_a_retry_whose_commit_answer_was_lost_finds_itself_once_the_purge_took_its_source(world, db):
+    """docs/tasks.md §8: a manual retry answers the retry it made. Its COMMIT landed, the answer was lost, and
+    the purge took the (long ended) source before the store ran the retry again (tx.recovering): the re-run
+    must answer the retry it made, not task_not_found for a retry that exists and will run."""
+    w = world.worker("q", capacity=5)
+    source = _finished(world, w, status="FAILED", renewals=0)
+    world.advance(1_000)
+    made = world.run(retry, source_task_id=source, new_task_id=new_id("tsk"))
+    _purge_all(world, older_than_ms=500)  # the source ended; its retry is READY
+    assert not _exists(world, source) and _exists(world, made.task_id)
+    again = connect(db)
+    try:
+        with again.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            again.begin()
+            rerun = retry(Tx(cur, recovering=True), source_task_id=source, now=world.now, new_task_id=made.task_id)
+        again.rollback()
+    finally:
+        again.close()
+    assert (rerun.task_id, rerun.created) == (made.task_id, True), rerun
+    # Without a lost COMMIT, retrying a purged source is refused as before (the id it would make is new).
+    refused = world.run(retry, source_task_id=source)
+    assert getattr(refused, "code", None) == "task_not_found", refused
 
 
 def test_a_source_whose_retry_was_purged_can_be_retried_again(world):

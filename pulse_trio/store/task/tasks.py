@@ -231,6 +231,11 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
         if existing:
             mine = tx.recovering and existing[0] == new_task_id
             return RetryCreated(existing[0], source_task_id, mine, bool(existing[1]))
+    elif tx.recovering and new_task_id is not None:
+        # The lost COMMIT landed and the purge took the source since: the retry made is still this call's.
+        own = tx.one(sql.OWN_RETRY, (new_task_id, source_task_id))
+        if own:
+            return RetryCreated(own[0], source_task_id, True, bool(own[1]))
     dest = decide("task", "retry", "NONE", TaskContext(source=source))
     if isinstance(dest, Refusal):
         return dest
