@@ -8,7 +8,10 @@ the service under test at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pulse_trio.dburl import DatabaseConfig
@@ -29,6 +32,25 @@ def rows(config: DatabaseConfig, query: str, args: Any = ()) -> list[tuple]:
         return found
     finally:
         conn.close()
+
+
+@contextlib.contextmanager
+def user_with_password(server: DatabaseConfig, user: str, grant: str) -> Iterator[DatabaseConfig]:
+    """``server`` as ``user``, made for the block with a fresh password and ``GRANT {grant}`` (from any host), then
+    dropped: for tests of where a password must not show."""
+    password = "pw-" + os.urandom(8).hex()
+    root = connect(server, database=False)
+    try:
+        with root.cursor() as cursor:
+            for host in ("localhost", "%"):
+                cursor.execute("CREATE OR REPLACE USER %s@%s IDENTIFIED BY %s", (user, host, password))
+                cursor.execute(f"GRANT {grant} TO %s@%s", (user, host))
+        yield dataclasses.replace(server, user=user, password=password)
+    finally:
+        with root.cursor() as cursor:
+            for host in ("localhost", "%"):
+                cursor.execute("DROP USER IF EXISTS %s@%s", (user, host))
+        root.close()
 
 
 def plan(config: DatabaseConfig, query: str, args: Any = (), verb: str = "EXPLAIN") -> list[dict[str, Any]]:

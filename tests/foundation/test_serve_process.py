@@ -16,6 +16,7 @@ import pytest
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
 from pulse_trio.ports import free_port, start_on_fresh_ports
 from pulse_trio.store.schema.migrate import code_version, current_version
+from sql_support import user_with_password
 
 pytestmark = pytest.mark.live  # it runs serve and a managed mariadbd as processes
 
@@ -185,32 +186,22 @@ def test_a_serve_process_whose_chosen_port_another_serve_took_is_not_mistaken_fo
 
 def test_the_database_password_is_not_on_the_serve_process_command_line(database_server):
     """Every local user can read a process's arguments (``ps``); the password reaches serve in its environment."""
-    import dataclasses
-
     from pulse_trio.serve_process import ServeProcess
-    from pulse_trio.store.engine.writer import connect, drop_database
+    from pulse_trio.store.engine.writer import drop_database
 
-    user, password = "pulse_pw_user", "pw-" + os.urandom(8).hex()
-    db = dataclasses.replace(database_server.with_database("pulse_pw_db"), user=user, password=password)
-    root = connect(database_server, database=False)
-    try:
-        with root.cursor() as cursor:
-            for host in ("localhost", "%"):
-                cursor.execute("CREATE OR REPLACE USER %s@%s IDENTIFIED BY %s", (user, host, password))
-                cursor.execute("GRANT ALL ON `pulse_pw_db`.* TO %s@%s", (user, host))
-        with ServeProcess(db) as serve:
-            assert serve.process is not None
-            with open(f"/proc/{serve.process.pid}/cmdline", "rb") as cmdline:
-                arguments = cmdline.read().decode()
-            assert "serve" in arguments and password not in arguments
-            with urllib.request.urlopen(f"{serve.http_url}/readyz", timeout=5) as answer:
-                assert answer.status == 200  # it did reach the database with that password
-    finally:
-        drop_database(db)
-        with root.cursor() as cursor:
-            for host in ("localhost", "%"):
-                cursor.execute("DROP USER IF EXISTS %s@%s", (user, host))
-        root.close()
+    with user_with_password(database_server, "pulse_pw_user", "ALL ON `pulse_pw_db`.*") as login:
+        db = login.with_database("pulse_pw_db")
+        try:
+            with ServeProcess(db) as serve:
+                assert serve.process is not None
+                with open(f"/proc/{serve.process.pid}/cmdline", "rb") as cmdline:
+                    arguments = cmdline.read().decode()
+                assert "serve" in arguments and db.password not in arguments
+                with urllib.request.urlopen(f"{serve.http_url}/readyz", timeout=5) as answer:
+                    assert answer.status == 200  # it did reach the database with that password
+        finally:
+            drop_database(db)
+
 
 def test_the_test_service_answers_on_its_advertised_urls_whatever_pulse_tls_variables_say(
         database_server, tls, monkeypatch):

@@ -230,12 +230,8 @@ async def test_a_flood_of_scrapes_takes_no_more_than_the_http_share_of_the_store
         async with trio.open_nursery() as nursery:
             for _ in range(3 * service.store.limiter.total_tokens):
                 nursery.start_soon(scrape)
-            for _ in range(15):
-                await trio.sleep(0.1)
-                with watch.cursor() as cur:  # the depth read of a scrape (queue_depths), and only that
-                    cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s"
-                                " AND ID <> CONNECTION_ID()", ("%UNION ALL SELECT t.queue, l.state%",))
-                    at_once.append(cur.fetchone()[0])
+            # the depth read of a scrape (queue_depths), and only that
+            at_once += await _running_at_once(watch, "%UNION ALL SELECT t.queue, l.state%")
             with lock.cursor() as cur:
                 cur.execute("UNLOCK TABLES")
     finally:
@@ -243,6 +239,18 @@ async def test_a_flood_of_scrapes_takes_no_more_than_the_http_share_of_the_store
         watch.close()
     assert 1 <= max(at_once) <= share, (at_once, share)
     assert answers == [200] * 3 * service.store.limiter.total_tokens
+
+
+async def _running_at_once(watch, statement_like: str) -> list[int]:
+    """How many other connections run a statement ``LIKE statement_like``, read 15 times 0.1 s apart."""
+    counts = []
+    for _ in range(15):
+        await trio.sleep(0.1)
+        with watch.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s"
+                        " AND ID <> CONNECTION_ID()", (statement_like,))
+            counts.append(cur.fetchone()[0])
+    return counts
 
 
 async def test_a_flood_of_readiness_probes_opens_one_database_connection_at_a_time(db, service):
@@ -272,12 +280,8 @@ async def test_a_flood_of_readiness_probes_opens_one_database_connection_at_a_ti
             async with trio.open_nursery() as nursery:
                 for _ in range(100):
                     nursery.start_soon(probe)
-                for _ in range(15):
-                    await trio.sleep(0.1)
-                    with watch.cursor() as cur:  # a readiness check's version read, and only that
-                        cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s"
-                                    " AND ID <> CONNECTION_ID()", ("%MAX(version), 0) FROM schema_migrations%",))
-                        at_once.append(cur.fetchone()[0])
+                # a readiness check's version read, and only that
+                at_once += await _running_at_once(watch, "%MAX(version), 0) FROM schema_migrations%")
                 with lock.cursor() as cur:
                     cur.execute("UNLOCK TABLES")
     finally:

@@ -122,28 +122,34 @@ async def test_a_finish_on_another_serve_process_wakes_the_wait(db, http, tokens
         await trio.to_thread.run_sync(other.stop)
 
 
+async def _thousand_tasks(http, tokens, prefix: str) -> list[str]:
+    """A thousand READY tasks of billing, submitted in one batch: their ids."""
+    batch = (await http.post("/v1/tasks/batch", token=tokens["producer"], json_body={
+        "tasks": [{"queue": "billing", "kind": "k", "idempotency_key": f"{prefix}-{n}"} for n in range(1000)]})).json()
+    return [t["task_id"] for t in batch["tasks"]]
+
+
+async def _waiter(watch: OutcomeWatch, task_id: str, wait: float, woken: list[str]) -> None:
+    """Await ``task_id``'s end for up to ``wait`` seconds; noted in ``woken`` if it came."""
+    with watch.watching(task_id) as ended:
+        with trio.move_on_after(wait):
+            await ended.wait()
+        if ended.is_set():
+            woken.append(task_id)
+
+
 async def test_a_thousand_waiters_cost_one_probe_per_interval(db, http, tokens):
     """The probe count follows time, not waiters: 1 000 waiters on 1 000 tasks, one statement per interval."""
-    batch = (await http.post("/v1/tasks/batch", token=tokens["producer"], json_body={
-        "tasks": [{"queue": "billing", "kind": "k", "idempotency_key": f"w-{n}"} for n in range(1000)]})).json()
-    ids = [t["task_id"] for t in batch["tasks"]]
+    ids = await _thousand_tasks(http, tokens, "w")
     store = Store(db, pool_size=2)
     watch = OutcomeWatch(store, interval=0.05)
     woken: list[str] = []
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch.run)
-
-            async def waiter(task_id: str) -> None:
-                with watch.watching(task_id) as ended:
-                    with trio.move_on_after(0.5):
-                        await ended.wait()
-                    if ended.is_set():
-                        woken.append(task_id)
-
             async with trio.open_nursery() as waiters:
                 for task_id in ids:
-                    waiters.start_soon(waiter, task_id)
+                    waiters.start_soon(_waiter, watch, task_id, 0.5, woken)
             nursery.cancel_scope.cancel()
     finally:
         store.close()
@@ -228,9 +234,7 @@ async def test_a_hint_probes_its_own_task_not_every_awaited_one(db, http, tokens
     they finish or retry here) read waiters x finishes rows, back to back; the waiters of other
     processes' ends are the periodic probe's, and it alone reads them all.
     """
-    batch = (await http.post("/v1/tasks/batch", token=tokens["producer"], json_body={
-        "tasks": [{"queue": "billing", "kind": "k", "idempotency_key": f"h-{n}"} for n in range(1000)]})).json()
-    ids = [t["task_id"] for t in batch["tasks"]]
+    ids = await _thousand_tasks(http, tokens, "h")
     cancelled = ids[0]
     store = Store(db, pool_size=2)
     watch = OutcomeWatch(store, interval=60)  # no periodic probe here: only the hints can wake anyone
@@ -238,17 +242,9 @@ async def test_a_hint_probes_its_own_task_not_every_awaited_one(db, http, tokens
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch.run)
-
-            async def waiter(task_id: str) -> None:
-                with watch.watching(task_id) as ended:
-                    with trio.move_on_after(5):
-                        await ended.wait()
-                    if ended.is_set():
-                        woken.append(task_id)
-
             async with trio.open_nursery() as waiters:
                 for task_id in ids:
-                    waiters.start_soon(waiter, task_id)
+                    waiters.start_soon(_waiter, watch, task_id, 5, woken)
                 await trio.sleep(0.1)
                 for task_id in ids[1:41]:  # ends here that scheduled a retry: each hint is a probe
                     watch.hint(task_id)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from sql_support import user_with_password
+
 pytestmark = pytest.mark.live  # a sub-run that starts the service and workers
 
 WORKTREE = Path(__file__).resolve().parents[2]
@@ -73,30 +75,16 @@ def test_b_fails_on_the_server_it_was_given(pulse_server):
 
 def test_a_failure_that_shows_pulse_server_shows_no_token_and_no_database_password(database_server, tmp_path):
     """pytest prints the objects of a failed assertion (all of them with -vv): the session's secrets stay out."""
-    import dataclasses
     import json
 
-    from pulse_trio.store.engine.writer import connect
-
-    user, password = "pulse_plugin_user", "pw-" + os.urandom(8).hex()
-    root = connect(database_server, database=False)
-    try:
-        with root.cursor() as cursor:
-            for host in ("localhost", "%"):
-                cursor.execute("CREATE OR REPLACE USER %s@%s IDENTIFIED BY %s", (user, host, password))
-                cursor.execute("GRANT ALL ON `pulse\\_pytest\\_%%`.* TO %s@%s", (user, host))
-        url = dataclasses.replace(database_server, user=user, password=password).url(redact=False)
+    with user_with_password(database_server, "pulse_plugin_user", "ALL ON `pulse\\_pytest\\_%%`.*") as login:
+        password = login.password
         (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
         (tmp_path / "test_user_suite.py").write_text(textwrap.dedent(SECRETS_IN_A_FAILURE))
-        env = {**os.environ, "PULSE_TEST_DATABASE_URL": url, "PYTHONPATH": str(WORKTREE),
+        env = {**os.environ, "PULSE_TEST_DATABASE_URL": login.url(redact=False), "PYTHONPATH": str(WORKTREE),
                "SECRETS_FILE": str(tmp_path / "secrets.json")}
         done = subprocess.run([sys.executable, "-m", "pytest", "-vv", "-p", "no:xdist", "test_user_suite.py"],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    finally:
-        with root.cursor() as cursor:
-            for host in ("localhost", "%"):
-                cursor.execute("DROP USER IF EXISTS %s@%s", (user, host))
-        root.close()
     assert "1 failed, 1 passed" in done.stdout and "PulseServer(" in done.stdout, done.stdout[-4000:]
     secrets = json.loads((tmp_path / "secrets.json").read_text())
     assert secrets[3] == password

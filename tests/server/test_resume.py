@@ -10,6 +10,13 @@ OTHER_SECRET = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE"
 UNKNOWN_INSTANCE = "ins_01KBFEY3G08GKV6GQS8WWD954X"
 
 
+async def _lock_waits(db) -> int:
+    """Transactions of the test database's server waiting for a row lock now."""
+    (count,) = await trio.to_thread.run_sync(
+        lambda: rows(db, "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"))
+    return int(count[0])
+
+
 async def running(service, connect, token, client, *, name="old", start=True, queues=("billing",), **submit):
     w = await connect(service, token, name=name)
     await w.register(list(queues), capacity=1, concurrency_keys=bool(submit.get("concurrency_key")))
@@ -268,11 +275,6 @@ async def test_a_drain_committed_while_a_resume_waits_for_the_lease_still_follow
     new = await connect(service, worker_token, name="new")
     await new.register(["billing"], capacity=1)
 
-    async def lock_waits() -> int:
-        (count,) = await trio.to_thread.run_sync(
-            lambda: rows(db, "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"))
-        return int(count[0])
-
     holder = await trio.to_thread.run_sync(db_connect, db)
     replies: list = []
     drains: list = []
@@ -289,11 +291,11 @@ async def test_a_drain_committed_while_a_resume_waits_for_the_lease_still_follow
 
             nursery.start_soon(resume)
             with trio.fail_after(10):  # the resume waits for the lease
-                while not await lock_waits():
+                while not await _lock_waits(db):
                     await trio.sleep(0.01)
             nursery.start_soon(drain)
             with trio.move_on_after(2):  # the drain commits, or waits on the resume
-                while not drains and await lock_waits() < 2:
+                while not drains and await _lock_waits(db) < 2:
                     await trio.sleep(0.01)
             await trio.to_thread.run_sync(holder.rollback)
     finally:
@@ -321,11 +323,6 @@ async def test_a_refused_resume_gives_its_slot_back_to_a_pass_at_once(start_serv
     new = await connect(service, worker_token, name="new")
     await new.register(["billing"], capacity=1)
 
-    async def lock_waits() -> int:
-        (count,) = await trio.to_thread.run_sync(
-            lambda: rows(db, "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"))
-        return int(count[0])
-
     holder = await trio.to_thread.run_sync(db_connect, db)
     replies: list = []
     try:
@@ -338,7 +335,7 @@ async def test_a_refused_resume_gives_its_slot_back_to_a_pass_at_once(start_serv
 
             nursery.start_soon(resume)
             with trio.fail_after(10):
-                while not await lock_waits():
+                while not await _lock_waits(db):
                     await trio.sleep(0.01)
             # Work arrives while the resume holds the session's only slot: the pass it wakes skips the session.
             second = await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "x"})
