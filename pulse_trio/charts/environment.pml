@@ -21,7 +21,7 @@
 //@command revision status retryable due old_session by_node sequence_newer drain source_found source_recoverable
 //@property single_execution_right covers task lease -- at most one lease of a task is live, and only its holder's session gets an execution right from start, renew, resume or finish
 //@property revision_current covers lease -- an accepted start, renew or finish carried the lease's current revision
-//@property fencing_grows covers lease key_permit instance -- lease revisions, concurrency tokens and session epochs never go down; every new token is larger than every earlier one
+//@property fencing_grows covers lease key_permit instance -- lease revisions, concurrency tokens and session epochs never go down; every new token and every new session's epoch is larger than every earlier one
 //@property key_limit covers key_permit lease -- the holders of a key (live keyed leases, and lost workers whose permit is quarantined) never exceed its limit, and the key's counter equals its HELD and QUARANTINED permits
 //@property cancel_kept covers cancellation task lease -- an open cancel intent always belongs to a running task (its row held, its live lease RUNNING) whose lease carries it; a task whose cancel was confirmed is never SUCCEEDED
 //@property receipt_no_grant covers lease -- a duplicate answered from a receipt hands the lease back only to its current, live holder
@@ -74,6 +74,8 @@ bit confirmed[N_TASKS];        /* the task was CANCELLED (its cancel confirmed) 
 byte seen_rev[N_lease];
 byte seen_epoch[N_instance];
 byte seen_token;
+bit opened[N_instance];        /* the session's epoch was compared with every earlier one */
+byte top_epoch;                /* the largest epoch handed out so far */
 
 byte i;                        /* scratch, zero between steps */
 
@@ -100,19 +102,43 @@ end:
   }
 }
 
-/* Revisions, tokens and epochs only grow: compared with what the last step left. */
+/* A token fences only if it is larger than every one before. The key's counter moves once per permit (one key,
+   and no permit row is deleted here), and a step's new permits are the ones whose token is not yet compared:
+   each must lie above what the counter was before the step. Once compared, the model forgets the token
+   (nothing in a chart reads it), so the search does not tell states apart by which permit holds which token:
+   SPIN leaves a variable nobody reads out of the state, as it did the token before it was checked. */
+#define TAKEN(k) (key_permit_state[k] != key_permit_NONE)
+#define TOKEN_UNCOMPARED(k) (TAKEN(k) && key_permit_token[k] != 0)
+#define TOKEN_ABOVE(k) (TOKEN_UNCOMPARED(k) && key_permit_token[k] > seen_token && key_permit_token[k] <= key_last_token)
+#define TOKENS_GROW (COUNT_key_permit(TAKEN) == key_last_token \
+                     && COUNT_key_permit(TOKEN_UNCOMPARED) == key_last_token - seen_token \
+                     && COUNT_key_permit(TOKEN_ABOVE) == key_last_token - seen_token)
+#define FORGET_TOKEN(k) key_permit_token[k] = 0;
+/* A session seen for the first time: its epoch is larger than every one before. */
+#define EPOCH_IS_NEW(k) \
+  if \
+  :: instance_state[k] != instance_NONE && !opened[k] -> \
+       if :: instance_epoch[k] <= top_epoch -> printf("PROPERTY fencing_grows\n"); assert(false) :: else fi; \
+       top_epoch = instance_epoch[k]; opened[k] = 1 \
+  :: else \
+  fi;
+
+/* Revisions, tokens and epochs only grow: compared with what the last step left. A new permit's token and a
+   new session's epoch must also be larger than every one before: a counter that never moves never goes down
+   either, but fences nothing. */
 inline check_properties() {
   for (i : 0 .. N_lease - 1) {
     if :: lease_revision[i] < seen_rev[i] -> printf("PROPERTY fencing_grows\n"); assert(false) :: else fi;
     seen_rev[i] = lease_revision[i]
   }
-  if :: key_last_token < seen_token -> printf("PROPERTY fencing_grows\n"); assert(false) :: else fi;
+  if :: key_last_token < seen_token || !TOKENS_GROW -> printf("PROPERTY fencing_grows\n"); assert(false) :: else fi;
   seen_token = key_last_token;
   for (i : 1 .. N_instance - 1) {
     if :: instance_epoch[i] < seen_epoch[i] -> printf("PROPERTY fencing_grows\n"); assert(false) :: else fi;
     seen_epoch[i] = instance_epoch[i]
   }
-  i = 0
+  i = 0;
+  d_step { FOR_key_permit(FORGET_TOKEN) FOR_instance(EPOCH_IS_NEW) skip }
 }
 
 /* A step the entry needs and its chart refuses: the charts disagree. */

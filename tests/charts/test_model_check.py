@@ -151,6 +151,20 @@ def test_a_dropped_effect_is_caught_and_named(tmp_path, chart, trigger, dest, ef
     assert not failed.ok and failed.property == prop, failed.report()
 
 
+@pytest.mark.parametrize(("chart", "trigger", "dest", "effect"), [
+    ("key_permit", "acquire", "HELD", "env.key_last_token = env.key_last_token + 1"),
+    ("instance", "register", "ACTIVE", "env.epoch_counter = env.epoch_counter + 1"),
+])
+def test_a_token_or_epoch_that_does_not_grow_is_caught(tmp_path, chart, trigger, dest, effect):
+    """Every permit taking the same token (every session the same epoch) leaves the counter where it was:
+    it never goes down, yet a new one is not larger than every earlier one, which is what fences."""
+    specs = _without_effect(load_specs(), chart, trigger, dest, effect)
+    assert specs[chart] != load_specs()[chart]
+    failed = check(dataclasses.replace(DEFAULT, name="fencing"), specs, workdir=tmp_path, liveness=False)[-1]
+    assert not failed.ok and failed.property == "fencing_grows", failed.report()
+    assert any(s.chart == chart and s.trigger == trigger for s in failed.steps), failed.report()
+
+
 def test_every_trigger_of_every_driven_chart_is_fired_by_the_model_or_listed_as_not():
     """What the environment never fires SPIN never sees: the //@undriven line says so, or generation fails."""
     specs, env = load_specs(), load_environment()
