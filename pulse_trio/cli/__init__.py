@@ -22,7 +22,8 @@ _GROUPS = (serve, database, tokens, tasks, settings, schedules, statecharts, ben
 def build_parser() -> argparse.ArgumentParser:
     parser = CliParser(prog="pulse-trio", description="Durable task dispatch over WebSocket leases.",
                        epilog="Exit codes: 0 done, 1 refused, 2 bad arguments, 3 not found, 4 unreachable "
-                              "(no database), 5 serve cannot listen, 130 interrupted (docs/operations.md §7).")
+                              "(no database), 5 serve cannot listen, 70 serve or worker run crashed, 130 interrupted "
+                              "(docs/operations.md §7).")
     parser.add_argument("--version", action="version", version=f"pulse-trio {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in _GROUPS:

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import gc
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -27,6 +28,7 @@ EXIT_USAGE = 2  # bad arguments (argparse's own code too): nothing was written
 EXIT_NOT_FOUND = 3  # the task, token or worker named does not exist
 EXIT_UNREACHABLE = 4  # no database to talk to: unreachable, or no managed database yet
 EXIT_CANNOT_LISTEN = 5  # serve: a listen address is taken or invalid; nothing was recorded
+EXIT_CRASHED = 70  # a service command (serve, worker run) ended on an unexpected error: a traceback, not a refusal
 EXIT_INTERRUPTED = 130  # SIGINT, or a second SIGTERM for `worker run`
 
 #: The database's answers that refuse this login (user or password, a host or database the user may not use):
@@ -234,7 +236,9 @@ def run_guarded(fn, *, long_running: bool = False):
     command checks it itself.
 
     ``long_running``: a service process (``serve``, ``worker run``), whose body runs with the
-    collector tuned for it (:func:`tuned_collector`).
+    collector tuned for it (:func:`tuned_collector`), and whose unexpected error exits
+    EXIT_CRASHED with its traceback: Python's own exit 1 would read as a refusal, which a
+    service manager is told not to restart (deploy/systemd).
     """
 
     def runner(args: argparse.Namespace) -> int:
@@ -251,6 +255,19 @@ def run_guarded(fn, *, long_running: bool = False):
             failure = database_failure(exc)
             sys.stderr.write(f"pulse-trio: {failure}\n")
             return failure.exit_code
+        except BaseException as exc:
+            if not long_running or _interrupted(exc):
+                raise
+            traceback.print_exception(exc)
+            sys.stderr.write(f"pulse-trio: ended on an unexpected error (the traceback above); exit {EXIT_CRASHED}\n")
+            return EXIT_CRASHED
 
     runner.long_running = long_running  # type: ignore[attr-defined]
     return runner
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C or an exit asked for (alone or grouped): the command's own answers to them stand."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_interrupted(inner) for inner in exc.exceptions)
+    return isinstance(exc, (KeyboardInterrupt, SystemExit))

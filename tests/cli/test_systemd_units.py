@@ -212,3 +212,43 @@ def test_worker_says_ready_once_registered_and_drains_on_sigterm(db, tmp_path):
                 proc.kill()
             proc.communicate()
             notify.close()
+
+
+CRASHING_REGISTRY = """
+from pulse_trio.sdk import Registry
+
+registry = Registry()
+
+
+class Crash(BaseException):
+    \"\"\"Not an Exception: a handler's task cannot hold it, so it ends the process.\"\"\"
+
+
+@registry.handler("billing", "charge")
+async def charge(task):
+    raise Crash("the handler's library gave up")
+"""
+
+
+def test_a_worker_that_crashes_exits_with_a_code_its_unit_restarts(db, tmp_path):
+    """A traceback is no refusal: its exit code is not one the unit leaves stopped (exit 1 is)."""
+    from pulse_trio.client import Client
+
+    (tmp_path / "billing_worker.py").write_text(CRASHING_REGISTRY)
+    token = make_token(db, "worker", ("billing",))
+    prevented = _directives("pulse-trio-worker@.service")["RestartPreventExitStatus"][0].split()
+    client = Client(db)
+    with serve(db) as (worker_port, _http_port):
+        proc = subprocess.Popen([*COMMAND, "worker", "run", f"{tmp_path / 'billing_worker.py'}:registry",
+                                 "--token", token, "--url", f"ws://127.0.0.1:{worker_port}/v1/worker"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            client.submit("billing", "charge", {})
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            client.close()
+    assert "Crash: the handler's library gave up" in stderr and "Traceback" in stderr, stderr
+    assert proc.returncode == 70 and str(proc.returncode) not in prevented, (proc.returncode, stderr[-2000:])
