@@ -252,3 +252,36 @@ def test_a_worker_that_crashes_exits_with_a_code_its_unit_restarts(db, tmp_path)
             client.close()
     assert "Crash: the handler's library gave up" in stderr and "Traceback" in stderr, stderr
     assert proc.returncode == 70 and str(proc.returncode) not in prevented, (proc.returncode, stderr[-2000:])
+
+
+def test_a_serve_group_kills_a_hung_member_and_exits_0_within_the_units_stop_timeout(db, tmp_path):
+    """The group's own bound on a member's stop (docs/operations.md §14: killed after 30 s) comes before systemd's.
+
+    Else a member that hangs (here SIGSTOP: a deadlock, a database that answers nothing) turns every
+    stop into systemd's kill of the whole unit, reported as a failed stop, instead of the group's
+    orderly one that kills that member alone and exits 0.
+    """
+    from pulse_trio.client import Client
+    from pulse_trio.group.parent import STOP_TIMEOUT_S
+
+    timeout_stop = float(_directives("pulse-trio-serve.service")["TimeoutStopSec"][0])
+    notify = NotifySocket(tmp_path)
+    proc = subprocess.Popen([*COMMAND, "serve", "--processes", "2", "--database-url", db.url(redact=False),
+                             "--worker-listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(notify))
+    client = Client(db)
+    try:
+        notify.expect("READY=1", proc)
+        hung = client.nodes()[0]["pid"]
+        os.kill(hung, signal.SIGSTOP)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=timeout_stop + 30)
+        took = time.monotonic() - began
+        assert code == 0 and STOP_TIMEOUT_S <= took < timeout_stop, (code, took, timeout_stop)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        notify.close()
+        client.close()
