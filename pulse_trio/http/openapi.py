@@ -287,7 +287,10 @@ SCHEMAS: dict[str, Any] = {
     "WeightChange": _obj({"weight": {"type": "integer", "minimum": 1, "maximum": 10_000}}, ["weight"], closed=True),
     "SettingChange": _obj({"value": _nullable(SECONDS_IN | {"description": (
         "Seconds, to the millisecond (a finer value is refused); null only for permit_quarantine, where it "
-        "means the task's own lease ttl (for another setting it is refused).")})}),
+        "means the task's own lease ttl (for another setting it is refused). Within each setting's own "
+        "bounds, which `SettingsChange` states one by one: " + ", ".join(
+            f"{x.name} {cs.seconds_text(x.min_ms)} to {cs.seconds_text(x.max_ms)} s" for x in cs.SETTINGS
+            if (x.min_ms, x.max_ms) != (cs.MIN_MS, cs.MAX_MS)) + ".")})}),
     "SettingsChange": _obj({x.name: _nullable(_seconds_in(x)) if x.nullable else _seconds_in(x)
                             for x in cs.SETTINGS}, [], closed=True)
                       | {"minProperties": 1},
