@@ -78,6 +78,9 @@ MAX_SWEEP_ROUNDS = 20  # batches per tick, like the other timers
 # A failed heartbeat is tried again this soon (or at the heartbeat interval, if shorter); the heartbeat
 # loop wakes at least as often, so it follows a shortened interval without waiting for the beat it scheduled.
 MAX_RETRY_S = 1.0
+#: How long a stop gives its node's STOPPED: one attempt, on a connection of its own. A database that
+#: hangs must not hold the stop; the other instances declare the node lost after its lapse instead.
+STOP_RECORD_TIMEOUT_S = 3.0
 
 
 class NodeLiveness:
@@ -239,7 +242,11 @@ class NodeLiveness:
         if not self._started:
             return
         try:
-            result = await self.store.run(nodes.stop, now=self.clock.now())
+            result = await self.store.run_once(nodes.stop, timeout_s=STOP_RECORD_TIMEOUT_S, now=self.clock.now())
+        except trio.TooSlowError:
+            log.warning("node %s: stop not recorded (no answer from the database within %gs); other instances "
+                        "will declare it lost after %gs", self.node_id, STOP_RECORD_TIMEOUT_S, self.lapse_s)
+            return
         except Exception:
             log.warning("node %s: stop not recorded; other instances will declare it lost after %gs",
                         self.node_id, self.lapse_s, exc_info=True)

@@ -26,7 +26,10 @@ Shutdown (SIGINT/SIGTERM, or :meth:`ServiceHandle.stop`) is orderly: stop
 accepting, tell every session ``server_shutting_down`` and close it, record
 this process (its node) STOPPED, stop the loops. Leases are left as
 they are: valid until they expire, so the workers resume them on another
-instance. A SIGKILL loses nothing either, because nothing lives only in
+instance. Every step is bounded, whatever the database does: store work
+still in flight after the sessions' grace is cut short, and the STOPPED
+gets one short attempt; what was not recorded is left to the other
+instances, as after a crash. A SIGKILL loses nothing either, because nothing lives only in
 this process; the other instances disconnect its sessions once its
 heartbeat lapses (``liveness.py``).
 """
@@ -72,6 +75,9 @@ from pulse_trio.store.engine.ids import new_node_id
 log = logging.getLogger("pulse_trio.service")
 
 SHUTDOWN_GRACE_S = 5.0
+#: How long a stop then lets the store's work in flight (the sessions' disconnects, the HTTP API's
+#: requests) finish before it cuts it short: a database that hangs would hold each for minutes.
+STORE_GRACE_S = 2.0
 #: How long a stop waits for the surface beside (the HTTP API) to finish its own graceful shutdown.
 BESIDE_GRACE_S = 5.0
 DEFAULT_POOL_SIZE = 8
@@ -216,69 +222,96 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                         exc_info=True)
         # This process is ALIVE (chart node) before it listens: see liveness.py.
         await node.start()
-        async with trio.open_nursery() as root:
-            if handle_signals:
-                root.start_soon(_watch_signals, stop)
-            async with trio.open_nursery() as handlers:
-                listening = trio.CancelScope()
+        # The stop's watchdogs run outside what they watch: a database that hangs holds threads nobody can cancel.
+        async with trio.open_nursery() as guard:
+            async with trio.open_nursery() as root:
+                if handle_signals:
+                    root.start_soon(_watch_signals, stop)
+                async with trio.open_nursery() as handlers:
+                    listening = trio.CancelScope()
 
-                async def listen(task_status: trio.TaskStatus[int]) -> None:
-                    with listening:
-                        await serve_workers(endpoint, handlers, _ssl_context(settings), worker_sockets,
-                                            inherited.gate if inherited is not None else None,
-                                            task_status=task_status)
+                    async def listen(task_status: trio.TaskStatus[int]) -> None:
+                        with listening:
+                            await serve_workers(endpoint, handlers, _ssl_context(settings), worker_sockets,
+                                                inherited.gate if inherited is not None else None,
+                                                task_status=task_status)
 
-                port = await root.start(listen)
-                root.start_soon(endpoint.keepalive.run)
-                root.start_soon(batcher.run)
-                root.start_soon(requests.run)
-                root.start_soon(dispatcher.run)
-                root.start_soon(node.run_heartbeats)
-                root.start_soon(settings_sync.run)
-                root.start_soon(queue_sync.run)
-                root.start_soon(retention.run)
-                root.start_soon(timers.run)
-                root.start_soon(firing.run)
-                if inherited is not None:
-                    root.start_soon(inherited.siblings.listen, hub.wake)
-                log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
-                # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
-                beside_done = trio.Event()
+                    port = await root.start(listen)
+                    root.start_soon(endpoint.keepalive.run)
+                    root.start_soon(batcher.run)
+                    root.start_soon(requests.run)
+                    root.start_soon(dispatcher.run)
+                    root.start_soon(node.run_heartbeats)
+                    root.start_soon(settings_sync.run)
+                    root.start_soon(queue_sync.run)
+                    root.start_soon(retention.run)
+                    root.start_soon(timers.run)
+                    root.start_soon(firing.run)
+                    if inherited is not None:
+                        root.start_soon(inherited.siblings.listen, hub.wake)
+                    log.info("listening for workers on %s:%s", settings.worker_listen[0], port)
+                    # The surface beside (the HTTP API): same nursery and store; stops on `stop`.
+                    beside_done = trio.Event()
 
-                async def serve_beside(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-                    try:
-                        await beside.serve(live, store, stop, task_status=task_status)
-                    finally:
-                        beside_done.set()
+                    async def serve_beside(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+                        try:
+                            await beside.serve(live, store, stop, task_status=task_status)
+                        finally:
+                            beside_done.set()
 
-                http_port = await root.start(serve_beside) if beside is not None else 0
-                task_status.started(ServiceHandle(
-                    worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
-                    metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
-                    settings_sync=settings_sync, queue_sync=queue_sync, retention=retention, connections=connections,
-                    http_port=http_port, instance=live, schedules=firing))
-                await stop.wait()
-                log.info("shutting down: %d session(s)", len(connections))
-                firing.stop()
-                listening.cancel()
-                for connection in list(connections):
-                    connection.shutdown()
-                with trio.move_on_after(SHUTDOWN_GRACE_S):
-                    while connections:
-                        await trio.sleep(0.01)
-                handlers.cancel_scope.cancel()
-            # STOPPED once every connection has closed (and its disconnect ran).
-            await node.stop()
-            if beside is not None:  # its in-flight requests (long-polls among them) answer within its grace
-                with trio.move_on_after(BESIDE_GRACE_S):
-                    await beside_done.wait()
-            root.cancel_scope.cancel()
+                    http_port = await root.start(serve_beside) if beside is not None else 0
+                    task_status.started(ServiceHandle(
+                        worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
+                        metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
+                        settings_sync=settings_sync, queue_sync=queue_sync, retention=retention,
+                        connections=connections, http_port=http_port, instance=live, schedules=firing))
+                    await stop.wait()
+                    log.info("shutting down: %d session(s)", len(connections))
+                    firing.stop()
+                    listening.cancel()
+                    for connection in list(connections):
+                        connection.shutdown()
+                    with trio.move_on_after(SHUTDOWN_GRACE_S):
+                        while connections:
+                            await trio.sleep(0.01)
+                    handlers.cancel_scope.cancel()
+                    # Their disconnects, cut short if the database hangs.
+                    cut_short = _cut_short_after(guard, store, STORE_GRACE_S)
+                cut_short.cancel()
+                # STOPPED once every connection has closed (and its disconnect ran, or was cut short:
+                # the stop disconnects it), on a connection of its own, within STOP_RECORD_TIMEOUT_S.
+                await node.stop()
+                if beside is not None:  # its in-flight requests (long-polls among them) answer within its grace
+                    with trio.move_on_after(BESIDE_GRACE_S):
+                        await beside_done.wait()
+                _cut_short_after(guard, store, STORE_GRACE_S)  # the loops' statements, if the database hangs
+                root.cancel_scope.cancel()
+            guard.cancel_scope.cancel()
     finally:
         for sock in worker_sockets:
             sock.close()
         if beside is not None:
             beside.close()
         store.close()
+
+
+def _cut_short_after(nursery: trio.Nursery, store: Store, seconds: float) -> trio.CancelScope:
+    """Cut the store's work short (:meth:`SyncStore.interrupt`) in ``seconds``, unless the scope returned is cancelled.
+
+    Only a stop that waits on the database that long pays for it: a healthy
+    one never sees its last statements fail, nor their loops log it.
+    """
+    scope = trio.CancelScope()
+
+    async def watch() -> None:
+        with scope:
+            await trio.sleep(seconds)
+            log.warning("stopping: the database has not answered for %gs; cutting its work in flight short",
+                        seconds)
+            store.interrupt()
+
+    nursery.start_soon(watch)
+    return scope
 
 
 async def _watch_signals(stop: trio.Event) -> None:

@@ -34,7 +34,7 @@ import pymysql
 
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.store.engine.failures import CONFLICT, LOST, classify
-from pulse_trio.store.engine.pool import SERVER_IDLE_TIMEOUT_S, ConnectionPool, connect_pooled
+from pulse_trio.store.engine.pool import SERVER_IDLE_TIMEOUT_S, ConnectionPool, connect_pooled, connect_within
 from pulse_trio.store.engine.registry import is_read_only, registration_of, takes_no_locks
 from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.tx import CasMismatch, Tx
@@ -75,6 +75,7 @@ class SyncStore:
                  connector: Callable[[DatabaseConfig], Any] = connect_pooled, node_id: str | None = None,
                  server_idle_timeout_s: int = SERVER_IDLE_TIMEOUT_S) -> None:
         self.config = config
+        self.server_idle_timeout_s = server_idle_timeout_s
         #: The serve process whose transactions these are (see :attr:`Tx.node_id`).
         self.node_id = node_id
         self.pool = ConnectionPool(config, pool_size, connector, server_idle_timeout_s=server_idle_timeout_s)
@@ -143,6 +144,21 @@ class SyncStore:
         """Run ``fn`` as one transaction in the calling thread (CLI, tests, worker threads)."""
         self._check_runnable(fn)
         return self._run_one(fn, kwargs, recovering=False)
+
+    def run_once_sync(self, fn: Callable[..., T], /, *, timeout_s: float, **kwargs: Any) -> T:
+        """:meth:`run_sync` in one attempt on a connection of its own, each wait on the database at most ``timeout_s``.
+
+        For what must not hold a stop (its node's STOPPED): the pool's
+        connections may all be held by a database that hangs, each for its
+        I/O bound, and :meth:`run_sync` tries again up to ``max_attempts``
+        times. Any failure is raised as it came.
+        """
+        once = SyncStore(self.config, pool_size=1, max_attempts=1, node_id=self.node_id,
+                         connector=connect_within(timeout_s), server_idle_timeout_s=self.server_idle_timeout_s)
+        try:
+            return once.run_sync(fn, **kwargs)
+        finally:
+            once.close()
 
     def _run_one(self, fn: Callable[..., T], kwargs: dict[str, Any], *, recovering: bool) -> T:
         return self._transaction(lambda tx: fn(tx, **kwargs), getattr(fn, "__name__", repr(fn)),
@@ -254,3 +270,14 @@ class SyncStore:
         """Close idle connections; call after every run has returned."""
         self.pool.close()
         self.read_pool.close()
+
+    def interrupt(self) -> None:
+        """No transaction starts or runs again from now on, and each one waiting on the database fails at once.
+
+        A stop's bound: a database that hangs would hold each thread for up
+        to ``max_attempts`` I/O bounds. What was cut short ends as after a
+        crash of this process: rolled back, or, for a COMMIT under way,
+        unknown until it is read again.
+        """
+        self.pool.interrupt()
+        self.read_pool.interrupt()

@@ -16,13 +16,15 @@ out.
 
 from __future__ import annotations
 
+import dataclasses
+import socket
 import threading
 import time
 from collections.abc import Callable
 
 import pymysql
 
-from pulse_trio.dburl import DatabaseConfig, set_causal_reads
+from pulse_trio.dburl import DatabaseConfig, connect_node, set_causal_reads
 from pulse_trio.store.engine.failures import LOST, classify
 from pulse_trio.store.engine.writer import connect, writer_for
 
@@ -69,6 +71,22 @@ def connect_pooled(config: DatabaseConfig) -> pymysql.connections.Connection:
     return connect(config, io_timeout=STATEMENT_TIMEOUT_S)
 
 
+def connect_within(seconds: float) -> Callable[[DatabaseConfig], pymysql.connections.Connection]:
+    """A connector whose connect, and every read and write after it, waits at most ``seconds``.
+
+    For a transaction that must not wait out the pool's bounds (a stop's
+    last record). On several nodes it connects to the process's writer.
+    """
+
+    def connector(config: DatabaseConfig) -> pymysql.connections.Connection:
+        quick = dataclasses.replace(config, connect_timeout=min(seconds, config.connect_timeout))
+        if config.clustered:
+            return writer_for(config).connect(quick, io_timeout=seconds)
+        return connect_node(quick, io_timeout=seconds)
+
+    return connector
+
+
 class ConnectionPool:
     def __init__(self, config: DatabaseConfig, size: int,
                  connector: Callable[[DatabaseConfig], pymysql.connections.Connection] = connect_pooled, *,
@@ -90,12 +108,16 @@ class ConnectionPool:
         self.max_idle_s = server_idle_timeout_s / 2
         #: (connection, when it was released), most recently released last.
         self._idle: list[tuple[pymysql.connections.Connection, float]] = []
+        #: Handed out and not back yet: what :meth:`interrupt` cuts short.
+        self._in_use: set[pymysql.connections.Connection] = set()
         self._lock = threading.Lock()
         self._closed = False
         self.opened = 0
         self.discarded = 0
 
     def acquire(self) -> pymysql.connections.Connection:
+        if self._closed:
+            raise RuntimeError("the pool is closed")
         if self._writer is not None:
             self._writer.follow()
         with self._lock:
@@ -108,9 +130,10 @@ class ConnectionPool:
                 if stale:
                     self._idle = [(c, t) for c, t in self._idle if _node_of(c) == writer]
             if self._idle and self._idle[-1][1] >= time.monotonic() - self.max_idle_s:
+                conn = self._idle.pop()[0]  # the most recently released is the freshest
+                self._in_use.add(conn)
                 if not stale:
-                    return self._idle.pop()[0]  # the most recently released is the freshest
-                conn = self._idle.pop()[0]
+                    return conn
             else:
                 conn = None
                 stale, self._idle = stale + self._idle, []  # every idle one is older still
@@ -120,6 +143,13 @@ class ConnectionPool:
         if conn is not None:
             return conn
         conn = self._connector(self.config)
+        with self._lock:
+            closed = self._closed  # interrupted while it connected
+            if not closed:
+                self._in_use.add(conn)
+        if closed:
+            _close_quietly(conn)
+            raise RuntimeError("the pool is closed")
         try:
             with conn.cursor() as cur:
                 for statement in self._setup:
@@ -136,8 +166,10 @@ class ConnectionPool:
             if self.autocommit:
                 conn.autocommit(True)
         except BaseException as exc:
+            with self._lock:
+                self._in_use.discard(conn)
             _close_quietly(conn)
-            if self._writer is not None and classify(exc) == LOST:
+            if self._writer is not None and classify(exc) == LOST and not self._closed:
                 self._writer.failed(_node_of(conn))  # connected, but the node is not ready
             raise
         with self._lock:
@@ -146,6 +178,7 @@ class ConnectionPool:
 
     def release(self, conn: pymysql.connections.Connection) -> None:
         with self._lock:
+            self._in_use.discard(conn)
             if not self._closed and len(self._idle) < self.size:
                 self._idle.append((conn, time.monotonic()))
                 return
@@ -153,13 +186,14 @@ class ConnectionPool:
 
     def discard(self, conn: pymysql.connections.Connection) -> None:
         with self._lock:
+            self._in_use.discard(conn)
             self.discarded += 1
         _close_quietly(conn)
 
     def lost(self, conn: pymysql.connections.Connection) -> None:
         """``conn`` was lost or its node is not ready: drop it, and have the writer re-checked."""
         self.discard(conn)
-        if self._writer is not None:
+        if self._writer is not None and not self._closed:  # an interrupt is ours, not the writer's failure
             self._writer.failed(_node_of(conn))
 
     def close(self) -> None:
@@ -168,6 +202,26 @@ class ConnectionPool:
             idle, self._idle = self._idle, []
         for conn, _ in idle:
             _close_quietly(conn)
+
+    def interrupt(self) -> None:
+        """:meth:`close`, and end every statement now waiting on a connection handed out (a stop's bound).
+
+        Each connection in use is shut down under its thread, which then
+        sees it lost at once instead of after its I/O bound, and finds the
+        pool closed when it would try again. A connection being opened still
+        takes up to its ``connect_timeout``, then is closed.
+        """
+        with self._lock:
+            self._closed = True
+            busy = list(self._in_use)
+        self.close()
+        for conn in busy:
+            sock = getattr(conn, "_sock", None)
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already closed by its thread
+                    pass
 
     @property
     def idle(self) -> int:

@@ -6,7 +6,9 @@ free of an event loop, so a producer or the CLI importing the store pays
 for no Trio. ``run`` sends one transaction function to a worker thread
 through ``trio.to_thread.run_sync`` with a CapacityLimiter sized to the
 pool. Trio cancellation waits for the thread (``abandon_on_cancel=False``),
-so a COMMIT is never abandoned half-way.
+so a COMMIT is never abandoned half-way; a stop that cannot wait for a
+database that hangs cuts the threads' work short instead
+(:meth:`SyncStore.interrupt`), and records its node with :meth:`Store.run_once`.
 
 ``on_transaction`` (optional) is told how long each awaited transaction
 took, waiting for a thread included: the service's metrics read it, and
@@ -114,6 +116,17 @@ class Store(SyncStore):
     async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run ``fn`` as one transaction in a worker thread; cancellation waits for it."""
         return await self._in_thread(functools.partial(self.run_sync, fn, **kwargs))
+
+    async def run_once(self, fn: Callable[..., T], /, *, timeout_s: float, **kwargs: Any) -> T:
+        """:meth:`SyncStore.run_once_sync`, given up after ``timeout_s`` (TooSlowError) whatever the database does.
+
+        For a stop's last record (its node's STOPPED): outside the limiter,
+        whose threads a database that hangs may all hold, and abandoned at
+        the deadline, its outcome unknown; its thread ends by its own bounds.
+        """
+        work = functools.partial(self.run_once_sync, fn, timeout_s=timeout_s, **kwargs)
+        with trio.fail_after(timeout_s):
+            return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
 
     async def run_aside(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """:meth:`run` for background work that yields to the rest: not counted in :attr:`activity`."""
