@@ -94,6 +94,11 @@ def check_capacity(capacity: object) -> None:
         raise ValueError(f"capacity must be an int 0..{lim.MAX_CAPACITY}, got {capacity!r:.40}")
 
 
+def _refuses_the_token(refused: WorkerRefused) -> bool:
+    """A refusal of the token itself (401, a queue outside it), which every instance of the service gives alike."""
+    return refused.status == 401 or refused.code == "permission_denied"
+
+
 def default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"[: lim.MAX_LABEL_CHARS]
 
@@ -249,6 +254,7 @@ class Worker:
     # -- the connection loop ---------------------------------------------------------
     async def _connection_loop(self) -> None:
         attempt = 0  # consecutive failures (connections that did not stay up): the backoff exponent
+        refused_at: set[int] = set()  # the positions of the URLs that refused since a session last opened
         while not self._done():
             retry_after, connected_at = 0.0, None
             try:
@@ -257,10 +263,17 @@ class Worker:
                                            connect_timeout=self._connect_timeout, now=self.clock.now,
                                            shortest_lease=self.shortest_lease_ttl) as conn:
                     connected_at = anyio.current_time()
+                    refused_at.clear()
                     await self._open_session(conn)
                     await self._serve(conn)
-            except WorkerRefused:
-                raise
+            except WorkerRefused as exc:
+                refused_at.add(self._url_at)
+                if _refuses_the_token(exc) or len(refused_at) == len(self.urls):
+                    raise
+                # This URL's own fault (its endpoint, certificate, redirect): the next URL may serve,
+                # and the leases running here are resumed there.
+                self.stats.failed_connects += 1
+                log.warning("%s refused this worker; trying the next URL: %s", self.url, exc)
             except (ConnectionLost, CommandRefused) as exc:
                 if connected_at is None:
                     self.stats.failed_connects += 1

@@ -99,3 +99,12 @@ async def test_a_drain_while_waiting_to_reconnect_returns_at_once(run_worker):
     with trio.fail_after(2):  # the wait is 4 to 8 s
         await worker.returned.wait()
     assert worker.error is None and worker.stats.failed_connects == 1
+
+
+async def test_with_several_urls_run_ends_once_every_url_has_refused(raw, run_worker):
+    """Each URL's own refusal passes it over for the next; when none is left to try, run() ends."""
+    raw.reject = (302, "")
+    raw.reject_headers = [("Location", "https://status.example.com/")]
+    worker = await run_worker([raw.url(), raw.url("/v1/worker?second")], _registry(), token="t", wait=False)
+    refused = await _refusal(worker)
+    assert refused.status == 302 and len(raw.request_times) == 2 and worker.stats.connects == 0

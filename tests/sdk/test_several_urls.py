@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from sdk_support import Gate, gated_registry, in_thread, url_of, wait_for, wait_state
@@ -47,3 +48,31 @@ async def test_a_url_listed_twice_does_not_hide_the_ones_after_it():
         worker.stop()
         nursery.cancel_scope.cancel()
     assert tried == raw.url(), f"{failed} failed connects, never reached the third URL"
+
+
+@pytest.mark.parametrize("refusing", ["raw", "raw_tls"], ids=["redirect", "certificate"])
+async def test_a_url_that_refuses_is_passed_over_while_another_serves(start_service, run_worker, client, raw, raw_tls,
+                                                                      refusing):
+    """[A, X, B] with X refusing (a redirect, an unverifiable certificate): when A goes, the lease moves to B.
+
+    X's refusal is X's own: the next URL may well serve, so it must not end run() and its running task.
+    """
+    bad = raw if refusing == "raw" else raw_tls
+    if refusing == "raw":
+        bad.reject = (302, "maintenance\n")
+        bad.reject_headers = [("Location", "https://status.example.com/")]
+    first, second = await start_service(), await start_service()
+    started, release, calls = Gate(), Gate(), []
+    worker = await run_worker([url_of(first), bad.url(), url_of(second)], gated_registry(started, release, calls))
+    task = await in_thread(client.submit, "billing", "invoice.send", {})
+    with trio.fail_after(10):
+        await started.wait()
+
+    first.stop()
+    await wait_for(lambda: worker.stats.resumed == 1 or worker.returned.is_set(),
+                   what="the lease to be resumed on the third URL")
+    assert worker.error is None, repr(worker.error)
+    assert worker.url == url_of(second) and worker.stats.failed_connects >= 1, "the refusing URL was not tried"
+    release.set()
+    view = await wait_state(client, task["task_id"], "SUCCEEDED")
+    assert calls == [task["task_id"]] and view["attempt"] == 1
