@@ -152,7 +152,7 @@ class OpsApi:
             "# TYPE pulse_http_outcome_waiters gauge\n"
             f"pulse_http_outcome_waiters {watch.waiting}\n"
             "# HELP pulse_http_outcome_probes_total Statements that asked which awaited tasks ended "
-            "(one for every waiter at once).\n"
+            "(the periodic one for every waiter at once, a hinted one for the tasks ended here).\n"
             "# TYPE pulse_http_outcome_probes_total counter\n"
             f"pulse_http_outcome_probes_total {watch.probes}\n"
         ).encode()
