@@ -369,3 +369,20 @@ def test_the_waiting_tasks_of_a_key_with_no_permit_out_compete_again(database_se
     conn.close()
     assert picks == {"tsk_01KBFEY3G00000000000000001": "KEYED", "tsk_01KBFEY3G00000000000000002": "KEYED",
                      "tsk_01KBFEY3G00000000000000003": "KEY_WAIT"}
+
+
+@pytest.mark.parametrize("stored_ms, after_ms", [(200, 500), (499, 500), (500, 500), (30_000, 30_000)])
+def test_a_cluster_lease_ttl_stored_under_half_a_second_is_raised_to_it(database_server, stored_ms, after_ms):
+    """0029: a lease_ttl written before its 0.5 s bound (every such lease lapsed before its renewal) is raised
+    to the bound; one within it stays as written."""
+    config, t0, _ = _older(database_server, f"lease_floor_{stored_ms}", 28)
+    conn = connect(config)
+    with conn.cursor() as cur:
+        cur.execute("UPDATE cluster_settings SET value_ms = %s, updated_by = 'cli:old', updated_at = %s"
+                    " WHERE name = 'lease_ttl'", (stored_ms, t0))
+    conn.commit()
+    migrate(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT value_ms, updated_by FROM cluster_settings WHERE name = 'lease_ttl'")
+        assert cur.fetchall() == ((after_ms, "cli:old"),)
+    conn.close()
