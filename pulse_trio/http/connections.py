@@ -1,6 +1,10 @@
-"""A refused request ends its connection instead of holding it.
+"""How many connections the HTTP API holds, and a refused request ends its connection instead of holding it.
 
-Why this exists: hypercorn hands a request's body to the application
+The bound (:func:`connection_limit`): the worker endpoint and the database
+share the serve process's open-file limit with the HTTP API, so the API
+takes a share of it.
+
+Why the middleware exists: hypercorn hands a request's body to the application
 through a small bounded queue. When a handler answers without reading the
 body (a 413 judged from ``Content-Length``, a 401 before the body), the
 unread chunks fill that queue, and hypercorn's end of the response waits
@@ -16,8 +20,24 @@ completes and the connection closes.
 
 from __future__ import annotations
 
+import resource
+
 import trio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+#: The HTTP API holds at most this share of the open-file limit in connections; the rest stays for the
+#: worker endpoint, the database and the logs.
+HTTP_SHARE_OF_FILES = 0.5
+#: The bound when the open-file limit is unlimited: it still bounds the memory connections hold.
+UNLIMITED_FILES_CONNECTIONS = 100_000
+
+
+def connection_limit() -> int:
+    """How many HTTP connections this process holds at once: a share of its open-file limit (``ulimit -n``)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return UNLIMITED_FILES_CONNECTIONS
+    return max(1, int(soft * HTTP_SHARE_OF_FILES))
 
 
 def _declares_body(scope: Scope) -> bool:

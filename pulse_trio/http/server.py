@@ -9,20 +9,31 @@ listen once it has (``pulse_trio.listen``); hypercorn gets them. It stops
 gracefully when the service's stop event is set (in-flight requests get
 ``GRACEFUL_TIMEOUT_S``), and is cancelled with the rest of the instance
 after that. With ``--tls-cert`` the API is HTTPS too.
+
+The accept loop is ours, not hypercorn's ``worker_serve``, for one reason:
+it holds at most :func:`~pulse_trio.http.connections.connection_limit` HTTP connections at a time. The
+worker endpoint and the database share this process's open-file limit;
+without the bound, a flood of long-polls or idle connections took every
+descriptor, and a worker could no longer connect, nor the store open a
+connection. A connection beyond the bound waits in the listen backlog.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import trio
 from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import repr_socket_addr, wrap_app
 
 from pulse_trio.config import Settings
 from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.http.app import build_app
+from pulse_trio.http.connections import connection_limit
 from pulse_trio.listen import ListenError, listen_error, start_listening
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.store.engine.trio_bridge import Store
@@ -30,6 +41,24 @@ from pulse_trio.store.engine.trio_bridge import Store
 log = logging.getLogger("pulse_trio.http")
 
 GRACEFUL_TIMEOUT_S = 2.0
+
+
+class _BoundedListener(trio.abc.Listener[trio.abc.Stream]):
+    """Accepts only while a slot is free; the handler gives the slot back once its connection is closed."""
+
+    def __init__(self, inner: trio.abc.Listener[trio.abc.Stream], slots: trio.Semaphore) -> None:
+        self.inner, self.slots = inner, slots
+
+    async def accept(self) -> trio.abc.Stream:
+        await self.slots.acquire()
+        try:
+            return await self.inner.accept()
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class HttpListenError(ListenError):
@@ -88,8 +117,7 @@ class HttpApi:
 
         async def listening(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
             try:
-                await worker_serve(app, config, sockets=sockets, shutdown_trigger=stop.wait,
-                                   task_status=task_status)
+                await _serve_bounded(app, config, sockets, stop, connection_limit(), task_status=task_status)
             finally:
                 nursery.cancel_scope.cancel()  # the outcome probes end with the server
 
@@ -112,3 +140,44 @@ class HttpApi:
         sockets, self.sockets = self.sockets, None
         for sock in (*sockets.secure_sockets, *sockets.insecure_sockets) if sockets else ():
             sock.close()
+
+
+async def _serve_bounded(app: object, config: Config, sockets: Sockets, stop: trio.Event, limit: int, *,
+                         task_status: trio.TaskStatus[list[str]]) -> None:
+    """hypercorn's HTTP/1.1 and HTTP/2 connections over ``sockets``, at most ``limit`` at a time, until ``stop``.
+
+    Then, as hypercorn's own worker does: no new connection, kept-alive ones
+    are closed after their current request, and ``graceful_timeout`` later
+    whatever is left is cancelled.
+    """
+    context = WorkerContext(None)
+    slots = trio.Semaphore(limit)
+    ssl_context = config.create_ssl_context()
+    listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
+    binds = []
+    for sock in sockets.secure_sockets:
+        listeners.append(trio.SSLListener(trio.SocketListener(trio.socket.from_stdlib_socket(sock)), ssl_context,
+                                          https_compatible=True))
+        binds.append(f"https://{repr_socket_addr(sock.family, sock.getsockname())}")
+    for sock in sockets.insecure_sockets:
+        listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+        binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+    connection = functools.partial(TCPServer, app, config, context, ConnectionState({}))
+
+    async def handle(stream: trio.abc.Stream) -> None:
+        try:
+            await connection(stream)
+        finally:
+            await trio.aclose_forcefully(stream)
+            slots.release()
+
+    async with trio.open_nursery() as connections:
+        async with trio.open_nursery() as accepting:
+            await accepting.start(functools.partial(
+                trio.serve_listeners, handle, [_BoundedListener(listener, slots) for listener in listeners],
+                handler_nursery=connections))
+            task_status.started(binds)
+            await stop.wait()
+            accepting.cancel_scope.cancel()
+        await context.terminated.set()
+        connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout

@@ -1,0 +1,105 @@
+"""The HTTP API holds a bounded number of connections: a flood leaves the process's descriptors to the rest.
+
+A real ``pulse-trio serve`` runs under a lowered open-file limit (set in
+the child before it starts), and real sockets flood its HTTP port; the
+worker endpoint of the same process must still take a worker at once.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+
+import pytest
+import trio
+import trio_websocket
+
+from http_support import Http, RawWorker
+from pulse_trio.http.connections import HTTP_SHARE_OF_FILES
+from pulse_trio.ports import free_port
+from token_support import make_token
+
+pytestmark = pytest.mark.live
+
+#: The child's open-file limit: low, so that a flood a test can make reaches it.
+FILES = 128
+#: More connections than the child has descriptors.
+FLOOD = 160
+
+
+def _lower_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FILES, FILES))
+
+
+async def _serve(db, log) -> tuple[trio.Process, int, int]:
+    """``serve`` under the lowered limit, once both endpoints accept: ``(process, worker_port, http_port)``."""
+    worker_port, http_port = free_port(), free_port()
+    command = [sys.executable, "-m", "pulse_trio", "serve", "--database-url", db.url(redact=False),
+               "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}"]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.DEVNULL, stderr=log,
+                                               preexec_fn=_lower_files,
+                                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with trio.fail_after(30):
+        for port in (worker_port, http_port):
+            while True:
+                assert process.poll() is None, "serve exited"
+                try:
+                    await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
+                    break
+                except OSError:
+                    await trio.sleep(0.05)
+    return process, worker_port, http_port
+
+
+def _open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def test_a_flood_of_long_polls_leaves_the_worker_endpoint_its_descriptors(db, nursery, tmp_path):
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        process, worker_port, http_port = await _serve(db, log)
+    producer, worker_token = make_token(db, "producer"), make_token(db, "worker")
+    flood: list[socket.socket] = []
+    try:
+        submitted = await Http(http_port).post("/v1/tasks", token=producer, json_body={"queue": "billing",
+                                                                                    "kind": "k"})
+        task_id = submitted.json()["task_id"]
+        poll = (f"GET /v1/tasks/{task_id}/outcome?wait=60 HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {producer}\r\n\r\n").encode()
+        for n in range(FLOOD):
+            s = socket.create_connection(("127.0.0.1", http_port))
+            if n % 2 == 0:
+                s.sendall(poll)  # a long-poll; every other connection stays idle
+            flood.append(s)
+        with trio.move_on_after(5):  # the server has taken all it will take
+            while _open_fds(process.pid) < FILES * HTTP_SHARE_OF_FILES:
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)
+        assert _open_fds(process.pid) < FILES - 16  # room left for workers and the database
+
+        with trio.fail_after(3):  # at once, not when some descriptor happens to come free
+            ws = await trio_websocket.connect_websocket_url(
+                nursery, f"ws://127.0.0.1:{worker_port}/v1/worker", subprotocols=["pulse.worker.v1"],
+                extra_headers=[(b"authorization", f"Bearer {worker_token}".encode())])
+            await RawWorker(ws).register("billing")
+        await ws.aclose()
+        assert process.poll() is None
+
+        for s in flood:
+            s.close()
+        flood.clear()
+        with trio.fail_after(10):  # the waiting connections are served once the flood has gone
+            assert (await Http(http_port).get("/healthz")).status == 200
+    finally:
+        for s in flood:
+            s.close()
+        process.terminate()
+        with trio.move_on_after(10):
+            await process.wait()
+        if process.poll() is None:
+            process.kill()
+    assert b"EMFILE" not in log_path.read_bytes()
