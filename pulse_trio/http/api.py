@@ -194,11 +194,12 @@ class TaskApi:
         with self.outcomes.watching(task_id) as ended:
             view = await self.visible_task(info, task_id)
             if view.task.state not in TERMINAL_TASK_STATES and wait > 0:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_cancel_on_hang_up, request, nursery.cancel_scope)
-                    with trio.move_on_after(wait):
-                        await ended.wait()
-                    nursery.cancel_scope.cancel()
+                with self.outcomes.holding():  # 503 beyond the process's bound: a connection each
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_cancel_on_hang_up, request, nursery.cancel_scope)
+                        with trio.move_on_after(wait):
+                            await ended.wait()
+                        nursery.cancel_scope.cancel()
                 info = await self.authenticate(request, "read")  # a token revoked while it waited reads nothing
                 view = await self.visible_task(info, task_id)  # ended or not: the task as it is now
         return json_text(view.as_json_text(), done=view.task.state in TERMINAL_TASK_STATES)

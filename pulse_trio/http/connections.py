@@ -2,7 +2,9 @@
 
 The bound (:func:`connection_limit`): the worker endpoint and the database
 share the serve process's open-file limit with the HTTP API, so the API
-takes a share of it.
+takes a share of it, and the long-polls a share of that
+(:func:`wait_limit`), so that waits never hold every connection a submit
+or a health check needs.
 
 Why the middleware exists: hypercorn hands a request's body to the application
 through a small bounded queue. When a handler answers without reading the
@@ -30,6 +32,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 HTTP_SHARE_OF_FILES = 0.5
 #: The bound when the open-file limit is unlimited: it still bounds the memory connections hold.
 UNLIMITED_FILES_CONNECTIONS = 100_000
+#: Long-polls hold at most this share of the connections: the rest answer everything else.
+WAITS_SHARE_OF_CONNECTIONS = 0.5
 
 
 def connection_limit() -> int:
@@ -38,6 +42,11 @@ def connection_limit() -> int:
     if soft == resource.RLIM_INFINITY:
         return UNLIMITED_FILES_CONNECTIONS
     return max(1, int(soft * HTTP_SHARE_OF_FILES))
+
+
+def wait_limit() -> int:
+    """How many outcome long-polls this process holds at once (beyond: 503 ``too_many_waits``)."""
+    return max(1, int(connection_limit() * WAITS_SHARE_OF_CONNECTIONS))
 
 
 def _declares_body(scope: Scope) -> bool:

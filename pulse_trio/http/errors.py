@@ -13,12 +13,13 @@
 422    ``invalid_schedule``: a schedule field out of its rule; ``invalid_request``: a value of the
        queue endpoints out of its rule; ``field`` names it
 500    ``internal``: a defect, logged with its traceback
-503    ``database_unavailable`` (with ``Retry-After``): the database cannot be reached, nothing else
+503    ``database_unavailable`` (with ``Retry-After``): the database cannot be reached, nothing else;
+       ``too_many_waits`` (with ``Retry-After``): an outcome long-poll beyond the process's bound
 =====  ===============================================================
 
 A database error is an outage only when the connection is gone (the store's
 retries ran out, or the driver lost the server): that is the one failure a
-client should retry, so it alone is 503. A value the database refuses (out
+client should retry, so of the database errors it alone is 503. A value the database refuses (out
 of a column's range, a character set the column cannot hold) is bad input
 the validation missed: 400. Anything else is a defect: 500.
 """
@@ -113,6 +114,15 @@ def not_found(code: str, message: str) -> ApiError:
 def database_unavailable() -> ApiError:
     return ApiError(503, "database_unavailable", "the database is not reachable; retry later",
                     {"Retry-After": str(RETRY_AFTER_S)})
+
+
+def too_many_waits() -> ApiError:
+    """This process holds as many outcome long-polls as it may: the client asks again after ``Retry-After``.
+
+    The connection is closed too: kept alive, it would hold one of the connections the waits left free.
+    """
+    return ApiError(503, "too_many_waits", "this server holds as many outcome waits as it may; retry later",
+                    {"Retry-After": str(RETRY_AFTER_S), "Connection": "close"})
 
 
 def from_client_error(exc: ClientError) -> ApiError:

@@ -371,7 +371,8 @@ _ERRORS = {
     422: "A field out of its rule: of a schedule (`invalid_schedule`), or of the queue endpoints "
          "(`invalid_request`); `field` names it. Nothing was written.",
     501: "Not available in this version (`not_implemented`).",
-    503: "The database is unavailable (`database_unavailable`); retry after `Retry-After` seconds.",
+    503: "The database is unavailable (`database_unavailable`), or, for an outcome wait, this process holds as "
+         "many waits as it may (`too_many_waits`); retry after `Retry-After` seconds.",
 }
 
 

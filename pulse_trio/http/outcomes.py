@@ -20,6 +20,10 @@ hinted tasks: were it to ask about every awaited one, each end committed
 here would read a row per waiter, and a busy process with many waiters
 would read waiters times ends. A hint is only a hint: the probe reads the
 database, so a finish that scheduled a retry wakes no one.
+
+Waits are bounded (``limit``, :func:`~pulse_trio.http.connections.wait_limit`):
+each holds a connection, and were they unbounded they would hold every
+connection the API may, leaving none for a submit or a health check.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from collections.abc import Iterator
 
 import trio
 
+from pulse_trio.http.connections import wait_limit
+from pulse_trio.http.errors import too_many_waits
 from pulse_trio.store.views.queries import ended_tasks
 from pulse_trio.store.engine.trio_bridge import Store
 
@@ -52,9 +58,11 @@ class _Awaited:
 class OutcomeWatch:
     """The awaited tasks of one serve process, and the loop that probes them."""
 
-    def __init__(self, store: Store, *, interval: float = PROBE_INTERVAL_S) -> None:
+    def __init__(self, store: Store, *, interval: float = PROBE_INTERVAL_S, limit: int | None = None) -> None:
+        """``limit``: how many requests may wait at once (None: :func:`~pulse_trio.http.connections.wait_limit`)."""
         self.store = store
         self.interval = interval
+        self._waits = trio.CapacityLimiter(wait_limit() if limit is None else limit)
         self._awaited: dict[str, _Awaited] = {}
         self._hinted = trio.Event()
         #: The awaited tasks hinted since the last probe: the next probe asks about them alone.
@@ -85,6 +93,22 @@ class OutcomeWatch:
             awaited.count -= 1
             if awaited.count == 0 and self._awaited.get(task_id) is awaited:
                 del self._awaited[task_id]
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """One of the ``limit`` waits, for as long as the request waits; 503 ``too_many_waits`` when all are held.
+
+        Taken once the request knows it will wait, not when it registers: a
+        burst of requests for ended tasks holds none, and refuses no one.
+        """
+        try:
+            self._waits.acquire_nowait()
+        except trio.WouldBlock:
+            raise too_many_waits() from None
+        try:
+            yield
+        finally:
+            self._waits.release()
 
     def hint(self, task_id: str) -> None:
         """This process ended an attempt of ``task_id``: probe it now if anyone awaits it."""

@@ -18,7 +18,7 @@ import trio
 import trio_websocket
 
 from http_support import Http, RawWorker
-from pulse_trio.http.connections import HTTP_SHARE_OF_FILES
+from pulse_trio.http.connections import HTTP_SHARE_OF_FILES, WAITS_SHARE_OF_CONNECTIONS
 from pulse_trio.ports import free_port
 from token_support import make_token
 
@@ -103,3 +103,51 @@ async def test_a_flood_of_long_polls_leaves_the_worker_endpoint_its_descriptors(
         if process.poll() is None:
             process.kill()
     assert b"EMFILE" not in log_path.read_bytes()
+
+
+def _answer_now(s: socket.socket) -> bytes:
+    """What the server has answered on ``s`` so far, b"" while it still holds the request."""
+    try:
+        return s.recv(65536, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
+
+
+async def test_waits_beyond_their_bound_are_refused_503_and_leave_the_api_answering(db, tmp_path):
+    """More long-polls than the API holds connections: the ones beyond the wait bound are 503, a health check
+    and a submit are still answered at once."""
+    polls = int(FILES * HTTP_SHARE_OF_FILES) + 8
+    waits = int(FILES * HTTP_SHARE_OF_FILES * WAITS_SHARE_OF_CONNECTIONS)
+    with open(tmp_path / "serve.log", "wb") as log:
+        process, _, http_port = await _serve(db, log)
+    producer = make_token(db, "producer")
+    http = Http(http_port)
+    flood: list[socket.socket] = []
+    try:
+        task_id = (await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k"})
+                   ).json()["task_id"]
+        poll = (f"GET /v1/tasks/{task_id}/outcome?wait=60 HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {producer}\r\n\r\n").encode()
+        for _ in range(polls):
+            s = socket.create_connection(("127.0.0.1", http_port))
+            s.sendall(poll)
+            flood.append(s)
+        with trio.fail_after(3):
+            assert (await http.get("/healthz")).status == 200
+            submitted = await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k"})
+            assert submitted.status == 201
+        await trio.sleep(0.5)  # every refusal is sent by now: the health check came after them
+        answers = [_answer_now(s) for s in flood]
+        refused = [a for a in answers if a]
+        assert len(refused) == polls - waits
+        for answer in refused:
+            assert answer.startswith(b"HTTP/1.1 503") and b'"too_many_waits"' in answer, answer[:300]
+            assert b"retry-after: 1\r\n" in answer.lower() and b"connection: close\r\n" in answer.lower()
+    finally:
+        for s in flood:
+            s.close()
+        process.terminate()
+        with trio.move_on_after(10):
+            await process.wait()
+        if process.poll() is None:
+            process.kill()
