@@ -76,6 +76,8 @@ def hypercorn_config(settings: Settings) -> Config:
     config.graceful_timeout = GRACEFUL_TIMEOUT_S
     # Also bounds a connection's wait for a request's headers (hypercorn's idle timer runs until they are in).
     config.keep_alive_timeout = settings.http_idle_timeout
+    # hypercorn's idle timer starts after the TLS handshake: a connection silent before it is idle too.
+    config.ssl_handshake_timeout = settings.http_idle_timeout
     config.include_server_header = False
     return config
 

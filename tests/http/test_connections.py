@@ -191,3 +191,23 @@ async def test_a_request_refused_before_its_body_is_read_ends_the_connection(htt
     for answer in answers:
         assert answer.startswith(b"HTTP/1.1 401") and b"connection: close" in answer.lower(), answer[:200]
     assert await settle_to(http.port, baseline, within=3) == baseline
+
+
+async def test_a_tls_connection_that_never_says_hello_is_closed_at_the_idle_timeout(start_service, tls):
+    """Over HTTPS the idle clock runs from the accept too: silence before the TLS handshake is idle as well."""
+    cert, key, _ = tls
+    service = await start_service(http_idle_timeout=0.5, http_body_timeout=0.5, tls_cert=cert, tls_key=key)
+    port = service.http_port
+
+    def silent() -> float:
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            try:
+                s.recv(65536)  # nothing is sent: the server ends it
+            except (ConnectionResetError, TimeoutError):
+                pass
+        return time.monotonic() - started
+
+    took = await trio.to_thread.run_sync(silent)
+    assert took < 3, took
+    assert await settle_to(port, 0, within=3) == 0
