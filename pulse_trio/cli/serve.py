@@ -99,6 +99,11 @@ def _sigterm_interrupts_the_start() -> Iterator[None]:
     except KeyboardInterrupt:
         if not stopped:
             raise
+    except BaseExceptionGroup as group:  # raised inside the service's start: Trio's nurseries group it
+        if group.split(KeyboardInterrupt)[1] is not None:
+            raise
+        if not stopped:
+            raise KeyboardInterrupt from None  # a Ctrl-C is exit 130 (main), not a group's traceback
     finally:
         signal.signal(signal.SIGTERM, previous)
 

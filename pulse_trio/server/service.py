@@ -213,15 +213,23 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                           else await bind_workers(settings.worker_listen))
         if beside is not None:
             beside.bind()
-        try:
-            await settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
-        except SettingsRefused:
-            raise
-        except Exception:
-            log.warning("cluster settings not read yet (database unavailable); the node starts once they are",
-                        exc_info=True)
-        # This process is ALIVE (chart node) before it listens: see liveness.py.
-        await node.start()
+        async with trio.open_nursery() as starting:
+            # A stop during the start (SIGTERM, Ctrl-C) must not wait out the store's retries on a database
+            # that hangs: a thread cannot be cancelled, so its work is cut short instead.
+            start_watch = _cut_short_if_abandoned(starting, store)
+            try:
+                try:
+                    await settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
+                except SettingsRefused:
+                    raise
+                except Exception:
+                    await trio.lowlevel.checkpoint()  # a start abandoned meanwhile ends here, not as an outage
+                    log.warning("cluster settings not read yet (database unavailable); the node starts once "
+                                "they are", exc_info=True)
+                # This process is ALIVE (chart node) before it listens: see liveness.py.
+                await node.start()
+            finally:
+                start_watch.cancel()
         # The stop's watchdogs run outside what they watch: a database that hangs holds threads nobody can cancel.
         async with trio.open_nursery() as guard:
             async with trio.open_nursery() as root:
@@ -309,6 +317,28 @@ def _cut_short_after(nursery: trio.Nursery, store: Store, seconds: float) -> tri
             log.warning("stopping: the database has not answered for %gs; cutting its work in flight short",
                         seconds)
             store.interrupt()
+
+    nursery.start_soon(watch)
+    return scope
+
+
+def _cut_short_if_abandoned(nursery: trio.Nursery, store: Store) -> trio.CancelScope:
+    """Cut the store's work short (:meth:`SyncStore.interrupt`) if ``nursery`` is cancelled before the scope returned.
+
+    The start's reads and its node's record wait on the database through the
+    store's retries, each up to its I/O bound: a stop asked for meanwhile
+    would wait as long. The store is not used again after that stop.
+    """
+    scope = trio.CancelScope()
+
+    async def watch() -> None:
+        with scope:
+            try:
+                await trio.sleep_forever()
+            finally:
+                if not scope.cancel_called:
+                    log.info("stopped while starting: cutting the store's work in flight short")
+                    store.interrupt()
 
     nursery.start_soon(watch)
     return scope
