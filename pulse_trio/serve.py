@@ -12,6 +12,7 @@ its own on the sockets it inherits (:func:`serve` with ``member``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import trio
@@ -24,8 +25,10 @@ from pulse_trio.http.server import HttpApi
 from pulse_trio.listen import bind_workers
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.service import DEFAULT_POOL_SIZE, Inherited, ServiceHandle, run_service
-from pulse_trio.server.settings_sync import check_given
+from pulse_trio.server.settings_sync import SettingsRefused, check_given
 from pulse_trio.store.engine.trio_bridge import Store
+
+log = logging.getLogger("pulse_trio.serve")
 
 
 async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals: bool = True,
@@ -57,7 +60,8 @@ async def serve_group(settings: Settings, database: DatabaseConfig, member_comma
     """Bind both addresses, run ``settings.processes`` members on them until stopped; the group's exit code.
 
     A taken port stops the start with a ListenError, and flags the cluster refuses with SettingsRefused, before
-    any member starts (each member would fail on its own, and say so).
+    any member starts (each member would fail on its own, and say so). A database that does not answer the
+    check leaves it to the members, which start without it as one process does.
     """
     worker_sockets = await bind_workers(settings.worker_listen)
     http = HttpApi(settings)
@@ -65,7 +69,12 @@ async def serve_group(settings: Settings, database: DatabaseConfig, member_comma
         http.bind()
         store = Store(database, pool_size=1)
         try:
-            await check_given(store, settings.given_ms())
+            await check_given(store, settings.given_ms(), timeout_s=2 * database.connect_timeout)
+        except SettingsRefused:
+            raise
+        except Exception:  # as one process does: the members start, and check the flags once it answers
+            log.warning("the cluster's settings not checked (database unavailable); each serve process "
+                        "checks them once it answers", exc_info=True)
         finally:
             store.close()
         assert http.sockets is not None

@@ -51,14 +51,17 @@ class SettingsRefused(RuntimeError):
         super().__init__(f"the cluster refused this instance's settings: {refused.message}")
 
 
-async def check_given(store: Store, given_ms: Mapping[str, int | None]) -> None:
+async def check_given(store: Store, given_ms: Mapping[str, int | None], *, timeout_s: float) -> None:
     """Raise :class:`SettingsRefused` if the cluster would refuse ``given_ms`` now; nothing is written.
 
     For a serve group's first process, which serves nothing itself: its
     members each write the flags when they start (:meth:`SettingsSync.load`).
+    One attempt, given up after ``timeout_s`` (TooSlowError): a database that
+    hangs must not hold the group's start through the store's retries, and
+    what this could not check, each member checks once the database answers.
     """
     if given_ms:
-        refused = await store.run(refusal, values=given_ms)
+        refused = await store.run_once(refusal, timeout_s=timeout_s, values=given_ms)
         if refused is not None:
             raise SettingsRefused(refused)
 

@@ -1,12 +1,16 @@
-"""A signal while ``serve`` starts on a database that hangs (SIGSTOP) ends it promptly, with its exit code.
+"""``serve`` starting on a database that hangs (SIGSTOP) once its schema is checked.
+
+A signal then ends it promptly, with its exit code; a ``--processes``
+group's first process, whose check of its flags the freeze meets, starts
+its members all the same.
 
 ``serve`` checks the schema, then writes and reads the cluster settings and
 records its node through the store, whose retries wait on a database that
 answers nothing for minutes (each attempt up to the URL's
-``connect_timeout``). The database is frozen the moment the store opens its
-first connection: ``serve``'s connections go through a relay (a Unix
-socket) that stops ``mariadbd`` on its second accept, the schema check's
-being the first. SIGTERM then must end ``serve`` with exit 0 and Ctrl-C
+``connect_timeout``). The database is frozen the moment the connection
+after the schema check's is opened (the store's first, or the group's
+check): ``serve``'s connections go through a relay (a Unix socket) that
+stops ``mariadbd`` on its second accept. SIGTERM then must end ``serve`` with exit 0 and Ctrl-C
 with 130 (docs/operations.md §7.1), within about ``connect_timeout``
 (docs/operations.md §4), and never with a traceback.
 """
@@ -18,6 +22,7 @@ import dataclasses
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -28,6 +33,8 @@ from pathlib import Path
 import pytest
 
 from chaos_fleet import own_database
+from pulse_trio.client import Client
+from pulse_trio.ports import free_port
 
 pytestmark = pytest.mark.chaos
 
@@ -45,13 +52,18 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
         sink.shutdown(socket.SHUT_WR)
 
 
-@contextlib.contextmanager
-def _freezing_relay(path: Path, upstream: str, mariadbd: int) -> Iterator[threading.Event]:
-    """Relay connections on ``path`` to ``upstream``; SIGSTOP ``mariadbd`` before relaying the second.
+@dataclasses.dataclass(eq=False)
+class _Relay:
+    """What the relay saw: the pid of each connection's peer, in order, and whether it froze the database."""
 
-    Yields an event set once the database is frozen.
-    """
-    frozen = threading.Event()
+    peers: list[int] = dataclasses.field(default_factory=list)
+    frozen: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+@contextlib.contextmanager
+def _freezing_relay(path: Path, upstream: str, mariadbd: int) -> Iterator[_Relay]:
+    """Relay connections on ``path`` to ``upstream``; SIGSTOP ``mariadbd`` before relaying the second."""
+    relay = _Relay()
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.listen(16)
@@ -61,9 +73,11 @@ def _freezing_relay(path: Path, upstream: str, mariadbd: int) -> Iterator[thread
         with contextlib.suppress(OSError):
             while True:
                 client, _ = listener.accept()
-                if opened:  # the schema check's connection came first: this is the store's
+                relay.peers.append(struct.unpack("3i", client.getsockopt(
+                    socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0])
+                if len(relay.peers) == 2:  # the schema check's connection came first: this is the next one
                     os.kill(mariadbd, signal.SIGSTOP)
-                    frozen.set()
+                    relay.frozen.set()
                 server = socket.socket(socket.AF_UNIX)
                 server.connect(upstream)
                 opened.extend((client, server))
@@ -72,11 +86,18 @@ def _freezing_relay(path: Path, upstream: str, mariadbd: int) -> Iterator[thread
 
     threading.Thread(target=accept, daemon=True).start()
     try:
-        yield frozen
+        yield relay
     finally:
         listener.close()
         for sock in opened:
             sock.close()
+
+
+def _wait(what: str, check, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("signum, expected", [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
@@ -86,13 +107,13 @@ def test_a_signal_while_serve_starts_on_a_frozen_database_ends_it_promptly(tmp_p
         mariadbd = server._process
         assert mariadbd is not None and db.unix_socket is not None
         relayed = dataclasses.replace(db, unix_socket=str(tmp_path / "relay.sock"), connect_timeout=CONNECT_TIMEOUT_S)
-        with _freezing_relay(tmp_path / "relay.sock", db.unix_socket, mariadbd.pid) as frozen:
+        with _freezing_relay(tmp_path / "relay.sock", db.unix_socket, mariadbd.pid) as relay:
             serve = subprocess.Popen(
                 [sys.executable, "-m", "pulse_trio", "serve", "--database-url", relayed.url(redact=False),
                  "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warning"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             try:
-                assert frozen.wait(30), "serve's store never connected"
+                assert relay.frozen.wait(30), "serve's store never connected"
                 time.sleep(0.5)  # its first attempt now waits on the database
                 assert serve.poll() is None
                 started = time.monotonic()
@@ -109,3 +130,42 @@ def test_a_signal_while_serve_starts_on_a_frozen_database_ends_it_promptly(tmp_p
                 os.kill(mariadbd.pid, signal.SIGCONT)
             stderr = serve.stderr.read().decode(errors="replace")
     assert (returncode, "Traceback" in stderr) == (expected, False), f"after {took:.1f} s: {stderr}"
+
+
+def test_a_group_whose_settings_check_meets_a_frozen_database_starts_its_members(tmp_path):
+    """``serve --processes`` checks its flags (one read) before any member starts; the database freezes then.
+
+    Leaving the check to the members, as one process leaves it until the
+    database answers, the group starts them within about twice the URL's
+    connect_timeout (docs/operations.md §14), not after the store's retries,
+    and not by ending on the store's error (exit 70, a traceback).
+    """
+    with own_database(tmp_path, "pulse_group_start") as (server, db, token):
+        mariadbd = server._process
+        assert mariadbd is not None and db.unix_socket is not None
+        relayed = dataclasses.replace(db, unix_socket=str(tmp_path / "relay.sock"), connect_timeout=CONNECT_TIMEOUT_S)
+        worker_port = free_port()
+        with _freezing_relay(tmp_path / "relay.sock", db.unix_socket, mariadbd.pid) as relay:
+            group = subprocess.Popen(
+                [sys.executable, "-m", "pulse_trio", "serve", "--processes", "2", "--database-url",
+                 relayed.url(redact=False), "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen",
+                 "127.0.0.1:0", "--log-level", "warning", "--node-heartbeat", "1", "--node-lapse", "5"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                assert relay.frozen.wait(30), "the group never checked its flags"
+                try:  # a member's store connects once the first process has given up its check
+                    _wait("a member started", lambda: set(relay.peers) - {group.pid} or group.poll() is not None,
+                          2 * CONNECT_TIMEOUT_S + 5)
+                finally:
+                    os.kill(mariadbd.pid, signal.SIGCONT)
+                assert group.poll() is None, "the first process ended on the database"
+                with Client(db) as client:
+                    _wait("both members' nodes recorded", lambda: len(client.nodes()) == 2, 15)
+                group.send_signal(signal.SIGTERM)
+                returncode = group.wait(30)
+            finally:
+                if group.poll() is None:
+                    group.kill()
+                    group.wait()
+            stderr = group.stderr.read().decode(errors="replace")
+    assert returncode == 0 and "settings not checked (database unavailable)" in stderr, stderr
