@@ -226,8 +226,11 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                     await trio.lowlevel.checkpoint()  # a start abandoned meanwhile ends here, not as an outage
                     log.warning("cluster settings not read yet (database unavailable); the node starts once "
                                 "they are", exc_info=True)
-                # This process is ALIVE (chart node) before it listens: see liveness.py.
-                await node.start()
+                else:
+                    # This process is ALIVE (chart node) before it listens: see liveness.py. Not after a
+                    # failed read: the heartbeats record it once the database answers, and trying again
+                    # here would wait out the store's retries a second time before listening.
+                    await node.start()
             finally:
                 start_watch.cancel()
         # The stop's watchdogs run outside what they watch: a database that hangs holds threads nobody can cancel.

@@ -40,6 +40,8 @@ pytestmark = pytest.mark.chaos
 
 #: The URL's connect_timeout here: the store's retries then take 10 s or more to give up on their own.
 CONNECT_TIMEOUT_S = 1.0
+#: The store's attempts at one transaction, each waiting up to connect_timeout on a database that hangs.
+STORE_ATTEMPTS = 10
 #: What docs/operations.md §4 promises for a stop during the start: about one connect_timeout.
 STOP_BOUND_S = CONNECT_TIMEOUT_S + 4.0
 
@@ -169,3 +171,44 @@ def test_a_group_whose_settings_check_meets_a_frozen_database_starts_its_members
                     group.wait()
             stderr = group.stderr.read().decode(errors="replace")
     assert returncode == 0 and "settings not checked (database unavailable)" in stderr, stderr
+
+
+def test_serve_listens_once_its_store_gave_up_on_a_frozen_database(tmp_path):
+    """The start's one wait on the store's attempts (docs/operations.md §4), not one for its settings and
+    another for its node; then the node is recorded once the database answers, and a SIGTERM stops it."""
+    with own_database(tmp_path, "pulse_start_listens") as (server, db, token):
+        mariadbd = server._process
+        assert mariadbd is not None and db.unix_socket is not None
+        relayed = dataclasses.replace(db, unix_socket=str(tmp_path / "relay.sock"), connect_timeout=CONNECT_TIMEOUT_S)
+        worker_port = free_port()
+        with _freezing_relay(tmp_path / "relay.sock", db.unix_socket, mariadbd.pid) as relay:
+            serve = subprocess.Popen(
+                [sys.executable, "-m", "pulse_trio", "serve", "--database-url", relayed.url(redact=False),
+                 "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", "127.0.0.1:0",
+                 "--log-level", "warning", "--node-heartbeat", "1", "--node-lapse", "5"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            try:
+                try:
+                    assert relay.frozen.wait(30), "serve's store never connected"
+                    frozen_at = time.monotonic()
+                    _wait("serve listening", lambda: _listens(worker_port) or serve.poll() is not None,
+                          STORE_ATTEMPTS * CONNECT_TIMEOUT_S + 5)
+                    took = time.monotonic() - frozen_at
+                finally:
+                    os.kill(mariadbd.pid, signal.SIGCONT)
+                assert serve.poll() is None
+                with Client(db) as client:
+                    _wait("the node recorded once the database answers", lambda: len(client.nodes()) == 1, 15)
+                serve.send_signal(signal.SIGTERM)
+                returncode = serve.wait(30)
+            finally:
+                if serve.poll() is None:
+                    serve.kill()
+                    serve.wait()
+    print(f"\nlistening {took:.1f} s after the database froze")
+    assert returncode == 0
+
+
+def _listens(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
