@@ -95,14 +95,19 @@ async def test_a_flood_of_long_polls_leaves_the_worker_endpoint_its_descriptors(
         with trio.fail_after(10):  # the waiting connections are served once the flood has gone
             assert (await Http(http_port).get("/healthz")).status == 200
     finally:
-        for s in flood:
-            s.close()
-        process.terminate()
-        with trio.move_on_after(10):
-            await process.wait()
-        if process.poll() is None:
-            process.kill()
+        await _end(process, flood)
     assert b"EMFILE" not in log_path.read_bytes()
+
+
+async def _end(process: trio.Process, flood: list[socket.socket]) -> None:
+    """Close the flood's sockets, then stop serve (SIGTERM; SIGKILL if it has not ended in 10 s)."""
+    for s in flood:
+        s.close()
+    process.terminate()
+    with trio.move_on_after(10):
+        await process.wait()
+    if process.poll() is None:
+        process.kill()
 
 
 def _answer_now(s: socket.socket) -> bytes:
@@ -144,10 +149,4 @@ async def test_waits_beyond_their_bound_are_refused_503_and_leave_the_api_answer
             assert answer.startswith(b"HTTP/1.1 503") and b'"too_many_waits"' in answer, answer[:300]
             assert b"retry-after: 1\r\n" in answer.lower() and b"connection: close\r\n" in answer.lower()
     finally:
-        for s in flood:
-            s.close()
-        process.terminate()
-        with trio.move_on_after(10):
-            await process.wait()
-        if process.poll() is None:
-            process.kill()
+        await _end(process, flood)
