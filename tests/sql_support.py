@@ -53,6 +53,21 @@ def user_with_password(server: DatabaseConfig, user: str, grant: str) -> Iterato
         root.close()
 
 
+@contextlib.contextmanager
+def purge_held_back(config: DatabaseConfig) -> Iterator[None]:
+    """InnoDB's purge held back for the block: a connection holds a consistent snapshot (as a backup does), so the
+    index entries of rows changed or deleted since stay, and count in the optimizer's estimates."""
+    snapshot = connect(config)
+    try:
+        with snapshot.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        yield
+    finally:
+        snapshot.rollback()
+        snapshot.close()
+
+
 def plan(config: DatabaseConfig, query: str, args: Any = (), verb: str = "EXPLAIN") -> list[dict[str, Any]]:
     """MariaDB's ``EXPLAIN`` (or ``ANALYZE``: the plan plus what running it really read, ``r_rows``) of
     ``query``, one dict per row of the plan; the statement itself is rolled back."""

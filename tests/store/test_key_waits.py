@@ -13,11 +13,10 @@ import pytest
 
 from pulse_trio.store import NewTask, expire, finish, lapse, promote, release_after_quarantine, request_cancel, submit
 from pulse_trio.store.engine.inputs import FinishReport
-from pulse_trio.store.engine.writer import connect
 from pulse_trio.store.queue.queues import pause
 from pulse_trio.store.task.retention import purge, retention_plan
 from pulse_trio.store.task.steps import WAIT_CHUNK, waiting_of_key
-from sql_support import index_reads
+from sql_support import index_reads, purge_held_back
 
 DAY_MS = 86_400_000
 DEEP = 4 * WAIT_CHUNK + 37  # several set-aside chunks, hundreds of claim pages
@@ -237,11 +236,7 @@ def test_bringing_back_reads_a_few_entries_per_place_while_purge_lags(world):
             assert world.assign(w, 5) == ()
         return ids
 
-    snapshot = connect(world.db)
-    try:
-        with snapshot.cursor() as cur:  # what it may still see, purge keeps
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    with purge_held_back(world.db):  # what a snapshot may still see, purge keeps
         # more gone from the place after the one released than will wait in the key's places
         for task_id in set_aside([NewTask("q", "k", concurrency_key="hot") for _ in range(300)]):
             world.run(request_cancel, task_id=task_id)
@@ -258,9 +253,6 @@ def test_bringing_back_reads_a_few_entries_per_place_while_purge_lags(world):
         back, many = index_reads(world.db, lambda tx: waiting_of_key(tx, "hot", 2))
         assert len(back) == 3 * 2
         assert many < few + 5, (few, many)
-    finally:
-        snapshot.rollback()
-        snapshot.close()
 
 
 def test_waiting_tasks_still_count_as_ready(world):

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from pulse_trio.store import NewTask, expire, lapse, release_after_quarantine, start, submit
-from pulse_trio.store.engine.writer import connect
-from sql_support import index_reads
+from sql_support import index_reads, purge_held_back
 
 DAY_MS = 86_400_000
 
@@ -103,11 +102,7 @@ def test_the_quarantine_timer_reads_the_quarantines_over_only_while_purge_lags(w
     _quarantined(world, w, 300, quarantine_ms=DAY_MS)
     _quarantined(world, w, 300, quarantine_ms=1_000)
     world.sql("ANALYZE TABLE key_permits")  # the statistics as the server's own recount takes them, at some point
-    snapshot = connect(world.db)
-    try:
-        with snapshot.cursor() as cur:  # what it may still see, purge keeps
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    with purge_held_back(world.db):  # what a snapshot may still see, purge keeps
         world.advance(1_000)
         assert world.run(release_after_quarantine).count == 300
         _quarantined(world, w, 1, quarantine_ms=1_000)
@@ -115,6 +110,3 @@ def test_the_quarantine_timer_reads_the_quarantines_over_only_while_purge_lags(w
         done, read = index_reads(world.db, lambda tx: release_after_quarantine(tx, now=world.now))
         assert done.count == 1
         assert read < 20, read  # not the entries of the 300 permits quarantined for a day
-    finally:
-        snapshot.rollback()
-        snapshot.close()

@@ -12,12 +12,11 @@ import pytest
 
 from pulse_trio.client.schedules import build_schedule
 from pulse_trio.store.engine.results import Refusal
-from pulse_trio.store.engine.writer import connect
 from pulse_trio.store.schedule.schedules import (
     SCHEDULE_EXISTS, SCHEDULE_NOT_FOUND, create, delete, fire, get_schedule, list_schedules, pause, resume, tick_key,
 )
 
-from sql_support import index_reads
+from sql_support import index_reads, purge_held_back
 from tests.store.conftest import T0
 
 SECOND = dt.timedelta(seconds=1)
@@ -72,11 +71,7 @@ def test_firing_reads_the_due_schedules_only_while_purge_lags(world):
     for i in range(200):
         _create(world, f"hourly-{i}", interval=3_600)
     world.sql("ANALYZE TABLE schedules")  # the statistics as the server's own recount takes them, at some point
-    snapshot = connect(world.db)
-    try:
-        with snapshot.cursor() as cur:  # what it may still see, purge keeps
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    with purge_held_back(world.db):  # what a snapshot may still see, purge keeps
         world.advance(3_600_000)
         while world.run(fire).more:
             pass
@@ -85,9 +80,6 @@ def test_firing_reads_the_due_schedules_only_while_purge_lags(world):
         done, read = index_reads(world.db, lambda tx: fire(tx, now=world.now))
         assert done.schedules == 1
         assert read < 20, read  # not the entries of the 400 schedules due later
-    finally:
-        snapshot.rollback()
-        snapshot.close()
 
 
 def test_skip_fires_only_the_current_tick_after_downtime(world):

@@ -9,7 +9,7 @@ import pytest
 from pulse_trio.dburl import connect
 from pulse_trio.store import NewTask, pickup_sql, promote, submit
 from pulse_trio.store.engine.tx import Tx
-from sql_support import index_reads
+from sql_support import index_reads, purge_held_back
 from sql_support import plan as query_plan
 
 
@@ -119,11 +119,7 @@ def test_promote_reads_the_due_entries_only_while_purge_lags(world):
     world.run(submit, tasks=[NewTask("q", "k", due_at=world.now + dt.timedelta(seconds=1)) for _ in range(1000)])
     world.run(submit, tasks=[NewTask("q", "k", due_at=world.now + day) for _ in range(1000)])
     world.sql("ANALYZE TABLE tasks")  # the statistics as the server's own recount takes them, at some point
-    snapshot = connect(world.db)
-    try:
-        with snapshot.cursor() as cur:  # what it may still see, purge keeps
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    with purge_held_back(world.db):  # what a snapshot may still see, purge keeps
         world.advance(1000)
         while world.run(promote, limit=500).more:
             pass
@@ -132,9 +128,6 @@ def test_promote_reads_the_due_entries_only_while_purge_lags(world):
         done, read = index_reads(world.db, lambda tx: promote(tx, now=world.now))
         assert done.task_ids == (due,)
         assert read < 20, read  # not the thousand entries of tomorrow's tasks
-    finally:
-        snapshot.rollback()
-        snapshot.close()
 
 
 def _analyze(world, sql, args):
