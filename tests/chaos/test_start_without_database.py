@@ -34,6 +34,7 @@ import pytest
 
 from chaos_fleet import own_database
 from pulse_trio.client import Client
+from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port
 
 pytestmark = pytest.mark.chaos
@@ -102,35 +103,58 @@ def _wait(what: str, check, timeout: float) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("signum, expected", [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
-                         ids=["SIGTERM", "SIGINT"])
-def test_a_signal_while_serve_starts_on_a_frozen_database_ends_it_promptly(tmp_path, signum, expected):
-    with own_database(tmp_path, "pulse_start") as (server, db, token):
+#: Heartbeats every second, lapse after five: the nodes are recorded soon after the database answers.
+QUICK_NODES = ("--node-heartbeat", "1", "--node-lapse", "5")
+
+
+@dataclasses.dataclass
+class _Started:
+    """A serve started through the freezing relay: the process, the relay, the database's own server and URL."""
+
+    serve: subprocess.Popen
+    relay: _Relay
+    mariadbd_pid: int
+    db: DatabaseConfig
+
+
+@contextlib.contextmanager
+def _serve_on_freezing_database(tmp_path: Path, name: str, *serve_args: str) -> Iterator[_Started]:
+    """``pulse-trio serve SERVE_ARGS`` on its own database, reached through a relay that freezes mariadbd at the
+    second connection; killed if still running at the end, and the database thawed."""
+    with own_database(tmp_path, name) as (server, db, token):
         mariadbd = server._process
         assert mariadbd is not None and db.unix_socket is not None
         relayed = dataclasses.replace(db, unix_socket=str(tmp_path / "relay.sock"), connect_timeout=CONNECT_TIMEOUT_S)
         with _freezing_relay(tmp_path / "relay.sock", db.unix_socket, mariadbd.pid) as relay:
             serve = subprocess.Popen(
                 [sys.executable, "-m", "pulse_trio", "serve", "--database-url", relayed.url(redact=False),
-                 "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warning"],
+                 "--http-listen", "127.0.0.1:0", "--log-level", "warning", *serve_args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             try:
-                assert relay.frozen.wait(30), "serve's store never connected"
-                time.sleep(0.5)  # its first attempt now waits on the database
-                assert serve.poll() is None
-                started = time.monotonic()
-                serve.send_signal(signum)
-                try:
-                    returncode = serve.wait(STOP_BOUND_S)
-                except subprocess.TimeoutExpired:
-                    returncode = None
-                took = time.monotonic() - started
+                yield _Started(serve, relay, mariadbd.pid, db)
             finally:
                 if serve.poll() is None:
                     serve.kill()
                     serve.wait()
                 os.kill(mariadbd.pid, signal.SIGCONT)
-            stderr = serve.stderr.read().decode(errors="replace")
+
+
+@pytest.mark.parametrize("signum, expected", [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_serve_starts_on_a_frozen_database_ends_it_promptly(tmp_path, signum, expected):
+    with _serve_on_freezing_database(tmp_path, "pulse_start", "--worker-listen", "127.0.0.1:0") as started:
+        serve = started.serve
+        assert started.relay.frozen.wait(30), "serve's store never connected"
+        time.sleep(0.5)  # its first attempt now waits on the database
+        assert serve.poll() is None
+        began = time.monotonic()
+        serve.send_signal(signum)
+        try:
+            returncode = serve.wait(STOP_BOUND_S)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        took = time.monotonic() - began
+    stderr = serve.stderr.read().decode(errors="replace")
     assert (returncode, "Traceback" in stderr) == (expected, False), f"after {took:.1f} s: {stderr}"
 
 
@@ -142,69 +166,45 @@ def test_a_group_whose_settings_check_meets_a_frozen_database_starts_its_members
     connect_timeout (docs/operations.md §14), not after the store's retries,
     and not by ending on the store's error (exit 70, a traceback).
     """
-    with own_database(tmp_path, "pulse_group_start") as (server, db, token):
-        mariadbd = server._process
-        assert mariadbd is not None and db.unix_socket is not None
-        relayed = dataclasses.replace(db, unix_socket=str(tmp_path / "relay.sock"), connect_timeout=CONNECT_TIMEOUT_S)
-        worker_port = free_port()
-        with _freezing_relay(tmp_path / "relay.sock", db.unix_socket, mariadbd.pid) as relay:
-            group = subprocess.Popen(
-                [sys.executable, "-m", "pulse_trio", "serve", "--processes", "2", "--database-url",
-                 relayed.url(redact=False), "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen",
-                 "127.0.0.1:0", "--log-level", "warning", "--node-heartbeat", "1", "--node-lapse", "5"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                assert relay.frozen.wait(30), "the group never checked its flags"
-                try:  # a member's store connects once the first process has given up its check
-                    _wait("a member started", lambda: set(relay.peers) - {group.pid} or group.poll() is not None,
-                          2 * CONNECT_TIMEOUT_S + 5)
-                finally:
-                    os.kill(mariadbd.pid, signal.SIGCONT)
-                assert group.poll() is None, "the first process ended on the database"
-                with Client(db) as client:
-                    _wait("both members' nodes recorded", lambda: len(client.nodes()) == 2, 15)
-                group.send_signal(signal.SIGTERM)
-                returncode = group.wait(30)
-            finally:
-                if group.poll() is None:
-                    group.kill()
-                    group.wait()
-            stderr = group.stderr.read().decode(errors="replace")
+    worker_port = free_port()
+    with _serve_on_freezing_database(tmp_path, "pulse_group_start", "--processes", "2", "--worker-listen",
+                                     f"127.0.0.1:{worker_port}", *QUICK_NODES) as started:
+        group, relay = started.serve, started.relay
+        assert relay.frozen.wait(30), "the group never checked its flags"
+        try:  # a member's store connects once the first process has given up its check
+            _wait("a member started", lambda: set(relay.peers) - {group.pid} or group.poll() is not None,
+                  2 * CONNECT_TIMEOUT_S + 5)
+        finally:
+            os.kill(started.mariadbd_pid, signal.SIGCONT)
+        assert group.poll() is None, "the first process ended on the database"
+        with Client(started.db) as client:
+            _wait("both members' nodes recorded", lambda: len(client.nodes()) == 2, 15)
+        group.send_signal(signal.SIGTERM)
+        returncode = group.wait(30)
+    stderr = group.stderr.read().decode(errors="replace")
     assert returncode == 0 and "settings not checked (database unavailable)" in stderr, stderr
 
 
 def test_serve_listens_once_its_store_gave_up_on_a_frozen_database(tmp_path):
     """The start's one wait on the store's attempts (docs/operations.md §4), not one for its settings and
     another for its node; then the node is recorded once the database answers, and a SIGTERM stops it."""
-    with own_database(tmp_path, "pulse_start_listens") as (server, db, token):
-        mariadbd = server._process
-        assert mariadbd is not None and db.unix_socket is not None
-        relayed = dataclasses.replace(db, unix_socket=str(tmp_path / "relay.sock"), connect_timeout=CONNECT_TIMEOUT_S)
-        worker_port = free_port()
-        with _freezing_relay(tmp_path / "relay.sock", db.unix_socket, mariadbd.pid) as relay:
-            serve = subprocess.Popen(
-                [sys.executable, "-m", "pulse_trio", "serve", "--database-url", relayed.url(redact=False),
-                 "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", "127.0.0.1:0",
-                 "--log-level", "warning", "--node-heartbeat", "1", "--node-lapse", "5"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            try:
-                try:
-                    assert relay.frozen.wait(30), "serve's store never connected"
-                    frozen_at = time.monotonic()
-                    _wait("serve listening", lambda: _listens(worker_port) or serve.poll() is not None,
-                          STORE_ATTEMPTS * CONNECT_TIMEOUT_S + 5)
-                    took = time.monotonic() - frozen_at
-                finally:
-                    os.kill(mariadbd.pid, signal.SIGCONT)
-                assert serve.poll() is None
-                with Client(db) as client:
-                    _wait("the node recorded once the database answers", lambda: len(client.nodes()) == 1, 15)
-                serve.send_signal(signal.SIGTERM)
-                returncode = serve.wait(30)
-            finally:
-                if serve.poll() is None:
-                    serve.kill()
-                    serve.wait()
+    worker_port = free_port()
+    with _serve_on_freezing_database(tmp_path, "pulse_start_listens", "--worker-listen", f"127.0.0.1:{worker_port}",
+                                     *QUICK_NODES) as started:
+        serve = started.serve
+        try:
+            assert started.relay.frozen.wait(30), "serve's store never connected"
+            frozen_at = time.monotonic()
+            _wait("serve listening", lambda: _listens(worker_port) or serve.poll() is not None,
+                  STORE_ATTEMPTS * CONNECT_TIMEOUT_S + 5)
+            took = time.monotonic() - frozen_at
+        finally:
+            os.kill(started.mariadbd_pid, signal.SIGCONT)
+        assert serve.poll() is None
+        with Client(started.db) as client:
+            _wait("the node recorded once the database answers", lambda: len(client.nodes()) == 1, 15)
+        serve.send_signal(signal.SIGTERM)
+        returncode = serve.wait(30)
     print(f"\nlistening {took:.1f} s after the database froze")
     assert returncode == 0
 
