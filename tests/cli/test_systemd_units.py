@@ -10,6 +10,7 @@ service is usable, ``STOPPING=1`` when SIGTERM begins the stop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,7 +20,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,16 +157,30 @@ def test_serve_says_ready_once_it_answers_and_stopping_on_sigterm(db, tmp_path):
         notify.close()
 
 
-def test_a_serve_group_says_ready_once_every_member_serves_and_its_members_say_nothing(db, tmp_path):
+@contextlib.contextmanager
+def _group_under_notify(db, tmp_path: Path, worker_port: int) -> Iterator[tuple[subprocess.Popen, NotifySocket, Any]]:
+    """``serve --processes 2`` as its unit starts it (a NOTIFY_SOCKET of its own), with a Client on its database;
+    killed if still running at the end."""
     from pulse_trio.client import Client
 
     notify = NotifySocket(tmp_path)
-    worker_port, http_port = free_port(), free_port()
     proc = subprocess.Popen([*COMMAND, "serve", "--processes", "2", "--database-url", db.url(redact=False),
-                             "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}"],
+                             "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{free_port()}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(notify))
     client = Client(db)
     try:
+        yield proc, notify, client
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        notify.close()
+        client.close()
+
+
+def test_a_serve_group_says_ready_once_every_member_serves_and_its_members_say_nothing(db, tmp_path):
+    worker_port = free_port()
+    with _group_under_notify(db, tmp_path, worker_port) as (proc, notify, client):
         ready = notify.expect("READY=1", proc)
         assert "2 processes" in ready["STATUS"] and str(worker_port) in ready["STATUS"]
         assert [node["state"] for node in client.nodes()] == ["ALIVE", "ALIVE"]  # both serve at READY=1
@@ -173,12 +190,6 @@ def test_a_serve_group_says_ready_once_every_member_serves_and_its_members_say_n
         proc.send_signal(signal.SIGTERM)
         notify.expect("STOPPING=1", proc)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        notify.close()
-        client.close()
 
 
 REGISTRY = """
@@ -261,16 +272,10 @@ def test_a_serve_group_kills_a_hung_member_and_exits_0_within_the_units_stop_tim
     stop into systemd's kill of the whole unit, reported as a failed stop, instead of the group's
     orderly one that kills that member alone and exits 0.
     """
-    from pulse_trio.client import Client
     from pulse_trio.group.parent import STOP_TIMEOUT_S
 
     timeout_stop = float(_directives("pulse-trio-serve.service")["TimeoutStopSec"][0])
-    notify = NotifySocket(tmp_path)
-    proc = subprocess.Popen([*COMMAND, "serve", "--processes", "2", "--database-url", db.url(redact=False),
-                             "--worker-listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(notify))
-    client = Client(db)
-    try:
+    with _group_under_notify(db, tmp_path, free_port()) as (proc, notify, client):
         notify.expect("READY=1", proc)
         hung = client.nodes()[0]["pid"]
         os.kill(hung, signal.SIGSTOP)
@@ -279,9 +284,3 @@ def test_a_serve_group_kills_a_hung_member_and_exits_0_within_the_units_stop_tim
         code = proc.wait(timeout=timeout_stop + 30)
         took = time.monotonic() - began
         assert code == 0 and STOP_TIMEOUT_S <= took < timeout_stop, (code, took, timeout_stop)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        notify.close()
-        client.close()
