@@ -46,6 +46,7 @@ import trio
 
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.metrics import ServiceMetrics
+from pulse_trio.server.outage_log import OutageLog
 from pulse_trio.store.task.retention import BATCH_TASKS, purge, retention_plan
 from pulse_trio.store.engine.trio_bridge import Store, ThreadActivity
 
@@ -147,14 +148,17 @@ class RetentionPurge:
         self.gaps_missed = 0  # batches that found no gap within gap_wait and went anyway
 
     async def run(self) -> None:
-        """A pass every ``interval`` (± a fifth, at random) until cancelled."""
+        """A pass every ``interval`` (± a fifth, at random) until cancelled; an outage is logged once."""
+        outage = OutageLog(log, "retention pass failed (database unavailable?)", "retention passes work again",
+                           level=logging.WARNING)
         while True:
             await trio.sleep(self.interval * (0.8 + 0.4 * self.jitter()))
             try:
                 await self.purge_pass()
             except Exception:
-                log.warning("retention pass failed (database unavailable?); trying again next interval",
-                            exc_info=True)
+                outage.failed()
+            else:
+                outage.worked()
 
     async def purge_pass(self) -> int:
         """Delete every task now past its retention, queue by queue, paced; the number of tasks deleted."""

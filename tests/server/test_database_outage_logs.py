@@ -77,7 +77,8 @@ class DatabaseRelay:
 #: whole lapse.)
 LOOPS = {"pulse_trio.dispatcher": logging.ERROR, "pulse_trio.timers": logging.ERROR,
          "pulse_trio.schedules": logging.ERROR, "pulse_trio.liveness": logging.ERROR,
-         "pulse_trio.queues": logging.WARNING, "pulse_trio.settings": logging.WARNING}
+         "pulse_trio.queues": logging.WARNING, "pulse_trio.settings": logging.WARNING,
+         "pulse_trio.retention": logging.WARNING}
 
 
 async def test_every_loop_says_once_that_the_database_is_away_and_once_that_it_is_back(
@@ -88,8 +89,9 @@ async def test_every_loop_says_once_that_the_database_is_away_and_once_that_it_i
     caplog.set_level(logging.INFO, logger="pulse_trio")
     relay = await nursery.start(DatabaseRelay(db).serve)
     relayed = dataclasses.replace(db, host="127.0.0.1", port=relay.port, unix_socket=None, hosts=())
-    # Heartbeats every second, so the outage holds several of them too.
-    settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0)).override(node_heartbeat=1.0)
+    # Heartbeats every second and a retention pass every half second, so the outage holds several of each too.
+    settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0),
+                        purge_interval=0.5).override(node_heartbeat=1.0)
     service = await nursery.start(lambda task_status: serve(settings, relayed, handle_signals=False,
                                                             task_status=task_status))
 
