@@ -62,5 +62,5 @@ NODE_COLUMNS = "node_id, state, host, pid, lapse_ms, started_at, heartbeat_at, e
 NODE_ROW = "(%s, {state}, %s, %s, %s, %s, %s, %s)"
 #: Lapsed nodes but this one, through ``server_nodes_due``. No ORDER BY: lapsed ALIVE nodes come
 #: before LOST ones with sessions left, in index order.
-LAPSED_SCAN = DueScan("node", "lose", _NODE + " FORCE INDEX (server_nodes_due)", "n.state", "n.expires_at",
+LAPSED_SCAN = DueScan("node", "lose", _NODE, "server_nodes_due", "n.state", "n.expires_at",
                       ordered=False, where="n.node_id <> %s")

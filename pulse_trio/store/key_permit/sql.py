@@ -25,10 +25,7 @@ LOCK_HELD = ("SELECT lease_id, concurrency_key FROM key_permits WHERE lease_id I
 #: Released permits counted off their key's counter.
 COUNT_OFF = ("UPDATE key_counters SET outstanding = outstanding - %s WHERE concurrency_key = %s"
              " AND outstanding >= %s")
-#: Quarantines that ran out, through ``key_permits_due``, named: else, whenever the range up to ``now``
-#: looks dearer than a table scan (its estimate counts the entries of permits released that InnoDB has
-#: not purged yet), MariaDB drops it for a ref on the state, which reads every quarantined permit, those
-#: quarantined for long too. Forced, the range is kept, and it keys more columns than the ref.
+#: Quarantines that ran out, through ``key_permits_due``.
 QUARANTINE_OVER_SCAN = DueScan("key_permit", "release_after_quarantine",
-                               "SELECT lease_id, concurrency_key, quarantine_until FROM key_permits"
-                               " FORCE INDEX (key_permits_due)", "state", "quarantine_until")
+                               "SELECT lease_id, concurrency_key, quarantine_until FROM key_permits",
+                               "key_permits_due", "state", "quarantine_until")

@@ -74,7 +74,7 @@ OLD_INSTANCE = f"SELECT {InstanceRow.columns()} FROM worker_instances i WHERE i.
 
 # -- the timers (lapse, expire) ----------------------------------------------------------------------
 #: Due leases, through ``leases_due (state, expires_at)``: the states are the trigger's sources.
-LAPSE_SCAN, EXPIRE_SCAN = (DueScan("lease", trigger, f"SELECT {LeaseRow.columns()} FROM leases l FORCE INDEX (leases_due)",
+LAPSE_SCAN, EXPIRE_SCAN = (DueScan("lease", trigger, f"SELECT {LeaseRow.columns()} FROM leases l", "leases_due",
                                    "l.state", "l.expires_at") for trigger in ("lapse", "expire"))
 #: The tasks of the due leases, locked after them (the order of every lease command).
 LOCK_TASKS = f"SELECT {TaskRow.columns(lean=True)} FROM tasks t WHERE t.task_id IN %s ORDER BY t.task_id FOR UPDATE"

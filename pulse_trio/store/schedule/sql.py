@@ -21,11 +21,8 @@ SCHEDULE_BY = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE {{column}} = %s{{
 FOR_UPDATE = " FOR UPDATE"
 #: A new schedule, as ``chart_write.create`` inserts it.
 SCHEDULE_ROW = "(%s, %s, {state}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, 0, %s, %s, %s, %s)"
-#: Due ACTIVE schedules, ``FOR UPDATE SKIP LOCKED``, through ``schedules_due``, named: else, whenever the
-#: range up to ``now`` looks dearer than a table scan (its estimate counts the entries each firing moved
-#: that InnoDB has not purged yet), MariaDB drops it for a ref on the state, which reads every ACTIVE
-#: schedule, those due later too. Forced, the range is kept, and it keys more columns than the ref.
-DUE_SCAN = DueScan("schedule", "fire", f"SELECT {SCHEDULE_COLUMNS} FROM schedules FORCE INDEX (schedules_due)",
+#: Due ACTIVE schedules, ``FOR UPDATE SKIP LOCKED``, through ``schedules_due``.
+DUE_SCAN = DueScan("schedule", "fire", f"SELECT {SCHEDULE_COLUMNS} FROM schedules", "schedules_due",
                    "state", "next_fire_at")
 #: The listing: ``{where}`` is empty or `` WHERE`` and its conditions (``NOT_GONE``, ``IN_QUEUES``).
 LIST = f"SELECT {SCHEDULE_COLUMNS} FROM schedules{{where}} ORDER BY state = '{GONE}', name, schedule_id"
