@@ -47,7 +47,6 @@ from pulse_trio.store.engine.tx import Tx, after_ms, db_time, py_time
 from pulse_trio.store.task import sql
 from pulse_trio.store.task.sql import PURGEABLE  # the states a purge takes from: the task chart's terminal ones
 
-_PERMIT_DONE, _INTENT_LIVE = sql.PERMIT_DONE, sql.INTENT_LIVE
 #: Tasks per purge transaction (serve's loop and ``pulse-trio task purge``): with their leases and
 #: receipts a few thousand rows, a short transaction.
 BATCH_TASKS = 500
@@ -211,9 +210,9 @@ def _purge_part(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: P
     # intents, so the deletes below only touch the tables that hold something of theirs.
     leases = tx.all(sql.LEASES_OF_TASKS, (ids,))
     held = {task_id for _, task_id, state, permit in leases
-            if state in LIVE_LEASE_STATES or (permit is not None and permit != _PERMIT_DONE)}
+            if state in LIVE_LEASE_STATES or permit in sql.PERMIT_LIVE}
     intents = tx.all(sql.INTENTS_OF_TASKS, (ids,))
-    held |= {task_id for task_id, state in intents if state in _INTENT_LIVE}
+    held |= {task_id for task_id, state in intents if state in sql.INTENT_LIVE}
     keep = [(lease_id, permit) for lease_id, task_id, _, permit in leases if task_id not in held]
     lease_ids = _in([lease_id for lease_id, _ in keep])
     permit_ids = _in([lease_id for lease_id, permit in keep if permit is not None])

@@ -10,7 +10,7 @@ UPDATE from the chart.
 from __future__ import annotations
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import LIVE_LEASE_STATES, sql_list
+from pulse_trio.charts.states import LIVE_LEASE_STATES, live_states, sql_list
 from pulse_trio.store.engine.rows import KEY_WAIT, UNKEYED_READY, TaskRow
 from pulse_trio.store.engine.timer_scan import DueScan
 
@@ -40,12 +40,9 @@ SUBMITTED_BEFORE = f"{_SUBMITTED_BY_ID} UNION ALL {_SUBMITTED_BY_KEY} LIMIT 1"
 SUBMITTED_BEFORE_LOCKED = (f"({_SUBMITTED_BY_ID} LOCK IN SHARE MODE)"
                            f" UNION ALL ({_SUBMITTED_BY_KEY} LOCK IN SHARE MODE) LIMIT 1")
 #: Due SCHEDULED tasks, through ``tasks_due (due_state, due_at)`` (``due_state``: the state while it
-#: is one promote leaves, else NULL; migration 0023). The index is named: else, whenever the range up
-#: to ``now`` looks dearer than a table scan (its estimate counts the entries of promoted tasks InnoDB
-#: has not purged yet), MariaDB drops it for a ref on the state, which reads every SCHEDULED task, those
-#: due later too. Forced, the range is kept, and it keys more columns than the ref, so it is the plan.
+#: is one promote leaves, else NULL; migration 0023).
 PROMOTE_SCAN = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms"
-                       " FROM tasks FORCE INDEX (tasks_due)", "due_state", "due_at")
+                       " FROM tasks", "tasks_due", "due_state", "due_at")
 LOCK_RETRY_SOURCE = f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE"
 #: A source's retry, share-locked: the purge (SKIP LOCKED) passes it over until the retry call that found
 #: it has read it back in its own transaction.
@@ -86,14 +83,14 @@ PURGEABLE: tuple[str, ...] = tuple(s for s in CHARTS["task"].spec.states if CHAR
 #: A queue's tasks that ended before a time, through ``tasks_finished``.
 DUE = (f"SELECT task_id, state FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
        f" AND outcome_status IN {sql_list(PURGEABLE)} AND finished_at < %s")
-#: A key permit the purge may delete with its task (its key's counter no longer counts it).
-PERMIT_DONE = "RELEASED"
+#: The key permits a purge leaves with their task: those the key's counter still counts (the chart's live ones).
+PERMIT_LIVE: tuple[str, ...] = live_states(CHARTS["key_permit"])
 #: Cancel intents that still act on their task (requested or notified, not yet resolved).
 INTENT_LIVE = ("REQUESTED", "NOTIFIED")
 #: The tasks a purge leaves for a later pass however old: a permit not released, a live lease or intent
 #: (each through a state index, or a scan of the intents, whose live ones are few).
 HELD_TASKS = (f"SELECT task_id FROM key_permits FORCE INDEX (key_permits_due) WHERE state IN"
-              f" {sql_list([s for s in CHARTS['key_permit'].spec.states if s not in ('NONE', PERMIT_DONE)])}"
+              f" {sql_list(PERMIT_LIVE)}"
               f" UNION SELECT task_id FROM leases FORCE INDEX (leases_due) WHERE state IN {sql_list(LIVE_LEASE_STATES)}"
               f" UNION SELECT task_id FROM cancel_intents WHERE state IN {sql_list(INTENT_LIVE)}")
 #: The due tasks, and how many of them a purge would hold (one scan of the range, for ``--dry-run``).
