@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import pymysql
 
-from pulse_trio.dburl import DatabaseConfig, connect_node, set_causal_reads
+from pulse_trio.dburl import DatabaseConfig, set_causal_reads
 from pulse_trio.store.engine.failures import LOST, classify
 from pulse_trio.store.engine.writer import connect, writer_for
 
@@ -79,10 +79,8 @@ def connect_within(seconds: float) -> Callable[[DatabaseConfig], pymysql.connect
     """
 
     def connector(config: DatabaseConfig) -> pymysql.connections.Connection:
-        quick = dataclasses.replace(config, connect_timeout=min(seconds, config.connect_timeout))
-        if config.clustered:
-            return writer_for(config).connect(quick, io_timeout=seconds)
-        return connect_node(quick, io_timeout=seconds)
+        return connect(dataclasses.replace(config, connect_timeout=min(seconds, config.connect_timeout)),
+                       io_timeout=seconds)
 
     return connector
 
