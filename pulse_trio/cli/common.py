@@ -19,6 +19,7 @@ from pulse_trio.client.producer import INVALID_REQUEST, ClientError
 from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
 from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, ManagedMariaDB
 from pulse_trio.store.engine.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
+from pulse_trio.store.engine.failures import refusal
 from pulse_trio.store.schema.migrate import MigrationError, code_version, current_version, migrate
 
 
@@ -30,13 +31,6 @@ EXIT_UNREACHABLE = 4  # no database to talk to: unreachable, or no managed datab
 EXIT_CANNOT_LISTEN = 5  # serve: a listen address is taken or invalid; nothing was recorded
 EXIT_CRASHED = 70  # a service command (serve, worker run) ended on an unexpected error: a traceback, not a refusal
 EXIT_INTERRUPTED = 130  # SIGINT, or a second SIGTERM for `worker run`
-
-#: The database's answers that refuse this login (user or password, a host or database the user may not use):
-#: it answered, so EXIT_REFUSED; waiting never mends them as it may an unreachable database (EXIT_UNREACHABLE).
-LOGIN_REFUSED = frozenset({1044, 1045, 1130, 1698})
-#: The database's answers that refuse a statement to this user (a table, column, routine or privilege it lacks):
-#: a refusal too, for the same reason.
-STATEMENT_REFUSED = frozenset({1142, 1143, 1227, 1370})
 
 #: What a refusal of the client exits with, by its code; any other code is EXIT_REFUSED.
 CLIENT_EXIT_CODES = {INVALID_REQUEST: EXIT_USAGE, TASK_NOT_FOUND: EXIT_NOT_FOUND, INSTANCE_NOT_FOUND: EXIT_NOT_FOUND}
@@ -135,12 +129,13 @@ def _check_schema(target: DatabaseConfig, *, migrate_it: bool) -> None:
 
 
 def database_failure(exc: pymysql.err.MySQLError, url: str = "") -> CommandFailed:
-    """A database error as the user's failure: a refused login or statement (exit 1), else no database (exit 4)."""
+    """A database error as the user's failure: a refused login or statement (exit 1: it answered, and waiting
+    never mends it), else no database (exit 4)."""
     where = f"the database {url}" if url else "the database"
-    code = exc.args[0] if exc.args else None
-    if code in LOGIN_REFUSED:
+    refused = refusal(exc)
+    if refused == "login":
         return CommandFailed(f"{where} refused the login: {_reason(exc)}", EXIT_REFUSED)
-    if code in STATEMENT_REFUSED:
+    if refused == "statement":
         return CommandFailed(f"{where} refused: {_reason(exc)}", EXIT_REFUSED)
     return CommandFailed(f"cannot reach {where}: {_reason(exc)}", EXIT_UNREACHABLE)
 

@@ -23,6 +23,12 @@ NODE_NOT_READY = frozenset({1047, 1180})
 #: The client library's own codes (CR_*): raised when the server did not answer, never sent by it.
 CLIENT_CODES = range(2000, 3000)
 
+#: The server refuses this login (user or password, a host or database the user may not use): waiting never
+#: mends it, as it may an unreachable database.
+LOGIN_REFUSED = frozenset({1044, 1045, 1130, 1698})
+#: The server refuses a statement to this user (a table, column, routine or privilege it lacks).
+STATEMENT_REFUSED = frozenset({1142, 1143, 1227, 1370})
+
 CONFLICT, LOST = "conflict", "lost"
 
 
@@ -43,6 +49,13 @@ def classify(exc: BaseException) -> str | None:
     if code in CONNECTION_LOST or code in NODE_NOT_READY:
         return LOST
     return None
+
+
+def refusal(exc: BaseException) -> str | None:
+    """``"login"`` or ``"statement"`` when the server refused this user (:data:`LOGIN_REFUSED`,
+    :data:`STATEMENT_REFUSED`), else None."""
+    code = _code(exc)
+    return "login" if code in LOGIN_REFUSED else "statement" if code in STATEMENT_REFUSED else None
 
 
 def node_answered(exc: BaseException) -> bool:
