@@ -78,6 +78,7 @@ SHUTDOWN_GRACE_S = 5.0
 #: How long a stop then lets the store's work in flight (the sessions' disconnects, the HTTP API's
 #: requests) finish before it cuts it short: a database that hangs would hold each for minutes.
 STORE_GRACE_S = 2.0
+HUNG_STOP = f"stopping: the database has not answered for {STORE_GRACE_S:g} s"
 #: How long a stop waits for the surface beside (the HTTP API) to finish its own graceful shutdown.
 BESIDE_GRACE_S = 5.0
 DEFAULT_POOL_SIZE = 8
@@ -216,7 +217,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
         async with trio.open_nursery() as starting:
             # A stop during the start (SIGTERM, Ctrl-C) must not wait out the store's retries on a database
             # that hangs: a thread cannot be cancelled, so its work is cut short instead.
-            start_watch = _cut_short_if_abandoned(starting, store)
+            start_watch = _cut_short(starting, store, "stopped while starting")
             try:
                 try:
                     await settings_sync.load(strict=True)  # flags the cluster refuses stop the start here
@@ -287,7 +288,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                             await trio.sleep(0.01)
                     handlers.cancel_scope.cancel()
                     # Their disconnects, cut short if the database hangs.
-                    cut_short = _cut_short_after(guard, store, STORE_GRACE_S)
+                    cut_short = _cut_short(guard, store, HUNG_STOP, after=STORE_GRACE_S)
                 cut_short.cancel()
                 # STOPPED once every connection has closed (and its disconnect ran, or was cut short:
                 # the stop disconnects it), on a connection of its own, within STOP_RECORD_TIMEOUT_S.
@@ -295,7 +296,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 if beside is not None:  # its in-flight requests (long-polls among them) answer within its grace
                     with trio.move_on_after(BESIDE_GRACE_S):
                         await beside_done.wait()
-                _cut_short_after(guard, store, STORE_GRACE_S)  # the loops' statements, if the database hangs
+                _cut_short(guard, store, HUNG_STOP, after=STORE_GRACE_S)  # the loops' statements, if the database hangs
                 root.cancel_scope.cancel()
             guard.cancel_scope.cancel()
     finally:
@@ -306,42 +307,32 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
         store.close()
 
 
-def _cut_short_after(nursery: trio.Nursery, store: Store, seconds: float) -> trio.CancelScope:
-    """Cut the store's work short (:meth:`SyncStore.interrupt`) in ``seconds``, unless the scope returned is cancelled.
+def _cut_short(nursery: trio.Nursery, store: Store, why: str, *, after: float | None = None) -> trio.CancelScope:
+    """Cut the store's work short (:meth:`SyncStore.interrupt`) unless the scope returned is cancelled first.
 
-    Only a stop that waits on the database that long pays for it: a healthy
-    one never sees its last statements fail, nor their loops log it.
+    ``after`` seconds from now (a stop's grace: only a stop that waits on the
+    database that long pays for it, and a healthy one never sees its last
+    statements fail); or, with None, when ``nursery`` is cancelled (a start
+    abandoned: its reads wait on the database through the store's retries,
+    and the store is not used again).
     """
     scope = trio.CancelScope()
 
-    async def watch() -> None:
-        with scope:
-            await trio.sleep(seconds)
-            log.warning("stopping: the database has not answered for %gs; cutting its work in flight short",
-                        seconds)
-            store.interrupt()
-
-    nursery.start_soon(watch)
-    return scope
-
-
-def _cut_short_if_abandoned(nursery: trio.Nursery, store: Store) -> trio.CancelScope:
-    """Cut the store's work short (:meth:`SyncStore.interrupt`) if ``nursery`` is cancelled before the scope returned.
-
-    The start's reads and its node's record wait on the database through the
-    store's retries, each up to its I/O bound: a stop asked for meanwhile
-    would wait as long. The store is not used again after that stop.
-    """
-    scope = trio.CancelScope()
+    def cut() -> None:
+        log.warning("%s: cutting the store's work in flight short", why)
+        store.interrupt()
 
     async def watch() -> None:
         with scope:
+            if after is not None:
+                await trio.sleep(after)
+                cut()
+                return
             try:
                 await trio.sleep_forever()
             finally:
                 if not scope.cancel_called:
-                    log.info("stopped while starting: cutting the store's work in flight short")
-                    store.interrupt()
+                    cut()
 
     nursery.start_soon(watch)
     return scope
