@@ -291,16 +291,14 @@ async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_even
     try:
         socket = await connect(url, headers, ssl_context=ssl_context, timeout=connect_timeout)
     except HandshakeRejected as exc:
-        if 300 <= exc.status < 400:  # followed by no one: every reconnect would be sent the same way
-            body = exc.body.decode("utf-8", "replace").strip()
-            where = f"redirected to {exc.location or '(no Location)'}; worker connections follow no redirect, "
-            detail = f"{where}use the URL of the worker endpoint itself{f' ({body})' if body else ''}"
+        redirected = 300 <= exc.status < 400  # followed by no one: every reconnect would be sent the same way
+        if redirected or exc.status in REFUSING_STATUS:
+            detail = exc.body.decode("utf-8", "replace").strip()
+            if redirected:
+                detail = (f"redirected to {exc.location or '(no Location)'}; worker connections follow no redirect, "
+                          f"use the URL of the worker endpoint itself{f' ({detail})' if detail else ''}")
             raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status} {detail}",
                                 status=exc.status, detail=detail) from None
-        if exc.status in REFUSING_STATUS:
-            body = exc.body.decode("utf-8", "replace").strip()
-            raise WorkerRefused(f"the service refused the handshake: HTTP {exc.status} {body}",
-                                status=exc.status, detail=body) from None
         raise ConnectionLost(f"handshake refused: HTTP {exc.status}", retry_after=exc.retry_after) from None
     except HandshakeUnusable as exc:
         raise WorkerRefused(str(exc)) from None
