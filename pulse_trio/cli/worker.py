@@ -201,8 +201,8 @@ def _run(args: argparse.Namespace) -> int:
                         ssl_context=context, strict=args.strict, drain_check=args.drain_check or DRAIN_CHECK_S)
     except InvalidMessage as exc:  # the hello it would send breaks the contract (a --name too long, say)
         fail(f"--name: {exc}", 2)
-    except ValueError as exc:  # a --ca-file with a ws:// URL
-        fail(f"--ca-file: {exc}", 2)
+    except ValueError as exc:  # what the flags checked above leave to the Worker (a --ca-file with a ws:// URL)
+        fail(str(exc), 2)
     kinds = ", ".join(f"{h.queue}/{h.kind}" for h in registry)
     sys.stderr.write(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
                      f"connecting to {url} ({args.backend}{' with uvloop' if args.uvloop else ''})\n")
