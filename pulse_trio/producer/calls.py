@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from pulse_trio.client.producer import InvalidRequest, TaskNotFound, check_time
 from pulse_trio.client.ranges import MAX_WAIT_S
-from pulse_trio.contract.grammar import TASK_PREFIX, is_resource_id
+from pulse_trio.contract.grammar import TASK_PREFIX, is_resource_id, is_text
 from pulse_trio.producer.errors import OUTCOME_ERRORS, RequestRefused, WaitTimeout
 
 T = TypeVar("T")
@@ -229,7 +229,7 @@ def list_tasks(filters: Mapping[str, Any]) -> Call[dict[str, Any]]:
     params = {name: str(value).lower() if isinstance(value, bool) else str(value)
               for name, value in filters.items() if value is not None}
     for name, value in params.items():
-        if not _sends(value):
+        if not is_text(value, len(value)):
             raise InvalidRequest(f"{name} cannot be sent in a URL: it holds a lone surrogate", name)
     return _expect((yield Request("GET", "/v1/tasks", params=params)), 200)
 
