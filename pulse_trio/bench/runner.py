@@ -32,7 +32,9 @@ import time
 from pulse_trio.bench import measure
 from pulse_trio.bench.fill_finished import FillOptions, fill, history_left
 from pulse_trio.bench.noop_worker import KIND, QUEUE
-from pulse_trio.bench.processes import Fleet, bench_env, bench_tokens, on_fresh_database, progress, serve_flags
+from pulse_trio.bench.processes import (
+    Fleet, bench_env, bench_tokens, on_fresh_database, progress, serve_flags, wait_until,
+)
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
 from pulse_trio.dburl import DatabaseConfig
@@ -167,12 +169,7 @@ def _run(db: DatabaseConfig, options: BenchOptions, fleet: Fleet) -> dict[str, o
             fleet.worker("pulse_trio.bench.noop_worker:registry", env, worker_port=ports[i % len(ports)],
                          capacity=options.capacity, concurrency_keys=True, backend=options.worker_backend)
             for i in range(options.workers)]
-        deadline = time.monotonic() + 60
-        while len(client.workers()) < options.workers:
-            fleet.check_alive()
-            if time.monotonic() > deadline:
-                raise RuntimeError("the workers did not all connect within 60 s")
-            time.sleep(0.1)
+        wait_until(lambda: len(client.workers()) >= options.workers, 60, "the workers connecting", fleet=fleet)
         progress(f"{options.workers} {options.worker_backend} worker(s) with capacity {options.capacity} connected")
 
         server_pids = [pid for server in servers for pid in measure.process_tree(server.pid)]
