@@ -18,6 +18,10 @@ one of these ways (the first drops use each once, in a random order):
 ``cut_reply``   wait for the worker's next bytes (usually a command), pass
                 them on, relay nothing back, and RST both a few milliseconds
                 later: the command may have committed while its ack is lost
+``cut_worker``  wait for the worker's next bytes, pass on only their first
+                part (a frame cut in the middle), and RST both at once
+``cut_server``  the same for the server's next bytes (an offer or an ack cut
+                in the middle on its way to the worker)
 
 One thread, one selector, non-blocking sockets: the drop is done by the
 thread that relays, so no socket is ever closed under another thread.
@@ -35,7 +39,7 @@ import struct
 import threading
 import time
 
-MODES = ("rst", "fin", "rst_worker", "rst_server", "stall", "orphan", "cut_reply")
+MODES = ("rst", "fin", "rst_worker", "rst_server", "stall", "orphan", "cut_reply", "cut_worker", "cut_server")
 _CHUNK = 65536
 _HIGH_WATER = 1 << 20  # stop reading a side while the other side's backlog is above this
 
@@ -77,6 +81,7 @@ class _Pair:
     server_shut: bool = False
     frozen_until: float | None = None  # stall: relaying stopped until then, then RST
     cut_armed: bool = False  # cut_reply: freeze right after the worker's next bytes are passed on
+    cut_from: str | None = None  # cut_worker / cut_server: that side's next bytes are passed on in part, then RST
     closed: bool = False
 
     def peer_buffer(self, sock: socket.socket) -> bytearray:
@@ -222,6 +227,9 @@ class DroppingProxy:
                 del buf[:sent]
             if mask & selectors.EVENT_READ:
                 data = sock.recv(_CHUNK)
+                if data and pair.cut_from == ("worker" if sock is pair.worker else "server"):
+                    self._cut_mid_frame(pair, other, data)
+                    return
                 if data and pair.cut_armed and sock is pair.worker:
                     pair.to_server.extend(data)
                     while pair.to_server:  # localhost: the kernel takes a command at once
@@ -265,6 +273,18 @@ class DroppingProxy:
             return
         self._interest(pair)
 
+    def _cut_mid_frame(self, pair: _Pair, other: socket.socket, data: bytes) -> None:
+        """Relay what was waiting and the first part of ``data`` (never all of it), then RST both sides."""
+        buf = pair.own_buffer(other)
+        buf.extend(data[:max(1, len(data) // 2)] if len(data) > 1 else b"")
+        try:
+            while buf:  # localhost: the kernel takes the part at once
+                del buf[:other.send(buf)]
+        except OSError:
+            pass
+        self.stats["cut_part_relayed"] += 1
+        self._end(pair, _reset, _reset)
+
     def _interest(self, pair: _Pair) -> None:
         for sock, eof in ((pair.worker, pair.worker_eof), (pair.server, pair.server_eof)):
             events = 0
@@ -304,7 +324,8 @@ class DroppingProxy:
             to_server(pair.server)
 
     def _drop_one(self, now: float) -> None:
-        candidates = sorted((p for p in self._pairs if p.frozen_until is None and not p.cut_armed),
+        candidates = sorted((p for p in self._pairs
+                             if p.frozen_until is None and not p.cut_armed and p.cut_from is None),
                             key=lambda p: p.opened_at)
         if not candidates:
             self.stats["no_connection_to_drop"] += 1
@@ -327,6 +348,8 @@ class DroppingProxy:
             self._unregister(pair)
         elif mode == "cut_reply":
             pair.cut_armed = True
+        elif mode in ("cut_worker", "cut_server"):
+            pair.cut_from = mode.removeprefix("cut_")
         elif mode == "orphan":
             self._end(pair, _reset, None)
             self._orphans.append((now + self.rng.uniform(*self.orphan), pair.server))

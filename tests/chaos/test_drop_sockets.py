@@ -7,8 +7,9 @@ that sends each new connection to a random instance and, at random moments
 from a seeded RNG, ends one live connection: RST both ways, plain FIN, RST
 to one side and FIN to the other, a stall longer than the lease ttl then
 RST, an orphan (the worker is reset while the server's side stays open and
-silent for a while), or a cut just after the worker's next command went
-through (its ack never comes back). The workers reconnect, replay what was
+silent for a while), a cut just after the worker's next command went
+through (its ack never comes back), or a frame cut in the middle (the first
+part of the worker's or the server's next bytes is relayed, then RST). The workers reconnect, replay what was
 in flight and resume their leases, often on the other instance.
 
 The workload arrives in waves while the drops go on: unkeyed tasks that may
@@ -102,7 +103,8 @@ def test_dropping_worker_sockets_at_random_loses_nothing(db, token_factory, tmp_
         finally:
             fleet.stop_all()
     print(f"chaos: {proxy.dropped} sockets dropped in {chaos_for:.1f}s "
-          f"({', '.join(f'{m} {proxy.stats[m]}' for m in MODES)}); {proxy.stats['accepted']} connections accepted; "
+          f"({', '.join(f'{m} {proxy.stats[m]}' for m in MODES)}); {proxy.stats['accepted']} connections accepted, "
+          f"{proxy.stats['cut_part_relayed']} frames cut in the middle; "
           f"settled {settled_after:.1f}s after the drops stopped; {monotonic() - started:.1f}s in all")
     print(f"chaos: workers logged {fleet.worker_log_count('disconnected:')} disconnects, "
           f"{fleet.worker_log_count('lease lost')} lost leases, "
@@ -110,6 +112,7 @@ def test_dropping_worker_sockets_at_random_loses_nothing(db, token_factory, tmp_
     assert not proxy.errors, proxy.errors
     assert proxy.dropped >= 10, f"seed {seed}: only {proxy.dropped} drops: the run proved little"
     assert all(proxy.stats[mode] for mode in MODES), f"seed {seed}: {proxy.stats}"
+    assert proxy.stats["cut_part_relayed"] >= 1, f"seed {seed}: no frame was cut in the middle: {proxy.stats}"
     try:
         assert chaos_checks.backends_that_ran(fleet.log) == fleet.backends == {"asyncio", "trio"}
         summary = chaos_checks.check_guarantees(db, ids, chaos_checks.read_executions(fleet.log),
