@@ -37,9 +37,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if args.log_format not in logs.FORMATS or args.log_level not in LEVELS:  # env defaults skip `choices`
-        raise CommandFailed(f"log format must be one of {', '.join(logs.FORMATS)} and level one of "
-                            f"{', '.join(LEVELS)}", 2)
+    for variable, value, choices in (("PULSE_LOG_FORMAT", args.log_format, logs.FORMATS),
+                                     ("PULSE_LOG_LEVEL", args.log_level, LEVELS)):
+        if value not in choices:  # a flag's value met `choices` already: this one came from the variable
+            raise CommandFailed(f"{variable}: {value!r} is not one of {', '.join(choices)}", 2)
     from pulse_trio.group.member import GroupMember
 
     member = GroupMember.from_environment()

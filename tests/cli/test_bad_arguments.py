@@ -52,7 +52,8 @@ def test_a_malformed_database_url_in_the_environment_is_a_bad_argument_for_serve
 
 @pytest.mark.parametrize(("name", "value"), [("PULSE_CANCEL_GRACE", "30s"), ("PULSE_POLL_INTERVAL", "50ms"),
                                            ("PULSE_POLL_INTERVAL", "1e-400"), ("PULSE_PING_INTERVAL", "1e400"),
-                                           ("PULSE_PURGE_BUSY_SHARE", "1e-400"), ("PULSE_MANAGED_DB_PORT", "0")])
+                                           ("PULSE_PURGE_BUSY_SHARE", "1e-400"), ("PULSE_MANAGED_DB_PORT", "0"),
+                                           ("PULSE_LOG_LEVEL", "loud"), ("PULSE_LOG_FORMAT", "xml")])
 def test_a_bad_serve_variable_is_a_bad_argument_for_serve_and_names_the_variable(monkeypatch, name, value):
     """Judged when serve runs (the other commands leave serve's variables alone), before anything starts.
 
