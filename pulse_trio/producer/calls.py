@@ -251,6 +251,20 @@ def outcome(view: dict[str, Any]) -> Any:
     return (view.get("outcome") or {}).get("result")
 
 
+def _wait_seconds(timeout: float | None) -> float:
+    """A wait's timeout as seconds: None and numbers beyond a float's range are no limit; a bool is no number."""
+    if timeout is None:
+        return math.inf
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:  # NaN
+        raise InvalidRequest("timeout must be a number of seconds (or None: no limit)", "timeout")
+    if timeout <= 0:
+        return 0.0
+    try:
+        return float(timeout)
+    except OverflowError:  # an int past 1.8e308 seconds: longer than any wait
+        return math.inf
+
+
 def wait_task(task_id: str, timeout: float | None, *,
               clock: Callable[[], float] = time.monotonic) -> Call[dict[str, Any]]:
     """The task's view once terminal (long-polls of at most ``LONG_POLL_S``); WaitTimeout after ``timeout`` s.
@@ -262,9 +276,7 @@ def wait_task(task_id: str, timeout: float | None, *,
     too (with the view last seen, chained from the last failure).
     """
     path = _task_path(task_id, "outcome")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or math.isnan(timeout)):
-        raise InvalidRequest("timeout must be a number of seconds (or None: no limit)", "timeout")
-    wait_s = math.inf if timeout is None else max(0.0, float(timeout))
+    wait_s = _wait_seconds(timeout)
     deadline = clock() + wait_s
     seen: dict[str, Any] | None = None
     pause = 0.0

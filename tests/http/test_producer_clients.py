@@ -183,6 +183,8 @@ BAD_CALLS = [
     ("retry", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A",), {}, "forbidden"),
     ("wait", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", 1), {}, "task_not_found"),
     ("wait", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", "soon"), {}, "invalid_request"),
+    ("wait", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", True), {}, "invalid_request"),  # not read as 1 s
+    ("wait", ("tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", 10**400), {}, "task_not_found"),  # no limit, not OverflowError
 ]
 
 
