@@ -151,7 +151,9 @@ class WireConnection:
         self._closing = False
         self._close_deadline: float | None = None  # set once, when the closing begins
         self._flushed_eof = trio.Event()
-        self._fragments: list[bytes] | None = None
+        #: A fragmented message so far: appended to in place, so each fragment costs its own bytes only
+        #: (the codec bounds the bytes, not the fragments: empty ones are free to send).
+        self._fragments: bytearray | None = None
         self._early: list = []  # frames that arrived with the upgrade request
         self._pinged_at: float | None = None
         self._scope: trio.CancelScope | None = None
@@ -406,12 +408,14 @@ class WireConnection:
                 if self._closing:
                     continue  # after our close frame, data is discarded (RFC 6455 §1.4)
                 if not frame.fin:
-                    self._fragments = (self._fragments or []) + [frame.data]
+                    if self._fragments is None:
+                        self._fragments = bytearray()
+                    self._fragments += frame.data
                     continue
                 data = frame.data
                 if self._fragments is not None:
-                    data = b"".join(self._fragments + [data])
-                    self._fragments = None
+                    self._fragments += data
+                    data, self._fragments = bytes(self._fragments), None
                 if len(data) > MAX_FRAME_BYTES:
                     self.close(e.CLOSE_MESSAGE_TOO_BIG, f"frame larger than {MAX_FRAME_BYTES} bytes")
                     return False

@@ -348,6 +348,25 @@ async def test_fragments_and_a_ping_between_them_reach_the_session_a_few_bytes_a
     assert [c.frames.cutting for c in service.connections] == [True]
 
 
+async def test_a_message_cut_into_many_empty_fragments_costs_the_server_no_more_than_its_frames(
+        start_service, connect, worker_token):
+    """Empty continuation frames add nothing to a message's size, so the codec lets any number of them through.
+
+    Joining each to the fragments so far by copying them all made 100 000 of
+    them (600 KB on the wire) hold the instance's event loop for seconds.
+    """
+    w = await registered(start_service, connect, worker_token, ping_interval=600)  # no ping crosses our write
+    frame = _capacity_frame(w, 2)
+    w._expect_answer(frame["id"], frame["type"], frame["body"])
+    text = json.dumps(frame).encode()
+    wire = (_masked(Opcode.TEXT, text[:1], fin=False) + _masked(Opcode.CONT, b"", fin=False) * 100_000
+            + _masked(Opcode.CONT, text[1:]))
+    with trio.fail_after(5):
+        await w.stream.send_all(wire)
+        reply = await w.reply(frame["id"])
+    assert reply["type"] == "ack" and reply["body"]["capacity"] == 2, reply
+
+
 class _PeerThatNeverClosesBack:
     """A hand-made WebSocket client that reads the server's close frame and never echoes it."""
 
