@@ -87,6 +87,18 @@ def test_a_task_address_whose_percent_escapes_nothing_shows_the_task_as_not_foun
     assert still_same_document(page)
 
 
+def test_an_address_naming_a_property_every_object_has_shows_the_overview(page, service):
+    """``#/constructor`` names no page, like ``#/nonsense``: the overview, not a throw and an empty view."""
+    sign_in(page, service.token("operator"), "#/constructor")
+    page.wait_for_selector("#view h1 >> text=Queues")
+    page.goto("/ui/#/tasks")
+    page.wait_for_selector("#view h1 >> text=Tasks")
+    page.goto("/ui/#/__proto__")
+    page.wait_for_selector("#view h1 >> text=Queues")
+    assert page.get_attribute("#nav a[data-page=overview]", "aria-current") == "page"
+    assert still_same_document(page)
+
+
 def test_open_a_task_cancel_it_and_see_its_state_change(page, service):
     operator = service.token("operator")
     task = service.api.submit(operator, queue="ui-cancel", kind="invoice.send", payload={"invoice": 991})

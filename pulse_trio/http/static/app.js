@@ -34,12 +34,14 @@ const PAGES = {
   schedules: { build: schedules, may: "schedules" },
 };
 
+// Only PAGES' own names are pages: "constructor" or "__proto__" is found on every object too, and
+// would be taken for a page that has nothing to build.
 function parseHash() {
   const [path, search = ""] = location.hash.replace(/^#\/?/, "").split("?");
   const [page, id] = path.split("/");
   const params = Object.fromEntries(new URLSearchParams(search));
   if (page === "task" && id) params.id = decoded(id);
-  return { page: PAGES[page] ? page : "overview", params };
+  return { page: Object.hasOwn(PAGES, page) ? page : "overview", params };
 }
 
 // A hand-edited id whose "%" escapes nothing is kept as typed: the API then answers that no such
