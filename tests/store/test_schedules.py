@@ -11,7 +11,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from pulse_trio.client.schedules import build_schedule
+from pulse_trio.dburl import connect
 from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.engine.tx import Tx
 from pulse_trio.store.schedule.schedules import (
     SCHEDULE_EXISTS, SCHEDULE_NOT_FOUND, create, delete, fire, get_schedule, list_schedules, pause, resume, tick_key,
 )
@@ -131,6 +133,35 @@ def test_pause_resume_delete(world):
     assert [s.schedule_id for s in world.store.run_sync(list_schedules, include_deleted=True)] == [row.schedule_id]
     world.advance(3_600_000)
     assert world.run(fire).schedules == 0
+
+
+def _re_run(world, fn, **kwargs):
+    """``fn`` run again as the facade re-runs it after a COMMIT whose answer was lost: same arguments, recovering."""
+    conn = connect(world.db)
+    try:
+        with conn.cursor() as cur:
+            result = fn(Tx(cur, recovering=True), now=world.now, by="op", **kwargs)
+        conn.commit()
+    finally:
+        conn.close()
+    return result
+
+
+@pytest.mark.parametrize("how", ["name", "id"])
+def test_a_change_whose_commit_was_lost_is_reported_as_made_by_its_re_run(world, how):
+    """The re-run finds the schedule as its first run left it: changed, not "already so", and a delete by
+    name is not "no schedule" (the CLI would exit 3, HTTP answer 404, for a delete that happened)."""
+    row = _create(world, name="nightly")
+    ref = "nightly" if how == "name" else row.schedule_id
+    for fn, state in ((pause, "PAUSED"), (resume, "ACTIVE"), (delete, "DELETED")):
+        world.advance(1000)
+        assert world.run(fn, ref=ref, by="op").changed  # committed; its answer lost on the way
+        again = _re_run(world, fn, ref=ref)
+        assert not isinstance(again, Refusal), (fn.__name__, again)
+        assert (again.schedule.schedule_id, again.schedule.state, again.changed) == (row.schedule_id, state, True)
+    world.advance(1000)
+    for twice in (world.run(delete, ref=ref, by="op"), _re_run(world, delete, ref=ref)):  # later calls: not theirs
+        assert isinstance(twice, Refusal) and twice.code == SCHEDULE_NOT_FOUND
 
 
 def test_a_live_name_is_unique_and_freed_by_delete(world):

@@ -16,7 +16,9 @@ processes and any crash (docs/operations.md §8):
 
 Operator changes (:func:`create`, :func:`pause`, :func:`resume`,
 :func:`delete`) lock the row and move it through ``chart_write.move``.
-Pausing a paused schedule or resuming an active one changes nothing.
+Pausing a paused schedule or resuming an active one changes nothing; the
+re-run of a change whose COMMIT's answer was lost knows its own change by
+its time and author, and answers ``changed`` as the first run would have.
 """
 
 from __future__ import annotations
@@ -170,13 +172,32 @@ def fire(tx: Tx, *, now: dt.datetime, limit: int = FIRE_BATCH) -> FireResult:
     return FireResult(len(rows), tuple(task_ids), created, len(rows) == limit)
 
 
+def _own(tx: Tx, row: ScheduleRow, now: dt.datetime, by: str) -> bool:
+    """The row is as this call left it in a run whose COMMIT's answer was lost.
+
+    The re-run gets the same ``now`` and ``by``: a change stamped with both is
+    this call's own, so its answer stays ``changed`` (not "nothing to do").
+    """
+    return tx.recovering and db_time(row.updated_at) == db_time(now) and row.updated_by == by[:128]
+
+
+def _own_delete(tx: Tx, ref: str, now: dt.datetime, by: str) -> ScheduleRow | None:
+    """The schedule this call deleted before its COMMIT's answer was lost (its name names no live one now)."""
+    if not tx.recovering:
+        return None
+    column = "schedule_id" if ref.startswith(SCHEDULE_PREFIX) else "name"
+    row = tx.one(sql.DELETED_BY.format(column=column), (ref, db_time(now), by[:128]))
+    return ScheduleRow.from_row(row) if row else None
+
+
 def _change(tx: Tx, trigger: str, ref: str, now: dt.datetime, by: str) -> ScheduleChange | Refusal:
     row = _lookup(tx, ref, lock=True)
     if row is None:
-        return Refusal(SCHEDULE_NOT_FOUND, f"no schedule {ref}")
+        mine = _own_delete(tx, ref, now, by) if trigger == "delete" else None
+        return ScheduleChange(mine, True) if mine else Refusal(SCHEDULE_NOT_FOUND, f"no schedule {ref}")
     dest = decide("schedule", trigger, row.state, ScheduleContext(schedule=row, now=now))
-    if isinstance(dest, Refusal):
-        return ScheduleChange(row, False)  # pause of a paused one, resume of an active one: nothing to do
+    if isinstance(dest, Refusal):  # pause of a paused one, resume of an active one: nothing to do, unless it did it
+        return ScheduleChange(row, _own(tx, row, now, by))
     sets, args = "updated_at = %s, updated_by = %s", [db_time(now), by[:128]]
     if trigger == "resume":  # ticks that fell while paused are not fired
         sets += ", next_fire_at = %s"

@@ -19,6 +19,9 @@ SCHEDULE_COLUMNS = ("schedule_id, name, state, queue, kind, payload, priority, m
 #: One schedule by ``{column}`` (its id or the name a live one holds), ``{lock}``: empty or ``FOR_UPDATE``.
 SCHEDULE_BY = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE {{column}} = %s{{lock}}"
 FOR_UPDATE = " FOR UPDATE"
+#: A schedule deleted at ``updated_at`` by ``updated_by``, by ``{column}`` (its id or its name).
+DELETED_BY = (f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE {{column}} = %s AND state = '{GONE}'"
+              " AND updated_at = %s AND updated_by = %s")
 #: A new schedule, as ``chart_write.create`` inserts it.
 SCHEDULE_ROW = "(%s, %s, {state}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NULL, NULL, 0, %s, %s, %s, %s)"
 #: Due ACTIVE schedules, ``FOR UPDATE SKIP LOCKED``, through ``schedules_due``.
