@@ -7,6 +7,7 @@ priority ``0``); the encoder omits them.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Literal
 
@@ -72,7 +73,7 @@ class Welcome:
     start_timeout_ms: int
     limits: ServerLimits
     server_time: datetime
-    instance_secret: str | None = None
+    instance_secret: str | None = dataclasses.field(default=None, repr=False)  # no repr shows a secret
     sequence: int | None = None  # None until a capacity frame was applied
 
     def __post_init__(self) -> None:
@@ -101,7 +102,7 @@ class Lease:
     epoch: int
     state: LeaseState
     expires_at: datetime
-    lease_secret: str | None = None
+    lease_secret: str | None = dataclasses.field(default=None, repr=False)
     cancel_requested_at: datetime | None = None
 
     def __post_init__(self) -> None:

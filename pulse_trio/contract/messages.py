@@ -11,6 +11,7 @@ carry the shared body value types from ``bodies``.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import ClassVar, Union
 
@@ -82,10 +83,10 @@ class WorkerResume:
     id: str
     session_id: str
     instance_id: str
-    instance_secret: str
+    instance_secret: str = dataclasses.field(repr=False)  # no repr shows a secret
     task_id: str
     lease_id: str
-    lease_secret: str
+    lease_secret: str = dataclasses.field(repr=False)
 
     def __post_init__(self) -> None:
         c.message_id(self.id, "id")
@@ -113,7 +114,7 @@ class TaskStart:
     session_id: str
     task_id: str
     lease_id: str
-    lease_secret: str
+    lease_secret: str = dataclasses.field(repr=False)
     revision: int
 
     __post_init__ = _lease_command
@@ -126,7 +127,7 @@ class TaskRenew:
     session_id: str
     task_id: str
     lease_id: str
-    lease_secret: str
+    lease_secret: str = dataclasses.field(repr=False)
     revision: int
 
     __post_init__ = _lease_command
@@ -139,7 +140,7 @@ class TaskFinish:
     session_id: str
     task_id: str
     lease_id: str
-    lease_secret: str
+    lease_secret: str = dataclasses.field(repr=False)
     revision: int
     status: Status
     result: str  # canonical JSON text (JsonText), never null

@@ -8,6 +8,7 @@ frozen value object.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 from pulse_trio.contract.frozen import frozen
@@ -104,7 +105,7 @@ class Offer:
 
     task: TaskSnapshot
     lease: LeaseView
-    lease_secret: str
+    lease_secret: str = dataclasses.field(repr=False)  # no repr shows a secret
 
 
 @frozen
@@ -155,7 +156,7 @@ class InstanceView:
 @frozen
 class Registered:
     instance: InstanceView
-    instance_secret: str  # shown once, in worker.welcome
+    instance_secret: str = dataclasses.field(repr=False)  # shown once, in worker.welcome; never by repr
 
 
 @frozen
