@@ -4,7 +4,8 @@ Every task costs a start and a finish; one transaction each would cap the
 service at what PyMySQL and one COMMIT per command allow. The batcher lets
 commands from every connection share statements and one COMMIT: a free
 lane takes whatever commands are queued (one command when the service is
-idle, so idle latency is one transaction; up to ``MAX_BATCH`` under load)
+idle, so idle latency is one transaction; up to ``MAX_BATCH`` under load,
+and finishes whose results fit one statement: ``MAX_BATCH_OUTCOME_CHARS``)
 and runs them in one store thread hand-off. ``LANES`` lanes share the one
 queue, so a batch's database time (statements, the durable COMMIT)
 overlaps the next batch's Python instead of holding every lease behind it.
@@ -49,6 +50,7 @@ from typing import Any, Protocol
 
 import trio
 
+from pulse_trio.contract.limits import MAX_RESULT_BYTES
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.inputs import AnyLeaseCommand, FinishCommand, RenewCommand, StartCommand
@@ -57,6 +59,10 @@ from pulse_trio.store.lease.leases import finish, renew, start
 log = logging.getLogger("pulse_trio.batcher")
 
 MAX_BATCH = 256
+#: The results and error messages a batch's finishes carry, in characters, at most (one finish at least):
+#: the outcomes go into one UPDATE, which must fit the database's packet limit (``max_allowed_packet``)
+#: even when every character is escaped or takes four bytes. Four results at the contract's limit.
+MAX_BATCH_OUTCOME_CHARS = 4 * MAX_RESULT_BYTES
 #: Batches in flight at once. While one lane's batch waits for the database
 #: (statements, COMMIT), another's Python runs; docs/performance.md has the A/B.
 LANES = 3
@@ -212,16 +218,32 @@ def _take_batch(queue: collections.deque[_Pending], held: set[str]) -> list[_Pen
     """Up to MAX_BATCH queued commands, each lease once and none a running batch holds.
 
     The leases taken join ``held`` (the lane releases them once its batch
-    has run); repeats and held leases stay queued, in order.
+    has run); repeats and held leases stay queued, in order. The batch ends
+    before a finish whose outcome would take its finishes past
+    MAX_BATCH_OUTCOME_CHARS: that one starts the next batch.
     """
     batch: list[_Pending] = []
     waiting: list[_Pending] = []
+    outcome_chars = 0
     while queue and len(batch) < MAX_BATCH:
         item = queue.popleft()
         if item.command.lease_id in held:
             waiting.append(item)
-        else:
-            held.add(item.command.lease_id)
-            batch.append(item)
+            continue
+        chars = _outcome_chars(item.command)
+        if outcome_chars and outcome_chars + chars > MAX_BATCH_OUTCOME_CHARS:
+            queue.appendleft(item)
+            break
+        outcome_chars += chars
+        held.add(item.command.lease_id)
+        batch.append(item)
     queue.extendleft(reversed(waiting))
     return batch
+
+
+def _outcome_chars(command: AnyLeaseCommand) -> int:
+    """The characters a command adds to its batch's outcome UPDATE: a finish's result and message."""
+    if type(command) is not FinishCommand:
+        return 0
+    report = command.report
+    return len(report.result_json) + len(report.error_message or "")

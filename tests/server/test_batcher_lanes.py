@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 
 import trio
 import trio.testing
@@ -11,8 +12,12 @@ import trio.testing
 from pulse_trio.server import batcher
 from pulse_trio.server.batcher import LANES, MAX_BATCH, LeaseCommandBatcher, _Pending, _take_batch
 from pulse_trio.server.clock import ServiceClock
+from pulse_trio.contract.limits import MAX_RESULT_BYTES
+from pulse_trio.store import (
+    NewInstance, NewTask, SubscribedQueue, assign, new_credentials, register, set_capacity, start, submit,
+)
 from pulse_trio.store.engine.inputs import FinishCommand, FinishReport, RenewCommand, StartCommand
-from pulse_trio.store.engine.results import Refusal
+from pulse_trio.store.engine.results import CommandAck, Refusal
 from pulse_trio.store.engine.trio_bridge import Store
 
 
@@ -176,3 +181,32 @@ async def test_a_burst_past_one_batch_is_shared_by_two_lanes(db):
         store.gate.set()
         await _all_posted(inboxes)
         assert (lanes.batches, lanes.commands) == (2, MAX_BATCH + 3)
+
+
+async def test_finishes_whose_results_would_overflow_one_statement_share_several_batches(db):
+    """A burst of finishes with results at the contract's limit: their outcomes share one UPDATE per batch,
+    which must fit the database's packet limit, so the burst is cut into batches and every finish commits."""
+    store = Store(db, pool_size=LANES)
+    now = ServiceClock().now()
+    registered = store.run_sync(register, now=now, instance=NewInstance("w", (SubscribedQueue("q"),)))
+    session = registered.instance.session_id
+    count = 36  # in one statement, past MariaDB's default packet limit
+    store.run_sync(set_capacity, now=now, session_id=session, sequence=1, capacity=count, drain=False)
+    store.run_sync(submit, now=now, tasks=[NewTask("q", "k") for _ in range(count)])
+    offers = store.run_sync(assign, now=now, session_id=session, credentials=new_credentials(count),
+                            start_timeout_ms=30_000, default_lease_ttl_ms=30_000).offers
+    assert len(offers) == count
+    leases = [(o.task.task_id, o.lease.lease_id, o.lease_secret) for o in offers]
+    started = store.run_sync(start, now=now, commands=[StartCommand(session, *lease, 1) for lease in leases])
+    assert not [r for r in started if isinstance(r, Refusal)]
+    # Quotes: the JSON text escapes them, and so does the statement, each result at the limit.
+    quotes = (MAX_RESULT_BYTES - 4) // 2
+    async with _running_lanes(store) as lanes:
+        inboxes = [_Posted() for _ in leases]
+        for n, (lease, inbox) in enumerate(zip(leases, inboxes)):
+            result = json.dumps('"' * quotes + f"{n:02d}", separators=(",", ":"))
+            assert len(result.encode()) <= MAX_RESULT_BYTES
+            lanes.submit(FinishCommand(session, *lease, 2, FinishReport("SUCCEEDED", result)), inbox, n)
+        await _all_posted(inboxes)
+        outcomes = [inbox.outcomes[0][1] for inbox in inboxes]
+        assert [type(o) for o in outcomes] == [CommandAck] * count, outcomes[0]
