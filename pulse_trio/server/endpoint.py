@@ -4,8 +4,8 @@ Each side gets only what it uses, named, so a reader sees what it can touch:
 
 * :class:`WorkerEndpoint`, the socket side (``wire.py``): the listen address
   and hello timeout, the frame counters, the registry of open connections,
-  keepalive, the token checks, and the :class:`SessionServices` it hands to
-  each session it opens;
+  keepalive, the token checks, whether the instance is stopping, and the
+  :class:`SessionServices` it hands to each session it opens;
 * :class:`SessionServices`, the session side (``live_session.py``): the
   settings it announces, the clock, the hub, and the few calls it makes
   into the store, the request coalescer, the command batcher and the metrics.
@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
+
+import trio
 
 from pulse_trio.server.clock import ServiceClock
 from pulse_trio.server.hub import SessionHub
@@ -72,6 +74,9 @@ class WorkerEndpoint:
     keepalive: Keepalive
     #: What each session opened here is given.
     sessions: SessionServices
+    #: Set once the instance begins to stop: a connection whose handshake ends after the stop told the open
+    #: ones is told at once, as they were.
+    stopping: trio.Event
 
 
 __all__ = ["OpenConnection", "SessionServices", "WorkerEndpoint"]

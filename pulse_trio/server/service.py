@@ -193,9 +193,11 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                                call_request=requests.call, submit_command=batcher.submit,
                                count_command=metrics.count_command, count_error=metrics.count_error,
                                observe_assign=metrics.observe_assign)
+    stop = trio.Event()
     endpoint = WorkerEndpoint(settings=live_settings, count_frame_in=metrics.count_frame_in,
                               count_frame_out=metrics.count_frame_out, connections=connections,
-                              tokens=TokenChecks(store), keepalive=Keepalive(live_settings), sessions=sessions)
+                              tokens=TokenChecks(store), keepalive=Keepalive(live_settings), sessions=sessions,
+                              stopping=stop)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     batcher.ride_along = RideAlong(hub=hub, dispatcher=dispatcher, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)
@@ -205,7 +207,6 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     firing = ScheduleFiring(store=store, clock=clock, hub=hub)
     live = LiveService(clock=clock, hub=hub, metrics=metrics, store=store, settings_sync=settings_sync,
                        queue_sync=queue_sync)
-    stop = trio.Event()
     worker_sockets: list[trio.socket.SocketType] = []
     try:
         # Bound before anything is written: a taken port stops the start with a ListenError

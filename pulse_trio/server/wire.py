@@ -253,6 +253,8 @@ class WireConnection:
             self.session = LiveSession(self.endpoint.sessions, token, self)
             self.endpoint.connections.add(self)
             self.endpoint.keepalive.add(self)
+            if self.endpoint.stopping.is_set():  # the stop told the connections open then: not this one
+                self.shutdown()
             try:
                 async with trio.open_nursery() as nursery:
                     self._scope = nursery.cancel_scope

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 
 import trio
@@ -200,3 +201,42 @@ async def test_a_fast_poll_does_not_make_the_timers_spin(start_service):
     assert (await start_service(poll_interval=0.01)).timers.interval == 0.1
     assert (await start_service(poll_interval=0.2)).timers.interval == 0.4
     assert (await start_service(poll_interval=5)).timers.interval == 1.0
+
+
+async def test_a_connection_whose_handshake_ends_after_the_stop_began_is_told_too(start_service, connect,
+                                                                                     worker_token):
+    """The stop tells the connections open when it begins; one whose upgrade was still under way is told
+    as soon as it opens (server_shutting_down, 1001), not left to register and be cut off when the grace ends."""
+    from websockets.client import ClientProtocol
+    from websockets.frames import Opcode
+    from websockets.uri import parse_uri
+
+    service = await start_service()
+    port = service.worker_port
+    codec = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}{harness.PATH}"), subprotocols=[harness.SUBPROTOCOL])
+    request = codec.connect()
+    request.headers["Authorization"] = f"Bearer {worker_token}"
+    codec.send_request(request)
+    upgrade = b"".join(codec.data_to_send())
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    try:
+        await stream.send_all(upgrade[:-2])  # all but the blank line that ends the request
+        # Accepted in order: once a later connection is open, the server has taken this one too.
+        told = await connect(service, worker_token, name="told")
+        service.stop()
+        await told.expect_error("server_shutting_down", fatal=True, reply_to=harness.ABSENT)  # the stop has begun
+        await stream.send_all(upgrade[-2:])
+        frames = []
+        with trio.fail_after(3):  # well within the stop's grace, which a connection nobody told would wait out
+            while not any(f.opcode is Opcode.CLOSE for f in frames):
+                data = await stream.receive_some(65536)
+                if not data:
+                    break
+                codec.receive_data(data)
+                frames += [event for event in codec.events_received() if hasattr(event, "opcode")]
+    finally:
+        await stream.aclose()
+    texts = [json.loads(f.data) for f in frames if f.opcode is Opcode.TEXT]
+    assert [t["error"]["code"] for t in texts] == ["server_shutting_down"], texts
+    assert "session_id" not in texts[0] and "reply_to" not in texts[0]
+    assert frames[-1].opcode is Opcode.CLOSE and int.from_bytes(frames[-1].data[:2], "big") == 1001, frames
