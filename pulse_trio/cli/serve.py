@@ -114,6 +114,7 @@ def _serve_member(args: argparse.Namespace, member: GroupMember) -> int:
     import trio
 
     from pulse_trio.dburl import parse_database_url
+    from pulse_trio.listen import ListenError
     from pulse_trio.server.settings_sync import SettingsRefused
 
     logs.configure(args.log_format, args.log_level)
@@ -121,6 +122,8 @@ def _serve_member(args: argparse.Namespace, member: GroupMember) -> int:
     with _signals_wait_for_the_start() as received:
         try:
             trio.run(_serve_and_report, member, parse_database_url(member.settings.database_url), received)
+        except* ListenError as group:  # another process listened on the port since the parent bound it
+            raise CommandFailed(str(_first(group)), EXIT_CANNOT_LISTEN) from None
         except* SettingsRefused as group:
             raise CommandFailed(str(_first(group)), 2) from None
     return 0

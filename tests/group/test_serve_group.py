@@ -278,6 +278,53 @@ def test_a_member_that_gets_sigterm_while_it_starts_stops_as_asked_with_exit_0(d
     assert "SIGTERM while starting: stopping" in rest
 
 
+def _member_racing_for_its_worker_port(db, tmp_path):
+    """A member handed a worker socket whose port another process, which also bound it, listens on first.
+
+    Binding with SO_REUSEADDR, as the first process does, succeeds while nobody listens on the port; so two
+    groups (or a group and one serve process) started together both bind it, and the one whose members listen
+    second finds it taken only then. Runs the member to its end: its exit code and standard error.
+    """
+    ports = []
+    for _ in range(2):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", ports[0].getsockname()[1] if ports else 0))
+        ports.append(sock)
+    worker, other = ports
+    other.listen()
+    http = socket.create_server(("127.0.0.1", 0))
+    shares_fd = create_shares(1)
+    link, member_end = socket.socketpair()
+    member = GroupMember(index=0, size=1, settings=Settings(database_url=db.url(redact=False), processes=1,
+                                                            worker_listen=("127.0.0.1", worker.getsockname()[1])),
+                         worker_fds=(worker.fileno(),), http_fds=(http.fileno(),), shares_fd=shares_fd,
+                         link_fd=member_end.fileno(), metrics_dir=tmp_path, group=secrets.token_hex(8))
+    process = subprocess.Popen(python_command("pulse_trio", "serve", "--log-level", "warning"),
+                               env={**child_environment(), ENVIRONMENT: member.to_environment()},
+                               pass_fds=member.inherited_fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for sock in (worker, other, http, link, member_end):
+            sock.close()
+        os.close(shares_fd)
+    return process.returncode, stderr
+
+
+def test_a_member_whose_worker_port_another_process_took_since_the_bind_fails_in_one_line_with_exit_5(db, tmp_path):
+    """As one serve process does when its port is taken: exit 5 (which the first process passes on), one line
+    naming the flag, not a traceback and exit 70 (an unexpected error)."""
+    code, stderr = _member_racing_for_its_worker_port(db, tmp_path)
+    assert code == EXIT_CANNOT_LISTEN, stderr[-3000:]
+    assert "Traceback" not in stderr and "--worker-listen" in stderr, stderr[-3000:]
+    assert stderr.splitlines()[-1].startswith("pulse-trio: cannot listen for workers"), stderr[-3000:]
+
+
 def test_a_member_that_dies_stops_the_group(group):
     serve, client = group
     first, second = (node["pid"] for node in client.nodes())
