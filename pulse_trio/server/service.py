@@ -40,14 +40,14 @@ import dataclasses
 import logging
 import signal
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import trio
 
 from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.listen import bind_workers
+from pulse_trio.listen import ListenError, bind_workers
 from pulse_trio.live_instance import LiveInstance
 from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.ride_along import RideAlong
@@ -249,7 +249,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                                                 inherited.gate if inherited is not None else None,
                                                 task_status=task_status)
 
-                    port = await root.start(listen)
+                    port = await _listening(root.start(listen), node)
                     root.start_soon(endpoint.keepalive.run)
                     root.start_soon(batcher.run)
                     root.start_soon(requests.run)
@@ -272,7 +272,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                         finally:
                             beside_done.set()
 
-                    http_port = await root.start(serve_beside) if beside is not None else 0
+                    http_port = await _listening(root.start(serve_beside), node) if beside is not None else 0
                     task_status.started(ServiceHandle(
                         worker_port=port, _stop=stop, live_settings=live_settings, store=store, clock=clock, hub=hub,
                         metrics=metrics, batcher=batcher, dispatcher=dispatcher, timers=timers, node=node,
@@ -306,6 +306,21 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
         if beside is not None:
             beside.close()
         store.close()
+
+
+async def _listening(start: Awaitable[int], node: NodeLiveness) -> int:
+    """``start``'s port; when its port was found taken since the bind, the node is recorded STOPPED first.
+
+    The node joined before listening; another process that bound the port
+    too (SO_REUSEADDR lets it while nobody listens) and listened first
+    leaves it unable to serve: never served, so not left ALIVE for the
+    other instances to declare lost.
+    """
+    try:
+        return await start
+    except ListenError:
+        await node.stop()
+        raise
 
 
 def _cut_short(nursery: trio.Nursery, store: Store, why: str, *, after: float | None = None) -> trio.CancelScope:

@@ -325,6 +325,17 @@ def test_a_member_whose_worker_port_another_process_took_since_the_bind_fails_in
     assert stderr.splitlines()[-1].startswith("pulse-trio: cannot listen for workers"), stderr[-3000:]
 
 
+def test_a_member_whose_worker_port_another_process_took_since_the_bind_leaves_no_node_to_declare_lost(db, tmp_path):
+    """Its node joined before it listens (a port that accepts means the instance is up); one that then cannot
+    listen never served: recorded STOPPED as it exits, not left ALIVE for the other instances to declare lost."""
+    _member_racing_for_its_worker_port(db, tmp_path)
+    client = Client(db)
+    try:
+        assert [node["state"] for node in client.nodes(include_stopped=True)] == ["STOPPED"]
+    finally:
+        client.close()
+
+
 def test_a_member_that_dies_stops_the_group(group):
     serve, client = group
     first, second = (node["pid"] for node in client.nodes())
