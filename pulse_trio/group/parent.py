@@ -28,7 +28,7 @@ from pathlib import Path
 import trio
 
 from pulse_trio.child_process import child_environment
-from pulse_trio.config import Settings
+from pulse_trio.config import SERVE_VARIABLES, Settings
 from pulse_trio.group.member import ENVIRONMENT, READY, GroupMember
 from pulse_trio.group.shares import create_shares
 
@@ -60,7 +60,9 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
     """
     size = settings.processes
     member_settings = dataclasses.replace(settings, database_url=database_url, processes=1)
-    environment = {k: v for k, v in child_environment().items() if k != "NOTIFY_SOCKET"}  # the parent reports, not each
+    # The parent reports to systemd, not each member; and a member's settings are the parent's, whose flags beat
+    # their variables: a variable one overrides, read again by a member's parser, could make it refuse to start.
+    environment = {k: v for k, v in child_environment().items() if k != "NOTIFY_SOCKET" and k not in SERVE_VARIABLES}
     shares_fd = create_shares(size)
     group = secrets.token_hex(8)
     metrics_dir = Path(tempfile.mkdtemp(prefix="pulse-trio-group-",

@@ -468,6 +468,28 @@ def test_a_group_whose_flags_the_cluster_refuses_fails_in_one_line_with_exit_2(d
     assert stderr["2"] == stderr["1"]
 
 
+def test_a_flag_beats_its_variable_in_a_group_as_in_one_process(db):
+    """A variable the flag overrides is never read (docs/operations.md §2), even one the flag's type refuses:
+    the members, which take their settings from the first process, must not read it either and exit 2."""
+    client = Client(db)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pulse_trio", "serve", "--processes", "2", "--database-url", db.url(redact=False),
+         "--worker-listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}",
+         "--log-level", "warning"],
+        env={**child_environment(), "PULSE_HTTP_LISTEN": "a leftover"}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: process.poll() is not None or len(client.nodes()) == 2, 30, "the group up, or gone")
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        client.close()
+
+
 async def test_a_member_over_its_share_leaves_the_next_connection_to_the_others():
     """Two gated listeners on one listening socket, as two members have: the connections alternate."""
     fd = create_shares(2)
