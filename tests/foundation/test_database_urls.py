@@ -277,3 +277,47 @@ def test_the_url_form_reads_back_as_the_same_config(config):
     """What the bench hands its serve processes must parse back to the very same login."""
     assert parse_database_url(config.url(redact=False)) == config
     assert config.password == "" or config.password not in config.url()
+
+
+@pytest.mark.live  # a socket that refuses, then accepts and never answers
+def test_a_bounded_single_attempt_goes_through_the_writer_the_process_chose(database_server):
+    """A stop's last record (``Store.run_once``) connects with a shorter connect_timeout than the URL's.
+
+    That config was a key of its own among the writer choices: the record
+    went through a second choice, made from scratch, which probed the nodes
+    the process had already left and spent its whole bound on one that hangs.
+    """
+    import contextlib
+    import functools
+    import socket
+
+    import trio
+
+    from pulse_trio.dburl import connect_node
+    from pulse_trio.store.engine.registry import read_only
+    from pulse_trio.store.engine.trio_bridge import Store
+    from pulse_trio.store.engine.writer import writer_for
+
+    @read_only
+    def node_port(tx):
+        return tx.one("SELECT @@port")[0]
+
+    with contextlib.closing(connect_node(database_server, database=False)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@port")
+        (port,) = cur.fetchone()
+        cur.execute("CREATE USER IF NOT EXISTS 'pulse_tcp'@'127.0.0.1' IDENTIFIED BY 'tcp'")
+        cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'pulse_tcp'@'127.0.0.1'")
+    with socket.socket() as first:
+        first.bind(("127.0.0.1", 0))  # not listening yet: refused, so the process writes through the second
+        config = parse_database_url(f"mysql://pulse_tcp:tcp@127.0.0.1:{first.getsockname()[1]},"
+                                    f"127.0.0.1:{port}/mysql")
+        selector = writer_for(config)
+        selector.reset()
+        store = Store(config, pool_size=1)
+        try:
+            assert store.run_sync(node_port) == port and selector.writer == ("127.0.0.1", port)
+            first.listen(8)  # the first node now accepts and never answers (a frozen host)
+            assert trio.run(functools.partial(store.run_once, node_port, timeout_s=1.0)) == port
+        finally:
+            store.close()
+            selector.reset()

@@ -75,12 +75,17 @@ def connect_within(seconds: float) -> Callable[[DatabaseConfig], pymysql.connect
     """A connector whose connect, and every read and write after it, waits at most ``seconds``.
 
     For a transaction that must not wait out the pool's bounds (a stop's
-    last record). On several nodes it connects to the process's writer.
+    last record). On several nodes it connects to the process's writer: the
+    choice is looked up by the URL's own config, since a config with another
+    ``connect_timeout`` would key a choice of its own, made from scratch by
+    probing nodes the process has already left.
     """
 
     def connector(config: DatabaseConfig) -> pymysql.connections.Connection:
-        return connect(dataclasses.replace(config, connect_timeout=min(seconds, config.connect_timeout)),
-                       io_timeout=seconds)
+        bounded = dataclasses.replace(config, connect_timeout=min(seconds, config.connect_timeout))
+        if config.clustered:
+            return writer_for(config).connect(bounded, io_timeout=seconds)
+        return connect(bounded, io_timeout=seconds)
 
     return connector
 
