@@ -19,7 +19,7 @@ from pulse_trio.store.engine.pool import STATEMENT_TIMEOUT_S
 from pulse_trio.store.engine.writer import (
     FOLLOW_AFTER_S, PROBE_TIMEOUT_S, WriterSelector, connect, create_database, writer_for,
 )
-from pulse_trio.store import register
+from pulse_trio.store import NewTask, get_task, register, submit
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.schema.migrate import code_version, current_version, migrate
@@ -194,6 +194,42 @@ def test_a_process_idle_through_a_failover_joins_the_others_when_it_next_writes(
         a.close()
         b.kill()
         b.wait()
+
+
+def test_a_task_view_finds_a_task_committed_through_another_node(cluster, database_name):
+    """Around a failover two processes write through two nodes for a few seconds (docs/deployment.md §2).
+
+    A task submitted through one is found at once by the other's task view
+    (docs/storage.md §10): the view ran in a transaction on the writer's
+    connections, without the causal read, and on a node that had not applied
+    the commit yet it answered "unknown task".
+    """
+    n1, n2, _ = cluster.nodes
+    a_config, b_config = cluster.config(database_name, [n1, n2]), cluster.config(database_name, [n2, n1])
+    migrate(a_config)
+
+    def forget_the_record() -> None:  # so neither process follows the other within the test
+        with contextlib.closing(n2.connect()) as conn, conn.cursor() as cur:
+            cur.execute(f"DELETE FROM `{database_name}`.db_writer")
+
+    writer_for(a_config).reset()
+    writer_for(b_config).reset()
+    a, b = Store(a_config, pool_size=1), Store(b_config, pool_size=1)
+    try:
+        assert a.run_sync(_node_port) == n1.port
+        forget_the_record()
+        assert b.run_sync(_node_port) == n2.port
+        forget_the_record()
+        missing = 0
+        for _ in range(100):
+            (submitted,) = a.run_sync(submit, tasks=[NewTask("q", "k")], now=NOW)
+            missing += b.run_sync(get_task, task_id=submitted.task_id) is None
+        assert (writer_for(a_config).writer, writer_for(b_config).writer) == (("127.0.0.1", n1.port),
+                                                                              ("127.0.0.1", n2.port))
+    finally:
+        a.close()
+        b.close()
+    assert missing == 0, f"{missing} of 100 tasks just submitted through n1 were unknown to a view on n2"
 
 
 def test_a_node_that_is_not_ready_is_treated_as_a_lost_connection(cluster, database_name):

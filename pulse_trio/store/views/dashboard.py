@@ -38,7 +38,7 @@ COUNT_CAP = 10_000
 FINISHED_STATUSES = tuple(state for state in CHARTS["task"].spec.states if state in TERMINAL_TASK_STATES)
 
 
-@read_only
+@read_only(takes_locks=False)
 def state_pairs(tx: Tx) -> list[tuple[str, str]]:
     """Every (queue, state) with at least one task waiting or ended: one dive per queue, and per queue and state."""
     waiting = tx.all(sql.WAITING_PAIRS)
@@ -94,7 +94,7 @@ def oldest_ready_age_s(tx: Tx, queue: str, now: dt.datetime) -> float | None:
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
-@read_only
+@read_only(takes_locks=False)
 def queue_states(tx: Tx, *, now: dt.datetime, queues: Iterable[str] | None = None,
                  cap: int = COUNT_CAP) -> dict[str, dict[str, object]]:
     """Per queue: capped counts by state, the states whose count passed the cap, the oldest READY task's age.
@@ -137,7 +137,7 @@ def _per_pair(tx: Tx, select: str, tail: str, args: Sequence[object], group: str
     return tx.all(" UNION ALL ".join([part] * len(pairs)), flat)
 
 
-@read_only
+@read_only(takes_locks=False)
 def finishes_by_minute(tx: Tx, *, since: dt.datetime, until: dt.datetime) -> dict[tuple[str, str, int], int]:
     """Tasks that ended in ``[since, until)``: ``(queue, outcome status, whole minutes after since) -> count``.
 
@@ -148,7 +148,7 @@ def finishes_by_minute(tx: Tx, *, since: dt.datetime, until: dt.datetime) -> dic
     return {(queue, status, int(minute)): int(count) for queue, status, minute, count in rows}
 
 
-@read_only
+@read_only(takes_locks=False)
 def finishes_since(tx: Tx, *, since: dt.datetime) -> dict[tuple[str, str], int]:
     """Tasks that ended at ``since`` or later: ``(queue, outcome status) -> count``."""
     rows = _per_pair(tx, sql.COUNT, sql.FINISHED_SINCE, (db_time(since),))

@@ -40,7 +40,7 @@ def ended_tasks(tx: Tx, *, task_ids: Sequence[str]) -> set[str]:
 LIST_ORDERS = ("oldest", "newest")
 
 
-@read_only
+@read_only(takes_locks=False)
 def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, kind: str | None = None,
                idempotency_key: str | None = None, after: str | None = None, limit: int = 100,
                queues: Sequence[str] | None = None, order: str = "oldest") -> list[TaskRow]:
@@ -83,7 +83,7 @@ def list_tasks(tx: Tx, *, queue: str | None = None, state: str | None = None, ki
     return [seen(r) for r in tx.all(statement, args)]
 
 
-@read_only
+@read_only(takes_locks=False)
 def queue_depths(tx: Tx, *, now: dt.datetime, ended: bool = True) -> dict[str, dict[str, object]]:
     """Tasks per state per queue, and the age of the oldest due READY task.
 
@@ -106,7 +106,7 @@ def queue_depths(tx: Tx, *, now: dt.datetime, ended: bool = True) -> dict[str, d
     return out
 
 
-@read_only
+@read_only(takes_locks=False)
 def list_workers(tx: Tx, *, include_disconnected: bool = False, limit: int = 1000) -> list[dict[str, object]]:
     """Worker instances with their session, capacity, drain, held leases and the serve process (node) holding it."""
     statement = sql.WORKERS
@@ -137,7 +137,7 @@ def _worker(row: tuple) -> dict[str, object]:
     }
 
 
-@read_only
+@read_only(takes_locks=False)
 def list_nodes(tx: Tx, *, include_stopped: bool = False, limit: int = 1000) -> list[dict[str, object]]:
     """The serve processes (chart ``node``), newest first, with the sessions each still holds open.
 

@@ -132,7 +132,7 @@ def seen(row: tuple) -> TaskRow:
     return TaskRow.from_row(row[:-2]).seen_with(row[-2], row[-1])
 
 
-@read_only
+@read_only(takes_locks=False)
 def get_task(tx: Tx, *, task_id: str) -> TaskView | None:
     """The task with attempts, outcome, lineage and cancel intent; None if unknown.
 
