@@ -157,13 +157,14 @@ class ConnectionPool:
             with conn.cursor() as cur:
                 for statement in self._setup:
                     cur.execute(statement)
-                if self.autocommit and self._writer is not None:
+                if self.autocommit:
                     # On a cluster, a read that must see every commit the cluster has acknowledged waits
                     # for the node to apply them first (``dburl.CAUSAL_READS``). Autocommit views need
                     # it: they may follow a commit made through another node (an instance that has not
                     # failed over yet, or just has). Writes do not: a transaction that read a row older
                     # than a commit it conflicts with fails certification at COMMIT (1213) and runs
-                    # again (docs/storage.md §10).
+                    # again (docs/storage.md §10). A URL of one address may be a cluster too, behind a
+                    # proxy that moves connections between nodes; a server without Galera ignores it.
                     set_causal_reads(cur)
             conn.commit()
             if self.autocommit:
