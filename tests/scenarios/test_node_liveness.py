@@ -228,3 +228,25 @@ async def test_a_missed_heartbeat_or_a_long_pause_restarts_the_wait_before_sweep
         assert live.may_sweep
     finally:
         store.close()
+
+
+async def test_a_start_whose_commit_landed_unseen_is_found_by_the_next_try(virtual_clock, db):
+    """The store gave up on a start whose COMMIT had landed (its answer lost): the next try is not refused.
+
+    The heartbeat that tries again must find the row as its own, not insert it
+    again (a duplicate key, at every heartbeat, for the life of the process).
+    """
+    store = Store(db, pool_size=1, node_id="nod_" + "R" * 26)
+    virtual_clock.limiters.append(store.limiter)
+    clock = ServiceClock(virtual=True)
+    live = lone_node(store, Settings(**LIVENESS), clock)
+    try:
+        # What the lost answer leaves behind: the row is recorded, and the process does not know it.
+        await store.run(nodes.start, now=clock.now(), lapse_ms=round(LAPSE * 1000), host="h", pid=1)
+        assert await live.start()
+        await trio.sleep(HEARTBEAT)
+        await live.beat()
+        state, expires_at, _, _ = await _node(db, live.node_id)
+        assert state == "ALIVE" and expires_at == db_time(clock.now() + dt.timedelta(seconds=LAPSE))
+    finally:
+        store.close()

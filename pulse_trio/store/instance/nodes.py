@@ -76,12 +76,16 @@ def _lock_me(tx: Tx) -> NodeRow | Refusal:
 
 @transition("node", "start")
 def start(tx: Tx, *, now: dt.datetime, lapse_ms: int, host: str, pid: int) -> NodeRow:
-    """A serve process records itself ALIVE before it listens (its ports are bound already)."""
+    """A serve process records itself ALIVE before it listens (its ports are bound already).
+
+    A row with this id is this process's own start: its COMMIT landed, and
+    either the store's re-run (``tx.recovering``) or, once the store gave up,
+    the next heartbeat's fresh try finds it, instead of inserting it again.
+    """
     me = _me(tx)
-    if tx.recovering:
-        existing = tx.one(sql.NODE, (me,))
-        if existing:
-            return NodeRow.from_row(existing)
+    existing = tx.one(sql.NODE, (me,))
+    if existing:
+        return NodeRow.from_row(existing)
     if lapse_ms < 1:
         raise ValueError("lapse_ms must be positive")
     dest = decide("node", "start", "NONE", NodeContext())
