@@ -198,6 +198,19 @@ def test_the_sweep_goes_in_batches_and_the_node_leaves_it_when_done(world, node)
     assert b.run(nodes.lose).count == 0
 
 
+def test_more_lapsed_nodes_than_one_batch_takes_ask_for_another_batch(world, node):
+    """A host running a serve group dies: its nodes are declared in the sweep's next rounds, not one batch a tick."""
+    sweeper = node("s")
+    dead = {node(f"d{i}").node_id for i in range(5)}
+    world.advance(LAPSE_MS)
+    sweeper.run(nodes.heartbeat)
+    first = sweeper.run(nodes.lose, max_nodes=3)
+    assert len(first.lost_nodes) == 3 and first.more  # a full batch of nodes: more may have lapsed
+    second = sweeper.run(nodes.lose, max_nodes=3)
+    assert len(second.lost_nodes) == 2 and not second.more
+    assert set(first.lost_nodes + second.lost_nodes) == dead
+
+
 def _open_tx(world, node_id: str | None = None):
     conn = connect(world.db)
     cur = conn.cursor()

@@ -166,7 +166,10 @@ def lose(tx: Tx, *, now: dt.datetime, limit: int = 500, max_nodes: int = 16) -> 
     scan has no ORDER BY, so only the rows it returns are read and locked
     (lapsed ALIVE nodes come before LOST ones with sessions left, in index
     order). ``count`` is the sessions disconnected; ``more``: the batch was
-    full. Leases are not touched.
+    full, of sessions, or of nodes of which some were declared lost now (a
+    host running a serve group leaves many at once; a full batch of LOST
+    nodes whose sessions are all locked waits for the next tick). Leases are
+    not touched.
     """
     me = _me(tx)
     nodes = [NodeRow.from_row(r) for r in claim(tx, sql.LAPSED_SCAN, now=now, limit=max_nodes, where_args=(me,))]
@@ -188,7 +191,8 @@ def lose(tx: Tx, *, now: dt.datetime, limit: int = 500, max_nodes: int = 16) -> 
             lost.append(node.node_id)
         elif expires is None:
             move(tx, "node", "lose", [node.node_id], source=node.state, dest=dest, sets="expires_at = NULL")
-    return TimerResult(count, budget <= 0, lost_nodes=tuple(lost))
+    more_nodes = len(nodes) == max_nodes and bool(lost)
+    return TimerResult(count, budget <= 0 or more_nodes, lost_nodes=tuple(lost))
 
 
 __all__ = ["heartbeat", "lose", "rejoin", "start", "stop"]
