@@ -52,3 +52,17 @@ def test_a_claim_trusts_the_paused_set_it_is_given(world):
     task = world.submit("a")
     world.run(pause, queue="a", paused_by="test")
     assert [o.task.task_id for o in _claim(world, w, paused=frozenset())] == [task]
+
+
+def test_a_session_whose_every_queue_is_paused_is_offered_nothing_and_the_claim_does_not_fail(world):
+    """Its claim has no source to read: it answers with no offers (it once sent an empty statement and
+    failed, so each dispatch pass logged a failed claim and counted its slots as held until reconciled)."""
+    w = world.worker("a", capacity=3)
+    world.submit("a")
+    world.run(pause, queue="a", paused_by="test")
+    result = world.run(assign, session_id=w.session_id, credentials=new_credentials(3),
+                       start_timeout_ms=START_TIMEOUT_MS, default_lease_ttl_ms=LEASE_TTL_MS)
+    assert (result.offers, result.free_slots) == ((), 3)
+    assert _claim(world, w, paused=frozenset({"a"})) == ()
+    keyed = world.worker("a", capacity=3, keys=True)
+    assert _claim(world, keyed, paused=frozenset({"a"})) == ()

@@ -285,6 +285,8 @@ def _choose(tx: Tx, session: InstanceRow, want: int, now: dt.datetime, credentia
     # that it then leaves, and every row read costs a decode.
     page = want if not session.concurrency_keys else min(max(want, 8), max_scan)
     sources = _sources(session, paused)
+    if not sources:
+        return []  # every queue it takes is paused: nothing to read (an empty UNION is no statement)
     # Many sources (a subscription naming many kinds) share the first page;
     # a source that turns out to hold the work reads full pages after it.
     first = page if len(sources) <= SHARED_PAGES_FROM else -(-page // len(sources))
