@@ -25,6 +25,24 @@ def test_committed_pages_are_fresh():
     assert not stale, f"stale: {[p.name for p in stale]}; run `pulse-trio statecharts render`"
 
 
+def test_every_http_route_a_chart_names_is_one_the_api_serves():
+    """A chart's descriptions become its page: a route they name must be in docs/openapi.json."""
+    import json
+    import re
+
+    document = json.loads((DOCS.parent / "openapi.json").read_text())
+    served = {(method.upper(), re.sub(r"\{[^}]*\}", "{}", path))
+              for path, operations in document["paths"].items() for method in operations}
+    named = re.compile(r"\b(GET|PUT|POST|PATCH|DELETE) (/v1/[\w/{}.-]+)")
+    unknown = []
+    for name, loaded in CHARTS.items():
+        texts = [loaded.spec.description] + [t.description for t in loaded.spec.transitions]
+        for method, path in (m for text in texts for m in named.findall(text)):
+            if (method, re.sub(r"\{[^}]*\}", "{}", path)) not in served:
+                unknown.append((name, method, path))
+    assert not unknown
+
+
 def test_a_page_whose_chart_file_was_removed_or_renamed_is_stale(tmp_path, capsys):
     """A chart renamed from ``permit`` to ``key_permit`` (or deleted) leaves its generated page behind."""
     out = tmp_path / "statecharts"
