@@ -214,6 +214,42 @@ def test_a_lock_left_by_a_dead_run_is_taken_once_it_expires(database_server):
     assert time.monotonic() - started < 5
 
 
+def test_a_file_that_outlasts_the_lock_ttl_keeps_its_lock(database_server):
+    """A statement may run longer than the lock's ttl (a table rebuild on millions of rows): the run keeps its
+    lock meanwhile, so a run started beside it waits and finds nothing to do. Extended only between files, the
+    lock expired under the statement; the second run took it and ran the same file, and the first failed on a
+    lock it no longer held."""
+    import time
+
+    config = _fresh(database_server, "outlast")
+    migrate(config, upto=4)
+    blocker = connect(config)  # a transaction that read worker_instances: 0005's ALTER waits for its end
+    with blocker.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT COUNT(*) FROM worker_instances")
+    applied: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+
+    def run(name: str) -> None:
+        try:
+            applied[name] = [m.version for m in migrate(config, upto=6, lock_ttl_s=0.4, lock_timeout_s=10)]
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    time.sleep(0.6)  # past the ttl, the first run still in 0005's ALTER
+    second = threading.Thread(target=run, args=("second",))
+    second.start()
+    time.sleep(0.25)  # the second run waits for the lock (it took the lock and ran 0005 before)
+    blocker.rollback()
+    blocker.close()
+    first.join()
+    second.join()
+    assert errors == []
+    assert applied == {"first": [5, 6], "second": []}
+
+
 def test_already_exists_rereads_the_version(database_server):
     """A file another run applied meanwhile is skipped; a half-applied one stays a loud error."""
     import datetime as dt

@@ -15,6 +15,11 @@ A statement that meets "already exists" (the lock expired under a slow run,
 or another process won a race the lock could not see) re-reads the recorded
 versions: if the file is recorded meanwhile, the run moves on; otherwise the
 file was half-applied and the error is loud.
+
+One statement may run longer than the lock's ttl (a table rebuild on
+millions of rows takes minutes) while the holder's connection is busy with
+it, so a keeper thread extends the lock from a connection of its own for as
+long as the run lasts.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import re
 import secrets
 import socket
+import threading
 import time
 from importlib import resources
 
@@ -114,10 +120,10 @@ def _error_code(exc: BaseException) -> int:
 class _Lock:
     """The committed lock row: taken, extended before each file, released at the end."""
 
-    def __init__(self, conn, ttl_s: float = LOCK_TTL_S) -> None:
+    def __init__(self, conn, ttl_s: float = LOCK_TTL_S, owner: str | None = None) -> None:
         self.conn = conn
         self.ttl_s = ttl_s
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
     def _commit_one(self, sql: str, args: tuple) -> int:
         return _commit_statement(self.conn, sql, args)
@@ -158,6 +164,35 @@ class _Lock:
 
     def release(self) -> None:
         self._commit_one("DELETE FROM schema_lock WHERE name = %s AND owner = %s", (LOCK_NAME, self.owner))
+
+
+class _Keeper:
+    """Keeps the run's lock alive from a connection of its own while the holder's runs the files.
+
+    Extended only between files, the lock expired under a file that ran longer
+    than its ttl: another run took it and ran the same file, and both failed
+    (one on a lock it no longer held, the other on a file "half-applied").
+    """
+
+    def __init__(self, config: DatabaseConfig, lock: _Lock) -> None:
+        self.lock = _Lock(connect(config), lock.ttl_s, owner=lock.owner)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="pulse-trio-migration-lock", daemon=True)
+        self._thread.start()
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self.lock.ttl_s / 3):
+            try:
+                self.lock.extend()
+            except MigrationError:
+                return  # lost: the holder's own extend before its next file says so
+            except pymysql.err.MySQLError:
+                continue  # a passing failure: the next turn tries again
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.lock.conn.close()
 
 
 def _commit_statement(conn, sql: str, args: tuple, attempts: int = 5) -> int:
@@ -221,7 +256,7 @@ def _create_machinery(cur) -> None:
 
 
 def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int | None = None,
-            lock_timeout_s: float = LOCK_TIMEOUT_S) -> list[Migration]:
+            lock_timeout_s: float = LOCK_TIMEOUT_S, lock_ttl_s: float = LOCK_TTL_S) -> list[Migration]:
     """Bring the database up to the code's version (or ``upto``); return what was applied.
 
     Re-running is a no-op. A database newer than the code is refused rather
@@ -240,10 +275,14 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
             set_causal_reads(cur)
             _create_machinery(cur)  # DDL: committed implicitly (a replicated, ordered event on a cluster)
         conn.commit()
-        lock = _Lock(conn)
+        lock = _Lock(conn, lock_ttl_s)
         lock.take(lock_timeout_s)
         try:
-            return _apply(conn, lock, migrations, applied_at, upto)
+            keeper = _Keeper(config, lock)
+            try:
+                return _apply(conn, lock, migrations, applied_at, upto)
+            finally:
+                keeper.close()
         finally:
             lock.release()
     finally:
