@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import secrets
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -248,6 +252,56 @@ def test_a_file_that_outlasts_the_lock_ttl_keeps_its_lock(database_server):
     second.join()
     assert errors == []
     assert applied == {"first": [5, 6], "second": []}
+
+
+def _wait_for_a_statement_waiting_on(conn, proc: subprocess.Popen, database: str) -> None:
+    """Until a statement of ``proc``'s waits for the table lock ``conn``'s open transaction holds."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.processlist"
+                        " WHERE db = %s AND state = 'Waiting for table metadata lock'", (database,))
+            if cur.fetchone()[0]:
+                return
+        time.sleep(0.05)
+    raise AssertionError("no statement waits")
+
+
+@pytest.mark.live  # it runs pulse-trio processes
+@pytest.mark.parametrize("command, signum, exit_code", [
+    (["migrate"], signal.SIGINT, 130),
+    (["serve", "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"], signal.SIGTERM, 0),
+], ids=["migrate-ctrl-c", "serve-sigterm"])
+def test_a_stop_while_a_file_runs_exits_as_a_stop_and_releases_the_lock(database_server, tmp_path, command,
+                                                                         signum, exit_code):
+    """Ctrl-C on `migrate`, or a service manager's stop of a `serve` still migrating, while a file runs: the
+    command exits as a stop does (130; 0 for serve's SIGTERM), without a traceback, and the lock is free at once.
+    The release went through the connection the interrupt had left mid-statement: its error hid the interrupt
+    (exit 1, or 70 for serve, with tracebacks) and left the lock held until it expired."""
+    config = _fresh(database_server, f"stop_{command[0]}")
+    migrate(config, upto=4)
+    blocker = connect(config)  # a transaction that read worker_instances: 0005's ALTER waits for its end
+    with blocker.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("SELECT COUNT(*) FROM worker_instances")
+    proc = subprocess.Popen([sys.executable, "-m", "pulse_trio", *command, "--database-url", config.url(redact=False),
+                             "--state-dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_a_statement_waiting_on(blocker, proc, config.database)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        blocker.rollback()
+        blocker.close()
+    assert (proc.returncode, "Traceback" in err) == (exit_code, False), err
+    conn = connect(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM schema_lock")
+        assert cur.fetchone()[0] == 0
+    conn.close()
 
 
 def test_already_exists_rereads_the_version(database_server):

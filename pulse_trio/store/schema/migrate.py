@@ -19,7 +19,7 @@ file was half-applied and the error is loud.
 One statement may run longer than the lock's ttl (a table rebuild on
 millions of rows takes minutes) while the holder's connection is busy with
 it, so a keeper thread extends the lock from a connection of its own for as
-long as the run lasts.
+long as the run lasts, and releases it at the end.
 """
 
 from __future__ import annotations
@@ -167,17 +167,23 @@ class _Lock:
 
 
 class _Keeper:
-    """Keeps the run's lock alive from a connection of its own while the holder's runs the files.
+    """Keeps the run's lock alive from a connection of its own while the holder's runs the files; releases it.
 
     Extended only between files, the lock expired under a file that ran longer
     than its ttl: another run took it and ran the same file, and both failed
     (one on a lock it no longer held, the other on a file "half-applied").
+    The keeper's connection is idle when the run ends, so the release goes
+    through it even when an interrupt (Ctrl-C, serve's SIGTERM) left the
+    holder's in mid-statement: released there, its error hid the interrupt.
     """
 
     def __init__(self, config: DatabaseConfig, lock: _Lock) -> None:
         self.lock = _Lock(connect(config), lock.ttl_s, owner=lock.owner)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._keep, name="pulse-trio-migration-lock", daemon=True)
+
+    def start(self) -> None:
+        """Begin extending: the lock is taken."""
         self._thread.start()
 
     def _keep(self) -> None:
@@ -189,10 +195,18 @@ class _Keeper:
             except pymysql.err.MySQLError:
                 continue  # a passing failure: the next turn tries again
 
-    def close(self) -> None:
+    def close(self, *, failing: bool) -> None:
+        """Stop extending and release; while the run fails anyway, a release that fails leaves the row to expire."""
         self._stop.set()
-        self._thread.join()
-        self.lock.conn.close()
+        if self._thread.is_alive():
+            self._thread.join()
+        try:
+            self.lock.release()
+        except pymysql.err.MySQLError:
+            if not failing:
+                raise
+        finally:
+            self.lock.conn.close()
 
 
 def _commit_statement(conn, sql: str, args: tuple, attempts: int = 5) -> int:
@@ -276,15 +290,16 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
             _create_machinery(cur)  # DDL: committed implicitly (a replicated, ordered event on a cluster)
         conn.commit()
         lock = _Lock(conn, lock_ttl_s)
-        lock.take(lock_timeout_s)
+        keeper = _Keeper(config, lock)
         try:
-            keeper = _Keeper(config, lock)
-            try:
-                return _apply(conn, lock, migrations, applied_at, upto)
-            finally:
-                keeper.close()
-        finally:
-            lock.release()
+            lock.take(lock_timeout_s)
+            keeper.start()
+            done = _apply(conn, lock, migrations, applied_at, upto)
+        except BaseException:
+            keeper.close(failing=True)
+            raise
+        keeper.close(failing=False)
+        return done
     finally:
         conn.close()
 
