@@ -111,6 +111,29 @@ def test_database_newer_than_code_is_refused(database_server):
         migrate(config)
 
 
+@pytest.mark.parametrize("recorded", [3, 29])
+def test_a_schema_migrations_table_of_another_application_is_refused(database_server, recorded):
+    """A database whose ``schema_migrations`` another tool made (golang-migrate's: version, dirty) is not read
+    as pulse-trio's: its version 3 had migrate create tables among the other application's and then fail as
+    "cannot reach the database", and its version 29 had migrate report success on a database without a
+    single table of pulse-trio's. Both are refused, naming the table, before anything is created."""
+    config = _fresh(database_server, f"foreign_{recorded}")
+    conn = connect(config, database=False)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{config.database}`")
+        cur.execute(f"CREATE TABLE `{config.database}`.schema_migrations"
+                    " (version BIGINT NOT NULL PRIMARY KEY, dirty BOOLEAN NOT NULL) ENGINE=InnoDB")
+        cur.execute(f"INSERT INTO `{config.database}`.schema_migrations VALUES (%s, FALSE)", (recorded,))
+    conn.commit()
+    for read in (current_version, migrate):
+        with pytest.raises(MigrationError, match="schema_migrations .*not pulse-trio's"):
+            read(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (config.database,))
+        assert cur.fetchall() == (("schema_migrations",),)
+    conn.close()
+
+
 def _older(database_server, name: str, version: int):
     """A fresh database at an older schema version, the moment its hand-written rows say, and their ids."""
     import datetime as dt

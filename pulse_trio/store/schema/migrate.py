@@ -102,13 +102,29 @@ def current_version(config: DatabaseConfig, *, io_timeout: float | None = None) 
         conn.close()
 
 
+#: The columns of pulse-trio's own ``schema_migrations`` (``_MACHINERY``).
+_RECORD_COLUMNS = ("applied_at", "name", "version")
+
+
 def _read_version(cur) -> int:
+    """The recorded version; a ``schema_migrations`` that another application made is refused, not read.
+
+    Other tools keep a table of that name too (golang-migrate, dbmate, Rails,
+    Ecto): read as ours, its version had migrate create tables among the
+    other application's, or report a database with none of ours up to date.
+    """
     cur.execute(
-        "SELECT COUNT(*) FROM information_schema.tables "
-        "WHERE table_schema = DATABASE() AND table_name = 'schema_migrations'"
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = DATABASE() AND table_name = 'schema_migrations' ORDER BY column_name"
     )
-    if cur.fetchone()[0] == 0:
+    columns = tuple(row[0] for row in cur.fetchall())
+    if not columns:
         return 0
+    if columns != _RECORD_COLUMNS:
+        raise MigrationError(
+            f"the database's schema_migrations table is not pulse-trio's (its columns: {', '.join(columns)}): "
+            f"it belongs to another application; give pulse-trio a database of its own"
+        )
     cur.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
     return int(cur.fetchone()[0])
 
@@ -287,6 +303,7 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
         conn.autocommit(True)
         with conn.cursor() as cur:
             set_causal_reads(cur)
+            _read_version(cur)  # refuses another application's schema_migrations before creating anything
             _create_machinery(cur)  # DDL: committed implicitly (a replicated, ordered event on a cluster)
         conn.commit()
         lock = _Lock(conn, lock_ttl_s)
