@@ -2,12 +2,16 @@
 
 In a reconnect storm thousands of connections arrive within seconds, most
 of them with one of a handful of tokens, and each looked its token up in a
-transaction of its own. Here a lookup that is under way is shared: a
-connection whose token (by digest) is being looked up already waits for
-that lookup's answer instead of starting another. Nothing is kept once the
-lookup answers, so a revocation counts from the first lookup that starts
-after it commits, as before; the lookup itself (``live_token``: the
-digest's index, then a constant-time comparison) is unchanged.
+transaction of its own. Here a lookup is shared, but only by connections
+that came before it started: a connection whose token (by digest) is being
+looked up already waits for that lookup to end, then takes the answer of
+the next one, which starts after it came. The lookup under way may have
+read the token before a revoke that has committed since, and a revoke
+refuses the token's next connection at once (docs/operations.md §1.4). A
+lookup starts one scheduling step after its first caller, so connections
+whose handshakes are read in the same step share it; nothing is kept once
+it answers, and the lookup itself (``live_token``: the digest's index, then
+a constant-time comparison) is unchanged.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from pulse_trio.tokens import TokenInfo, digest
 
 
 class _Lookup:
-    __slots__ = ("done", "answered", "info")
+    __slots__ = ("done", "answered", "info", "number")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.answered = False
         self.info: TokenInfo | None = None
+        #: Its place among the lookups started (0 until it starts): a caller takes only an answer started after it came.
+        self.number = 0
 
 
 class TokenChecks:
@@ -43,21 +49,23 @@ class TokenChecks:
     async def check(self, token: str) -> TokenInfo | None:
         """The live token's record, or None (unknown, revoked, another role).
 
-        Only an answer is shared: when the lookup under way fails or is
-        cancelled (its connection went away), each waiter looks up itself.
+        Only the answer of a lookup that started after this call came is
+        shared, so a revoke committed before it came is always seen; and
+        only an answer: when that lookup fails or is cancelled (its
+        connection went away), the waiters look up again.
         """
         key = digest(token)
-        lookup = self._under_way.get(key)
-        if lookup is not None:
+        came_after = self.lookups  # the lookups started before this call came: their answers may be stale
+        while (lookup := self._under_way.get(key)) is not None:
             await lookup.done.wait()
-            if lookup.answered:
+            if lookup.answered and lookup.number > came_after:
                 self.shared += 1
                 return lookup.info
-            if key in self._under_way:  # another waiter has started the next lookup: share that one
-                return await self.check(token)
         lookup = self._under_way[key] = _Lookup()
-        self.lookups += 1
         try:
+            await trio.lowlevel.checkpoint()  # the handshakes read in this same step join before it starts
+            self.lookups += 1
+            lookup.number = self.lookups
             lookup.info = await self._store.run(live_token, token=token, roles=self._roles)
             lookup.answered = True
             return lookup.info

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 import trio
+import trio.testing
 
 from pulse_trio.server.token_checks import TokenChecks
 from pulse_trio.store.engine.trio_bridge import Store
@@ -44,6 +47,45 @@ async def test_nothing_is_kept_after_the_answer(db, token_factory, revoke):
         assert await checks.check(token) is not None
         revoke(token)
         assert await checks.check(token) is None
+        assert checks.lookups == 2 and checks.shared == 0
+    finally:
+        store.close()
+
+
+class _TellingStore(Store):
+    """The real store, which also says from its thread when a transaction has its answer, before Trio hears it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.answered = threading.Event()
+
+    def run_sync(self, fn, /, **kwargs):
+        try:
+            return super().run_sync(fn, **kwargs)
+        finally:
+            self.answered.set()
+
+
+async def test_a_check_that_comes_after_a_revoke_does_not_take_a_lookup_started_before_it(db, token_factory, revoke):
+    """docs/operations.md §1.4: a revoke refuses the token's next connection at once. A handshake that
+    arrives once the revoke has committed, while a lookup that read the token live is still on its way
+    back, waits for a lookup of its own instead of taking that one's stale answer."""
+    store = _TellingStore(db, pool_size=2)
+    try:
+        checks = TokenChecks(store)
+        token = token_factory("worker", ["billing"])
+        earlier: list = []
+
+        async def before_the_revoke() -> None:
+            earlier.append(await checks.check(token))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(before_the_revoke)
+            await trio.testing.wait_all_tasks_blocked()  # its lookup is in a store thread
+            assert store.answered.wait(10)  # it has read the token live; Trio does not run it until we yield
+            revoke(token)
+            assert await checks.check(token) is None
+        assert earlier[0] is not None and earlier[0].queues == ("billing",)
         assert checks.lookups == 2 and checks.shared == 0
     finally:
         store.close()
