@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from token_support import revoke_token
-from ui_support import screenshot, sign_in
+from token_support import make_token, revoke_token
+from ui_support import DatabaseRelay, screenshot, sign_in
+
+from pulse_trio.serve_process import ServeProcess
 
 OPERATOR_ONLY = ("#nav a[data-page=workers]", "#nav a[data-page=nodes]")
 
@@ -57,6 +59,30 @@ def test_a_token_revoked_while_signed_in_ends_the_session(page, service):
     message = page.wait_for_selector("#signin-message:not([hidden])", timeout=15_000).text_content()
     assert "no longer accepted" in message and "revoked" in message
     assert not page.is_visible("#app") and page.evaluate("() => sessionStorage.length") == 0
+
+
+def test_a_reload_while_the_database_is_away_keeps_the_token_and_signs_in_once_it_is_back(page, db):
+    """Only an unknown or revoked token sends you back to sign-in: a remembered token that /v1/whoami cannot
+    check (503 database_unavailable) is kept, the banner says why, and the check is tried again as a refresh is.
+
+    On a `serve` of its own (the test's database, just reset), which reaches it through a relay the test cuts.
+    """
+    with DatabaseRelay(db) as relay, ServeProcess(relay.config) as serve:
+        token = make_token(db, "operator", (), label="ui-outage")
+        page.goto(f"{serve.http_url}/ui/")
+        page.fill("#token", token)
+        page.click("#signin-form button[type=submit]")
+        page.wait_for_selector("#who:not([hidden])")
+        relay.cut()
+        page.reload()
+        said = page.wait_for_selector("#banner:not([hidden]), #signin-message:not([hidden])", timeout=20_000)
+        assert not page.is_visible("#signin"), page.text_content("#signin-message")
+        assert "503 database_unavailable" in said.text_content()
+        assert page.evaluate("() => Object.values(sessionStorage)") == [token]
+        relay.restore()
+        page.wait_for_selector("#who:not([hidden])")
+        assert page.text_content("[data-field=role]") == "operator"
+        page.wait_for_selector("#banner", state="hidden")
 
 
 def test_a_producer_sees_its_queues_and_no_operator_action(page, service):

@@ -87,6 +87,10 @@ async function signIn(candidate, { remembered = false } = {}) {
   try {
     me = await get("/v1/whoami");
   } catch (error) {
+    if (remembered && error instanceof ApiError && error.status !== 401 && error.status !== 403) {
+      checkAgainLater(candidate, error); // the service or its database is away, not the token
+      return;
+    }
     token.clear();
     if (!(error instanceof ApiError)) throw error;
     const why = error.status === 401
@@ -105,6 +109,26 @@ async function signIn(candidate, { remembered = false } = {}) {
   $("who").hidden = false;
   $("app").hidden = false;
   await show();
+}
+
+// A remembered token that could not be checked (503 database_unavailable, the service unreachable) is
+// kept: only an unknown, revoked or worker token sends you back to sign-in. The banner says why, as a
+// refresh's does, and the token is checked again after a refresh's interval unless you sign out first.
+function checkAgainLater(candidate, error) {
+  stopRefreshing();
+  shell.session = null;
+  shell.current = null;
+  for (const link of document.querySelectorAll("#nav a[data-may]")) link.hidden = true;
+  $("signin").hidden = true;
+  $("who").hidden = true;
+  $("bar").hidden = false;
+  $("app").hidden = false;
+  replace($("view"), "");
+  banner(`The service answered: ${error.summary}`);
+  shell.timer = setTimeout(() => {
+    shell.timer = null;
+    if (token.get() === candidate) signIn(candidate, { remembered: true });
+  }, REFRESH_MS);
 }
 
 onUnauthenticated((error) => {
