@@ -247,8 +247,14 @@ def test_sigterm_to_every_process_while_the_group_starts_stops_it_with_exit_0(db
 def test_a_member_that_gets_sigterm_while_it_starts_stops_as_asked_with_exit_0(db, tmp_path):
     """A member handed what its parent hands it, on a database that is away, so its start lasts (each store
     call retries): SIGTERM then unwinds the start, as in one serve process, instead of killing the member
-    outright with its node half-made; the member exits 0, a stop asked for."""
-    away = dataclasses.replace(db, host="127.0.0.1", port=free_port(), unix_socket=None, connect_timeout=1.0)
+    outright with its node half-made; the member exits 0, a stop asked for.
+
+    The signal must come while the start runs: its first connection to the database is held unanswered until
+    then (a log line would come too late: the start ends right after it), and later ones are refused.
+    """
+    hole = socket.create_server(("127.0.0.1", 0))
+    away = dataclasses.replace(db, host="127.0.0.1", port=hole.getsockname()[1], unix_socket=None,
+                               connect_timeout=5.0)
     worker, http = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
     shares_fd = create_shares(1)
     link, member_end = socket.socketpair()
@@ -260,17 +266,18 @@ def test_a_member_that_gets_sigterm_while_it_starts_stops_as_asked_with_exit_0(d
                                pass_fds=member.inherited_fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
-        assert process.stderr is not None
-        for line in process.stderr:  # its start has reached the database, and goes on retrying
-            if "cluster settings not read yet" in line:
-                break
+        hole.settimeout(30)
+        first, _ = hole.accept()  # the start is waiting on the database's greeting
         process.send_signal(signal.SIGTERM)
+        time.sleep(0.2)  # the member has taken the signal (kept for after its start)
+        first.close()
+        hole.close()  # the start's later attempts are refused: it ends, then the member stops as asked
         _, rest = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-        for sock in (worker, http, link, member_end):
+        for sock in (worker, http, link, member_end, hole):
             sock.close()
         os.close(shares_fd)
     assert process.returncode == 0, rest[-3000:]
