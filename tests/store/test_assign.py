@@ -116,6 +116,17 @@ def test_lease_ttl_defaults_to_the_servers_and_tasks_can_override(world):
     assert ttl[first.task.task_id] == 5_000 and ttl[second.task.task_id] == 12_000
 
 
+def test_a_task_stored_with_a_lease_shorter_than_the_shortest_gets_the_shortest(world):
+    """Submits once took a task's own lease_ttl under half a second; one still waiting gets a lease a worker can
+    renew (cluster_settings.LEASE_TTL_MIN_MS), not one that lapses before its first renewal."""
+    w = world.worker("q")
+    old = world.submit(lease_ttl_ms=5_000)
+    world.sql("UPDATE tasks SET lease_ttl_ms = 100 WHERE task_id = %s", (old,))  # as such a submit stored it
+    (offer,) = world.assign(w, 1, default_lease_ttl_ms=12_000)
+    assert offer.task.task_id == old
+    assert world.sql("SELECT ttl_ms FROM leases") == [(500,)]
+
+
 def test_offer_carries_the_task_fields(world):
     w = world.worker("q")
     (r,) = world.run(submit, tasks=[NewTask("q", "k", payload_json='[1,2]', priority=4, idempotency_key="idem",

@@ -35,6 +35,7 @@ import heapq
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeAlias, TypeVar
 
+from pulse_trio.cluster_settings import LEASE_TTL_MIN_MS
 from pulse_trio.contract.frozen import frozen
 from pulse_trio.store.engine import ids
 from pulse_trio.store.instance import instances
@@ -197,6 +198,16 @@ def _snapshot(task: TaskRow, attempt: int, token: int | None) -> TaskSnapshot:
                         token, task.effect_uncertain, task.retry_of)
 
 
+def _lease_ttl_ms(task: TaskRow, default_ms: int) -> int:
+    """The task's own lease ttl, or the cluster's; never under the shortest lease a worker can renew.
+
+    Submits once took a task's own under half a second, and such a task may
+    still wait (or be retried); the cluster's own was raised by migration 0029.
+    """
+    own = task.lease_ttl_ms
+    return default_ms if not own else own if own >= LEASE_TTL_MIN_MS else LEASE_TTL_MIN_MS
+
+
 #: Where lease.assign puts the lease it inserts (the chart's one transition from NONE).
 _OFFERED = destination("lease", "assign", "NONE")
 
@@ -265,7 +276,7 @@ def assign(tx: Tx, *, session_id: str, credentials: Sequence[LeaseCredential], n
     for task, credential, token in chosen:
         attempt = task.attempt + 1
         rows.append((credential.lease_id, task.task_id, ids.secret_digest(credential.lease_secret), attempt,
-                     task.lease_ttl_ms or default_lease_ttl_ms, task.effect_uncertain, token))
+                     _lease_ttl_ms(task, default_lease_ttl_ms), task.effect_uncertain, token))
         offers.append(Offer(_snapshot(task, attempt, token),
                             LeaseView(credential.lease_id, task.task_id, 1, session.epoch, _OFFERED, expires),
                             credential.lease_secret))
