@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -256,16 +257,8 @@ def test_a_member_that_gets_sigterm_while_it_starts_stops_as_asked_with_exit_0(d
     away = dataclasses.replace(db, host="127.0.0.1", port=hole.getsockname()[1], unix_socket=None,
                                connect_timeout=5.0)
     worker, http = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
-    shares_fd = create_shares(1)
-    link, member_end = socket.socketpair()
-    member = GroupMember(index=0, size=1, settings=Settings(database_url=away.url(redact=False), processes=1),
-                         worker_fds=(worker.fileno(),), http_fds=(http.fileno(),), shares_fd=shares_fd,
-                         link_fd=member_end.fileno(), metrics_dir=tmp_path, group=secrets.token_hex(8))
-    process = subprocess.Popen(python_command("pulse_trio", "serve", "--log-level", "info"),
-                               env={**child_environment(), ENVIRONMENT: member.to_environment()},
-                               pass_fds=member.inherited_fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    try:
+    with hole, worker, http, _lone_member(Settings(database_url=away.url(redact=False), processes=1), worker, http,
+                                          tmp_path, "info") as process:
         hole.settimeout(30)
         first, _ = hole.accept()  # the start is waiting on the database's greeting
         process.send_signal(signal.SIGTERM)
@@ -273,13 +266,6 @@ def test_a_member_that_gets_sigterm_while_it_starts_stops_as_asked_with_exit_0(d
         first.close()
         hole.close()  # the start's later attempts are refused: it ends, then the member stops as asked
         _, rest = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for sock in (worker, http, link, member_end, hole):
-            sock.close()
-        os.close(shares_fd)
     assert process.returncode == 0, rest[-3000:]
     assert all(line.startswith("{") for line in rest.splitlines()), rest[-3000:]  # log lines, no traceback
     assert "SIGTERM while starting: stopping" in rest
@@ -301,26 +287,35 @@ def _member_racing_for_its_worker_port(db, tmp_path):
     worker, other = ports
     other.listen()
     http = socket.create_server(("127.0.0.1", 0))
+    settings = Settings(database_url=db.url(redact=False), processes=1,
+                        worker_listen=("127.0.0.1", worker.getsockname()[1]))
+    with worker, other, http, _lone_member(settings, worker, http, tmp_path, "warning") as process:
+        _, stderr = process.communicate(timeout=30)
+    return process.returncode, stderr
+
+
+@contextlib.contextmanager
+def _lone_member(settings: Settings, worker: socket.socket, http: socket.socket, tmp_path: Path,
+                 log_level: str) -> Iterator[subprocess.Popen]:
+    """A group member of one, started as a first process starts it: handed its sockets, its shares and its link."""
     shares_fd = create_shares(1)
     link, member_end = socket.socketpair()
-    member = GroupMember(index=0, size=1, settings=Settings(database_url=db.url(redact=False), processes=1,
-                                                            worker_listen=("127.0.0.1", worker.getsockname()[1])),
-                         worker_fds=(worker.fileno(),), http_fds=(http.fileno(),), shares_fd=shares_fd,
-                         link_fd=member_end.fileno(), metrics_dir=tmp_path, group=secrets.token_hex(8))
-    process = subprocess.Popen(python_command("pulse_trio", "serve", "--log-level", "warning"),
+    member = GroupMember(index=0, size=1, settings=settings, worker_fds=(worker.fileno(),),
+                         http_fds=(http.fileno(),), shares_fd=shares_fd, link_fd=member_end.fileno(),
+                         metrics_dir=tmp_path, group=secrets.token_hex(8))
+    process = subprocess.Popen(python_command("pulse_trio", "serve", "--log-level", log_level),
                                env={**child_environment(), ENVIRONMENT: member.to_environment()},
                                pass_fds=member.inherited_fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     try:
-        _, stderr = process.communicate(timeout=30)
+        yield process
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-        for sock in (worker, other, http, link, member_end):
-            sock.close()
+        link.close()
+        member_end.close()
         os.close(shares_fd)
-    return process.returncode, stderr
 
 
 def test_a_member_whose_worker_port_another_process_took_since_the_bind_fails_in_one_line_with_exit_5(db, tmp_path):
