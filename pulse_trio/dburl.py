@@ -44,7 +44,7 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 MAX_CONNECT_TIMEOUT_S = 31_536_000
 #: What every connection runs first: UTC, and strict mode added to the server's own sql_mode,
 #: whatever the server's default is. A value too long for its column must be refused, never cut
-#: short: a batch falls back to one call at a time on the refusal, and the HTTP API answers 400.
+#: short: a batch falls back to one command at a time on the refusal, and the HTTP API answers 400.
 SESSION_INIT = ("SET time_zone = '+00:00', "
                 "sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_ALL_TABLES')")
 

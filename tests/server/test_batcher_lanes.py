@@ -12,7 +12,8 @@ import trio.testing
 from pulse_trio.server import batcher
 from pulse_trio.server.batcher import LANES, MAX_BATCH, LeaseCommandBatcher, _Pending, _take_batch
 from pulse_trio.server.clock import ServiceClock
-from pulse_trio.contract.limits import MAX_RESULT_BYTES
+from pulse_trio.contract.limits import MAX_COUNTER, MAX_RESULT_BYTES
+from pulse_trio.dburl import connect
 from pulse_trio.store import (
     NewInstance, NewTask, SubscribedQueue, assign, new_credentials, register, set_capacity, start, submit,
 )
@@ -210,3 +211,32 @@ async def test_finishes_whose_results_would_overflow_one_statement_share_several
         await _all_posted(inboxes)
         outcomes = [inbox.outcomes[0][1] for inbox in inboxes]
         assert [type(o) for o in outcomes] == [CommandAck] * count, outcomes[0]
+
+
+async def test_one_finish_the_database_refuses_costs_the_other_finishes_of_its_batch_nothing(db):
+    """A batch's finishes are one call: the fallback runs each alone, so only the refused one is answered with
+    the error (``internal``); the others, from other connections, are acked and committed."""
+    store = Store(db, pool_size=LANES)
+    now = ServiceClock().now()
+    registered = store.run_sync(register, now=now, instance=NewInstance("w", (SubscribedQueue("q"),)))
+    session = registered.instance.session_id
+    store.run_sync(set_capacity, now=now, session_id=session, sequence=1, capacity=3, drain=False)
+    store.run_sync(submit, now=now, tasks=[NewTask("q", "k") for _ in range(3)])
+    offers = store.run_sync(assign, now=now, session_id=session, credentials=new_credentials(3),
+                            start_timeout_ms=30_000, default_lease_ttl_ms=30_000).offers
+    leases = [(o.task.task_id, o.lease.lease_id, o.lease_secret) for o in offers]
+    store.run_sync(start, now=now, commands=[StartCommand(session, *lease, 1) for lease in leases])
+    # The middle lease's revision at the counter's limit: its finish's revision + 1 is out of the column's range.
+    with contextlib.closing(connect(db)) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE leases SET revision = %s WHERE lease_id = %s", (MAX_COUNTER, leases[1][1]))
+        conn.commit()
+    async with _running_lanes(store) as lanes:
+        inboxes = [_Posted() for _ in leases]
+        for n, (lease, inbox) in enumerate(zip(leases, inboxes)):
+            lanes.submit(FinishCommand(session, *lease, MAX_COUNTER if n == 1 else 2,
+                                       FinishReport("SUCCEEDED", "{}")), inbox, n)
+        await _all_posted(inboxes)
+        outcomes = [inbox.outcomes[0][1] for inbox in inboxes]
+        assert lanes.batches == 1
+    assert [type(o) for o in (outcomes[0], outcomes[2])] == [CommandAck, CommandAck], outcomes
+    assert isinstance(outcomes[1], Exception), outcomes[1]

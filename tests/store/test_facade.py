@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from pulse_trio.client import Client
+from pulse_trio.contract.limits import MAX_COUNTER
 from pulse_trio.dburl import connect, connect_node
 from pulse_trio.store import StoreUnavailable, assign, new_credentials, register, request_cancel, start
 from pulse_trio.store.lease.leases import finish
@@ -453,6 +454,64 @@ def test_a_call_the_database_refuses_in_a_batch_costs_its_neighbours_nothing(wor
     assert isinstance(refused, pymysql.err.DataError), refused
     assert type(before).__name__ == type(after).__name__ == "Registered", (before, after)
     assert world.sql("SELECT worker_name FROM worker_instances ORDER BY worker_name") == [("after",), ("before",)]
+
+
+def _three_finishes_one_the_database_refuses(world):
+    """Three running leases' finishes; the middle lease's revision is at the counter's limit, so its finish's
+    ``revision = revision + 1`` is out of range for the column (1690) while the others' are fine."""
+    w = world.worker("q")
+    offers = [world.running(w) for _ in range(3)]
+    bad = offers[1].lease.lease_id
+    world.sql("UPDATE leases SET revision = %s WHERE lease_id = %s", (MAX_COUNTER, bad))
+    report = FinishReport("SUCCEEDED", '{"ok":1}', None, None, False)
+    commands = [world.command(w, o, MAX_COUNTER if o.lease.lease_id == bad else 2, report=report) for o in offers]
+    return w, offers, commands
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["finishes-alone", "beside-a-start"])
+def test_a_finish_the_database_refuses_in_a_batch_costs_the_other_finishes_nothing(world, store, beside):
+    """The fallback is per command, not per call: a batch's finishes are one ``finish(commands=[...])`` call,
+    and one finish the database refuses must not answer ``internal`` to every other finish of the batch."""
+    w, offers, commands = _three_finishes_one_the_database_refuses(world)
+    calls = [(finish, {"commands": commands, "now": world.now})]
+    if beside:
+        calls.insert(0, (start, {"commands": [world.command(w, world.offer(w), 1)], "now": world.now}))
+    results = store.run_batch_sync(calls)
+    assert len(results) == len(calls)
+    if beside:
+        assert [type(r).__name__ for r in results[0]] == ["CommandAck"], results[0]
+    first, refused, last = results[-1]
+    assert isinstance(refused, pymysql.err.MySQLError) and refused.args[0] == 1690, refused
+    assert type(first).__name__ == type(last).__name__ == "CommandAck", (first, last)
+    assert not first.receipt.duplicate and not last.receipt.duplicate
+    assert world.sql("SELECT lease_id, state FROM leases WHERE lease_id IN (%s, %s, %s) ORDER BY lease_id",
+                     tuple(o.lease.lease_id for o in offers)) == sorted(
+        (o.lease.lease_id, "RUNNING" if i == 1 else "FINISHED") for i, o in enumerate(offers))
+
+
+def test_a_batch_whose_commit_was_lost_re_reads_each_finish_of_its_fallback(world, db):
+    """The batch's COMMIT landed, its answer was lost, and its re-run failed: each finish, run alone in the
+    fallback, re-reads and finds its own receipt, an ack that is not the caller's duplicate."""
+    w = world.worker("q")
+    offers = [world.running(w) for _ in range(3)]
+    report = FinishReport("SUCCEEDED", '{"ok":1}', None, None, False)
+    commands = [world.command(w, o, 2, report=report) for o in offers]
+
+    def then(tx, results):
+        if tx.recovering:
+            raise pymysql.err.OperationalError(1290, "The MariaDB server is running with the --read-only option")
+
+    _CommitThenDrop.armed = False
+    s = Store(db, pool_size=2, max_attempts=3, connector=lambda config: _CommitThenDrop(connect(config)))
+    try:
+        s.run_sync(_ping, value=0)
+        _CommitThenDrop.armed = True
+        (results,) = s.run_batch_sync([(finish, {"commands": commands, "now": world.now})], then=then)
+    finally:
+        s.close()
+    assert [type(r).__name__ for r in results] == ["CommandAck"] * 3, results
+    assert not any(r.receipt.duplicate for r in results), "our own finishes, re-read"
+    assert world.sql("SELECT state, revision FROM leases") == [("FINISHED", 3)] * 3
 
 
 @pytest.fixture(params=["", "NO_ENGINE_SUBSTITUTION"], ids=["empty", "no-engine-substitution"])

@@ -96,8 +96,11 @@ class SyncStore:
         still exactly one transition and refuses without writing, so the
         others' writes are unaffected by a refusal; they only share the
         commit. If the batch fails as a whole (a deadlock after the retries,
-        a value the database refuses or a bug in one call), it falls back to one transaction per call so one
-        bad command cannot take its neighbours down.
+        a value the database refuses or a bug in one command), it falls back
+        to one transaction per command so one bad command cannot take its
+        neighbours down: a call that takes a batch (``commands=[...]``) runs
+        each of its commands alone, and its result is then the list of their
+        results, each the command's answer or the exception that failed it.
 
         ``then(tx, results)``, if given, runs last in the same transaction,
         with the calls' results (a finish batch's ride-along claims); what it
@@ -109,7 +112,7 @@ class SyncStore:
         """
         for fn, _ in calls:
             self._check_runnable(fn)
-        if len(calls) == 1 and then is None and first is None:
+        if len(calls) == 1 and then is None and first is None and len(calls[0][1].get("commands", ())) <= 1:
             fn, kwargs = calls[0]
             return [self.run_sync(fn, **kwargs)]
 
@@ -132,7 +135,19 @@ class SyncStore:
             # re-reads what it may already have done, as a retry of its own would. That
             # holds however the batch ended: out of attempts, or a re-run that raised.
             lost = lost_commit or (isinstance(exc, StoreUnavailable) and exc.commit_lost)
-            return [self._safely(fn, kwargs, recovering=lost) for fn, kwargs in calls]
+            return [self._each(fn, kwargs, recovering=lost) for fn, kwargs in calls]
+
+    def _each(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool) -> Any:
+        """A call of a failed batch on its own; a batch function's commands one transaction each.
+
+        One command the database refuses (or a bug its data triggers) would
+        fail every command of its call again, from every connection.
+        """
+        commands = kwargs.get("commands")
+        if commands is None or len(commands) <= 1:
+            return self._safely(fn, kwargs, recovering=recovering)
+        alone = (self._safely(fn, {**kwargs, "commands": [command]}, recovering=recovering) for command in commands)
+        return [result if isinstance(result, BaseException) else result[0] for result in alone]
 
     def _safely(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool) -> Any:
         try:
