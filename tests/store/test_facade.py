@@ -514,6 +514,38 @@ def test_a_batch_whose_commit_was_lost_re_reads_each_finish_of_its_fallback(worl
     assert world.sql("SELECT state, revision FROM leases") == [("FINISHED", 3)] * 3
 
 
+@pytest.mark.live  # a port nobody listens on
+@pytest.mark.parametrize("shape", ["commands", "calls"])
+def test_a_batch_on_a_database_that_is_away_is_given_up_once_not_once_per_command(shape):
+    """The per-command fallback of a batch the store gave up on: once a command alone runs out of attempts
+    too, the rest get that answer at once. Each waiting its own attempts would hold the lane for the
+    batch's size times the retries (and as many connect timeouts), with no worker answered meanwhile;
+    a batch of calls (the hellos that arrive together) likewise."""
+    import datetime as dt
+    import socket
+
+    from pulse_trio.dburl import parse_database_url
+    from pulse_trio.store.engine.inputs import FinishCommand
+
+    with socket.socket() as closed:  # a port just freed: connecting is refused at once
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    store = Store(parse_database_url(f"mysql://u:p@127.0.0.1:{port}/pulse?connect_timeout=1"), pool_size=1,
+                  max_attempts=2)
+    now = dt.datetime.now(dt.UTC)
+    report = FinishReport("SUCCEEDED", "{}")
+    commands = [FinishCommand("ses_x", f"tsk_{n}", f"lse_{n}", "secret", 2, report) for n in range(50)]
+    calls = ([(finish, {"commands": commands, "now": now})] if shape == "commands" else
+             [(register, {"instance": NewInstance(f"w{n}", (SubscribedQueue("q"),)), "now": now}) for n in range(50)])
+    try:
+        results = store.run_batch_sync(calls)
+    finally:
+        store.close()
+    outcomes = results[0] if shape == "commands" else results
+    assert len(outcomes) == 50 and all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
+    assert store.statistics().retries == 4, "the batch's two attempts and one command's, not every command's"
+
+
 @pytest.fixture(params=["", "NO_ENGINE_SUBSTITUTION"], ids=["empty", "no-engine-substitution"])
 def lenient_sql_mode(request, database_server):
     """The server's global sql_mode made lenient (an older my.cnf's), for sessions opened in the test; restored.

@@ -135,9 +135,11 @@ class SyncStore:
             # re-reads what it may already have done, as a retry of its own would. That
             # holds however the batch ended: out of attempts, or a re-run that raised.
             lost = lost_commit or (isinstance(exc, StoreUnavailable) and exc.commit_lost)
-            return [self._each(fn, kwargs, recovering=lost) for fn, kwargs in calls]
+            gave_up: list[StoreUnavailable] = []
+            return [self._each(fn, kwargs, recovering=lost, gave_up=gave_up) for fn, kwargs in calls]
 
-    def _each(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool) -> Any:
+    def _each(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool,
+              gave_up: list[StoreUnavailable]) -> Any:
         """A call of a failed batch on its own; a batch function's commands one transaction each.
 
         One command the database refuses (or a bug its data triggers) would
@@ -145,13 +147,26 @@ class SyncStore:
         """
         commands = kwargs.get("commands")
         if commands is None or len(commands) <= 1:
-            return self._safely(fn, kwargs, recovering=recovering)
-        alone = (self._safely(fn, {**kwargs, "commands": [command]}, recovering=recovering) for command in commands)
+            return self._safely(fn, kwargs, recovering=recovering, gave_up=gave_up)
+        alone = (self._safely(fn, {**kwargs, "commands": [command]}, recovering=recovering, gave_up=gave_up)
+                 for command in commands)
         return [result if isinstance(result, BaseException) else result[0] for result in alone]
 
-    def _safely(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool) -> Any:
+    def _safely(self, fn: Callable[..., Any], kwargs: dict[str, Any], *, recovering: bool,
+                gave_up: list[StoreUnavailable]) -> Any:
+        """One call of a fallback, its answer or the exception that failed it.
+
+        Once the store gave up on one (out of attempts: the database is away
+        or too busy), the rest get that answer at once: each waiting its own
+        attempts would hold the batch for as many times the retries.
+        """
+        if gave_up:
+            return gave_up[0]
         try:
             return self._run_one(fn, kwargs, recovering=recovering)
+        except StoreUnavailable as exc:
+            gave_up.append(exc)
+            return exc
         except Exception as exc:  # this call's own answer: its neighbours keep theirs
             return exc
 
