@@ -344,6 +344,8 @@ class LiveSession:
             self._resuming -= 1
         if not isinstance(result, Refusal):
             self._held.add(msg.lease_id)
+            if result.operator_drained:  # inherited with the lease, or made before: no offer from now on
+                self.protocol.operator_drained()
         services.hub.refresh(self)
         if isinstance(result, Refusal):
             # A pass while it waited left the slot it counted alone: that slot is capacity again (news).
@@ -357,7 +359,7 @@ class LiveSession:
         previous = services.hub.by_instance(msg.instance_id)
         if previous is not None and previous is not self:
             previous.inbox.lease_ended(msg.lease_id)
-        self._send(self.protocol.ack(msg.id, to_wire.lease(result)))
+        self._send(self.protocol.ack(msg.id, to_wire.lease(result.lease)))
 
     def _submit(self, msg: m.TaskStart | m.TaskRenew | m.TaskFinish) -> None:
         command: AnyLeaseCommand

@@ -385,3 +385,19 @@ async def test_a_lease_moved_away_frees_its_slot_there_as_a_finish_does(start_se
     await new.ok(new.resume(old, leases[1]))
     old.forget(leases[1])
     assert (await old.expect_assign(timeout=5)).task_id == waiting["task_id"]  # at the mark: topped up
+
+
+async def test_a_resume_that_inherits_an_operators_drain_drains_the_live_session_at_once(
+        start_service, connect, worker_token, client):
+    """The drain the resume copies into the database holds the live session too, as soon as it is acked:
+    no free slot for the dispatcher or the hub's statistics until the worker's next capacity frame."""
+    service = await start_service()
+    old, held = await running(service, connect, worker_token, client)
+    await trio.to_thread.run_sync(client.drain, old.instance_id)  # through the database, as elsewhere
+    await old.drop()
+    new = await connect(service, worker_token, name="new")
+    await new.register(["billing"], capacity=4)  # declared before its resumes: four free slots
+    await new.ok(new.resume(old, held))
+    session = service.hub.get(new.session_id)
+    assert session.drain and session.free_slots == 0
+    assert service.hub.statistics()["free_slots"] == 0

@@ -9,8 +9,14 @@ import pytest
 from pulse_trio.store import Refusal, disconnect, resume
 
 
-def resume_it(world, new, old, offer, **overrides):
+def resumed(world, new, old, offer, **overrides):
     return world.run(resume, request=world.resume_request(new, old, offer, **overrides), start_timeout_ms=30_000)
+
+
+def resume_it(world, new, old, offer, **overrides):
+    """The resumed lease, or the refusal."""
+    result = resumed(world, new, old, offer, **overrides)
+    return result if isinstance(result, Refusal) else result.lease
 
 
 def code(result):
@@ -124,3 +130,16 @@ def test_resume_keeps_the_cancel_deadline(world):
     lease = resume_it(world, new, old, offer)
     assert lease.expires_at == world.now + dt.timedelta(seconds=10)
     assert lease.cancel_requested_at == world.now
+
+
+def test_resume_says_whether_an_operators_drain_holds_the_session(world):
+    from pulse_trio.store.instance.instances import operator_drain
+
+    old = world.worker("q")
+    kept, drained = world.running(old), world.running(old)
+    fresh = world.worker("q")
+    assert resumed(world, fresh, old, kept).operator_drained is False
+    world.run(operator_drain, instance_id=old.instance_id)
+    assert resumed(world, fresh, old, drained).operator_drained is True  # inherited with the lease
+    newest = world.worker("q")
+    assert resumed(world, newest, fresh, kept).operator_drained is True  # and passed on again

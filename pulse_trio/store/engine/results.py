@@ -49,6 +49,18 @@ class LeaseView:
 
 
 @frozen
+class Resumed:
+    """A resume's lease, and whether an operator's drain holds the resuming session now.
+
+    The drain may have come with the lease (``inherit_drain``): the live
+    session applies it at once, not at the worker's next capacity frame.
+    """
+
+    lease: LeaseView
+    operator_drained: bool
+
+
+@frozen
 class CommandReceipt:
     """The durable record of a committed start/renew/finish."""
 

@@ -205,20 +205,23 @@ def operator_drain(tx: Tx, *, instance_id: str, now: dt.datetime) -> InstanceVie
 
 
 @transition("instance", "inherit_drain", entry=False)
-def inherit_drain(tx: Tx, *, row: InstanceRow, drained_at: dt.datetime, now: dt.datetime) -> None:
+def inherit_drain(tx: Tx, *, row: InstanceRow, drained_at: dt.datetime, now: dt.datetime) -> bool:
     """A resume moved a lease here from an operator-drained instance: this instance is drained too.
 
     A worker that reconnects is a new instance; without this its operator's
     drain would end with the old session. The resume has ``row`` locked.
+    Returns whether an operator's drain holds the session now, for its live
+    session to apply.
     """
     if row.operator_drained_at is not None:
-        return
+        return True
     dest = decide("instance", "inherit_drain", row.state, InstanceContext(row=row))
     if isinstance(dest, Refusal):  # a session that is already disconnected takes nothing over
-        return
+        return False
     move(tx, "instance", "inherit_drain", [row.session_id], source=row.state, dest=dest,
          sets="operator_drained_at = %s, updated_at = %s", args=(db_time(drained_at), db_time(now)),
          where="operator_drained_at IS NULL")
+    return True
 
 
 @transition("instance", "disconnect")

@@ -24,7 +24,7 @@ from pulse_trio.store.lease.leases import lease_view, lock_lease, renewed_expiry
 from pulse_trio.store.engine.chart_write import move
 from pulse_trio.store.engine.guard_context import LeaseContext
 from pulse_trio.store.engine.registry import decide, transition
-from pulse_trio.store.engine.results import LEASE_NOT_FOUND, SESSION_NOT_FOUND, LeaseView, Refusal
+from pulse_trio.store.engine.results import LEASE_NOT_FOUND, SESSION_NOT_FOUND, Refusal, Resumed
 from pulse_trio.store.engine.rows import InstanceRow
 from pulse_trio.store.engine.tx import Tx, after_ms, db_time
 
@@ -42,8 +42,12 @@ class ResumeRequest:
 
 
 @transition("lease", "resume")
-def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms: int) -> LeaseView | Refusal:
-    """Move the lease to the newer session: revision + 1, the new epoch, a fresh expires_at."""
+def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms: int) -> Resumed | Refusal:
+    """Move the lease to the newer session: revision + 1, the new epoch, a fresh expires_at.
+
+    The result says whether an operator's drain holds the session now (one
+    inherited here included), so the live session stops offering at once.
+    """
     session = instances.load_session(tx, request.session_id, lock=True)
     if session is None:
         return Refusal(SESSION_NOT_FOUND, f"no session {request.session_id}")
@@ -59,7 +63,8 @@ def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms
     if isinstance(dest, Refusal) and dest.code == LEASE_NOT_FOUND:
         return Refusal(LEASE_NOT_FOUND, "no such lease, or a secret does not match")
     if tx.recovering and lease.owner_session_id == session.session_id and lease.live:
-        return lease_view(lease)  # our own COMMIT landed before the connection was lost
+        # Our own COMMIT landed before the connection was lost: the row shows what it inherited.
+        return Resumed(lease_view(lease), session.operator_drained_at is not None)
     if isinstance(dest, Refusal):
         return dest
     expires = after_ms(now, start_timeout_ms) if lease.state == "OFFERED" else renewed_expiry(lease, now)
@@ -67,7 +72,8 @@ def resume(tx: Tx, *, request: ResumeRequest, now: dt.datetime, start_timeout_ms
          sets="owner_instance_id = %s, owner_session_id = %s, epoch = %s, revision = revision + 1, expires_at = %s",
          args=(session.instance_id, session.session_id, session.epoch, db_time(expires)),
          where="revision = %s AND owner_session_id = %s", where_args=(lease.revision, lease.owner_session_id))
+    drained = session.operator_drained_at is not None
     if old_instance.operator_drained_at is not None:  # an operator's drain follows the worker (docs/worker.md §9)
-        instances.inherit_drain(tx, row=session, drained_at=old_instance.operator_drained_at, now=now)
-    return lease_view(lease, state=dest, revision=lease.revision + 1, epoch=session.epoch, expires_at=expires,
-                      owner_instance_id=session.instance_id, owner_session_id=session.session_id)
+        drained = instances.inherit_drain(tx, row=session, drained_at=old_instance.operator_drained_at, now=now)
+    return Resumed(lease_view(lease, state=dest, revision=lease.revision + 1, epoch=session.epoch, expires_at=expires,
+                              owner_instance_id=session.instance_id, owner_session_id=session.session_id), drained)
