@@ -289,7 +289,11 @@ class LiveSession:
         return True
 
     def _hello_refusal(self, hello: m.WorkerHello, result: Refusal) -> str:
-        """The refusal's message in the worker's terms: which queues the token leaves out."""
+        """The refusal's message in the worker's terms: which queues the token leaves out, or its revoke.
+
+        The store checks the queues before the token's liveness, so a
+        permission_denied with every queue allowed is a revoked token.
+        """
         allowed = self.token.queues
         denied = [s.queue for s in hello.subscriptions if allowed and s.queue not in allowed]
         if result.code == e.PERMISSION_DENIED and denied:
@@ -297,6 +301,8 @@ class LiveSession:
             message = (f"token does not allow queue{'s' if len(denied) > 1 else ''} {names}; "
                        f"it allows: {sorted(allowed)}")
             return message[:lim.MAX_ERROR_MESSAGE_CHARS]
+        if result.code == e.PERMISSION_DENIED:
+            return "the worker token of this connection was revoked"
         return result.message or result.code
 
     async def _capacity(self, msg: m.WorkerCapacity) -> None:

@@ -107,6 +107,22 @@ async def test_a_revoke_ends_the_sessions_its_token_opened_before_and_they_are_o
     assert not any(f["type"] == "task.assign" for worker in revoked for f in worker.received)
 
 
+async def test_a_token_revoked_between_the_handshake_and_the_hello_cannot_register(
+        start_service, connect, token_factory, revoke, client):
+    """The registration checks the token again: a hello after a revoke is refused as that token's handshake
+    would be now (fatal permission_denied, close 1008), no session is written, and nothing is offered."""
+    service = await start_service()
+    token = token_factory("worker", ["billing"])
+    worker = await connect(service, token)
+    revoke(token)
+    client.submit("billing", "invoice.send", {})
+    reply = await worker.hello(["billing"])
+    error = worker.assert_error(reply, "permission_denied", fatal=True)
+    assert "revoked" in error["message"] and "session_id" not in reply and reply["reply_to"] == "h1"
+    await worker.expect_close(1008)
+    assert not any(w["worker_name"] == worker.name for w in client.workers())
+
+
 async def test_wrong_or_missing_subprotocol_gets_400(start_service, worker_token):
     service = await start_service()
     for offered in ((), ("pulse.worker.v2",), ("chat",)):

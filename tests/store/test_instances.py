@@ -32,6 +32,25 @@ def test_register_refuses_a_queue_the_token_does_not_allow(world):
     assert after.epoch == before.epoch + 1, "a refusal consumes no epoch"
 
 
+def test_register_refuses_a_token_revoked_since_the_handshake(world, db, token_factory):
+    from pulse_trio.store.engine.writer import connect as db_connect
+    from pulse_trio.store.token.tokens import authenticate
+    from token_support import revoke_token
+
+    token = token_factory("worker", ["q"])
+    conn = db_connect(db)
+    try:
+        token_id = authenticate(conn, token).token_id
+    finally:
+        conn.close()
+    live = world.run(register, instance=NewInstance("w", (SubscribedQueue("q"),), token_id=token_id))
+    assert not isinstance(live, Refusal), live
+    revoke_token(db, token)
+    result = world.run(register, instance=NewInstance("w", (SubscribedQueue("q"),), token_id=token_id))
+    assert isinstance(result, Refusal) and result.code == "permission_denied"
+    assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(1,)]
+
+
 def test_capacity_sequence_must_increase_stale_frames_change_nothing(world):
     w = world.worker("q", capacity=0)
     first = world.run(set_capacity, session_id=w.session_id, sequence=5, capacity=8, drain=False)

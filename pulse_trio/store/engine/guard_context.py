@@ -84,6 +84,7 @@ class InstanceContext:
     allowed_queues: frozenset[str] | None = None
     node_id: str | None = None
     node_state: str | None = None
+    token_live: bool = True
 
 
 @frozen

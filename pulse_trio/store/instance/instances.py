@@ -35,6 +35,7 @@ from pulse_trio.store.engine.results import (
 from pulse_trio.store.engine.rows import InstanceRow
 from pulse_trio.store.engine.tx import Tx, db_time
 from pulse_trio.store.instance import sql
+from pulse_trio.store.token.tokens import token_id_live
 
 
 @guard("instance", "node_alive", code=SERVER_SHUTTING_DOWN)
@@ -47,6 +48,12 @@ def _node_alive(c) -> bool:
 def _queues_allowed(c) -> bool:
     """Every subscribed queue is allowed by the worker's token (None: any queue)."""
     return c.allowed_queues is None or all(s.queue in c.allowed_queues for s in c.new.subscriptions)
+
+
+@guard("instance", "token_live", code=PERMISSION_DENIED)
+def _token_live(c) -> bool:
+    """The worker token the connection opened with is not revoked (a revoke may follow the handshake)."""
+    return c.token_live
 
 
 @guard("instance", "sequence_newer", code=STALE_SEQUENCE)
@@ -148,7 +155,8 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
         if existing:
             return Registered(view(tx, InstanceRow.from_row(existing)), instance.instance_secret)
     ctx = InstanceContext(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues),
-                          node_id=tx.node_id, node_state=_node_state(tx))
+                          node_id=tx.node_id, node_state=_node_state(tx),
+                          token_live=instance.token_id is None or token_id_live(tx, instance.token_id))
     dest = decide("instance", "register", "NONE", ctx)
     if isinstance(dest, Refusal):
         return dest
