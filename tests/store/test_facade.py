@@ -546,6 +546,35 @@ def test_a_batch_on_a_database_that_is_away_is_given_up_once_not_once_per_comman
     assert store.statistics().retries == 4, "the batch's two attempts and one command's, not every command's"
 
 
+def test_a_finish_that_waits_out_its_attempts_on_a_locked_row_costs_the_other_finishes_nothing(world, db, monkeypatch):
+    """A command alone that runs out of attempts on a conflict (a row another transaction holds past the lock
+    wait, or deadlocks, or a cluster's certification failures) found the database up: the fallback's other
+    commands still run, each on its own. Only a give-up on a database that is away answers the rest at once;
+    taken for one, a single busy lease answered ``internal`` to every finish queued behind it."""
+    from pulse_trio.store.engine import pool
+
+    monkeypatch.setattr(pool, "LOCK_WAIT_TIMEOUT_S", 1)  # the lock wait each attempt spends on the held row
+    w = world.worker("q")
+    busy, free = world.running(w), world.running(w)
+    report = FinishReport("SUCCEEDED", '{"ok":1}', None, None, False)
+    commands = [world.command(w, o, 2, report=report) for o in (busy, free)]
+    holder = connect(db)
+    s = Store(db, pool_size=2, max_attempts=1)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT revision FROM leases WHERE lease_id = %s FOR UPDATE", (busy.lease.lease_id,))
+        (results,) = s.run_batch_sync([(finish, {"commands": commands, "now": world.now})])
+    finally:
+        holder.rollback()
+        holder.close()
+        s.close()
+    held, other = results
+    assert isinstance(held, StoreUnavailable), held
+    assert type(other).__name__ == "CommandAck", other
+    assert world.sql("SELECT state FROM leases WHERE lease_id = %s", (free.lease.lease_id,)) == [("FINISHED",)]
+
+
 @pytest.fixture(params=["", "NO_ENGINE_SUBSTITUTION"], ids=["empty", "no-engine-substitution"])
 def lenient_sql_mode(request, database_server):
     """The server's global sql_mode made lenient (an older my.cnf's), for sessions opened in the test; restored.

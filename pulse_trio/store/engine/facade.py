@@ -156,16 +156,21 @@ class SyncStore:
                 gave_up: list[StoreUnavailable]) -> Any:
         """One call of a fallback, its answer or the exception that failed it.
 
-        Once the store gave up on one (out of attempts: the database is away
-        or too busy), the rest get that answer at once: each waiting its own
-        attempts would hold the batch for as many times the retries.
+        Once the store gave up on one because the database is away (out of
+        attempts on lost connections), the rest get that answer at once: each
+        waiting its own attempts would hold the batch for as many times the
+        retries. A give-up on conflicts (a row held past the lock wait,
+        deadlocks, certification) found the database up: that row is the
+        command's own trouble, and the others still run.
         """
         if gave_up:
             return gave_up[0]
         try:
             return self._run_one(fn, kwargs, recovering=recovering)
         except StoreUnavailable as exc:
-            gave_up.append(exc)
+            cause = exc.__cause__
+            if not (isinstance(cause, CasMismatch) or classify(cause) == CONFLICT):
+                gave_up.append(exc)
             return exc
         except Exception as exc:  # this call's own answer: its neighbours keep theirs
             return exc
