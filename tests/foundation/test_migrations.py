@@ -277,6 +277,56 @@ def test_a_file_that_outlasts_the_lock_ttl_keeps_its_lock(database_server):
     assert applied == {"first": [5, 6], "second": []}
 
 
+def test_a_run_whose_lock_keeper_lost_its_connection_still_succeeds_and_releases_the_lock(database_server):
+    """The keeper extends the lock from a connection of its own, which may be lost while a file runs (killed,
+    a proxy's cut): the lock then lives on as before the keeper, to its expiry. A run whose every file applied
+    is a success, and its lock is released through its own connection, which has just answered; released
+    through the keeper's lost one, the run failed after applying everything."""
+    config = _fresh(database_server, "keeper_lost")
+    migrate(config, upto=4)
+    blocker = connect(config)  # a transaction that read worker_instances: 0005's ALTER waits for its end
+    with blocker.cursor() as cur:
+        cur.execute("SELECT CONNECTION_ID()")
+        (mine,) = cur.fetchone()
+        cur.execute("BEGIN")
+        cur.execute("SELECT COUNT(*) FROM worker_instances")
+    applied: list[int] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            applied.extend(m.version for m in migrate(config, upto=6))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the run's own connection waits in 0005's ALTER; its keeper's sits idle
+            with blocker.cursor() as cur:
+                cur.execute("SELECT id, command, state FROM information_schema.processlist WHERE db = %s AND id <> %s",
+                            (config.database, mine))
+                rows = cur.fetchall()
+            idle = [row[0] for row in rows if row[1] == "Sleep"]
+            if any(row[2] == "Waiting for table metadata lock" for row in rows) and len(idle) == 1:
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.05)
+        with blocker.cursor() as cur:
+            cur.execute("KILL CONNECTION %s", (idle[0],))
+    finally:
+        blocker.rollback()
+        blocker.close()
+        runner.join()
+    assert errors == [] and applied == [5, 6], errors
+    conn = connect(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM schema_lock")
+        assert cur.fetchone()[0] == 0
+    conn.close()
+
+
 def _wait_for_a_statement_waiting_on(conn, proc: subprocess.Popen, database: str) -> None:
     """Until a statement of ``proc``'s waits for the table lock ``conn``'s open transaction holds."""
     deadline = time.monotonic() + 30

@@ -19,7 +19,9 @@ file was half-applied and the error is loud.
 One statement may run longer than the lock's ttl (a table rebuild on
 millions of rows takes minutes) while the holder's connection is busy with
 it, so a keeper thread extends the lock from a connection of its own for as
-long as the run lasts, and releases it at the end.
+long as the run lasts, and releases it when the run fails (the holder's
+connection may be in mid-statement then; a run that succeeded releases
+through its own).
 """
 
 from __future__ import annotations
@@ -188,9 +190,10 @@ class _Keeper:
     Extended only between files, the lock expired under a file that ran longer
     than its ttl: another run took it and ran the same file, and both failed
     (one on a lock it no longer held, the other on a file "half-applied").
-    The keeper's connection is idle when the run ends, so the release goes
-    through it even when an interrupt (Ctrl-C, serve's SIGTERM) left the
-    holder's in mid-statement: released there, its error hid the interrupt.
+    The keeper's connection is idle when the run ends, so a failing run's
+    release goes through it even when an interrupt (Ctrl-C, serve's SIGTERM)
+    left the holder's in mid-statement: released there, its error hid the
+    interrupt. A run that succeeded releases through the holder's.
     """
 
     def __init__(self, config: DatabaseConfig, lock: _Lock) -> None:
@@ -212,15 +215,20 @@ class _Keeper:
                 continue  # a passing failure: the next turn tries again
 
     def close(self, *, failing: bool) -> None:
-        """Stop extending and release; while the run fails anyway, a release that fails leaves the row to expire."""
+        """Stop extending; a run that fails is released here, and a release that fails leaves the row to expire.
+
+        A run that succeeded releases through the holder's own connection,
+        which has just answered: this one may have been lost meanwhile (its
+        extends fail quietly), and a success is not made a failure by it.
+        """
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
         try:
-            self.lock.release()
+            if failing:
+                self.lock.release()
         except pymysql.err.MySQLError:
-            if not failing:
-                raise
+            pass  # the run fails anyway, with its own error
         finally:
             self.lock.conn.close()
 
@@ -316,6 +324,7 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
             keeper.close(failing=True)
             raise
         keeper.close(failing=False)
+        lock.release()  # through the holder's connection, idle and just heard from
         return done
     finally:
         conn.close()
