@@ -19,7 +19,7 @@ from pulse_trio.client.producer import INVALID_REQUEST, ClientError
 from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
 from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, ManagedMariaDB
 from pulse_trio.store.engine.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
-from pulse_trio.store.engine.failures import refusal
+from pulse_trio.store.engine.failures import refusal, unavailable
 from pulse_trio.store.schema.migrate import MigrationError, code_version, current_version, migrate
 
 
@@ -129,13 +129,14 @@ def _check_schema(target: DatabaseConfig, *, migrate_it: bool) -> None:
 
 
 def database_failure(exc: pymysql.err.MySQLError, url: str = "") -> CommandFailed:
-    """A database error as the user's failure: a refused login or statement (exit 1: it answered, and waiting
-    never mends it), else no database (exit 4)."""
+    """A database error as the user's failure: no database to talk to now (exit 4: worth trying again), else
+    the database's own answer, a refused login or statement, a table or column that is not there (exit 1:
+    it answered, and waiting never mends it; a unit restarting on 4 would run it again for ever)."""
     where = f"the database {url}" if url else "the database"
     refused = refusal(exc)
     if refused == "login":
         return CommandFailed(f"{where} refused the login: {_reason(exc)}", EXIT_REFUSED)
-    if refused == "statement":
+    if refused == "statement" or not unavailable(exc):
         return CommandFailed(f"{where} refused: {_reason(exc)}", EXIT_REFUSED)
     return CommandFailed(f"cannot reach {where}: {_reason(exc)}", EXIT_UNREACHABLE)
 

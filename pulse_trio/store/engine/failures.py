@@ -28,6 +28,9 @@ CLIENT_CODES = range(2000, 3000)
 LOGIN_REFUSED = frozenset({1044, 1045, 1130, 1698})
 #: The server refuses a statement to this user (a table, column, routine or privilege it lacks).
 STATEMENT_REFUSED = frozenset({1142, 1143, 1227, 1370})
+#: The server is up but has no room for this login now: every connection taken (1040), the user's own
+#: limit (1203) or hourly quota (1226). Waiting mends it, unlike a refused login.
+NO_ROOM = frozenset({1040, 1203, 1226})
 
 CONFLICT, LOST = "conflict", "lost"
 
@@ -56,6 +59,18 @@ def refusal(exc: BaseException) -> str | None:
     :data:`STATEMENT_REFUSED`), else None."""
     code = _code(exc)
     return "login" if code in LOGIN_REFUSED else "statement" if code in STATEMENT_REFUSED else None
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Waiting may mend it: no answer (a client code, a lost connection), a node not ready, no room for a
+    login (:data:`NO_ROOM`), or a conflict that outlasted its retries.
+
+    Any other answer of the server (an unknown column, a table that is not
+    there, a refused login or statement) stays what it is however long one
+    waits: a command that met it must not read as one to try again.
+    """
+    code = _code(exc)
+    return classify(exc) is not None or code in CLIENT_CODES or code in NO_ROOM
 
 
 def node_answered(exc: BaseException) -> bool:

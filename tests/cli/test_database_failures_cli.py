@@ -1,0 +1,77 @@
+"""What a command says when the database fails it: one line and the code of docs/operations.md §7.1, never a traceback.
+
+1 when the database answered and said no (a statement it refuses, a table
+or column that is not there): waiting never mends it. 4 when it could not
+be reached or is too busy to serve now: worth trying again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from cli_support import run
+from pulse_trio.dburl import DatabaseConfig, connect
+from pulse_trio.store.engine.writer import drop_database
+from pulse_trio.store.schema.migrate import code_version, migrate
+
+pytestmark = pytest.mark.live  # it runs commands in processes of their own
+
+EXIT_REFUSED = 1
+EXIT_UNREACHABLE = 4
+
+
+@contextlib.contextmanager
+def fresh_database(server: DatabaseConfig, upto: int | None = None) -> Iterator[DatabaseConfig]:
+    """A database of its own, migrated (up to ``upto``), for a test that changes its schema by hand."""
+    config = server.with_database(f"pulse_broken_{secrets.token_hex(4)}")
+    migrate(config, upto=upto)
+    try:
+        yield config
+    finally:
+        drop_database(config)
+
+
+def _execute(config: DatabaseConfig, *statements: str) -> None:
+    conn = connect(config)
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _one_line(done) -> str:
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["token", "create", "--role", "worker"],
+    ["serve", "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-level", "warning"],
+], ids=lambda c: c[0])
+def test_a_migration_statement_the_database_refuses_is_one_line_and_exit_1(database_server, command):
+    """A table dropped by hand before the last file ran: the file's statement meets 1146, which no wait mends."""
+    with fresh_database(database_server, upto=code_version() - 1) as config:
+        _execute(config, "DROP TABLE cluster_settings")
+        done = run(*command, "--database-url", config.url(redact=False))
+        assert done.returncode == EXIT_REFUSED, done
+        line = _one_line(done)
+        assert "cluster_settings" in line and "doesn't exist" in line and "cannot reach" not in line, line
+
+
+@pytest.mark.parametrize("command", [["settings", "show"], ["settings", "set", "cancel_grace", "3"]],
+                         ids=lambda c: " ".join(c[:2]))
+def test_a_column_that_is_not_there_is_a_refusal_not_unreachable(database_server, command):
+    """1054 "Unknown column" (a schema changed by hand) is the database's answer: exit 1, not "cannot reach"."""
+    with fresh_database(database_server) as config:
+        _execute(config, "ALTER TABLE cluster_settings DROP COLUMN updated_by")
+        done = run(*command, "--database-url", config.url(redact=False))
+        assert done.returncode == EXIT_REFUSED, done
+        line = _one_line(done)
+        assert "Unknown column" in line and "cannot reach" not in line, line
