@@ -19,6 +19,7 @@ from pulse_trio.client.producer import INVALID_REQUEST, ClientError
 from pulse_trio.dburl import DatabaseConfig, DatabaseUrlError, parse_database_url
 from pulse_trio.managed_db import ManagedDatabaseError, ManagedDatabaseMissing, ManagedMariaDB
 from pulse_trio.store.engine.codes import INSTANCE_NOT_FOUND, TASK_NOT_FOUND
+from pulse_trio.store.engine.facade import StoreUnavailable
 from pulse_trio.store.engine.failures import refusal, unavailable
 from pulse_trio.store.schema.migrate import MigrationError, code_version, current_version, migrate
 
@@ -128,11 +129,18 @@ def _check_schema(target: DatabaseConfig, *, migrate_it: bool) -> None:
                                                  else "upgrade the code"))
 
 
-def database_failure(exc: pymysql.err.MySQLError, url: str = "") -> CommandFailed:
+def database_failure(exc: pymysql.err.MySQLError | StoreUnavailable, url: str = "") -> CommandFailed:
     """A database error as the user's failure: no database to talk to now (exit 4: worth trying again), else
     the database's own answer, a refused login or statement, a table or column that is not there (exit 1:
-    it answered, and waiting never mends it; a unit restarting on 4 would run it again for ever)."""
+    it answered, and waiting never mends it; a unit restarting on 4 would run it again for ever).
+
+    A store that gave up after its retries is judged by the last error it met.
+    """
     where = f"the database {url}" if url else "the database"
+    if isinstance(exc, StoreUnavailable):
+        if not isinstance(exc.__cause__, pymysql.err.MySQLError):  # a conflict on every attempt
+            return CommandFailed(f"{where} is busy: {exc}", EXIT_UNREACHABLE)
+        exc = exc.__cause__
     refused = refusal(exc)
     if refused == "login":
         return CommandFailed(f"{where} refused the login: {_reason(exc)}", EXIT_REFUSED)
@@ -247,7 +255,7 @@ def run_guarded(fn, *, long_running: bool = False):
         except ClientError as exc:
             sys.stderr.write(f"pulse-trio: {exc.message}\n")
             return CLIENT_EXIT_CODES.get(exc.code, EXIT_REFUSED)
-        except pymysql.err.OperationalError as exc:  # the database went away, never answered, or refused the login
+        except (pymysql.err.MySQLError, StoreUnavailable) as exc:  # the database went away, or answered no
             failure = database_failure(exc)
             sys.stderr.write(f"pulse-trio: {failure}\n")
             return failure.exit_code
