@@ -84,7 +84,7 @@ def _find(names: tuple[str, ...]) -> str:
 
 @contextlib.contextmanager
 def _interrupts_after() -> Iterator[None]:
-    """A Ctrl-C or SIGTERM that arrives inside the block is delivered once it has run.
+    """A Ctrl-C, SIGTERM or SIGHUP that arrives inside the block is delivered once it has run.
 
     ``Popen`` forks, then waits for the exec: interrupted there, it raises
     without returning the child it made, and nobody could stop that child.
@@ -96,7 +96,7 @@ def _interrupts_after() -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    held = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    held = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     held = {signum: handler for signum, handler in held.items() if handler is not None}  # None: set outside Python
     for signum in held:
         signal.signal(signum, lambda number, frame: caught.append(number))

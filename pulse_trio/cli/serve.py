@@ -1,4 +1,4 @@
-"""`pulse-trio serve`: run one service instance (or a group of them, `--processes`) until SIGINT/SIGTERM."""
+"""`pulse-trio serve`: run one service instance (or a group of them, `--processes`) until SIGINT/SIGTERM/SIGHUP."""
 
 from __future__ import annotations
 
@@ -80,9 +80,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _sigterm_interrupts_the_start() -> Iterator[None]:
-    """Until the service watches for it, SIGTERM interrupts like Ctrl-C, then counts as the stop it asked for.
+    """Until the service watches for them, SIGTERM and SIGHUP interrupt like Ctrl-C, then count as the stop asked for.
 
-    Python's own answer to SIGTERM ends the process at once, which would leave
+    Python's own answer to either ends the process at once, which would leave
     a managed MariaDB that is still starting running with nobody to stop it.
     Raised as SIGINT instead, it unwinds what has started (Trio delivers it
     safely inside the service, whose own watcher takes SIGTERM once running);
@@ -94,7 +94,7 @@ def _sigterm_interrupts_the_start() -> Iterator[None]:
         stopped.append(signum)
         signal.raise_signal(signal.SIGINT)
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     except KeyboardInterrupt:
@@ -106,7 +106,8 @@ def _sigterm_interrupts_the_start() -> Iterator[None]:
         if not stopped:
             raise KeyboardInterrupt from None  # a Ctrl-C is exit 130 (main), not a group's traceback
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _serve_member(args: argparse.Namespace, member: GroupMember) -> int:
@@ -131,7 +132,7 @@ def _serve_member(args: argparse.Namespace, member: GroupMember) -> int:
 
 @contextlib.contextmanager
 def _signals_wait_for_the_start() -> Iterator[list[int]]:
-    """A member's SIGTERM or SIGINT before the service watches for them: kept, to stop once it has started.
+    """A member's SIGTERM, SIGINT or SIGHUP before the service watches for them: kept, to stop once it has started.
 
     They reach a member still starting when they reach the whole group (a
     service manager's stop, Ctrl-C). Python's own answers, the process ended
@@ -144,7 +145,7 @@ def _signals_wait_for_the_start() -> Iterator[list[int]]:
     def keep(signum: int, frame: object) -> None:
         received.append(signum)
 
-    previous = {signum: signal.signal(signum, keep) for signum in (signal.SIGTERM, signal.SIGINT)}
+    previous = {signum: signal.signal(signum, keep) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         yield received
     finally:

@@ -2,9 +2,9 @@
 
 Progress goes to stderr, for people: the connection, each task started and
 finished (with its result), reconnects and resumes, and a summary line of
-counts while work is going on. SIGTERM or SIGINT drains (finish the
-running tasks, take no more, exit 0), and so does an operator's drain of
-this worker; a second signal stops at once.
+counts while work is going on. SIGTERM, SIGINT or SIGHUP (a closed
+terminal) drains (finish the running tasks, take no more, exit 0), and so
+does an operator's drain of this worker; a second signal stops at once.
 
 ``--backend`` picks the event loop the handlers run on: asyncio (the
 default, what most handler libraries need; ``--uvloop`` for uvloop's
@@ -34,7 +34,7 @@ BACKENDS = ("asyncio", "trio")
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("worker", help="run task handlers written with the Python SDK")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    run = actions.add_parser("run", help="connect, run tasks until SIGTERM/SIGINT, then drain and exit",
+    run = actions.add_parser("run", help="connect, run tasks until SIGTERM/SIGINT/SIGHUP, then drain and exit",
                              description="Run the handlers of a pulse_trio.sdk.Registry. MODULE is imported "
                                          "with the current folder on sys.path (or give a path to a .py file).")
     run.add_argument("target", metavar="MODULE:REGISTRY", help="e.g. examples.billing_worker:registry")

@@ -1,7 +1,7 @@
 """The parent of a serve group: start the members, report when all serve, stop them together.
 
 It does not serve itself. It hands each member the sockets bound by
-``pulse_trio.serve.serve_group`` and supervises: SIGTERM or SIGINT stops
+``pulse_trio.serve.serve_group`` and supervises: SIGTERM, SIGINT or SIGHUP stops
 every member the orderly way (it closes their links; each closes its
 sessions and records its node STOPPED, as on its own SIGTERM); a member
 that exits on its own stops the group, and the parent exits with that
@@ -119,12 +119,13 @@ class _Outcome:
 
 
 async def _watch_signals(outcome: _Outcome) -> None:
-    """The first SIGTERM or SIGINT stops the group; later ones are taken here too, until the stop is over.
+    """The first SIGTERM, SIGINT or SIGHUP (a closed terminal) stops the group; later ones are taken here too,
+    until the stop is over.
 
     Left to Python's handler, a second signal (Ctrl-C pressed twice, a script
     that signals again) would interrupt the stop and kill the members mid-shutdown.
     """
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
             if outcome.stopping.is_set():
                 log.warning("%s: the group is already stopping (members still running after %g s are killed)",

@@ -3,7 +3,7 @@
 Structure (every task in a task group)::
 
     Worker.run
-    ├── signal watcher (optional): 1st SIGINT/SIGTERM drains, 2nd stops hard
+    ├── signal watcher (optional): 1st SIGINT/SIGTERM/SIGHUP drains, 2nd stops hard
     ├── lease clock: one task for every lease's renewal and watchdog timer
     ├── threads: at a hard stop, abandons the ``def`` handlers still in their thread
     ├── handlers: a pool of tasks, each running one started lease's handler
@@ -491,7 +491,7 @@ class Worker:
         task_status.started(self)
 
     async def _watch_signals(self) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async for signum in signals:
                 if not self._draining:
                     log.info("%s: draining (send it again to stop at once)", signal.Signals(signum).name)

@@ -22,7 +22,7 @@ reads the cluster's (``settings_sync.py``) before its node is recorded, and
 re-reads them every few seconds while it runs: its live settings are always
 the cluster's values plus this process's own.
 
-Shutdown (SIGINT/SIGTERM, or :meth:`ServiceHandle.stop`) is orderly: stop
+Shutdown (SIGINT/SIGTERM/SIGHUP, or :meth:`ServiceHandle.stop`) is orderly: stop
 accepting, tell every session ``server_shutting_down`` and close it, record
 this process (its node) STOPPED, stop the loops. Leases are left as
 they are: valid until they expire, so the workers resume them on another
@@ -355,14 +355,18 @@ def _cut_short(nursery: trio.Nursery, store: Store, why: str, *, after: float | 
 
 
 async def _watch_signals(stop: trio.Event) -> None:
-    """The first SIGTERM or SIGINT stops the instance; later ones are taken here too, until it has stopped.
+    """The first SIGTERM, SIGINT or SIGHUP stops the instance; later ones are taken here too, until it has stopped.
+
+    SIGHUP is what a terminal that closes sends the `serve` started in it:
+    left to Python, it would end the process at once, its node left ALIVE
+    and its sessions open for the others to declare lost.
 
     Left to Trio's handler, a second signal (Ctrl-C pressed twice, which in a
     serve group reaches every member) would raise KeyboardInterrupt in the
     middle of the orderly stop: a traceback, sessions not closed, the node
     left ALIVE until the others declare it lost.
     """
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
             if stop.is_set():
                 log.warning("%s: already stopping (closing the sessions, then recording the node STOPPED)",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from pulse_trio.serve_process import ServeProcess
 
@@ -28,3 +30,24 @@ def serve(db, *extra: str) -> Iterator[tuple[int, int]]:
     """
     with ServeProcess(db, extra_args=extra) as process:
         yield process.worker_port, process.http_port
+
+
+def mariadbd_child(parent: int, state: Path) -> int | None:
+    """The pid of ``parent``'s mariadbd child serving ``state``, if it has started one yet."""
+    with contextlib.suppress(OSError):
+        for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                if f"--pid-file={state}" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    return int(pid)
+    return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):  # a zombie of ours is not running
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+            return False
+    return True

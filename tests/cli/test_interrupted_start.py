@@ -1,8 +1,8 @@
 """A signal while `serve` starts the managed MariaDB does not leave that mariadbd running.
 
-docs/operations.md §1.2: a Ctrl-C or a SIGTERM while the managed server
-starts stops it too; Ctrl-C is exit 130 and SIGTERM, a stop asked for,
-exit 0. The signal here arrives while `serve` waits for the mariadbd it
+docs/operations.md §1.2: a Ctrl-C, a SIGTERM or a SIGHUP while the managed
+server starts stops it too; Ctrl-C is exit 130 and SIGTERM or SIGHUP, a
+stop asked for, exit 0. The signal here arrives while `serve` waits for the mariadbd it
 just launched to answer (a data directory already initialised, so that
 window is about a second long: what a Ctrl-C or a `systemctl stop` right
 after a start meets).
@@ -10,7 +10,6 @@ after a start meets).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -20,32 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import COMMAND, run
+from cli_support import COMMAND, alive as _alive, mariadbd_child as _mariadbd_child, run
 
 
-def _mariadbd_child(parent: int, state: Path) -> int | None:
-    """The pid of ``parent``'s mariadbd child serving ``state``, if it has started one yet."""
-    with contextlib.suppress(OSError):
-        for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
-            with contextlib.suppress(OSError):
-                if f"--pid-file={state}" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                    return int(pid)
-    return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):  # a zombie of ours is not running
-        if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
-            return False
-    return True
-
-
-@pytest.mark.parametrize("signum, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 0)],
-                         ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signum, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 0), (signal.SIGHUP, 0)],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_while_the_managed_database_starts_stops_it_too(tmp_path, signum, expected):
     state = Path(os.environ["PULSE_STATE_DIR"]).resolve() / "mariadb"
     assert run("migrate", timeout=120).returncode == 0  # initialised, then stopped again

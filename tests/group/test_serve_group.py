@@ -164,6 +164,18 @@ def test_a_signal_to_every_process_at_once_still_stops_each_member_the_orderly_w
     assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
 
 
+def test_a_closed_terminal_sighup_stops_each_member_the_orderly_way(group):
+    """Closing the terminal `serve --processes` runs in sends SIGHUP to every process of the group: a stop, as
+    SIGTERM is, not the first process's death (docs/operations.md §14)."""
+    serve, client, members, process = _running(group)
+    for pid in (process.pid, *members):
+        os.kill(pid, signal.SIGHUP)
+    assert process.wait(timeout=30) == 0, serve.log_tail()
+    wait_until(lambda: not any(_alive(pid) for pid in members), 20, "every member stopped")
+    assert "Traceback" not in serve.log_tail(10**6)
+    assert {node["state"] for node in client.nodes(include_stopped=True)} == {"STOPPED"}
+
+
 def test_a_second_sigterm_while_the_group_stops_does_not_abandon_the_orderly_stop(group):
     """An impatient operator, a script that signals twice, Ctrl-C pressed twice: still an orderly stop, exit 0."""
     serve, client, members, process = _running(group)

@@ -51,6 +51,26 @@ async def test_worker_run_executes_the_example_and_drains_on_sigterm(start_servi
     assert f"({backend}{' with uvloop' if '--uvloop' in options else ''})" in text
 
 
+async def test_worker_run_drains_on_sighup(start_service, token_factory, client):
+    """A closed terminal sends SIGHUP: a drain, exit 0, as SIGTERM is (docs/worker.md §9.1), not death."""
+    service = await start_service()
+    command = [sys.executable, "-m", "pulse_trio", "worker", "run", "examples.billing_worker:registry",
+               "--url", url_of(service)]
+    env = dict(os.environ, PULSE_WORKER_TOKEN=token_factory("worker", ["billing"]))
+    async with trio.open_nursery() as nursery:
+        process = await nursery.start(lambda task_status: trio.run_process(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False,
+            task_status=task_status))
+        with trio.fail_after(20):
+            while not await in_thread(client.workers):
+                await trio.sleep(0.02)
+        process.send_signal(signal.SIGHUP)
+        with trio.fail_after(20):
+            rc = await process.wait()
+        text = (await process.stderr.receive_some(1 << 20)).decode() if process.stderr else ""
+    assert rc == 0 and "SIGHUP: draining" in text, text
+
+
 def test_an_unknown_backend_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["worker", "run", "examples.billing_worker:registry", "--token", "t", "--backend", "curio"])
