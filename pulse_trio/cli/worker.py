@@ -148,6 +148,20 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _say(text: str) -> None:
+    """One line for people on stderr; none when stderr is gone.
+
+    A terminal that closed under the worker (its SIGHUP drains it) leaves
+    stderr failing with EIO, a reader that went away with EPIPE: the drain
+    must go on all the same, its running tasks finish and report.
+    """
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
 def _log_to_stderr(quiet: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("pulse-trio worker: %(message)s"))
@@ -204,8 +218,8 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # what the flags checked above leave to the Worker (a --ca-file with a ws:// URL)
         fail(str(exc), 2)
     kinds = ", ".join(f"{h.queue}/{h.kind}" for h in registry)
-    sys.stderr.write(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
-                     f"connecting to {url} ({args.backend}{' with uvloop' if args.uvloop else ''})\n")
+    _say(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
+         f"connecting to {url} ({args.backend}{' with uvloop' if args.uvloop else ''})\n")
 
     async def ready() -> None:
         """Connected and registered: systemd (``Type=notify``) may count the unit as started."""
@@ -224,10 +238,10 @@ def _run(args: argparse.Namespace) -> int:
     except* WorkerRefused as group:  # delivered inside the task groups' ExceptionGroups
         fail(describe_refusal(_first(group), url))
     stats = worker.stats
-    sys.stderr.write(f"pulse-trio worker: stopped: {stats.started} started, {stats.succeeded} succeeded, "
-                     f"{stats.failed} failed, {stats.unknown} unknown, {stats.cancelled} cancelled, "
-                     f"{stats.lost} lost, {stats.unsettled} outcome unknown to this worker"
-                     f"{'; drained by an operator' if worker.drained_by_operator else ''}\n")
+    _say(f"pulse-trio worker: stopped: {stats.started} started, {stats.succeeded} succeeded, "
+         f"{stats.failed} failed, {stats.unknown} unknown, {stats.cancelled} cancelled, "
+         f"{stats.lost} lost, {stats.unsettled} outcome unknown to this worker"
+         f"{'; drained by an operator' if worker.drained_by_operator else ''}\n")
     return 130 if worker.stopped else 0
 
 
@@ -273,7 +287,7 @@ async def _progress(worker: Any) -> None:
         now = (s.started, s.finished, s.running, s.lost, s.connects, s.unsettled)
         if now != last and (s.running or now[:2] != (last or (0, 0))[:2]):
             state = "connected" if worker.connected else "reconnecting"
-            sys.stderr.write(f"pulse-trio worker: {state}; {s.running} running, {s.started} started, "
-                             f"{s.succeeded} succeeded, {s.failed} failed, {s.unknown} unknown, "
-                             f"{s.cancelled} cancelled, {s.lost} lost, {s.unsettled} outcome unknown\n")
+            _say(f"pulse-trio worker: {state}; {s.running} running, {s.started} started, "
+                 f"{s.succeeded} succeeded, {s.failed} failed, {s.unknown} unknown, "
+                 f"{s.cancelled} cancelled, {s.lost} lost, {s.unsettled} outcome unknown\n")
         last = now

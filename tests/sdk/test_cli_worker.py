@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +74,68 @@ async def test_worker_run_drains_on_sighup(start_service, token_factory, client)
             rc = await process.wait()
         text = (await process.stderr.receive_some(1 << 20)).decode() if process.stderr else ""
     assert rc == 0 and "SIGHUP: draining" in text, text
+
+
+NAPPING_REGISTRY = """
+import anyio
+from pulse_trio.sdk import Registry
+
+registry = Registry()
+
+
+@registry.handler("billing", "nap")
+async def nap(task):
+    await anyio.sleep(0.8)
+    return {"napped": True}
+"""
+
+#: `worker run`, its counts line every 0.1 s instead of every 10 (the interval is a constant of the module).
+FAST_PROGRESS = ("import sys; import pulse_trio.cli.worker as w; w.PROGRESS_INTERVAL_S = 0.1; "
+                 "from pulse_trio.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def _read_until(fd: int, text: bytes, timeout: float) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while text not in seen and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.05)[0]:
+            seen += os.read(fd, 65536)
+    assert text in seen, seen.decode(errors="replace")
+    return seen
+
+
+async def test_a_closed_terminal_drains_the_worker_started_in_it(start_service, token_factory, client, tmp_path):
+    """Its terminal closed, the worker gets SIGHUP and drains: its running task finishes and reports, exit 0.
+
+    Its stderr is that dead terminal now: a counts line or the last summary that cannot be written must not
+    end the drain, which would leave the task RUNNING until its lease lapses.
+    """
+    service = await start_service()
+    (tmp_path / "napping_worker.py").write_text(NAPPING_REGISTRY)
+    command = [sys.executable, "-c", FAST_PROGRESS, "worker", "run", f"{tmp_path / 'napping_worker.py'}:registry",
+               "--url", url_of(service)]
+    env = dict(os.environ, PULSE_WORKER_TOKEN=token_factory("worker", ["billing"]))
+    terminal, its_end = pty.openpty()
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=its_end, stdout=its_end, stderr=its_end,
+                               start_new_session=True,  # the terminal is the worker's own, as a login shell's is
+                               preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(its_end)
+    try:
+        await in_thread(_read_until, terminal, b"connected to", 20)
+        task = await in_thread(client.submit, "billing", "nap", {})
+        await in_thread(_read_until, terminal, b"running", 20)  # started, and a counts line says so
+        os.close(terminal)  # the window closes: SIGHUP, and nothing can be written there any more
+        terminal = -1
+        with trio.fail_after(20):
+            rc = await in_thread(process.wait)
+        assert rc == 0
+        assert (await wait_state(client, task["task_id"], {"SUCCEEDED", "UNKNOWN", "FAILED"}))["state"] == "SUCCEEDED"
+    finally:
+        if terminal >= 0:
+            os.close(terminal)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_an_unknown_backend_is_a_usage_error(capsys):
