@@ -46,11 +46,22 @@ def test_a_chosen_port_taken_before_mariadbd_binds_it_is_replaced_by_a_fresh_one
         real = managed_db.free_port
         monkeypatch.setattr(managed_db, "free_port", pick)
         server = ManagedMariaDB(tmp_path / "chosen", fast=True)
-        with server:
+        with _notify_socket(tmp_path, monkeypatch) as notices, server:
             assert picks[0] == taken and len(picks) == 2
             assert server.port == picks[1] != taken
             assert _answers_on(server.port) == server.port
+            with pytest.raises(BlockingIOError):  # serve's unit hears serve's READY=1, never mariadbd's
+                notices.recv(4096)
         assert "Address already in use" in server.log_path.read_text()
+
+
+def _notify_socket(tmp_path, monkeypatch) -> socket.socket:
+    """A datagram socket named by ``NOTIFY_SOCKET``, as systemd gives a unit with Type=notify."""
+    notices = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notices.bind(str(tmp_path / "notify"))
+    notices.setblocking(False)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify"))
+    return notices
 
 
 def test_a_port_the_caller_gave_is_never_changed(tmp_path):
