@@ -97,7 +97,7 @@ def test_a_producer_sees_its_queues_and_no_operator_action(page, service):
     assert page.query_selector("tr[data-queue=ui-other]") is None  # outside the token's queues
     screenshot(page, "producer-overview")
 
-    page.click(f"tr[data-queue=ui-prod] a >> text=ui-prod")
+    page.click("tr[data-queue=ui-prod] a >> text=ui-prod")
     page.click(f"a >> text={task['task_id']}")
     page.wait_for_selector("#payload")
     assert "2026-11" in page.text_content("#payload")
