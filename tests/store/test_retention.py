@@ -252,10 +252,12 @@ def test_a_reader_racing_the_purge_sees_the_whole_ended_task_or_none_never_one_w
     before = world.now - dt.timedelta(milliseconds=500)
     purger = Store(db, pool_size=1)
     stop = threading.Event()
+    read_once = threading.Semaphore(0)  # released by each task's first read: its purge then races the next reads
 
     def one_task_per_commit() -> None:  # in finished_at order: the order the reader reads them in
         try:
-            while not stop.is_set() and purger.run_sync(purge, queue="q", before=before, limit=1).selected:
+            while (not stop.is_set() and read_once.acquire(timeout=10)
+                   and purger.run_sync(purge, queue="q", before=before, limit=1).selected):
                 pass
         finally:
             stop.set()
@@ -265,13 +267,18 @@ def test_a_reader_racing_the_purge_sees_the_whole_ended_task_or_none_never_one_w
     torn, whole = [], 0
     try:
         for task_id in done:  # each read again and again until the purge has taken it
+            first = True
             while (view := world.task(task_id)) is not None:
                 if view.outcome is None or view.outcome.result_json != '{"paid":42}' or len(view.attempts) != 1:
                     torn.append((task_id, view.outcome, len(view.attempts)))
                 else:
                     whole += 1
+                if first:
+                    read_once.release()
+                    first = False
     finally:
         stop.set()
+        read_once.release()  # a purger waiting for a next task has none
         thread.join()
         purger.close()
     assert not torn, (len(torn), torn[:2])
