@@ -15,7 +15,6 @@ import pymysql
 import pytest
 
 from pulse_trio.dburl import connect_node
-from pulse_trio.store.engine.pool import STATEMENT_TIMEOUT_S
 from pulse_trio.store.engine.writer import (
     FOLLOW_AFTER_S, PROBE_TIMEOUT_S, WriterSelector, connect, create_database, writer_for,
 )
@@ -23,6 +22,9 @@ from pulse_trio.store import NewTask, get_task, register, submit
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.inputs import NewInstance, SubscribedQueue
 from pulse_trio.store.schema.migrate import code_version, current_version, migrate
+
+#: The read timeout of the pooled connections of a test whose writer hangs (the pool's own is half a minute).
+STATEMENT_TIMEOUT_S = 4.0
 from pulse_trio.store.engine.registry import read_only
 
 pytestmark = pytest.mark.galera
@@ -285,15 +287,16 @@ def test_a_writer_that_hangs_is_failed_over_from_once_a_statement_times_out(clus
 
     Its kernel keeps the connection open and Galera evicts it, so n2 and n3
     go on as the primary component; no failure comes from n1 itself. The
-    transaction's statement gives up after ``STATEMENT_TIMEOUT_S`` (2013, a
-    lost connection), the probe of n1 gets no greeting either, and the run
+    transaction's statement gives up after its read timeout (2013, a lost
+    connection; the pool's is half a minute, 4 s here so that the test does
+    not wait it out), the probe of n1 gets no greeting either, and the run
     moves to n2.
     """
     config = cluster.config(database_name)
     migrate(config)
     n1, n2, n3 = cluster.nodes
     writer_for(config).reset()
-    store = Store(config, pool_size=1)
+    store = Store(config, pool_size=1, connector=lambda c: connect(c, io_timeout=STATEMENT_TIMEOUT_S))
     try:
         assert store.run_sync(_node_port) == n1.port  # one pooled connection to n1, idle and fresh
         n1.process.send_signal(signal.SIGSTOP)
