@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,3 +53,18 @@ def alive(pid: int) -> bool:
         if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
             return False
     return True
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    """Whether ``pid`` has ended within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def stop_left_running(mariadbd: int | None) -> None:
+    """A test's clean-up: a managed mariadbd its serve left running is stopped, so the next test starts afresh."""
+    if mariadbd is not None and alive(mariadbd):
+        os.kill(mariadbd, signal.SIGTERM)
+        gone_within(mariadbd, 30)

@@ -13,12 +13,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from cli_support import COMMAND, alive, mariadbd_child, run
+from cli_support import COMMAND, gone_within, mariadbd_child, run, stop_left_running
 
 pytestmark = pytest.mark.live  # it runs serve with a managed mariadbd
 
@@ -43,19 +42,12 @@ def test_sighup_stops_serve_and_the_managed_database_it_started():
             returncode = serve.wait(60)
             stderr = serve.stderr.read().decode(errors="replace")
             assert returncode == 0 and "Traceback" not in stderr, stderr
-            deadline = time.monotonic() + 10
-            while alive(mariadbd) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not alive(mariadbd), "the managed mariadbd outlived serve"
+            assert gone_within(mariadbd, 10), "the managed mariadbd outlived serve"
         finally:
             if serve.poll() is None:
                 serve.kill()
                 serve.wait()
-            if mariadbd is not None and alive(mariadbd):
-                os.kill(mariadbd, signal.SIGTERM)
-                deadline = time.monotonic() + 30
-                while alive(mariadbd) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+            stop_left_running(mariadbd)
     nodes = run("nodes", "--all", timeout=120)  # starts the managed database again, to read what serve left
     assert nodes.returncode == 0, nodes
     assert [node["state"] for node in json.loads(nodes.stdout)["nodes"]] == ["STOPPED"], nodes.stdout

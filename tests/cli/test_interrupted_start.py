@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_support import COMMAND, alive as _alive, mariadbd_child as _mariadbd_child, run
+from cli_support import COMMAND, alive as _alive, mariadbd_child as _mariadbd_child, run, stop_left_running
 
 
 @pytest.mark.parametrize("signum, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 0), (signal.SIGHUP, 0)],
@@ -45,8 +45,4 @@ def test_a_signal_while_the_managed_database_starts_stops_it_too(tmp_path, signu
         if serve.poll() is None:
             serve.kill()
             serve.wait()
-        if mariadbd is not None and _alive(mariadbd):
-            os.kill(mariadbd, signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while _alive(mariadbd) and time.monotonic() < deadline:
-                time.sleep(0.05)
+        stop_left_running(mariadbd)
