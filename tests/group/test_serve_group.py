@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -485,18 +486,25 @@ def test_a_group_whose_flags_the_cluster_refuses_fails_in_one_line_with_exit_2(d
 def test_a_flag_beats_its_variable_in_a_group_as_in_one_process(db):
     """A variable the flag overrides is never read (docs/operations.md §2), even one the flag's type refuses:
     the members, which take their settings from the first process, must not read it either and exit 2."""
-    client = Client(db)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pulse_trio", "serve", "--processes", "2", "--database-url", db.url(redact=False),
-         "--worker-listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}",
-         "--log-level", "warning"],
-        env={**child_environment(), "PULSE_HTTP_LISTEN": "a leftover"}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: process.poll() is not None or len(client.nodes()) == 2, 30, "the group up, or gone")
+    with _group_of_two(db, [sys.executable, "-m", "pulse_trio"], env={**child_environment(),
+                       "PULSE_HTTP_LISTEN": "a leftover"}, stderr=subprocess.PIPE, text=True) as process:
         assert process.poll() is None, process.communicate()[1][-3000:]
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+@contextlib.contextmanager
+def _group_of_two(db, command: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """``command serve --processes 2`` on ``db``, once both members' nodes are up (or it has ended); killed if it
+    outlives the block."""
+    client = Client(db)
+    process = subprocess.Popen(
+        [*command, "serve", "--processes", "2", "--database-url", db.url(redact=False),
+         "--worker-listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}",
+         "--log-level", "warning"], stdout=subprocess.DEVNULL, **popen)
+    try:
+        wait_until(lambda: process.poll() is not None or len(client.nodes()) == 2, 30, "the group up, or gone")
+        yield process
     finally:
         if process.poll() is None:
             process.kill()
@@ -753,22 +761,11 @@ def test_the_members_run_the_parents_code_not_a_pulse_trio_package_in_the_workin
     worktree = str(Path(__file__).resolve().parents[2])
     console_script = [sys.executable, "-c", f"import sys; sys.path[0] = {worktree!r}; from pulse_trio.cli import main; "
                                             "sys.exit(main())"]
-    client = Client(db)
-    process = subprocess.Popen(
-        [*console_script, "serve", "--processes", "2", "--database-url", db.url(redact=False),
-         "--worker-listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}",
-         "--log-level", "warning"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_until(lambda: process.poll() is not None or len(client.nodes()) == 2, 30, "the group up, or gone")
+    with _group_of_two(db, console_script, cwd=tmp_path, stderr=subprocess.DEVNULL) as process:
         assert not marker.exists(), "a member imported pulse_trio from the working directory"
         assert process.poll() is None, process.returncode
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        client.close()
 
 
 def test_a_group_serves_https_and_wss_on_the_sockets_it_inherits(db, tls):
