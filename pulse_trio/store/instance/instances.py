@@ -35,7 +35,7 @@ from pulse_trio.store.engine.results import (
 from pulse_trio.store.engine.rows import InstanceRow
 from pulse_trio.store.engine.tx import Tx, db_time
 from pulse_trio.store.instance import sql
-from pulse_trio.store.token.tokens import token_id_live
+from pulse_trio.store.token.tokens import live_token_ids
 
 
 @guard("instance", "node_alive", code=SERVER_SHUTTING_DOWN)
@@ -156,7 +156,8 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
             return Registered(view(tx, InstanceRow.from_row(existing)), instance.instance_secret)
     ctx = InstanceContext(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues),
                           node_id=tx.node_id, node_state=_node_state(tx),
-                          token_live=instance.token_id is None or token_id_live(tx, instance.token_id))
+                          token_live=instance.token_id is None
+                          or instance.token_id in live_token_ids(tx, token_ids=(instance.token_id,)))
     dest = decide("instance", "register", "NONE", ctx)
     if isinstance(dest, Refusal):
         return dest

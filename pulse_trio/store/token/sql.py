@@ -15,7 +15,5 @@ ALL_TOKENS = f"SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at, token
 #: Revoking twice keeps the first revocation time.
 REVOKE = "UPDATE api_tokens SET revoked_at = %s WHERE token_id = %s AND revoked_at IS NULL"
 BY_ID = f"SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE token_id = %s"
-#: Whether a token is not revoked, by its primary key (a registration's check of its connection's token).
-LIVE_ID = "SELECT 1 FROM api_tokens WHERE token_id = %s AND revoked_at IS NULL"
-#: Which of a list of ids name a token not revoked (the serve process's periodic re-check of its sessions').
+#: Which of a list of ids name a token not revoked (the periodic re-check of open sessions', a registration's own).
 LIVE_IDS = "SELECT token_id FROM api_tokens WHERE token_id IN %s AND revoked_at IS NULL"

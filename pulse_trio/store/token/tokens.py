@@ -75,15 +75,6 @@ def live_token_ids(tx: Tx, *, token_ids: Collection[str]) -> frozenset[str]:
     return frozenset(row[0] for row in tx.all(sql.LIVE_IDS, (tuple(token_ids),)))
 
 
-def token_id_live(tx: Tx, token_id: str) -> bool:
-    """Whether the token ``token_id`` is not revoked: one row by primary key, read inside the caller's transaction.
-
-    A registration asks it: the handshake's lookup may predate a revoke
-    that committed before the connection's ``worker.hello``.
-    """
-    return tx.one(sql.LIVE_ID, (token_id,)) is not None
-
-
 # -- the CLI's operator commands, each on a connection of its own -------------------------------------
 def create_token(conn: Any, *, role: str, queues: Sequence[str], label: str,
                  now: dt.datetime, allow: Sequence[str] = ()) -> tuple[str, TokenInfo]:
