@@ -138,13 +138,13 @@ def database_failure(exc: pymysql.err.MySQLError | StoreUnavailable, url: str = 
     """
     where = f"the database {url}" if url else "the database"
     if isinstance(exc, StoreUnavailable):
-        if not isinstance(exc.__cause__, pymysql.err.MySQLError):  # a conflict on every attempt
+        if exc.conflict or not isinstance(exc.__cause__, pymysql.err.MySQLError):
             return CommandFailed(f"{where} is busy: {exc}", EXIT_UNREACHABLE)
         exc = exc.__cause__
     refused = refusal(exc)
     if refused == "login":
         return CommandFailed(f"{where} refused the login: {_reason(exc)}", EXIT_REFUSED)
-    if refused == "statement" or not unavailable(exc):
+    if not unavailable(exc):  # a refused statement included: the server answered, and waiting never mends it
         return CommandFailed(f"{where} refused: {_reason(exc)}", EXIT_REFUSED)
     return CommandFailed(f"cannot reach {where}: {_reason(exc)}", EXIT_UNREACHABLE)
 

@@ -48,11 +48,15 @@ class StoreUnavailable(RuntimeError):
     The server answers ``internal`` with ``retry_after_ms`` (docs/protocol.md §4.8).
     """
 
-    def __init__(self, message: str, retry_after_ms: int = 1000, *, commit_lost: bool = False) -> None:
+    def __init__(self, message: str, retry_after_ms: int = 1000, *, commit_lost: bool = False,
+                 conflict: bool = False) -> None:
         super().__init__(message)
         self.retry_after_ms = retry_after_ms
         #: A COMMIT's answer was lost on the way: what ran may have committed.
         self.commit_lost = commit_lost
+        #: The last attempt failed on a conflict (a deadlock, a lock wait, certification, a guard that moved):
+        #: the database answered, it is busy with these rows, not away.
+        self.conflict = conflict
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -168,8 +172,7 @@ class SyncStore:
         try:
             return self._run_one(fn, kwargs, recovering=recovering)
         except StoreUnavailable as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, CasMismatch) or classify(cause) == CONFLICT):
+            if not exc.conflict:
                 gave_up.append(exc)
             return exc
         except Exception as exc:  # this call's own answer: its neighbours keep theirs
@@ -267,7 +270,8 @@ class SyncStore:
                 self._rollback_or_discard(conn, pool)
                 raise
         raise StoreUnavailable(f"{name} failed after {self.max_attempts} attempts: {last_error!r}",
-                               commit_lost=recovering) from last_error
+                               commit_lost=recovering, conflict=isinstance(last_error, CasMismatch)
+                               or classify(last_error) == CONFLICT) from last_error
 
     def _sleep(self, attempt: int) -> None:
         ceiling = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
