@@ -232,6 +232,16 @@ def env_name(field: str) -> str:
 SERVE_VARIABLES = frozenset(env_name(field) for _, field, _, _ in _OPTIONS)
 
 
+def without_serve_settings(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` less the ``PULSE_`` serve settings, for a child ``serve`` whose settings come otherwise.
+
+    A test service takes its own from its arguments (inherited, ``PULSE_TLS_CERT`` alone would make it serve
+    HTTPS on the ``http://`` URL it advertises); a group's member takes the first process's, whose flags beat
+    their variables (read again by the member, one a flag overrode could make it refuse to start).
+    """
+    return {name: value for name, value in environment.items() if name not in SERVE_VARIABLES}
+
+
 def add_options(parser: argparse.ArgumentParser, options=_OPTIONS) -> None:
     """Add the flags; defaults come from the environment, then Settings.
 

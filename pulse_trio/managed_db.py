@@ -27,6 +27,8 @@ import pymysql
 from pulse_trio.child_process import killed_with_parent
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port, start_on_fresh_ports
+from pulse_trio.sd_notify import without_notify_socket
+from pulse_trio.stop_signals import STOP_SIGNALS
 
 _SERVER_NAMES = ("mariadbd", "mysqld")
 _INSTALL_NAMES = ("mariadb-install-db", "mysql_install_db")
@@ -82,17 +84,6 @@ def _find(names: tuple[str, ...]) -> str:
     )
 
 
-def _without_notify_socket() -> dict[str, str]:
-    """This process's environment without ``NOTIFY_SOCKET``: the managed mariadbd (and its installer) is not the
-    unit's service.
-
-    Under systemd, ``serve`` reports READY=1 once it serves; mariadbd, which
-    speaks the same protocol, would report its own READY=1 first (systemd
-    ignores it under ``NotifyAccess=main``, any other listener would not).
-    """
-    return {name: value for name, value in os.environ.items() if name != "NOTIFY_SOCKET"}
-
-
 @contextlib.contextmanager
 def _interrupts_after() -> Iterator[None]:
     """A Ctrl-C, SIGTERM or SIGHUP that arrives inside the block is delivered once it has run.
@@ -107,7 +98,7 @@ def _interrupts_after() -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    held = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    held = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     held = {signum: handler for signum, handler in held.items() if handler is not None}  # None: set outside Python
     for signum in held:
         signal.signal(signum, lambda number, frame: caught.append(number))
@@ -240,7 +231,7 @@ class ManagedMariaDB:
             self._process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=killed_with_parent() if self.die_with_parent else None,
-                env=_without_notify_socket(),
+                env=without_notify_socket(os.environ),
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -316,7 +307,7 @@ class ManagedMariaDB:
             args.append("--user=root")
         # The bootstrap server takes its temporary directory from TMPDIR (the script has no option for it).
         result = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                env={**_without_notify_socket(), "TMPDIR": str(self.tmp_dir)})
+                                env={**without_notify_socket(os.environ), "TMPDIR": str(self.tmp_dir)})
         if result.returncode != 0:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             raise ManagedDatabaseError(f"mariadb-install-db failed:\n{result.stdout}\n{result.stderr}")

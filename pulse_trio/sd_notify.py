@@ -15,8 +15,15 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Mapping
 
 log = logging.getLogger("pulse_trio.systemd")
+
+
+def without_notify_socket(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` less ``NOTIFY_SOCKET``, for a child that is not the unit's service (a group's member, the
+    managed mariadbd, which speaks the same protocol): only the process systemd started reports to it."""
+    return {name: value for name, value in environment.items() if name != "NOTIFY_SOCKET"}
 
 
 def notify(*lines: str) -> bool:
@@ -35,4 +42,4 @@ def notify(*lines: str) -> bool:
     return True
 
 
-__all__ = ["notify"]
+__all__ = ["notify", "without_notify_socket"]

@@ -19,12 +19,12 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from pulse_trio.child_process import child_environment, killed_with_parent, python_command
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN
-from pulse_trio.config import SERVE_VARIABLES, env_name
+from pulse_trio.config import env_name, without_serve_settings
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.ports import free_port, start_on_fresh_ports
 
@@ -113,7 +113,7 @@ class ServeProcess:
             python_command("pulse_trio", "serve", "--worker-listen", f"127.0.0.1:{self.worker_port}",
                            "--http-listen", f"127.0.0.1:{self.http_port}", "--log-level", "warning", *self.extra_args),
             # The URL (and its password) in the environment, which only its user reads, not the arguments anyone may.
-            env=child_environment(_without_serve_settings(os.environ), NOTIFY_SOCKET=path,
+            env=child_environment(without_serve_settings(os.environ), NOTIFY_SOCKET=path,
                                   **{DATABASE_URL_VARIABLE: self.database.url(redact=False)}),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
             preexec_fn=killed_with_parent() if self.die_with_parent else None)
@@ -173,11 +173,3 @@ class ServeProcess:
         self.stop()
 
 
-def _without_serve_settings(environment: Mapping[str, str]) -> dict[str, str]:
-    """``environment`` less the ``PULSE_`` serve settings: they configure the caller's real service, not this one.
-
-    Inherited, ``PULSE_TLS_CERT`` alone would make it serve HTTPS and WSS on
-    the ``http://`` and ``ws://`` URLs it advertises; this service takes its
-    settings from its own arguments only.
-    """
-    return {name: value for name, value in environment.items() if name not in SERVE_VARIABLES}

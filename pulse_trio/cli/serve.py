@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pulse_trio import config as cfg
 from pulse_trio import logs
 from pulse_trio.cli.common import EXIT_CANNOT_LISTEN, CommandFailed, database, run_guarded
+from pulse_trio.stop_signals import STOP_SIGNALS
 
 if TYPE_CHECKING:
     from pulse_trio.dburl import DatabaseConfig
@@ -94,7 +95,7 @@ def _sigterm_interrupts_the_start() -> Iterator[None]:
         stopped.append(signum)
         signal.raise_signal(signal.SIGINT)
 
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS if signum != signal.SIGINT}
     try:
         yield
     except KeyboardInterrupt:
@@ -145,7 +146,7 @@ def _signals_wait_for_the_start() -> Iterator[list[int]]:
     def keep(signum: int, frame: object) -> None:
         received.append(signum)
 
-    previous = {signum: signal.signal(signum, keep) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    previous = {signum: signal.signal(signum, keep) for signum in STOP_SIGNALS}
     try:
         yield received
     finally:

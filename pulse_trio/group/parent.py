@@ -28,9 +28,11 @@ from pathlib import Path
 import trio
 
 from pulse_trio.child_process import child_environment
-from pulse_trio.config import SERVE_VARIABLES, Settings
+from pulse_trio.config import Settings, without_serve_settings
 from pulse_trio.group.member import ENVIRONMENT, READY, GroupMember
 from pulse_trio.group.shares import create_shares
+from pulse_trio.sd_notify import without_notify_socket
+from pulse_trio.stop_signals import STOP_SIGNALS
 
 log = logging.getLogger("pulse_trio.group")
 
@@ -60,9 +62,7 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
     """
     size = settings.processes
     member_settings = dataclasses.replace(settings, database_url=database_url, processes=1)
-    # The parent reports to systemd, not each member; and a member's settings are the parent's, whose flags beat
-    # their variables: a variable one overrides, read again by a member's parser, could make it refuse to start.
-    environment = {k: v for k, v in child_environment().items() if k != "NOTIFY_SOCKET" and k not in SERVE_VARIABLES}
+    environment = without_notify_socket(child_environment(without_serve_settings(os.environ)))
     shares_fd = create_shares(size)
     group = secrets.token_hex(8)
     metrics_dir = Path(tempfile.mkdtemp(prefix="pulse-trio-group-",
@@ -125,7 +125,7 @@ async def _watch_signals(outcome: _Outcome) -> None:
     Left to Python's handler, a second signal (Ctrl-C pressed twice, a script
     that signals again) would interrupt the stop and kill the members mid-shutdown.
     """
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for signum in signals:
             if outcome.stopping.is_set():
                 log.warning("%s: the group is already stopping (members still running after %g s are killed)",

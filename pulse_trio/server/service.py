@@ -49,6 +49,7 @@ from pulse_trio.config import Settings
 from pulse_trio.dburl import DatabaseConfig
 from pulse_trio.listen import ListenError, bind_workers
 from pulse_trio.live_instance import LiveInstance
+from pulse_trio.stop_signals import STOP_SIGNALS
 from pulse_trio.server.batcher import LeaseCommandBatcher
 from pulse_trio.server.ride_along import RideAlong
 from pulse_trio.server.registrations import SessionRequests
@@ -366,7 +367,7 @@ async def _watch_signals(stop: trio.Event) -> None:
     middle of the orderly stop: a traceback, sessions not closed, the node
     left ALIVE until the others declare it lost.
     """
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for signum in signals:
             if stop.is_set():
                 log.warning("%s: already stopping (closing the sessions, then recording the node STOPPED)",
