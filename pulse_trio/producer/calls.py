@@ -108,7 +108,7 @@ class Answer:
 
     @property
     def unavailable(self) -> bool:
-        """No service answered, or it said the database is away: worth asking again."""
+        """No service answered, or it answered 503 (the database away, too many waits): worth asking again."""
         return self.error is not None or self.status == 503
 
 

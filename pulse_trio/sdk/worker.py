@@ -39,6 +39,7 @@ import anyio
 import anyio.abc
 
 from pulse_trio import __version__
+from pulse_trio.contract import errors as e
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.credentials import check_token
@@ -96,7 +97,7 @@ def check_capacity(capacity: object) -> None:
 
 def _refuses_the_token(refused: WorkerRefused) -> bool:
     """A refusal of the token itself (401, a queue outside it), which every instance of the service gives alike."""
-    return refused.status == 401 or refused.code == "permission_denied"
+    return refused.status == 401 or refused.code == e.PERMISSION_DENIED
 
 
 def default_name() -> str:

@@ -137,6 +137,7 @@ class NodeLiveness:
             row = await self.store.run(nodes.start, now=self.clock.now(), lapse_ms=_lapse_ms(settings),
                                        host=socket.gethostname(), pid=os.getpid())
         except Exception:
+            await trio.lowlevel.checkpoint()  # a start abandoned meanwhile (store cut short) ends here: no outage
             log.warning("node %s not recorded yet (database unavailable); retrying at the next heartbeat",
                         self.node_id, exc_info=True)
             self._next_beat = sent + self.heartbeat_s

@@ -204,8 +204,7 @@ def _lease_ttl_ms(task: TaskRow, default_ms: int) -> int:
     Submits once took a task's own under half a second, and such a task may
     still wait (or be retried); the cluster's own was raised by migration 0029.
     """
-    own = task.lease_ttl_ms
-    return default_ms if not own else own if own >= LEASE_TTL_MIN_MS else LEASE_TTL_MIN_MS
+    return max(task.lease_ttl_ms, LEASE_TTL_MIN_MS) if task.lease_ttl_ms else default_ms
 
 
 #: Where lease.assign puts the lease it inserts (the chart's one transition from NONE).

@@ -88,7 +88,8 @@ PERMIT_LIVE: tuple[str, ...] = live_states(CHARTS["key_permit"])
 #: Cancel intents that still act on their task (requested or notified, not yet resolved).
 INTENT_LIVE = ("REQUESTED", "NOTIFIED")
 #: The tasks a purge leaves for a later pass however old: a permit not released, a live lease or intent
-#: (each through a state index, or a scan of the intents, whose live ones are few).
+#: (the permits and leases through their state index; the intents by a scan of the table, which holds every
+#: intent not yet purged, resolved ones included: an operator's dry run only).
 HELD_TASKS = (f"SELECT task_id FROM key_permits FORCE INDEX (key_permits_due) WHERE state IN"
               f" {sql_list(PERMIT_LIVE)}"
               f" UNION SELECT task_id FROM leases FORCE INDEX (leases_due) WHERE state IN {sql_list(LIVE_LEASE_STATES)}"
