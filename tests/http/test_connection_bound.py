@@ -148,5 +148,12 @@ async def test_waits_beyond_their_bound_are_refused_503_and_leave_the_api_answer
         for answer in refused:
             assert answer.startswith(b"HTTP/1.1 503") and b'"too_many_waits"' in answer, answer[:300]
             assert b"retry-after: 1\r\n" in answer.lower() and b"connection: close\r\n" in answer.lower()
+        # Only a request that will wait takes a wait: an ended task's outcome is answered though every wait is held.
+        ended = (await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k"})
+                 ).json()["task_id"]
+        assert (await http.post(f"/v1/tasks/{ended}/cancel", token=make_token(db, "operator"))).status == 200
+        with trio.fail_after(3):
+            outcome = await http.get(f"/v1/tasks/{ended}/outcome?wait=60", token=producer)
+        assert outcome.status == 200 and outcome.json()["state"] == "CANCELLED", outcome.body[:300]
     finally:
         await _end(process, flood)
