@@ -108,3 +108,11 @@ async def test_with_several_urls_run_ends_once_every_url_has_refused(raw, run_wo
     worker = await run_worker([raw.url(), raw.url("/v1/worker?second")], _registry(), token="t", wait=False)
     refused = await _refusal(worker)
     assert refused.status == 302 and len(raw.request_times) == 2 and worker.stats.connects == 0
+
+
+async def test_with_several_urls_a_refused_token_ends_run_at_the_first_refusal(raw, run_worker):
+    """A 401 is the token's, which every instance refuses alike: run() ends at once, without trying the next URL."""
+    raw.reject = (401, "unknown token\n")
+    worker = await run_worker([raw.url(), raw.url("/v1/worker?second")], _registry(), token="t", wait=False)
+    refused = await _refusal(worker)
+    assert refused.status == 401 and len(raw.request_times) == 1, (refused, raw.request_times)
