@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import pytest
 import trio
 
 from sdk_support import Gate, gated_registry, in_thread, url_of, wait_for, wait_state
 
+from test_background_worker import closed_port_url
+
+from pulse_trio.sdk import Registry
 
 
 async def test_the_worker_fails_over_to_the_next_url_and_resumes_its_lease(start_service, run_worker, client):
@@ -30,9 +35,8 @@ async def test_a_url_listed_twice_does_not_hide_the_ones_after_it():
     """[A, A, B] with A down: the worker moves by position, so it reaches B after two failures on A."""
     from raw_server import RawServer
     from sdk_support import FAST_BACKOFF
-    from test_background_worker import closed_port_url
 
-    from pulse_trio.sdk import Registry, Worker
+    from pulse_trio.sdk import Worker
 
     dead = closed_port_url()
     async with trio.open_nursery() as nursery:
@@ -76,3 +80,30 @@ async def test_a_url_that_refuses_is_passed_over_while_another_serves(start_serv
     release.set()
     view = await wait_state(client, task["task_id"], "SUCCEEDED")
     assert calls == [task["task_id"]] and view["attempt"] == 1
+
+
+async def test_a_url_refused_before_a_session_opened_is_tried_again_after_it(start_service, run_worker, proxy_for):
+    """[X, Y]: X refuses and Y serves; later Y refuses while X is back: X is tried again and serves.
+
+    Refusals count toward ending run() only since a session last opened: every URL has to refuse
+    after the last session opened, not each at some time in the worker's life. Each URL is a proxy
+    to a real instance, turned to its HTTP port (which refuses the WebSocket handshake) or to a
+    port nothing listens on (a failed connect, which refuses nothing).
+    """
+    service = await start_service()
+    x, y = await proxy_for(service), await proxy_for(service)
+    x.retarget(service.http_port)
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    worker = await run_worker([x.url, y.url], registry)
+    assert worker.url == y.url and worker.stats.failed_connects == 1, "X did not refuse before Y served"
+
+    x.retarget(urlsplit(closed_port_url()).port)
+    y.retarget(service.http_port)
+    y.sever()
+    await wait_for(lambda: worker.stats.failed_connects >= 3 or worker.returned.is_set(),
+                   what="X to fail and Y to refuse")
+    x.retarget(service.worker_port)
+    await wait_for(lambda: worker.connected or worker.returned.is_set(), what="a session on X")
+    assert worker.error is None, repr(worker.error)
+    assert worker.url == x.url and worker.stats.connects == 2
