@@ -253,9 +253,11 @@ def _first(error: BaseException) -> BaseException:
 
 def describe_refusal(exc: Any, url: str) -> str:
     """One line naming why the service refused, from what it said (status or code, and its words)."""
+    from pulse_trio.sdk.refusal import Fault, of_refused
+
     status, code, detail = getattr(exc, "status", None), getattr(exc, "code", None), getattr(exc, "detail", "")
-    if status == 401:
-        return (f"{url} refused the worker token (HTTP 401): it is unknown, revoked or not a worker token; "
+    if status is not None and of_refused(exc) is Fault.TOKEN:
+        return (f"{url} refused the worker token (HTTP {status}): it is unknown, revoked or not a worker token; "
                 "see `pulse-trio token list`, create one with `pulse-trio token create --role worker`")
     if status is not None and not detail:
         return (f"{url} refused the WebSocket handshake with HTTP {status} and no reason: it is not a "

@@ -21,7 +21,8 @@ Modules: ``registry`` (handlers), ``context`` (what a handler gets),
 ``protocol`` (sans-IO session checks and pending requests), ``frames``
 (lease commands from fields encoded once; command acks in one pass), ``websocket``
 (the RFC 6455 client on ``websockets``' sans-IO codec), ``endpoint`` (URLs and token checked when a worker is made), ``transport`` (one
-session: reader, writer, heartbeat), ``lease`` (one attempt, through reconnects),
+session: reader, writer, heartbeat), ``refusal`` (whose fault a refusal is: the token's, a URL's, or
+nobody's for good), ``lease`` (one attempt, through reconnects),
 ``pool`` (the handler tasks, a context per handler),
 ``clock`` (every lease's renewal and watchdog timer, in one task),
 ``worker`` (the reconnect loop, capacity, drain). See ``docs/worker.md``.

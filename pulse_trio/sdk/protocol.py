@@ -36,10 +36,8 @@ from pulse_trio.contract.fast_server import try_decode_server
 from pulse_trio.contract.frozen import frozen
 from pulse_trio.contract.limits import MAX_FRAME_BYTES
 from pulse_trio.sdk import frames as f
+from pulse_trio.sdk.refusal import Fault, of_code
 from pulse_trio.sdk.errors import CommandRefused, ProtocolViolation, WorkerRefused
-
-#: Errors at hello that no reconnect can fix.
-REFUSING_CODES = frozenset({"permission_denied", "unsupported_version", "invalid_frame"})
 
 
 #: A pending request: a message built by :meth:`ClientProtocol.request`, or a lease command's record.
@@ -99,7 +97,7 @@ def read_welcome(hello: m.WorkerHello, text: str | bytes, *, strict: bool) -> m.
     except ProtocolError as exc:
         raise ProtocolViolation(f"unreadable answer to worker.hello: {exc}") from None
     if isinstance(message, m.Error):
-        if message.code in REFUSING_CODES:
+        if of_code(message.code) is not Fault.TRANSIENT:
             raise WorkerRefused(f"the service refused this worker: {message.code}: {message.message}",
                                 code=message.code, detail=message.message)
         raise refusal(message)

@@ -40,14 +40,13 @@ from pulse_trio.contract import messages as m
 from pulse_trio.contract.encoder import encode_bytes
 from pulse_trio.contract.limits import SUBPROTOCOL
 from pulse_trio.sdk import protocol as p
+from pulse_trio.sdk import refusal
 from pulse_trio.sdk.frames import LeaseFrames
 from pulse_trio.sdk.websocket import ClientSocket, HandshakeRejected, HandshakeUnusable, SocketClosed, connect
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, ProtocolViolation, WorkerRefused
 
 log = logging.getLogger("pulse_trio.sdk")
 
-#: HTTP answers to the handshake that reconnecting will not change.
-REFUSING_STATUS = frozenset({400, 401, 403, 404, 426})
 HELLO_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
 #: The heartbeat pings every ttl/PINGS_PER_TTL (the ttl of the shortest lease held), kept within
@@ -291,8 +290,8 @@ async def open_connection(url: str, token: str, hello: m.WorkerHello, *, on_even
     try:
         socket = await connect(url, headers, ssl_context=ssl_context, timeout=connect_timeout)
     except HandshakeRejected as exc:
-        redirected = 300 <= exc.status < 400  # followed by no one: every reconnect would be sent the same way
-        if redirected or exc.status in REFUSING_STATUS:
+        redirected = exc.status in refusal.REDIRECTS
+        if refusal.of_status(exc.status) is not refusal.Fault.TRANSIENT:
             detail = exc.body.decode("utf-8", "replace").strip()
             if redirected:
                 detail = (f"redirected to {exc.location or '(no Location)'}; worker connections follow no redirect, "

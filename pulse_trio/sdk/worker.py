@@ -39,11 +39,11 @@ import anyio
 import anyio.abc
 
 from pulse_trio import __version__
-from pulse_trio.contract import errors as e
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.credentials import check_token
 from pulse_trio.sdk import protocol as p
+from pulse_trio.sdk import refusal
 from pulse_trio.sdk.clock import LeaseClock, loop_clock
 from pulse_trio.sdk.endpoint import check_url
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
@@ -93,11 +93,6 @@ def check_capacity(capacity: object) -> None:
     """
     if type(capacity) is not int or not 0 <= capacity <= lim.MAX_CAPACITY:
         raise ValueError(f"capacity must be an int 0..{lim.MAX_CAPACITY}, got {capacity!r:.40}")
-
-
-def _refuses_the_token(refused: WorkerRefused) -> bool:
-    """A refusal of the token itself (401, a queue outside it), which every instance of the service gives alike."""
-    return refused.status == 401 or refused.code == e.PERMISSION_DENIED
 
 
 def default_name() -> str:
@@ -269,10 +264,9 @@ class Worker:
                     await self._serve(conn)
             except WorkerRefused as exc:
                 refused_at.add(self._url_at)
-                if _refuses_the_token(exc) or len(refused_at) == len(self.urls):
+                if refusal.of_refused(exc) is refusal.Fault.TOKEN or len(refused_at) == len(self.urls):
                     raise
-                # This URL's own fault (its endpoint, certificate, redirect): the next URL may serve,
-                # and the leases running here are resumed there.
+                # This URL's own fault: the next URL may serve, and the leases running here are resumed there.
                 self.stats.failed_connects += 1
                 log.warning("%s refused this worker; trying the next URL: %s", self.url, exc)
             except (ConnectionLost, CommandRefused) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -9,6 +10,7 @@ import trio
 
 from sdk_support import url_of, wait_for
 
+from pulse_trio.contract import errors as e
 from pulse_trio.sdk import Backoff, Registry, TaskContext, WorkerRefused
 
 
@@ -116,3 +118,29 @@ async def test_with_several_urls_a_refused_token_ends_run_at_the_first_refusal(r
     worker = await run_worker([raw.url(), raw.url("/v1/worker?second")], _registry(), token="t", wait=False)
     refused = await _refusal(worker)
     assert refused.status == 401 and len(raw.request_times) == 1, (refused, raw.request_times)
+
+
+async def _refuse_the_hello(raw, code: str) -> None:
+    """Answer the next worker's hello on ``raw`` with a fatal error ``code``."""
+    peer = await raw.next_peer()
+    hello = json.loads(await peer.get_message())
+    assert hello["type"] == "worker.hello", hello
+    await peer.send_message(json.dumps({
+        "protocol_version": "1", "type": "error", "id": "s-1", "reply_to": hello["id"],
+        "error": {"code": code, "message": f"{code} here", "fatal": True}}))
+
+
+@pytest.mark.parametrize("code", [e.UNSUPPORTED_VERSION, e.INVALID_FRAME])
+async def test_a_hello_refused_by_another_release_is_the_urls_own(raw, start_service, run_worker, code):
+    """An instance behind one URL that speaks another protocol version (or reads our hello as invalid) is
+    passed over for the next URL; with no other URL, run() ends, as no reconnect there changes it."""
+    service = await start_service()
+    worker = await run_worker([raw.url(), url_of(service)], _registry(), wait=False)
+    await _refuse_the_hello(raw, code)
+    await wait_for(lambda: worker.connected or worker.returned.is_set(), what="a session on the second URL")
+    assert worker.error is None and worker.stats.failed_connects == 1, repr(worker.error)
+
+    alone = await run_worker(raw.url(), _registry(), token="t", wait=False)
+    await _refuse_the_hello(raw, code)
+    refused = await _refusal(alone)
+    assert refused.code == code and len(raw.request_times) == 2, (refused, raw.request_times)
