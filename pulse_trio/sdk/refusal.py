@@ -1,7 +1,7 @@
 """Whose fault a refusal is: the token's, one URL's, or nobody's for good.
 
 The one place that decides what a refusal does to ``Worker.run``
-(docs/worker.md §11):
+(docs/worker.md §11.1):
 
 * ``TOKEN``: every instance of the service refuses the token alike, so
   ``run()`` ends at once with ``WorkerRefused``, whatever URLs are left;
@@ -28,6 +28,8 @@ from pulse_trio.sdk.errors import WorkerRefused
 
 
 class Fault(enum.Enum):
+    """Whose a refusal is, which is what decides whether ``run()`` ends, passes a URL over, or backs off."""
+
     TOKEN = "token"
     URL = "url"
     TRANSIENT = "transient"
