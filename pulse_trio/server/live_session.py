@@ -291,17 +291,18 @@ class LiveSession:
     def _hello_refusal(self, hello: m.WorkerHello, result: Refusal) -> str:
         """The refusal's message in the worker's terms: which queues the token leaves out, or its revoke.
 
-        The store checks the queues before the token's liveness, so a
-        permission_denied with every queue allowed is a revoked token.
+        Read from the guard that refused (``Refusal.guard``), not from the
+        order the chart checks them in: a hello that is both outside the
+        token's queues and from a revoked token is told what the store found.
         """
-        allowed = self.token.queues
-        denied = [s.queue for s in hello.subscriptions if allowed and s.queue not in allowed]
-        if result.code == e.PERMISSION_DENIED and denied:
+        if result.guard == instances.QUEUES_ALLOWED:
+            allowed = self.token.queues
+            denied = [s.queue for s in hello.subscriptions if s.queue not in allowed]
             names = ", ".join(repr(q) for q in denied)
             message = (f"token does not allow queue{'s' if len(denied) > 1 else ''} {names}; "
                        f"it allows: {sorted(allowed)}")
             return message[:lim.MAX_ERROR_MESSAGE_CHARS]
-        if result.code == e.PERMISSION_DENIED:
+        if result.guard == instances.TOKEN_LIVE:
             return "the worker token of this connection was revoked"
         return result.message or result.code
 

@@ -8,7 +8,9 @@ import pytest
 import trio
 
 import harness
+from pulse_trio.charts import CHARTS
 from pulse_trio.server.timers import RECONCILE_EVERY_S
+from pulse_trio.store.instance.instances import QUEUES_ALLOWED, TOKEN_LIVE
 from sql_support import rows
 
 #: What a loaded test machine may add to a documented bound before the service acts on it.
@@ -121,6 +123,25 @@ async def test_a_token_revoked_between_the_handshake_and_the_hello_cannot_regist
     assert "revoked" in error["message"] and "session_id" not in reply and reply["reply_to"] == "h1"
     await worker.expect_close(1008)
     assert not any(w["worker_name"] == worker.name for w in client.workers())
+
+
+async def test_a_refused_hello_is_worded_from_the_guard_that_refused(start_service, connect, token_factory, revoke):
+    """A foreign queue and a revoked token are both a fatal permission_denied; the message says which the store
+    found, read from the guard that refused, not from the order the chart checks them in. A hello that is both
+    is told of the guard statecharts/instance.json checks first, whichever that is."""
+    service = await start_service()
+    live, revoked = token_factory("worker", ["billing"]), token_factory("worker", ["billing"])
+    foreign = await connect(service, live, name="foreign")
+    late, both = [await connect(service, revoked, name=name) for name in ("late", "both")]
+    revoke(revoked)
+    queue_words, revoke_words = "token does not allow queue 'payroll'; it allows: ['billing']", "was revoked"
+    first = next(g for g in CHARTS["instance"].refusal_order("register") if g in (QUEUES_ALLOWED, TOKEN_LIVE))
+    cases = [(foreign, ["billing", "payroll"], queue_words), (late, ["billing"], revoke_words),
+             (both, ["payroll", "billing"], queue_words if first == QUEUES_ALLOWED else revoke_words)]
+    for worker, queues, words in cases:
+        error = worker.assert_error(await worker.hello(queues), "permission_denied", fatal=True)
+        assert words in error["message"], (worker.name, error["message"])
+        await worker.expect_close(1008)
 
 
 async def test_wrong_or_missing_subprotocol_gets_400(start_service, worker_token):

@@ -6,6 +6,7 @@ from pulse_trio.dburl import connect
 from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, disconnect, register, set_capacity
 from pulse_trio.store.engine.ids import secret_digest
 from pulse_trio.store.engine.tx import Tx
+from pulse_trio.store.instance.instances import QUEUES_ALLOWED, TOKEN_LIVE
 
 
 def test_register_gives_new_ids_a_secret_digest_and_increasing_epochs(world):
@@ -25,6 +26,7 @@ def test_register_refuses_a_queue_the_token_does_not_allow(world):
     instance = NewInstance("w", (SubscribedQueue("billing"), SubscribedQueue("other")))
     result = world.run(register, instance=instance, allowed_queues={"billing"})
     assert isinstance(result, Refusal) and result.code == "permission_denied"
+    assert result.guard == QUEUES_ALLOWED  # what the live session words the refusal from
     assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(0,)]
     before = world.worker("q", capacity=0)
     world.run(register, instance=instance, allowed_queues={"billing"})
@@ -47,7 +49,7 @@ def test_register_refuses_a_token_revoked_since_the_handshake(world, db, token_f
     assert not isinstance(live, Refusal), live
     revoke_token(db, token)
     result = world.run(register, instance=NewInstance("w", (SubscribedQueue("q"),), token_id=token_id))
-    assert isinstance(result, Refusal) and result.code == "permission_denied"
+    assert isinstance(result, Refusal) and result.code == "permission_denied" and result.guard == TOKEN_LIVE
     assert world.sql("SELECT COUNT(*) FROM worker_instances") == [(1,)]
 
 

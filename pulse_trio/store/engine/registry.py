@@ -180,7 +180,7 @@ def _context(chart: str, ctx: Any) -> None:
 def _first_refusal(chart: str, trigger: str, ctx: Any, through: str | None = None) -> Refusal | None:
     for g in _refusal_guards(chart, trigger):
         if not g.check(ctx):
-            return Refusal(g.code or INVALID_TRANSITION, f"{chart}.{trigger}: {g.name} does not hold")
+            return Refusal(g.code or INVALID_TRANSITION, f"{chart}.{trigger}: {g.name} does not hold", g.name)
         if g.name == through:
             break
     return None

@@ -25,10 +25,17 @@ from pulse_trio.store.engine.codes import (  # noqa: F401
 
 @frozen
 class Refusal:
-    """Nothing was written; ``code`` says why (a spec error code)."""
+    """Nothing was written; ``code`` says why (a spec error code).
+
+    ``guard``: the chart's refusing guard that failed, when a guard refused
+    (:func:`~pulse_trio.store.engine.registry.decide`), so a caller words the
+    refusal from the guard itself, never from the order the chart checks
+    them in. The message names it too, so equality leaves it out.
+    """
 
     code: str
     message: str = ""
+    guard: str | None = dataclasses.field(default=None, compare=False)
 
     def __bool__(self) -> bool:  # a refusal is never a success
         return False

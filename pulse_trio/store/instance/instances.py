@@ -37,6 +37,11 @@ from pulse_trio.store.engine.tx import Tx, db_time
 from pulse_trio.store.instance import sql
 from pulse_trio.store.token.tokens import live_token_ids
 
+#: The registration's guards that refuse with ``permission_denied``, by name: the live session words the
+#: refusal for the worker from the one that failed (``Refusal.guard``).
+QUEUES_ALLOWED = "queues_allowed"
+TOKEN_LIVE = "token_live"
+
 
 @guard("instance", "node_alive", code=SERVER_SHUTTING_DOWN)
 def _node_alive(c) -> bool:
@@ -44,13 +49,13 @@ def _node_alive(c) -> bool:
     return c.node_id is None or c.node_state == "ALIVE"
 
 
-@guard("instance", "queues_allowed", code=PERMISSION_DENIED)
+@guard("instance", QUEUES_ALLOWED, code=PERMISSION_DENIED)
 def _queues_allowed(c) -> bool:
     """Every subscribed queue is allowed by the worker's token (None: any queue)."""
     return c.allowed_queues is None or all(s.queue in c.allowed_queues for s in c.new.subscriptions)
 
 
-@guard("instance", "token_live", code=PERMISSION_DENIED)
+@guard("instance", TOKEN_LIVE, code=PERMISSION_DENIED)
 def _token_live(c) -> bool:
     """The worker token the connection opened with is not revoked (a revoke may follow the handshake)."""
     return c.token_live
