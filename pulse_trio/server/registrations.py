@@ -9,7 +9,8 @@ service is quiet, so a lone hello costs what it did; up to ``MAX_BATCH``
 in a storm) and runs them with ``Store.run_batch``: one transaction,
 each request still its own transition with its own answer, a refused one
 writing nothing. Registrations go first in a batch, so its locks follow
-the store's order (node, then session).
+the store's order (node, then session); they re-check their tokens with
+one read for the batch (``LiveTokens``), not one each.
 
 The caller waits for its own answer, as it did for its own transaction:
 a connection reads no further frame until its hello or capacity frame is
@@ -29,6 +30,7 @@ import trio
 
 from pulse_trio.store.instance.instances import register, set_capacity
 from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.token.tokens import LiveTokens
 
 log = logging.getLogger("pulse_trio.registrations")
 
@@ -95,7 +97,7 @@ class SessionRequests:
                 request.stage = _RUNNING
             outcomes: list[Any] = []
             try:
-                outcomes = await self.store.run_batch([(r.fn, r.kwargs) for r in batch])
+                outcomes = await self.store.run_batch(_calls(batch))
             except Exception as exc:  # the store gave up: every caller answers internal
                 log.warning("session request batch of %d failed: %r", len(batch), exc)
                 outcomes = [exc] * len(batch)
@@ -107,3 +109,12 @@ class SessionRequests:
                 for request, outcome in zip(batch, outcomes, strict=True):
                     request.outcome, request.stage = outcome, _DONE
                     request.done.set()
+
+
+def _calls(batch: list[_Request]) -> list[tuple[Callable[..., Any], dict[str, Any]]]:
+    """The batch's calls, its registrations sharing one read of their tokens."""
+    hellos = [r.kwargs["instance"] for r in batch if r.fn is register]
+    if len(hellos) < 2:
+        return [(r.fn, r.kwargs) for r in batch]
+    tokens = LiveTokens(h.token_id for h in hellos if h.token_id is not None)
+    return [(r.fn, {**r.kwargs, "tokens": tokens} if r.fn is register else r.kwargs) for r in batch]

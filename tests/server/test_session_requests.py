@@ -17,12 +17,23 @@ from pulse_trio.dburl import connect
 from pulse_trio.server.registrations import SessionRequests
 from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, register, set_capacity
 from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.engine.writer import connect as db_connect
+from pulse_trio.store.instance.instances import TOKEN_LIVE
+from pulse_trio.store.token.tokens import authenticate
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.timezone.utc)
 
 
-def _hello(name: str, queue: str = "billing") -> NewInstance:
-    return NewInstance(name, (SubscribedQueue(queue),))
+def _hello(name: str, queue: str = "billing", token_id: str | None = None) -> NewInstance:
+    return NewInstance(name, (SubscribedQueue(queue),), token_id=token_id)
+
+
+def _token_id(db, token: str) -> str:
+    conn = db_connect(db)
+    try:
+        return authenticate(conn, token).token_id
+    finally:
+        conn.close()
 
 
 async def _all_at_once(requests: SessionRequests, calls: list) -> list:
@@ -77,6 +88,34 @@ async def test_queued_registrations_share_one_transaction_and_keep_their_own_ans
         assert late.instance.epoch > max(epochs)
         assert [a.instance.capacity for a in answers] == list(range(1, 13))
         assert all(a.applied for a in answers)
+    finally:
+        store.close()
+
+
+async def test_a_batch_refuses_the_hellos_of_a_revoked_token_and_registers_the_others(db, token_factory, revoke):
+    """The hellos of one batch share the read of their tokens: each is judged by its own token, so only the
+    revoked token's hellos are refused, wherever they stand in the batch."""
+    store = Store(db, pool_size=2)
+    try:
+        requests = SessionRequests(store)
+        live, gone = token_factory("worker", ["billing"]), token_factory("worker", ["billing"])
+        ids = {"live": _token_id(db, live), "gone": _token_id(db, gone), "none": None}
+        revoke(gone)
+        order = ["live", "gone", "none", "live", "gone", "live"]
+        calls = [(register, {"instance": _hello(f"{which}-{i}", token_id=ids[which]), "now": NOW})
+                 for i, which in enumerate(order)]
+        answers = await _all_at_once(requests, calls)
+        assert requests.statistics()["batches"] == 1
+        refused = [which for which, a in zip(order, answers, strict=True) if isinstance(a, Refusal)]
+        assert refused == ["gone", "gone"], answers
+        assert all(a.guard == TOKEN_LIVE for a in answers if isinstance(a, Refusal))
+        conn = connect(db)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT worker_name FROM worker_instances ORDER BY worker_name")
+                assert [r[0] for r in cur.fetchall()] == ["live-0", "live-3", "live-5", "none-2"]
+        finally:
+            conn.close()
     finally:
         store.close()
 

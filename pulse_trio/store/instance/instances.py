@@ -35,7 +35,7 @@ from pulse_trio.store.engine.results import (
 from pulse_trio.store.engine.rows import InstanceRow
 from pulse_trio.store.engine.tx import Tx, db_time
 from pulse_trio.store.instance import sql
-from pulse_trio.store.token.tokens import live_token_ids
+from pulse_trio.store.token.tokens import LiveTokens
 
 #: The registration's guards that refuse with ``permission_denied``, by name: the live session words the
 #: refusal for the worker from the one that failed (``Refusal.guard``).
@@ -152,9 +152,13 @@ def share_lock_sessions(tx: Tx, session_ids: Sequence[str]) -> dict[str, Instanc
 
 
 @transition("instance", "register")
-def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
-             allowed_queues: Collection[str] | None = None) -> Registered | Refusal:
-    """worker.hello: a new instance and session with the next epoch, capacity 0."""
+def register(tx: Tx, *, instance: NewInstance, now: dt.datetime, allowed_queues: Collection[str] | None = None,
+             tokens: LiveTokens | None = None) -> Registered | Refusal:
+    """worker.hello: a new instance and session with the next epoch, capacity 0.
+
+    ``tokens``: the live tokens of the registrations sharing this
+    transaction, read once for all of them (None: this one's token alone).
+    """
     if tx.recovering:
         existing = tx.one(sql.INSTANCE, (instance.instance_id,))
         if existing:
@@ -162,7 +166,7 @@ def register(tx: Tx, *, instance: NewInstance, now: dt.datetime,
     ctx = InstanceContext(new=instance, allowed_queues=None if allowed_queues is None else frozenset(allowed_queues),
                           node_id=tx.node_id, node_state=_node_state(tx),
                           token_live=instance.token_id is None
-                          or instance.token_id in live_token_ids(tx, token_ids=(instance.token_id,)))
+                          or (tokens or LiveTokens(())).live(tx, instance.token_id))
     dest = decide("instance", "register", "NONE", ctx)
     if isinstance(dest, Refusal):
         return dest

@@ -3,7 +3,8 @@
 :func:`live_token` is the read-only view the worker endpoint (``roles=WORKER``)
 and the HTTP API (any role; the handler judges what the role allows) run
 through the store; :func:`live_token_ids` is how a serve process re-checks
-the tokens of the sessions it holds. Creating, listing and revoking are operator commands of
+the tokens of the sessions it holds, and :class:`LiveTokens` how the
+registrations sharing a transaction check theirs again. Creating, listing and revoking are operator commands of
 the CLI on a connection of its own: no chart governs a token, so they are
 plain statements, not transitions, and they live here only so that every
 statement on the table does.
@@ -15,7 +16,7 @@ import datetime as dt
 import hmac
 import json
 import secrets
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from pulse_trio.store.engine.registry import read_only
@@ -73,6 +74,31 @@ def live_token_ids(tx: Tx, *, token_ids: Collection[str]) -> frozenset[str]:
     if not token_ids:
         return frozenset()
     return frozenset(row[0] for row in tx.all(sql.LIVE_IDS, (tuple(token_ids),)))
+
+
+class LiveTokens:
+    """Which of a batch's worker tokens are live: one read per transaction, however many hellos share it.
+
+    The registrations that share a transaction (``server/registrations.py``)
+    each re-check the token their connection opened with; they ask this,
+    which reads every token of the batch at the first question and answers
+    the rest from that read. A retried or split batch runs in a new
+    transaction, which reads again. A token outside the batch is read alone.
+    """
+
+    __slots__ = ("token_ids", "_tx", "_live")
+
+    def __init__(self, token_ids: Iterable[str]) -> None:
+        self.token_ids = frozenset(token_ids)
+        self._tx: Tx | None = None
+        self._live: frozenset[str] = frozenset()
+
+    def live(self, tx: Tx, token_id: str) -> bool:
+        if token_id not in self.token_ids:
+            return token_id in live_token_ids(tx, token_ids=(token_id,))
+        if self._tx is not tx:
+            self._live, self._tx = live_token_ids(tx, token_ids=self.token_ids), tx
+        return token_id in self._live
 
 
 # -- the CLI's operator commands, each on a connection of its own -------------------------------------
