@@ -239,6 +239,9 @@ def run_guarded(fn, *, long_running: bool = False):
     the client refused is a bad argument, as the same input is when the
     command checks it itself.
 
+    A Ctrl-C is exit 130 (``main``) in every command, also when Trio raised it in a task and its
+    nurseries grouped it (:func:`ctrl_c_alone`): one more Ctrl-C while a service stops is no crash.
+
     ``long_running``: a service process (``serve``, ``worker run``), whose body runs with the
     collector tuned for it (:func:`tuned_collector`), and whose unexpected error exits
     EXIT_CRASHED with its traceback: Python's own exit 1 would read as a refusal, which a
@@ -260,6 +263,8 @@ def run_guarded(fn, *, long_running: bool = False):
             sys.stderr.write(f"pulse-trio: {failure}\n")
             return failure.exit_code
         except BaseException as exc:
+            if ctrl_c_alone(exc):
+                raise KeyboardInterrupt from None  # ungrouped, for main to answer
             if not long_running or _interrupted(exc):
                 raise
             traceback.print_exception(exc)
@@ -268,6 +273,13 @@ def run_guarded(fn, *, long_running: bool = False):
 
     runner.long_running = long_running  # type: ignore[attr-defined]
     return runner
+
+
+def ctrl_c_alone(exc: BaseException) -> bool:
+    """A KeyboardInterrupt, alone or in a group of nothing else (Trio's nurseries group one raised in a task)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(KeyboardInterrupt)[1] is None
+    return isinstance(exc, KeyboardInterrupt)
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pulse_trio import config as cfg
 from pulse_trio import logs
-from pulse_trio.cli.common import EXIT_CANNOT_LISTEN, CommandFailed, database, run_guarded
+from pulse_trio.cli.common import EXIT_CANNOT_LISTEN, CommandFailed, ctrl_c_alone, database, run_guarded
 from pulse_trio.stop_signals import STOP_SIGNALS
 
 if TYPE_CHECKING:
@@ -98,14 +98,9 @@ def _sigterm_interrupts_the_start() -> Iterator[None]:
     previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS if signum != signal.SIGINT}
     try:
         yield
-    except KeyboardInterrupt:
-        if not stopped:
-            raise
-    except BaseExceptionGroup as group:  # raised inside the service's start: Trio's nurseries group it
-        if group.split(KeyboardInterrupt)[1] is not None:
-            raise
-        if not stopped:
-            raise KeyboardInterrupt from None  # a Ctrl-C is exit 130 (main), not a group's traceback
+    except BaseException as exc:  # grouped when raised inside the service's start, by Trio's nurseries
+        if not (stopped and ctrl_c_alone(exc)):
+            raise  # a Ctrl-C is exit 130 (run_guarded), grouped or not
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

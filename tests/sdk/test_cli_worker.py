@@ -138,6 +138,58 @@ async def test_a_closed_terminal_drains_the_worker_started_in_it(start_service, 
             process.wait()
 
 
+LINGERING_REGISTRY = """
+import anyio
+from pulse_trio.sdk import Registry
+
+registry = Registry()
+
+
+@registry.handler("billing", "linger")
+async def linger(task):
+    try:
+        await anyio.sleep(60)
+    finally:
+        with anyio.CancelScope(shield=True):  # what it started, finished even when stopped at once
+            await anyio.sleep(1.5)
+"""
+
+
+async def test_a_third_ctrl_c_while_a_stopped_worker_winds_down_exits_130_without_a_traceback(
+        start_service, token_factory, client, tmp_path):
+    """Ctrl-C pressed again while `worker run --backend trio` ends after its stop: exit 130, no traceback.
+
+    Its signal watcher is gone by then, so Trio raises the KeyboardInterrupt in its nursery, which
+    groups it: a command must exit 130 on that group as on a bare Ctrl-C (docs/operations.md §7.1).
+    """
+    service = await start_service()
+    (tmp_path / "lingering_worker.py").write_text(LINGERING_REGISTRY)
+    command = [sys.executable, "-m", "pulse_trio", "worker", "run", f"{tmp_path / 'lingering_worker.py'}:registry",
+               "--url", url_of(service), "--backend", "trio"]
+    env = dict(os.environ, PULSE_WORKER_TOKEN=token_factory("worker", ["billing"]))
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    try:
+        err = process.stderr.fileno()
+        await in_thread(_read_until, err, b"connected to", 20)
+        task = await in_thread(client.submit, "billing", "linger", {})
+        await wait_state(client, task["task_id"], "RUNNING")
+        process.send_signal(signal.SIGINT)
+        await in_thread(_read_until, err, b"draining", 20)
+        process.send_signal(signal.SIGINT)
+        await in_thread(_read_until, err, b"stopping now", 20)
+        await trio.sleep(0.3)  # the handler lingers; the watcher has ended
+        process.send_signal(signal.SIGINT)
+        with trio.fail_after(20):
+            rc = await in_thread(process.wait)
+        text = (await in_thread(process.stderr.read)).decode(errors="replace")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert (rc, "Traceback" in text) == (130, False), text
+
+
 def test_an_unknown_backend_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit:
         main(["worker", "run", "examples.billing_worker:registry", "--token", "t", "--backend", "curio"])
