@@ -241,6 +241,28 @@ def test_a_lock_left_by_a_dead_run_is_taken_once_it_expires(database_server):
     assert time.monotonic() - started < 5
 
 
+def test_an_up_to_date_schema_is_seen_without_the_lock(database_server):
+    """Nothing to apply is known from the recorded version alone: a start never waits on another run's lock
+    (nor opens the lock keeper's connection) then; anything to apply is looked at again under the lock."""
+    from pulse_trio.store.schema.migrate import LOCK_NAME
+
+    config = _fresh(database_server, "current")
+    migrate(config)
+    conn = connect(config)
+    with conn.cursor() as cur:  # another run holds the lock, for longer than this test
+        cur.execute("INSERT INTO schema_lock (name, owner, expires_at) "
+                    "VALUES (%s, 'other:1', UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)", (LOCK_NAME,))
+    conn.commit()
+    try:
+        assert migrate(config, lock_timeout_s=0.2) == []
+        assert migrate(config, upto=1, lock_timeout_s=0.2) == []
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM schema_lock")
+        conn.commit()
+        conn.close()
+
+
 def test_a_file_that_outlasts_the_lock_ttl_keeps_its_lock(database_server):
     """A statement may run longer than the lock's ttl (a table rebuild on millions of rows): the run keeps its
     lock meanwhile, so a run started beside it waits and finds nothing to do. Extended only between files, the

@@ -6,7 +6,10 @@ are separated by a ``;`` at the end of a line. A row in ``schema_lock``
 instances starting at once, on one server or on two nodes of a cluster:
 ``GET_LOCK`` would be local to one node of a Galera cluster, a committed row
 is not (two nodes inserting it at once conflict, and one of them loses).
-The second instance waits, then finds nothing to do. An owner that died
+A run that finds every file recorded needs no lock (a recorded file stays
+recorded); one that finds a file missing takes the lock and reads the
+versions again under it: the second of two instances waits, then finds
+nothing to do. An owner that died
 holding the lock loses it at its expiry; the holder extends it before each
 file.
 
@@ -311,9 +314,11 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
         conn.autocommit(True)
         with conn.cursor() as cur:
             set_causal_reads(cur)
-            _read_version(cur)  # refuses another application's schema_migrations before creating anything
+            have = _read_version(cur)  # refuses another application's schema_migrations before creating anything
             _create_machinery(cur)  # DDL: committed implicitly (a replicated, ordered event on a cluster)
         conn.commit()
+        if not _pending(migrations, have, upto):  # a recorded file stays recorded: no run can undo it
+            return []
         lock = _Lock(conn, lock_ttl_s)
         keeper = _Keeper(config, lock)
         try:
@@ -330,21 +335,25 @@ def migrate(config: DatabaseConfig, *, now: dt.datetime | None = None, upto: int
         conn.close()
 
 
-def _apply(conn, lock: _Lock, migrations: list[Migration], applied_at: dt.datetime,
-           upto: int | None) -> list[Migration]:
-    with conn.cursor() as cur:
-        have = _read_version(cur)
-    conn.commit()
+def _pending(migrations: list[Migration], have: int, upto: int | None) -> list[Migration]:
+    """The files a database at version ``have`` lacks (up to ``upto``); refuses a database newer than the code."""
     newest = migrations[-1].version if migrations else 0
     if have > newest:
         raise MigrationError(
             f"the database is at schema version {have}, newer than this code "
             f"(version {newest}); upgrade pulse-trio before using this database"
         )
+    return [m for m in migrations if m.version > have and (upto is None or m.version <= upto)]
+
+
+def _apply(conn, lock: _Lock, migrations: list[Migration], applied_at: dt.datetime,
+           upto: int | None) -> list[Migration]:
+    """Under the lock: the version read again (another run may have applied files since), then what is missing."""
+    with conn.cursor() as cur:
+        have = _read_version(cur)
+    conn.commit()
     done: list[Migration] = []
-    for migration in migrations:
-        if migration.version <= have or (upto is not None and migration.version > upto):
-            continue
+    for migration in _pending(migrations, have, upto):
         lock.extend()
         if apply_file(conn, migration, applied_at):
             done.append(migration)
