@@ -21,7 +21,7 @@ here would read a row per waiter, and a busy process with many waiters
 would read waiters times ends. A hint is only a hint: the probe reads the
 database, so a finish that scheduled a retry wakes no one.
 
-Waits are bounded (``limit``, :func:`~pulse_trio.http.connections.wait_limit`):
+Waits are bounded (:func:`~pulse_trio.http.connections.wait_limit`):
 each holds a connection, and were they unbounded they would hold every
 connection the API may, leaving none for a submit or a health check.
 """
@@ -58,11 +58,10 @@ class _Awaited:
 class OutcomeWatch:
     """The awaited tasks of one serve process, and the loop that probes them."""
 
-    def __init__(self, store: Store, *, interval: float = PROBE_INTERVAL_S, limit: int | None = None) -> None:
-        """``limit``: how many requests may wait at once (None: :func:`~pulse_trio.http.connections.wait_limit`)."""
+    def __init__(self, store: Store, *, interval: float = PROBE_INTERVAL_S) -> None:
         self.store = store
         self.interval = interval
-        self._waits = trio.CapacityLimiter(wait_limit() if limit is None else limit)
+        self._waits = trio.CapacityLimiter(wait_limit())
         self._awaited: dict[str, _Awaited] = {}
         self._hinted = trio.Event()
         #: The awaited tasks hinted since the last probe: the next probe asks about them alone.
@@ -96,7 +95,8 @@ class OutcomeWatch:
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
-        """One of the ``limit`` waits, for as long as the request waits; 503 ``too_many_waits`` when all are held.
+        """One of the waits this process may hold (:func:`~pulse_trio.http.connections.wait_limit`), for as
+        long as the request waits; 503 ``too_many_waits`` when all are held.
 
         Taken once the request knows it will wait, not when it registers: a
         burst of requests for ended tasks holds none, and refuses no one.
