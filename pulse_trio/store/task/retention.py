@@ -16,9 +16,9 @@ How a pass works, and why it stays out of dispatch's way:
   index's order from where the pass's previous batch stopped
   (:class:`PurgePosition`), so two processes purging at once take
   disjoint batches and neither waits; then
-  it reads the batch's leases with their key permits (one join) and its
-  cancel intents, and deletes the children by primary key (receipts,
-  permits, leases, cancel intents; a table only when it holds something
+  it reads the batch's leases with their key permits (one join), and its
+  cancel intents with the tasks it holds, and deletes the children by
+  primary key (receipts, permits, leases, cancel intents; a table only when it holds something
   of the batch's) and the tasks: five to seven statements per batch,
   whatever its size. The rows it locks are terminal
   tasks and their ended leases, which no claim, command or timer touches;
@@ -31,6 +31,8 @@ How a pass works, and why it stays out of dispatch's way:
 
 :func:`count_due` is the same selection, counted, for ``--dry-run``: what a
 purge would delete now, and apart what it would leave for a later pass.
+Which tasks are held is one rule, ``sql.held_tasks``, that the purge reads
+for its batch and the dry run for the whole range, so the two cannot differ.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
 
-from pulse_trio.charts.states import LIVE_LEASE_STATES
 from pulse_trio.store.engine.chart_write import destination
 from pulse_trio.store.engine.registry import read_only, transition
 from pulse_trio.store.cluster_setting.settings import value_ms
@@ -206,17 +207,16 @@ def _purge_part(tx: Tx, *, queue: str, before: dt.datetime, limit: int, after: P
     for _, state in rows:
         destination("task", "purge", state)  # UndeclaredTransition for a state the chart does not purge
     ids = _in([task_id for task_id, _ in rows])
-    # The leases with their key permit (if any) in one read; a batch's tasks rarely have permits or
-    # intents, so the deletes below only touch the tables that hold something of theirs.
-    leases = tx.all(sql.LEASES_OF_TASKS, (ids,))
-    held = {task_id for _, task_id, state, permit in leases
-            if state in LIVE_LEASE_STATES or permit in sql.PERMIT_LIVE}
-    intents = tx.all(sql.INTENTS_OF_TASKS, (ids,))
-    held |= {task_id for task_id, state in intents if state in sql.INTENT_LIVE}
-    keep = [(lease_id, permit) for lease_id, task_id, _, permit in leases if task_id not in held]
+    # The leases with whether each has a key permit, and the intents with the held tasks (sql.held_tasks,
+    # the rule the dry run counts by): two reads; a batch's tasks rarely have permits or intents, so the
+    # deletes below only touch the tables that hold something of theirs.
+    leases = tx.all(sql.LEASES_OF_TASKS, {"batch": ids})
+    marks = tx.all(sql.INTENTS_AND_HELD_OF_TASKS, {"batch": ids})
+    held = {task_id for task_id, is_held in marks if is_held}
+    keep = [(lease_id, permit) for lease_id, task_id, permit in leases if task_id not in held]
     lease_ids = _in([lease_id for lease_id, _ in keep])
-    permit_ids = _in([lease_id for lease_id, permit in keep if permit is not None])
-    intent_ids = _in([task_id for task_id, _ in intents if task_id not in held])
+    permit_ids = _in([lease_id for lease_id, permit in keep if permit])
+    intent_ids = _in([task_id for task_id, is_held in marks if not is_held and task_id not in held])
     ids = _in([t for t in ids if t not in held])
     deleted = dict.fromkeys(TABLES, 0)
     if lease_ids:

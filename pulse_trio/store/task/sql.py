@@ -87,16 +87,33 @@ DUE = (f"SELECT task_id, state FROM tasks FORCE INDEX (tasks_finished) WHERE que
 PERMIT_LIVE: tuple[str, ...] = live_states(CHARTS["key_permit"])
 #: Cancel intents that still act on their task (requested or notified, not yet resolved).
 INTENT_LIVE = ("REQUESTED", "NOTIFIED")
-#: The tasks a purge leaves for a later pass however old: a permit not released, a live lease or intent
-#: (the permits and leases through their state index; the intents by a scan of the table, which holds every
-#: intent not yet purged, resolved ones included: an operator's dry run only).
-HELD_TASKS = (f"SELECT task_id FROM key_permits FORCE INDEX (key_permits_due) WHERE state IN"
-              f" {sql_list(PERMIT_LIVE)}"
-              f" UNION SELECT task_id FROM leases FORCE INDEX (leases_due) WHERE state IN {sql_list(LIVE_LEASE_STATES)}"
-              f" UNION SELECT task_id FROM cancel_intents WHERE state IN {sql_list(INTENT_LIVE)}")
+#: Why a purge leaves an ended task for a later pass however old, one row per reason: the rows (with
+#: their task's id and their state) that hold their task while in one of the states. A live lease; a key
+#: permit the key's counter still counts (deleting it would lose the count; reached through its lease);
+#: a cancel intent that still acts on its task.
+_HOLDS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("leases l", "l.task_id", "l.state", LIVE_LEASE_STATES),
+    ("key_permits p JOIN leases l ON l.lease_id = p.lease_id", "l.task_id", "p.state", PERMIT_LIVE),
+    ("cancel_intents c", "c.task_id", "c.state", INTENT_LIVE),
+)
+
+
+def held_tasks(*, of_batch: bool) -> str:
+    """The held tasks' ids (column ``task_id``), from the one rule (:data:`_HOLDS`) the purge and its dry run share.
+
+    ``of_batch``: only the tasks of the list ``%(batch)s`` (a purge's
+    batch); else every held task (the dry run's count, which reads each
+    reason's rows through its state; the intents by a scan of their table,
+    which holds every intent not yet purged: an operator's dry run only).
+    """
+    return " UNION ".join(f"SELECT {task} AS task_id FROM {rows} WHERE {state} IN {sql_list(states)}"
+                          + (f" AND {task} IN %(batch)s" if of_batch else "")
+                          for rows, task, state, states in _HOLDS)
+
+
 #: The due tasks, and how many of them a purge would hold (one scan of the range, for ``--dry-run``).
 COUNT_DUE = (f"SELECT COUNT(*), COUNT(held.task_id) FROM ({DUE}) due"
-             f" LEFT JOIN ({HELD_TASKS}) held ON held.task_id = due.task_id")
+             f" LEFT JOIN ({held_tasks(of_batch=False)}) held ON held.task_id = due.task_id")
 #: One state's due tasks in the index's own order, from a position on (the batch's select).
 DUE_FROM = ("SELECT task_id, state, finished_at FROM tasks FORCE INDEX (tasks_finished) WHERE queue = %s"
             " AND outcome_status = %s AND finished_at < %s{after}"
@@ -108,10 +125,12 @@ QUEUES_WITH_ENDED_TASKS = ("SELECT queue, MIN(outcome_status) FROM tasks FORCE I
                            " WHERE outcome_status IS NOT NULL GROUP BY queue")
 QUEUE_RETENTIONS = ("SELECT queue, task_retention_ms FROM queues"
                     " WHERE task_retention_ms IS NOT NULL AND queue IN %s")
-#: The batch's leases with their key permit (if any), in one read.
-LEASES_OF_TASKS = ("SELECT l.lease_id, l.task_id, l.state, p.state FROM leases l FORCE INDEX (leases_task)"
-                   " LEFT JOIN key_permits p ON p.lease_id = l.lease_id WHERE l.task_id IN %s")
-INTENTS_OF_TASKS = "SELECT task_id, state FROM cancel_intents WHERE task_id IN %s"
+#: The batch's leases, each with whether it has a key permit, in one read.
+LEASES_OF_TASKS = ("SELECT l.lease_id, l.task_id, p.lease_id IS NOT NULL FROM leases l FORCE INDEX (leases_task)"
+                   " LEFT JOIN key_permits p ON p.lease_id = l.lease_id WHERE l.task_id IN %(batch)s")
+#: The batch's tasks that have a cancel intent (``held`` false) and those the purge holds (true), in one read.
+INTENTS_AND_HELD_OF_TASKS = ("SELECT task_id, FALSE AS held FROM cancel_intents WHERE task_id IN %(batch)s"
+                             f" UNION ALL SELECT task_id, TRUE FROM ({held_tasks(of_batch=True)}) h")
 DELETE_RENEW_RECEIPTS = "DELETE FROM renew_receipts WHERE lease_id IN %s"
 DELETE_KEY_PERMITS = "DELETE FROM key_permits WHERE lease_id IN %s"
 DELETE_LEASES = "DELETE FROM leases WHERE lease_id IN %s"
