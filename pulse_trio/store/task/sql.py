@@ -90,11 +90,15 @@ INTENT_LIVE = ("REQUESTED", "NOTIFIED")
 #: Why a purge leaves an ended task for a later pass however old, one row per reason: the rows (with
 #: their task's id and their state) that hold their task while in one of the states. A live lease; a key
 #: permit the key's counter still counts (deleting it would lose the count; reached through its lease);
-#: a cancel intent that still acts on its task.
-_HOLDS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("leases l", "l.task_id", "l.state", LIVE_LEASE_STATES),
-    ("key_permits p JOIN leases l ON l.lease_id = p.lease_id", "l.task_id", "p.state", PERMIT_LIVE),
-    ("cancel_intents c", "c.task_id", "c.state", INTENT_LIVE),
+#: a cancel intent that still acts on its task. Each is (its table, the state index a dry run reads it
+#: through, what it joins, the held task's column, the state column, the states that hold): the index is
+#: forced for the dry run's whole-range read, as MariaDB scans the table once a tenth of it is live; a
+#: batch's read goes through the task's ids.
+_HOLDS: tuple[tuple[str, str | None, str, str, str, tuple[str, ...]], ...] = (
+    ("leases l", "leases_due", "", "l.task_id", "l.state", LIVE_LEASE_STATES),
+    ("key_permits p", "key_permits_due", " JOIN leases l ON l.lease_id = p.lease_id", "l.task_id", "p.state",
+     PERMIT_LIVE),
+    ("cancel_intents c", None, "", "c.task_id", "c.state", INTENT_LIVE),
 )
 
 
@@ -106,9 +110,11 @@ def held_tasks(*, of_batch: bool) -> str:
     reason's rows through its state; the intents by a scan of their table,
     which holds every intent not yet purged: an operator's dry run only).
     """
-    return " UNION ".join(f"SELECT {task} AS task_id FROM {rows} WHERE {state} IN {sql_list(states)}"
-                          + (f" AND {task} IN %(batch)s" if of_batch else "")
-                          for rows, task, state, states in _HOLDS)
+    return " UNION ".join(
+        f"SELECT {task} AS task_id FROM {table}"
+        + (f" FORCE INDEX ({index})" if index and not of_batch else "")
+        + f"{join} WHERE {state} IN {sql_list(states)}" + (f" AND {task} IN %(batch)s" if of_batch else "")
+        for table, index, join, task, state, states in _HOLDS)
 
 
 #: The due tasks, and how many of them a purge would hold (one scan of the range, for ``--dry-run``).
