@@ -78,8 +78,9 @@ MAX_SWEEP_ROUNDS = 20  # batches per tick, like the other timers
 # A failed heartbeat is tried again this soon (or at the heartbeat interval, if shorter); the heartbeat
 # loop wakes at least as often, so it follows a shortened interval without waiting for the beat it scheduled.
 MAX_RETRY_S = 1.0
-#: How long a stop gives its node's STOPPED: one attempt, on a connection of its own. A database that
-#: hangs must not hold the stop; the other instances declare the node lost after its lapse instead.
+#: How long a stop gives its node's STOPPED, on a connection of its own (``Store.run_once``: run again on a
+#: conflict, given up at once without an answer). A database that hangs must not hold the stop; the other
+#: instances declare the node lost after its lapse instead.
 STOP_RECORD_TIMEOUT_S = 3.0
 
 

@@ -28,7 +28,7 @@ this process (its node) STOPPED, stop the loops. Leases are left as
 they are: valid until they expire, so the workers resume them on another
 instance. Every step is bounded, whatever the database does: store work
 still in flight after the sessions' grace is cut short, and the STOPPED
-gets one short attempt; what was not recorded is left to the other
+gets a short bound of its own; what was not recorded is left to the other
 instances, as after a crash. A SIGKILL loses nothing either, because nothing lives only in
 this process; the other instances disconnect its sessions once its
 heartbeat lapses (``liveness.py``).

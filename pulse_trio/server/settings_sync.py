@@ -56,9 +56,10 @@ async def check_given(store: Store, given_ms: Mapping[str, int | None], *, timeo
 
     For a serve group's first process, which serves nothing itself: its
     members each write the flags when they start (:meth:`SettingsSync.load`).
-    One attempt, given up after ``timeout_s`` (TooSlowError): a database that
-    hangs must not hold the group's start through the store's retries, and
-    what this could not check, each member checks once the database answers.
+    Given up after ``timeout_s`` (TooSlowError), or at once without an answer
+    (``Store.run_once``): a database that hangs must not hold the group's
+    start through the store's retries, and what this could not check, each
+    member checks once the database answers.
     """
     if given_ms:
         refused = await store.run_once(refusal, timeout_s=timeout_s, values=given_ms)

@@ -10,9 +10,11 @@ import datetime as dt
 from collections.abc import Iterator
 
 import pytest
+import trio
 
 from pulse_trio.dburl import connect
 from pulse_trio.store import NewInstance, Refusal, SubscribedQueue, assign, new_credentials, register
+from pulse_trio.server.liveness import STOP_RECORD_TIMEOUT_S
 from pulse_trio.store.instance import nodes
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.store.engine.results import NODE_LOST, SERVER_SHUTTING_DOWN
@@ -332,6 +334,65 @@ def test_a_lost_node_can_still_stop(world, node):
     b.run(nodes.lose)
     assert a.run(nodes.stop) == 0
     assert a.row()["state"] == "STOPPED"
+
+
+# -- a stop's last record: one bound, conflicts tried again within it -----------------------
+
+
+async def test_a_stops_record_waits_out_a_lock_on_its_node_row_within_its_bound(world, node, monkeypatch):
+    """The STOPPED (``Store.run_once``) meets its row held past the lock wait, a conflict: the database is up.
+
+    It runs again within its bound and lands. Given up at the first
+    conflict, a healthy stop left its node ALIVE, to be declared lost a
+    lapse later as after a crash.
+    """
+    from pulse_trio.store.engine import pool
+
+    monkeypatch.setattr(pool, "LOCK_WAIT_TIMEOUT_S", 1)  # a lock wait shorter than the bound
+    a = node("a")
+    holder = connect(world.db)
+    try:
+        with holder.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT state FROM server_nodes WHERE node_id = %s FOR UPDATE", (a.node_id,))
+
+        async def release_after_the_first_lock_wait() -> None:
+            await trio.sleep(1.3)
+            holder.rollback()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(release_after_the_first_lock_wait)
+            assert await a.store.run_once(nodes.stop, timeout_s=STOP_RECORD_TIMEOUT_S, now=world.now) == 0
+    finally:
+        holder.close()
+    assert a.row()["state"] == "STOPPED"
+
+
+@pytest.mark.live  # a port that refuses, or accepts and never answers
+@pytest.mark.parametrize("away", ["refuses", "never-answers"])
+async def test_a_stops_record_gives_up_at_once_on_a_database_that_is_away(away):
+    """No answer is no conflict: the record is not tried again, and the bound is kept."""
+    import socket
+
+    from pulse_trio.dburl import parse_database_url
+    from pulse_trio.store.engine.facade import StoreUnavailable
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        if away == "never-answers":
+            listener.listen(8)  # accepts, never greets: a frozen host
+        port = listener.getsockname()[1]
+        store = Store(parse_database_url(f"mysql://u:p@127.0.0.1:{port}/pulse"), pool_size=1,
+                      node_id="nod_AWAY00000000000000000000000")
+        timeout_s = 1.0 if away == "never-answers" else STOP_RECORD_TIMEOUT_S
+        began = trio.current_time()
+        try:
+            with pytest.raises((StoreUnavailable, trio.TooSlowError)):
+                await store.run_once(nodes.stop, timeout_s=timeout_s, now=dt.datetime.now(dt.timezone.utc))
+        finally:
+            store.close()
+        took = trio.current_time() - began
+    assert took < (0.5 if away == "refuses" else timeout_s + 0.5), took
 
 
 # -- cost ------------------------------------------------------------------------------------

@@ -184,17 +184,31 @@ class SyncStore:
         return self._run_one(fn, kwargs, recovering=False)
 
     def run_once_sync(self, fn: Callable[..., T], /, *, timeout_s: float, **kwargs: Any) -> T:
-        """:meth:`run_sync` in one attempt on a connection of its own, each wait on the database at most ``timeout_s``.
+        """:meth:`run_sync` on a connection of its own, each wait on the database at most ``timeout_s``.
 
         For what must not hold a stop (its node's STOPPED): the pool's
         connections may all be held by a database that hangs, each for its
-        I/O bound, and :meth:`run_sync` tries again up to ``max_attempts``
-        times. Any failure is raised as it came.
+        I/O bound, and :meth:`run_sync` tries a lost one again up to
+        ``max_attempts`` times. So a database that does not answer is given
+        up at its first failure. A conflict (:attr:`StoreUnavailable.conflict`)
+        found it up and busy with these rows: it is run again, until
+        ``timeout_s`` has passed since the call; no attempt starts after that.
         """
+        deadline = time.monotonic() + timeout_s
         once = SyncStore(self.config, pool_size=1, max_attempts=1, node_id=self.node_id,
                          connector=connect_within(timeout_s), server_idle_timeout_s=self.server_idle_timeout_s)
         try:
-            return once.run_sync(fn, **kwargs)
+            attempt = 0
+            while True:
+                try:
+                    return once.run_sync(fn, **kwargs)
+                except StoreUnavailable as exc:
+                    attempt += 1
+                    if not exc.conflict:
+                        raise
+                    self._sleep(attempt)
+                    if time.monotonic() >= deadline:
+                        raise
         finally:
             once.close()
 
