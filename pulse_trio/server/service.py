@@ -295,10 +295,12 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
                 # STOPPED once every connection has closed (and its disconnect ran, or was cut short:
                 # the stop disconnects it), on a connection of its own, within STOP_RECORD_TIMEOUT_S.
                 await node.stop()
+                # The HTTP API's requests and the loops' statements, if the database hangs: counted from now, while
+                # the HTTP API finishes, so a stop waits the longer of the two graces, not both.
+                _cut_short(guard, store, HUNG_STOP, after=STORE_GRACE_S)
                 if beside is not None:  # its in-flight requests (long-polls among them) answer within its grace
                     with trio.move_on_after(BESIDE_GRACE_S):
                         await beside_done.wait()
-                _cut_short(guard, store, HUNG_STOP, after=STORE_GRACE_S)  # the loops' statements, if the database hangs
                 root.cancel_scope.cancel()
             guard.cancel_scope.cancel()
     finally:
