@@ -180,3 +180,25 @@ def test_the_node_questions_never_read_a_sessions_finished_leases(world, on_node
     many = {name: _index_reads(world, HERE, fn, **kw) for name, (fn, kw) in questions.items()}
     # 58 more finished leases; the plan (and so the count) may differ by a few reads between the two
     assert all(many[name] < few[name] + 10 for name in questions), (few, many)
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["revoked offer", "running lease"])
+def test_a_cancel_once_told_leaves_the_ticks_nothing_to_do(world, on_node, started):
+    """Told is done: the ticks after the push find no cancel to push, for the rest of the session's life.
+
+    A revoked offer stays revoked for good and a running lease may run out
+    its grace: if the probe still saw them, every tick would run a notify
+    transaction that finds nothing.
+    """
+    w = _session(world, on_node, HERE, notify=True, capacity=1)
+    offer = world.offer(w)
+    if started:
+        assert not isinstance(world.start(w, offer), Refusal)
+    world.run(request_cancel, task_id=offer.task.task_id, reason="operator")
+    assert _sent(world, HERE, due_work, cancels=True)[0].cancels
+    (told,) = on_node(HERE, notify_cancellations)
+    assert told.lease_id == offer.lease.lease_id
+    world.advance(1_000)
+    due, _ = _sent(world, HERE, due_work, cancels=True)
+    assert not due.cancels, "the next tick has no notice left to send"
+    assert on_node(HERE, notify_cancellations) == ()

@@ -42,14 +42,18 @@ NODE_PUSH_FROM = ("worker_instances i FORCE INDEX (worker_instances_node)"
                   " ON l.owner_session_id = i.session_id AND l.hold = ph.hold")
 NODE_PUSH_WHERE = (f"i.node_id = %s AND i.state IN {sql_list(LIVE_SESSION_STATES)} AND i.cancellation_notifications"
                    " AND l.cancel_requested_at IS NOT NULL")
-NOT_TOLD = " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id) LIMIT %s"
+#: ... whose holder has not been told yet (a resume makes a new holder, told again).
+NOT_TOLD = " AND (c.notified_session_id IS NULL OR c.notified_session_id <> l.owner_session_id)"
+#: The pushes due to this node's sessions (FROM and WHERE, one node id argument): what
+#: notify reads and the timers' probe asks about, so a told cancel is news to neither.
+NODE_PUSHES_DUE = (f"{NODE_PUSH_FROM} JOIN cancel_intents c ON c.task_id = l.task_id"
+                   f" WHERE {NODE_PUSH_WHERE}{NOT_TOLD}")
 _PUSH = "SELECT l.task_id, l.lease_id, l.owner_session_id, l.state FROM "
 #: The pushes due to this node's sessions (the node id and a limit), not locked.
-PUSHES_OF_NODE = (f"{_PUSH}{NODE_PUSH_FROM} JOIN cancel_intents c ON c.task_id = l.task_id"
-                  f" WHERE {NODE_PUSH_WHERE}{NOT_TOLD}")
+PUSHES_OF_NODE = f"{_PUSH}{NODE_PUSHES_DUE} LIMIT %s"
 #: The pushes due to the named sessions (their ids and a limit), not locked.
 PUSHES_OF_SESSIONS = (_PUSH + "leases l JOIN cancel_intents c ON c.task_id = l.task_id"
-                      f" WHERE l.owner_session_id IN %s AND {PUSH_LEASES}" + NOT_TOLD)
+                      f" WHERE l.owner_session_id IN %s AND {PUSH_LEASES}{NOT_TOLD} LIMIT %s")
 LOCK_DUE_INTENTS = ("SELECT task_id, state, requested_at, grace_expires_at, reason, notified_session_id FROM cancel_intents"
                     " WHERE task_id IN %s FOR UPDATE SKIP LOCKED")
 OPTED_IN_SESSIONS = ("SELECT session_id FROM worker_instances WHERE session_id IN %s"

@@ -12,7 +12,7 @@ from pulse_trio.charts.states import (
     LIVE_HOLD, LIVE_LEASE_STATES, LIVE_NODE_STATES, LIVE_SESSION_STATES, TERMINAL_TASK_STATES, WAITING_TASK_STATES,
     sql_list, sql_rows,
 )
-from pulse_trio.store.cancellation.sql import NODE_PUSH_FROM, NODE_PUSH_WHERE
+from pulse_trio.store.cancellation.sql import NODE_PUSHES_DUE
 from pulse_trio.store.task.sql import LIVE_LEASE_JOIN
 from pulse_trio.store.engine.rows import READY_PICKS, LeaseRow, TaskRow
 from pulse_trio.store.engine.timer_scan import due_states
@@ -127,5 +127,6 @@ PROBE = (
     " EXISTS (SELECT 1 FROM key_permits FORCE INDEX (key_permits_due)"
     f" WHERE {due_states('key_permit', 'release_after_quarantine', 'state')} AND quarantine_until <= %s)"
 )
-#: Appended to ``PROBE``: a cancel to push to this node's sessions (one node id argument).
-CANCELS_PROBE = f", EXISTS (SELECT 1 FROM {NODE_PUSH_FROM} WHERE {NODE_PUSH_WHERE})"
+#: Appended to ``PROBE``: a cancel whose holder, one of this node's sessions, is still to be told
+#: (one node id argument): once told, the ticks after find nothing to push.
+CANCELS_PROBE = f", EXISTS (SELECT 1 FROM {NODE_PUSHES_DUE})"

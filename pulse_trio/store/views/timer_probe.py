@@ -28,7 +28,7 @@ class DueWork:
     expire: bool
     promote: bool
     quarantine: bool
-    cancels: bool  # some lease of this node's opted-in sessions carries a cancel request (notify decides if it is news)
+    cancels: bool  # a lease of this node's opted-in sessions carries a cancel its holder has not been told
 
 
 @read_only(takes_locks=False)
