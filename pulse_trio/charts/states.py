@@ -117,8 +117,10 @@ TASK_STATES: tuple[str, ...] = public_task_states()
 #: Offers revoked by a cancel (REVOKED): a cancel push may still be due to their session.
 REVOKED_LEASE_STATES: tuple[str, ...] = dests_of(_LEASE, "revoke")
 #: What ``leases.hold`` (and so ``leases_owner``) files a lease under, by its state: LIVE while it
-#: holds its task, REVOKED once revoked, nothing (NULL) after any other end. The generated column
-#: spells this out in SQL; tests/store/test_lease_hold.py holds the two together.
+#: holds its task, REVOKED once revoked (until its holder is told: cancellation.notify clears the
+#: revoked lease's ``cancel_requested_at``, and the column files it under nothing then), nothing
+#: (NULL) after any other end. The generated column spells this out in SQL;
+#: tests/store/test_generated_states.py holds the two together.
 LIVE_HOLD, REVOKED_HOLD = "LIVE", "REVOKED"
 LEASE_HOLDS: dict[str, str] = {**dict.fromkeys(LIVE_LEASE_STATES, LIVE_HOLD),
                                **dict.fromkeys(REVOKED_LEASE_STATES, REVOKED_HOLD)}

@@ -571,3 +571,32 @@ def test_a_cluster_lease_ttl_stored_under_half_a_second_is_raised_to_it(database
         cur.execute("SELECT value_ms, updated_by FROM cluster_settings WHERE name = 'lease_ttl'")
         assert cur.fetchall() == ((after_ms, "cli:old"),)
     conn.close()
+
+
+def test_revoked_offers_whose_holder_was_told_leave_the_revoked_filing(database_server):
+    """0030: a revoked offer whose holder was told leaves leases_owner's REVOKED filing (the ticks read it no
+    more); one whose holder is still to be told stays there for the push."""
+    config, t0, (_, _, session) = _older(database_server, "told_offers", 29)
+    told, untold = "lse_01KBFEY3G00000000000000001", "lse_01KBFEY3G00000000000000002"
+    conn = connect(config)
+    with conn.cursor() as cur:
+        for n, lease in enumerate((told, untold), start=1):
+            task = f"tsk_01KBFEY3G0000000000000000{n}"
+            cur.execute("INSERT INTO tasks (task_id, queue, kind, state, payload, due_at, effective_at,"
+                        " idempotency_key, created_at, updated_at) VALUES (%s, 'q', 'k', 'CANCELLED', '{}', %s, %s,"
+                        " %s, %s, %s)", (task, t0, t0, task, t0, t0))
+            cur.execute("INSERT INTO leases (lease_id, task_id, secret_digest, state, revision, attempt,"
+                        " owner_instance_id, owner_session_id, epoch, expires_at, ttl_ms, effect_uncertain,"
+                        " offered_at, ended_at, cancel_requested_at) VALUES (%s, %s, %s, 'REVOKED', 1, 1,"
+                        " 'ins_01KBFEY3G08GKV6GQS8WWD954Y', %s, 1, %s, 30000, FALSE, %s, %s, %s)",
+                        (lease, task, b"\0" * 32, session, t0, t0, t0, t0))
+            cur.execute("INSERT INTO cancel_intents (task_id, state, requested_at, task_state, lease_id,"
+                        " notified_session_id, notified_at, resolved_at) VALUES (%s, 'RESOLVED', %s, 'OFFERED', %s,"
+                        " %s, %s, %s)", (task, t0, lease, session if lease == told else None,
+                                         t0 if lease == told else None, t0))
+    conn.commit()
+    migrate(config)
+    with conn.cursor() as cur:
+        cur.execute("SELECT lease_id, hold FROM leases")
+        assert dict(cur.fetchall()) == {told: None, untold: "REVOKED"}
+    conn.close()

@@ -1,7 +1,7 @@
 """Generated columns that index a row by a set of its chart's states: each as the chart says.
 
 ``leases.hold`` is what ``leases_owner`` files a lease under (LIVE for the
-states that hold a task, REVOKED for a revoked offer, NULL after any other
+states that hold a task, REVOKED for a revoked offer until its holder is told, NULL after any other
 end; ``charts.states.LEASE_HOLDS`` derives them from the chart): a start
 keeps its lease LIVE, so it never moves the lease's entry. ``tasks.due_state``
 is what ``tasks_due`` files a task under: its state while it is one the
@@ -15,7 +15,7 @@ import datetime as dt
 
 from pulse_trio.charts import CHARTS
 from pulse_trio.charts.states import LEASE_HOLDS, LIVE_LEASE_STATES
-from pulse_trio.store import NewTask, request_cancel, submit
+from pulse_trio.store import NewTask, notify_cancellations, request_cancel, submit
 from pulse_trio.store.engine.timer_scan import sources, statement
 from pulse_trio.store.engine.tx import db_time
 from pulse_trio.store.task import sql as task_sql
@@ -24,21 +24,26 @@ from pulse_trio.store.views.queries import queue_depths
 from sql_support import plan as query_plan
 
 
-def _filed(world, table: str, column: str, chart: str) -> dict[str, str | None]:
-    """Each state of ``chart`` (its rows' states) and what ``table.column``'s SQL makes of it."""
+def _filed(world, table: str, column: str, chart: str, **row) -> dict[str, str | None]:
+    """Each state of ``chart`` (its rows' states) and what ``table.column``'s SQL makes of it (``row``: other columns)."""
     ((expression,),) = world.sql(
         "SELECT GENERATION_EXPRESSION FROM information_schema.COLUMNS"
         " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s AND COLUMN_NAME = %s", (table, column))
     states = [s for s in CHARTS[chart].spec.states if s != CHARTS[chart].spec.initial]
-    return {state: world.sql(f"SELECT {expression} FROM (SELECT %s AS `state`) AS r", (state,))[0][0]
+    others = "".join(f", %s AS `{name}`" for name in row)
+    return {state: world.sql(f"SELECT {expression} FROM (SELECT %s AS `state`{others}) AS r",
+                             (state, *row.values()))[0][0]
             for state in states}
 
 
 def test_every_lease_state_is_filed_as_the_chart_says(world):
-    filed = _filed(world, "leases", "hold", "lease")
+    filed = _filed(world, "leases", "hold", "lease", cancel_requested_at=db_time(world.now))
     assert set(LEASE_HOLDS) < set(filed)
     assert filed == {state: LEASE_HOLDS.get(state) for state in filed}
     assert {LEASE_HOLDS[s] for s in LIVE_LEASE_STATES} == {"LIVE"}, "a start keeps the entry where the offer put it"
+    told = _filed(world, "leases", "hold", "lease", cancel_requested_at=None)
+    assert told == {state: LEASE_HOLDS.get(state) if state in LIVE_LEASE_STATES else None for state in told}, (
+        "a revoked offer whose holder was told is filed under nothing")
 
 
 def test_every_task_state_is_due_only_where_the_promotion_timer_looks(world):
@@ -59,6 +64,16 @@ def test_the_rows_follow_their_lease_through_start_finish_and_revoke(world):
     rows = dict(world.sql("SELECT lease_id, hold FROM leases"))
     assert rows == {running.lease.lease_id: "LIVE", finished.lease.lease_id: None, offered.lease.lease_id: "LIVE",
                     revoked.lease.lease_id: "REVOKED"}
+
+
+def test_a_revoked_offer_leaves_its_filing_once_its_holder_is_told(world):
+    w = world.worker("q", capacity=2, notify=True)
+    told, untold = world.offer(w), world.offer(w)
+    world.run(request_cancel, task_id=told.task.task_id, reason="test")
+    assert [n.lease_id for n in world.run(notify_cancellations, session_ids=[w.session_id])] == [told.lease.lease_id]
+    world.run(request_cancel, task_id=untold.task.task_id, reason="test")
+    rows = dict(world.sql("SELECT lease_id, hold FROM leases"))
+    assert rows == {told.lease.lease_id: None, untold.lease.lease_id: "REVOKED"}
 
 
 def _analyze(world, sql: str, args) -> list[dict]:

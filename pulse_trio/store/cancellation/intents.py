@@ -22,7 +22,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from pulse_trio.charts import CHARTS
-from pulse_trio.charts.states import HELD_TASK_STATE, STARTED_LEASE_STATE, public_state
+from pulse_trio.charts.states import HELD_TASK_STATE, REVOKED_LEASE_STATES, STARTED_LEASE_STATE, public_state
 from pulse_trio.store.lease import steps as lease_steps
 from pulse_trio.store.cluster_setting import settings
 from pulse_trio.store.task import steps as task_steps
@@ -154,7 +154,9 @@ def notify(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] | None = None
     the statement does not grow with the sessions connected.
 
     Marked before the push: if the connection drops, the worker resumes
-    elsewhere, the holder changes, and the new holder is told again.
+    elsewhere, the holder changes, and the new holder is told again. A
+    revoked offer has no other holder to come, so once told it leaves the
+    filing the ticks look in (``leases.hold``).
     """
     # Non-locking look first (the common answer is "nothing"), then lock what is due.
     if session_ids is None:
@@ -170,7 +172,7 @@ def notify(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] | None = None
     by_task = {r[0]: r for r in due}
     intents = tx.all(sql.LOCK_DUE_INTENTS, (tuple(by_task),))
     opted = {r[0] for r in tx.all(sql.OPTED_IN_SESSIONS, (tuple({r[2] for r in due}),))}
-    notices = []
+    notices, revoked = [], []
     stamp = db_time(now)
     for task_id, state, requested_at, grace, reason, notified in intents:
         _, lease_id, holder, lease_state = by_task[task_id]
@@ -183,6 +185,10 @@ def notify(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] | None = None
              sets="notified_session_id = %s, notified_at = %s", args=(holder, stamp),
              where="notified_session_id <=> %s", where_args=(notified,))
         notices.append(CancelNotice(holder, task_id, lease_id, py_time(requested_at), py_time(grace), reason))
+        if lease_state in REVOKED_LEASE_STATES:
+            revoked.append(lease_id)
+    if revoked:
+        tx.write(sql.UNFILE_TOLD_OFFERS, (tuple(revoked),))
     return tuple(notices)
 
 

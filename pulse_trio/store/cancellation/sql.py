@@ -58,6 +58,9 @@ LOCK_DUE_INTENTS = ("SELECT task_id, state, requested_at, grace_expires_at, reas
                     " WHERE task_id IN %s FOR UPDATE SKIP LOCKED")
 OPTED_IN_SESSIONS = ("SELECT session_id FROM worker_instances WHERE session_id IN %s"
                      " AND cancellation_notifications")
+#: Told revoked offers leave ``leases_owner``'s REVOKED filing (``leases.hold``): nothing is due to them any more.
+UNFILE_TOLD_OFFERS = (f"UPDATE leases SET cancel_requested_at = NULL WHERE lease_id IN %s"
+                      f" AND state IN {sql_list(REVOKED_LEASE_STATES)}")
 
 # -- resolve, escalate -----------------------------------------------------------------------------
 LOCK_INTENT_STATE = "SELECT state FROM cancel_intents WHERE task_id = %s FOR UPDATE"

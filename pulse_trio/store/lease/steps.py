@@ -22,7 +22,8 @@ def revoke(tx: Tx, *, lease: LeaseRow, now: dt.datetime) -> str:
     """OFFERED -> REVOKED: the unstarted offer is withdrawn; its permit is released.
 
     ``cancel_requested_at`` is kept on the revoked lease so the holder's
-    instance can find it and push ``task.cancel`` (cancellation.notify).
+    instance can find it and push ``task.cancel`` (cancellation.notify),
+    which clears it once told: the lease is filed under REVOKED only until then.
     """
     stamp = db_time(now)
     dest = move(tx, "lease", "revoke", [lease.lease_id], source=lease.state,

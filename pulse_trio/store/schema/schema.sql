@@ -93,7 +93,7 @@ CREATE TABLE `leases` (
   `task_id` char(30) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `secret_digest` binary(32) NOT NULL,
   `state` varchar(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  `hold` varchar(8) CHARACTER SET ascii COLLATE ascii_bin GENERATED ALWAYS AS (case when `state` in ('OFFERED','RUNNING') then 'LIVE' when `state` = 'REVOKED' then 'REVOKED' end) STORED,
+  `hold` varchar(8) CHARACTER SET ascii COLLATE ascii_bin GENERATED ALWAYS AS (case when `state` in ('OFFERED','RUNNING') then 'LIVE' when `state` = 'REVOKED' and `cancel_requested_at` is not null then 'REVOKED' end) STORED,
   `revision` bigint(20) unsigned NOT NULL,
   `attempt` int(10) unsigned NOT NULL,
   `owner_instance_id` char(30) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
