@@ -33,6 +33,11 @@ A command that was queued always runs, even if its connection has gone
 since: its outcome is in the database and a replay finds the receipt (the
 closed inbox drops the rest of it; the lane still counts it in the metrics).
 
+A batch whose finishes released a key's permit while tasks of the key
+waited set aside (they compete again) wakes the dispatcher itself, and
+tells a serve group's other members: that is new work for any session, and
+the finishing connection may have closed before its ack was posted.
+
 While the queues are deep, a batch with finishes also claims the next work
 for the slots they freed, in its own transaction (``ride_along.py``): the
 offers are posted to the inbox right after the acks, so they leave in the
@@ -78,6 +83,16 @@ class CommandResults(Protocol):
         """Post the outcome (a CommandAck, a Refusal, or the exception that failed the batch); never apply it here."""
 
 
+class WorkNews(Protocol):
+    """Who hears that a batch made work others may take: the session hub (``hub.py``)."""
+
+    def wake(self) -> None:
+        """Ask the dispatcher for a pass now."""
+
+    def announce(self) -> None:
+        """Tell a serve group's other members."""
+
+
 class RideAlong(Protocol):
     """Claims for the slots a batch's finishes free, run in the batch's transaction (``ride_along.py``)."""
 
@@ -105,9 +120,11 @@ class _Pending:
 
 
 class LeaseCommandBatcher:
-    def __init__(self, store: Store, clock: ServiceClock) -> None:
+    def __init__(self, store: Store, clock: ServiceClock, news: WorkNews) -> None:
         self.store = store
         self.clock = clock
+        #: Told when a batch's finishes let a key's set-aside tasks compete again.
+        self.news = news
         self._queue: collections.deque[_Pending] = collections.deque()
         # Idle lanes park here; a submit wakes one. (One Event that every
         # waking lane replaced would strand lanes on events nobody sets.)
@@ -212,6 +229,14 @@ class LeaseCommandBatcher:
                     log.exception("completing %s of lease %s failed", kind.__name__, pending.command.lease_id)
         if claims:  # after the acks, with no await between: the same inbox take, and counts never low
             ride_along.committed(claims)
+        if FinishCommand in groups and _freed_work(outcomes[list(groups).index(FinishCommand)]):
+            self.news.wake()  # from the batch: the finishing connection may be gone, its ack dropped
+            self.news.announce()
+
+
+def _freed_work(outcome: Any) -> bool:
+    """The finishes' outcome says their released permits let a key's set-aside tasks compete again."""
+    return not isinstance(outcome, BaseException) and any(getattr(r, "freed_work", False) for r in outcome)
 
 
 def _take_batch(queue: collections.deque[_Pending], held: set[str]) -> list[_Pending]:

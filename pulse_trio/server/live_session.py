@@ -418,10 +418,7 @@ class LiveSession:
             self._refuse(msg.id, outcome.code, outcome.message or outcome.code)
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
-            self._lease_ended(msg.lease_id)
-            if outcome.freed_work:  # a key's set-aside task competes again: new work, here and for the others
-                self._hub.wake()  # news: a free slot below its refill mark may be its only taker
-                self._hub.announce()
+            self._lease_ended(msg.lease_id)  # freed keyed work: the batch woke the dispatcher (batcher.py)
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
 
     def _offers_arrived(self, result: AssignResult) -> None:

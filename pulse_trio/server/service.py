@@ -185,7 +185,7 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     live_settings = LiveSettings(settings)
     hub = SessionHub(tell_others=inherited.siblings.notify if inherited is not None else None)
     connections: set[WireConnection] = set()
-    batcher = LeaseCommandBatcher(store, clock)
+    batcher = LeaseCommandBatcher(store, clock, hub)
     requests = SessionRequests(store)
     settings_sync = SettingsSync(store=store, clock=clock, settings=live_settings, given_ms=settings.given_ms())
     node = NodeLiveness(store=store, clock=clock, settings=live_settings, metrics=metrics, connections=connections,

@@ -12,6 +12,7 @@ import trio.testing
 from pulse_trio.server import batcher
 from pulse_trio.server.batcher import LANES, MAX_BATCH, LeaseCommandBatcher, _Pending, _take_batch
 from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.hub import SessionHub
 from pulse_trio.contract.limits import MAX_COUNTER, MAX_RESULT_BYTES
 from pulse_trio.dburl import connect
 from pulse_trio.store import (
@@ -94,7 +95,7 @@ async def test_pipelined_commands_of_many_leases_commit_in_each_leases_order(sta
 async def _running_lanes(store: Store):
     """A batcher's lanes running on ``store``, every one parked, for the block (the store is closed after)."""
     try:
-        lanes = LeaseCommandBatcher(store, ServiceClock())
+        lanes = LeaseCommandBatcher(store, ServiceClock(), SessionHub())
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lanes.run)
             await trio.testing.wait_all_tasks_blocked()

@@ -14,6 +14,8 @@ import json
 import pytest
 import trio
 
+from pulse_trio.store.engine.writer import connect as connect_db
+
 
 async def test_sequence_applies_in_order_and_a_stale_frame_gets_the_current_state(start_service, connect,
                                                                                  worker_token):
@@ -289,6 +291,43 @@ async def test_a_finish_that_frees_a_keys_waiting_task_offers_it_here_at_once(st
     await holder.ok(holder.finish(held))
     after = await busy.expect_assign(timeout=3)  # well within the 20 s poll
     assert after.task_id == second["task_id"]
+
+
+async def test_a_finish_whose_connection_closed_meanwhile_still_offers_the_keys_freed_task(
+        start_service, connect, worker_token, client, db):
+    """The wake for the key's freed task comes from the finish's batch, not from its connection: the holder
+    sends its finish and goes, the finish commits after the connection closed (its ack is dropped), and
+    the idle session still gets the task at once, not at the next poll (20 s here)."""
+    service = await start_service(poll_interval=20)
+    first = client.submit("billing", "invoice.send", {"n": 1}, concurrency_key="customer:7", concurrency_limit=1)
+    holder = await connect(service, worker_token, name="holder")
+    await holder.register(["billing"], capacity=1, concurrency_keys=True)
+    held = await holder.expect_assign()
+    assert held.task_id == first["task_id"]
+    await holder.ok(holder.start(held))
+    second = client.submit("billing", "invoice.send", {"n": 2}, concurrency_key="customer:7", concurrency_limit=1)
+    idle = await connect(service, worker_token, name="idle")
+    await idle.register(["billing"], capacity=1, concurrency_keys=True)  # meets the key at its limit
+    with trio.fail_after(10):
+        while not service.dispatcher.settled:
+            await trio.sleep(0.005)
+    assert client.get(second["task_id"])["state"] == "READY" and not idle.assigns_buffered()
+    session = holder.session_id
+    blocker = connect_db(db)  # the finish waits on its lease until the connection is gone
+    try:
+        with blocker.cursor() as cur:
+            cur.execute("SELECT lease_id FROM leases WHERE lease_id = %s FOR UPDATE", (held.lease_id,))
+        await holder.send(holder.frame("task.finish", held.body(status="SUCCEEDED", result={})))
+        await holder.drop()
+        with trio.fail_after(10):
+            while service.hub.get(session) is not None:
+                await trio.sleep(0.005)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    after = await idle.expect_assign(timeout=3)  # well within the 20 s poll
+    assert after.task_id == second["task_id"]
+    assert client.get(first["task_id"])["state"] == "SUCCEEDED"
 
 
 async def test_many_idle_sessions_on_an_empty_queue_cost_one_probe_per_pass_not_a_claim_each(

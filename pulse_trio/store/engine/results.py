@@ -94,7 +94,8 @@ class CommandAck:
     queue: str | None = None
     due_at: dt.datetime | None = None
     started_at: dt.datetime | None = None
-    #: A finish whose released permit let a key's set-aside task compete again (one ack of the batch says so).
+    #: A finish whose released permit let a key's set-aside task compete again (one ack of the batch says so;
+    #: the batcher wakes the dispatcher for the batch).
     freed_work: bool = False
 
 
