@@ -135,12 +135,12 @@ def test_pause_resume_delete(world):
     assert world.run(fire).schedules == 0
 
 
-def _re_run(world, fn, **kwargs):
+def _re_run(world, fn, by="op", **kwargs):
     """``fn`` run again as the facade re-runs it after a COMMIT whose answer was lost: same arguments, recovering."""
     conn = connect(world.db)
     try:
         with conn.cursor() as cur:
-            result = fn(Tx(cur, recovering=True), now=world.now, by="op", **kwargs)
+            result = fn(Tx(cur, recovering=True), now=world.now, by=by, **kwargs)
         conn.commit()
     finally:
         conn.close()
@@ -162,6 +162,25 @@ def test_a_change_whose_commit_was_lost_is_reported_as_made_by_its_re_run(world,
     world.advance(1000)
     for twice in (world.run(delete, ref=ref, by="op"), _re_run(world, delete, ref=ref)):  # later calls: not theirs
         assert isinstance(twice, Refusal) and twice.code == SCHEDULE_NOT_FOUND
+
+
+@pytest.mark.parametrize("how", ["name", "id"])
+def test_a_re_run_takes_as_its_own_only_the_change_stamped_with_its_time_and_author(world, how):
+    """A re-run's first run may not have committed: a change made by another call (an earlier one by the same
+    author, or one by another author at the same instant) is not its own. The author is compared as stored,
+    cut to its column (``cli@`` and a long host name)."""
+    row = _create(world, name="nightly")
+    ref = "nightly" if how == "name" else row.schedule_id
+    author = "cli@" + "h" * 200
+    world.run(pause, ref=ref, by=author)
+    assert _re_run(world, pause, ref=ref, by=author).changed  # its own, its author cut as stored
+    assert not _re_run(world, pause, ref=ref, by="other").changed  # the same instant, another author
+    world.advance(1000)
+    assert not _re_run(world, pause, ref=ref, by=author).changed  # the same author, an earlier call
+    world.run(delete, ref=ref, by=author)
+    assert _re_run(world, delete, ref=ref, by=author).changed
+    refused = _re_run(world, delete, ref=ref, by="other")
+    assert isinstance(refused, Refusal) and refused.code == SCHEDULE_NOT_FOUND
 
 
 def test_a_live_name_is_unique_and_freed_by_delete(world):
