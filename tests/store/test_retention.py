@@ -300,6 +300,19 @@ def test_lineage_and_idempotency_keys_once_their_source_is_gone(world):
     assert again.created and again.task_id not in (source, copy.task_id)
 
 
+def _re_run_retry(world, db, source: str, new_task_id: str):
+    """``retry`` run again as the store re-runs it after a COMMIT whose answer was lost (tx.recovering)."""
+    again = connect(db)
+    try:
+        with again.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            again.begin()
+            return retry(Tx(cur, recovering=True), source_task_id=source, now=world.now, new_task_id=new_task_id)
+    finally:
+        again.rollback()
+        again.close()
+
+
 def test_a_retry_whose_commit_answer_was_lost_finds_itself_once_the_purge_took_its_source(world, db):
     """docs/tasks.md §8: a manual retry answers the retry it made. Its COMMIT landed, the answer was lost, and
     the purge took the (long ended) source before the store ran the retry again (tx.recovering): the re-run
@@ -310,19 +323,30 @@ def test_a_retry_whose_commit_answer_was_lost_finds_itself_once_the_purge_took_i
     made = world.run(retry, source_task_id=source, new_task_id=new_id("tsk"))
     _purge_all(world, older_than_ms=500)  # the source ended; its retry is READY
     assert not _exists(world, source) and _exists(world, made.task_id)
-    again = connect(db)
-    try:
-        with again.cursor() as cur:
-            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            again.begin()
-            rerun = retry(Tx(cur, recovering=True), source_task_id=source, now=world.now, new_task_id=made.task_id)
-        again.rollback()
-    finally:
-        again.close()
+    rerun = _re_run_retry(world, db, source, made.task_id)
     assert (rerun.task_id, rerun.created) == (made.task_id, True), rerun
     # Without a lost COMMIT, retrying a purged source is refused as before (the id it would make is new).
     refused = world.run(retry, source_task_id=source)
     assert getattr(refused, "code", None) == "task_not_found", refused
+
+
+def test_a_retry_re_run_takes_as_its_own_only_the_retry_with_its_pre_made_id(world, db):
+    """A re-run's first run may not have committed: a retry another call made is not its own, whether its
+    source is there (retried before) or purged since (task_not_found); and a call that is not a re-run
+    makes nothing its own, whatever id it brings."""
+    w = world.worker("q", capacity=5)
+    source = _finished(world, w, status="FAILED", renewals=0)
+    world.advance(1_000)
+    made = world.run(retry, source_task_id=source, new_task_id=new_id("tsk"))
+    other = _re_run_retry(world, db, source, new_id("tsk"))
+    assert (other.task_id, other.created) == (made.task_id, False), other
+    same_id = world.run(retry, source_task_id=source, new_task_id=made.task_id)
+    assert (same_id.task_id, same_id.created) == (made.task_id, False), same_id
+    _purge_all(world, older_than_ms=500)
+    assert not _exists(world, source) and _exists(world, made.task_id)
+    for refused in (_re_run_retry(world, db, source, new_id("tsk")),
+                    world.run(retry, source_task_id=source, new_task_id=made.task_id)):
+        assert getattr(refused, "code", None) == "task_not_found", refused
 
 
 def test_a_source_whose_retry_was_purged_can_be_retried_again(world):
