@@ -101,14 +101,11 @@ class FireResult:
     more: bool
 
 
-def _lookup(tx: Tx, ref: str, *, lock: bool, include_deleted: bool = False) -> ScheduleRow | None:
-    """By id (``sch_…``, deleted ones too when asked) or by the name a live schedule holds."""
+def _lookup(tx: Tx, ref: str, *, lock: bool) -> ScheduleRow | None:
+    """By id (``sch_…``, a deleted one too) or by the name a live schedule holds."""
     column = "schedule_id" if ref.startswith(SCHEDULE_PREFIX) else "live_name"
     row = tx.one(sql.SCHEDULE_BY.format(column=column, lock=sql.FOR_UPDATE if lock else ""), (ref,))
-    found = ScheduleRow.from_row(row) if row else None
-    if found is not None and found.state == _GONE and not include_deleted:
-        return None
-    return found
+    return ScheduleRow.from_row(row) if row else None
 
 
 def _next_after(timing: Timing, now: dt.datetime) -> dt.datetime:
@@ -133,7 +130,7 @@ def create(tx: Tx, *, schedule: NewSchedule, now: dt.datetime, created_by: str) 
     except pymysql.err.IntegrityError as exc:
         if exc.args[0] != DUPLICATE_KEY:
             raise
-        mine = _lookup(tx, s.schedule_id, lock=False, include_deleted=True)
+        mine = _lookup(tx, s.schedule_id, lock=False)
         if mine is not None:  # a re-run after a lost COMMIT: it is there
             return mine
         return Refusal(SCHEDULE_EXISTS, f"a schedule named {s.name!r} exists; delete it or choose another name")
@@ -181,20 +178,20 @@ def _own(tx: Tx, row: ScheduleRow, now: dt.datetime, by: str) -> bool:
     return tx.recovering and db_time(row.updated_at) == db_time(now) and row.updated_by == by[:128]
 
 
-def _own_delete(tx: Tx, ref: str, now: dt.datetime, by: str) -> ScheduleRow | None:
-    """The schedule this call deleted before its COMMIT's answer was lost (its name names no live one now)."""
-    if not tx.recovering:
-        return None
-    column = "schedule_id" if ref.startswith(SCHEDULE_PREFIX) else "name"
-    row = tx.one(sql.DELETED_BY.format(column=column), (ref, db_time(now), by[:128]))
+def _deleted_by_name(tx: Tx, name: str, now: dt.datetime, by: str) -> ScheduleRow | None:
+    """The schedule named ``name`` deleted with this stamp: deleted, it holds no live name to look up by."""
+    row = tx.one(sql.DELETED_BY_NAME, (name, db_time(now), by[:128]))
     return ScheduleRow.from_row(row) if row else None
 
 
 def _change(tx: Tx, trigger: str, ref: str, now: dt.datetime, by: str) -> ScheduleChange | Refusal:
     row = _lookup(tx, ref, lock=True)
-    if row is None:
-        mine = _own_delete(tx, ref, now, by) if trigger == "delete" else None
-        return ScheduleChange(mine, True) if mine else Refusal(SCHEDULE_NOT_FOUND, f"no schedule {ref}")
+    if row is None and trigger == "delete" and tx.recovering and not ref.startswith(SCHEDULE_PREFIX):
+        row = _deleted_by_name(tx, ref, now, by)  # by id the lookup read a deleted one already
+    if row is None or row.state == _GONE:  # not there to change, unless this call deleted it
+        if row is not None and trigger == "delete" and _own(tx, row, now, by):
+            return ScheduleChange(row, True)
+        return Refusal(SCHEDULE_NOT_FOUND, f"no schedule {ref}")
     dest = decide("schedule", trigger, row.state, ScheduleContext(schedule=row, now=now))
     if isinstance(dest, Refusal):  # pause of a paused one, resume of an active one: nothing to do, unless it did it
         return ScheduleChange(row, _own(tx, row, now, by))
@@ -203,7 +200,7 @@ def _change(tx: Tx, trigger: str, ref: str, now: dt.datetime, by: str) -> Schedu
         sets += ", next_fire_at = %s"
         args.append(db_time(_next_after(row.timing, now)))
     move(tx, "schedule", trigger, [row.schedule_id], source=row.state, dest=dest, sets=sets, args=args)
-    after = _lookup(tx, row.schedule_id, lock=False, include_deleted=True)
+    after = _lookup(tx, row.schedule_id, lock=False)
     assert after is not None
     return ScheduleChange(after, True)
 
@@ -229,7 +226,7 @@ def delete(tx: Tx, *, ref: str, now: dt.datetime, by: str) -> ScheduleChange | R
 @read_only(takes_locks=False)
 def get_schedule(tx: Tx, *, ref: str) -> ScheduleRow | None:
     """One schedule by id (deleted ones too) or by a live schedule's name."""
-    return _lookup(tx, ref, lock=False, include_deleted=True)
+    return _lookup(tx, ref, lock=False)
 
 
 @read_only(takes_locks=False)
