@@ -183,6 +183,19 @@ def test_a_re_run_takes_as_its_own_only_the_change_stamped_with_its_time_and_aut
     assert isinstance(refused, Refusal) and refused.code == SCHEDULE_NOT_FOUND
 
 
+def test_a_delete_re_run_by_name_finds_its_own_among_the_schedules_deleted_under_that_name(world):
+    """A deleted schedule holds no live name: the re-run of a delete by name reads the deleted ones by that
+    name, and answers the one it deleted, not an earlier one the same author deleted under that name."""
+    earlier = _create(world, name="nightly")
+    world.run(delete, ref="nightly", by="op")
+    world.advance(1000)
+    later = _create(world, name="nightly")
+    world.run(delete, ref="nightly", by="op")
+    again = _re_run(world, delete, ref="nightly")
+    assert not isinstance(again, Refusal), again
+    assert (again.schedule.schedule_id, again.changed) == (later.schedule_id, True), earlier.schedule_id
+
+
 def test_a_live_name_is_unique_and_freed_by_delete(world):
     first = _create(world, name="nightly")
     spec = build_schedule(name="nightly", queue="q", kind="k", interval=60)
