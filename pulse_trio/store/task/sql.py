@@ -44,11 +44,10 @@ SUBMITTED_BEFORE_LOCKED = (f"({_SUBMITTED_BY_ID} LOCK IN SHARE MODE)"
 PROMOTE_SCAN = DueScan("task", "promote", "SELECT task_id, due_at, queue, fairness_key, priority_offset_ms"
                        " FROM tasks", "tasks_due", "due_state", "due_at")
 LOCK_RETRY_SOURCE = f"SELECT {TaskRow.columns()} FROM tasks t WHERE t.task_id = %s FOR UPDATE"
-#: A source's retry, share-locked: the purge (SKIP LOCKED) passes it over until the retry call that found
-#: it has read it back in its own transaction.
+#: A source's retry (at most one: ``tasks_retry_of`` is unique), found by the source's id even once the
+#: purge took the source; share-locked: the purge (SKIP LOCKED) passes it over until the retry call that
+#: found it has read it back in its own transaction.
 RETRY_OF = "SELECT task_id, effect_uncertain FROM tasks WHERE retry_of = %s LOCK IN SHARE MODE"
-#: A re-run's own retry by its pre-made id, when the source is gone (purged since the lost COMMIT).
-OWN_RETRY = "SELECT task_id, effect_uncertain FROM tasks WHERE task_id = %s AND retry_of = %s LOCK IN SHARE MODE"
 
 # -- the steps other charts' transactions run (steps) -----------------------------------------------
 #: A key's READY tasks in the pick-up range that no other claim holds, to set aside.

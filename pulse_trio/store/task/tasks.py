@@ -226,16 +226,13 @@ def retry(tx: Tx, *, source_task_id: str, now: dt.datetime, new_task_id: str | N
     """
     row = tx.one(sql.LOCK_RETRY_SOURCE, (source_task_id,))
     source = TaskRow.from_row(row) if row else None
-    if source is not None:
-        existing = tx.one(sql.RETRY_OF, (source_task_id,))
-        if existing:
-            mine = tx.recovering and existing[0] == new_task_id
+    # The source's retry, if one was made. Without the source only a re-run reads it, and answers it only as
+    # its own: the lost COMMIT landed and the purge took the source since.
+    existing = tx.one(sql.RETRY_OF, (source_task_id,)) if source is not None or tx.recovering else None
+    if existing:
+        mine = tx.recovering and existing[0] == new_task_id
+        if source is not None or mine:
             return RetryCreated(existing[0], source_task_id, mine, bool(existing[1]))
-    elif tx.recovering and new_task_id is not None:
-        # The lost COMMIT landed and the purge took the source since: the retry made is still this call's.
-        own = tx.one(sql.OWN_RETRY, (new_task_id, source_task_id))
-        if own:
-            return RetryCreated(own[0], source_task_id, True, bool(own[1]))
     dest = decide("task", "retry", "NONE", TaskContext(source=source))
     if isinstance(dest, Refusal):
         return dest
