@@ -196,6 +196,18 @@ def test_a_delete_re_run_by_name_finds_its_own_among_the_schedules_deleted_under
     assert (again.schedule.schedule_id, again.changed) == (later.schedule_id, True), earlier.schedule_id
 
 
+def test_a_delete_re_run_by_name_leaves_a_new_schedule_that_took_the_name_since(world):
+    """The delete's COMMIT landed, its answer was lost, and before the store ran it again the freed name was
+    taken by a new schedule: the re-run answers the schedule it deleted and leaves the new one alone."""
+    first = _create(world, name="nightly")
+    world.run(delete, ref="nightly", by="op")
+    second = _create(world, name="nightly")
+    again = _re_run(world, delete, ref="nightly")
+    assert not isinstance(again, Refusal), again
+    assert (again.schedule.schedule_id, again.changed) == (first.schedule_id, True)
+    assert world.store.run_sync(get_schedule, ref="nightly").schedule_id == second.schedule_id  # still live
+
+
 def test_a_live_name_is_unique_and_freed_by_delete(world):
     first = _create(world, name="nightly")
     spec = build_schedule(name="nightly", queue="q", kind="k", interval=60)

@@ -185,9 +185,12 @@ def _deleted_by_name(tx: Tx, name: str, now: dt.datetime, by: str) -> ScheduleRo
 
 
 def _change(tx: Tx, trigger: str, ref: str, now: dt.datetime, by: str) -> ScheduleChange | Refusal:
-    row = _lookup(tx, ref, lock=True)
-    if row is None and trigger == "delete" and tx.recovering and not ref.startswith(SCHEDULE_PREFIX):
-        row = _deleted_by_name(tx, ref, now, by)  # by id the lookup read a deleted one already
+    row = None
+    if trigger == "delete" and tx.recovering and not ref.startswith(SCHEDULE_PREFIX):
+        # First: since the lost COMMIT a new schedule may have taken the freed name (by id the lookup reads
+        # a deleted one).
+        row = _deleted_by_name(tx, ref, now, by)
+    row = row or _lookup(tx, ref, lock=True)
     if row is None or row.state == _GONE:  # not there to change, unless this call deleted it
         if row is not None and trigger == "delete" and _own(tx, row, now, by):
             return ScheduleChange(row, True)
