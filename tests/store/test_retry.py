@@ -50,6 +50,43 @@ def test_retry_after_lost_lease_and_after_escalation_is_uncertain(world):
     assert world.run(retry, source_task_id=escalated.task.task_id).effect_uncertain
 
 
+@pytest.mark.parametrize("how", ["failed", "failed_retryable_last", "cancelled_by_worker", "succeeded"])
+def test_an_outcome_reported_after_a_lost_attempt_keeps_its_uncertainty(world, how):
+    """Attempt 1 was lost after start (it may have had its effect); attempt 2 reports. A report speaks for
+    its own attempt alone: FAILED or CANCELLED leaves attempt 1's effect as uncertain as before, so the
+    outcome (and a manual retry's offer) says so; SUCCEEDED is the effect, done."""
+    w = world.worker("q")
+    lost = world.running(w, retry_uncertain=True, max_attempts=2)
+    task_id = lost.task.task_id
+    world.advance(30_000)
+    world.run(expire)
+    (second,) = world.assign(w)
+    assert second.task.effect_uncertain and second.task.attempt == 2
+    world.start(w, second)
+    if how == "failed":
+        world.finish(w, second, 2, status="FAILED", error_code="declined")
+    elif how == "failed_retryable_last":
+        world.finish(w, second, 2, status="FAILED", error_code="busy", retryable=True)
+    elif how == "cancelled_by_worker":
+        world.run(request_cancel, task_id=task_id)
+        world.finish(w, second, 2, status="CANCELLED", error_code="cancelled")
+    else:
+        world.finish(w, second, 2)
+    view = world.task(task_id)
+    assert [a.status for a in view.attempts][0] == "EXPIRED"
+    assert view.outcome.effect_uncertain is (how != "succeeded"), (view.task.state, view.outcome)
+    if how != "succeeded":
+        assert world.run(retry, source_task_id=task_id).effect_uncertain, "the retry's handler must check first"
+
+
+def test_a_reported_failure_without_a_lost_attempt_stays_certain(world):
+    w = world.worker("q")
+    offer = world.running(w)
+    world.finish(w, offer, 2, status="FAILED", error_code="declined")
+    assert world.task(offer.task.task_id).outcome.effect_uncertain is False
+    assert not world.run(retry, source_task_id=offer.task.task_id).effect_uncertain
+
+
 def test_retry_of_a_task_cancelled_before_start_is_certain(world):
     task_id = world.submit()
     world.run(request_cancel, task_id=task_id)

@@ -209,15 +209,32 @@ def finish(tx: Tx, *, items: Sequence[tuple[TaskRow, LeaseRow, FinishReport]], n
                  args=(due, due - dt.timedelta(milliseconds=task.priority_offset_ms), stamp))
         else:
             key = (task.state, dest, report.status, report.error_code or None, report.error_message,
-                   report.retryable, report.status == "UNKNOWN")
+                   report.retryable)
             groups[key].append(task.task_id)
-    for (source, dest, status, code, message, retryable, uncertain), ids in groups.items():
+    for (source, dest, status, code, message, retryable), ids in groups.items():
         move(tx, "task", "finish", ids, source=source, dest=dest,
              sets=f"{_ATTEMPT_OF_LEASE}, updated_at = %s, finished_at = %s, outcome_status = %s, outcome_error_code = %s,"
-                  " outcome_error_message = %s, outcome_retryable = %s, outcome_uncertain = %s,"
+                  f" outcome_error_message = %s, outcome_retryable = %s, {_outcome_uncertain(status)},"
                   " outcome_attempt = attempt",
-             args=(stamp, stamp, status, code, message, retryable, uncertain))
+             args=(stamp, stamp, status, code, message, retryable))
     return dests
+
+
+def _outcome_uncertain(status: str) -> str:
+    """The SET term of a reported outcome's effect_uncertain.
+
+    UNKNOWN says so itself; SUCCEEDED is the effect, done. FAILED and
+    CANCELLED speak for their own attempt alone: an earlier attempt lost
+    after start (the row's ``effect_uncertain``) may still have had its
+    effect, so the outcome stays uncertain, as a cancel before a new start
+    leaves it (:func:`cancel`), and a manual retry's handler checks first.
+    Read from the row in the UPDATE, so the lean finish needs no read.
+    """
+    if status == "UNKNOWN":
+        return "outcome_uncertain = TRUE"
+    if status == "SUCCEEDED":
+        return "outcome_uncertain = FALSE"
+    return "outcome_uncertain = effect_uncertain"
 
 
 #: The task's attempt becomes its lease's, which the offer numbered one past the task's (the start wrote
