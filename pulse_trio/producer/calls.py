@@ -42,6 +42,9 @@ OVERRUN_S = 1.0
 #: A wait whose request found no service (a restart, a 503) asks again after this pause, until its timeout.
 RETRY_PAUSE_S = 1.0
 _NO_BODY = object()
+#: Answers that say no service answered: the service's own 503 (its database away, too many waits), and a
+#: gateway's 502 and 504 (it reached no instance, or had no answer within its own timeout).
+UNANSWERED_STATUSES = frozenset({502, 503, 504})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,8 +111,8 @@ class Answer:
 
     @property
     def unavailable(self) -> bool:
-        """No service answered, or it answered 503 (the database away, too many waits): worth asking again."""
-        return self.error is not None or self.status == 503
+        """No service answered, or it answered 503, or a gateway in front answered for it: worth asking again."""
+        return self.error is not None or self.status in UNANSWERED_STATUSES
 
 
 Call = Generator[Request, Answer, T]
@@ -269,7 +272,8 @@ def wait_task(task_id: str, timeout: float | None, *,
               clock: Callable[[], float] = time.monotonic) -> Call[dict[str, Any]]:
     """The task's view once terminal (long-polls of at most ``LONG_POLL_S``); WaitTimeout after ``timeout`` s.
 
-    A service that cannot be reached, or answers 503, is asked again every
+    A service that cannot be reached, or answers 503 (or a gateway in front of
+    it 502 or 504: ``UNANSWERED_STATUSES``), is asked again every
     ``RETRY_PAUSE_S`` until the timeout: a wait outlives a restart of ``serve``.
     No request outlasts the timeout by more than ``OVERRUN_S``, and a wait
     whose timeout passes while the service is away ends as a WaitTimeout

@@ -423,3 +423,82 @@ def test_every_error_of_the_clients_survives_pickling():
     assert public - {TaskOutcomeError} <= {type(error) for error in EVERY_ERROR}  # raised only as its subclasses
     for error in EVERY_ERROR:
         _assert_pickles_as_itself(error)
+
+
+async def _http_message(stream: trio.abc.Stream) -> bytes:
+    """One HTTP/1.1 message off ``stream``: its head and its ``Content-Length`` body (b"" if the stream ends first)."""
+    message = b""
+    while (end := message.find(b"\r\n\r\n")) < 0 or len(message) < end + 4 + _content_length(message[:end]):
+        chunk = await stream.receive_some()
+        if not chunk:
+            return b""
+        message += chunk
+    return message
+
+
+def _content_length(head: bytes) -> int:
+    return sum(int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n")
+               if line.startswith(b"content-length:"))
+
+
+class TimingOutGateway:
+    """A reverse proxy in front of a real serve that gives up on an answer after ``timeout`` s, as HAProxy's
+    ``timeout server`` or nginx's ``proxy_read_timeout`` does: it answers 504 with an HTML page instead."""
+
+    PAGE = b"<html><body><h1>504 Gateway Time-out</h1></body></html>\n"
+
+    def __init__(self, upstream_port: int, timeout: float) -> None:
+        self.upstream_port, self.timeout = upstream_port, timeout
+        self.timeouts = 0
+
+    async def handle(self, client: trio.SocketStream) -> None:
+        """One request per connection, as ``option http-server-close`` makes it."""
+        async with client:
+            request = await _http_message(client)
+            if not request:
+                return
+            answer = b""
+            async with await trio.open_tcp_stream("127.0.0.1", self.upstream_port) as upstream:
+                await upstream.send_all(request)
+                with trio.move_on_after(self.timeout):
+                    answer = await _http_message(upstream)
+            if not answer:
+                self.timeouts += 1
+                answer = (b"HTTP/1.1 504 Gateway Time-out\r\ncontent-type: text/html\r\nconnection: close\r\n"
+                          b"content-length: %d\r\n\r\n" % len(self.PAGE) + self.PAGE)
+            await client.send_all(answer)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_wait_through_a_gateway_that_times_out_its_long_poll_asks_again(kind, service, tokens,
+                                                                                 open_worker, nursery):
+    """A load balancer whose server timeout is shorter than a long-poll (operations.md §13's HAProxy has
+    one) answers 504 for it: no service answered, so the wait asks again, as after a 503, and sees the end."""
+    gateway = TimingOutGateway(service.http_port, timeout=0.5)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(trio.serve_listeners, gateway.handle, listeners)
+    url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    raw = AsyncClient(url, tokens["producer"]) if kind == "async" else Client(url, tokens["producer"])
+    client = raw if kind == "async" else InThread(raw)
+    results: list[Any] = []
+    try:
+        handle = await client.submit("billing", "invoice.send")
+
+        async def wait() -> None:
+            results.append(await handle.result(timeout=20))
+
+        nursery.start_soon(wait)
+        with trio.fail_after(5):
+            while not gateway.timeouts:
+                await trio.sleep(0.02)
+        worker = await open_worker(tokens["worker"], "billing")
+        await worker.run_one("sent behind the gateway")
+        with trio.fail_after(10):
+            while not results:
+                await trio.sleep(0.02)
+        assert results == ["sent behind the gateway"]
+    finally:
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
