@@ -61,6 +61,11 @@ class Request:
     retry: bool = False
     #: Seconds the driver sleeps before sending (a wait asking again after the service was away).
     pause: float = 0.0
+    #: Safe to send twice: a read, or a write the API makes idempotent (a submit whose every task has an
+    #: idempotency key, a cancel, a retry). The driver sends it once more when its connection drops
+    #: before any answer (:func:`dropped`), as a kept-alive one does that the service closed as idle
+    #: just as the request went out. A write without that safety is never sent twice.
+    idempotent: bool = False
 
     def content(self) -> bytes | None:
         if self.body is _NO_BODY:
@@ -138,7 +143,7 @@ def drive(call: Call[T], send: Callable[[Request], Answer]) -> T:
             if request.pause > 0:
                 time.sleep(request.pause)
             try:
-                reply = send(request)
+                reply = send_idempotent(send, request)
             except Exception as exc:
                 if not (request.retry and is_transport_error(exc)):
                     raise
@@ -146,6 +151,23 @@ def drive(call: Call[T], send: Callable[[Request], Answer]) -> T:
             request = call.send(reply)
     except StopIteration as done:
         return done.value
+
+
+def send_idempotent(send: Callable[[Request], T], request: Request) -> T:
+    """``send(request)``, and once more on a new connection when an idempotent request's connection dropped."""
+    try:
+        return send(request)
+    except Exception as exc:
+        if not (request.idempotent and dropped(exc)):
+            raise
+    return send(request)
+
+
+def dropped(exc: BaseException) -> bool:
+    """The connection closed or was reset before an answer came (not a timeout, not a refused connect)."""
+    import httpx
+
+    return isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
 
 
 def is_transport_error(exc: BaseException) -> bool:
@@ -209,9 +231,14 @@ def task(queue: str, kind: str, payload: Any = None, **options: Any) -> dict[str
 
 # -- the calls ----------------------------------------------------------------------------------
 
+def _keyed(body: Any) -> bool:
+    """A submit body with an idempotency key: sent twice, it still makes one task."""
+    return isinstance(body, Mapping) and body.get("idempotency_key") is not None
+
+
 def submit(body: dict[str, Any]) -> Call[dict[str, Any]]:
     """The task view, with ``created`` (False: the idempotency key named an existing task)."""
-    return _expect((yield Request("POST", "/v1/tasks", body=body)), 200, 201)
+    return _expect((yield Request("POST", "/v1/tasks", body=body, idempotent=_keyed(body))), 200, 201)
 
 
 def submit_many(bodies: Iterable[Mapping[str, Any]]) -> Call[list[dict[str, Any]]]:
@@ -220,11 +247,13 @@ def submit_many(bodies: Iterable[Mapping[str, Any]]) -> Call[list[dict[str, Any]
     A task that is not a mapping is sent as it is: the API refuses it with its own item (``field`` null).
     """
     items = [dict(b) if isinstance(b, Mapping) else b for b in bodies]
-    return _expect((yield Request("POST", "/v1/tasks/batch", body={"tasks": items})), 200, 201)["tasks"]
+    keyed = all(_keyed(item) for item in items)
+    return _expect((yield Request("POST", "/v1/tasks/batch", body={"tasks": items}, idempotent=keyed)), 200,
+                   201)["tasks"]
 
 
 def get(task_id: str) -> Call[dict[str, Any]]:
-    return _expect((yield Request("GET", _task_path(task_id))), 200, task_id=task_id)
+    return _expect((yield Request("GET", _task_path(task_id), idempotent=True)), 200, task_id=task_id)
 
 
 def list_tasks(filters: Mapping[str, Any]) -> Call[dict[str, Any]]:
@@ -234,16 +263,18 @@ def list_tasks(filters: Mapping[str, Any]) -> Call[dict[str, Any]]:
     for name, value in params.items():
         if not is_text(value, len(value)):
             raise InvalidRequest(f"{name} cannot be sent in a URL: it holds a lone surrogate", name)
-    return _expect((yield Request("GET", "/v1/tasks", params=params)), 200)
+    return _expect((yield Request("GET", "/v1/tasks", params=params, idempotent=True)), 200)
 
 
 def cancel(task_id: str, reason: str) -> Call[dict[str, Any]]:
     body = {"reason": reason} if reason else {}
-    return _expect((yield Request("POST", _task_path(task_id, "cancel"), body=body)), 200, task_id=task_id)
+    return _expect((yield Request("POST", _task_path(task_id, "cancel"), body=body, idempotent=True)), 200,
+                   task_id=task_id)
 
 
 def retry(task_id: str) -> Call[dict[str, Any]]:
-    return _expect((yield Request("POST", _task_path(task_id, "retry"), body={})), 200, 201, task_id=task_id)
+    return _expect((yield Request("POST", _task_path(task_id, "retry"), body={}, idempotent=True)), 200, 201,
+                   task_id=task_id)
 
 
 def outcome(view: dict[str, Any]) -> Any:
@@ -289,7 +320,8 @@ def wait_task(task_id: str, timeout: float | None, *,
         pause = min(pause, left)
         chunk = min(LONG_POLL_S, left - pause)
         limit = min(chunk + READ_SLACK_S, left - pause + OVERRUN_S)
-        reply = yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=limit, retry=True, pause=pause)
+        reply = yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=limit, retry=True, pause=pause,
+                              idempotent=True)
         ran_out = clock() >= deadline
         if reply.unavailable:
             if not ran_out:

@@ -170,7 +170,7 @@ class AsyncClient:
                 if request.pause > 0:
                     await anyio.sleep(request.pause)
                 try:
-                    response = await self._http.request(request.method, request.path, **_send_args(request))
+                    response = await self._send(request)
                     reply = calls.answer(response.status_code, response.content)
                 except Exception as exc:
                     if not (request.retry and calls.is_transport_error(exc)):
@@ -179,6 +179,16 @@ class AsyncClient:
                 request = call.send(reply)
         except StopIteration as done:
             return done.value
+
+    async def _send(self, request: Request) -> httpx.Response:
+        """:func:`pulse_trio.producer.calls.send_idempotent`, awaited: an idempotent request whose connection
+        dropped before any answer goes out once more."""
+        try:
+            return await self._http.request(request.method, request.path, **_send_args(request))
+        except Exception as exc:
+            if not (request.idempotent and calls.dropped(exc)):
+                raise
+        return await self._http.request(request.method, request.path, **_send_args(request))
 
     async def submit(self, queue: str, kind: str, payload: Any = None, **options: Any) -> AsyncTaskHandle:
         view = await self._run(calls.submit(calls.task(queue, kind, payload, **options)))

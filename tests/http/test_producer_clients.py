@@ -502,3 +502,54 @@ async def test_a_wait_through_a_gateway_that_times_out_its_long_poll_asks_again(
             await raw.aclose()
         else:
             raw.close()
+
+
+class IdleClosingGateway:
+    """In front of a real serve: keeps a client's connection open after its first answer, and closes it
+    unanswered when the next request arrives, as a serve does with a kept-alive connection whose
+    ``--http-idle-timeout`` runs out just as the client sends on it (a matter of milliseconds, made certain)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.dropped = 0
+
+    async def handle(self, client: trio.SocketStream) -> None:
+        async with client:
+            request = await _http_message(client)
+            if not request:
+                return
+            async with await trio.open_tcp_stream("127.0.0.1", self.upstream_port) as upstream:
+                await upstream.send_all(request)
+                await client.send_all(await _http_message(upstream))
+            if await _http_message(client):
+                self.dropped += 1
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_request_safe_to_repeat_is_sent_again_when_its_kept_alive_connection_drops(kind, service,
+                                                                                            token_factory, nursery):
+    """Reads, keyed submits and cancels go out once more on a new connection; a submit without a key is
+    not sent twice (it may have been submitted), so it raises httpx's error, as worker.md §12.1 says."""
+    gateway = IdleClosingGateway(service.http_port)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(trio.serve_listeners, gateway.handle, listeners)
+    url, token = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", token_factory(
+        "producer", ("billing",), allow=("cancel",))
+    raw = AsyncClient(url, token) if kind == "async" else Client(url, token)
+    client = raw if kind == "async" else InThread(raw)
+    try:
+        first = await client.submit("billing", "invoice.send", idempotency_key="inv-1")  # a new connection
+        assert (await client.get(first.task_id))["task_id"] == first.task_id  # each call from here meets a drop
+        assert (await client.submit("billing", "invoice.send", idempotency_key="inv-2")).created is True
+        assert [h.created for h in await client.submit_many([task("billing", "a", idempotency_key="inv-3")])] == [True]
+        assert (await client.cancel(first.task_id))["cancel_changed"] is True
+        assert len((await client.list(queue="billing"))["tasks"]) == 3
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.submit("billing", "invoice.send")
+        assert gateway.dropped == 6
+        assert len((await client.list(queue="billing"))["tasks"]) == 3  # nothing submitted twice, nor the keyless one
+    finally:
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
