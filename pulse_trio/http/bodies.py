@@ -37,16 +37,14 @@ MAX_BODY_BYTES = MAX_FRAME_BYTES
 #: When the application does not say (``app.state.body_timeout``, from ``--http-body-timeout``).
 DEFAULT_BODY_TIMEOUT_S = 10.0
 _JSON_TYPES = ("application/json",)
+_CHARSET = "utf-8"
 
 
 async def read_json(request: Request, *, optional: bool = False) -> dict[str, Any]:
     """The body as a strict JSON object (``{}`` for an empty optional body)."""
     content_type = request.headers.get("content-type")
     if content_type is not None:
-        media = content_type.split(";", 1)[0].strip().lower()
-        if media not in _JSON_TYPES:
-            raise ApiError(415, "unsupported_media_type",
-                           f"the body must be JSON: send Content-Type: application/json (got {media or 'nothing'})")
+        _check_content_type(content_type)
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -81,6 +79,22 @@ async def read_json(request: Request, *, optional: bool = False) -> dict[str, An
     if not isinstance(value, dict):
         raise bad_request("the body must be a JSON object")
     return value
+
+
+def _check_content_type(content_type: str) -> None:
+    """415 unless the body is declared JSON, in UTF-8 if a charset is named: a body is only ever read as UTF-8,
+    and another charset's bytes read so could be a different text than the one sent."""
+    media, *params = content_type.split(";")
+    media = media.strip().lower()
+    if media not in _JSON_TYPES:
+        raise ApiError(415, "unsupported_media_type",
+                       f"the body must be JSON: send Content-Type: application/json (got {media or 'nothing'})")
+    for param in params:
+        name, _, value = param.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset != _CHARSET:
+            raise ApiError(415, "unsupported_media_type",
+                           f"the body must be UTF-8 JSON: send charset={_CHARSET} or none (got {charset[:40]})")
 
 
 def _too_large() -> ApiError:

@@ -165,6 +165,20 @@ async def test_415_a_body_declared_as_something_else(http, tokens):
     assert reply.status == 415 and reply.error["code"] == "unsupported_media_type"
 
 
+async def test_415_a_json_body_declared_in_another_charset_is_not_read_as_utf8(http, tokens):
+    """``Ã©`` in Latin-1 is the two bytes UTF-8 spells ``é``: read as UTF-8, the task would hold a string
+    its producer never sent. A charset other than UTF-8 is refused; UTF-8, named in any case, is read."""
+    latin1 = json.dumps({**OK, "payload": "Ã©"}, ensure_ascii=False).encode("latin-1")
+    reply = await http.post("/v1/tasks", token=tokens["operator"], body=latin1,
+                            headers={"Content-Type": "application/json; charset=ISO-8859-1"})
+    assert reply.status == 415 and reply.error["code"] == "unsupported_media_type", reply.body
+    assert (await http.get("/v1/tasks", token=tokens["operator"])).json()["tasks"] == []
+    for declared in ("application/json; charset=utf-8", 'application/json;charset="UTF-8"'):
+        reply = await http.post("/v1/tasks", token=tokens["operator"], body=json.dumps(OK),
+                                headers={"Content-Type": declared})
+        assert reply.status == 201, (declared, reply.body)
+
+
 @pytest.fixture
 async def service_without_database(db, nursery, token_factory):
     """A service whose database is not there (a closed port): what an outage looks like."""
