@@ -23,9 +23,13 @@ from pulse_trio.producer.calls import Answer, Call, Request
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 10.0
+#: How long an idle connection is kept for the next call: well within serve's default
+#: ``--http-idle-timeout``, so the client lets it go before the service closes it, rather than send a
+#: request on a connection the service is closing (a keyless submit is never sent twice).
+KEEPALIVE_EXPIRY_S = 2.0
 #: No cap on open connections: a waiting handle holds one for each long-poll, so under httpx's cap a
 #: shared client's other calls would queue behind the waits and fail. The idle ones kept stay capped.
-DEFAULT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20)
+DEFAULT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY_S)
 
 
 def _options(url: str, token: str, timeout: float, headers: Mapping[str, str] | None,

@@ -553,3 +553,11 @@ async def test_a_request_safe_to_repeat_is_sent_again_when_its_kept_alive_connec
             await raw.aclose()
         else:
             raw.close()
+
+
+def test_the_clients_let_an_idle_connection_go_before_serve_closes_it():
+    """A kept connection the service is closing as idle may eat a keyless submit: the clients drop theirs first."""
+    from pulse_trio.config import Settings
+    from pulse_trio.producer.clients import DEFAULT_LIMITS
+
+    assert DEFAULT_LIMITS.keepalive_expiry < Settings().http_idle_timeout
