@@ -58,19 +58,21 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
     """Run ``handler`` for ``ctx`` inside ``scope`` (cancelled to stop it); None when the lease was lost.
 
     A payload that does not fit the handler's type is refused before the
-    call (FAILED ``invalid_payload``); a ``def`` handler runs in one of
-    ``threads`` (AnyIO's own when None), so it never blocks the loop.
+    call (FAILED ``invalid_payload``); anything else its decoding raises is
+    the payload type's own code (a ``__post_init__``, a validator) failing,
+    mapped as the handler's own exception would be. A ``def`` handler runs
+    in one of ``threads`` (AnyIO's own when None), so it never blocks the loop.
     """
     result: oc.Outcome | None = None
     args: tuple[Any, ...] = (ctx,)
-    if handler.takes_payload:
-        try:
-            args = (ctx, handler.decode(ctx.payload_json) if handler.decode is not None else ctx.payload)
-        except InvalidPayload as exc:  # the handler is not called: the same payload would never fit
-            log.warning("task %s: %s", ctx.task_id, exc)
-            return oc.invalid_payload(str(exc))
     with scope:
         try:
+            if handler.takes_payload:
+                try:
+                    args = (ctx, handler.decode(ctx.payload_json) if handler.decode is not None else ctx.payload)
+                except InvalidPayload as exc:  # the handler is not called: the same payload would never fit
+                    log.warning("task %s: %s", ctx.task_id, exc)
+                    return oc.invalid_payload(str(exc))
             if handler.sync:
                 cancelled = anyio.get_cancelled_exc_class()
                 value = await (threads.run(_in_thread, handler.fn, args, cancelled) if threads is not None

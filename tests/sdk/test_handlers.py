@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import decimal
 import threading
 import time
 
@@ -264,7 +265,7 @@ async def test_a_cancelled_error_of_the_handlers_own_making_fails_the_task_not_t
     assert "CancelledError" in view["outcome"]["error_message"]
 
 
-async def _fails_alone(start_service, run_worker, client, bad) -> dict:
+async def _fails_alone(start_service, run_worker, client, bad, payload: dict | None = None) -> dict:
     """Run ``bad`` (billing/invoice.send) beside a running neighbour: its task ends, the worker and neighbour go on."""
     service = await start_service()
     registry = Registry()
@@ -283,7 +284,7 @@ async def _fails_alone(start_service, run_worker, client, bad) -> dict:
     worker = await run_worker(url_of(service), registry, capacity=2)
     neighbour = await in_thread(client.submit, "billing", "invoice.render", {})
     await wait_for(neighbour_started.is_set, what="the neighbour's handler")
-    task = await in_thread(client.submit, "billing", "invoice.send", {}, max_attempts=1)
+    task = await in_thread(client.submit, "billing", "invoice.send", payload or {}, max_attempts=1)
     await wait_for(lambda: worker.returned.is_set() or worker.stats.finished, what="the task's finish")
     assert not worker.returned.is_set(), f"the worker's run() ended: {worker.error!r}"
     view = await wait_state(client, task["task_id"], ENDED)
@@ -336,6 +337,35 @@ async def test_a_def_handler_calling_sys_exit_fails_the_task_not_the_worker(star
     outcome = view["outcome"]
     assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
     assert outcome["error_message"] == "SystemExit: 2"
+
+
+@dataclasses.dataclass
+class Charge:
+    """A payload type with a check of its own that raises neither ValueError nor TypeError."""
+
+    amount: str
+
+    def __post_init__(self) -> None:
+        decimal.Decimal(self.amount)  # decimal.InvalidOperation, an ArithmeticError, for "12,50"
+
+
+async def test_a_payload_types_own_failure_fails_the_task_not_the_worker(start_service, run_worker, client):
+    """msgspec turns only a ValueError or TypeError of ``__post_init__`` into a refusal; anything else it lets out.
+
+    That is the payload type's code raising, as the handler's would (docs/worker.md §3.2): the task fails
+    without the handler being called, and the worker and its other handlers go on.
+    """
+    calls: list[str] = []
+
+    async def send(task: TaskContext, charge: Charge) -> dict:
+        calls.append(task.task_id)
+        return {"charged": charge.amount}
+
+    view = await _fails_alone(start_service, run_worker, client, send, {"amount": "12,50"})
+    outcome = view["outcome"]
+    assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
+    assert outcome["error_message"].startswith("InvalidOperation: ") and view["attempts"][0]["retryable"] is True
+    assert calls == []
 
 
 class Abort(BaseException):
