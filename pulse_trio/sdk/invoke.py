@@ -65,36 +65,44 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
     """
     result: oc.Outcome | None = None
     args: tuple[Any, ...] = (ctx,)
-    with scope:
-        try:
-            if handler.takes_payload:
-                try:
-                    args = (ctx, handler.decode(ctx.payload_json) if handler.decode is not None else ctx.payload)
-                except InvalidPayload as exc:  # the handler is not called: the same payload would never fit
-                    log.warning("task %s: %s", ctx.task_id, exc)
-                    return oc.invalid_payload(str(exc))
-            if handler.sync:
-                cancelled = anyio.get_cancelled_exc_class()
-                value = await (threads.run(_in_thread, handler.fn, args, cancelled) if threads is not None
-                               else anyio.to_thread.run_sync(_in_thread, handler.fn, args, cancelled))
-            else:
-                value = await handler.fn(*args)
-            result = oc.succeeded(value, max_result_bytes)
-        except TaskCancelled as exc:
-            result = None if ctx.stop_reason == LEASE_LOST else _mapped(exc, ctx, max_result_bytes)
-        except anyio.get_cancelled_exc_class() as exc:
-            if anyio.current_effective_deadline() == -math.inf:  # the handler's scope, or the worker's, was cancelled
-                raise
-            # No scope cancelled it: on asyncio a handler can let out a CancelledError of its own
-            # (an awaited future someone else cancelled). That is the handler failing, not the worker
-            # stopping; raised further, it would end the pool's task and, with it, the worker.
-            result = _raised(handler, ctx, exc, max_result_bytes)
-        except (Exception, *ASYNC_HANDLER_EXITS) as exc:  # an async handler's exits too (a thread's: HandlerExited)
-            if not isinstance(exc, Exception) and not _in_a_task():
-                raise  # a GeneratorExit thrown in to close the coroutine of a loop that is gone
-            if ctx.stop_reason == LEASE_LOST:
-                return None
-            result = _raised(handler, ctx, exc.raised if isinstance(exc, HandlerExited) else exc, max_result_bytes)
+    try:
+        with scope:
+            try:
+                if handler.takes_payload:
+                    decode = handler.decode
+                    try:
+                        args = (ctx, decode(ctx.payload_json) if decode is not None else ctx.payload)
+                    except InvalidPayload as exc:  # the handler is not called: the same payload would never fit
+                        log.warning("task %s: %s", ctx.task_id, exc)
+                        return oc.invalid_payload(str(exc))
+                if handler.sync:
+                    cancelled = anyio.get_cancelled_exc_class()
+                    value = await (threads.run(_in_thread, handler.fn, args, cancelled) if threads is not None
+                                   else anyio.to_thread.run_sync(_in_thread, handler.fn, args, cancelled))
+                else:
+                    value = await handler.fn(*args)
+                result = oc.succeeded(value, max_result_bytes)
+            except TaskCancelled as exc:
+                result = None if ctx.stop_reason == LEASE_LOST else _mapped(exc, ctx, max_result_bytes)
+            except anyio.get_cancelled_exc_class() as exc:
+                if anyio.current_effective_deadline() == -math.inf:  # the handler's scope, or the worker's, was cancelled
+                    raise
+                # No scope cancelled it: on asyncio a handler can let out a CancelledError of its own
+                # (an awaited future someone else cancelled). That is the handler failing, not the worker
+                # stopping; raised further, it would end the pool's task and, with it, the worker.
+                result = _raised(handler, ctx, exc, max_result_bytes)
+            except (Exception, *ASYNC_HANDLER_EXITS) as exc:  # an async handler's exits too (a thread's: HandlerExited)
+                if not isinstance(exc, Exception) and not _in_a_task():
+                    raise  # a GeneratorExit thrown in to close the coroutine of a loop that is gone
+                if ctx.stop_reason == LEASE_LOST:
+                    return None
+                result = _raised(handler, ctx, exc.raised if isinstance(exc, HandlerExited) else exc, max_result_bytes)
+    except BaseException as exc:
+        if not _handlers_own(exc):
+            raise
+        # Out through the handler's scope: a group the handler's task group raised with its children's exits
+        # in it, or one that held the scope's cancellation beside a child's failure (the scope took its own out).
+        return None if ctx.stop_reason == LEASE_LOST else _raised(handler, ctx, exc, max_result_bytes)
     if scope.cancelled_caught:
         if ctx.stop_reason == CANCEL_REQUESTED:
             return oc.cancelled(ctx.cancel_reason or "cancelled by request")
@@ -107,6 +115,18 @@ def _raised(handler: Handler, ctx: TaskContext, exc: BaseException, max_result_b
     if not isinstance(exc, HandlerOutcome):
         log.error("handler %s raised for task %s", handler.name, ctx.task_id, exc_info=exc)
     return _mapped(exc, ctx, max_result_bytes)
+
+
+def _handlers_own(exc: BaseException) -> bool:
+    """Whether ``exc`` is the handler's failure: an exception, or a group of those and its exits.
+
+    A group that still holds a cancellation (the worker's, stopping hard)
+    or a ``KeyboardInterrupt`` (the Ctrl-C) is not the handler's to report.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(lambda member: not isinstance(member, (BaseExceptionGroup, Exception,
+                                                                   *ASYNC_HANDLER_EXITS))) is None
+    return isinstance(exc, Exception)
 
 
 def _in_a_task() -> bool:

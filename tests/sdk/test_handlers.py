@@ -469,3 +469,74 @@ async def test_an_outcome_inside_a_task_groups_exception_group_is_the_handlers_o
 
 async def _fail(exc: BaseException) -> None:
     raise exc
+
+
+async def _exits(code: int) -> None:
+    import sys
+
+    sys.exit(code)  # argparse on bad input, in a child task
+
+
+@pytest.mark.parametrize("worker_backend", ["trio"])
+async def test_a_task_group_ending_in_sys_exit_fails_the_task_not_the_worker(start_service, run_worker, client):
+    """A child's SystemExit comes out of the nursery inside a BaseExceptionGroup, not an ExceptionGroup.
+
+    The group holds the handler's own exit only (docs/worker.md §4): its task fails, the worker goes on.
+    (On asyncio the child's task raises it out of the event loop itself, before any group is made: docs/worker.md §15.)
+    """
+    import anyio
+
+    async def send(task: TaskContext) -> dict:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_exits, 2)
+        return {"sent": True}
+
+    view = await _fails_alone(start_service, run_worker, client, send)
+    outcome = view["outcome"]
+    assert view["state"] == "FAILED" and outcome["error_code"] == "unhandled_exception", outcome
+    assert outcome["error_message"].startswith("BaseExceptionGroup: ") and view["attempts"][0]["retryable"] is True
+
+
+async def test_a_cancelled_handler_whose_child_fails_while_stopping_is_cancelled_not_the_worker(start_service,
+                                                                                               run_worker, client):
+    """The cancel reaches a task group whose child fails in its own clean-up (a rollback that raises).
+
+    On Trio the group holds the cancellation beside the failure; the handler's scope takes its cancellation
+    out and lets the rest through. That rest is the handler's (docs/worker.md §8): the task finishes
+    CANCELLED, and the worker, with its other tasks, goes on.
+    """
+    import anyio
+
+    service = await start_service()
+    registry = Registry()
+    started = threading.Event()
+
+    async def rollback_on_cancel() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            raise ConnectionError("rollback failed: connection reset")
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext) -> dict:
+        async with anyio.create_task_group() as group:
+            group.start_soon(rollback_on_cancel)
+            started.set()
+            await anyio.sleep_forever()
+        return {"sent": True}
+
+    @registry.handler("billing", "invoice.render")
+    async def render(task: TaskContext) -> dict:
+        return {"rendered": True}
+
+    worker = await run_worker(url_of(service), registry, capacity=2)
+    task = await in_thread(client.submit, "billing", "invoice.send", {}, max_attempts=1)
+    await wait_for(started.is_set, what="the handler to start")
+    await in_thread(client.cancel, task["task_id"], reason="customer asked")
+    await wait_for(lambda: worker.returned.is_set() or worker.stats.finished, what="the task's finish")
+    assert not worker.returned.is_set(), f"the worker's run() ended: {worker.error!r}"
+    view = await wait_state(client, task["task_id"], ENDED)
+    assert view["state"] == "CANCELLED" and view["outcome"]["error_code"] == "cancelled", view
+    after = await in_thread(client.submit, "billing", "invoice.render", {})
+    assert (await wait_state(client, after["task_id"], ENDED))["state"] == "SUCCEEDED"
+    assert not worker.returned.is_set() and worker.stats.cancelled == 1, worker.error
