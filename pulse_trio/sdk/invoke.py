@@ -98,11 +98,12 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
                     return None
                 result = _raised(handler, ctx, exc.raised if isinstance(exc, HandlerExited) else exc, max_result_bytes)
     except BaseException as exc:
-        if not _handlers_own(exc):
-            raise
-        # Out through the handler's scope: a group the handler's task group raised with its children's exits
-        # in it, or one that held the scope's cancellation beside a child's failure (the scope took its own out).
-        return None if ctx.stop_reason == LEASE_LOST else _raised(handler, ctx, exc, max_result_bytes)
+        if _handlers_own(exc):
+            # Out through the handler's scope: a group the handler's task group raised with its children's exits
+            # in it, or one that held the scope's cancellation beside a child's failure (the scope took its own out).
+            return None if ctx.stop_reason == LEASE_LOST else _raised(handler, ctx, exc, max_result_bytes)
+        _raise_the_stop_alone(handler, ctx, exc)
+        raise
     if scope.cancelled_caught:
         if ctx.stop_reason == CANCEL_REQUESTED:
             return oc.cancelled(ctx.cancel_reason or "cancelled by request")
@@ -115,6 +116,23 @@ def _raised(handler: Handler, ctx: TaskContext, exc: BaseException, max_result_b
     if not isinstance(exc, HandlerOutcome):
         log.error("handler %s raised for task %s", handler.name, ctx.task_id, exc_info=exc)
     return _mapped(exc, ctx, max_result_bytes)
+
+
+def _raise_the_stop_alone(handler: Handler, ctx: TaskContext, exc: BaseException) -> None:
+    """Raise the worker's cancellation without the handler's failure beside it in ``exc``, if that is what it holds.
+
+    A hard stop finishes nothing: what a handler's task group raised on its
+    way out (a child's clean-up that failed) is logged with its task, not
+    raised out of ``run()``. Anything else in ``exc`` (a Ctrl-C) is left to
+    the caller to raise.
+    """
+    if not isinstance(exc, BaseExceptionGroup) or anyio.current_effective_deadline() != -math.inf:
+        return
+    stopping, failed = exc.split(anyio.get_cancelled_exc_class())
+    if stopping is not None and failed is not None and _handlers_own(failed):
+        log.error("handler %s failed as the worker stopped, for task %s; nothing is finished", handler.name,
+                  ctx.task_id, exc_info=failed)
+        raise stopping from None
 
 
 def _handlers_own(exc: BaseException) -> bool:
