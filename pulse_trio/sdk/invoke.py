@@ -57,12 +57,15 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
                        threads: HandlerThreads | None, max_result_bytes: int) -> oc.Outcome | None:
     """Run ``handler`` for ``ctx`` inside ``scope`` (cancelled to stop it); None when the lease was lost.
 
-    A payload that does not fit the handler's type is refused before the
+    A stop already known (a cancel, a lost lease) calls nothing, not even the
+    payload's decoding. A payload that does not fit the handler's type is refused before the
     call (FAILED ``invalid_payload``); anything else its decoding raises is
     the payload type's own code (a ``__post_init__``, a validator) failing,
     mapped as the handler's own exception would be. A ``def`` handler runs
     in one of ``threads`` (AnyIO's own when None), so it never blocks the loop.
     """
+    if ctx.stop_reason is not None:  # known before the call (read just after the start's ack): nothing happened yet
+        return _stopped(ctx)
     result: oc.Outcome | None = None
     args: tuple[Any, ...] = (ctx,)
     try:
@@ -71,7 +74,7 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
                 if handler.takes_payload:
                     decode = handler.decode
                     try:
-                        args = (ctx, decode(ctx.payload_json) if decode is not None else ctx.payload)
+                        args = (ctx, ctx.payload if decode is None else decode(ctx.payload_json))
                     except InvalidPayload as exc:  # the handler is not called: the same payload would never fit
                         log.warning("task %s: %s", ctx.task_id, exc)
                         return oc.invalid_payload(str(exc))
@@ -85,7 +88,7 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
             except TaskCancelled as exc:
                 result = None if ctx.stop_reason == LEASE_LOST else _mapped(exc, ctx, max_result_bytes)
             except anyio.get_cancelled_exc_class() as exc:
-                if anyio.current_effective_deadline() == -math.inf:  # the handler's scope, or the worker's, was cancelled
+                if anyio.current_effective_deadline() == -math.inf:  # the handler's scope or the worker's is cancelled
                     raise
                 # No scope cancelled it: on asyncio a handler can let out a CancelledError of its own
                 # (an awaited future someone else cancelled). That is the handler failing, not the worker
@@ -104,11 +107,12 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
             return None if ctx.stop_reason == LEASE_LOST else _raised(handler, ctx, exc, max_result_bytes)
         _raise_the_stop_alone(handler, ctx, exc)
         raise
-    if scope.cancelled_caught:
-        if ctx.stop_reason == CANCEL_REQUESTED:
-            return oc.cancelled(ctx.cancel_reason or "cancelled by request")
-        return None
-    return result
+    return _stopped(ctx) if scope.cancelled_caught else result
+
+
+def _stopped(ctx: TaskContext) -> oc.Outcome | None:
+    """The outcome of a handler stopped by its context: CANCELLED after a cancel request, None for a lost lease."""
+    return oc.cancelled(ctx.cancel_reason or "cancelled by request") if ctx.stop_reason == CANCEL_REQUESTED else None
 
 
 def _raised(handler: Handler, ctx: TaskContext, exc: BaseException, max_result_bytes: int) -> oc.Outcome:

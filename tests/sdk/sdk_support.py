@@ -6,7 +6,10 @@ server sees its peer vanish); ``retarget(port)`` points new links at a
 restarted service; ``freeze()`` holds every byte (a partition: the sockets
 stay open, nothing arrives); ``half_open()`` holds every byte of the links
 open now, for good, while new links pass (a half-open TCP path: no FIN, no
-RST, and the worker can come back); ``drop_when(predicate)`` severs a link instead
+RST, and the worker can come back); ``hold_when(predicate)`` holds server→worker
+chunks from the first one the predicate matches until ``release()``, which
+sends them in one write (frames the worker then reads at once);
+``drop_when(predicate)`` severs a link instead
 of forwarding a server→worker chunk the predicate matches (server frames
 are unmasked, so an ack can be recognised on the wire: a lost ack), optionally freezing every link from
 then on (the worker cannot come back until the test thaws the proxy).
@@ -43,6 +46,9 @@ class Proxy:
         self._drop_every = False
         self._half_open_links = 0  # links numbered up to this hold every byte for good
         self.dropped_chunks: list[bytes] = []
+        self._hold_when: Callable[[bytes], bool] | None = None
+        self.held_chunks: list[bytes] = []
+        self._released = trio.Event()
         self.link_times: list[float] = []  # when each link was accepted, on the test's Trio clock
 
     @property
@@ -67,6 +73,15 @@ class Proxy:
 
     def half_open(self) -> None:
         self._half_open_links = self.links
+
+    def hold_when(self, predicate: Callable[[bytes], bool]) -> None:
+        """Hold server→worker chunks from the first one ``predicate`` matches until :meth:`release`."""
+        self._hold_when, self.held_chunks, self._released = predicate, [], trio.Event()
+
+    def release(self) -> None:
+        """Send the held chunks, in one write, and forward as usual from then on."""
+        self._hold_when = None
+        self._released.set()
 
     def drop_when(self, predicate: Callable[[bytes], bool] | None, *, then_freeze: bool = False,
                   every: bool = False) -> None:
@@ -96,6 +111,21 @@ class Proxy:
         await trio.aclose_forcefully(client)
         await trio.aclose_forcefully(upstream)
 
+    async def _hold(self, source: trio.SocketStream, first: bytes) -> bytes:
+        """Keep reading ``source`` into ``held_chunks`` until :meth:`release`; all of it, joined."""
+        self.held_chunks = [first]
+
+        async def gather() -> None:
+            while data := await source.receive_some(65536):  # a cancelled receive takes no bytes
+                self.held_chunks.append(data)
+            await trio.sleep_forever()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gather)
+            await self._released.wait()
+            nursery.cancel_scope.cancel()
+        return b"".join(self.held_chunks)
+
     async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream, inspect: Proxy | None,
                     scope: trio.CancelScope, number: int) -> None:
         try:
@@ -106,6 +136,8 @@ class Proxy:
                 await self._thawed.wait()
                 if number <= self._half_open_links:
                     await trio.sleep_forever()
+                if inspect is not None and self._hold_when is not None and self._hold_when(data):
+                    data = await self._hold(source, data)
                 if inspect is not None and self._drop_when is not None and self._drop_when(data):
                     self.dropped_chunks.append(data)
                     if not self._drop_every:

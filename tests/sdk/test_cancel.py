@@ -136,3 +136,35 @@ async def test_a_task_taken_after_a_stuck_def_handler_is_run_not_held(start_serv
     view = await wait_state(client, second["task_id"], "SUCCEEDED")
     assert view["attempt"] == 1 and calls == ["stuck", "next"]
     assert worker.stats.stuck_threads == 0 and worker.stats.lost == 1
+
+
+async def test_a_cancel_read_with_the_starts_ack_finishes_the_task_without_calling_the_handler(start_service,
+                                                                                             proxy_for, run_worker,
+                                                                                             client):
+    """The start's ack and the cancel push come in one read: the cancel is known before the handler is called.
+
+    The worker hands the call to a task of its pool at the ack and reads the push before that task runs; a
+    handler called then would act up to its first await (docs/worker.md §8): it is not called at all.
+    """
+    service = await start_service()
+    proxy = await proxy_for(service)
+    calls: list[str] = []
+    registry = Registry()
+
+    @registry.handler("billing", "invoice.send")
+    async def send(task: TaskContext) -> dict:
+        calls.append(task.task_id)  # the charge, before its first await
+        await anyio.sleep(0)
+        return {"sent": True}
+
+    worker = await run_worker(proxy.url, registry)
+    proxy.hold_when(ack_of("task.start"))
+    task = await in_thread(client.submit, "billing", "invoice.send", {})
+    await wait_for(lambda: proxy.held_chunks, what="the start's ack to be held")
+    await in_thread(client.cancel, task["task_id"], reason="stop it")
+    await wait_for(lambda: any(b'"type":"task.cancel"' in chunk for chunk in proxy.held_chunks),
+                   what="the cancel push to be held after the ack")
+    proxy.release()
+    view = await wait_state(client, task["task_id"], {"SUCCEEDED", "CANCELLED"})
+    assert view["state"] == "CANCELLED" and calls == [], (view["state"], calls)
+    await wait_for(lambda: worker.stats.cancelled == 1, what="the finish ack")
