@@ -110,10 +110,21 @@ def pulse_queue() -> str:
 
 @pytest.fixture
 def pulse_client(pulse_server: PulseServer) -> AsyncClient:
-    """An AsyncClient with the session's producer token (bound to the loop of its first call)."""
-    from pulse_trio.producer import AsyncClient
+    """An AsyncClient with the session's producer token (bound to the loop of its first call).
 
-    return AsyncClient(pulse_server.http_url, pulse_server.producer_token)
+    It keeps no idle connection: each call closes its own on the test's loop
+    when it ends. A sync fixture cannot close it after the test, whose loop
+    is gone by then, so kept ones would be left open (a ``ResourceWarning``
+    that fails a suite run with ``filterwarnings = error``) whenever the test
+    did not close it itself.
+    """
+    import httpx
+
+    from pulse_trio.producer import AsyncClient
+    from pulse_trio.producer.clients import DEFAULT_LIMITS
+
+    limits = httpx.Limits(max_connections=DEFAULT_LIMITS.max_connections, max_keepalive_connections=0)
+    return AsyncClient(pulse_server.http_url, pulse_server.producer_token, limits=limits)
 
 
 @pytest.fixture

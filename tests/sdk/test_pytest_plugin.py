@@ -92,6 +92,35 @@ def test_a_failure_that_shows_pulse_server_shows_no_token_and_no_database_passwo
     assert not shown, f"{len(shown)} secret(s) of the session printed in the failure"
 
 
+CLIENT_LEFT_OPEN = '''
+import gc
+
+import pytest
+
+
+@pytest.mark.anyio
+async def test_a_uses_the_client_without_closing_it(pulse_client, pulse_queue):
+    handle = await pulse_client.submit(pulse_queue, "invoice.send", {"invoice": 991})
+    assert (await pulse_client.get(handle.task_id))["task_id"] == handle.task_id
+
+
+def test_b_after_it():
+    gc.collect()  # what is left open of the previous test warns now
+'''
+
+
+def test_pulse_client_left_open_leaves_no_socket_behind(database_server, tmp_path):
+    """The README uses ``pulse_client`` without ``async with``: a suite that turns warnings into errors passes it."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\nfilterwarnings = error\n"
+                                         "asyncio_default_fixture_loop_scope = function\n")
+    (tmp_path / "test_user_suite.py").write_text(textwrap.dedent(CLIENT_LEFT_OPEN))
+    env = {**os.environ, "PULSE_TEST_DATABASE_URL": database_server.url(redact=False), "PYTHONPATH": str(WORKTREE)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "test_user_suite.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "3 passed" in done.stdout and "failed" not in done.stdout and "error" not in done.stdout, \
+        done.stdout[-4000:]
+
+
 HOLDS_THE_SERVER = '''
 import os
 import time
