@@ -49,6 +49,8 @@ class _PortTaken(ManagedDatabaseError):
 
 #: The longest socket path accepted, in bytes as the kernel counts them (a little under its ``sun_path``).
 _SOCKET_PATH_MAX_BYTES = 100
+#: The server's socket, in its state dir unless it is given another folder.
+SOCKET_NAME = "mysqld.sock"
 
 #: What ``mariadbd`` logs when its TCP port is taken (errno EADDRINUSE).
 _PORT_IN_USE = "Address already in use"
@@ -56,6 +58,11 @@ _PORT_IN_USE = "Address already in use"
 
 class ManagedDatabaseMissing(ManagedDatabaseError):
     """No managed MariaDB has been initialised in this state dir (and the caller may not create one)."""
+
+
+def socket_fits(folder: Path) -> bool:
+    """The server's socket may live in ``folder``: its path is short enough for a unix socket."""
+    return len(os.fsencode(Path(folder).resolve() / SOCKET_NAME)) <= _SOCKET_PATH_MAX_BYTES
 
 
 def default_state_dir() -> Path:
@@ -119,14 +126,17 @@ class ManagedMariaDB:
     database does not care about and the service's default must.
     ``die_with_parent=True`` has the server killed when the thread that
     started it ends, however it ends (a test run's own server; never one
-    other processes share, as ``serve``'s is).
+    other processes share, as ``serve``'s is). ``socket_dir`` puts its
+    socket in another folder than the state dir, for a private server whose
+    state dir's path is too long for one (see :func:`socket_fits`); other
+    processes find a shared one's socket in its state dir.
     """
 
     def __init__(self, state_dir: Path, *, port: int | None = None, fast: bool = False,
-                 die_with_parent: bool = False) -> None:
+                 die_with_parent: bool = False, socket_dir: Path | None = None) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.data_dir = self.state_dir / "data"
-        self.socket_path = self.state_dir / "mysqld.sock"
+        self.socket_path = Path(socket_dir or self.state_dir).resolve() / SOCKET_NAME
         self.pid_path = self.state_dir / "mysqld.pid"
         self.log_path = self.state_dir / "mysqld.log"
         #: Its own temporary files: bootstraps that run at once in one shared /tmp clash on temporary table names.
@@ -136,8 +146,8 @@ class ManagedMariaDB:
         self.die_with_parent = die_with_parent
         self._process: subprocess.Popen[bytes] | None = None
         self._users = None  # the shared users.lock, held while this object uses the server
-        if len(os.fsencode(self.socket_path)) > _SOCKET_PATH_MAX_BYTES:
-            raise ManagedDatabaseError(f"state dir path too long for a unix socket: {self.state_dir}")
+        if not socket_fits(self.socket_path.parent):
+            raise ManagedDatabaseError(f"state dir path too long for a unix socket: {self.socket_path.parent}")
 
     def config(self, database: str = "pulse") -> DatabaseConfig:
         return DatabaseConfig(

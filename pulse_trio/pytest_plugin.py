@@ -23,11 +23,15 @@ plugin or pytest-trio use them alike. See docs/worker.md §17.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -77,29 +81,34 @@ def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServ
     """A real ``pulse-trio serve`` for the whole session (managed MariaDB unless PULSE_TEST_DATABASE_URL)."""
     from pulse_trio.dburl import parse_database_url
     from pulse_trio.store.engine.writer import drop_database
-    from pulse_trio.managed_db import ManagedMariaDB
+    from pulse_trio.managed_db import ManagedMariaDB, socket_fits
     from pulse_trio.serve_process import ServeProcess
     from pulse_trio.store.schema.migrate import migrate
 
     url = os.environ.get(DATABASE_URL_VARIABLE)
-    # Both children die with this process too: a run killed by SIGTERM or SIGKILL (a CI time limit) cleans nothing up.
-    managed = None if url else ManagedMariaDB(tmp_path_factory.mktemp("pulse-mariadb"), fast=True,
-                                              die_with_parent=True)
-    server = parse_database_url(url) if url else managed.start()  # type: ignore[union-attr]
-    database = server.with_database(f"pulse_pytest_{secrets.token_hex(4)}")
-    try:
+    with contextlib.ExitStack() as cleanup:  # undone in reverse: serve, then its database, then the socket's folder
+        if url:
+            server = parse_database_url(url)
+        else:
+            state_dir = tmp_path_factory.mktemp("pulse-mariadb")
+            socket_dir = None
+            if not socket_fits(state_dir):  # a deep temp folder (tox's --basetemp, a CI checkout)
+                socket_dir = Path(tempfile.mkdtemp(prefix="pulse-"))
+                cleanup.callback(shutil.rmtree, socket_dir, ignore_errors=True)
+            # Both children die with this process too: a run killed by SIGTERM or SIGKILL (a CI time limit)
+            # cleans nothing up.
+            managed = ManagedMariaDB(state_dir, fast=True, die_with_parent=True, socket_dir=socket_dir)
+            server = managed.start()
+            cleanup.callback(managed.stop)
+        database = server.with_database(f"pulse_pytest_{secrets.token_hex(4)}")
+        if url:
+            cleanup.callback(drop_database, database)
         migrate(database)
         tokens = {role: _make_token(database, role) for role in ("worker", "operator")}
         producer = _make_token(database, "producer", ("cancel", "retry"))
-        with ServeProcess(database, die_with_parent=True) as serve:
-            yield PulseServer(http_url=serve.http_url, worker_url=serve.worker_url, database=database,
-                              producer_token=producer, worker_token=tokens["worker"],
-                              operator_token=tokens["operator"])
-    finally:
-        if managed is not None:
-            managed.stop()
-        else:
-            drop_database(database)
+        serve = cleanup.enter_context(ServeProcess(database, die_with_parent=True))
+        yield PulseServer(http_url=serve.http_url, worker_url=serve.worker_url, database=database,
+                          producer_token=producer, worker_token=tokens["worker"], operator_token=tokens["operator"])
 
 
 @pytest.fixture

@@ -121,6 +121,34 @@ def test_pulse_client_left_open_leaves_no_socket_behind(database_server, tmp_pat
         done.stdout[-4000:]
 
 
+SERVER_ANSWERS = '''
+import httpx
+
+
+def test_the_server_answers(pulse_server):
+    assert httpx.get(pulse_server.http_url + "/readyz").status_code == 200
+'''
+
+
+def test_a_run_whose_temp_folder_has_a_long_path_gets_its_managed_database(tmp_path):
+    """tox's ``--basetemp={envtmpdir}`` or a deep CI checkout: too long a path for mariadbd's socket to live in."""
+    short = Path(tempfile.mkdtemp(prefix="pt-"))  # the sub-run's TMPDIR: whatever the plugin puts there is seen
+    base = short / ("a-deep-checkout-" * 5) / ".tox" / "py311" / "tmp"
+    base.parent.mkdir(parents=True)
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    (tmp_path / "test_user_suite.py").write_text(textwrap.dedent(SERVER_ANSWERS))
+    env = {name: value for name, value in os.environ.items() if name != "PULSE_TEST_DATABASE_URL"}
+    env.update(PYTHONPATH=str(WORKTREE), TMPDIR=str(short))
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", f"--basetemp={base}",
+                               "test_user_suite.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert "1 passed" in done.stdout, done.stdout[-4000:]
+        assert sorted(path.name for path in short.iterdir()) == [base.parents[2].name], "a folder was left behind"
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
 HOLDS_THE_SERVER = '''
 import os
 import time
