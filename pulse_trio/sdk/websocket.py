@@ -42,10 +42,12 @@ from websockets.protocol import CLOSED, OPEN
 from websockets.uri import WebSocketURI, parse_uri
 
 from pulse_trio.contract import errors as e
+from pulse_trio.contract.credentials import HiddenCredentials
 from pulse_trio.contract.limits import MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.contract.ws_frames import FrameCutter, MaskKeys, queue_text
 
 _CODEC_LOG = logging.getLogger("pulse_trio.sdk.websocket")
+_CODEC_LOG.addFilter(HiddenCredentials())  # its DEBUG lines would show the token
 
 RECEIVE_CHUNK = 65536
 CLOSE_NORMAL = 1000

@@ -52,6 +52,7 @@ from websockets.protocol import CLOSED, OPEN
 from websockets.server import ServerProtocol
 
 from pulse_trio.contract import errors as e
+from pulse_trio.contract.credentials import HiddenCredentials
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.contract.ws_frames import FrameCutter, queue_text
 from pulse_trio.server.gated_accept import AcceptGate, GatedListener, counted
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pulse_trio.connection")
 _CODEC_LOG = logging.getLogger("pulse_trio.websocket")
+_CODEC_LOG.addFilter(HiddenCredentials())  # its DEBUG lines would show the token
 
 RECEIVE_CHUNK = 65536
 # The codec refuses a frame whose header announces more than this, before its

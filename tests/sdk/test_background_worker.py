@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import threading
@@ -94,3 +95,18 @@ async def test_a_stop_that_cannot_end_the_worker_raises_instead_of_leaving_it_ru
         release.set()
     await in_thread(background.stop)  # once the loop runs again, a stop ends it
     assert not [t for t in threading.enumerate() if t.name == "pulse-background-worker"]
+
+
+async def test_a_worker_logged_at_debug_shows_no_token_on_either_end(start_service, token_factory, caplog):
+    """pytest shows a failed test's captured log (``--log-level=DEBUG``): the handshake's header lines hide the token."""
+    caplog.set_level(logging.DEBUG)
+    service = await start_service()
+    token = token_factory("worker", ("billing",))
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    background = BackgroundWorker(url_of(service), token, registry)
+    await in_thread(background.start)
+    await in_thread(background.stop)
+    headers = [r for r in caplog.records if r.name.endswith("websocket") and "Authorization" in r.getMessage()]
+    assert {r.getMessage()[0] for r in headers} == {">", "<"}, "the client's and the server's header lines"
+    assert token not in caplog.text
