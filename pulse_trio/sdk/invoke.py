@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
-from pulse_trio.sdk.errors import HandlerOutcome, TaskCancelled
+from pulse_trio.sdk.errors import HandlerOutcome
 from pulse_trio.sdk.payload import InvalidPayload
 from pulse_trio.sdk.registry import Handler
 from pulse_trio.sdk.threads import HandlerThreads
@@ -63,10 +63,13 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
     the payload type's own code (a ``__post_init__``, a validator) failing,
     mapped as the handler's own exception would be. A ``def`` handler runs
     in one of ``threads`` (AnyIO's own when None), so it never blocks the loop.
+    At a hard stop (a scope around ``scope`` cancelled) it raises that
+    cancellation, whatever the handler ended with: nothing is finished.
     """
     if ctx.stop_reason is not None:  # known before the call (read just after the start's ack): nothing happened yet
         return _stopped(ctx)
     result: oc.Outcome | None = None
+    failed: BaseException | None = None  # what the handler raised, mapped once it is known the worker goes on
     args: tuple[Any, ...] = (ctx,)
     try:
         with scope:
@@ -85,28 +88,28 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
                 else:
                     value = await handler.fn(*args)
                 result = oc.succeeded(value, max_result_bytes)
-            except TaskCancelled as exc:
-                result = None if ctx.stop_reason == LEASE_LOST else _mapped(exc, ctx, max_result_bytes)
             except anyio.get_cancelled_exc_class() as exc:
                 if anyio.current_effective_deadline() == -math.inf:  # the handler's scope or the worker's is cancelled
                     raise
                 # No scope cancelled it: on asyncio a handler can let out a CancelledError of its own
                 # (an awaited future someone else cancelled). That is the handler failing, not the worker
                 # stopping; raised further, it would end the pool's task and, with it, the worker.
-                result = _raised(handler, ctx, exc, max_result_bytes)
+                failed = exc
             except (Exception, *ASYNC_HANDLER_EXITS) as exc:  # an async handler's exits too (a thread's: HandlerExited)
                 if not isinstance(exc, Exception) and not _in_a_task():
                     raise  # a GeneratorExit thrown in to close the coroutine of a loop that is gone
-                if ctx.stop_reason == LEASE_LOST:
-                    return None
-                result = _raised(handler, ctx, exc.raised if isinstance(exc, HandlerExited) else exc, max_result_bytes)
+                failed = exc.raised if isinstance(exc, HandlerExited) else exc
     except BaseException as exc:
-        if _handlers_own(exc):
-            # Out through the handler's scope: a group the handler's task group raised with its children's exits
-            # in it, or one that held the scope's cancellation beside a child's failure (the scope took its own out).
-            return None if ctx.stop_reason == LEASE_LOST else _raised(handler, ctx, exc, max_result_bytes)
-        _raise_the_stop_alone(handler, ctx, exc)
-        raise
+        # Out through the handler's scope: a group the handler's task group raised with its children's exits
+        # in it, or one that held the scope's cancellation beside a child's failure (the scope took its own out);
+        # on Trio, at a hard stop, one with the worker's cancellation beside such a failure.
+        failed = exc if _handlers_own(exc) else _beside_the_stop(exc)
+        if failed is None:
+            raise
+    if _stopping_hard():
+        await _stop_instead(handler, ctx, failed)
+    if failed is not None:
+        return None if ctx.stop_reason == LEASE_LOST else _raised(handler, ctx, failed, max_result_bytes)
     return _stopped(ctx) if scope.cancelled_caught else result
 
 
@@ -122,21 +125,45 @@ def _raised(handler: Handler, ctx: TaskContext, exc: BaseException, max_result_b
     return _mapped(exc, ctx, max_result_bytes)
 
 
-def _raise_the_stop_alone(handler: Handler, ctx: TaskContext, exc: BaseException) -> None:
-    """Raise the worker's cancellation without the handler's failure beside it in ``exc``, if that is what it holds.
+def _stopping_hard() -> bool:
+    """Whether a scope around the handler's (the worker's, stopping hard, or its caller's) is cancelled.
 
-    A hard stop finishes nothing: what a handler's task group raised on its
-    way out (a child's clean-up that failed) is logged with its task, not
-    raised out of ``run()``. Anything else in ``exc`` (a Ctrl-C) is left to
-    the caller to raise.
+    Read outside the handler's own scope, so a cancel request or a lost
+    lease, which cancel only that one, do not count.
     """
-    if not isinstance(exc, BaseExceptionGroup) or anyio.current_effective_deadline() != -math.inf:
-        return
-    stopping, failed = exc.split(anyio.get_cancelled_exc_class())
-    if stopping is not None and failed is not None and _handlers_own(failed):
+    return anyio.current_effective_deadline() == -math.inf
+
+
+async def _stop_instead(handler: Handler, ctx: TaskContext, failed: BaseException | None) -> NoReturn:
+    """Raise the worker's stop in place of what the handler ended with: a hard stop finishes nothing.
+
+    The handler may end with nothing of the stop in hand: on asyncio a task
+    group raises its children's failures without the cancellation, and a
+    handler's own clean-up may fail, or swallow the cancellation and return.
+    The stop's cancellation is still being delivered to this task, so the
+    next checkpoint raises it.
+    """
+    if failed is None:
+        log.warning("handler %s returned as the worker stopped, for task %s; nothing is finished", handler.name,
+                    ctx.task_id)
+    else:
         log.error("handler %s failed as the worker stopped, for task %s; nothing is finished", handler.name,
                   ctx.task_id, exc_info=failed)
-        raise stopping from None
+    await anyio.sleep_forever()
+    raise AssertionError("a cancelled scope let a checkpoint pass")  # pragma: no cover
+
+
+def _beside_the_stop(exc: BaseException) -> BaseException | None:
+    """The handler's failure in ``exc`` when it is a group holding it beside the worker's hard stop; else None.
+
+    On Trio a handler's nursery cancelled by the stop raises the
+    cancellation beside a child's failure (a clean-up that failed). A group
+    with anything else in it (a Ctrl-C) is not the handler's to report.
+    """
+    if not isinstance(exc, BaseExceptionGroup) or not _stopping_hard():
+        return None
+    stopping, failed = exc.split(anyio.get_cancelled_exc_class())
+    return failed if stopping is not None and failed is not None and _handlers_own(failed) else None
 
 
 def _handlers_own(exc: BaseException) -> bool:
