@@ -82,3 +82,33 @@ async def test_a_hard_stop_finishes_nothing_whatever_a_handler_does_on_its_way_o
     for task in tasks:
         view = await wait_state(client, task["task_id"], ENDED)
         assert view["state"] == "UNKNOWN" and view["outcome"]["error_code"] == "lease_expired", (view["kind"], view)
+
+
+async def test_a_lost_lease_finishes_nothing_when_a_handlers_task_group_fails_on_its_way_out(
+        start_service, proxy_for, run_worker, client):
+    """The lease is lost (the worker cut off from the service past its ttl) while the handler's task group
+    runs; stopped, the group's child fails in its clean-up and the group comes out of the handler's scope.
+
+    That group is no outcome: the service expired the lease and may run the task elsewhere already
+    (docs/worker.md §5). No finish is sent, the lease counts as lost, and the worker goes on.
+    """
+    service = await start_service(lease_ttl=1.0)
+    proxy = await proxy_for(service)
+    started: list[str] = []
+    registry = _stopping_registry(started)
+
+    @registry.handler("billing", "quick")
+    async def quick(task: TaskContext) -> dict:
+        return {"quick": True}
+
+    worker = await run_worker(proxy.url, registry)
+    task = await in_thread(client.submit, "billing", "group", {}, max_attempts=1)
+    await wait_for(lambda: started == ["group"], what="the handler to start")
+    proxy.freeze()
+    await wait_for(lambda: worker.stats.lost == 1 and not worker.runners, what="the lease to be lost")
+    proxy.thaw()
+    view = await wait_state(client, task["task_id"], ENDED)
+    assert view["state"] == "UNKNOWN" and view["outcome"]["error_code"] == "lease_expired", view
+    after = await in_thread(client.submit, "billing", "quick", {})
+    assert (await wait_state(client, after["task_id"], ENDED))["state"] == "SUCCEEDED"
+    assert not worker.returned.is_set() and worker.stats.finished == 1, worker.error
