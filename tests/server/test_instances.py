@@ -219,7 +219,14 @@ async def test_a_connection_whose_handshake_ends_after_the_stop_began_is_told_to
     codec.send_request(request)
     upgrade = b"".join(codec.data_to_send())
     stream = await trio.open_tcp_stream("127.0.0.1", port)
+    # A connection open when the stop begins that never answers its close: the stop waits for it (within
+    # CLOSE_TIMEOUT_S), so the upgrade below is not raced by the stop's end, which would cut it unanswered.
+    holder = await trio.open_tcp_stream("127.0.0.1", port)
     try:
+        await holder.send_all(upgrade)
+        with trio.fail_after(5):
+            while b"\r\n\r\n" not in (answer := await holder.receive_some(65536)):
+                assert answer, "the holder's upgrade was not answered"
         await stream.send_all(upgrade[:-2])  # all but the blank line that ends the request
         # Accepted in order: once a later connection is open, the server has taken this one too.
         told = await connect(service, worker_token, name="told")
@@ -236,6 +243,7 @@ async def test_a_connection_whose_handshake_ends_after_the_stop_began_is_told_to
                 frames += [event for event in codec.events_received() if hasattr(event, "opcode")]
     finally:
         await stream.aclose()
+        await holder.aclose()
     texts = [json.loads(f.data) for f in frames if f.opcode is Opcode.TEXT]
     assert [t["error"]["code"] for t in texts] == ["server_shutting_down"], texts
     assert "session_id" not in texts[0] and "reply_to" not in texts[0]
