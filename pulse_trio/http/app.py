@@ -157,6 +157,7 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings,
     app.state.body_timeout = settings.http_body_timeout
     app.state.outcomes = tasks.outcomes  # its probe loop runs beside the server (pulse_trio.http.server)
     app.state.process_metrics = ops.process_metrics  # what a serve group's member publishes (same)
+    app.state.database_figures = ops.figures  # its reads run beside the server (same)
     return app
 
 

@@ -8,7 +8,6 @@ address only your network reaches.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 
 import outcome
 import pymysql
@@ -20,16 +19,13 @@ from pulse_trio.http.api import json_value
 from pulse_trio.http.errors import JSON, RETRY_AFTER_S, error_response
 from pulse_trio.http import openapi
 from pulse_trio.http.outcomes import OutcomeWatch
+from pulse_trio.http.scrape_figures import DatabaseFigures
 from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.live_instance import LiveInstance
-from pulse_trio.store.schema.migrate import code_version, current_version
-from pulse_trio.store.queue.fairness import key_figures
-from pulse_trio.store.views.queries import queue_depths
-
-#: The recent finishes per fairness key that /metrics reports.
-FAIRNESS_RECENT = dt.timedelta(minutes=5)
 from pulse_trio.store.engine.trio_bridge import Store
+from pulse_trio.store.schema.migrate import code_version, current_version
 
+#: How long a readiness probe or a scrape waits for the database before it answers without it.
 READY_TIMEOUT_S = 5.0
 
 
@@ -51,8 +47,9 @@ class OpsApi:
         self.instance = instance
         self.store = store
         self.outcomes = outcomes
-        #: A scrape takes no token, so a flood of them must not take the threads the workers need either.
-        self.limiter = limiter
+        #: A scrape takes no token, so a flood of them must not take the threads the workers need either:
+        #: its database reads run under ``limiter``, one at a time (:meth:`DatabaseFigures.run` runs them).
+        self.figures = DatabaseFigures(instance, store, limiter)
         #: In a serve group: every member's series, summed (``pulse_trio.group.metrics_files``).
         self.shared_metrics = shared_metrics
         self._openapi = openapi.text()
@@ -125,17 +122,8 @@ class OpsApi:
         check.done.set()
 
     async def metrics(self, request: Request) -> Response:
-        depths = None
-        with trio.move_on_after(READY_TIMEOUT_S):
-            try:
-                async with self.limiter:
-                    now = self.instance.now()
-                    depths = await self.store.run(queue_depths, now=now, ended=False)  # not the whole history
-                    figures = await self.store.run(key_figures, since=now - FAIRNESS_RECENT)
-                for queue, keys in figures.items():  # the fairness keys with the most ready work, then "other"
-                    depths.setdefault(queue, {"states": {}, "oldest_ready_age_s": None})["fairness"] = keys
-            except Exception:  # the scrape still reports the process; pulse_database_up says 0
-                depths = None
+        """This process's series (its group's), and the database's if it answers within the bound."""
+        depths = await self.figures.figures(READY_TIMEOUT_S)
         own = self.shared_metrics.merged() if self.shared_metrics is not None else self.process_metrics()
         database, media_type = self.instance.database_metrics(depths)
         return Response(own + database, media_type=media_type)

@@ -121,7 +121,7 @@ class HttpApi:
             try:
                 await _serve_bounded(app, config, sockets, stop, connection_limit(), task_status=task_status)
             finally:
-                nursery.cancel_scope.cancel()  # the outcome probes end with the server
+                nursery.cancel_scope.cancel()  # the outcome probes and the scrapes' reads end with the server
 
         async def release_waiters() -> None:
             await stop.wait()
@@ -129,6 +129,7 @@ class HttpApi:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(outcomes.run)
+            nursery.start_soon(api.state.database_figures.run)
             nursery.start_soon(release_waiters)
             if self.shared_metrics is not None:
                 nursery.start_soon(self.shared_metrics.publish_every, api.state.process_metrics)

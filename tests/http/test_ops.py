@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -16,11 +17,13 @@ from referencing.jsonschema import DRAFT202012
 from pulse_trio.config import Settings
 from pulse_trio.dburl import create_database, drop_database
 from pulse_trio.http.app import build_app
+from pulse_trio.http.ops import READY_TIMEOUT_S
 from pulse_trio.serve import serve
 from pulse_trio.store.schema.migrate import code_version
 
 from http_support import Http, RawWorker  # noqa: I001  (beside this file; see conftest)
 from metrics_support import exposition_samples
+from test_stop_on_a_frozen_database import FreezingRelay
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 DOC_ID = "https://pulse-trio.dev/openapi.json"
@@ -239,6 +242,48 @@ async def test_a_flood_of_scrapes_takes_no_more_than_the_http_share_of_the_store
         watch.close()
     assert 1 <= max(at_once) <= share, (at_once, share)
     assert answers == [200] * 3 * service.store.limiter.total_tokens
+
+
+@pytest.mark.live
+async def test_a_scrape_answers_within_its_bound_while_the_database_hangs(db):
+    """A scraper gives up on a slow scrape (Prometheus: 10 s) and then sees nothing, not even pulse_database_up 0.
+
+    The instance reaches its database through a relay that freezes: every link stays open and nothing more
+    is passed on, as a hung host looks to PyMySQL. Its store would wait for such a read for tens of seconds.
+    Two scrapes while it hangs each answer within the bound, from the process alone.
+    """
+    async with trio.open_nursery() as outer:
+        relay = await outer.start(FreezingRelay(db).serve)
+        relayed = dataclasses.replace(db, host="127.0.0.1", port=relay.port, unix_socket=None, hosts=(),
+                                      connect_timeout=1.0)
+        settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0))
+        async with trio.open_nursery() as instance:
+            service = await instance.start(lambda task_status: serve(settings, relayed, handle_signals=False,
+                                                                     task_status=task_status))
+            http = Http(service.http_port)
+            assert exposition_samples((await http.get("/metrics")).body)[("pulse_database_up", ())] == 1
+            relay.freeze()
+            replies = []
+
+            async def scrape() -> None:
+                started = trio.current_time()
+                replies.append((await http.get("/metrics"), trio.current_time() - started))
+
+            async with trio.open_nursery() as scrapes:
+                for _ in range(2):
+                    scrapes.start_soon(scrape)
+            for reply, took in replies:
+                assert took < READY_TIMEOUT_S + 1.5
+                samples = exposition_samples(reply.body)
+                assert reply.status == 200 and samples[("pulse_database_up", ())] == 0
+                assert ("pulse_frames_received_total", ()) in samples
+                assert ("pulse_sessions_connected", ()) in samples
+            relay.thaw()
+            with trio.fail_after(15):  # the read under way ends, and a later scrape reads the database again
+                while exposition_samples((await http.get("/metrics")).body)[("pulse_database_up", ())] != 1:
+                    await trio.sleep(0.1)
+            service.stop()
+        outer.cancel_scope.cancel()
 
 
 async def _running_at_once(watch, statement_like: str) -> list[int]:
