@@ -618,7 +618,7 @@ PATHS: dict[str, Any] = {
                    _responses({200: ("Health", "Alive.")}, ()), secured=False),
     },
     "/readyz": {
-        "get": _op("readyz", "Readiness", "The database is reachable and its schema is current; "
+        "get": _op("readyz", "Readiness", "The database is reachable and its schema is this code's or a newer release's; "
                    "`settings_conflicts` lists this instance's cluster-setting flags that disagree with the cluster.",
                    _responses({200: ("Ready", "Ready.")}, (503,)), secured=False),
     },

@@ -61,7 +61,11 @@ class OpsApi:
         return json_value({"status": "ok"})
 
     async def readyz(self, request: Request) -> Response:
-        """Ready when the database answers and its schema is the one this code expects.
+        """Ready when the database answers and its schema is the one this code expects, or a newer release's.
+
+        A deploy migrates before it starts the new release's instances, and the
+        old ones go on serving meanwhile (docs/operations.md §1.3): they stay in
+        their load balancer's pool, or none would answer until the new ones start.
 
         ``settings_conflicts`` (only when there are any) lists this instance's
         cluster-setting flags that replaced a different stored value at start
@@ -74,7 +78,7 @@ class OpsApi:
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         if have is None:
             return error_response(503, "database_unavailable", "the database is not reachable", retry)
-        if have != want:
+        if have < want:
             return error_response(503, "migrations_pending",
                                   f"the database schema is version {have}; this code needs {want}", retry)
         ready: dict[str, object] = {"status": "ready", "schema_version": have, "code_version": want}

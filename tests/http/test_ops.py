@@ -130,6 +130,33 @@ async def test_readyz_lists_a_flag_that_disagrees_with_the_cluster(start_service
     assert "settings_conflicts" not in (await Http(first.http_port).get("/readyz")).json()  # it gave no flag
 
 
+async def test_readyz_stays_ready_once_a_newer_release_has_migrated_the_database(db, http, tokens):
+    """A rolling deploy migrates first (operations.md §1.3): the old instances still serve, and must stay in.
+
+    Out of a load balancer's pool they would leave no instance to answer until the new ones have started.
+    """
+    from pulse_trio.store.engine.writer import connect as db_connect
+
+    newer = code_version() + 1
+    conn = db_connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, NOW(6))",
+                        (newer, "from_a_newer_release"))
+        conn.commit()
+        ready = await http.get("/readyz")
+        assert ready.status == 200, ready.body
+        assert ready.json() == {"status": "ready", "schema_version": newer, "code_version": code_version()}
+        submitted = await http.post("/v1/tasks", token=tokens["producer"],
+                                    json_body={"queue": "billing", "kind": "k"})
+        assert submitted.status == 201
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM schema_migrations WHERE version = %s", (newer,))
+        conn.commit()
+        conn.close()
+
+
 @pytest.fixture
 async def unmigrated(database_server, nursery):
     """A service on an empty (never migrated) database."""
