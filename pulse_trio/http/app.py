@@ -190,7 +190,8 @@ class _AccessLog:
                 await self.app(scope, receive, send_with_id)
             finally:
                 route = scope.get("route")
-                template = getattr(route, "path", None) or "unmatched"
+                # The template as the OpenAPI document names it: without a converter (``{key:path}``).
+                template = getattr(route, "path_format", None) or "unmatched"
                 self.instance.count_http(scope["method"], template, status)
                 access_log.info("%s %s %s", scope["method"], scope["path"][:200], status, extra={
                     "method": scope["method"], "route": template, "status": status,

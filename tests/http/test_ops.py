@@ -188,6 +188,7 @@ async def test_metrics_after_a_full_flow(http, tokens, token_factory, open_worke
         await worker.run_one({"ok": True})
     await http.post("/v1/tasks", token=tokens["producer"], json_body={"queue": "billing", "kind": "k", "delay": 600})
     await http.get("/v1/tasks/tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A", token=tokens["producer"])  # a 404
+    await http.get("/v1/fairness-weights/acme", token=tokens["producer"])  # a route whose key takes slashes
     reply = await http.get("/metrics")
     assert reply.status == 200 and reply.headers["content-type"].startswith("text/plain")
     samples = exposition_samples(reply.body)
@@ -207,6 +208,10 @@ async def test_metrics_after_a_full_flow(http, tokens, token_factory, open_worke
     assert samples[("pulse_errors_total", (("code", "task_not_found"), ("surface", "http")))] == 1
     assert samples[("pulse_http_requests_total", (("method", "POST"), ("route", "/v1/tasks"), ("status", "201")))] == 2
     assert samples[("pulse_database_up", ())] == 1
+    # Every route label is a path of the OpenAPI document (a converter such as ``{key:path}`` is not).
+    paths = json.loads((await http.get("/openapi.json")).body)["paths"]
+    routes = {dict(labels)["route"] for name, labels in samples if name == "pulse_http_requests_total"}
+    assert "/v1/fairness-weights/{key}" in routes and routes - {"unmatched"} <= set(paths), routes
     for name in ("pulse_frames_received_total", "pulse_frames_sent_total", "pulse_frames_received_bytes_total",
                  "pulse_frames_sent_bytes_total", "pulse_lease_expiries_total", "pulse_lease_lapses_total",
                  "pulse_store_retries_total", "pulse_nodes_declared_lost_total", "pulse_lost_node_sessions_total",
