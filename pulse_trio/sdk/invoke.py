@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import anyio
+import anyio.lowlevel
 
 from pulse_trio.sdk import outcome as oc
 from pulse_trio.sdk.context import CANCEL_REQUESTED, LEASE_LOST, TaskContext
@@ -57,8 +58,8 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
                        threads: HandlerThreads | None, max_result_bytes: int) -> oc.Outcome | None:
     """Run ``handler`` for ``ctx`` inside ``scope`` (cancelled to stop it); None when the lease was lost.
 
-    A stop already known (a cancel, a lost lease) calls nothing, not even the
-    payload's decoding. A payload that does not fit the handler's type is refused before the
+    A stop already known (a cancel, a lost lease, the worker's hard stop)
+    calls nothing, not even the payload's decoding. A payload that does not fit the handler's type is refused before the
     call (FAILED ``invalid_payload``); anything else its decoding raises is
     the payload type's own code (a ``__post_init__``, a validator) failing,
     mapped as the handler's own exception would be. A ``def`` handler runs
@@ -68,6 +69,8 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
     """
     if ctx.stop_reason is not None:  # known before the call (read just after the start's ack): nothing happened yet
         return _stopped(ctx)
+    if _stopping_hard():  # the worker stopped hard before the call: nothing is called, nothing finished
+        await anyio.lowlevel.checkpoint()  # raises the stop's cancellation
     result: oc.Outcome | None = None
     failed: BaseException | None = None  # what the handler raised, mapped once it is known the worker goes on
     args: tuple[Any, ...] = (ctx,)

@@ -243,3 +243,21 @@ def test_the_clock_refuses_to_move_back_or_by_no_number(seconds):
     with pytest.raises(ValueError, match="time only moves forward"):
         env.advance(seconds)
     assert env.clock() == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_handler_whose_worker_stopped_hard_before_the_call_is_not_called(backend):
+    """A stop that lands between the start's ack and the handler's call: no line of the handler runs."""
+    called: list[str] = []
+
+    async def charge(ctx: TaskContext) -> None:
+        called.append(ctx.task_id)  # an async handler's code up to its first await, a charge say
+
+    async def scenario():
+        env = HandlerEnvironment(charge)
+        with anyio.CancelScope() as worker_scope:
+            worker_scope.cancel()  # the worker's own scope, cancelled by a hard stop
+            await env.run()
+        return worker_scope.cancelled_caught
+
+    assert run(backend, scenario) and called == []
