@@ -55,7 +55,8 @@ def _in_thread(fn: Callable[..., Any], args: tuple[Any, ...], cancelled: type[Ba
 
 
 async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelScope, *,
-                       threads: HandlerThreads | None, max_result_bytes: int) -> oc.Outcome | None:
+                       threads: HandlerThreads | None, max_result_bytes: int,
+                       stopped: Callable[[], bool] | None = None) -> oc.Outcome | None:
     """Run ``handler`` for ``ctx`` inside ``scope`` (cancelled to stop it); None when the lease was lost.
 
     A stop already known (a cancel, a lost lease, the worker's hard stop)
@@ -66,11 +67,17 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
     in one of ``threads`` (AnyIO's own when None), so it never blocks the loop.
     At a hard stop (a scope around ``scope`` cancelled) it raises that
     cancellation, whatever the handler ended with: nothing is finished.
+
+    ``stopped``: whether the worker has stopped hard, cheaply (its own flag),
+    asked before the call and after a handler that returned; None: the
+    scopes around the handler are read instead, as they always are after a
+    handler that raised (a test's environment passes None).
     """
+    hard_stop = stopped or _stopping_hard
+    if hard_stop():  # the worker stopped hard before the call: nothing is called, nothing finished
+        await anyio.lowlevel.checkpoint()  # raises the stop's cancellation
     if ctx.stop_reason is not None:  # known before the call (read just after the start's ack): nothing happened yet
         return _stopped(ctx)
-    if _stopping_hard():  # the worker stopped hard before the call: nothing is called, nothing finished
-        await anyio.lowlevel.checkpoint()  # raises the stop's cancellation
     result: oc.Outcome | None = None
     failed: BaseException | None = None  # what the handler raised, mapped once it is known the worker goes on
     args: tuple[Any, ...] = (ctx,)
@@ -109,7 +116,7 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
         failed = exc if _handlers_own(exc) else _beside_the_stop(exc)
         if failed is None:
             raise
-    if _stopping_hard():
+    if _stopping_hard() if failed is not None else hard_stop():
         await _stop_instead(handler, ctx, failed)
     if failed is not None:
         return None if ctx.stop_reason == LEASE_LOST else _raised(handler, ctx, failed, max_result_bytes)

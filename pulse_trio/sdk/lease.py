@@ -136,6 +136,8 @@ class LeaseHost(Protocol):
 
     def spawn(self, fn: Callable[[], Any]) -> None: ...
 
+    def stopped_hard(self) -> bool: ...
+
     def retire(self, runner: LeaseRunner) -> None: ...
 
     def thread_stuck(self, stuck: bool) -> None: ...
@@ -281,7 +283,7 @@ class LeaseRunner:
     async def _call_handler(self) -> oc.Outcome | None:
         """Run the handler in its own cancel scope; None when it was stopped for a lost lease."""
         return await call_handler(self.handler, self.ctx, self._handler_scope, threads=self.host.threads,
-                                  max_result_bytes=self._max_result_bytes)
+                                  max_result_bytes=self._max_result_bytes, stopped=self.host.stopped_hard)
 
     def _finish(self, outcome: oc.Outcome) -> None:
         self._outcome = outcome

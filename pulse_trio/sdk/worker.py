@@ -438,6 +438,10 @@ class Worker:
         """The shortest ttl granted to a lease this worker holds: what paces the heartbeat."""
         return min((runner.ttl for runner in self.runners.values()), default=NO_LEASE)
 
+    def stopped_hard(self) -> bool:
+        """Whether :meth:`stop` was called: the worker's scope, around every handler, is cancelled."""
+        return self.stopped
+
     def spawn(self, fn: Callable[[], Coroutine[Any, Any, object]]) -> None:
         """Run a handler's job in a task of the pool (see ``pool``)."""
         self.pool.run(fn)
