@@ -418,7 +418,9 @@ class LiveSession:
             self._refuse(msg.id, outcome.code, outcome.message or outcome.code)
             return
         if type(msg) is m.TaskFinish and not outcome.receipt.duplicate:
-            self._lease_ended(msg.lease_id)  # freed keyed work: the batch woke the dispatcher (batcher.py)
+            self._lease_ended(msg.lease_id)
+            if outcome.freed_work:  # a key's set-aside task competes again, and this session's slot is free now:
+                self._hub.wake()  # the batch's own wake (batcher.py) may have run its pass before the slot was
         self._send(self.protocol.ack(msg.id, to_wire.command_result(outcome)))
 
     def _offers_arrived(self, result: AssignResult) -> None:

@@ -449,3 +449,29 @@ async def test_a_queue_deep_only_in_kinds_nobody_takes_is_still_shared_in_rounds
     counts = await _offers_once_pushed(12, (a, b), capacity=8)
     assert min(counts) >= 4, counts  # shared, not 8 and 4 by whoever claimed first
     assert dispatcher.statistics()["claims"] - before > 2
+
+
+async def test_a_finish_that_frees_its_own_slot_below_the_refill_mark_takes_the_keys_task(start_service, connect,
+                                                                                           worker_token, client):
+    """The finishing session's own freed slot is the key's freed task's only taker, one slot below its refill
+    mark: the wake for the freed work must come once that slot is counted free, not only from the batch
+    (whose pass may run first and find no room), or the task waits for the next poll (20 s here)."""
+    service = await start_service(poll_interval=20)
+    first = client.submit("billing", "invoice.send", {"n": 1}, concurrency_key="customer:7", concurrency_limit=1)
+    second = client.submit("billing", "invoice.send", {"n": 2}, concurrency_key="customer:7", concurrency_limit=1)
+    client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(7)])
+    holder = await connect(service, worker_token, name="holder")
+    await holder.register(["billing"], capacity=12, concurrency_keys=True)  # comes up short: not backlogged
+    got = [await holder.expect_assign() for _ in range(8)]
+    assert second["task_id"] not in {h.task_id for h in got}
+    (held,) = [h for h in got if h.task_id == first["task_id"]]
+    await holder.capacity_ok(8)  # full; its refill mark is 2
+    with trio.fail_after(10):
+        while not service.dispatcher.settled:
+            await trio.sleep(0.005)
+    assert not service.dispatcher.backlogged
+    assert client.get(second["task_id"])["state"] == "READY"
+    await holder.ok(holder.start(held))
+    await holder.ok(holder.finish(held))
+    after = await holder.expect_assign(timeout=3)  # well within the 20 s poll
+    assert after.task_id == second["task_id"]
