@@ -14,6 +14,7 @@ is a payload like any other JSON value).
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import datetime as dt
 import re
@@ -69,7 +70,7 @@ async def read_json(request: Request, *, optional: bool = False) -> dict[str, An
     if not raw.strip() and optional:
         return {}
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode(_CHARSET)
     except UnicodeDecodeError:
         raise bad_request("the body is not UTF-8", "invalid_json") from None
     try:
@@ -92,9 +93,17 @@ def _check_content_type(content_type: str) -> None:
     for param in params:
         name, _, value = param.partition("=")
         charset = value.strip().strip('"').lower()
-        if name.strip().lower() == "charset" and charset != _CHARSET:
+        if name.strip().lower() == "charset" and not _is_utf8(charset):
             raise ApiError(415, "unsupported_media_type",
                            f"the body must be UTF-8 JSON: send charset={_CHARSET} or none (got {charset[:40]})")
+
+
+def _is_utf8(charset: str) -> bool:
+    """Whether a declared charset names UTF-8 under any of its names (``utf8``, ``UTF-8``, ``u8``)."""
+    try:
+        return codecs.lookup(charset).name == _CHARSET
+    except LookupError:
+        return False
 
 
 def _too_large() -> ApiError:

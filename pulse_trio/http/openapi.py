@@ -367,7 +367,7 @@ _ERRORS = {
          "`setting_conflict`, ...).",
     408: "The body did not arrive within the server's body timeout (`request_timeout`); the connection is closed.",
     413: "The body is over 512 KiB (`request_too_large`) or the payload over 256 KiB (`payload_too_large`).",
-    415: "The body is declared as something other than JSON (`unsupported_media_type`).",
+    415: "The body is declared as something other than JSON, or in a charset other than UTF-8 (`unsupported_media_type`).",
     422: "A field out of its rule: of a schedule (`invalid_schedule`), or of the queue endpoints "
          "(`invalid_request`); `field` names it. Nothing was written.",
     501: "Not available in this version (`not_implemented`).",

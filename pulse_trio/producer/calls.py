@@ -63,8 +63,9 @@ class Request:
     pause: float = 0.0
     #: Safe to send twice: a read, or a write the API makes idempotent (a submit whose every task has an
     #: idempotency key, a cancel, a retry). The driver sends it once more when its connection drops
-    #: before any answer (:func:`dropped`), as a kept-alive one does that the service closed as idle
-    #: just as the request went out. A write without that safety is never sent twice.
+    #: before any answer (:func:`resends`), as a kept-alive one does that the service closed as idle
+    #: just as the request went out. A write without that safety is never sent twice; nor is a wait's
+    #: long-poll, which plans each request from its deadline (:func:`wait_task`).
     idempotent: bool = False
 
     def content(self) -> bytes | None:
@@ -154,13 +155,19 @@ def drive(call: Call[T], send: Callable[[Request], Answer]) -> T:
 
 
 def send_idempotent(send: Callable[[Request], T], request: Request) -> T:
-    """``send(request)``, and once more on a new connection when an idempotent request's connection dropped."""
+    """``send(request)``, and once more when it is to be sent again (:func:`resends`)."""
     try:
         return send(request)
     except Exception as exc:
-        if not (request.idempotent and dropped(exc)):
+        if not resends(request, exc):
             raise
     return send(request)
+
+
+def resends(request: Request, exc: BaseException) -> bool:
+    """Whether ``request``, which failed with ``exc``, goes out once more: an idempotent one whose connection
+    dropped before any answer (both drivers ask this)."""
+    return request.idempotent and dropped(exc)
 
 
 def dropped(exc: BaseException) -> bool:
@@ -314,18 +321,21 @@ def wait_task(task_id: str, timeout: float | None, *,
     wait_s = _wait_seconds(timeout)
     deadline = clock() + wait_s
     seen: dict[str, Any] | None = None
-    pause = 0.0
+    pause, dropping = 0.0, False
     while True:
         left = max(0.0, deadline - clock())
         pause = min(pause, left)
         chunk = min(LONG_POLL_S, left - pause)
         limit = min(chunk + READ_SLACK_S, left - pause + OVERRUN_S)
-        reply = yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=limit, retry=True, pause=pause,
-                              idempotent=True)
+        # Not ``idempotent``: the driver would send the same request again, planned for a deadline that has moved.
+        reply = yield Request("GET", path, params={"wait": f"{chunk:.3f}"}, timeout=limit, retry=True, pause=pause)
         ran_out = clock() >= deadline
         if reply.unavailable:
             if not ran_out:
-                pause = RETRY_PAUSE_S  # a restart, a database away: the wait goes on until its own timeout
+                # A kept-alive connection the service closed as idle is asked again at once; a drop again, or
+                # anything else (a restart, a database away), after a pause: the wait goes on until its timeout.
+                drop = reply.error is not None and dropped(reply.error)
+                pause, dropping = (0.0 if drop and not dropping else RETRY_PAUSE_S), drop
                 continue
             timed_out = WaitTimeout(seen, wait_s) if seen else WaitTimeout.unanswered(task_id, wait_s)
             raise timed_out from _refusal(reply, task_id)
@@ -334,7 +344,7 @@ def wait_task(task_id: str, timeout: float | None, *,
             return view
         if ran_out:
             raise WaitTimeout(view, wait_s)
-        seen, pause = view, 0.0
+        seen, pause, dropping = view, 0.0, False
 
 
 def wait(task_id: str, timeout: float | None) -> Call[Any]:

@@ -190,7 +190,7 @@ class AsyncClient:
         try:
             return await self._http.request(request.method, request.path, **_send_args(request))
         except Exception as exc:
-            if not (request.idempotent and calls.dropped(exc)):
+            if not calls.resends(request, exc):
                 raise
         return await self._http.request(request.method, request.path, **_send_args(request))
 

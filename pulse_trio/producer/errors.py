@@ -66,7 +66,7 @@ class WaitTimeout(ByFields, TimeoutError):
 
     A wait whose service never answered has seen no view: its ``task`` holds
     ``task_id`` and ``state`` None, and the error is chained from the last
-    transport failure or 503.
+    transport failure or answer of ``UNANSWERED_STATUSES`` (503, or a gateway's 502 or 504).
     """
 
     def __init__(self, task: dict[str, Any], timeout: float) -> None:

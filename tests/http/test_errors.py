@@ -173,7 +173,11 @@ async def test_415_a_json_body_declared_in_another_charset_is_not_read_as_utf8(h
                             headers={"Content-Type": "application/json; charset=ISO-8859-1"})
     assert reply.status == 415 and reply.error["code"] == "unsupported_media_type", reply.body
     assert (await http.get("/v1/tasks", token=tokens["operator"])).json()["tasks"] == []
-    for declared in ("application/json; charset=utf-8", 'application/json;charset="UTF-8"'):
+    reply = await http.post("/v1/tasks", token=tokens["operator"], body=json.dumps(OK),
+                            headers={"Content-Type": "application/json; charset=no-such-charset"})
+    assert reply.status == 415 and reply.error["code"] == "unsupported_media_type", reply.body
+    for declared in ("application/json; charset=utf-8", 'application/json;charset="UTF-8"',
+                     "application/json; charset=utf8"):  # UTF-8 under another of its names
         reply = await http.post("/v1/tasks", token=tokens["operator"], body=json.dumps(OK),
                                 headers={"Content-Type": declared})
         assert reply.status == 201, (declared, reply.body)

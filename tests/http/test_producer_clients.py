@@ -555,6 +555,52 @@ async def test_a_request_safe_to_repeat_is_sent_again_when_its_kept_alive_connec
             raw.close()
 
 
+class LateDropGateway:
+    """In front of a real serve: the first wait's long-poll is held ``after`` s, then its connection closed
+    unanswered (an instance that died, a balancer that reset it); every other request passes."""
+
+    def __init__(self, upstream_port: int, after: float) -> None:
+        self.upstream_port, self.after = upstream_port, after
+        self.dropped = 0
+
+    async def handle(self, client: trio.SocketStream) -> None:
+        async with client:
+            while request := await _http_message(client):
+                if b"/outcome?" in request.split(b"\r\n", 1)[0] and not self.dropped:
+                    self.dropped += 1
+                    await trio.sleep(self.after)
+                    return
+                async with await trio.open_tcp_stream("127.0.0.1", self.upstream_port) as upstream:
+                    await upstream.send_all(request)
+                    await client.send_all(await _http_message(upstream))
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_wait_whose_long_poll_drops_late_still_ends_by_its_timeout(kind, service, token_factory, nursery):
+    """The drop is answered by a request planned from the deadline left, not the dropped one sent again: the
+    wait ends with WaitTimeout at most OVERRUN_S past its timeout, as worker.md §12.1 says."""
+    from pulse_trio.producer.calls import OVERRUN_S
+
+    gateway = LateDropGateway(service.http_port, after=1.2)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(trio.serve_listeners, gateway.handle, listeners)
+    url, token = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", token_factory("producer", ("billing",))
+    raw = AsyncClient(url, token) if kind == "async" else Client(url, token)
+    client = raw if kind == "async" else InThread(raw)
+    try:
+        handle = await client.submit("billing", "invoice.send")  # no worker: it never ends
+        started = time.monotonic()
+        with pytest.raises(WaitTimeout):
+            await client.wait(handle.task_id, timeout=1.5)
+        took = time.monotonic() - started
+        assert gateway.dropped == 1 and took < 1.5 + OVERRUN_S, took
+    finally:
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
+
+
 def test_the_clients_let_an_idle_connection_go_before_serve_closes_it():
     """A kept connection the service is closing as idle may eat a keyless submit: the clients drop theirs first."""
     from pulse_trio.config import Settings
