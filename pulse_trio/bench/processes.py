@@ -20,7 +20,6 @@ from typing import TypeVar
 from pulse_trio.child_process import child_environment, python_command
 from pulse_trio.contract.limits import ENDPOINT_PATH
 from pulse_trio.dburl import DatabaseConfig
-from pulse_trio.ports import free_port
 from pulse_trio.store.engine.writer import connect, drop_database
 from pulse_trio.store.schema.migrate import migrate
 from pulse_trio.store.token.tokens import create_token

@@ -37,7 +37,7 @@ def test_a_taken_port_fails_in_one_line_before_joining(db, taken):
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
         flag = "--worker-listen" if taken == "worker" else "--http-listen"
         port = worker if taken == "worker" else http
-        assert done.stderr.startswith(f"pulse-trio: cannot listen for ") and flag in done.stderr
+        assert done.stderr.startswith("pulse-trio: cannot listen for ") and flag in done.stderr
         assert f"127.0.0.1:{port}" in done.stderr and "in use" in done.stderr
         assert _node_count(db) == 1  # the refused process never recorded itself ALIVE
 

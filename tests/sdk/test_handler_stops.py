@@ -9,7 +9,6 @@ cancellation. The service decides then, at the lease's expiry.
 from __future__ import annotations
 
 import logging
-import threading
 
 import anyio
 

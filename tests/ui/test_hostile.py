@@ -32,7 +32,7 @@ def test_markup_in_payloads_results_errors_and_names_is_shown_as_text(page, serv
     page.wait_for_selector("tr[data-queue=ui-work]")
     assert_nothing_ran(page)
 
-    page.goto(f"/ui/#/tasks?queue=ui-work&kind=hostile")
+    page.goto("/ui/#/tasks?queue=ui-work&kind=hostile")
     page.wait_for_selector(f"tr[data-task={task['task_id']}]")
     assert_nothing_ran(page)
 

@@ -24,7 +24,6 @@ that is missing only costs the lean path.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Sequence
