@@ -157,6 +157,13 @@ def notify(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] | None = None
     elsewhere, the holder changes, and the new holder is told again. A
     revoked offer has no other holder to come, so once told it leaves the
     filing the ticks look in (``leases.hold``).
+
+    Locks lease before intent, the store's order (docs/storage.md §3): the
+    revoked offers' leases it unfiles first, then the intents. Intents
+    first would wait in a circle with a lease batch that holds a revoked
+    offer's lease and then wants another task's intent (a deadlock whose
+    victim is the batch). Both locks skip what another transaction holds:
+    an offer whose lease is held is told at a later tick.
     """
     # Non-locking look first (the common answer is "nothing"), then lock what is due.
     if session_ids is None:
@@ -170,6 +177,11 @@ def notify(tx: Tx, *, now: dt.datetime, session_ids: Sequence[str] | None = None
     if not due:
         return ()
     by_task = {r[0]: r for r in due}
+    offers = [r[1] for r in due if r[3] in REVOKED_LEASE_STATES]
+    locked = {r[0] for r in tx.all(sql.LOCK_DUE_OFFERS, (tuple(offers),))} if offers else set()
+    by_task = {t: r for t, r in by_task.items() if r[3] not in REVOKED_LEASE_STATES or r[1] in locked}
+    if not by_task:
+        return ()
     intents = tx.all(sql.LOCK_DUE_INTENTS, (tuple(by_task),))
     opted = {r[0] for r in tx.all(sql.OPTED_IN_SESSIONS, (tuple({r[2] for r in due}),))}
     notices, revoked = [], []

@@ -54,6 +54,10 @@ PUSHES_OF_NODE = f"{_PUSH}{NODE_PUSHES_DUE} LIMIT %s"
 #: The pushes due to the named sessions (their ids and a limit), not locked.
 PUSHES_OF_SESSIONS = (_PUSH + "leases l JOIN cancel_intents c ON c.task_id = l.task_id"
                       f" WHERE l.owner_session_id IN %s AND {PUSH_LEASES}{NOT_TOLD} LIMIT %s")
+#: The due revoked offers' leases, locked before their intents (lease -> intent, the store's order);
+#: one another transaction holds is skipped, its push left for a later tick.
+LOCK_DUE_OFFERS = (f"SELECT lease_id FROM leases WHERE lease_id IN %s AND state IN {sql_list(REVOKED_LEASE_STATES)}"
+                    " FOR UPDATE SKIP LOCKED")
 LOCK_DUE_INTENTS = ("SELECT task_id, state, requested_at, grace_expires_at, reason, notified_session_id FROM cancel_intents"
                     " WHERE task_id IN %s FOR UPDATE SKIP LOCKED")
 OPTED_IN_SESSIONS = ("SELECT session_id FROM worker_instances WHERE session_id IN %s"
