@@ -9,7 +9,12 @@ import trio
 
 import harness
 from pulse_trio.charts import CHARTS
+from pulse_trio.server.live_session import LiveSession
 from pulse_trio.server.timers import RECONCILE_EVERY_S
+from pulse_trio.contract import messages as m
+from pulse_trio.contract.bodies import Subscription
+from pulse_trio.store import NewInstance, Refusal, SubscribedQueue
+from pulse_trio.store.instance import instances
 from pulse_trio.store.instance.instances import QUEUES_ALLOWED, TOKEN_LIVE
 from sql_support import rows
 
@@ -142,6 +147,31 @@ async def test_a_refused_hello_is_worded_from_the_guard_that_refused(start_servi
         error = worker.assert_error(await worker.hello(queues), "permission_denied", fatal=True)
         assert words in error["message"], (worker.name, error["message"])
         await worker.expect_close(1008)
+
+
+async def test_a_revoked_tokens_refusal_is_worded_as_a_revoke_even_for_a_hello_naming_a_foreign_queue(
+        start_service, connect, token_factory, revoke):
+    """The other guard order than the chart's: the store found the token revoked (a refusal from ``token_live``)
+    for a hello that also names a queue outside the token. The session words it from that guard, as a revoke,
+    not from the queues it can see are not allowed. The chart checks the queues first, so no hello gets there
+    over the wire: the refusal is the store's own, from a registration that allows every queue."""
+    service = await start_service()
+    token = token_factory("worker", ["billing"])
+    await connect(service, token, name="both")
+    with trio.fail_after(5):
+        while not service.connections:
+            await trio.sleep(0.01)
+    (connection,) = service.connections
+    # A session of the connection's parts, built on this task, so this task is its owner (ownership_support).
+    session = LiveSession(connection.endpoint.sessions, connection.session.token, connection)
+    revoke(token)
+    refusal = await service.store.run(
+        instances.register, now=service.clock.now(),
+        instance=NewInstance("both", (SubscribedQueue("payroll"),), token_id=session.token.token_id))
+    assert isinstance(refusal, Refusal) and refusal.guard == TOKEN_LIVE, refusal
+    hello = m.WorkerHello(id="h1", worker_name="both", subscriptions=(Subscription("payroll"),))
+    message = session._hello_refusal(hello, refusal)
+    assert "was revoked" in message and "does not allow" not in message, message
 
 
 async def test_wrong_or_missing_subprotocol_gets_400(start_service, worker_token):
