@@ -120,6 +120,47 @@ async def test_a_batch_refuses_the_hellos_of_a_revoked_token_and_registers_the_o
         store.close()
 
 
+def _selects(store: Store) -> tuple[int, int]:
+    """(connection id, its Com_select) of the one connection of a pool_size=1 store: the server's own count."""
+    conn = store.pool.acquire()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            (connection_id,) = cur.fetchone()
+            cur.execute("SHOW SESSION STATUS LIKE 'Com_select'")
+            count = int(cur.fetchone()[1])
+        conn.rollback()
+    finally:
+        store.pool.release(conn)
+    return connection_id, count
+
+
+async def test_a_batch_of_hellos_reads_their_tokens_with_one_select(db, token_factory):
+    """Six hellos with tokens cost their batch one SELECT more than six without: the tokens are read together
+    (``LiveTokens``), not once per hello. Counted by MariaDB on the batch's own connection."""
+    store = Store(db, pool_size=1)
+    try:
+        requests = SessionRequests(store)
+        one, two = (_token_id(db, token_factory("worker", ["billing"])) for _ in range(2))
+
+        async def selects(tag: str, token_ids: list[str | None]) -> int:
+            before = _selects(store)
+            calls = [(register, {"instance": _hello(f"{tag}-{i}", token_id=t), "now": NOW})
+                     for i, t in enumerate(token_ids)]
+            answers = await _all_at_once(requests, calls)
+            after = _selects(store)
+            assert not any(isinstance(a, (Refusal, Exception)) for a in answers), answers
+            assert after[0] == before[0], "the batch ran on the store's one connection"
+            return after[1] - before[1]
+
+        without = await selects("none", [None] * 6)
+        with_tokens = await selects("token", [one, two, one, two, one, two])
+        assert requests.statistics()["batches"] == 2
+        assert with_tokens - without == 1, (with_tokens, without)
+    finally:
+        store.close()
+
+
 async def test_a_request_cancelled_before_its_batch_never_runs(db):
     store = Store(db, pool_size=2)
     try:
