@@ -18,8 +18,9 @@ from pulse_trio.store.queue.queues import set_retention
 from pulse_trio.store.task.retention import PURGEABLE, DueCount, count_due, purge, retention_plan
 from pulse_trio.store.task.tasks import NewTask
 from pulse_trio.store.engine.trio_bridge import Store
-from pulse_trio.store.engine.tx import Tx
-from sql_support import index_reads
+from pulse_trio.store.engine.tx import Tx, db_time
+from pulse_trio.store.task import sql as task_sql
+from sql_support import index_reads, plan
 
 DAY_MS = 86_400_000
 
@@ -387,3 +388,18 @@ def test_the_plan_finds_the_queues_with_ended_tasks_without_reading_each_ended_t
     many_plan, many = index_reads(world.db, lambda tx: retention_plan(tx, now=world.now))
     assert [c.queue for c in many_plan] == [c.queue for c in few_plan] == ["other", "q"]
     assert many < few + 5, (few, many)
+
+
+def test_the_dry_run_reads_held_rows_through_their_state_and_a_batch_through_its_task_ids(world):
+    """The dry run counts every held task of the range: left to itself, MariaDB scans the whole leases table
+    for the live ones, so the rule forces each reason's state index (``leases_due``, ``key_permits_due``). A
+    purge's batch asks about its own tasks only, through their ids, and no state index."""
+    w = world.worker("q", capacity=4, keys=True)
+    for i in range(4):
+        world.running(w, concurrency_key=f"key-{i}")
+    counted = plan(world.db, task_sql.COUNT_DUE, ("q", db_time(world.now)))
+    keys = {(r["table"], r["key"]) for r in counted if r["table"] in ("l", "p")}
+    assert {("l", "leases_due"), ("p", "key_permits_due")} <= keys, counted
+    batch = plan(world.db, task_sql.INTENTS_AND_HELD_OF_TASKS, {"batch": ("tsk_a", "tsk_b")})
+    held = {r["table"]: r["key"] for r in batch if r["table"] in ("l", "p", "c")}
+    assert held == {"l": "leases_task", "p": "PRIMARY", "c": "PRIMARY"}, batch
