@@ -600,3 +600,32 @@ def test_revoked_offers_whose_holder_was_told_leave_the_revoked_filing(database_
         cur.execute("SELECT lease_id, hold FROM leases")
         assert dict(cur.fetchall()) == {told: None, untold: "REVOKED"}
     conn.close()
+
+
+def test_a_0030_cut_off_after_its_first_statement_rebuilds_leases_once_in_all(database_server):
+    """0030 clears the told offers before it redefines ``hold``: the ALTER, which rebuilds the leases table, is
+    its last statement, so a run cut off between the two (each statement commits as it runs) has not rebuilt
+    the table yet and the re-run rebuilds it once. InnoDB gives a rebuilt table a new id."""
+    from pulse_trio.store.schema.migrate import available_migrations
+
+    config, _, _ = _older(database_server, "told_offers_cut", 29)
+    (file,) = [m for m in available_migrations() if m.version == 30]
+    conn = connect(config)
+
+    def table_id() -> int:
+        with conn.cursor() as cur:
+            cur.execute("SELECT TABLE_ID FROM information_schema.INNODB_SYS_TABLES"
+                        " WHERE NAME = CONCAT(DATABASE(), '/leases')")
+            (found,) = cur.fetchone()
+        conn.rollback()
+        return found
+
+    before = table_id()
+    with conn.cursor() as cur:
+        cur.execute(file.statements()[0])  # the run that was cut off: its first statement, committed
+    conn.commit()
+    cut = table_id()
+    migrate(config)
+    rebuilds = (cut != before) + (table_id() != cut)
+    conn.close()
+    assert rebuilds == 1, (before, cut)
