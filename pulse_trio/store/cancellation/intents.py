@@ -31,7 +31,7 @@ from pulse_trio.store.engine.guard_context import CancellationContext
 from pulse_trio.store.engine.registry import decide, guard, transition
 from pulse_trio.store.engine.results import TASK_NOT_FOUND, CancelNotice, CancelResult, LeaseEnd, Refusal
 from pulse_trio.store.engine.rows import LeaseRow, TaskRow
-from pulse_trio.store.engine.tx import ConcurrentChange, Tx, after_ms, db_time, py_time
+from pulse_trio.store.engine.tx import ConcurrentChange, Tx, after_ms, db_actor, db_time, py_time
 from pulse_trio.store.cancellation import sql
 
 #: The task states task.cancel leaves: what a request cancels at once.
@@ -82,7 +82,7 @@ def _result(task_id: str, task_state: str, intent: tuple | None, changed: bool,
 
 def _as_stored(reason: str, requested_by: str) -> tuple[str, str]:
     """The reason and requester as their columns hold them (VARCHAR(255), VARCHAR(128))."""
-    return reason[:255], requested_by[:128]
+    return reason[:255], db_actor(requested_by)
 
 
 def _ours(tx: Tx, intent: tuple | None, now: dt.datetime, reason: str, requested_by: str) -> bool:

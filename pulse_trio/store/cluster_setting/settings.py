@@ -29,7 +29,7 @@ from pulse_trio.store.engine.chart_write import create, move
 from pulse_trio.store.engine.guard_context import SettingContext
 from pulse_trio.store.engine.registry import decide, guard, read_only, transition
 from pulse_trio.store.engine.results import Refusal
-from pulse_trio.store.engine.tx import Tx, db_time, py_time
+from pulse_trio.store.engine.tx import Tx, db_actor, db_time, py_time
 from pulse_trio.store.cluster_setting import sql
 
 #: A setting nobody set: the chart's initial state, whether or not its row exists yet.
@@ -116,7 +116,7 @@ def set_values(tx: Tx, *, values: Mapping[str, int | None], now: dt.datetime,
     if isinstance(decided, Refusal):
         return decided
     stamp = db_time(now)
-    who = updated_by[:128]
+    who = db_actor(updated_by)
     after = dict(before)
     for name, dest in decided.items():
         if name in stored:

@@ -49,6 +49,16 @@ class InvariantViolation(RuntimeError):
 _combine = dt.datetime.combine
 
 
+#: The ``*_by`` columns (who paused, updated, created, asked): VARCHAR(128) in every table that has one.
+MAX_ACTOR_CHARS = 128
+
+
+def db_actor(name: str) -> str:
+    """Who did it, as its ``*_by`` column stores it: cut to the column, so a long CLI host name still fits
+    and a re-run compares what was stored."""
+    return name[:MAX_ACTOR_CHARS]
+
+
 def db_time(value: dt.datetime) -> dt.datetime:
     """Aware (or naive UTC) datetime -> the naive UTC value stored in DATETIME(6)."""
     zone = value.tzinfo

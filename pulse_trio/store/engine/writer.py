@@ -54,6 +54,7 @@ import pymysql
 from pulse_trio import dburl
 from pulse_trio.dburl import UNKNOWN_VARIABLE, DatabaseConfig, connect_node, set_causal_reads
 from pulse_trio.store.engine.failures import node_answered
+from pulse_trio.store.engine.tx import db_actor
 
 log = logging.getLogger("pulse_trio.dbwriter")  # the logger's name operators already filter on
 
@@ -267,7 +268,7 @@ def _write_record(node: DatabaseConfig, writer: tuple[str, int]) -> None:
                 "INSERT INTO db_writer (id, node, chosen_at, chosen_by) VALUES (1, %s, UTC_TIMESTAMP(6), %s) "
                 "ON DUPLICATE KEY UPDATE node = VALUES(node), chosen_at = VALUES(chosen_at), "
                 "chosen_by = VALUES(chosen_by)",
-                (_node_text(writer), f"{socket.gethostname()}:{os.getpid()}"[:128]))
+                (_node_text(writer), db_actor(f"{socket.gethostname()}:{os.getpid()}")))
         conn.commit()
     except (pymysql.err.MySQLError, OSError) as exc:
         log.debug("writer %s not recorded: %s", _node_text(writer), exc)

@@ -34,7 +34,7 @@ from pulse_trio.store.cluster_setting import settings
 from pulse_trio.store.engine.chart_write import create, move, try_move
 from pulse_trio.store.engine.registry import read_only, transition
 from pulse_trio.store.engine.rows import READY_PICKS
-from pulse_trio.store.engine.tx import Tx, db_time, py_time
+from pulse_trio.store.engine.tx import Tx, db_actor, db_time, py_time
 from pulse_trio.store.queue import sql
 
 DUPLICATE_KEY = 1062
@@ -209,7 +209,7 @@ def set_weight(tx: Tx, *, fairness_key: str, weight: int, now: dt.datetime, upda
     if not MIN_WEIGHT <= weight <= MAX_WEIGHT:
         raise ValueError(f"weight must be {MIN_WEIGHT} to {MAX_WEIGHT}")
     row = tx.one(sql.LOCK_WEIGHT, (fairness_key,))
-    stamp, who = db_time(now), updated_by[:128]
+    stamp, who = db_time(now), db_actor(updated_by)
     if row is None:
         try:
             create(tx, "fairness_weight", "set", columns=sql.WEIGHT_COLUMNS, row=sql.WEIGHT_ROW, rows=[(fairness_key, weight, stamp, who)])

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pulse_trio.cluster_settings import json_seconds
 from pulse_trio.store.engine.chart_write import create, destination, move
 from pulse_trio.store.engine.registry import read_only, transition
-from pulse_trio.store.engine.tx import Tx, db_time, py_time, rfc3339
+from pulse_trio.store.engine.tx import Tx, db_actor, db_time, py_time, rfc3339
 from pulse_trio.store.queue import sql
 
 
@@ -103,7 +103,7 @@ def _row(tx: Tx, queue: str) -> QueueControl:
 @transition("queue", "pause")
 def pause(tx: Tx, *, queue: str, now: dt.datetime, paused_by: str) -> QueueChange:
     """Stop offering the queue's tasks (leases already out continue); idempotent."""
-    by = paused_by[:128]
+    by = db_actor(paused_by)
     current = _locked(tx, queue)
     if current is None:
         if _insert(tx, queue, "pause", now=now, by=by, paused=True):
@@ -128,7 +128,7 @@ def resume(tx: Tx, *, queue: str, now: dt.datetime, resumed_by: str) -> QueueCha
         return QueueChange(current, False)  # the self-loop: nothing to write
     stamp = db_time(now)
     move(tx, "queue", "resume", [queue], source=current.state, sets="updated_at = %s, updated_by = %s",
-         args=(stamp, resumed_by[:128]))
+         args=(stamp, db_actor(resumed_by)))
     return QueueChange(_row(tx, queue), True)
 
 
@@ -136,7 +136,7 @@ def resume(tx: Tx, *, queue: str, now: dt.datetime, resumed_by: str) -> QueueCha
 def set_retention(tx: Tx, *, queue: str, retention_ms: int | None, now: dt.datetime,
                   updated_by: str) -> QueueChange:
     """Give the queue its own task retention (ms), or clear it (None: the cluster's applies)."""
-    by = updated_by[:128]
+    by = db_actor(updated_by)
     current = _locked(tx, queue)
     if current is None:
         if retention_ms is None:

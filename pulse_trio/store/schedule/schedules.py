@@ -41,7 +41,7 @@ from pulse_trio.store.engine.results import Refusal
 from pulse_trio.store.engine.rows import ScheduleRow
 from pulse_trio.store.task.tasks import DUPLICATE_KEY, NewTask, submit
 from pulse_trio.store.engine.timer_scan import claim
-from pulse_trio.store.engine.tx import Tx, db_time, py_time, rfc3339
+from pulse_trio.store.engine.tx import Tx, db_actor, db_time, py_time, rfc3339
 from pulse_trio.store.schedule import sql
 
 log = logging.getLogger("pulse_trio.schedules")
@@ -120,7 +120,7 @@ def _next_after(timing: Timing, now: dt.datetime) -> dt.datetime:
 def create(tx: Tx, *, schedule: NewSchedule, now: dt.datetime, created_by: str) -> ScheduleRow | Refusal:
     """Insert an ACTIVE schedule whose first tick is the first after ``now``."""
     state = require("schedule", "create", "NONE", ScheduleContext(now=now))
-    s, stamp, who = schedule, db_time(now), created_by[:128]
+    s, stamp, who = schedule, db_time(now), db_actor(created_by)
     try:
         chart_write.create(
             tx, "schedule", "create", dest=state, columns=sql.SCHEDULE_COLUMNS, row=sql.SCHEDULE_ROW,
@@ -175,12 +175,12 @@ def _own(tx: Tx, row: ScheduleRow, now: dt.datetime, by: str) -> bool:
     The re-run gets the same ``now`` and ``by``: a change stamped with both is
     this call's own, so its answer stays ``changed`` (not "nothing to do").
     """
-    return tx.recovering and db_time(row.updated_at) == db_time(now) and row.updated_by == by[:128]
+    return tx.recovering and db_time(row.updated_at) == db_time(now) and row.updated_by == db_actor(by)
 
 
 def _deleted_by_name(tx: Tx, name: str, now: dt.datetime, by: str) -> ScheduleRow | None:
     """The schedule named ``name`` deleted with this stamp: deleted, it holds no live name to look up by."""
-    row = tx.one(sql.DELETED_BY_NAME, (name, db_time(now), by[:128]))
+    row = tx.one(sql.DELETED_BY_NAME, (name, db_time(now), db_actor(by)))
     return ScheduleRow.from_row(row) if row else None
 
 
@@ -198,7 +198,7 @@ def _change(tx: Tx, trigger: str, ref: str, now: dt.datetime, by: str) -> Schedu
     dest = decide("schedule", trigger, row.state, ScheduleContext(schedule=row, now=now))
     if isinstance(dest, Refusal):  # pause of a paused one, resume of an active one: nothing to do, unless it did it
         return ScheduleChange(row, _own(tx, row, now, by))
-    sets, args = "updated_at = %s, updated_by = %s", [db_time(now), by[:128]]
+    sets, args = "updated_at = %s, updated_by = %s", [db_time(now), db_actor(by)]
     if trigger == "resume":  # ticks that fell while paused are not fired
         sets += ", next_fire_at = %s"
         args.append(db_time(_next_after(row.timing, now)))
