@@ -147,7 +147,7 @@ class ManagedMariaDB:
         self._process: subprocess.Popen[bytes] | None = None
         self._users = None  # the shared users.lock, held while this object uses the server
         if not socket_fits(self.socket_path.parent):
-            raise ManagedDatabaseError(f"state dir path too long for a unix socket: {self.socket_path.parent}")
+            raise ManagedDatabaseError(f"the socket's folder path is too long for a unix socket: {self.socket_path.parent}")
 
     def config(self, database: str = "pulse") -> DatabaseConfig:
         return DatabaseConfig(

@@ -125,7 +125,7 @@ async def call_handler(handler: Handler, ctx: TaskContext, scope: anyio.CancelSc
 
 def _stopped(ctx: TaskContext) -> oc.Outcome | None:
     """The outcome of a handler stopped by its context: CANCELLED after a cancel request, None for a lost lease."""
-    return oc.cancelled(ctx.cancel_reason or "cancelled by request") if ctx.stop_reason == CANCEL_REQUESTED else None
+    return oc.cancelled(ctx.cancel_reason) if ctx.stop_reason == CANCEL_REQUESTED else None
 
 
 def _raised(handler: Handler, ctx: TaskContext, exc: BaseException, max_result_bytes: int) -> oc.Outcome:

@@ -231,7 +231,7 @@ class LeaseRunner:
         """
         if self.ctx.stop_reason == CANCEL_REQUESTED:  # nothing happened: report the cancel at once
             self._move("cancelled_before_call")
-            self._finish(oc.cancelled(self.ctx.cancel_reason or "cancelled by request"))
+            self._finish(oc.cancelled(self.ctx.cancel_reason))
             self._arm()  # the watchdog at this lease's expiry, until the finish's ack
             return
         left = self.deadline - self._now()
@@ -442,7 +442,7 @@ class LeaseRunner:
             self._handler_scope.cancel()
             if self.phase is RUNNING and not self._handler_called:  # started, handler not called: no effect
                 self._move("cancelled_before_call")
-                outcome = oc.cancelled(reason or "cancelled by request")
+                outcome = oc.cancelled(reason)
                 if self._step is None:
                     self._finish(outcome)
                 else:

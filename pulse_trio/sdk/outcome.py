@@ -109,7 +109,7 @@ def from_exception(exc: BaseException, *, cancel_requested: bool,
         if isinstance(exc, TaskCancelled) or (cancel_requested and isinstance(exc, RetryableError)):
             # A cancelled task is never retried: a retryable failure after the
             # cancel request is reported as the cancellation it became.
-            return cancelled(message or "cancelled by request", details)
+            return cancelled(message, details)
         if isinstance(exc, RetryableError):
             return Outcome("FAILED", details, exc.code, message, retryable=True)
         if isinstance(exc, UnknownOutcome):
@@ -170,8 +170,9 @@ def invalid_payload(message: str) -> Outcome:
     return Outcome("FAILED", EMPTY, INVALID_PAYLOAD, clean_message(message))
 
 
-def cancelled(message: str = "cancelled by request", result: str = EMPTY) -> Outcome:
-    return Outcome("CANCELLED", result, "cancelled", clean_message(message))
+def cancelled(message: str | None = None, result: str = EMPTY) -> Outcome:
+    """CANCELLED with ``message``: the cancel's reason, or the handler's words (empty or None: no reason given)."""
+    return Outcome("CANCELLED", result, "cancelled", clean_message(message or "cancelled by request"))
 
 
 def fallback(refused: Outcome, code: str, message: str) -> Outcome:
