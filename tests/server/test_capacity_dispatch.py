@@ -202,6 +202,23 @@ async def test_keyed_tasks_go_only_to_sessions_that_declared_concurrency_keys(st
     assert not plain.assigns_buffered()
 
 
+async def _settled(service) -> None:
+    """Until the dispatcher has no pass running or asked for (within 10 s)."""
+    with trio.fail_after(10):
+        while not service.dispatcher.settled:
+            await trio.sleep(0.005)
+
+
+async def _holding_a_keyed_task(service, connect, worker_token, client):
+    """A session of capacity 1 holding the first task of key ``customer:7`` (limit 1): (its task, session, offer)."""
+    first = client.submit("billing", "invoice.send", {"n": 1}, concurrency_key="customer:7", concurrency_limit=1)
+    holder = await connect(service, worker_token, name="holder")
+    await holder.register(["billing"], capacity=1, concurrency_keys=True)
+    held = await holder.expect_assign()
+    assert held.task_id == first["task_id"]
+    return first, holder, held
+
+
 async def _offers_once_pushed(total: int, workers: tuple, *, capacity: int) -> tuple[int, ...]:
     """How many offers each worker holds once ``total`` have been pushed to them all.
 
@@ -223,9 +240,7 @@ async def test_the_dispatcher_fills_free_slots_fairly_across_sessions(start_serv
     await b.register(["billing"], capacity=10)
     # A pass begun while only a was registered would have a claim alone, and all it can:
     # a submit that committed before that claim read the queue would all go to a.
-    with trio.fail_after(10):
-        while not service.dispatcher.settled:
-            await trio.sleep(0.005)
+    await _settled(service)
     new = [client.new_task("billing", "invoice.send", {"n": i}) for i in range(10)]
     client.submit_many(new)  # one commit: a single pass sees all ten
     counts = await _offers_once_pushed(10, (a, b), capacity=10)
@@ -271,11 +286,7 @@ async def test_a_finish_that_frees_a_keys_waiting_task_offers_it_here_at_once(st
     work, as a submit is, so the free slot of a session here below its refill mark takes it at once,
     not at the next poll (20 s here)."""
     service = await start_service(poll_interval=20)
-    first = client.submit("billing", "invoice.send", {"n": 1}, concurrency_key="customer:7", concurrency_limit=1)
-    holder = await connect(service, worker_token, name="holder")
-    await holder.register(["billing"], capacity=1, concurrency_keys=True)
-    held = await holder.expect_assign()
-    assert held.task_id == first["task_id"]
+    first, holder, held = await _holding_a_keyed_task(service, connect, worker_token, client)
     second = client.submit("billing", "invoice.send", {"n": 2}, concurrency_key="customer:7", concurrency_limit=1)
     client.submit_many([client.new_task("billing", "invoice.send", {"n": i}) for i in range(7)])
     busy = await connect(service, worker_token, name="busy")
@@ -283,9 +294,7 @@ async def test_a_finish_that_frees_a_keys_waiting_task_offers_it_here_at_once(st
     taken = [await busy.expect_assign() for _ in range(7)]
     assert second["task_id"] not in {h.task_id for h in taken}
     await holder.capacity_ok(0)  # the holder takes nothing more: only busy's last slot (below its mark) can
-    with trio.fail_after(10):
-        while not service.dispatcher.settled:
-            await trio.sleep(0.005)
+    await _settled(service)
     assert client.get(second["task_id"])["state"] == "READY"
     await holder.ok(holder.start(held))
     await holder.ok(holder.finish(held))
@@ -299,18 +308,12 @@ async def test_a_finish_whose_connection_closed_meanwhile_still_offers_the_keys_
     sends its finish and goes, the finish commits after the connection closed (its ack is dropped), and
     the idle session still gets the task at once, not at the next poll (20 s here)."""
     service = await start_service(poll_interval=20)
-    first = client.submit("billing", "invoice.send", {"n": 1}, concurrency_key="customer:7", concurrency_limit=1)
-    holder = await connect(service, worker_token, name="holder")
-    await holder.register(["billing"], capacity=1, concurrency_keys=True)
-    held = await holder.expect_assign()
-    assert held.task_id == first["task_id"]
+    first, holder, held = await _holding_a_keyed_task(service, connect, worker_token, client)
     await holder.ok(holder.start(held))
     second = client.submit("billing", "invoice.send", {"n": 2}, concurrency_key="customer:7", concurrency_limit=1)
     idle = await connect(service, worker_token, name="idle")
     await idle.register(["billing"], capacity=1, concurrency_keys=True)  # meets the key at its limit
-    with trio.fail_after(10):
-        while not service.dispatcher.settled:
-            await trio.sleep(0.005)
+    await _settled(service)
     assert client.get(second["task_id"])["state"] == "READY" and not idle.assigns_buffered()
     session = holder.session_id
     blocker = connect_db(db)  # the finish waits on its lease until the connection is gone
@@ -466,9 +469,7 @@ async def test_a_finish_that_frees_its_own_slot_below_the_refill_mark_takes_the_
     assert second["task_id"] not in {h.task_id for h in got}
     (held,) = [h for h in got if h.task_id == first["task_id"]]
     await holder.capacity_ok(8)  # full; its refill mark is 2
-    with trio.fail_after(10):
-        while not service.dispatcher.settled:
-            await trio.sleep(0.005)
+    await _settled(service)
     assert not service.dispatcher.backlogged
     assert client.get(second["task_id"])["state"] == "READY"
     await holder.ok(holder.start(held))
