@@ -9,6 +9,7 @@ live in ``common.py`` and docs/operations.md §7.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -31,7 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _take_sigint_as_an_interrupt() -> None:
+    """Undo a launcher's SIG_IGN for SIGINT (a shell script's ``serve &``): the stop signals must stop.
+
+    Python raises no KeyboardInterrupt for a SIGINT ignored at launch, and
+    a start routes SIGTERM and SIGHUP through that interrupt (``cli.serve``):
+    they would be lost. A running service's watcher already takes SIGINT
+    whatever the launcher set (docs/operations.md §4).
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _take_sigint_as_an_interrupt()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
