@@ -4,7 +4,7 @@ Each side gets only what it uses, named, so a reader sees what it can touch:
 
 * :class:`WorkerEndpoint`, the socket side (``wire.py``): the listen address
   and hello timeout, the frame counters, the registry of open connections,
-  keepalive, the token checks, whether the instance is stopping, and the
+  keepalive, the token checks, the refused handshakes' counter and log, whether the instance is stopping, and the
   :class:`SessionServices` it hands to each session it opens;
 * :class:`SessionServices`, the session side (``live_session.py``): the
   settings it announces, the clock, the hub, and the few calls it makes
@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import trio
 
 from pulse_trio.server.clock import ServiceClock
+from pulse_trio.server.handshake_refusals import HandshakeRefusals
 from pulse_trio.server.hub import SessionHub
 from pulse_trio.server.keepalive import Keepalive
 from pulse_trio.server.live_settings import LiveSettings
@@ -70,6 +71,8 @@ class WorkerEndpoint:
     connections: set[OpenConnection]
     #: The handshakes' worker token checks (one lookup per token at a time).
     tokens: TokenChecks
+    #: Counts and logs (bounded) the handshakes refused; an accepted one never calls it.
+    refusals: HandshakeRefusals
     #: Pings the open connections, each in its slot (set once, by the service, before any connection).
     keepalive: Keepalive
     #: What each session opened here is given.

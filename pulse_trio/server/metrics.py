@@ -110,6 +110,7 @@ class ServiceMetrics:
         self.purge_batches = 0  # purge transactions that deleted something
         self.errors: collections.Counter[tuple[str, str]] = collections.Counter()  # (surface, code)
         self.http_requests: collections.Counter[tuple[str, str, int]] = collections.Counter()
+        self.handshake_refusals: collections.Counter[str] = collections.Counter()  # cause (handshake.REFUSAL_CAUSES)
 
         self.submit_to_assign = _Histogram(
             "pulse_submit_to_assign_seconds", "Time from a task being due (submitted or promoted) to its offer.",
@@ -177,6 +178,10 @@ class ServiceMetrics:
     def count_error(self, code: str, surface: str = "worker") -> None:
         """An error answered to a worker (``surface="worker"``) or an HTTP client (``"http"``)."""
         self.errors[(surface, code)] += 1
+
+    def count_handshake_refusal(self, cause: str) -> None:
+        """A worker handshake refused; ``cause`` is one of ``handshake.REFUSAL_CAUSES``, never what the client sent."""
+        self.handshake_refusals[cause] += 1
 
     def count_http(self, method: str, route: str, status: int) -> None:
         """One answered request; a method HTTP does not define is counted as ``OTHER`` (any token parses)."""
@@ -259,6 +264,8 @@ class _Families:
                         m.commands)
         yield _labelled("pulse_errors_total", "Errors answered, by surface (worker or http) and code.",
                         ["surface", "code"], m.errors)
+        yield _labelled("pulse_worker_handshakes_refused_total", "Worker handshakes refused before a WebSocket "
+                        "opened, by cause.", ["reason"], m.handshake_refusals)
         yield _labelled("pulse_http_requests_total", "HTTP API requests, by method, route and status.",
                         ["method", "route", "status"], m.http_requests)
         yield m.transaction_seconds.family()

@@ -58,6 +58,7 @@ from pulse_trio.server.dispatcher import Dispatcher
 from pulse_trio.server.endpoint import SessionServices, WorkerEndpoint
 from pulse_trio.server.gated_accept import AcceptGate
 from pulse_trio.server.hub import SessionHub
+from pulse_trio.server.handshake_refusals import HandshakeRefusals
 from pulse_trio.server.live import LiveService
 from pulse_trio.server.live_settings import LiveSettings
 from pulse_trio.server.liveness import NodeLiveness
@@ -197,8 +198,9 @@ async def run_service(settings: Settings, database: DatabaseConfig, *, beside: B
     stop = trio.Event()
     endpoint = WorkerEndpoint(settings=live_settings, count_frame_in=metrics.count_frame_in,
                               count_frame_out=metrics.count_frame_out, connections=connections,
-                              tokens=TokenChecks(store), keepalive=Keepalive(live_settings), sessions=sessions,
-                              stopping=stop)
+                              tokens=TokenChecks(store),
+                              refusals=HandshakeRefusals(metrics.count_handshake_refusal),
+                              keepalive=Keepalive(live_settings), sessions=sessions, stopping=stop)
     dispatcher = Dispatcher(store=store, clock=clock, hub=hub, settings=live_settings)
     batcher.ride_along = RideAlong(hub=hub, dispatcher=dispatcher, settings=live_settings)
     queue_sync = PausedQueueSync(store=store, hub=hub)

@@ -10,7 +10,7 @@ read the token before a revoke that has committed since, and a revoke
 refuses the token's next connection at once (docs/operations.md §1.4). A
 lookup starts one scheduling step after its first caller, so connections
 whose handshakes are read in the same step share it; nothing is kept once
-it answers, and the lookup itself (``live_token``: the digest's index, then
+it answers, and the lookup itself (``token_verdict``: the digest's index, then
 a constant-time comparison) is unchanged.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import trio
 
-from pulse_trio.store.token.tokens import WORKER, live_token
+from pulse_trio.store.token.tokens import WORKER, token_verdict
 from pulse_trio.store.engine.trio_bridge import Store
 from pulse_trio.tokens import TokenInfo, digest
 
@@ -31,13 +31,13 @@ class _Lookup:
     def __init__(self) -> None:
         self.done = trio.Event()
         self.answered = False
-        self.info: TokenInfo | None = None
+        self.info: TokenInfo | str = ""
         #: Its place among the lookups started (0 until it starts): a caller takes only an answer started after it came.
         self.number = 0
 
 
 class TokenChecks:
-    """``live_token`` for the handshakes of one endpoint, one lookup per token at a time."""
+    """``token_verdict`` for the handshakes of one endpoint, one lookup per token at a time."""
 
     def __init__(self, store: Store, roles: Sequence[str] = WORKER) -> None:
         self._store = store
@@ -46,8 +46,8 @@ class TokenChecks:
         self.lookups = 0
         self.shared = 0
 
-    async def check(self, token: str) -> TokenInfo | None:
-        """The live token's record, or None (unknown, revoked, another role).
+    async def check(self, token: str) -> TokenInfo | str:
+        """The live token's record, or why not (``unknown_token``, ``revoked_token``, ``other_role``).
 
         Only the answer of a lookup that started after this call came is
         shared, so a revoke committed before it came is always seen; and
@@ -66,7 +66,7 @@ class TokenChecks:
             await trio.lowlevel.checkpoint()  # the handshakes read in this same step join before it starts
             self.lookups += 1
             lookup.number = self.lookups
-            lookup.info = await self._store.run(live_token, token=token, roles=self._roles)
+            lookup.info = await self._store.run(token_verdict, token=token, roles=self._roles)
             lookup.answered = True
             return lookup.info
         finally:

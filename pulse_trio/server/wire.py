@@ -31,7 +31,9 @@ codec and the writer otherwise, and always under TLS).
 
 Refusals happen before a WebSocket exists and are plain HTTP: 404 for
 another path, 400 without the ``pulse.worker.v1`` subprotocol, 401 without
-a valid worker token. The whole handshake (TLS included) has the hello's
+a valid worker token, 503 while the token cannot be looked up; each is
+counted by its cause and logged, a line per cause per minute at most
+(``handshake_refusals.py``). The whole handshake (TLS included) has the hello's
 time limit, so a slow-loris client is dropped as soon as a silent one.
 """
 
@@ -56,17 +58,21 @@ from pulse_trio.contract.credentials import HiddenCredentials
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.contract.ws_frames import FrameCutter, queue_text
 from pulse_trio.server.gated_accept import AcceptGate, GatedListener, counted
-from pulse_trio.server.handshake import STORAGE_UNAVAILABLE, bearer_token, check_request
+from pulse_trio.server.handshake import (BAD_REQUEST, NO_TOKEN, STORAGE_UNAVAILABLE, bearer_token, check_request,
+                                        token_refusal)
+from pulse_trio.server.handshake_refusals import CodecRefusalLines, peer_of
 from pulse_trio.listen import bind_workers, listen_workers
 from pulse_trio.server.live_session import LiveSession, in_flight_limit
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint
     from pulse_trio.server.live_settings import LiveSettings
+    from pulse_trio.tokens import TokenInfo
 
 log = logging.getLogger("pulse_trio.connection")
 _CODEC_LOG = logging.getLogger("pulse_trio.websocket")
 _CODEC_LOG.addFilter(HiddenCredentials())  # its DEBUG lines would show the token
+_CODEC_LOG.addFilter(CodecRefusalLines())  # a refusal is logged by the endpoint, bounded
 
 RECEIVE_CHUNK = 65536
 # The codec refuses a frame whose header announces more than this, before its
@@ -307,6 +313,7 @@ class WireConnection:
                         else:
                             self._early.append(event)
                     if request is None and self.ws.writes:  # the codec answered a malformed request
+                        self._refused(BAD_REQUEST)
                         await self._flush_handshake()
                         return None
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -317,28 +324,29 @@ class WireConnection:
         offered = tuple(p for value in request.headers.get_all("Sec-WebSocket-Protocol")
                         for p in _subprotocols(value))
         refusal = check_request(request.path, offered)
-        info = None
+        info: TokenInfo | str = NO_TOKEN
         if refusal is None:
             token = bearer_token(headers)
             try:
-                info = await self.endpoint.tokens.check(token) if token else None
+                if token:
+                    info = await self.endpoint.tokens.check(token)
             except Exception as exc:  # the database is away: say so, as a storage failure later would
                 log.warning("worker token not checked: %r", exc)
                 refusal = STORAGE_UNAVAILABLE
-        if refusal is not None or info is None:
-            if refusal is not None:
-                response = self.ws.reject(refusal.status, refusal.reason + "\n")
-                for name, value in refusal.headers:
-                    response.headers[name] = value
-            else:
-                response = self.ws.reject(401, "a valid worker token is required: Authorization: Bearer <token>\n")
-                response.headers["WWW-Authenticate"] = 'Bearer realm="pulse"'
+            if refusal is None and type(info) is str:
+                refusal = token_refusal(info)
+        if refusal is not None:
+            response = self.ws.reject(refusal.status, refusal.reason + "\n")
+            for name, value in refusal.headers:
+                response.headers[name] = value
             self.ws.send_response(response)
+            self._refused(refusal.cause)
             await self._flush_handshake()
             return None
         response = self.ws.accept(request)
         self.ws.send_response(response)
         if response.status_code != 101:
+            self._refused(BAD_REQUEST)
             await self._flush_handshake()
             return None
         self.frames.after_handshake(bytes(received))
@@ -347,6 +355,9 @@ class WireConnection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return None
         return info
+
+    def _refused(self, cause: str) -> None:
+        self.endpoint.refusals.refused(cause, peer_of(self.stream), trio.current_time())
 
     async def _flush_handshake(self) -> None:
         data = b"".join(self.ws.data_to_send())

@@ -34,7 +34,8 @@ async def test_one_lookup_per_token_under_way_and_each_its_own_answer(db, token_
         assert checks.lookups == 4 and checks.shared == len(tokens) - 4
         assert {a.queues for a in answers[:20]} == {("billing",)}
         assert {a.queues for a in answers[20:25]} == {("mail",)}
-        assert answers[25:] == [None] * 5  # a producer token does not open a worker session; nor does a stranger
+        # a producer token does not open a worker session; nor does a stranger; each says why (the refusals' metric)
+        assert answers[25:] == ["other_role"] * 3 + ["unknown_token"] * 2
     finally:
         store.close()
 
@@ -46,7 +47,7 @@ async def test_nothing_is_kept_after_the_answer(db, token_factory, revoke):
         token = token_factory("worker", ["billing"])
         assert await checks.check(token) is not None
         revoke(token)
-        assert await checks.check(token) is None
+        assert await checks.check(token) == "revoked_token"
         assert checks.lookups == 2 and checks.shared == 0
     finally:
         store.close()
@@ -84,7 +85,7 @@ async def test_a_check_that_comes_after_a_revoke_does_not_take_a_lookup_started_
             await trio.testing.wait_all_tasks_blocked()  # its lookup is in a store thread
             assert store.answered.wait(10)  # it has read the token live; Trio does not run it until we yield
             revoke(token)
-            assert await checks.check(token) is None
+            assert await checks.check(token) == "revoked_token"
         assert earlier[0] is not None and earlier[0].queues == ("billing",)
         assert checks.lookups == 2 and checks.shared == 0
     finally:

@@ -1,8 +1,9 @@
 """The ``api_tokens`` table: the one token lookup both endpoints authenticate with, and the CLI's admin.
 
-:func:`live_token` is the read-only view the worker endpoint (``roles=WORKER``)
-and the HTTP API (any role; the handler judges what the role allows) run
-through the store; :func:`live_token_ids` is how a serve process re-checks
+:func:`live_token` is the read-only view the HTTP API (any role; the handler
+judges what the role allows) runs through the store, and :func:`token_verdict`
+the same lookup for the worker endpoint (``roles=WORKER``), which also says
+why it refuses (unknown, revoked, another role) so refusals can be counted; :func:`live_token_ids` is how a serve process re-checks
 the tokens of the sessions it holds, and :class:`LiveTokens` how the
 registrations sharing a transaction check theirs again. Creating, listing and revoking are operator commands of
 the CLI on a connection of its own: no chart governs a token, so they are
@@ -40,22 +41,40 @@ def _row_to_info(row: Sequence[Any]) -> TokenInfo:
                      tuple(json.loads(allow)))
 
 
-def _lookup(row_of: Any, token: str, roles: Sequence[str]) -> TokenInfo | None:
-    """The live token's record, or None for an unknown, revoked or wrong-role token.
+#: Why :func:`token_verdict` refuses a token; the worker endpoint counts its refusals by these (never by the token).
+UNKNOWN_TOKEN, REVOKED_TOKEN, OTHER_ROLE = "unknown_token", "revoked_token", "other_role"
+
+
+def _verdict(row_of: Any, token: str, roles: Sequence[str]) -> TokenInfo | str:
+    """The live token's record, or why not: :data:`UNKNOWN_TOKEN`, :data:`REVOKED_TOKEN` or :data:`OTHER_ROLE`.
 
     The digest's unique index finds the row and the final comparison is
     constant-time, so neither the table nor response timing reveals a token.
     """
     if not token.startswith(TOKEN_PREFIX) or len(token) > MAX_TOKEN_CHARS:
-        return None
+        return UNKNOWN_TOKEN
     wanted = digest(token)
     row = row_of(sql.BY_DIGEST, (wanted,))
     if row is None or not hmac.compare_digest(bytes(row[7]), wanted):
-        return None
+        return UNKNOWN_TOKEN
     info = _row_to_info(row[:7])
-    if info.revoked_at is not None or info.role not in roles:
-        return None
+    if info.revoked_at is not None:
+        return REVOKED_TOKEN
+    if info.role not in roles:
+        return OTHER_ROLE
     return info
+
+
+def _lookup(row_of: Any, token: str, roles: Sequence[str]) -> TokenInfo | None:
+    """The live token's record, or None for an unknown, revoked or wrong-role token."""
+    found = _verdict(row_of, token, roles)
+    return found if isinstance(found, TokenInfo) else None
+
+
+@read_only(takes_locks=False)
+def token_verdict(tx: Tx, *, token: str, roles: Sequence[str] = ROLES) -> TokenInfo | str:
+    """:func:`live_token`, but a refusal says which: the worker handshake counts and logs it by that reason."""
+    return _verdict(tx.one, token, roles)
 
 
 @read_only(takes_locks=False)
