@@ -331,7 +331,8 @@ class WireConnection:
                 if token:
                     info = await self.endpoint.tokens.check(token)
             except Exception as exc:  # the database is away: say so, as a storage failure later would
-                log.warning("worker token not checked: %r", exc)
+                # Every reconnecting worker comes here during an outage: the refusal's line is bounded, this is not.
+                log.debug("worker token not checked: %r", exc)
                 refusal = STORAGE_UNAVAILABLE
             if refusal is None and type(info) is str:
                 refusal = token_refusal(info)
