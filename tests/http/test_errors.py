@@ -218,6 +218,20 @@ async def test_400_names_outside_the_grammar_are_refused_before_any_sql(http, to
     assert 'code="database_unavailable"' not in metrics
 
 
+@pytest.mark.parametrize("query", ["?idempotency_key=%FF", "?idempotency_key=caf%E9", "?idempotency_key=%ED%A0%80",
+                                   "?queue=billing&kind=%C0%AF", "?%FF=1", "?state=READY%FF"])
+async def test_400_a_query_string_that_is_not_utf8_once_decoded(http, tokens, query):
+    """Not read with U+FFFD in its place: ``%FF`` would then find the task whose key is that character."""
+    keyed = {**OK, "idempotency_key": "\ufffd"}
+    submitted = await http.post("/v1/tasks", token=tokens["operator"], json_body=keyed)
+    assert submitted.status in (200, 201), submitted.body
+    found = await http.get("/v1/tasks?idempotency_key=%EF%BF%BD", token=tokens["operator"])
+    assert [t["task_id"] for t in found.json()["tasks"]] == [submitted.json()["task_id"]]
+    reply = await http.get(f"/v1/tasks{query}", token=tokens["operator"])
+    assert (reply.status, reply.error["code"]) == (400, "invalid_request"), (query, reply.status, reply.body)
+    assert "UTF-8" in reply.error["message"], reply.error
+
+
 async def test_400_a_submit_to_a_queue_outside_the_grammar_even_with_a_scoped_token(http, tokens):
     for body in ({"queue": "Ã", "kind": "k"}, {"queue": "billing", "kind": "Ã"}, {"queue": "", "kind": "k"}):
         reply = await http.post("/v1/tasks", token=tokens["producer"], json_body=body)
