@@ -10,7 +10,10 @@ gracefully when the service's stop event is set (in-flight requests get
 ``GRACEFUL_TIMEOUT_S``), and is cancelled with the rest of the instance
 after that. With ``--tls-cert`` the API is HTTPS too.
 
-The accept loop is ours, not hypercorn's ``worker_serve``, for one reason:
+The accept loop is ours, not hypercorn's ``worker_serve``, for two reasons.
+A connection whose protocol layer fails (an HTTP/2 ``:path`` with a byte
+outside ASCII, which hypercorn decodes as ASCII) is closed and logged, and
+the failure goes no further (unhandled, it ended the serve process). And
 it holds at most :func:`~pulse_trio.http.connections.connection_limit` HTTP connections at a time. The
 worker endpoint and the database share this process's open-file limit;
 without the bound, a flood of long-polls or idle connections took every
@@ -170,6 +173,9 @@ async def _serve_bounded(app: object, config: Config, sockets: Sockets, stop: tr
     async def handle(stream: trio.abc.Stream) -> None:
         try:
             await connection(stream)
+        except Exception as exc:  # a connection's failure is its own, never the serve process's
+            log.warning("an HTTP connection failed below the API and was closed: %s: %s", type(exc).__name__,
+                        str(exc)[:200])
         finally:
             await trio.aclose_forcefully(stream)
             slots.release()

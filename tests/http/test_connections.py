@@ -211,3 +211,44 @@ async def test_a_tls_connection_that_never_says_hello_is_closed_at_the_idle_time
     took = await trio.to_thread.run_sync(silent)
     assert took < 3, took
     assert await settle_to(port, 0, within=3) == 0
+
+
+def _h2_get(port: int, path: bytes, token: str) -> bytes | None:
+    """One HTTP/2 GET over cleartext (prior knowledge), ``path`` sent as raw octets: the status, or None if the
+    connection ended without an answer."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding=None))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        conn.initiate_connection()
+        conn.send_headers(1, [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"127.0.0.1"),
+                              (b":path", path), (b"authorization", f"Bearer {token}".encode())], end_stream=True)
+        s.sendall(conn.data_to_send())
+        status = None
+        while chunk := s.recv(65536):
+            for event in conn.receive_data(chunk):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = dict(event.headers)[b":status"]
+                elif isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    return status
+            s.sendall(conn.data_to_send())
+        return None
+
+
+async def test_an_http2_path_outside_ascii_ends_its_connection_not_the_server(http, tokens, caplog):
+    """HTTP/2 carries ``:path`` as octets and hypercorn reads it as ASCII: the failure is the connection's own.
+
+    It once went up through the accept loop and ended the serve process: one unauthenticated request.
+    """
+    caplog.set_level(logging.WARNING, logger="pulse_trio.http")
+    token = tokens["operator"]
+    for _ in range(2):
+        assert await trio.to_thread.run_sync(_h2_get, http.port, b"/v1/tasks/tsk_\xff", token) is None
+        assert await trio.to_thread.run_sync(_h2_get, http.port, b"/v1/tasks", token) == b"200"
+        assert (await http.get("/healthz")).status == 200
+    assert any("connection failed below the API" in r.getMessage() for r in caplog.records)
+    # The query string is bytes to hypercorn: raw UTF-8 there reaches the API, which reads it as UTF-8.
+    raw = "/v1/tasks?idempotency_key=café".encode()
+    assert await trio.to_thread.run_sync(_h2_get, http.port, raw, token) == b"200"
