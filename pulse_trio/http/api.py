@@ -125,6 +125,7 @@ class TaskApi:
                 raise not_found("instance_not_found", f"no worker instance {instance_id}")
 
     # -- tasks -----------------------------------------------------------------------------
+    @bodies.takes_idempotency_header
     async def submit(self, request: Request) -> Response:
         info = await self.authenticate(request, "submit")
         body = await bodies.read_json(request)
@@ -143,6 +144,7 @@ class TaskApi:
         request.scope.setdefault("pulse", {})["task_id"] = task_id
         return json_text(text, 201 if created else 200, created=created)
 
+    @bodies.takes_idempotency_header
     async def submit_many(self, request: Request) -> Response:
         """Every task valid and allowed, then one transaction: all are submitted or none (per-task errors named)."""
         info = await self.authenticate(request, "submit")

@@ -57,6 +57,25 @@ def _takes_no_query(handler: Handler) -> Handler:
     return endpoint
 
 
+def _takes_no_idempotency_key(handler: Handler) -> Handler:
+    @functools.wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        bodies.no_idempotency_header(request)
+        return await handler(request)
+
+    return endpoint
+
+
+def _v1_inputs(handler: Handler) -> Handler:
+    """``handler`` refusing the query parameters and the ``Idempotency-Key`` header it is not marked to read."""
+    checked = handler
+    if not getattr(handler, "judges_query", False):
+        checked = _takes_no_query(checked)
+    if not getattr(handler, "takes_idempotency_header", False):
+        checked = _takes_no_idempotency_key(checked)
+    return checked
+
+
 def _guarded(handler: Handler, instance: LiveInstance) -> Handler:
     @functools.wraps(handler)
     async def endpoint(request: Request) -> Response:
@@ -94,11 +113,11 @@ def build_app(instance: LiveInstance, store: Store, settings: Settings,
     def route(path: str, **handlers: Handler) -> Route:
         """One route per path, so a wrong method gets 405 with the full ``Allow`` list.
 
-        A ``/v1`` handler not marked :func:`~pulse_trio.http.bodies.judges_query` takes no query parameter.
+        A ``/v1`` handler not marked :func:`~pulse_trio.http.bodies.judges_query` takes no query parameter,
+        one not marked :func:`~pulse_trio.http.bodies.takes_idempotency_header` no ``Idempotency-Key``.
         """
         if path.startswith("/v1/"):
-            handlers = {method: handler if getattr(handler, "judges_query", False) else _takes_no_query(handler)
-                        for method, handler in handlers.items()}
+            handlers = {method: _v1_inputs(handler) for method, handler in handlers.items()}
         by_method = {method.upper(): _guarded(handler, instance) for method, handler in handlers.items()}
         if "GET" in by_method:
             by_method["HEAD"] = by_method["GET"]

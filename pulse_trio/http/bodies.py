@@ -299,6 +299,22 @@ def idempotency_header(request: Request) -> str | None:
     return values[0] if values else None
 
 
+def takes_idempotency_header(handler: HandlerT) -> HandlerT:
+    """Marks a ``/v1`` handler that reads the ``Idempotency-Key`` header itself (:func:`idempotency_header`).
+
+    Every other ``/v1`` handler refuses it (:func:`no_idempotency_header`): ignored, it promised a replay
+    the operation never gives.
+    """
+    handler.takes_idempotency_header = True  # type: ignore[attr-defined]
+    return handler
+
+
+def no_idempotency_header(request: Request) -> None:
+    """400 when the request carries an ``Idempotency-Key`` header: this operation does not take one."""
+    if "idempotency-key" in request.headers:
+        raise bad_request("this operation takes no Idempotency-Key header; only POST /v1/tasks does")
+
+
 def judges_query(handler: HandlerT) -> HandlerT:
     """Marks a ``/v1`` handler that reads its own query parameters (through :func:`query`).
 

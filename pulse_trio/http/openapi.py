@@ -357,8 +357,8 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _ERRORS = {
-    400: "Bad input: not strict JSON (`invalid_json`), or a field or parameter out of its rules "
-         "(`invalid_request`).",
+    400: "Bad input: not strict JSON (`invalid_json`), or a field or parameter out of its rules, or an "
+         "`Idempotency-Key` header on an operation other than `submitTask` (`invalid_request`).",
     401: "No bearer token, an unknown or revoked one, or an Authorization header given twice "
          "(`unauthenticated`).",
     403: "The token's role or queues do not allow this (`forbidden`).",

@@ -323,6 +323,24 @@ async def test_every_operation_refuses_a_query_parameter_it_does_not_take(http, 
     assert "surely_unknown" in reply.error["message"]
 
 
+async def test_only_a_submit_takes_an_idempotency_key_header(http, tokens):
+    """Elsewhere it was ignored: a schedule created again under the same key was 409, not the replay it asked for."""
+    operator, key = tokens["operator"], {"Idempotency-Key": "create-nightly-1"}
+    schedule = {"name": "nightly", "queue": "billing", "kind": "k", "interval": 60}
+    first = await http.post("/v1/schedules", token=operator, json_body=schedule, headers=key)
+    assert (first.status, first.error["code"]) == (400, "invalid_request"), first.body
+    assert "Idempotency-Key" in first.error["message"]
+    assert (await http.get("/v1/schedules", token=operator)).json()["schedules"] == []
+    for method, path in _operations():
+        if (method, path) in {("POST", "/v1/tasks"), ("POST", "/v1/tasks/batch")}:
+            continue
+        reply = await http.request(method, path, token=operator, headers=key)
+        assert (reply.status, reply.error["code"]) == (400, "invalid_request"), (method, path, reply.body[:120])
+        assert "Idempotency-Key" in reply.error["message"], (method, path, reply.error)
+    submitted = await http.post("/v1/tasks", token=operator, json_body=OK, headers=key)
+    assert submitted.status == 201 and submitted.json()["idempotency_key"] == "create-nightly-1"
+
+
 @pytest.mark.parametrize(("method", "path"), [("GET", "/v1/tasks/"), ("POST", "/v1/tasks/"),
                                               ("GET", "/v1/tasks/tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A/outcome/")])
 async def test_a_trailing_slash_is_an_unknown_path_not_a_redirect(http, tokens, method, path):
