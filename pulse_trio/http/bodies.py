@@ -43,10 +43,16 @@ _CHARSET = "utf-8"
 
 
 async def read_json(request: Request, *, optional: bool = False) -> dict[str, Any]:
-    """The body as a strict JSON object (``{}`` for an empty optional body)."""
-    content_type = request.headers.get("content-type")
-    if content_type is not None:
-        _check_content_type(content_type)
+    """The body as a strict JSON object (``{}`` for an empty optional body).
+
+    A ``Content-Type`` given twice is refused, not read as its first: the
+    other may name the charset the body was written in.
+    """
+    content_types = request.headers.getlist("content-type")
+    if len(content_types) > 1:
+        raise bad_request("the Content-Type header is given twice; send one")
+    if content_types:
+        _check_content_type(content_types[0])
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():

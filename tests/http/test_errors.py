@@ -183,6 +183,35 @@ async def test_415_a_json_body_declared_in_another_charset_is_not_read_as_utf8(h
         assert reply.status == 201, (declared, reply.body)
 
 
+async def test_a_content_type_given_twice_is_refused_not_read_as_its_first(http, tokens):
+    """Read as the first, a Latin-1 body also declared UTF-8 was stored as a string its producer never sent."""
+    latin1 = json.dumps({**OK, "payload": "Ã©"}, ensure_ascii=False).encode("latin-1")
+
+    def post(declared: tuple[str, ...]) -> tuple[int, bytes]:
+        import http.client as httpclient
+        conn = httpclient.HTTPConnection("127.0.0.1", http.port, timeout=30)
+        try:
+            conn.putrequest("POST", "/v1/tasks")
+            conn.putheader("Authorization", f"Bearer {tokens['operator']}")
+            for value in declared:
+                conn.putheader("Content-Type", value)
+            conn.putheader("Content-Length", str(len(latin1)))
+            conn.endheaders(latin1)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    for declared in (("application/json; charset=utf-8", "application/json; charset=ISO-8859-1"),
+                     ("application/json", "application/json")):
+        status, body = await trio.to_thread.run_sync(post, declared)
+        assert status == 400, (declared, status, body[:200])
+        error = json.loads(body)["error"]
+        assert error["code"] == "invalid_request", error
+        assert "Content-Type header is given twice" in error["message"]
+    assert (await http.get("/v1/tasks", token=tokens["operator"])).json()["tasks"] == []
+
+
 @pytest.fixture
 async def service_without_database(db, nursery, token_factory):
     """A service whose database is not there (a closed port): what an outage looks like."""
