@@ -6,7 +6,7 @@ stop asked for, exit 0. The signal here arrives while `serve` waits for the mari
 just launched to answer (a data directory already initialised, so that
 window is about a second long: what a Ctrl-C or a `systemctl stop` right
 after a start meets). A shell script's background job (`serve &`) starts
-with SIGINT ignored: a SIGTERM stops it all the same (§4).
+with SIGINT ignored: a SIGTERM stops it all the same (docs/operations.md §4).
 """
 
 from __future__ import annotations
