@@ -174,8 +174,7 @@ async def _serve_bounded(app: object, config: Config, sockets: Sockets, stop: tr
         try:
             await connection(stream)
         except Exception as exc:  # a connection's failure is its own, never the serve process's
-            log.warning("an HTTP connection failed below the API and was closed: %s: %s", type(exc).__name__,
-                        str(exc)[:200])
+            log.warning("an HTTP connection failed below the API and was closed", exc_info=exc)
         finally:
             await trio.aclose_forcefully(stream)
             slots.release()
