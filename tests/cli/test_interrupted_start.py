@@ -44,7 +44,7 @@ def test_a_signal_while_the_managed_database_starts_stops_it_too(tmp_path, signu
             time.sleep(0.005)
         assert mariadbd is not None, "serve never launched mariadbd"
         serve.send_signal(signum)
-        returncode = serve.wait(30)
+        returncode = serve.wait(60)
         time.sleep(0.5)
         left_running = _alive(mariadbd)
         assert (returncode, left_running) == (expected, False), serve.stderr.read().decode(errors="replace")
