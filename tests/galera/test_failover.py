@@ -55,6 +55,14 @@ class ClusterFleet(Fleet):
     def server_log_count(self, i: int, text: str) -> int:
         return sum(path.read_text(errors="replace").count(text) for path in self.logs.glob(f"*-server{i}.log"))
 
+    def wait_connected(self, worker: int, server: int, timeout: float) -> None:
+        """Until worker ``worker``'s log says it connected to server ``server``."""
+        said = f"connected to ws://127.0.0.1:{self.ports[server]}/v1/worker"
+        deadline = time.monotonic() + timeout
+        while not any(said in path.read_text(errors="replace") for path in self.logs.glob(f"*-worker{worker}-*.log")):
+            assert time.monotonic() < deadline, f"worker {worker} never connected to server {server}; logs in {self.logs}"
+            time.sleep(0.05)
+
     def start_all_url_worker(self, i: int, capacity: int = 16) -> None:
         urls = ",".join(f"ws://127.0.0.1:{port}/v1/worker" for port in self.ports[i:] + self.ports[:i])
         backend = self.backend_of(i)  # asyncio and Trio workers alternate, as in the chaos fleet
@@ -186,6 +194,9 @@ def test_an_instance_cut_off_from_every_writer_fences_and_its_workers_go_elsewhe
             tasks = [build_task("chaos", "work", {"n": n, "sleep": 0.1}, retry_uncertain=True, max_attempts=10)
                      for n in range(200)]
             ids = {t["task_id"] for t in client.submit_many(tasks)}
+            # The fault must find the worker on instance 0: a worker slow to start (a loaded machine) would
+            # otherwise be refused there once node 1 is away, and never hold a session for the fence to end.
+            fleet.wait_connected(0, 0, timeout=60)
             time.sleep(0.5)
             n1.isolate()
             states = _settle(db, len(ids), timeout=90)
