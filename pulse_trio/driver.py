@@ -62,6 +62,10 @@ CONVERSIONS = {**conversions, FIELD_TYPE.DATETIME: _read_datetime, FIELD_TYPE.TI
 _ESCAPED = re.compile(r"[\x00\n\r\x1a\\'\"]").search
 
 
+#: The context PyMySQL's opportunistic TLS uses, once built (see :meth:`Connection._create_ssl_ctx`).
+_OPPORTUNISTIC_TLS: list[Any] = []
+
+
 class Connection(pymysql.connections.Connection):
     """PyMySQL's connection, with the literals and results of the hot statements in fewer steps.
 
@@ -102,6 +106,22 @@ class Connection(pymysql.connections.Connection):
             super().connect(sock)
         finally:
             self._read_timeout, self._write_timeout = after  # the next read or write resets the socket's
+
+    def _create_ssl_ctx(self, sslp: Any) -> Any:
+        """PyMySQL's, with the context of its opportunistic TLS (no TLS option given) built once per process.
+
+        PyMySQL builds that context for every connection, TLS used or not
+        (a local socket, a server without TLS), and building one reads the
+        system's CA store: it cost more than the rest of a local connect
+        (docs/performance.md, "Connecting"). It verifies nothing and keeps no
+        per-connection state, so one serves every connection; a context for
+        TLS options given is PyMySQL's own, built each time.
+        """
+        if isinstance(sslp, dict) and not sslp:
+            if not _OPPORTUNISTIC_TLS:  # two threads may both build one: the first kept serves both
+                _OPPORTUNISTIC_TLS.append(super()._create_ssl_ctx({}))
+            return _OPPORTUNISTIC_TLS[0]
+        return super()._create_ssl_ctx(sslp)
 
     def set_character_set(self, charset: str, collation: str | None = None) -> None:
         """PyMySQL's own; the descriptions kept were read in the old encoding, so they go."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import ssl
 import struct
 from collections.abc import Iterator
 
@@ -171,3 +172,18 @@ def test_a_new_character_set_drops_the_descriptions_kept(pair):
         assert read[0] == read[1], charset
     ours.set_character_set("utf8mb4")
     assert not ours.descriptions
+
+
+def test_connections_without_tls_options_share_one_opportunistic_context(db):
+    """PyMySQL's no-option TLS (used when the server offers it, verifying nothing) is built once, not per connect."""
+    first, second = (Connection(**db.connect_kwargs()) for _ in range(2))
+    try:
+        assert first.ctx is second.ctx
+        assert (first.ctx.verify_mode, first.ctx.check_hostname) == (ssl.CERT_NONE, False)
+        assert first._create_ssl_ctx({"verify_mode": "none"}) is not first.ctx  # options given: PyMySQL's own
+        with second.cursor() as cur:  # and the connection works as PyMySQL's own
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
+    finally:
+        first.close()
+        second.close()
