@@ -20,6 +20,14 @@ from pulse_trio.store.engine.writer import connect
 
 T = TypeVar("T")
 
+#: InnoDB's ``information_schema.innodb_trx`` is a cache, refreshed only when nobody has read it for 100 ms:
+#: a loop that reads it more often sees the same rows for ever (a lock wait that began after never shows).
+#: Pollers wait this long between two reads.
+INNODB_TRX_READ_GAP_S = 0.12
+
+#: The transactions of a server waiting for a row lock now (read it at most every INNODB_TRX_READ_GAP_S).
+LOCK_WAITS = "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+
 
 def rows(config: DatabaseConfig, query: str, args: Any = ()) -> list[tuple]:
     """Run ``query`` with ``args``; its rows (none for a write)."""

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import trio
 
-from sql_support import rows
+from sql_support import INNODB_TRX_READ_GAP_S, LOCK_WAITS, rows
 
 OTHER_SECRET = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE"
 UNKNOWN_INSTANCE = "ins_01KBFEY3G08GKV6GQS8WWD954X"
 
 
 async def _lock_waits(db) -> int:
-    """Transactions of the test database's server waiting for a row lock now."""
-    (count,) = await trio.to_thread.run_sync(
-        lambda: rows(db, "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"))
+    """Transactions of the test database's server waiting for a row lock now (after the view's read gap, so
+    that a caller's loop of reads lets it refresh)."""
+    await trio.sleep(INNODB_TRX_READ_GAP_S)
+    (count,) = await trio.to_thread.run_sync(lambda: rows(db, LOCK_WAITS))
     return int(count[0])
 
 

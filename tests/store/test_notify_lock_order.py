@@ -19,6 +19,7 @@ from pulse_trio.store import notify_cancellations, request_cancel
 from pulse_trio.store.cancellation import sql as csql
 from pulse_trio.store.engine.facade import SyncStore
 from pulse_trio.store.lease import sql as lsql
+from sql_support import INNODB_TRX_READ_GAP_S, LOCK_WAITS
 
 
 def _waiting_or_done(db_conn, t: threading.Thread, deadline_s: float = 5.0) -> None:
@@ -26,10 +27,10 @@ def _waiting_or_done(db_conn, t: threading.Thread, deadline_s: float = 5.0) -> N
     end = time.monotonic() + deadline_s
     while t.is_alive() and time.monotonic() < end:
         with db_conn.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+            cur.execute(LOCK_WAITS)
             if cur.fetchone()[0]:
                 return
-        time.sleep(0.02)
+        time.sleep(INNODB_TRX_READ_GAP_S)
 
 
 def test_notify_does_not_deadlock_a_lease_batch_holding_a_revoked_offer(world):
