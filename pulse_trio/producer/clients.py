@@ -10,6 +10,7 @@ against AnyIO). A task handle's ``result()`` waits for the outcome.
 from __future__ import annotations
 
 import dataclasses
+import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -30,6 +31,28 @@ KEEPALIVE_EXPIRY_S = 2.0
 #: No cap on open connections: a waiting handle holds one for each long-poll, so under httpx's cap a
 #: shared client's other calls would queue behind the waits and fail. The idle ones kept stay capped.
 DEFAULT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY_S)
+
+
+#: The one TLS context of the clients left to verify with the default CA store (see :func:`default_tls`).
+_DEFAULT_TLS: list[ssl.SSLContext] = []
+
+
+def default_tls() -> ssl.SSLContext:
+    """What ``verify=True`` means (httpx's default: certifi's CA file, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``),
+    built at the process's first client and shared by every client after it.
+
+    httpx builds it anew for each client, reading the CA file, which cost more
+    than the rest of a client's construction; a context holds no per-client
+    state and the clients all set the same ALPN on it (HTTP/1.1 only).
+    """
+    if not _DEFAULT_TLS:  # two threads may both build one: the first kept serves both
+        _DEFAULT_TLS.append(httpx.create_ssl_context())
+    return _DEFAULT_TLS[0]
+
+
+def _verify(verify: Any) -> Any:
+    """``verify`` as given, but ``True`` as the process's shared default context."""
+    return default_tls() if verify is True else verify
 
 
 def _options(url: str, token: str, timeout: float, headers: Mapping[str, str] | None,
@@ -102,7 +125,7 @@ class Client:
     def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S,
                  headers: Mapping[str, str] | None = None, verify: Any = True,
                  limits: httpx.Limits = DEFAULT_LIMITS) -> None:
-        self._http = httpx.Client(**_options(url, token, timeout, headers, limits), verify=verify)
+        self._http = httpx.Client(**_options(url, token, timeout, headers, limits), verify=_verify(verify))
 
     def _run(self, call: Call[T]) -> T:
         def send(request: Request) -> Answer:
@@ -164,7 +187,7 @@ class AsyncClient:
     def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S,
                  headers: Mapping[str, str] | None = None, verify: Any = True,
                  limits: httpx.Limits = DEFAULT_LIMITS) -> None:
-        self._http = httpx.AsyncClient(**_options(url, token, timeout, headers, limits), verify=verify)
+        self._http = httpx.AsyncClient(**_options(url, token, timeout, headers, limits), verify=_verify(verify))
 
     async def _run(self, call: Call[T]) -> T:
         """:func:`pulse_trio.producer.calls.drive`, awaiting each request (and each pause)."""

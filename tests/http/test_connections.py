@@ -252,3 +252,29 @@ async def test_an_http2_path_outside_ascii_ends_its_connection_not_the_server(ht
     # The query string is bytes to hypercorn: raw UTF-8 there reaches the API, which reads it as UTF-8.
     raw = "/v1/tasks?idempotency_key=café".encode()
     assert await trio.to_thread.run_sync(_h2_get, http.port, raw, token) == b"200"
+
+
+async def test_producer_clients_share_one_default_tls_context_and_it_still_verifies(start_service, tls, token_factory):
+    """docs/worker.md ("verify="): a client left to verify with the default CA store takes the process's one
+    context, which still refuses a certificate that store does not vouch for; a context given is used as given."""
+    import httpx
+
+    from pulse_trio.producer import Client
+    from pulse_trio.producer.clients import default_tls
+
+    cert, key, trusting = tls
+    service = await start_service(tls_cert=cert, tls_key=key)
+    url = f"https://127.0.0.1:{service.http_port}"
+    token = token_factory("producer", ["billing"])
+
+    def calls() -> dict:
+        with Client(url, token) as first, Client(url, token) as second:
+            assert first._http._transport._pool._ssl_context is second._http._transport._pool._ssl_context
+            assert first._http._transport._pool._ssl_context is default_tls()
+            with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                first.list(queue="billing")
+        with Client(url, token, verify=trusting) as trusted:
+            assert trusted._http._transport._pool._ssl_context is trusting
+            return trusted.list(queue="billing")
+
+    assert (await trio.to_thread.run_sync(calls))["tasks"] == []
