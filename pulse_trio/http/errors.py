@@ -33,8 +33,7 @@ from starlette.responses import Response
 
 from pulse_trio.client import ClientError
 from pulse_trio.cluster_settings import UNKNOWN_SETTING
-from pulse_trio.store.engine.facade import StoreUnavailable
-from pulse_trio.store.engine.failures import LOST, classify
+from pulse_trio.store.engine.facade import database_away
 from pulse_trio.store.engine.codes import TASK_NOT_FOUND
 
 RETRY_AFTER_S = 1
@@ -135,7 +134,7 @@ INPUT_REFUSED = frozenset({1264, 1265, 1266, 1267, 1270, 1271, 1292, 1300, 1366,
 
 def database_error(exc: BaseException) -> ApiError | None:
     """The answer for a database error (None: not one). Only a lost connection is 503."""
-    if isinstance(exc, StoreUnavailable) or classify(exc) == LOST:  # the store's one reading of it
+    if database_away(exc):
         return database_unavailable()
     if not isinstance(exc, pymysql.err.MySQLError):
         return None

@@ -57,8 +57,7 @@ from pulse_trio.contract import errors as e
 from pulse_trio.contract.credentials import HiddenCredentials
 from pulse_trio.contract.limits import MAX_CAPACITY, MAX_FRAME_BYTES, SUBPROTOCOL
 from pulse_trio.contract.ws_frames import FrameCutter, queue_text
-from pulse_trio.store.engine.facade import StoreUnavailable
-from pulse_trio.store.engine.failures import LOST, classify
+from pulse_trio.store.engine.facade import database_away
 from pulse_trio.server.gated_accept import AcceptGate, GatedListener, counted
 from pulse_trio.server.handshake import (BAD_REQUEST, NO_TOKEN, STORAGE_UNAVAILABLE, bearer_token, check_request,
                                         token_refusal)
@@ -333,7 +332,7 @@ class WireConnection:
                 if token:
                     info = await self.endpoint.tokens.check(token)
             except Exception as exc:  # answered as a storage failure later would be: 503, come back later
-                if isinstance(exc, StoreUnavailable) or classify(exc) == LOST:
+                if database_away(exc):
                     # Every reconnecting worker comes here during an outage: the refusal's line is bounded.
                     log.debug("worker token not checked: %r", exc)
                 else:  # a lookup that fails otherwise (a grant or a table gone, a bug): what failed, every time

@@ -59,6 +59,16 @@ class StoreUnavailable(RuntimeError):
         self.conflict = conflict
 
 
+def database_away(exc: BaseException) -> bool:
+    """The store's one reading of "the database is away": its retries gave up, or the connection was lost.
+
+    Callers answer it as a storage failure (503, ``storage_unavailable``)
+    and log it once, as the service's loops do; any other failure is theirs
+    to report with its cause.
+    """
+    return isinstance(exc, StoreUnavailable) or classify(exc) == LOST
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoreStatistics:
     pool_size: int
