@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from pulse_trio import __version__
@@ -40,7 +41,7 @@ def _take_sigint_as_an_interrupt() -> None:
     they would be lost. A running service's watcher already takes SIGINT
     whatever the launcher set (docs/operations.md §4).
     """
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

@@ -10,6 +10,7 @@ against AnyIO). A task handle's ``result()`` waits for the outcome.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -33,10 +34,7 @@ KEEPALIVE_EXPIRY_S = 2.0
 DEFAULT_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY_S)
 
 
-#: The one TLS context of the clients left to verify with the default CA store (see :func:`default_tls`).
-_DEFAULT_TLS: list[ssl.SSLContext] = []
-
-
+@functools.cache
 def default_tls() -> ssl.SSLContext:
     """What ``verify=True`` means (httpx's default: certifi's CA file, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``),
     built at the process's first client and shared by every client after it.
@@ -45,9 +43,7 @@ def default_tls() -> ssl.SSLContext:
     than the rest of a client's construction; a context holds no per-client
     state and the clients all set the same ALPN on it (HTTP/1.1 only).
     """
-    if not _DEFAULT_TLS:  # two threads may both build one: the first kept serves both
-        _DEFAULT_TLS.append(httpx.create_ssl_context())
-    return _DEFAULT_TLS[0]
+    return httpx.create_ssl_context()
 
 
 def _verify(verify: Any) -> Any:
