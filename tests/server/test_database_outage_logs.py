@@ -130,3 +130,28 @@ async def test_every_loop_says_once_that_the_database_is_away_and_once_that_it_i
 
 def _said(records: list[logging.LogRecord]) -> list[tuple[int, str]]:
     return [(r.levelno, r.getMessage()) for r in records]
+
+
+async def test_workers_refused_while_the_database_is_away_write_one_line_not_one_each(db, nursery, worker_token,
+                                                                                       caplog):
+    """docs/operations.md §6: a handshake refused because the database is away (503) is counted and said once
+    for its cause, with no warning of its own per handshake: the outage is in the log already."""
+    import harness
+
+    caplog.set_level(logging.INFO, logger="pulse_trio")
+    relay = await nursery.start(DatabaseRelay(db).serve)
+    relayed = dataclasses.replace(db, host="127.0.0.1", port=relay.port, unix_socket=None, hosts=())
+    settings = Settings(worker_listen=("127.0.0.1", 0), http_listen=("127.0.0.1", 0))
+    service = await nursery.start(lambda task_status: serve(settings, relayed, handle_signals=False,
+                                                            task_status=task_status))
+    try:
+        relay.cut()
+        before = len(caplog.records)
+        for _ in range(3):  # workers reconnecting while the database is away
+            assert (await harness.rejected(service.worker_port, worker_token)).status_code == 503
+        said = [r for r in caplog.records[before:]
+                if r.name == "pulse_trio.connection" and r.levelno >= logging.WARNING]
+        assert [r.getMessage() for r in said] == [f"worker handshake refused: storage_unavailable from {said[0].peer}"]
+    finally:
+        relay.restore()
+        service.stop()
