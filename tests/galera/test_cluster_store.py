@@ -212,6 +212,9 @@ def test_a_task_view_finds_a_task_committed_through_another_node(cluster, databa
 
     def forget_the_record() -> None:  # so neither process follows the other within the test
         with contextlib.closing(n2.connect()) as conn, conn.cursor() as cur:
+            # After the record written through n1 has reached n2 (reads and deletes wait for it): else the
+            # DELETE finds nothing yet, and the second process follows the first one's writer.
+            cur.execute("SET SESSION wsrep_sync_wait = 15")
             cur.execute(f"DELETE FROM `{database_name}`.db_writer")
 
     writer_for(a_config).reset()
