@@ -144,11 +144,10 @@ class TaskApi:
         request.scope.setdefault("pulse", {})["task_id"] = task_id
         return json_text(text, 201 if created else 200, created=created)
 
-    @bodies.takes_idempotency_header
     async def submit_many(self, request: Request) -> Response:
         """Every task valid and allowed, then one transaction: all are submitted or none (per-task errors named)."""
         info = await self.authenticate(request, "submit")
-        items = bodies.batch(await bodies.read_json(request), bodies.idempotency_header(request))
+        items = bodies.batch(await bodies.read_json(request))
         now = self.instance.now()
         tasks, refused = [], []
         for index, item in enumerate(items):

@@ -228,11 +228,8 @@ def submission(body: dict[str, Any], idempotency_header: str | None) -> Submissi
     return Submission(check_name("queue", body["queue"]), check_name("kind", body["kind"]), options)
 
 
-def batch(body: dict[str, Any], idempotency_header: str | None) -> list[Any]:
+def batch(body: dict[str, Any]) -> list[Any]:
     """``POST /v1/tasks/batch``: ``{"tasks": [submit body, ...]}``, 1 to ``MAX_BATCH`` of them (each judged later)."""
-    if idempotency_header is not None:
-        raise bad_request("a batch takes no Idempotency-Key header: give each task its idempotency_key",
-                          field="idempotency_key")
     _closed(body, frozenset({"tasks"}), ("tasks",))
     items = body["tasks"]
     if type(items) is not list or not 1 <= len(items) <= ranges.MAX_BATCH:
@@ -318,7 +315,8 @@ def takes_idempotency_header(handler: HandlerT) -> HandlerT:
 def no_idempotency_header(request: Request) -> None:
     """400 when the request carries an ``Idempotency-Key`` header: this operation does not take one."""
     if "idempotency-key" in request.headers:
-        raise bad_request("this operation takes no Idempotency-Key header; only POST /v1/tasks does")
+        raise bad_request("this operation takes no Idempotency-Key header; only POST /v1/tasks does "
+                          "(a batch takes each task's idempotency_key)")
 
 
 def judges_query(handler: HandlerT) -> HandlerT:

@@ -70,6 +70,9 @@ async def test_a_batch_takes_no_idempotency_key_header(http, tokens):
     reply = await http.post("/v1/tasks/batch", token=tokens["producer"], headers={"Idempotency-Key": "k"},
                             json_body={"tasks": [{"queue": "billing", "kind": "k"}]})
     assert reply.status == 400 and "idempotency_key" in reply.error["message"]
+    unauthenticated = await http.post("/v1/tasks/batch", headers={"Idempotency-Key": "k"},
+                                      json_body={"tasks": [{"queue": "billing", "kind": "k"}]})
+    assert unauthenticated.status == 400, "refused before the token, as on every other operation"
 
 
 async def test_the_batch_path_is_not_a_task(http, tokens):
