@@ -67,7 +67,6 @@ from pulse_trio.server.live_session import LiveSession, in_flight_limit
 
 if TYPE_CHECKING:
     from pulse_trio.server.endpoint import WorkerEndpoint
-    from pulse_trio.server.live_settings import LiveSettings
     from pulse_trio.tokens import TokenInfo
 
 log = logging.getLogger("pulse_trio.connection")
