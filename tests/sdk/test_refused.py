@@ -144,3 +144,23 @@ async def test_a_hello_refused_by_another_release_is_the_urls_own(raw, start_ser
     await _refuse_the_hello(raw, code)
     refused = await _refusal(alone)
     assert refused.code == code and len(raw.request_times) == 2, (refused, raw.request_times)
+
+
+@pytest.mark.parametrize("refusal", ["401", "permission_denied"])
+async def test_real_instances_refusing_the_token_end_run_without_trying_the_other_urls(
+        start_service, proxy_for, token_factory, run_worker, refusal):
+    """Two real instances on one database, each behind a proxy that counts its connections: the first's
+    refusal of the token (a producer's token: 401 at the handshake; a worker's for another queue:
+    ``permission_denied`` at hello) ends run() at once, and the second URL is never dialled."""
+    first, second = await start_service(), await start_service()
+    to_first, to_second = await proxy_for(first), await proxy_for(second)
+    token = token_factory("producer", ["billing"]) if refusal == "401" else token_factory("worker", ["other"])
+    worker = await run_worker([to_first.url, to_second.url], _registry(), token=token, wait=False, strict=False)
+    refused = await _refusal(worker)
+    if refusal == "401":
+        assert refused.status == 401 and refused.code is None, refused
+    else:
+        assert refused.code == e.PERMISSION_DENIED and refused.status is None, refused
+    await trio.sleep(0.3)  # several of the fast backoff's waits: nothing dials again
+    assert (to_first.links, to_second.links) == (1, 0), (to_first.links, to_second.links)
+    assert worker.stats.connects == 0 and not worker.connected
