@@ -556,17 +556,21 @@ async def test_a_request_safe_to_repeat_is_sent_again_when_its_kept_alive_connec
 
 
 class LateDropGateway:
-    """In front of a real serve: the first wait's long-poll is held ``after`` s, then its connection closed
-    unanswered (an instance that died, a balancer that reset it); every other request passes."""
+    """In front of a real serve: the first ``drops`` long-polls of a wait are each held ``after`` s, then their
+    connection closed unanswered (an instance that died, a balancer that reset it); every other request
+    passes. ``asked`` holds when each long-poll arrived (``time.monotonic``)."""
 
-    def __init__(self, upstream_port: int, after: float) -> None:
-        self.upstream_port, self.after = upstream_port, after
+    def __init__(self, upstream_port: int, after: float, drops: int = 1) -> None:
+        self.upstream_port, self.after, self.drops = upstream_port, after, drops
         self.dropped = 0
+        self.asked: list[float] = []
 
     async def handle(self, client: trio.SocketStream) -> None:
         async with client:
             while request := await _http_message(client):
-                if b"/outcome?" in request.split(b"\r\n", 1)[0] and not self.dropped:
+                if b"/outcome?" in request.split(b"\r\n", 1)[0]:
+                    self.asked.append(time.monotonic())
+                if b"/outcome?" in request.split(b"\r\n", 1)[0] and self.dropped < self.drops:
                     self.dropped += 1
                     await trio.sleep(self.after)
                     return
@@ -594,6 +598,36 @@ async def test_a_wait_whose_long_poll_drops_late_still_ends_by_its_timeout(kind,
             await client.wait(handle.task_id, timeout=1.5)
         took = time.monotonic() - started
         assert gateway.dropped == 1 and took < 1.5 + OVERRUN_S, took
+    finally:
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_wait_asks_again_at_once_after_a_drop_and_after_a_pause_when_it_drops_again(kind, service,
+                                                                                          token_factory, nursery):
+    """worker.md §12.1: a wait's long-poll whose connection drops is asked again at once (the drop of a
+    kept-alive connection the service closed as idle); a drop again is a service away, asked again after
+    ``RETRY_PAUSE_S``. Each drop is a real TCP close by a relay in front of a real serve."""
+    from pulse_trio.producer.calls import RETRY_PAUSE_S
+
+    gateway = LateDropGateway(service.http_port, after=0.0, drops=2)
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(trio.serve_listeners, gateway.handle, listeners)
+    url, token = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", token_factory(
+        "producer", ("billing",), allow=("cancel",))
+    raw = AsyncClient(url, token) if kind == "async" else Client(url, token)
+    client = raw if kind == "async" else InThread(raw)
+    try:
+        handle = await client.submit("billing", "invoice.send")
+        await client.cancel(handle.task_id)  # ended: the first long-poll that gets through answers at once
+        with pytest.raises(TaskCancelled), trio.fail_after(RETRY_PAUSE_S + 3):
+            await client.wait(handle.task_id, timeout=10)
+        first, second, third = gateway.asked
+        assert second - first < RETRY_PAUSE_S / 2, gateway.asked
+        assert third - second >= RETRY_PAUSE_S * 0.9, gateway.asked
     finally:
         if isinstance(raw, AsyncClient):
             await raw.aclose()
