@@ -107,3 +107,22 @@ async def test_a_url_refused_before_a_session_opened_is_tried_again_after_it(sta
     await wait_for(lambda: worker.connected or worker.returned.is_set(), what="a session on X")
     assert worker.error is None, repr(worker.error)
     assert worker.url == x.url and worker.stats.connects == 2
+
+
+async def test_an_instance_that_never_answers_the_upgrade_is_left_after_connect_timeout(start_service, proxy_for,
+                                                                                        run_worker):
+    """worker.md §5: ``connect_timeout`` bounds the connection and the upgrade. The first URL is a real
+    instance behind a frozen proxy (TCP accepts, no byte comes back: a frozen or partitioned instance);
+    the worker gives it up after its connect_timeout and opens its session on the next URL."""
+    frozen_one, second = await start_service(), await start_service()
+    frozen = await proxy_for(frozen_one)
+    frozen.freeze()
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    started = trio.current_time()
+    worker = await run_worker([frozen.url, url_of(second)], registry, wait=False, connect_timeout=0.5)
+    await wait_for(lambda: worker.connected or worker.returned.is_set(), timeout=5, what="a session on the second URL")
+    took = trio.current_time() - started
+    assert worker.error is None and worker.url == url_of(second), repr(worker.error)
+    assert frozen.links == 1 and worker.stats.failed_connects == 1
+    assert 0.5 <= took < 2.0, took
