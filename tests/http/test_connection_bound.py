@@ -157,3 +157,66 @@ async def test_waits_beyond_their_bound_are_refused_503_and_leave_the_api_answer
         assert outcome.status == 200 and outcome.json()["state"] == "CANCELLED", outcome.body[:300]
     finally:
         await _end(process, flood)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_clients_wait_refused_too_many_waits_asks_again_after_a_pause(db, tmp_path, kind):
+    """http-api.md: a wait beyond the bound is answered 503 ``too_many_waits``, and the Python clients'
+    ``wait()`` asks again after it. Every wait of a real serve is held; the client's wait is refused, the
+    task is cancelled meanwhile, and the wait ends with the task's own outcome on its next ask, after the
+    pause (an ask that had been held would have been woken at once)."""
+    from pulse_trio.producer import AsyncClient, Client, TaskCancelled
+    from pulse_trio.producer.calls import RETRY_PAUSE_S
+
+    waits = int(FILES * HTTP_SHARE_OF_FILES * WAITS_SHARE_OF_CONNECTIONS)
+    with open(tmp_path / "serve.log", "wb") as log:
+        process, _, http_port = await _serve(db, log)
+    producer, http = make_token(db, "producer"), Http(http_port)
+    flood: list[socket.socket] = []
+    client: AsyncClient | Client | None = None
+    try:
+        task_id = (await http.post("/v1/tasks", token=producer, json_body={"queue": "billing", "kind": "k"})
+                   ).json()["task_id"]
+        poll = (f"GET /v1/tasks/{task_id}/outcome?wait=60 HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {producer}\r\n\r\n").encode()
+        for _ in range(waits + 1):
+            s = socket.create_connection(("127.0.0.1", http_port))
+            s.sendall(poll)
+            flood.append(s)
+        with trio.fail_after(5):  # every wait is held once the one beyond them is refused
+            while not (refused := [a for a in map(_answer_now, flood) if a]):
+                await trio.sleep(0.05)
+        assert len(refused) == 1 and b'"too_many_waits"' in refused[0], refused
+
+        url = f"http://127.0.0.1:{http_port}"
+        client = AsyncClient(url, producer) if kind == "async" else Client(url, producer)
+        raised: list[BaseException] = []
+
+        async def wait() -> None:
+            try:
+                if isinstance(client, AsyncClient):
+                    await client.wait(task_id, timeout=10)
+                else:
+                    await trio.to_thread.run_sync(client.wait, task_id, 10)
+            except Exception as exc:  # noqa: BLE001 (the test judges what it was)
+                raised.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            started = trio.current_time()
+            nursery.start_soon(wait)
+            await trio.sleep(0.3)
+            assert not raised, raised  # refused, it did not give up
+            cancelled = await http.post(f"/v1/tasks/{task_id}/cancel", token=make_token(db, "operator"))
+            assert cancelled.status == 200, cancelled.body[:300]
+            with trio.fail_after(RETRY_PAUSE_S + 3):
+                while not raised:
+                    await trio.sleep(0.02)
+        took = trio.current_time() - started
+        assert isinstance(raised[0], TaskCancelled), repr(raised[0])
+        assert took >= RETRY_PAUSE_S * 0.9, took
+    finally:
+        if isinstance(client, AsyncClient):
+            await client.aclose()
+        elif client is not None:
+            client.close()
+        await _end(process, flood)
