@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from sdk_support import url_of, wait_for
+from token_support import revoke_token
 
 from pulse_trio.contract import errors as e
 from pulse_trio.sdk import Backoff, Registry, TaskContext, WorkerRefused
@@ -164,3 +165,18 @@ async def test_real_instances_refusing_the_token_end_run_without_trying_the_othe
     await trio.sleep(0.3)  # several of the fast backoff's waits: nothing dials again
     assert (to_first.links, to_second.links) == (1, 0), (to_first.links, to_second.links)
     assert worker.stats.connects == 0 and not worker.connected
+
+
+async def test_a_token_revoked_while_the_worker_is_connected_ends_run_with_the_401(db, start_service, proxy_for,
+                                                                                token_factory, run_worker):
+    """protocol.md §1.2: a revoke ends the sessions the token opened, and a reconnect with it gets 401, which
+    worker.md §11.1 makes the token's: run() ends with WorkerRefused instead of going round its URLs."""
+    first, second = await start_service(), await start_service()
+    to_first, to_second = await proxy_for(first), await proxy_for(second)
+    token = token_factory("worker", ["billing"])
+    worker = await run_worker([to_first.url, to_second.url], _registry(), token=token, strict=False)
+    assert worker.url == to_first.url
+    revoke_token(db, token)
+    refused = await _refusal(worker)
+    assert refused.status == 401, refused
+    assert worker.stats.connects == 1 and to_first.links + to_second.links == 2, (to_first.links, to_second.links)
