@@ -361,6 +361,48 @@ async def test_a_wait_on_a_service_that_accepts_but_never_answers_ends_near_its_
     assert isinstance(raised.__cause__, httpx.ReadTimeout)
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_wait_whose_service_goes_away_after_answering_times_out_with_the_task_last_seen(kind, service,
+                                                                                              tokens, nursery):
+    """worker.md §12.1: ``WaitTimeout`` carries the task as last seen. A stopping serve answers its long-poll
+    with the task as it is, then nothing listens: the wait asks again until its timeout, and its
+    WaitTimeout holds that view (not just the id), chained from the last failure."""
+    from http_support import Http
+
+    url = f"http://127.0.0.1:{service.http_port}"
+    raw = AsyncClient(url, tokens["producer"]) if kind == "async" else Client(url, tokens["producer"])
+    client = raw if kind == "async" else InThread(raw)
+    raised: list[BaseException] = []
+    try:
+        handle = await client.submit("billing", "invoice.send", {"invoice": 7})
+
+        async def wait() -> None:
+            try:
+                await client.wait(handle.task_id, timeout=2.0)
+            except Exception as exc:  # noqa: BLE001 (the test judges what it was)
+                raised.append(exc)
+
+        nursery.start_soon(wait)
+        http = Http(service.http_port)
+        with trio.fail_after(10):  # the long-poll is parked on the server before the stop
+            while "pulse_http_outcome_waiters 1\n" not in (await http.get("/metrics")).body.decode():
+                await trio.sleep(0.02)
+        service.stop()
+        with trio.fail_after(10):
+            while not raised:
+                await trio.sleep(0.02)
+        timed_out = raised[0]
+        assert isinstance(timed_out, WaitTimeout), repr(timed_out)
+        assert timed_out.task["task_id"] == handle.task_id and timed_out.task["state"] == "READY", timed_out.task
+        assert timed_out.task["payload"] == {"invoice": 7} and timed_out.task["done"] is False
+        assert isinstance(timed_out.__cause__, httpx.TransportError), repr(timed_out.__cause__)
+    finally:
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
+
+
 def _submit_in_child(url: str, token: str) -> str:
     with Client(url, token) as producer:
         return producer.submit("billing", "invoice.send", priority=99).task_id
