@@ -95,6 +95,14 @@ def check_capacity(capacity: object) -> None:
         raise ValueError(f"capacity must be an int 0..{lim.MAX_CAPACITY}, got {capacity!r:.40}")
 
 
+def check_seconds(name: str, value: object) -> None:
+    """ValueError unless ``value`` is a positive, finite number of seconds (not a bool), checked when the
+    ``Worker`` is made: a zero ``connect_timeout`` would fail every connect and reconnect forever, an
+    unreadable one end ``run()`` from inside its reconnect loop."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value < math.inf):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r:.40}")
+
+
 def default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"[: lim.MAX_LABEL_CHARS]
 
@@ -116,8 +124,8 @@ class Worker:
         if not len(registry):
             raise ValueError("the registry has no handlers")
         check_capacity(capacity)
-        if not drain_check > 0:
-            raise ValueError("drain_check must be a positive number of seconds")
+        check_seconds("connect_timeout", connect_timeout)
+        check_seconds("drain_check", drain_check)
         #: Every server URL this worker may use, tried in turn: the next one after each
         #: failed connect or lost session (instances of one service, any of them will do).
         self.urls: tuple[str, ...] = (url,) if isinstance(url, str) else tuple(url)

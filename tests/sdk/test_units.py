@@ -187,6 +187,19 @@ def test_a_worker_refuses_a_capacity_it_could_not_declare_when_it_is_made(capaci
         Worker("ws://127.0.0.1:7380/v1/worker", "t", registry, capacity=capacity)
 
 
+@pytest.mark.parametrize("option", ["connect_timeout", "drain_check"])
+@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), "10", True],
+                         ids=["zero", "negative", "nan", "inf", "text", "bool"])
+def test_a_worker_refuses_a_timeout_that_is_no_positive_finite_number_when_it_is_made(option, seconds):
+    """Not at each connect: a zero connect_timeout fails every connect and reconnects forever, a NaN or a
+    text one ended run() with an ExceptionGroup from the reconnect loop, an infinite one never gives up a
+    frozen instance for the next URL."""
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    with pytest.raises(ValueError, match=f"{option} must be a positive, finite number of seconds"):
+        Worker("ws://127.0.0.1:7380/v1/worker", "t", registry, **{option: seconds})
+
+
 def test_backoff_grows_with_jitter_and_caps():
     backoff = Backoff(initial=0.1, factor=2, maximum=1.0)
     for attempt, ceiling in ((0, 0.1), (1, 0.2), (3, 0.8), (10, 1.0)):
