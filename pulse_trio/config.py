@@ -181,6 +181,7 @@ class Settings:
 # (flag, field, type, help). The env variable is PULSE_ + the field in capitals.
 _OPTIONS: tuple[tuple[str, str, object, str], ...] = (
     ("--database-url", "database_url", str, "mysql://user:pass@host:port/db[?unix_socket=PATH]; "
+     "TLS as ?ssl_mode=verify_identity&ssl_ca=PATH (docs/operations.md §1.2); "
      "several nodes of a Galera cluster as host1:port,host2:port,...; without it a managed local MariaDB is "
      "started under --state-dir"),
     ("--state-dir", "state_dir", Path, "home of the managed database (default $XDG_STATE_HOME/pulse-trio, "

@@ -11,9 +11,10 @@ is the store's choice (``pulse_trio.store.engine.writer``, whose ``connect`` tak
 any URL). Creating the database, and the causal reads a Galera node needs
 before it answers for the cluster, are here too, since the URL's own
 database may not exist yet. The connection class itself (PyMySQL's, with
-its hot paths made cheaper) is :mod:`pulse_trio.driver`. These two modules
-import nothing else of the package: they are the bottom layer every other
-one may use.
+its hot paths made cheaper) is :mod:`pulse_trio.driver`, and the TLS
+options (``ssl_mode``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``) are read by
+:mod:`pulse_trio.dbtls`. These three modules import nothing else of the
+package: they are the bottom layer every other one may use.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pymysql
 
+from pulse_trio.dbtls import TLS_OPTIONS, TlsOptionError, TlsOptions, parse_tls
 from pulse_trio.driver import CONVERSIONS, Connection
 
 _SCHEMES = {"mysql", "mariadb", "mysql+pymysql"}
 #: The options a database URL may carry (``?name=value``); any other is refused.
-OPTIONS = ("unix_socket", "connect_timeout")
+OPTIONS = ("unix_socket", "connect_timeout", *TLS_OPTIONS)
 #: The port of a node the URL names without one.
 DEFAULT_PORT = 3306
 
@@ -64,6 +66,8 @@ class DatabaseConfig:
     #: Every node of a multi-host URL, in the URL's order (empty for one host);
     #: ``host``/``port`` are then the first of them.
     hosts: tuple[tuple[str, int], ...] = ()
+    #: TLS to every node alike (``?ssl_mode=`` and the files it uses); the default is opportunistic.
+    tls: TlsOptions = TlsOptions()
 
     @property
     def clustered(self) -> bool:
@@ -96,6 +100,7 @@ class DatabaseConfig:
             kwargs["port"] = self.port
         if database:
             kwargs["database"] = self.database
+        kwargs.update(self.tls.connect_kwargs())
         return kwargs
 
     def url(self, *, redact: bool = True) -> str:
@@ -105,6 +110,7 @@ class DatabaseConfig:
         options = [f"unix_socket={quote(self.unix_socket, safe='/')}"] if self.unix_socket else []
         if self.connect_timeout != DEFAULT_CONNECT_TIMEOUT_S:  # the URL must give back the same config
             options.append(f"connect_timeout={self.connect_timeout!r}")
+        options += self.tls.query()
         query = "?" + "&".join(options) if options else ""
         where = ",".join(_netloc(h, p) for h, p in (self.hosts or ((self.host, self.port),)))
         return f"mysql://{auth}@{where}/{quote(self.database, safe='')}{query}"
@@ -116,7 +122,7 @@ def _netloc(host: str, port: int) -> str:
 
 
 def parse_database_url(url: str) -> DatabaseConfig:
-    """Parse ``mysql://user:pass@host:port[,host:port...]/db[?unix_socket=/path]``."""
+    """Parse ``mysql://user:pass@host:port[,host:port...]/db[?unix_socket=/path&ssl_mode=...]``."""
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # an unclosed IPv6 bracket, say
@@ -143,6 +149,10 @@ def parse_database_url(url: str) -> DatabaseConfig:
         unix_socket=query.get("unix_socket"),
         hosts=hosts if len(hosts) > 1 else (),
     )
+    try:
+        config = dataclasses.replace(config, tls=parse_tls(query, unix_socket="unix_socket" in query))
+    except TlsOptionError as exc:
+        raise DatabaseUrlError(str(exc)) from None
     if "connect_timeout" in query:
         try:
             timeout = float(query["connect_timeout"])

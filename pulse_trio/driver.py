@@ -114,8 +114,10 @@ class Connection(pymysql.connections.Connection):
         (a local socket, a server without TLS), and building one reads the
         system's CA store: it cost more than the rest of a local connect
         (docs/performance.md, "Connecting"). It verifies nothing and keeps no
-        per-connection state, so one serves every connection; a context for
-        TLS options given is PyMySQL's own, built each time.
+        per-connection state, so one serves every connection. The URL's TLS
+        options (``ssl_mode=required`` and stronger) come as a finished
+        context, built once per configuration (:func:`pulse_trio.dbtls.context`),
+        which PyMySQL uses as it is.
         """
         if isinstance(sslp, dict) and not sslp:
             if not _OPPORTUNISTIC_TLS:  # two threads may both build one: the first kept serves both

@@ -150,10 +150,12 @@ def test_the_charts_do_not_import_the_store():
 
 
 def test_the_database_url_module_is_the_bottom_layer():
-    """``dburl`` imports nothing of the package but its connection class (``driver``, which imports nothing of it),
-    so the two and the store's writer choice above them form no cycle."""
+    """``dburl`` imports nothing of the package but its connection class (``driver``) and its TLS options
+    (``dbtls``), which import nothing of it, so the three and the store's writer choice above them form no cycle."""
     assert sorted(n for n in GRAPH["pulse_trio.driver"] if _within(n, "pulse_trio")) == []
-    assert [n for n in GRAPH["pulse_trio.dburl"] if _within(n, "pulse_trio") and not _within(n, "pulse_trio.driver")] == []
+    assert sorted(n for n in GRAPH["pulse_trio.dbtls"] if _within(n, "pulse_trio")) == []
+    assert [n for n in GRAPH["pulse_trio.dburl"] if _within(n, "pulse_trio")
+            and not _within(n, "pulse_trio.driver") and not _within(n, "pulse_trio.dbtls")] == []
     assert "pulse_trio.dbwriter" not in GRAPH
     assert "pulse_trio.dburl" in GRAPH["pulse_trio.store.engine.writer"]
 
