@@ -19,7 +19,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pymysql
@@ -129,11 +129,13 @@ class ManagedMariaDB:
     other processes share, as ``serve``'s is). ``socket_dir`` puts its
     socket in another folder than the state dir, for a private server whose
     state dir's path is too long for one (see :func:`socket_fits`); other
-    processes find a shared one's socket in its state dir.
+    processes find a shared one's socket in its state dir. ``server_options``
+    are more ``mariadbd`` options (a test server's TLS certificates).
     """
 
     def __init__(self, state_dir: Path, *, port: int | None = None, fast: bool = False,
-                 die_with_parent: bool = False, socket_dir: Path | None = None) -> None:
+                 die_with_parent: bool = False, socket_dir: Path | None = None,
+                 server_options: Sequence[str] = ()) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.data_dir = self.state_dir / "data"
         self.socket_path = Path(socket_dir or self.state_dir).resolve() / SOCKET_NAME
@@ -144,6 +146,7 @@ class ManagedMariaDB:
         self.port = port
         self.fast = fast
         self.die_with_parent = die_with_parent
+        self.server_options = tuple(server_options)
         self._process: subprocess.Popen[bytes] | None = None
         self._users = None  # the shared users.lock, held while this object uses the server
         if not socket_fits(self.socket_path.parent):
@@ -234,6 +237,7 @@ class ManagedMariaDB:
         ]
         if self.fast:
             args += ["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", "--innodb-doublewrite=0"]
+        args += self.server_options
         if os.geteuid() == 0:
             args.append("--user=root")
         log_start = self._log_size()
