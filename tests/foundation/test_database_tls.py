@@ -130,6 +130,19 @@ def test_required_against_a_server_without_tls_is_refused_not_sent_in_plain_text
     assert _cipher(plain_server.url("connect_timeout=5")) == ""  # the default still falls back, as before
 
 
+def test_serve_refused_by_the_database_s_tls_at_its_start_exits_1_not_4(tls_server):
+    """Exit 4 is restarted by the unit (deploy/systemd), for ever: a wrong CA is no outage."""
+    started = run("serve", "--database-url", tls_server.url(f"ssl_ca={tls_server.wrong_ca}"),
+                  "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
+    assert started.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in started.stderr, started.stderr
+
+
+def test_cli_reports_a_server_without_tls_under_required_as_a_refusal(plain_server):
+    refused = run("queues", "--database-url", plain_server.url("ssl_mode=required"))
+    assert refused.returncode == 1 and "doesn't support it" in refused.stderr, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "TLS" in refused.stderr, refused.stderr
+
+
 def test_disabled_talks_plain_text_to_a_server_that_offers_tls(tls_server):
     assert _cipher(tls_server.url("ssl_mode=disabled")) == ""
     assert _cipher(tls_server.url("connect_timeout=5"))  # the default takes the TLS offered
@@ -159,9 +172,14 @@ def test_cli_commands_work_over_verified_tls_end_to_end(tls_server):
 
 
 def test_cli_reports_a_refused_certificate_and_a_contradiction_in_one_line(tls_server):
+    """A certificate that fails verification is a refusal (exit 1), not a database to try again later (exit 4):
+    waiting never mends a wrong CA, and a unit restarting on 4 would retry it for ever."""
     refused = run("queues", "--database-url", tls_server.url(f"ssl_ca={tls_server.wrong_ca}"))
-    assert refused.returncode == 4 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
+    assert refused.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "TLS" in refused.stderr, refused.stderr
     assert PASSWORD not in refused.stderr
+    other_name = run("queues", "--database-url", tls_server.url(f"ssl_ca={tls_server.ca}", host="127.0.0.1"))
+    assert other_name.returncode == 1 and "mismatch" in other_name.stderr, other_name.stderr
     contradiction = run("queues", "--database-url", tls_server.url(f"ssl_mode=disabled&ssl_ca={tls_server.ca}"))
     assert contradiction.returncode == 2, contradiction.stderr
     assert contradiction.stderr.count("\n") == 1 and "ssl_ca" in contradiction.stderr

@@ -9,6 +9,8 @@ the writer, as it does for every other process.
 
 from __future__ import annotations
 
+import ssl
+
 import pymysql
 
 DEADLOCK = 1213  # also a Galera certification failure, reported at COMMIT: nothing was committed
@@ -32,6 +34,11 @@ STATEMENT_REFUSED = frozenset({1142, 1143, 1227, 1370})
 #: limit (1203) or hourly quota (1226). Waiting mends it, unlike a refused login.
 NO_ROOM = frozenset({1040, 1203, 1226})
 
+#: The client's own refusal of a server that offers no TLS where the URL requires it (CR_SSL_CONNECTION_ERROR).
+TLS_NOT_OFFERED = 2026
+#: What PyMySQL reports a TLS handshake it could not complete as: a failed connect (CR_CONN_HOST_ERROR).
+CONNECT_FAILED = 2003
+
 CONFLICT, LOST = "conflict", "lost"
 
 
@@ -54,10 +61,22 @@ def classify(exc: BaseException) -> str | None:
     return None
 
 
-def refusal(exc: BaseException) -> str | None:
-    """``"login"`` or ``"statement"`` when the server refused this user (:data:`LOGIN_REFUSED`,
-    :data:`STATEMENT_REFUSED`), else None."""
+def tls_refused(exc: BaseException) -> bool:
+    """The server's TLS is not what the URL requires: none offered, or a certificate that fails verification
+    or names another host. Like a wrong password, waiting never mends it."""
     code = _code(exc)
+    return code == TLS_NOT_OFFERED or (
+        code == CONNECT_FAILED
+        and isinstance(getattr(exc, "original_exception", None), ssl.SSLCertVerificationError))
+
+
+def refusal(exc: BaseException) -> str | None:
+    """``"login"``, ``"tls"`` or ``"statement"`` when the server refused this user (:data:`LOGIN_REFUSED`),
+    its TLS failed the URL's (:func:`tls_refused`), or it refused a statement (:data:`STATEMENT_REFUSED`);
+    else None."""
+    code = _code(exc)
+    if tls_refused(exc):
+        return "tls"
     return "login" if code in LOGIN_REFUSED else "statement" if code in STATEMENT_REFUSED else None
 
 
@@ -67,8 +86,12 @@ def unavailable(exc: BaseException) -> bool:
 
     Any other answer of the server (an unknown column, a table that is not
     there, a refused login or statement) stays what it is however long one
-    waits: a command that met it must not read as one to try again.
+    waits: a command that met it must not read as one to try again. Nor
+    does a server whose TLS fails the URL's (:func:`tls_refused`), though
+    the client reports it as a failed connect.
     """
+    if tls_refused(exc):
+        return False
     code = _code(exc)
     return classify(exc) is not None or code in CLIENT_CODES or code in NO_ROOM
 
