@@ -8,6 +8,17 @@ does nothing. The protocol is one ``AF_UNIX`` datagram of ``KEY=value``
 lines (sd_notify(3)); a name starting with ``@`` is in the abstract
 namespace. A failure to send is logged and otherwise ignored: the service
 runs the same without its supervisor's bookkeeping.
+
+Under a unit's ``WatchdogSec=`` systemd sets ``WATCHDOG_USEC`` (and
+``WATCHDOG_PID``, its main process): :func:`watchdog_interval` reads them as
+sd_watchdog_enabled(3) does, and ``serve`` (from ``READY=1`` on) then
+sends ``WATCHDOG=1`` every half interval from its event loop (:mod:`pulse_trio.watchdog`), so a loop that is held,
+deadlocked or stopped misses the watchdog and systemd restarts the service.
+Nothing else gates the ping: a database outage does not stop it (a restart
+cannot end one, and the service rides it). A ``--processes`` group's first process pings only while every
+member's loop has shown life within the interval (:mod:`pulse_trio.group.heartbeats`);
+the members, like the managed ``mariadbd``, get none of these variables
+(:func:`without_notify_socket`).
 """
 
 from __future__ import annotations
@@ -18,12 +29,39 @@ import socket
 from collections.abc import Mapping
 
 log = logging.getLogger("pulse_trio.systemd")
+#: What systemd sets for the process it started and no child of it should act on.
+_SERVICE_MANAGER_VARIABLES = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
 
 
 def without_notify_socket(environment: Mapping[str, str]) -> dict[str, str]:
-    """``environment`` less ``NOTIFY_SOCKET``, for a child that is not the unit's service (a group's member, the
-    managed mariadbd, which speaks the same protocol): only the process systemd started reports to it."""
-    return {name: value for name, value in environment.items() if name != "NOTIFY_SOCKET"}
+    """``environment`` less ``NOTIFY_SOCKET`` and the watchdog's variables, for a child that is not the unit's
+    service (a group's member, the managed mariadbd, which speaks the same protocol): only the process systemd
+    started reports to it."""
+    return {name: value for name, value in environment.items() if name not in _SERVICE_MANAGER_VARIABLES}
+
+
+def watchdog_interval(environ: Mapping[str, str] = os.environ, pid: int | None = None) -> float | None:
+    """Seconds within which systemd wants a ``WATCHDOG=1`` from process ``pid`` (this one), or None.
+
+    None without ``WATCHDOG_USEC``, or when ``WATCHDOG_PID`` names another
+    process (these variables were inherited). A value that is no positive
+    whole number is ignored with one warning: the service runs unwatched
+    rather than not at all.
+    """
+    usec = environ.get("WATCHDOG_USEC")
+    if not usec:
+        return None
+    if not usec.isdigit() or int(usec) == 0:
+        log.warning("WATCHDOG_USEC=%r is no positive number of microseconds: no watchdog pings", usec)
+        return None
+    watched = environ.get("WATCHDOG_PID")
+    if watched:
+        if not watched.isdigit():
+            log.warning("WATCHDOG_PID=%r is no process id: no watchdog pings", watched)
+            return None
+        if int(watched) != (os.getpid() if pid is None else pid):
+            return None
+    return int(usec) / 1e6
 
 
 def notify(*lines: str) -> bool:
@@ -42,4 +80,4 @@ def notify(*lines: str) -> bool:
     return True
 
 
-__all__ = ["notify", "without_notify_socket"]
+__all__ = ["notify", "watchdog_interval", "without_notify_socket"]

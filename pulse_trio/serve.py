@@ -56,8 +56,11 @@ async def serve(settings: Settings, database: DatabaseConfig, *, handle_signals:
 
 async def serve_group(settings: Settings, database: DatabaseConfig, member_command: Sequence[str],
                       on_ready: Callable[[GroupAddresses], None] = lambda addresses: None,
-                      on_stopping: Callable[[], None] = lambda: None) -> int:
+                      on_stopping: Callable[[], None] = lambda: None, watchdog_s: float | None = None,
+                      on_alive: Callable[[], object] = lambda: None) -> int:
     """Bind both addresses, run ``settings.processes`` members on them until stopped; the group's exit code.
+
+    ``on_ready``, ``on_stopping``, ``watchdog_s`` and ``on_alive``: as :func:`~pulse_trio.group.parent.run_group`.
 
     A taken port stops the start with a ListenError, and flags the cluster refuses with SettingsRefused, before
     any member starts (each member would fail on its own, and say so). A database that does not answer the
@@ -83,7 +86,7 @@ async def serve_group(settings: Settings, database: DatabaseConfig, member_comma
                                    http_port=http_sockets[0].getsockname()[1])
         return await run_group(settings, database.url(redact=False), [s.fileno() for s in worker_sockets],
                                [s.fileno() for s in http_sockets], member_command, addresses, on_ready,
-                               on_stopping)
+                               on_stopping, watchdog_s, on_alive)
     finally:
         for sock in worker_sockets:
             sock.close()

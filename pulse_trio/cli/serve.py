@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -173,6 +172,9 @@ async def _serve_and_report(member: GroupMember, target: DatabaseConfig, receive
                 log.info("%s while starting: stopping", signal.Signals(received[0]).name)
                 handle.stop()
                 return
+            heartbeats = member.heartbeats()
+            if heartbeats is not None and member.watchdog_s is not None:  # the group is under systemd's watchdog
+                nursery.start_soon(heartbeats.beat_every, member.index, member.watchdog_s)
             try:
                 await report_ready(link)
                 await wait_parent_gone(link)
@@ -183,9 +185,11 @@ async def _serve_and_report(member: GroupMember, target: DatabaseConfig, receive
 
 
 async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig, member_command: list[str]) -> int:
-    """Run the group; tell systemd once every member serves, and when the group begins to stop."""
+    """Run the group; tell systemd once every member serves, that it is alive while every member's loop runs
+    (under ``WatchdogSec=``), and when the group begins to stop."""
     from pulse_trio import sd_notify
     from pulse_trio.serve import serve_group
+    from pulse_trio.watchdog import dump_stacks_when_killed
 
     def ready(addresses: GroupAddresses) -> None:
         sd_notify.notify("READY=1", f"STATUS={settings.processes} processes serving workers on port "
@@ -194,19 +198,35 @@ async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig
     def stopping() -> None:
         sd_notify.notify(*STOPPING)
 
-    return await serve_group(settings, target, member_command, ready, stopping)
+    watchdog_s = sd_notify.watchdog_interval()
+    if watchdog_s is not None:
+        dump_stacks_when_killed()
+    return await serve_group(settings, target, member_command, ready, stopping, watchdog_s,
+                             lambda: sd_notify.notify("WATCHDOG=1"))
 
 
 async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:
-    """Run ``serve`` and tell systemd (``Type=notify``) once it listens: its node is ALIVE, both ports accept."""
+    """Run ``serve`` and tell systemd (``Type=notify``) once it listens: its node is ALIVE, both ports accept;
+    under ``WatchdogSec=``, that its event loop runs, from a task of that loop, until it has stopped."""
     import trio
 
     from pulse_trio import sd_notify
+    from pulse_trio.watchdog import dump_stacks_when_killed, keep_alive
 
+    watchdog_s = sd_notify.watchdog_interval()
     async with trio.open_nursery() as nursery:
-        handle = await nursery.start(functools.partial(serve, settings, target))
+        async def run(task_status: trio.TaskStatus) -> None:
+            try:
+                await serve(settings, target, task_status=task_status)
+            finally:
+                nursery.cancel_scope.cancel()  # the watchdog's pings end with the service
+
+        handle = await nursery.start(run)
         sd_notify.notify("READY=1", f"STATUS=serving workers on port {handle.worker_port}, "
                                     f"the HTTP API on port {handle.http_port}")
+        if watchdog_s is not None:
+            dump_stacks_when_killed()
+            nursery.start_soon(keep_alive, watchdog_s)
         await handle.stopping.wait()
         sd_notify.notify(*STOPPING)
 

@@ -4,8 +4,9 @@ The parent starts each member as ``pulse-trio serve`` with
 :data:`ENVIRONMENT` set to a :class:`GroupMember` in JSON: the settings
 to run by (the parent's, with the database it resolved), and the
 descriptors it inherits: the bound worker and HTTP sockets, the connection
-shares, and its link to the parent, a Unix socket pair of which the
-parent holds the other end. A member says ``ready`` by writing one byte on
+shares, its link to the parent, a Unix socket pair of which the
+parent holds the other end, and under systemd's watchdog the group's
+heartbeats (:mod:`~pulse_trio.group.heartbeats`), which it beats while its loop runs. A member says ``ready`` by writing one byte on
 the link once it serves; it reads the link only to learn that the group is
 stopping: end of file, when the parent closes its end to stop the group or
 dies (even by SIGKILL). It then stops as on SIGTERM, so no member outlives
@@ -25,6 +26,7 @@ import trio
 from hypercorn.config import Sockets
 
 from pulse_trio.config import Settings, settings_from_json, settings_to_json
+from pulse_trio.group.heartbeats import Heartbeats
 from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.group.shares import ConnectionShares
 from pulse_trio.group.wake import SiblingWake
@@ -46,17 +48,22 @@ class GroupMember:
     metrics_dir: Path
     #: The group's name among this host's groups (its members' wake sockets carry it).
     group: str
+    #: Under systemd's watchdog: the group's heartbeats and the interval they are read against; else None.
+    heartbeats_fd: int | None = None
+    watchdog_s: float | None = None
 
     @property
     def inherited_fds(self) -> tuple[int, ...]:
         """What the member's process must inherit (``pass_fds``)."""
-        return (*self.worker_fds, *self.http_fds, self.shares_fd, self.link_fd)
+        return (*self.worker_fds, *self.http_fds, self.shares_fd, self.link_fd,
+                *(() if self.heartbeats_fd is None else (self.heartbeats_fd,)))
 
     def to_environment(self) -> str:
         return json.dumps({
             "index": self.index, "size": self.size, "settings": settings_to_json(self.settings),
             "worker_fds": self.worker_fds, "http_fds": self.http_fds, "shares_fd": self.shares_fd,
-            "link_fd": self.link_fd, "metrics_dir": str(self.metrics_dir), "group": self.group})
+            "link_fd": self.link_fd, "metrics_dir": str(self.metrics_dir), "group": self.group,
+            "heartbeats_fd": self.heartbeats_fd, "watchdog_s": self.watchdog_s})
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> GroupMember | None:
@@ -68,7 +75,7 @@ class GroupMember:
         return cls(index=values["index"], size=values["size"], settings=settings_from_json(values["settings"]),
                    worker_fds=tuple(values["worker_fds"]), http_fds=tuple(values["http_fds"]),
                    shares_fd=values["shares_fd"], link_fd=values["link_fd"], metrics_dir=Path(values["metrics_dir"]),
-                   group=values["group"])
+                   group=values["group"], heartbeats_fd=values["heartbeats_fd"], watchdog_s=values["watchdog_s"])
 
     # -- in the member -----------------------------------------------------------
     def worker_sockets(self) -> tuple[trio.socket.SocketType, ...]:
@@ -89,6 +96,10 @@ class GroupMember:
 
     def sibling_wake(self) -> SiblingWake:
         return SiblingWake(self.group, self.size, self.index)
+
+    def heartbeats(self) -> Heartbeats | None:
+        """The group's heartbeats, when the group is under systemd's watchdog."""
+        return None if self.heartbeats_fd is None else Heartbeats(self.heartbeats_fd, self.size)
 
     def link(self) -> trio.socket.SocketType:
         return trio.socket.from_stdlib_socket(socket.socket(fileno=self.link_fd))

@@ -8,7 +8,9 @@ that exits on its own stops the group, and the parent exits with that
 member's code, so a service manager restarts the whole (nothing is lost:
 every lease and task lives in the database, and the workers resume on the
 new members). A member still running when :data:`STOP_TIMEOUT_S` has
-passed is killed.
+passed is killed. Under systemd's watchdog it says the group is alive only
+while every member's loop beats (:mod:`~pulse_trio.group.heartbeats`): a
+member that hangs without exiting gets the group restarted too.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ import trio
 
 from pulse_trio.child_process import child_environment
 from pulse_trio.config import Settings, without_serve_settings
+from pulse_trio.group.heartbeats import Heartbeats, create_heartbeats
 from pulse_trio.group.member import ENVIRONMENT, READY, GroupMember
 from pulse_trio.group.shares import create_shares
 from pulse_trio.sd_notify import without_notify_socket
 from pulse_trio.stop_signals import STOP_SIGNALS
+from pulse_trio.watchdog import keep_alive
 
 log = logging.getLogger("pulse_trio.group")
 
@@ -54,16 +58,19 @@ class GroupAddresses:
 async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[int], http_fds: Sequence[int],
                     member_command: Sequence[str], addresses: GroupAddresses,
                     on_ready: Callable[[GroupAddresses], None] = lambda addresses: None,
-                    on_stopping: Callable[[], None] = lambda: None) -> int:
+                    on_stopping: Callable[[], None] = lambda: None, watchdog_s: float | None = None,
+                    on_alive: Callable[[], object] = lambda: None) -> int:
     """Run ``settings.processes`` members until stopped; the exit code of the member that failed, else 0.
 
     ``on_ready(addresses)`` once every member serves (never, if one fails first); ``on_stopping()`` when the
-    group begins to stop.
+    group begins to stop. ``watchdog_s``: from ``on_ready`` until the stop begins, ``on_alive()`` every half
+    of it while every member's loop has beaten within it.
     """
     size = settings.processes
     member_settings = dataclasses.replace(settings, database_url=database_url, processes=1)
     environment = without_notify_socket(child_environment(without_serve_settings(os.environ)))
     shares_fd = create_shares(size)
+    heartbeats_fd = create_heartbeats(size) if watchdog_s is not None else None
     group = secrets.token_hex(8)
     metrics_dir = Path(tempfile.mkdtemp(prefix="pulse-trio-group-",
                                         dir=_SHARED_MEMORY if _SHARED_MEMORY.is_dir() else None))
@@ -76,7 +83,8 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
             links.append(parent_end)
             member = GroupMember(index=index, size=size, settings=member_settings, worker_fds=tuple(worker_fds),
                                  http_fds=tuple(http_fds), shares_fd=shares_fd, link_fd=member_end.fileno(),
-                                 metrics_dir=metrics_dir, group=group)
+                                 metrics_dir=metrics_dir, group=group, heartbeats_fd=heartbeats_fd,
+                                 watchdog_s=watchdog_s)
             try:
                 members.append(await trio.lowlevel.open_process(
                     list(member_command), env={**environment, ENVIRONMENT: member.to_environment()},
@@ -88,10 +96,15 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
             for index, process in enumerate(members):
                 nursery.start_soon(_watch_member, index, process, outcome)
             all_ready = await _all_ready(links, outcome)
+            watched = trio.CancelScope()
             if all_ready:
                 log.info("%d serve processes serving", size)
                 on_ready(addresses)
+                if heartbeats_fd is not None and watchdog_s is not None:
+                    nursery.start_soon(_keep_alive, watched, Heartbeats(heartbeats_fd, size), members,
+                                       watchdog_s, on_alive)
             await outcome.stopping.wait()
+            watched.cancel()  # a member that has stopped beats no more: no alarm for the group's own stop
             on_stopping()
             await _stop(members, links)
             nursery.cancel_scope.cancel()
@@ -103,6 +116,8 @@ async def run_group(settings: Settings, database_url: str, worker_fds: Sequence[
         for link in links:
             link.close()  # a member still reading its link learns that the parent is gone
         os.close(shares_fd)
+        if heartbeats_fd is not None:
+            os.close(heartbeats_fd)
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
@@ -147,6 +162,23 @@ async def _watch_member(index: int, process: trio.Process, outcome: _Outcome) ->
     if not outcome.stopping.is_set():
         log.error("serve process %d of the group exited with %d: stopping the others", index, code)
         outcome.fail(code)
+
+
+async def _keep_alive(scope: trio.CancelScope, heartbeats: Heartbeats, members: list[trio.Process],
+                      watchdog_s: float, on_alive: Callable[[], object]) -> None:
+    """``on_alive()`` every half ``watchdog_s`` while every member has beaten within it, until ``scope`` ends."""
+    def withheld() -> str | None:
+        silent = heartbeats.silent(watchdog_s)
+        if not silent:
+            return None
+        named = ", ".join(f"{index} (pid {members[index].pid})" for index in silent)
+        return f"no sign of life for over {watchdog_s:g} s from serve process {named} of the group"
+
+    try:
+        with scope:
+            await keep_alive(watchdog_s, withheld, on_alive)
+    finally:
+        heartbeats.close()
 
 
 async def _all_ready(links: list[socket.socket], outcome: _Outcome) -> bool:

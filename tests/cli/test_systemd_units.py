@@ -5,7 +5,9 @@ ExecStart binary must exist, so it is pointed at this checkout's
 ``pulse-trio``), and ``systemd-analyze security --offline`` scores the
 sandboxing. Then real ``serve`` and ``worker run`` processes are started
 with a ``NOTIFY_SOCKET`` of the test's own: ``READY=1`` must come when the
-service is usable, ``STOPPING=1`` when SIGTERM begins the stop.
+service is usable, ``STOPPING=1`` when SIGTERM begins the stop, and
+``WATCHDOG=1`` only under a ``WATCHDOG_USEC``, while the service's event
+loop (a group's: every member's) runs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -104,6 +107,14 @@ def test_each_unit_waits_for_readiness_stops_by_sigterm_restarts_and_reads_an_en
     assert d["ExecStart"][0].startswith(INSTALLED)
 
 
+@pytest.mark.parametrize("name", ["pulse-trio-serve.service"])
+def test_each_unit_restarts_a_process_whose_event_loop_hangs(name):
+    """WatchdogSec= (docs/operations.md §12): tens of seconds, so a loop busy for a moment on a loaded
+    machine is not taken for a hung one."""
+    watchdog = float(_directives(name)["WatchdogSec"][0])
+    assert watchdog >= 20, watchdog
+
+
 # -- readiness, as the units wait for it ------------------------------------------------------------
 
 class NotifySocket:
@@ -128,12 +139,27 @@ class NotifySocket:
                 return fields
         raise AssertionError(f"no {key} within {timeout} s")
 
+    def received_within(self, seconds: float) -> list[tuple[float, str]]:
+        """Every message of the next ``seconds``, with when it came (monotonic)."""
+        deadline, got = time.monotonic() + seconds, []
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                got.append((time.monotonic(), self.sock.recv(4096).decode()))
+            except TimeoutError:
+                break
+        return got
+
+    def pings_within(self, seconds: float) -> list[float]:
+        """When each ``WATCHDOG=1`` of the next ``seconds`` came."""
+        return [at for at, message in self.received_within(seconds) if "WATCHDOG=1" in message.splitlines()]
+
     def close(self) -> None:
         self.sock.close()
 
 
-def _env(notify: NotifySocket) -> dict[str, str]:
-    return {**os.environ, "NOTIFY_SOCKET": notify.path}
+def _env(notify: NotifySocket, **extra: str) -> dict[str, str]:
+    return {**os.environ, "NOTIFY_SOCKET": notify.path, **extra}
 
 
 def test_serve_says_ready_once_it_answers_and_stopping_on_sigterm(db, tmp_path):
@@ -147,6 +173,7 @@ def test_serve_says_ready_once_it_answers_and_stopping_on_sigterm(db, tmp_path):
         assert str(worker_port) in ready["STATUS"] and str(http_port) in ready["STATUS"]
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=5) as answer:
             assert json.load(answer)["status"] == "ready"  # at READY=1 a load balancer may send traffic
+        assert notify.received_within(1.0) == []  # no WATCHDOG_USEC (no WatchdogSec=): no watchdog pings
         proc.send_signal(signal.SIGTERM)
         notify.expect("STOPPING=1", proc)
         assert proc.wait(timeout=30) == 0  # within the unit's TimeoutStopSec
@@ -157,16 +184,64 @@ def test_serve_says_ready_once_it_answers_and_stopping_on_sigterm(db, tmp_path):
         notify.close()
 
 
+def test_serve_under_a_watchdog_pings_it_at_half_the_interval(db, tmp_path):
+    """sd_watchdog_enabled(3): WATCHDOG_USEC asks for pings, WATCHDOG_PID (systemd's main pid) names who pings."""
+    notify = NotifySocket(tmp_path)
+    interval = 2.0
+    serve_command = shlex.join([*COMMAND, "serve", "--worker-listen", f"127.0.0.1:{free_port()}",
+                              "--http-listen", f"127.0.0.1:{free_port()}"])
+    # As systemd starts it: WATCHDOG_PID is the pid it exec'd, the service's main process.
+    proc = subprocess.Popen(["sh", "-c", f'WATCHDOG_PID=$$ exec {serve_command}'],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=_env(notify, WATCHDOG_USEC=str(int(interval * 1e6)),
+                                     PULSE_DATABASE_URL=db.url(redact=False)))
+    try:
+        notify.expect("READY=1", proc)
+        pings = notify.pings_within(3.5)
+        gaps = [later - earlier for earlier, later in zip(pings, pings[1:])]
+        assert len(pings) >= 3 and max(gaps) < interval, (pings, gaps)  # every half interval, never a miss
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        notify.close()
+
+
+def test_serve_takes_a_bad_watchdog_interval_for_none_in_one_log_line(db, tmp_path):
+    """A WATCHDOG_USEC that is no number of microseconds: no pings, one line saying so, never a failed start."""
+    notify = NotifySocket(tmp_path)
+    proc = subprocess.Popen([*COMMAND, "serve", "--database-url", db.url(redact=False), "--log-format", "text",
+                             "--worker-listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=_env(notify, WATCHDOG_USEC="30s"))
+    try:
+        notify.expect("READY=1", proc)
+        assert notify.pings_within(1.0) == []
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        said = [line for line in stderr.splitlines() if "WATCHDOG_USEC" in line]
+        assert proc.returncode == 0 and len(said) == 1 and "'30s'" in said[0], stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        notify.close()
+
+
 @contextlib.contextmanager
-def _group_under_notify(db, tmp_path: Path, worker_port: int) -> Iterator[tuple[subprocess.Popen, NotifySocket, Any]]:
-    """``serve --processes 2`` as its unit starts it (a NOTIFY_SOCKET of its own), with a Client on its database;
-    killed if still running at the end."""
+def _group_under_notify(db, tmp_path: Path, worker_port: int,
+                        **environment: str) -> Iterator[tuple[subprocess.Popen, NotifySocket, Any]]:
+    """``serve --processes 2`` as its unit starts it (a NOTIFY_SOCKET of its own, and ``environment``), with a
+    Client on its database; killed if still running at the end."""
     from pulse_trio.client import Client
 
     notify = NotifySocket(tmp_path)
     proc = subprocess.Popen([*COMMAND, "serve", "--processes", "2", "--database-url", db.url(redact=False),
                              "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{free_port()}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(notify))
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=_env(notify, **environment))
     client = Client(db)
     try:
         yield proc, notify, client
@@ -190,6 +265,38 @@ def test_a_serve_group_says_ready_once_every_member_serves_and_its_members_say_n
         proc.send_signal(signal.SIGTERM)
         notify.expect("STOPPING=1", proc)
         assert proc.wait(timeout=30) == 0
+
+
+def _quiet_within(notify: NotifySocket, quiet: float, seconds: float) -> bool:
+    """Whether ``quiet`` seconds with no ``WATCHDOG=1`` come within the next ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not notify.pings_within(quiet):
+            return True
+    return False
+
+
+def test_a_serve_group_withholds_its_watchdog_ping_while_a_member_hangs(db, tmp_path):
+    """The first process pings only while every member's loop has shown life within the interval: a member
+    stopped (a deadlock, a held loop) makes the group miss its watchdog, and systemd restarts the group."""
+    interval = 1.0
+    with _group_under_notify(db, tmp_path, free_port(), WATCHDOG_USEC=str(int(interval * 1e6))) as (
+            proc, notify, client):
+        notify.expect("READY=1", proc)
+        for _ in range(2):  # every member alive: pinged every half interval
+            notify.expect("WATCHDOG=1", proc, timeout=interval)
+        hung = client.nodes()[1]["pid"]
+        os.kill(hung, signal.SIGSTOP)
+        try:
+            # Withheld once its last beat is older than the interval; systemd would stop the group there.
+            assert _quiet_within(notify, 1.5 * interval, 6.0), "still pinging while a member is stopped"
+        finally:
+            os.kill(hung, signal.SIGCONT)
+        notify.expect("WATCHDOG=1", proc, timeout=2 * interval)  # pinged again once the member runs
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert [line for line in stderr.splitlines() if "withheld" in line and f"(pid {hung})" in line], stderr
 
 
 REGISTRY = """

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from metrics_support import exposition_samples
 import pulse_trio
 from pulse_trio.child_process import child_environment
 from pulse_trio.config import MAX_PROCESSES, Settings, parse_processes, settings_from_json, settings_to_json
+from pulse_trio.group.heartbeats import Heartbeats, create_heartbeats
 from pulse_trio.group.member import GroupMember
 from pulse_trio.group.metrics_files import SharedMetrics
 from pulse_trio.group.shares import ConnectionShares, create_shares
@@ -68,6 +70,30 @@ def test_a_member_gets_the_parents_settings_exactly(tmp_path):
     assert settings_from_json(settings_to_json(Settings())) == Settings()
     assert back.inherited_fds == (5, 6, 7, 8, 9)
     assert GroupMember.from_environment({}) is None
+
+
+def test_a_member_under_the_watchdog_inherits_the_heartbeats_too(tmp_path):
+    member = GroupMember(index=0, size=2, settings=Settings(), worker_fds=(5,), http_fds=(7,), shares_fd=8,
+                         link_fd=9, metrics_dir=tmp_path, group="g1", heartbeats_fd=10, watchdog_s=30.0)
+    back = GroupMember.from_environment({"PULSE_GROUP_MEMBER": member.to_environment()})
+    assert back == member and back.inherited_fds == (5, 7, 8, 9, 10)
+
+
+def test_a_member_is_silent_until_it_beats_and_again_once_it_stops_beating():
+    fd = create_heartbeats(3)
+    try:
+        first, reader = Heartbeats(fd, 3), Heartbeats(fd, 3)  # each process maps the memory of its own
+        assert reader.silent(within=60) == [0, 1, 2]  # never beaten
+        first.beat(0)
+        first.beat(2)
+        assert reader.silent(within=60) == [1]
+        time.sleep(0.1)
+        first.beat(2)
+        assert reader.silent(within=0.05) == [0, 1]  # 0 beat longer ago than that
+        first.close()
+        reader.close()
+    finally:
+        os.close(fd)
 
 
 def test_processes_are_a_whole_number_or_auto():
