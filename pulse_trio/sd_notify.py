@@ -11,8 +11,9 @@ runs the same without its supervisor's bookkeeping.
 
 Under a unit's ``WatchdogSec=`` systemd sets ``WATCHDOG_USEC`` (and
 ``WATCHDOG_PID``, its main process): :func:`watchdog_interval` reads them as
-sd_watchdog_enabled(3) does, and ``serve`` (from ``READY=1`` on) then
-sends ``WATCHDOG=1`` every half interval from its event loop (:mod:`pulse_trio.watchdog`), so a loop that is held,
+sd_watchdog_enabled(3) does, and ``serve`` (from ``READY=1`` on) and
+``worker run`` (once connected) then send ``WATCHDOG=1`` every half interval
+from their event loop (:mod:`pulse_trio.watchdog`), so a loop that is held,
 deadlocked or stopped misses the watchdog and systemd restarts the service.
 Nothing else gates the ping: a database outage does not stop it (a restart
 cannot end one, and the service rides it). A ``--processes`` group's first process pings only while every

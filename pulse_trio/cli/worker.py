@@ -180,6 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     from pulse_trio.sdk import DEFAULT_URL, Worker, WorkerRefused
     from pulse_trio.sdk.endpoint import check_url
     from pulse_trio.sdk.worker import DRAIN_CHECK_S
+    from pulse_trio.watchdog import dump_stacks_when_killed, keep_alive
 
     if not args.token:
         fail("a worker token is required: --token or PULSE_WORKER_TOKEN", 2)
@@ -221,10 +222,16 @@ def _run(args: argparse.Namespace) -> int:
     _say(f"pulse-trio worker: {len(registry)} handler(s): {kinds}; capacity {args.capacity}; "
          f"connecting to {url} ({args.backend}{' with uvloop' if args.uvloop else ''})\n")
 
+    watchdog_s = sd_notify.watchdog_interval()
+
     async def ready() -> None:
-        """Connected and registered: systemd (``Type=notify``) may count the unit as started."""
+        """Connected and registered: systemd (``Type=notify``) may count the unit as started; from then on,
+        under ``WatchdogSec=``, the loop's pings (a handler that holds the loop holds them too)."""
         await worker.wait_connected()
         sd_notify.notify("READY=1", f"STATUS=connected to {url}; capacity {args.capacity}")
+        if watchdog_s is not None:
+            dump_stacks_when_killed()
+            await keep_alive(watchdog_s)
 
     async def main() -> None:
         async with anyio.create_task_group() as tasks:

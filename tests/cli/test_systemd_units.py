@@ -107,12 +107,16 @@ def test_each_unit_waits_for_readiness_stops_by_sigterm_restarts_and_reads_an_en
     assert d["ExecStart"][0].startswith(INSTALLED)
 
 
-@pytest.mark.parametrize("name", ["pulse-trio-serve.service"])
+@pytest.mark.parametrize("name", ["pulse-trio-serve.service", "pulse-trio-worker@.service"])
 def test_each_unit_restarts_a_process_whose_event_loop_hangs(name):
     """WatchdogSec= (docs/operations.md §12): tens of seconds, so a loop busy for a moment on a loaded
-    machine is not taken for a hung one."""
+    machine is not taken for a hung one; the worker's no shorter than twice the default lease ttl."""
+    from pulse_trio.config import Settings
+
     watchdog = float(_directives(name)["WatchdogSec"][0])
     assert watchdog >= 20, watchdog
+    if "worker" in name:
+        assert watchdog >= 2 * Settings().lease_ttl, watchdog
 
 
 # -- readiness, as the units wait for it ------------------------------------------------------------
@@ -330,6 +334,51 @@ def test_worker_says_ready_once_registered_and_drains_on_sigterm(db, tmp_path):
                 proc.kill()
             proc.communicate()
             notify.close()
+
+
+HOLDING_REGISTRY = """
+import time
+
+from pulse_trio.sdk import Registry
+
+registry = Registry()
+
+
+@registry.handler("billing", "charge")
+async def charge(task):
+    time.sleep(task.payload["hold_s"])  # a blocking call on the loop: the bug the watchdog is for
+    return {}
+"""
+
+
+def test_worker_under_a_watchdog_pings_while_its_loop_runs_and_not_while_a_handler_holds_it(db, tmp_path):
+    from pulse_trio.client import Client
+
+    (tmp_path / "billing_worker.py").write_text(HOLDING_REGISTRY)
+    token = make_token(db, "worker", ("billing",))
+    interval = 1.0
+    client = Client(db)
+    with serve(db) as (worker_port, _http_port):
+        notify = NotifySocket(tmp_path)
+        env = _env(notify, WATCHDOG_USEC=str(int(interval * 1e6)), PULSE_WORKER_TOKEN=token,
+                   PULSE_WORKER_URL=f"ws://127.0.0.1:{worker_port}/v1/worker")
+        proc = subprocess.Popen([*COMMAND, "worker", "run", f"{tmp_path / 'billing_worker.py'}:registry"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            notify.expect("READY=1", proc)
+            for _ in range(2):
+                notify.expect("WATCHDOG=1", proc, timeout=interval)
+            client.submit("billing", "charge", {"hold_s": 4 * interval})
+            assert _quiet_within(notify, 1.5 * interval, 4 * interval), "pinged while a handler held the loop"
+            notify.expect("WATCHDOG=1", proc, timeout=4 * interval)  # the loop runs again
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+            notify.close()
+            client.close()
 
 
 CRASHING_REGISTRY = """
