@@ -9,5 +9,7 @@ balanced across the children (:mod:`~pulse_trio.group.shares`); the HTTP
 API's connections go to whichever child accepts first, new work (a submit
 there, or work a child's timers or schedules made READY) wakes every
 child's dispatcher (:mod:`~pulse_trio.group.wake`), and
-``/metrics`` answers for the whole group (:mod:`~pulse_trio.group.metrics_files`).
+``/metrics`` answers for the whole group (:mod:`~pulse_trio.group.metrics_files`), and
+under systemd's watchdog the parent says the group is alive only while every
+member's loop beats (:mod:`~pulse_trio.group.heartbeats`).
 """
