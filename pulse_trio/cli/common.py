@@ -145,7 +145,7 @@ def database_failure(exc: pymysql.err.MySQLError | StoreUnavailable, url: str = 
     if refused == "login":
         return CommandFailed(f"{where} refused the login: {_reason(exc)}", EXIT_REFUSED)
     if refused == "tls":
-        return CommandFailed(f"{where} does not offer the TLS the URL requires: {_reason(exc)}", EXIT_REFUSED)
+        return CommandFailed(f"{where} fails the TLS the URL's ssl_mode requires: {_reason(exc)}", EXIT_REFUSED)
     if not unavailable(exc):  # a refused statement included: the server answered, and waiting never mends it
         return CommandFailed(f"{where} refused: {_reason(exc)}", EXIT_REFUSED)
     return CommandFailed(f"cannot reach {where}: {_reason(exc)}", EXIT_UNREACHABLE)

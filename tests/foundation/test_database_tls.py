@@ -131,10 +131,20 @@ def test_required_against_a_server_without_tls_is_refused_not_sent_in_plain_text
 
 
 def test_serve_refused_by_the_database_s_tls_at_its_start_exits_1_not_4(tls_server):
-    """Exit 4 is restarted by the unit (deploy/systemd), for ever: a wrong CA is no outage."""
+    """Exit 4 says "worth trying again" (docs/operations.md §7.1): a wrong CA is no outage."""
     started = run("serve", "--database-url", tls_server.url(f"ssl_ca={tls_server.wrong_ca}"),
                   "--worker-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0")
     assert started.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in started.stderr, started.stderr
+
+
+def test_several_nodes_that_all_fail_the_url_s_tls_are_a_refusal_with_its_reason(tls_server):
+    """The writer choice probes each node: when every one fails the URL's TLS, the command says so (exit 1),
+    not "no node is synced and ready" (exit 4), which hid the reason."""
+    url = tls_server.url(f"ssl_ca={tls_server.wrong_ca}").replace(
+        f"@localhost:{tls_server.port}", f"@localhost:{tls_server.port},127.0.0.1:{tls_server.port}")
+    refused = run("queues", "--database-url", url)
+    assert refused.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
 
 
 def test_cli_reports_a_server_without_tls_under_required_as_a_refusal(plain_server):
@@ -173,7 +183,7 @@ def test_cli_commands_work_over_verified_tls_end_to_end(tls_server):
 
 def test_cli_reports_a_refused_certificate_and_a_contradiction_in_one_line(tls_server):
     """A certificate that fails verification is a refusal (exit 1), not a database to try again later (exit 4):
-    waiting never mends a wrong CA, and a unit restarting on 4 would retry it for ever."""
+    waiting never mends a wrong CA."""
     refused = run("queues", "--database-url", tls_server.url(f"ssl_ca={tls_server.wrong_ca}"))
     assert refused.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
     assert refused.stderr.count("\n") == 1 and "TLS" in refused.stderr, refused.stderr

@@ -53,7 +53,7 @@ import pymysql
 
 from pulse_trio import dburl
 from pulse_trio.dburl import UNKNOWN_VARIABLE, DatabaseConfig, connect_node, set_causal_reads
-from pulse_trio.store.engine.failures import node_answered
+from pulse_trio.store.engine.failures import node_answered, tls_refused
 from pulse_trio.store.engine.tx import db_actor
 
 log = logging.getLogger("pulse_trio.dbwriter")  # the logger's name operators already filter on
@@ -157,12 +157,17 @@ class WriterSelector:
                 self._take(recorded)
 
     def _choose(self, previous: tuple[str, int] | None) -> None:
-        first = next((node for node in self.config.hosts
-                      if node != previous and _ready(self.config.for_node(*node))), None)
+        failures: list[BaseException] = []
+        candidates = [node for node in self.config.hosts if node != previous]
+        first = next((node for node in candidates if _ready(self.config.for_node(*node), failures)), None)
         if first is None:
             self._writer = None
+            refused = [exc for exc in failures if tls_refused(exc)]
+            if refused and len(refused) == len(candidates):
+                raise refused[0]  # the URL's TLS, not an outage: its reason, and a refusal (no retry mends it)
             names = ", ".join(f"{h}:{p}" for h, p in self.config.hosts)
-            raise pymysql.err.OperationalError(NO_WRITER, f"no database node is synced and ready among {names}")
+            tls = f" ({len(refused)} failed the URL's TLS: {refused[0]})" if refused else ""
+            raise pymysql.err.OperationalError(NO_WRITER, f"no database node is synced and ready among {names}{tls}")
         chosen = self._recorded(first, avoid=previous)  # the node the others moved to: stay with them
         if chosen is None:
             chosen = first
@@ -198,16 +203,19 @@ def _probe(node: DatabaseConfig, *, database: bool = True) -> pymysql.connection
                         database=database, io_timeout=PROBE_TIMEOUT_S)
 
 
-def _ready(node: DatabaseConfig) -> bool:
+def _ready(node: DatabaseConfig, failures: list[BaseException] | None = None) -> bool:
     """The node answers and reports itself Synced and ready (a server without Galera is ready).
 
     A node that refuses the probe's login itself (every connection slot
     taken, say) is up and counts as ready: moving off it would take this
-    process alone to another writer, while the others stay.
+    process alone to another writer, while the others stay. A failed
+    connect is added to ``failures``, for the caller to say why no node is.
     """
     try:
         conn = _probe(node, database=False)
     except (pymysql.err.MySQLError, OSError) as exc:
+        if failures is not None:
+            failures.append(exc)
         return node_answered(exc)
     try:
         with conn.cursor() as cur:
@@ -283,7 +291,7 @@ _selectors_lock = threading.Lock()
 
 def writer_for(config: DatabaseConfig) -> WriterSelector:
     """The process's selector for this list of nodes, login and database: one choice shared by its pools."""
-    key = (config.hosts, config.user, config.password, config.connect_timeout, config.database)
+    key = (config.hosts, config.user, config.password, config.connect_timeout, config.database, config.tls)
     with _selectors_lock:
         selector = _selectors.get(key)
         if selector is None:
