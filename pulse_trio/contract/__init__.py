@@ -19,7 +19,8 @@ The pipeline of docs/protocol.md §5.1 as modules, one job each:
 * ``codec``: the entry points; ``errors``: the error tree.
 
 Beside the pipeline, ``credentials`` checks the bearer token a client sends
-(the worker SDK's and the producer clients') before any request carries it.
+(the worker SDK's and the producer clients') before any request carries it,
+and ``options`` their options in seconds, both when the client is made.
 
 The published JSON Schema ships beside them as ``worker.schema.json``.
 """

@@ -19,11 +19,14 @@ import anyio
 import httpx
 
 from pulse_trio.contract.credentials import check_token
+from pulse_trio.contract.options import check_seconds
 from pulse_trio.producer import calls
 from pulse_trio.producer.calls import Answer, Call, Request
 
 T = TypeVar("T")
 
+#: ``timeout=``: httpx's for each request, each of its steps alone (connecting, a connection from the pool,
+#: each write, each read), not the whole call; a wait's long-polls set their own (``calls.wait_task``).
 DEFAULT_TIMEOUT_S = 10.0
 #: How long an idle connection is kept for the next call: well within serve's default
 #: ``--http-idle-timeout``, so the client lets it go before the service closes it, rather than send a
@@ -56,6 +59,7 @@ def _options(url: str, token: str, timeout: float, headers: Mapping[str, str] | 
     if not isinstance(token, str) or not token:
         raise ValueError("a producer (or operator) token is required: pulse-trio token create --role producer")
     check_token(token, "producer")  # else httpx's refusal of the header would quote it
+    check_seconds("timeout", timeout)  # else a zero one fails each request, a None or NaN one waits for ever
     return dict(base_url=url.rstrip("/"), timeout=timeout, limits=limits,
                 headers={**(headers or {}), "Authorization": f"Bearer {token}", "Accept": "application/json"})
 
@@ -112,7 +116,9 @@ class AsyncTaskHandle:
 class Client:
     """The producer over HTTP, blocking: ``Client("http://127.0.0.1:7381", token)``.
 
-    Thread-safe (httpx's pool is). ``limits`` bounds the pool (``httpx.Limits``;
+    Thread-safe (httpx's pool is). ``timeout`` bounds each step of a request
+    (:data:`DEFAULT_TIMEOUT_S`); a positive, finite number of seconds, else
+    ValueError. ``limits`` bounds the pool (``httpx.Limits``;
     a long-poll holds a connection, so a cap counts the waits too). For
     transactional enqueue inside your own database transaction, use
     :class:`pulse_trio.client.DatabaseClient` instead.

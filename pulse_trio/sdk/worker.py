@@ -42,6 +42,7 @@ from pulse_trio import __version__
 from pulse_trio.contract import limits as lim
 from pulse_trio.contract import messages as m
 from pulse_trio.contract.credentials import check_token
+from pulse_trio.contract.options import check_seconds
 from pulse_trio.sdk import protocol as p
 from pulse_trio.sdk import refusal
 from pulse_trio.sdk.clock import LeaseClock, loop_clock
@@ -93,14 +94,6 @@ def check_capacity(capacity: object) -> None:
     """
     if type(capacity) is not int or not 0 <= capacity <= lim.MAX_CAPACITY:
         raise ValueError(f"capacity must be an int 0..{lim.MAX_CAPACITY}, got {capacity!r:.40}")
-
-
-def check_seconds(name: str, value: object) -> None:
-    """ValueError unless ``value`` is a positive, finite number of seconds (not a bool), checked when the
-    ``Worker`` is made: a zero ``connect_timeout`` would fail every connect and reconnect forever, an
-    unreadable one end ``run()`` from inside its reconnect loop."""
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 < value < math.inf):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r:.40}")
 
 
 def default_name() -> str:

@@ -242,6 +242,49 @@ async def test_a_token_read_with_its_line_end_is_refused_without_being_shown(con
         await (await connect(token + line_end)).get(SOME_TASK)
     assert token[3:] not in str(refused.value) and "line end" in str(refused.value)
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
+@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), 10 ** 400, "10", True, None],
+                         ids=["zero", "negative", "nan", "inf", "past-a-float", "text", "bool", "none"])
+async def test_a_client_refuses_a_timeout_that_is_no_positive_finite_number_when_it_is_made(kind, seconds):
+    """As a Worker's connect_timeout is: httpx took any of these and failed each request later (a zero one
+    at once, a text one with a TypeError from deep inside), or, for None or NaN, let a request to a service
+    that never answers hang for ever."""
+    make = AsyncClient if kind == "async" else Client
+    with pytest.raises(ValueError, match="timeout must be a positive, finite number of seconds"):
+        make("http://127.0.0.1:7381", "pt_any", timeout=seconds)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_the_clients_timeout_bounds_each_request_but_not_a_waits_long_poll(kind, service, tokens, nursery):
+    """``timeout=`` is httpx's for each request (connect, pool, each write, each read): a service that accepts
+    and never answers fails a get after it, while a wait plans its own long-polls and ends at its own timeout."""
+    async def hold(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()  # read nothing, answer nothing
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(trio.serve_listeners, hold, listeners)
+    make = AsyncClient if kind == "async" else Client
+    silent = make(f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", "pt_any", timeout=0.5)
+    real = make(f"http://127.0.0.1:{service.http_port}", tokens["producer"], timeout=0.5)
+    try:
+        client, waiting = (silent, real) if kind == "async" else (InThread(silent), InThread(real))
+        started = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout), trio.fail_after(5):
+            await client.get(SOME_TASK)
+        assert time.monotonic() - started < 2, f"{time.monotonic() - started:.1f} s"
+        handle = await waiting.submit("billing", "invoice.send", {})  # no worker: it never ends
+        started = time.monotonic()
+        with pytest.raises(WaitTimeout), trio.fail_after(10):
+            await waiting.wait(handle.task_id, timeout=2.0)
+        assert time.monotonic() - started >= 1.9, f"{time.monotonic() - started:.1f} s"
+    finally:
+        for raw in (silent, real):
+            if isinstance(raw, AsyncClient):
+                await raw.aclose()
+            else:
+                raw.close()
+
+
 async def test_requests_reuse_one_connection(producer):
     for _ in range(5):
         await producer.list()
