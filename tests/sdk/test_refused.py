@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
+import anyio
 import pytest
 import trio
 
-from sdk_support import url_of, wait_for
+from sdk_support import in_thread, url_of, wait_for, wait_state
 from token_support import revoke_token
 
 from pulse_trio.contract import errors as e
@@ -180,3 +182,61 @@ async def test_a_token_revoked_while_the_worker_is_connected_ends_run_with_the_4
     refused = await _refusal(worker)
     assert refused.status == 401, refused
     assert worker.stats.connects == 1 and to_first.links + to_second.links == 2, (to_first.links, to_second.links)
+
+
+async def test_a_token_revoked_under_running_handlers_stops_them_as_a_hard_stop_does(db, start_service, run_worker,
+                                                                                     client, token_factory):
+    """worker.md §11.1: run() ending with WorkerRefused stops what still runs as stop() does. An async handler
+    is cancelled, a def handler's thread is abandoned (it runs on until it returns), and nothing is finished,
+    not even the outcome of a handler that returned after the revoke ended its session: that finish waited
+    for a connection the token no longer gets. Each lease expires on the service, which decides the task."""
+    service = await start_service(lease_ttl=4.0)
+    started: list[str] = []
+    cancelled: list[str] = []
+    release = threading.Event()  # lets the abandoned def handler's thread return once the test is done
+    running: list = []  # the worker, for the handler that returns once its session is gone
+    registry = Registry()
+
+    @registry.handler("billing", "hangs")
+    async def hangs(task: TaskContext) -> dict:
+        started.append(task.kind)
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(task.kind)
+            raise
+        return {}
+
+    @registry.handler("billing", "blocks")
+    def blocks(task: TaskContext) -> dict:
+        started.append(task.kind)
+        release.wait(30)
+        return {"late": True}
+
+    @registry.handler("billing", "returns")
+    async def returns(task: TaskContext) -> dict:
+        started.append(task.kind)
+        while running[0].connected:  # the revoke ends the session; the reconnect's 401 comes after the backoff
+            await anyio.sleep(0.005)
+        started.append("returned")
+        return {"sent": True}
+
+    token = token_factory("worker", ["billing"])
+    worker = await run_worker(url_of(service), registry, token=token, capacity=3, strict=False,
+                              backoff=Backoff(initial=1.0, factor=1.0, maximum=1.0))
+    running.append(worker)
+    try:
+        tasks = {kind: await in_thread(client.submit, "billing", kind, {}, max_attempts=1)
+                 for kind in ("hangs", "blocks", "returns")}
+        await wait_for(lambda: len(set(started)) == 3, what="the three handlers to start")
+        revoke_token(db, token)
+        refused = await _refusal(worker)
+        assert refused.status == 401, refused
+        assert not worker.stopped and worker.stats.connects == 1 and "returned" in started, started
+        assert cancelled == ["hangs"] and worker.stats.abandoned_threads == 1, (cancelled, worker.stats)
+        assert worker.stats.finished == 0, worker.stats
+        for kind, task in tasks.items():
+            view = await wait_state(client, task["task_id"], {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"})
+            assert view["state"] == "UNKNOWN" and view["outcome"]["error_code"] == "lease_expired", (kind, view)
+    finally:
+        release.set()
