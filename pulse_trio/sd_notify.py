@@ -7,7 +7,10 @@ connected and registered. Outside systemd (no ``NOTIFY_SOCKET``) every call
 does nothing. The protocol is one ``AF_UNIX`` datagram of ``KEY=value``
 lines (sd_notify(3)); a name starting with ``@`` is in the abstract
 namespace. A failure to send is logged and otherwise ignored: the service
-runs the same without its supervisor's bookkeeping.
+runs the same without its supervisor's bookkeeping. The watchdog sends every
+few seconds, so a socket that keeps failing is logged once, when it starts
+to, and once more when a send to it works again, with how many failed in
+between (:class:`_Failing`).
 
 Under a unit's ``WatchdogSec=`` systemd sets ``WATCHDOG_USEC`` (and
 ``WATCHDOG_PID``, its main process): :func:`watchdog_interval` reads them as
@@ -65,6 +68,30 @@ def watchdog_interval(environ: Mapping[str, str] = os.environ, pid: int | None =
     return int(usec) / 1e6
 
 
+class _Failing:
+    """The notify sockets whose last send failed, each with the failures left out of the log since its line."""
+
+    def __init__(self) -> None:
+        self._left_out: dict[str, int] = {}
+
+    def failed(self, path: str, exc: OSError) -> None:
+        if path in self._left_out:
+            self._left_out[path] += 1
+            return
+        self._left_out[path] = 0
+        log.warning("could not notify systemd at %s: %s (its next failures are counted, not logged, until a send "
+                    "works again)", path, exc)
+
+    def sent(self, path: str) -> None:
+        left_out = self._left_out.pop(path, None)
+        if left_out is not None:
+            log.warning("notifying systemd at %s works again (%d more failed sends since its failure was logged)",
+                        path, left_out, extra={"suppressed": left_out})
+
+
+_failing = _Failing()
+
+
 def notify(*lines: str) -> bool:
     """Send ``lines`` (``"READY=1"``, ``"STATUS=…"``) to systemd; False when there is nobody to tell."""
     path = os.environ.get("NOTIFY_SOCKET")
@@ -76,8 +103,9 @@ def notify(*lines: str) -> bool:
             sock.connect(address)
             sock.sendall("\n".join(lines).encode("utf-8"))
     except OSError as exc:
-        log.warning("could not notify systemd at %s: %s", path, exc)
+        _failing.failed(path, exc)
         return False
+    _failing.sent(path)
     return True
 
 
