@@ -55,12 +55,12 @@ def watchdog_interval(environ: Mapping[str, str] = os.environ, pid: int | None =
     usec = environ.get("WATCHDOG_USEC")
     if not usec:
         return None
-    if not usec.isdigit() or int(usec) == 0:
+    if not (usec.isascii() and usec.isdigit()) or int(usec) == 0:
         log.warning("WATCHDOG_USEC=%r is no positive number of microseconds: no watchdog pings", usec)
         return None
     watched = environ.get("WATCHDOG_PID")
     if watched:
-        if not watched.isdigit():
+        if not (watched.isascii() and watched.isdigit()):
             log.warning("WATCHDOG_PID=%r is no process id: no watchdog pings", watched)
             return None
         if int(watched) != (os.getpid() if pid is None else pid):
@@ -92,8 +92,12 @@ class _Failing:
 _failing = _Failing()
 
 
-def notify(*lines: str) -> bool:
-    """Send ``lines`` (``"READY=1"``, ``"STATUS=…"``) to systemd; False when there is nobody to tell."""
+def notify(*lines: str, wait: bool = True) -> bool:
+    """Send ``lines`` (``"READY=1"``, ``"STATUS=…"``) to systemd; False when there is nobody to tell.
+
+    ``wait=False`` (a watchdog ping, sent from the event loop it vouches for): fail rather than wait when
+    systemd's queue is full; a ping is worth less than the loop's stall, a ``READY=1`` is not.
+    """
     path = os.environ.get("NOTIFY_SOCKET")
     if not path:
         return False
@@ -101,7 +105,7 @@ def notify(*lines: str) -> bool:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.connect(address)
-            sock.sendall("\n".join(lines).encode("utf-8"))
+            sock.send("\n".join(lines).encode("utf-8"), 0 if wait else socket.MSG_DONTWAIT)
     except OSError as exc:
         _failing.failed(path, exc)
         return False

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import signal
 from collections.abc import Callable
 
 import anyio
@@ -31,8 +32,22 @@ def dump_stacks_when_killed() -> None:
         faulthandler.enable()
 
 
+#: What a serve group's first process sends a member that fell silent: that member writes its threads' stacks.
+#: systemd's SIGABRT reaches the first process alone (``KillMode=mixed``), whose stacks show nothing of it.
+DUMP_STACKS_SIGNAL = signal.SIGUSR1
+#: The shortest wait between two pings, whatever the interval: a tiny ``WATCHDOG_USEC`` must not make a
+#: busy loop of the pings (no loop can honour it anyway).
+MIN_PING_GAP_S = 0.001
+
+
+def dump_stacks_when_asked() -> None:
+    """A serve group's member: write every thread's stack to stderr (the journal, through the first process)
+    on :data:`DUMP_STACKS_SIGNAL`, even while its event loop is held, and go on running."""
+    faulthandler.register(DUMP_STACKS_SIGNAL, all_threads=True)
+
+
 async def keep_alive(interval: float, withheld: Callable[[], str | None] = lambda: None,
-                     ping: Callable[[], object] = lambda: sd_notify.notify("WATCHDOG=1")) -> None:
+                     ping: Callable[[], object] = lambda: sd_notify.notify("WATCHDOG=1", wait=False)) -> None:
     """``ping()`` every ``interval / 2`` seconds until cancelled, except while ``withheld()`` names a reason.
 
     A reason is logged once when it appears, and once more when the pings resume.
@@ -48,4 +63,4 @@ async def keep_alive(interval: float, withheld: Callable[[], str | None] = lambd
             log.error("watchdog pings withheld (systemd restarts the service unless this ends within %g s): %s",
                       interval, now)
         reason = now
-        await anyio.sleep(interval / 2)
+        await anyio.sleep(max(interval / 2, MIN_PING_GAP_S))

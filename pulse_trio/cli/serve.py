@@ -157,6 +157,7 @@ async def _serve_and_report(member: GroupMember, target: DatabaseConfig, receive
 
     from pulse_trio.group.member import report_ready, wait_parent_gone
     from pulse_trio.serve import serve
+    from pulse_trio.watchdog import dump_stacks_when_asked
 
     link = member.link()
     with logs.bind(member=member.index):  # every line says which member wrote it
@@ -174,6 +175,8 @@ async def _serve_and_report(member: GroupMember, target: DatabaseConfig, receive
                 return
             heartbeats = member.heartbeats()
             if heartbeats is not None and member.watchdog_s is not None:  # the group is under systemd's watchdog
+                dump_stacks_when_asked()
+                heartbeats.beat(member.index)  # before "ready": the first process's first look finds it beaten
                 nursery.start_soon(heartbeats.beat_every, member.index, member.watchdog_s)
             try:
                 await report_ready(link)
@@ -202,12 +205,17 @@ async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig
     if watchdog_s is not None:
         dump_stacks_when_killed()
     return await serve_group(settings, target, member_command, ready, stopping, watchdog_s,
-                             lambda: sd_notify.notify("WATCHDOG=1"))
+                             lambda: sd_notify.notify("WATCHDOG=1", wait=False))
 
 
 async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:
     """Run ``serve`` and tell systemd (``Type=notify``) once it listens: its node is ALIVE, both ports accept;
-    under ``WatchdogSec=``, that its event loop runs, from a task of that loop, until it has stopped."""
+    under ``WatchdogSec=``, that its event loop runs, from a task of that loop, until its stop begins.
+
+    The pings end before ``STOPPING=1``: systemd disarms the watchdog for the stop, and a ping after it
+    would arm it again, so a stop that takes longer than the interval (the managed database's own stop)
+    would end in SIGABRT instead of its orderly end.
+    """
     import trio
 
     from pulse_trio import sd_notify
@@ -224,10 +232,17 @@ async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:
         handle = await nursery.start(run)
         sd_notify.notify("READY=1", f"STATUS=serving workers on port {handle.worker_port}, "
                                     f"the HTTP API on port {handle.http_port}")
+        pings = trio.CancelScope()
         if watchdog_s is not None:
             dump_stacks_when_killed()
-            nursery.start_soon(keep_alive, watchdog_s)
+
+            async def ping() -> None:
+                with pings:
+                    await keep_alive(watchdog_s)
+
+            nursery.start_soon(ping)
         await handle.stopping.wait()
+        pings.cancel()
         sd_notify.notify(*STOPPING)
 
 

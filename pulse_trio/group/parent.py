@@ -15,6 +15,7 @@ member that hangs without exiting gets the group restarted too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -36,7 +37,7 @@ from pulse_trio.group.member import ENVIRONMENT, READY, GroupMember
 from pulse_trio.group.shares import create_shares
 from pulse_trio.sd_notify import without_notify_socket
 from pulse_trio.stop_signals import STOP_SIGNALS
-from pulse_trio.watchdog import keep_alive
+from pulse_trio.watchdog import DUMP_STACKS_SIGNAL, keep_alive
 
 log = logging.getLogger("pulse_trio.group")
 
@@ -167,8 +168,15 @@ async def _watch_member(index: int, process: trio.Process, outcome: _Outcome) ->
 async def _keep_alive(scope: trio.CancelScope, heartbeats: Heartbeats, members: list[trio.Process],
                       watchdog_s: float, on_alive: Callable[[], object]) -> None:
     """``on_alive()`` every half ``watchdog_s`` while every member has beaten within it, until ``scope`` ends."""
+    asked: set[int] = set()  # the silent members already asked for their stacks, this silence
+
     def withheld() -> str | None:
         silent = heartbeats.silent(watchdog_s)
+        asked.intersection_update(silent)
+        for index in set(silent) - asked:
+            asked.add(index)
+            with contextlib.suppress(ProcessLookupError):  # its stacks in the log, before systemd's kill
+                os.kill(members[index].pid, DUMP_STACKS_SIGNAL)
         if not silent:
             return None
         named = ", ".join(f"{index} (pid {members[index].pid})" for index in silent)
