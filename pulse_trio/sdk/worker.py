@@ -48,7 +48,7 @@ from pulse_trio.sdk import refusal
 from pulse_trio.sdk.clock import LeaseClock, loop_clock
 from pulse_trio.sdk.endpoint import check_url
 from pulse_trio.sdk.errors import CommandRefused, ConnectionLost, WorkerRefused
-from pulse_trio.sdk.lease import Credentials, LeaseRunner
+from pulse_trio.sdk.lease import FINISHING, Credentials, LeaseRunner
 from pulse_trio.sdk.pool import HandlerPool
 from pulse_trio.sdk.stats import WorkerStats
 from pulse_trio.sdk.threads import HandlerThreads
@@ -241,12 +241,28 @@ class Worker:
                         await self._connection_loop()
                     except WorkerRefused as exc:  # raised as itself, not inside an ExceptionGroup
                         refused = exc
+                        self._say_unreported()
                     tasks.cancel_scope.cancel()
         finally:
             self._tasks = self._root = None
             self.pool.attach(None)
         if refused is not None:
             raise refused
+
+    def _say_unreported(self) -> None:
+        """At a refusal for good: the leases this worker leaves without an outcome, by task, in one line.
+
+        Nothing of them can be reported without a session, and ``run()`` stops
+        them as ``stop()`` does; each task ends as after a lost lease. A handler
+        that had returned is named apart: its effect happened, its outcome is lost.
+        """
+        if not self.runners:
+            return
+        returned = [r.label for r in self.runners.values() if r.phase is FINISHING]
+        running = [r.label for r in self.runners.values() if r.phase is not FINISHING]
+        log.warning("refused for good: %d lease(s) left unreported, their tasks end as a lost lease's do; "
+                    "handler returned, outcome lost: %s; still running, stopped: %s",
+                    len(self.runners), ", ".join(returned) or "none", ", ".join(running) or "none")
 
     # -- the connection loop ---------------------------------------------------------
     async def _connection_loop(self) -> None:

@@ -185,7 +185,7 @@ async def test_a_token_revoked_while_the_worker_is_connected_ends_run_with_the_4
 
 
 async def test_a_token_revoked_under_running_handlers_stops_them_as_a_hard_stop_does(db, start_service, run_worker,
-                                                                                     client, token_factory):
+                                                                                     client, token_factory, caplog):
     """worker.md §11.1: run() ending with WorkerRefused stops what still runs as stop() does. An async handler
     is cancelled, a def handler's thread is abandoned (it runs on until it returns), and nothing is finished,
     not even the outcome of a handler that returned after the revoke ended its session: that finish waited
@@ -235,6 +235,11 @@ async def test_a_token_revoked_under_running_handlers_stops_them_as_a_hard_stop_
         assert not worker.stopped and worker.stats.connects == 1 and "returned" in started, started
         assert cancelled == ["hangs"] and worker.stats.abandoned_threads == 1, (cancelled, worker.stats)
         assert worker.stats.finished == 0, worker.stats
+        said = [r.getMessage() for r in caplog.records if "left unreported" in r.getMessage()]
+        assert len(said) == 1, said  # which tasks lost their report, the returned one apart
+        returned_part, running_part = said[0].split("outcome lost: ")[1].split("; still running, stopped: ")
+        assert tasks["returns"]["task_id"] in returned_part, said
+        assert all(tasks[kind]["task_id"] in running_part for kind in ("hangs", "blocks")), said
         for kind, task in tasks.items():
             view = await wait_state(client, task["task_id"], {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"})
             assert view["state"] == "UNKNOWN" and view["outcome"]["error_code"] == "lease_expired", (kind, view)
