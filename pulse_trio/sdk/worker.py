@@ -72,11 +72,11 @@ class Backoff:
 
     def __post_init__(self) -> None:
         """Refuse a backoff that would not back off: a zero or shrinking delay reconnects in a tight loop."""
-        for name, value, least in (("initial", self.initial, 0.0), ("maximum", self.maximum, 0.0)):
-            if not (isinstance(value, (int, float)) and least < value < math.inf):
-                raise ValueError(f"Backoff {name} must be a positive, finite number of seconds, got {value!r:.40}")
-        if not (isinstance(self.factor, (int, float)) and 1 <= self.factor < math.inf):
-            raise ValueError(f"Backoff factor must be a finite number of at least 1, got {self.factor!r:.40}")
+        check_seconds("Backoff initial", self.initial)
+        check_seconds("Backoff maximum", self.maximum)
+        factor = self.factor
+        if isinstance(factor, bool) or not (isinstance(factor, (int, float)) and 1 <= factor < math.inf):
+            raise ValueError(f"Backoff factor must be a finite number of at least 1, got {factor!r:.40}")
 
     def delay(self, attempt: int) -> float:
         try:

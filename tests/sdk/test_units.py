@@ -208,7 +208,9 @@ def test_backoff_grows_with_jitter_and_caps():
 
 
 @pytest.mark.parametrize("options", [dict(initial=0), dict(maximum=0), dict(initial=-1), dict(factor=0.5),
-                                     dict(initial=float("nan")), dict(maximum=float("inf")), dict(factor="2")])
+                                     dict(initial=float("nan")), dict(maximum=float("inf")), dict(factor="2"),
+                                     dict(initial=True), dict(maximum=True), dict(factor=True),
+                                     dict(maximum=10**400)])
 def test_a_backoff_that_would_not_back_off_is_refused(options):
     """A zero, shrinking or unreadable delay would reconnect in a tight loop (thousands of connects a second)."""
     with pytest.raises(ValueError, match="Backoff"):
