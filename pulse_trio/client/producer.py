@@ -280,6 +280,8 @@ class DatabaseClient:
             if getattr(self, name) is not None:
                 warnings.warn(f"Client({name}=...) is ignored: every writer uses the cluster's {name} "
                               f"(pulse-trio settings set {name} SECONDS)", DeprecationWarning, stacklevel=3)
+        if type(self.pool_size) is not int or self.pool_size < 1:
+            raise ValueError(f"pool_size must be a whole number of connections, at least 1, got {self.pool_size!r:.40}")
         self._owns_store = self.store is None
         if self.store is None:
             self.store = SyncStore(self.database, pool_size=self.pool_size)

@@ -233,3 +233,10 @@ def test_fairness_key_and_weights(client: Client):
         with pytest.raises(InvalidRequest):
             client.set_fairness_weight(key, weight, updated_by="test")
     assert client.fairness_weights()["tenant:7"]["weight"] == 5
+
+
+@pytest.mark.parametrize("size", [0, -1, True, 1.5, "2", None])
+def test_a_pool_size_that_is_no_whole_number_of_connections_is_refused_when_made(db, size):
+    """A bool was read as one connection, a float failed deep inside the pool at its first use."""
+    with pytest.raises(ValueError, match="pool_size must be"):
+        Client(db, pool_size=size)
