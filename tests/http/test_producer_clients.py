@@ -32,6 +32,13 @@ from pulse_trio.schedule_timing import InvalidField
 SOME_TASK = "tsk_01M8VZMC9N9WQ7HZY3RZQQCE2A"
 
 
+async def _listen(nursery: trio.Nursery, handler) -> str:
+    """``handler`` serving each connection to a new loopback port, in ``nursery``; the port's base URL."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(trio.serve_listeners, handler, listeners)
+    return f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+
 class InThread:
     """A blocking client (or handle) whose calls run in a worker thread: awaitable, like the async one."""
 
@@ -261,10 +268,9 @@ async def test_the_clients_timeout_bounds_each_request_but_not_a_waits_long_poll
     async def hold(stream: trio.SocketStream) -> None:
         await trio.sleep_forever()  # read nothing, answer nothing
 
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    nursery.start_soon(trio.serve_listeners, hold, listeners)
+    address = await _listen(nursery, hold)
     make = AsyncClient if kind == "async" else Client
-    silent = make(f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", "pt_any", timeout=0.5)
+    silent = make(address, "pt_any", timeout=0.5)
     real = make(f"http://127.0.0.1:{service.http_port}", tokens["producer"], timeout=0.5)
     try:
         client, waiting = (silent, real) if kind == "async" else (InThread(silent), InThread(real))
@@ -396,10 +402,9 @@ async def test_a_wait_on_a_service_that_accepts_but_never_answers_ends_near_its_
     async def hold(stream: trio.SocketStream) -> None:
         await trio.sleep_forever()  # read nothing, answer nothing
 
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    nursery.start_soon(trio.serve_listeners, hold, listeners)
+    address = await _listen(nursery, hold)
     with trio.fail_after(20):
-        raised, took = await _timed_wait(kind, f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", 1)
+        raised, took = await _timed_wait(kind, address, 1)
     assert isinstance(raised, WaitTimeout) and took < 3, (type(raised), raised, f"{took:.1f} s")
     assert isinstance(raised.__cause__, httpx.ReadTimeout)
 
@@ -560,9 +565,7 @@ async def test_a_wait_through_a_gateway_that_times_out_its_long_poll_asks_again(
     """A load balancer whose server timeout is shorter than a long-poll (operations.md §13's HAProxy has
     one) answers 504 for it: no service answered, so the wait asks again, as after a 503, and sees the end."""
     gateway = TimingOutGateway(service.http_port, timeout=0.5)
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    nursery.start_soon(trio.serve_listeners, gateway.handle, listeners)
-    url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    url = await _listen(nursery, gateway.handle)
     raw = AsyncClient(url, tokens["producer"]) if kind == "async" else Client(url, tokens["producer"])
     client = raw if kind == "async" else InThread(raw)
     results: list[Any] = []
@@ -616,9 +619,7 @@ async def test_a_request_safe_to_repeat_is_sent_again_when_its_kept_alive_connec
     """Reads, keyed submits and cancels go out once more on a new connection; a submit without a key is
     not sent twice (it may have been submitted), so it raises httpx's error, as worker.md §12.1 says."""
     gateway = IdleClosingGateway(service.http_port)
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    nursery.start_soon(trio.serve_listeners, gateway.handle, listeners)
-    url, token = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", token_factory(
+    url, token = await _listen(nursery, gateway.handle), token_factory(
         "producer", ("billing",), allow=("cancel",))
     raw = AsyncClient(url, token) if kind == "async" else Client(url, token)
     client = raw if kind == "async" else InThread(raw)
@@ -671,9 +672,7 @@ async def test_a_wait_whose_long_poll_drops_late_still_ends_by_its_timeout(kind,
     from pulse_trio.producer.calls import OVERRUN_S
 
     gateway = LateDropGateway(service.http_port, after=1.2)
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    nursery.start_soon(trio.serve_listeners, gateway.handle, listeners)
-    url, token = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", token_factory("producer", ("billing",))
+    url, token = await _listen(nursery, gateway.handle), token_factory("producer", ("billing",))
     raw = AsyncClient(url, token) if kind == "async" else Client(url, token)
     client = raw if kind == "async" else InThread(raw)
     try:
@@ -699,9 +698,7 @@ async def test_a_wait_asks_again_at_once_after_a_drop_and_after_a_pause_when_it_
     from pulse_trio.producer.calls import RETRY_PAUSE_S
 
     gateway = LateDropGateway(service.http_port, after=0.0, drops=2)
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    nursery.start_soon(trio.serve_listeners, gateway.handle, listeners)
-    url, token = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}", token_factory(
+    url, token = await _listen(nursery, gateway.handle), token_factory(
         "producer", ("billing",), allow=("cancel",))
     raw = AsyncClient(url, token) if kind == "async" else Client(url, token)
     client = raw if kind == "async" else InThread(raw)
