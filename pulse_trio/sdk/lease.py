@@ -207,6 +207,18 @@ class LeaseRunner:
         return f"LeaseRunner({self.task.task_id} {self.task.queue}/{self.task.kind} {self.lease_id})"
 
     @property
+    def handler_called(self) -> bool:
+        """Whether this attempt's handler was called (a cancel or a lost lease may come before)."""
+        return self._handler_called
+
+    @property
+    def finish_unanswered(self) -> bool:
+        """``task.finish`` was sent and its answer not taken here (lost with its connection, or recovered by
+        reattach and not settled yet): the service may have recorded the outcome."""
+        return ((self.inflight is not None and self.inflight[0] is m.TaskFinish)
+                or (self.replayed is not None and self.replayed.receipt.command == m.TaskFinish.TYPE))
+
+    @property
     def label(self) -> str:
         return f"{self.task.task_id} {self.task.queue}/{self.task.kind} (attempt {self.task.attempt})"
 

@@ -96,6 +96,15 @@ def check_capacity(capacity: object) -> None:
         raise ValueError(f"capacity must be an int 0..{lim.MAX_CAPACITY}, got {capacity!r:.40}")
 
 
+#: How many tasks one warning names per group; the rest are counted (a worker may hold thousands of leases).
+LISTED_TASKS = 20
+
+
+def _listed(labels: list[str]) -> str:
+    more = len(labels) - LISTED_TASKS
+    return ", ".join(labels[:LISTED_TASKS]) + (f" and {more} more" if more > 0 else "")
+
+
 def default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"[: lim.MAX_LABEL_CHARS]
 
@@ -158,6 +167,7 @@ class Worker:
         self._first: anyio.Event | None = None
         self._stop_requested = False
         self.stopped = False  # stop() was called: run() returned without draining
+        self._refused = False  # refused for good: run() stops what still runs as stop() does
         self.drained_by_operator = False  # the service said an operator drained this worker
 
     # -- public controls -----------------------------------------------------------
@@ -220,6 +230,7 @@ class Worker:
         if self._root is not None:
             raise RuntimeError("this Worker is already running (a Worker runs once at a time)")
         refused: WorkerRefused | None = None
+        self._refused = False
         self.clock.now = loop_clock()
         self.threads.open()
         self._ready_changed, self._changed, self._first = anyio.Event(), anyio.Event(), anyio.Event()
@@ -241,6 +252,7 @@ class Worker:
                         await self._connection_loop()
                     except WorkerRefused as exc:  # raised as itself, not inside an ExceptionGroup
                         refused = exc
+                        self._refused = True
                         self._say_unreported()
                     tasks.cancel_scope.cancel()
         finally:
@@ -250,19 +262,31 @@ class Worker:
             raise refused
 
     def _say_unreported(self) -> None:
-        """At a refusal for good: the leases this worker leaves without an outcome, by task, in one line.
+        """At a refusal for good: the leases this worker leaves without a report, by task, in one line.
 
         Nothing of them can be reported without a session, and ``run()`` stops
-        them as ``stop()`` does; each task ends as after a lost lease. A handler
-        that had returned is named apart: its effect happened, its outcome is lost.
+        them as ``stop()`` does. Grouped by what an operator must do about each:
+        a finish sent but unanswered may have been recorded (look before running
+        it again); a handler that returned had its effect and lost its outcome;
+        one stopped while it ran may have had part of it; one never called had
+        none (its task goes back to the queue or ends as a lost lease's does).
         """
         if not self.runners:
             return
-        returned = [r.label for r in self.runners.values() if r.phase is FINISHING]
-        running = [r.label for r in self.runners.values() if r.phase is not FINISHING]
-        log.warning("refused for good: %d lease(s) left unreported, their tasks end as a lost lease's do; "
-                    "handler returned, outcome lost: %s; still running, stopped: %s",
-                    len(self.runners), ", ".join(returned) or "none", ", ".join(running) or "none")
+        groups: dict[str, list[str]] = {"finish sent, unanswered (may be recorded)": [],
+                                        "handler returned, outcome lost": [],
+                                        "handler stopped while it ran": [], "handler not called": []}
+        names = list(groups)
+        for r in self.runners.values():
+            if r.finish_unanswered:
+                group = names[0]
+            elif not r.handler_called:
+                group = names[3]
+            else:
+                group = names[1] if r.phase is FINISHING else names[2]
+            groups[group].append(r.label)
+        log.warning("refused for good: %d lease(s) left unreported; %s", len(self.runners),
+                    "; ".join(f"{name}: {_listed(labels)}" for name, labels in groups.items() if labels))
 
     # -- the connection loop ---------------------------------------------------------
     async def _connection_loop(self) -> None:
@@ -456,8 +480,9 @@ class Worker:
         return min((runner.ttl for runner in self.runners.values()), default=NO_LEASE)
 
     def stopped_hard(self) -> bool:
-        """Whether :meth:`stop` was called: the worker's scope, around every handler, is cancelled."""
-        return self.stopped
+        """Whether :meth:`stop` was called, or ``run()`` was refused for good: either way the worker's scope,
+        around every handler, is cancelled, and a handler that returns anyway is not finished."""
+        return self.stopped or self._refused
 
     def spawn(self, fn: Callable[[], Coroutine[Any, Any, object]]) -> None:
         """Run a handler's job in a task of the pool (see ``pool``)."""

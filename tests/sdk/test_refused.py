@@ -207,6 +207,15 @@ async def test_a_token_revoked_under_running_handlers_stops_them_as_a_hard_stop_
             raise
         return {}
 
+    @registry.handler("billing", "swallows")
+    async def swallows(task: TaskContext) -> dict:  # takes the cancel for a return: still nothing is finished
+        started.append(task.kind)
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            return {"swallowed": True}
+        return {}
+
     @registry.handler("billing", "blocks")
     def blocks(task: TaskContext) -> dict:
         started.append(task.kind)
@@ -222,13 +231,13 @@ async def test_a_token_revoked_under_running_handlers_stops_them_as_a_hard_stop_
         return {"sent": True}
 
     token = token_factory("worker", ["billing"])
-    worker = await run_worker(url_of(service), registry, token=token, capacity=3, strict=False,
+    worker = await run_worker(url_of(service), registry, token=token, capacity=4, strict=False,
                               backoff=Backoff(initial=1.0, factor=1.0, maximum=1.0))
     running.append(worker)
     try:
         tasks = {kind: await in_thread(client.submit, "billing", kind, {}, max_attempts=1)
-                 for kind in ("hangs", "blocks", "returns")}
-        await wait_for(lambda: len(set(started)) == 3, what="the three handlers to start")
+                 for kind in ("hangs", "swallows", "blocks", "returns")}
+        await wait_for(lambda: len(set(started)) == 4, what="the four handlers to start")
         revoke_token(db, token)
         refused = await _refusal(worker)
         assert refused.status == 401, refused
@@ -237,11 +246,37 @@ async def test_a_token_revoked_under_running_handlers_stops_them_as_a_hard_stop_
         assert worker.stats.finished == 0, worker.stats
         said = [r.getMessage() for r in caplog.records if "left unreported" in r.getMessage()]
         assert len(said) == 1, said  # which tasks lost their report, the returned one apart
-        returned_part, running_part = said[0].split("outcome lost: ")[1].split("; still running, stopped: ")
-        assert tasks["returns"]["task_id"] in returned_part, said
-        assert all(tasks[kind]["task_id"] in running_part for kind in ("hangs", "blocks")), said
+        groups = dict(part.split(": ", 1) for part in said[0].split("; ")[1:])
+        assert set(groups) == {"handler returned, outcome lost", "handler stopped while it ran"}, said
+        assert tasks["returns"]["task_id"] in groups["handler returned, outcome lost"], said
+        assert all(tasks[kind]["task_id"] in groups["handler stopped while it ran"]
+                   for kind in ("hangs", "swallows", "blocks"))
+        assert any(f"returned as the worker stopped, for task {tasks['swallows']['task_id']}" in r.getMessage()
+                   for r in caplog.records), "a handler returning after the refusal is not finished, and says so"
         for kind, task in tasks.items():
             view = await wait_state(client, task["task_id"], {"SUCCEEDED", "FAILED", "UNKNOWN", "CANCELLED"})
             assert view["state"] == "UNKNOWN" and view["outcome"]["error_code"] == "lease_expired", (kind, view)
     finally:
         release.set()
+
+
+async def test_a_refusal_names_a_finish_sent_but_unanswered_as_one_the_service_may_have_recorded(
+        db, start_service, proxy_for, run_worker, client, token_factory, caplog):
+    """The finish commits, its ack is lost with the socket, the token is revoked before the reconnect: the
+    warning must not call that outcome lost (the task is SUCCEEDED, and running it again would repeat it)."""
+    from sdk_support import ack_of
+
+    service = await start_service()
+    proxy = await proxy_for(service)
+    token = token_factory("worker", ["billing"])
+    worker = await run_worker(proxy.url, _registry(), token=token, strict=False)
+    proxy.drop_when(ack_of("task.finish"), then_freeze=True)
+    task = await in_thread(client.submit, "billing", "invoice.send", {})
+    await wait_for(lambda: proxy.dropped_chunks, what="the finish ack to be lost")
+    await wait_state(client, task["task_id"], "SUCCEEDED")
+    revoke_token(db, token)
+    proxy.thaw()
+    assert (await _refusal(worker)).status == 401
+    said = [r.getMessage() for r in caplog.records if "left unreported" in r.getMessage()]
+    assert len(said) == 1 and f"finish sent, unanswered (may be recorded): {task['task_id']}" in said[0], said
+    assert "outcome lost" not in said[0], said
