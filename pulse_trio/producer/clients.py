@@ -54,12 +54,22 @@ def _verify(verify: Any) -> Any:
     return default_tls() if verify is True else verify
 
 
-def _options(url: str, token: str, timeout: float, headers: Mapping[str, str] | None,
+def _check_timeout(timeout: object) -> None:
+    """Seconds, or httpx's own ``Timeout`` (a short connect beside a longer read) with every step bounded: a zero
+    one fails each request, a None or NaN one waits for ever (a service that never answers hangs the caller)."""
+    if isinstance(timeout, httpx.Timeout):
+        for step in ("connect", "read", "write", "pool"):
+            check_seconds(f"timeout.{step}", getattr(timeout, step))
+    else:
+        check_seconds("timeout", timeout)
+
+
+def _options(url: str, token: str, timeout: float | httpx.Timeout, headers: Mapping[str, str] | None,
              limits: httpx.Limits) -> dict[str, Any]:
     if not isinstance(token, str) or not token:
         raise ValueError("a producer (or operator) token is required: pulse-trio token create --role producer")
     check_token(token, "producer")  # else httpx's refusal of the header would quote it
-    check_seconds("timeout", timeout)  # else a zero one fails each request, a None or NaN one waits for ever
+    _check_timeout(timeout)
     return dict(base_url=url.rstrip("/"), timeout=timeout, limits=limits,
                 headers={**(headers or {}), "Authorization": f"Bearer {token}", "Accept": "application/json"})
 
@@ -124,7 +134,7 @@ class Client:
     :class:`pulse_trio.client.DatabaseClient` instead.
     """
 
-    def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S,
+    def __init__(self, url: str, token: str, *, timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
                  headers: Mapping[str, str] | None = None, verify: Any = True,
                  limits: httpx.Limits = DEFAULT_LIMITS) -> None:
         self._http = httpx.Client(**_options(url, token, timeout, headers, limits), verify=_verify(verify))
@@ -186,7 +196,7 @@ class AsyncClient:
     The same options as :class:`Client`.
     """
 
-    def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_S,
+    def __init__(self, url: str, token: str, *, timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_S,
                  headers: Mapping[str, str] | None = None, verify: Any = True,
                  limits: httpx.Limits = DEFAULT_LIMITS) -> None:
         self._http = httpx.AsyncClient(**_options(url, token, timeout, headers, limits), verify=_verify(verify))

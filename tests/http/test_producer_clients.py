@@ -250,15 +250,34 @@ async def test_a_token_read_with_its_line_end_is_refused_without_being_shown(con
     assert token[3:] not in str(refused.value) and "line end" in str(refused.value)
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
-@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), 10 ** 400, "10", True, None],
-                         ids=["zero", "negative", "nan", "inf", "past-a-float", "text", "bool", "none"])
+@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), 10 ** 400, 1e10, "10", True, None,
+                                     httpx.Timeout(5.0, read=None), httpx.Timeout(5.0, connect=0)],
+                         ids=["zero", "negative", "nan", "inf", "past-a-float", "past-a-year", "text", "bool", "none",
+                              "httpx-read-none", "httpx-connect-zero"])
 async def test_a_client_refuses_a_timeout_that_is_no_positive_finite_number_when_it_is_made(kind, seconds):
     """As a Worker's connect_timeout is: httpx took any of these and failed each request later (a zero one
-    at once, a text one with a TypeError from deep inside), or, for None or NaN, let a request to a service
-    that never answers hang for ever."""
+    at once, a text one with a TypeError from deep inside, the blocking client's 1e10 s with an
+    OverflowError from the socket), or, for None or NaN, let a request to a service that never answers hang
+    for ever."""
     make = AsyncClient if kind == "async" else Client
-    with pytest.raises(ValueError, match="timeout must be a positive, finite number of seconds"):
+    with pytest.raises(ValueError, match="timeout(.[a-z]+)? must be a positive, finite number of seconds"):
         make("http://127.0.0.1:7381", "pt_any", timeout=seconds)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_client_takes_httpx_s_own_timeout_with_every_step_bounded(kind, service, tokens):
+    """A short connect beside a longer read is what ``httpx.Timeout`` is for; the clients pass it on."""
+    raw = (AsyncClient if kind == "async" else Client)(
+        f"http://127.0.0.1:{service.http_port}", tokens["producer"], timeout=httpx.Timeout(5.0, connect=1.0))
+    try:
+        client = raw if kind == "async" else InThread(raw)
+        assert (await client.submit("billing", "invoice.send", {})).created is True
+        assert raw._http.timeout == httpx.Timeout(5.0, connect=1.0)
+    finally:
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
@@ -280,9 +299,12 @@ async def test_the_clients_timeout_bounds_each_request_but_not_a_waits_long_poll
         assert time.monotonic() - started < 2, f"{time.monotonic() - started:.1f} s"
         handle = await waiting.submit("billing", "invoice.send", {})  # no worker: it never ends
         started = time.monotonic()
-        with pytest.raises(WaitTimeout), trio.fail_after(10):
+        with pytest.raises(WaitTimeout) as timed_out, trio.fail_after(10):
             await waiting.wait(handle.task_id, timeout=2.0)
         assert time.monotonic() - started >= 1.9, f"{time.monotonic() - started:.1f} s"
+        # Ended by the service's answer at the wait's own deadline, not by polls cut at the client's 0.5 s
+        # (each of which would have failed as a transport error and been asked again until the deadline).
+        assert timed_out.value.__cause__ is None and timed_out.value.task["state"] == "READY", timed_out.value
     finally:
         for raw in (silent, real):
             if isinstance(raw, AsyncClient):

@@ -188,8 +188,8 @@ def test_a_worker_refuses_a_capacity_it_could_not_declare_when_it_is_made(capaci
 
 
 @pytest.mark.parametrize("option", ["connect_timeout", "drain_check"])
-@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), 10 ** 400, "10", True],
-                         ids=["zero", "negative", "nan", "inf", "past-a-float", "text", "bool"])
+@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), 10 ** 400, 1e10, "10", True],
+                         ids=["zero", "negative", "nan", "inf", "past-a-float", "past-a-year", "text", "bool"])
 def test_a_worker_refuses_a_timeout_that_is_no_positive_finite_number_when_it_is_made(option, seconds):
     """Not at each connect: a zero connect_timeout fails every connect and reconnects forever, a NaN or a
     text one ended run() with an ExceptionGroup from the reconnect loop, an infinite one never gives up a
