@@ -78,6 +78,9 @@ class BackgroundWorker:
         except BaseException:  # interrupted (a test's time cap, Ctrl-C): the thread must not go on reconnecting
             self._end(drain=False, timeout=DRAIN_TIMEOUT_S)
             raise
+        if isinstance(self.error, ValueError):  # an option the Worker refused as it was made: nothing ran
+            self._end(drain=False, timeout=DRAIN_TIMEOUT_S)
+            raise self.error
         if not connected or self.error is not None:
             self.stop(drain=False)
             raise RuntimeError(f"the worker did not connect to {self.url} within {timeout:g} s") from self.error

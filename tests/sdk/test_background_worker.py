@@ -46,6 +46,20 @@ class Interrupted(Exception):
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_bad_option_is_raised_as_itself_at_once_not_as_a_failed_connect(backend):
+    """The Worker, made on the thread's own loop, refuses it: the caller sees that ValueError, not "did not
+    connect within" after the whole start timeout."""
+    registry = Registry()
+    registry.add("billing", "invoice.send", lambda task: {})
+    background = BackgroundWorker(closed_port_url(), "t", registry, backend=backend, connect_timeout=0)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="connect_timeout must be"):
+        background.start(timeout=30)
+    assert time.monotonic() - started < 5
+    assert not [t for t in threading.enumerate() if t.name == "pulse-background-worker"]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_a_start_interrupted_while_it_waits_leaves_no_thread_and_no_worker_behind(backend):
     """An exception raised in start()'s wait for the first connection stops the worker before it goes on."""
     registry = Registry()
