@@ -128,12 +128,30 @@ async def test_a_worker_that_reconnects_lands_on_the_member_it_left_not_on_the_b
     for round_ in range(24):
         await second.ws.aclose()
         await trio.to_thread.run_sync(wait_until, lambda: len(client.workers()) == 1, 20, "the session closed")
-        await trio.sleep(0.5)  # its member has counted the connection closed
+        await trio.to_thread.run_sync(wait_until, lambda: sorted(_connection_counts(serve)) == [0, 1], 20,
+                                      "its member has counted the connection closed")
         second = await _worker(serve, token, nursery, f"w{round_ + 2}")
         nodes = [w["node_id"] for w in await trio.to_thread.run_sync(client.workers)]
         assert len(set(nodes)) == 2, f"round {round_}: both workers on one member: {nodes}"
     for worker in (first, second):
         await worker.ws.aclose()
+
+
+def _connection_counts(serve: ServeProcess, size: int = 2) -> list[int]:
+    """Each member's count of worker connections, read from the group's shared memory (``group.shares``)."""
+    assert serve.process is not None
+    fds = Path(f"/proc/{serve.process.pid}/fd")
+    (shares,) = [fd for fd in fds.iterdir()
+                 if os.readlink(fd).startswith("/memfd:pulse-trio-connection-shares")]
+    fd = os.open(shares, os.O_RDWR)
+    try:
+        view = ConnectionShares(fd, size, 0)
+        try:
+            return view.counts()
+        finally:
+            view.close()
+    finally:
+        os.close(fd)
 
 
 def _running(group):
