@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +41,9 @@ class Tier:
     #: The verifier's optimisation: -O2 compiles pan.c in several seconds and searches about twice as fast as
     #: -O0, which compiles in about one; -O2 pays back only on searches longer than the default world's.
     optimize: str = "-O0"
+    #: Whether the safety and liveness searches run at the same time (each on a core of its own, each up to
+    #: ``memory_mb``) or one after the other (a tier whose one search may fill the machine's memory).
+    searches_at_once: bool = True
 
     @property
     def leases_per_task(self) -> int:
@@ -67,7 +71,7 @@ RENEWALS = Tier("renewals", revcap=3, optimize="-O2")
 #: Behind PULSE_MODEL_CHECK=large: two attempts (a retry after FAILED or an uncertain expiry), minutes.
 LARGE = Tier("large", max_attempts=2, memory_mb=6144, optimize="-O2")
 #: Behind PULSE_MODEL_CHECK=combined: two attempts and a renewal; it outgrows 12 GB (docs/statecharts/verification.md §4).
-COMBINED = Tier("combined", max_attempts=2, revcap=3, memory_mb=12288, optimize="-O2")
+COMBINED = Tier("combined", max_attempts=2, revcap=3, memory_mb=12288, optimize="-O2", searches_at_once=False)
 TIERS = {t.name: t for t in (DEFAULT, RENEWALS, LARGE, COMBINED)}
 
 
@@ -126,6 +130,52 @@ def _number(pattern: str, text: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+class _Search:
+    """A verifier started now, its printout read by a thread of its own so another can run meanwhile."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.text, self.seconds = "", 0.0
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        out, err = self.process.communicate()
+        self.seconds = time.monotonic() - self.started
+        self.text = out + err
+
+    def result(self, timeout: float) -> tuple[int, str, float]:
+        """As :func:`_run`: the exit status and the printout (and how long it ran); killed past ``timeout``."""
+        self._reader.join(max(0.0, timeout - (time.monotonic() - self.started)))
+        if self._reader.is_alive():
+            self.stop()
+            raise subprocess.TimeoutExpired(self.process.args, timeout)
+        return self.process.returncode, self.text, self.seconds
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self._reader.join()
+
+
+def _outcome(search: str, status: int, text: str, seconds: float) -> Outcome:
+    """What one verifier's printout says; ``property`` left None for a violation (the trail names it)."""
+    # A verifier killed (the OOM killer, a runner) or crashed prints no summary: that proves nothing.
+    finished = status == 0 and all(p.search(text) for p in _SUMMARY)
+    errors = int(_number(r"errors: (\d+)", text))
+    incomplete = any(m in text for m in ("max search depth too small", "out of memory", "reached -DMEMLIM"))
+    outcome = Outcome(search, finished and errors == 0 and not incomplete,
+                      int(_number(r"(\d+) states, stored", text)),
+                      int(_number(r"depth reached (\d+)", text)), seconds,
+                      _number(r"([\d.]+)\s+total actual memory usage", text), output=text)
+    if incomplete and not errors:
+        outcome.property = "incomplete search (depth or memory bound reached)"
+    elif not finished and not errors:
+        outcome.property = f"verifier did not finish (exit {status})"
+    return outcome
+
+
 def check(tier: Tier = DEFAULT, specs: Mapping[str, ChartSpec] | None = None, env: Environment | None = None,
           *, workdir: Path | None = None, liveness: bool = True, timeout: float = 900) -> list[Outcome]:
     """Generate the model for ``tier`` and search it; one Outcome per search."""
@@ -153,33 +203,30 @@ def check(tier: Tier = DEFAULT, specs: Mapping[str, ChartSpec] | None = None, en
             text, _ = process.communicate(timeout=timeout)
             if process.returncode != 0:
                 raise RuntimeError(f"the {search} verifier did not compile:\n{text}")
+        # The searches run at once too (two cores; each within its own memory bound), unless the tier says not.
+        # Each writes its counterexample to a trail file of its own (model.pml.<search>), which spin -k replays.
+        commands = {search: [f"./pan_{search}", f"-t{search}", *pan_flags] for search, _, pan_flags in searches}
+        running = {search: _Search(command, folder) for search, command in commands.items()
+                   if tier.searches_at_once or search == searches[0][0]}
         outcomes = []
-        for search, _, pan_flags in searches:
-            started = time.monotonic()
-            status, text = _run([f"./pan_{search}", *pan_flags], folder, timeout)
-            seconds = time.monotonic() - started
-            # A verifier killed (the OOM killer, a runner) or crashed prints no summary: that proves nothing.
-            finished = status == 0 and all(p.search(text) for p in _SUMMARY)
-            errors = int(_number(r"errors: (\d+)", text))
-            incomplete = any(m in text for m in ("max search depth too small", "out of memory", "reached -DMEMLIM"))
-            outcome = Outcome(search, finished and errors == 0 and not incomplete,
-                              int(_number(r"(\d+) states, stored", text)),
-                              int(_number(r"depth reached (\d+)", text)), seconds,
-                              _number(r"([\d.]+)\s+total actual memory usage", text), output=text)
-            if incomplete and not errors:
-                outcome.property = "incomplete search (depth or memory bound reached)"
-            elif not finished and not errors:
-                outcome.property = f"verifier did not finish (exit {status})"
-            elif not outcome.ok:
-                _, trail = _run([spin, "-t", "model.pml"], folder, timeout)
-                outcome.steps = [Step(m.group(1), m.group(2), m.group(3), m.group(4), int(m.group(5)))
-                                 for m in _STEP.finditer(trail)]
-                named = _PROPERTY.findall(trail)
-                outcome.property = named[-1] if named else ("terminates" if search == "liveness" else None)
-                outcome.output = text + "\n--- trail ---\n" + trail
-            outcomes.append(outcome)
-            if not outcome.ok:
-                break
+        try:
+            for search in commands:
+                if search not in running:  # one at a time: this one starts once the one before it held
+                    running[search] = _Search(commands[search], folder)
+                outcome = _outcome(search, *running[search].result(timeout))
+                if not outcome.ok and outcome.property is None:
+                    _, trail = _run([spin, "-t", "-k", f"model.pml.{search}", "model.pml"], folder, timeout)
+                    outcome.steps = [Step(m.group(1), m.group(2), m.group(3), m.group(4), int(m.group(5)))
+                                     for m in _STEP.finditer(trail)]
+                    named = _PROPERTY.findall(trail)
+                    outcome.property = named[-1] if named else ("terminates" if search == "liveness" else None)
+                    outcome.output = outcome.output + "\n--- trail ---\n" + trail
+                outcomes.append(outcome)
+                if not outcome.ok:
+                    break
+        finally:
+            for verifier in running.values():  # one still searching is not wanted: the one before it failed
+                verifier.stop()
         return outcomes
     finally:
         if own and not os.environ.get("PULSE_MODEL_KEEP"):
