@@ -91,14 +91,26 @@ class Fleet:
         self._starts += 1
         return open(self.logs / f"{self._starts:03d}-{name}.log", "wb")
 
+    #: How long a server may take to listen once started.
+    LISTEN_TIMEOUT_S = 30.0
+
     def start_server(self, i: int) -> None:
+        self.start_servers(i)
+
+    def start_servers(self, *indexes: int) -> None:
+        """Start servers ``indexes`` together, then wait until each listens: their starts overlap."""
+        for i in indexes:
+            self._spawn_server(i)
+        for i in indexes:
+            wait_port(self.ports[i], timeout=self.LISTEN_TIMEOUT_S)
+
+    def _spawn_server(self, i: int) -> None:
         with self._stderr(f"server{i}") as err:
             self.servers[i] = subprocess.Popen(
                 [sys.executable, "-m", "pulse_trio", "serve", "--database-url", self.db.url(redact=False),
                  "--worker-listen", f"127.0.0.1:{self.ports[i]}", "--http-listen", "127.0.0.1:0",
                  "--log-level", "warning", *self.serve_args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=self.env)
-        wait_port(self.ports[i])
 
     def start_worker(self, i: int, *, keys: bool = False, url: str | None = None, capacity: int = 8) -> None:
         url = url or f"ws://127.0.0.1:{self.ports[i % len(self.ports)]}/v1/worker"

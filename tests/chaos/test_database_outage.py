@@ -64,8 +64,8 @@ def test_database_outage_longer_than_a_lease(tmp_path):
                     time.sleep(0.05)
 
         try:
+            fleet.start_servers(0, 1)
             for i in (0, 1):
-                fleet.start_server(i)
                 fleet.start_worker(i, keys=i == 1)
             with Client(db) as client:
                 ids = {t["task_id"] for t in client.submit_many(_workload(80))}

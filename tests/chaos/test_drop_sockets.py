@@ -82,8 +82,7 @@ def test_dropping_worker_sockets_at_random_loses_nothing(db, token_factory, tmp_
     started = monotonic()
     with DroppingProxy([("127.0.0.1", port) for port in fleet.ports], seed) as proxy, Client(db) as client:
         try:
-            for i in range(len(fleet.ports)):
-                fleet.start_server(i)
+            fleet.start_servers(*range(len(fleet.ports)))
             url = f"ws://127.0.0.1:{proxy.port}/v1/worker"
             for i, (keys, capacity) in enumerate(WORKERS):
                 fleet.start_worker(i, keys=keys, url=url, capacity=capacity)

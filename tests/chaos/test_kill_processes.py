@@ -60,8 +60,8 @@ def test_sigkill_servers_and_workers_loses_nothing(db, token_factory, tmp_path):
     killed_servers: list[int] = []
     with Client(db) as client:
         try:
+            fleet.start_servers(0, 1)
             for i in (0, 1):
-                fleet.start_server(i)
                 fleet.start_worker(i, keys=i == 1)
             with chaos_checks.PermitSampler(db, limits) as sampler:
                 ids = {t["task_id"] for t in client.submit_many(_workload(TASKS, KEYED))}
@@ -94,8 +94,8 @@ def test_restarting_mariadb_under_load_loses_nothing(tmp_path):
     with own_database(tmp_path, "pulse_chaos") as (server, db, token):
         fleet = Fleet(db, token, tmp_path / "executions.jsonl")
         try:
+            fleet.start_servers(0, 1)
             for i in (0, 1):
-                fleet.start_server(i)
                 fleet.start_worker(i, keys=i == 1)
             with Client(db) as client:
                 ids = {t["task_id"] for t in client.submit_many(

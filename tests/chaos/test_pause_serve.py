@@ -41,8 +41,7 @@ def test_sigstop_serve_longer_than_a_lease_loses_nothing(db, token_factory, tmp_
     limits = {key: limit for key, (limit, _) in KEYED.items()}
     with Client(db) as client:
         try:
-            fleet.start_server(0)
-            fleet.start_server(1)
+            fleet.start_servers(0, 1)
             url0 = f"ws://127.0.0.1:{fleet.ports[0]}/v1/worker"
             url1 = f"ws://127.0.0.1:{fleet.ports[1]}/v1/worker"
             fleet.start_worker(0, url=url0)

@@ -40,8 +40,7 @@ def _ticks(db, schedule_id: str) -> list[dt.datetime]:
 def test_two_servers_and_a_sigkill_fire_each_tick_exactly_once(db, token_factory, tmp_path):
     fleet = Fleet(db, token_factory("worker", ["cron"]), tmp_path / "executions.jsonl")
     try:
-        fleet.start_server(0)
-        fleet.start_server(1)
+        fleet.start_servers(0, 1)
         with Client(db, pool_size=1) as client:
             made = [Schedules(client.store).create(
                 build_schedule(name=f"every-second-{i}", queue="cron", kind="tick", interval=1, missed="catch_up",

@@ -50,8 +50,7 @@ def test_sigterm_stops_serve_within_its_bound_whatever_the_database_does(tmp_pat
     with own_database(tmp_path, "pulse_stop") as (server, db, token):
         fleet = Fleet(db, token, tmp_path / "executions.jsonl", serve_args=Fleet.SERVE_ARGS + NODE_ARGS)
         try:
-            fleet.start_server(0)
-            fleet.start_server(1)
+            fleet.start_servers(0, 1)
             fleet.start_worker(0)
             with Client(db) as client:
                 _wait("a worker session on each node", lambda: len(client.workers()) == 1

@@ -21,7 +21,7 @@ import pymysql
 import pytest
 
 import chaos_checks
-from chaos_fleet import WORKER, Fleet, wait_port
+from chaos_fleet import WORKER, Fleet
 from pulse_trio.client import Client
 from pulse_trio.client.producer import build_task
 from pulse_trio.store.engine.writer import connect, writer_for
@@ -43,14 +43,15 @@ class ClusterFleet(Fleet):
         super().__init__(db, token, log, servers=len(urls), serve_args=SERVE_ARGS)
         self.urls = urls
 
-    def start_server(self, i: int) -> None:
+    LISTEN_TIMEOUT_S = 60.0
+
+    def _spawn_server(self, i: int) -> None:
         with self._stderr(f"server{i}") as err:
             self.servers[i] = subprocess.Popen(
                 [sys.executable, "-m", "pulse_trio", "serve", "--database-url", self.urls[i],
                  "--worker-listen", f"127.0.0.1:{self.ports[i]}", "--http-listen", "127.0.0.1:0",
                  "--log-level", "warning", *self.serve_args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=self.env)
-        wait_port(self.ports[i], timeout=60)
 
     def server_log_count(self, i: int, text: str) -> int:
         return sum(path.read_text(errors="replace").count(text) for path in self.logs.glob(f"*-server{i}.log"))
@@ -115,8 +116,8 @@ def test_two_thousand_tasks_through_instances_on_two_nodes_run_once_each(cluster
     started = time.monotonic()
     with Client(db) as client:
         try:
+            fleet.start_servers(0, 1)
             for i in (0, 1):
-                fleet.start_server(i)
                 fleet.start_all_url_worker(i, capacity=32)
             tasks = [build_task("chaos", "work", {"n": n, "sleep": 0}) for n in range(2000)]
             ids = {t["task_id"] for t in client.submit_many(tasks)}
@@ -137,8 +138,8 @@ def test_losing_the_writer_under_load_loses_nothing(cluster, database_name, tmp_
     fleet = ClusterFleet(db, token, tmp_path / "executions.jsonl", [url, url])
     with Client(db) as client:
         try:
+            fleet.start_servers(0, 1)
             for i in (0, 1):
-                fleet.start_server(i)
                 fleet.start_all_url_worker(i, capacity=16)
             tasks = [build_task("chaos", "work", {"n": n, "sleep": 0.1}, retry_uncertain=True, max_attempts=10)
                      for n in range(800)]
@@ -188,8 +189,7 @@ def test_an_instance_cut_off_from_every_writer_fences_and_its_workers_go_elsewhe
                          [cluster.url(database_name, [n1]), cluster.url(database_name, [n2])])
     with Client(db) as client:
         try:
-            for i in (0, 1):
-                fleet.start_server(i)
+            fleet.start_servers(0, 1)
             fleet.start_all_url_worker(0, capacity=8)  # instance 0's URL first
             tasks = [build_task("chaos", "work", {"n": n, "sleep": 0.1}, retry_uncertain=True, max_attempts=10)
                      for n in range(200)]
