@@ -36,6 +36,26 @@ async def start_on_free_ports(db, *args: str, log=None,
     raise AssertionError("unreachable")
 
 
+async def start_together(db, count: int, *args: str) -> list[tuple[trio.Process, int, int]]:
+    """:func:`start_on_free_ports` ``count`` times at once (a start is mostly imports and waits, so theirs
+    overlap); in the order asked for. If one fails, those already started are killed."""
+    started: dict[int, tuple[trio.Process, int, int]] = {}
+
+    async def one(index: int) -> None:
+        started[index] = await start_on_free_ports(db, *args)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index in range(count):
+                nursery.start_soon(one, index)
+    except BaseException:
+        for process, _, _ in started.values():
+            if process.poll() is None:
+                process.kill()
+        raise
+    return [started[index] for index in range(count)]
+
+
 async def start(db, port: int, *args: str, http_port: int | None = None, log=None,
                 env: dict[str, str] | None = None) -> trio.Process:
     """``pulse-trio serve`` on ``port`` against ``db``, once it accepts connections.

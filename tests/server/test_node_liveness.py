@@ -38,8 +38,7 @@ def _worker(client, session_id):
 
 async def test_sigkill_of_a_serve_process_the_other_disconnects_its_session_within_the_lapse(
         db, connect, worker_token, client):
-    survivor, survivor_port, _ = await serve_process.start_on_free_ports(db, *FAST)
-    victim, victim_port, _ = await serve_process.start_on_free_ports(db, *FAST)
+    (survivor, survivor_port, _), (victim, victim_port, _) = await serve_process.start_together(db, 2, *FAST)
     try:
         w = await connect(victim_port, worker_token, name="victim")
         await w.register(["billing"], capacity=1)
@@ -82,8 +81,7 @@ async def test_sigkill_of_a_serve_process_the_other_disconnects_its_session_with
 
 
 async def test_a_graceful_stop_leaves_no_ghost_and_is_never_declared_lost(db, connect, worker_token, client):
-    staying, _, _ = await serve_process.start_on_free_ports(db, *FAST)
-    stopping, port, _ = await serve_process.start_on_free_ports(db, *FAST)
+    (staying, _, _), (stopping, port, _) = await serve_process.start_together(db, 2, *FAST)
     try:
         w = await connect(port, worker_token)
         await w.register(["billing"], capacity=1)
@@ -118,7 +116,7 @@ async def test_processes_paused_together_declare_nobody_lost_when_they_wake(db):
     Each pause lasts two lapses, so every row lapses; both wake together, and
     the first through must give the other a lapse to beat (docs/operations.md §4).
     """
-    processes = [(await serve_process.start_on_free_ports(db, *FAST))[0] for _ in range(2)]
+    processes = [process for process, _, _ in await serve_process.start_together(db, 2, *FAST)]
     try:
         await trio.sleep(LAPSE * 2)  # both steady for over a lapse: both sweep
         for pause in range(PAUSES):
