@@ -16,9 +16,8 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pulse_trio.charts.loader import ChartSpec, load_specs
@@ -131,32 +130,46 @@ def _number(pattern: str, text: str) -> float:
 
 
 class _Search:
-    """A verifier started now, its printout read by a thread of its own so another can run meanwhile."""
+    """A verifier started now, its printout going to a file of the folder, so that another may search meanwhile
+    (no thread reads a pipe: the file takes whatever it writes)."""
 
-    def __init__(self, args: list[str], cwd: Path) -> None:
+    def __init__(self, name: str, args: list[str], cwd: Path) -> None:
         self.started = time.monotonic()
-        self.process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.text, self.seconds = "", 0.0
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self.ended: float | None = None
+        self._printout = cwd / f"pan_{name}.printout"
+        with open(self._printout, "wb") as sink:  # the verifier keeps its own descriptor of it
+            self.process = subprocess.Popen(args, cwd=cwd, stdout=sink, stderr=subprocess.STDOUT)
 
-    def _read(self) -> None:
-        out, err = self.process.communicate()
-        self.seconds = time.monotonic() - self.started
-        self.text = out + err
+    def done(self) -> bool:
+        """Whether it has ended; the moment it is first seen ended is its end."""
+        if self.ended is None and self.process.poll() is not None:
+            self.ended = time.monotonic()
+        return self.ended is not None
 
-    def result(self, timeout: float) -> tuple[int, str, float]:
-        """As :func:`_run`: the exit status and the printout (and how long it ran); killed past ``timeout``."""
-        self._reader.join(max(0.0, timeout - (time.monotonic() - self.started)))
-        if self._reader.is_alive():
-            self.stop()
-            raise subprocess.TimeoutExpired(self.process.args, timeout)
-        return self.process.returncode, self.text, self.seconds
+    def result(self, timeout: float, others: Iterable[_Search] = ()) -> tuple[int, str, float]:
+        """As :func:`_run`: the exit status and the printout (and how long it ran); killed past ``timeout``.
+
+        ``others``, searching meanwhile, are looked at on the way, so that each one's end is its own.
+        """
+        deadline = self.started + timeout
+        while not self.done():
+            for other in others:
+                other.done()
+            if time.monotonic() >= deadline:
+                self.stop()
+                raise subprocess.TimeoutExpired(self.process.args, timeout)
+            time.sleep(_POLL_S)
+        assert self.ended is not None
+        return self.process.returncode, self._printout.read_text(errors="replace"), self.ended - self.started
 
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-        self._reader.join()
+        self.process.wait()
+
+
+#: How often a search under way is looked at.
+_POLL_S = 0.02
 
 
 def _outcome(search: str, status: int, text: str, seconds: float) -> Outcome:
@@ -206,14 +219,15 @@ def check(tier: Tier = DEFAULT, specs: Mapping[str, ChartSpec] | None = None, en
         # The searches run at once too (two cores; each within its own memory bound), unless the tier says not.
         # Each writes its counterexample to a trail file of its own (model.pml.<search>), which spin -k replays.
         commands = {search: [f"./pan_{search}", f"-t{search}", *pan_flags] for search, _, pan_flags in searches}
-        running = {search: _Search(command, folder) for search, command in commands.items()
+        running = {search: _Search(search, command, folder) for search, command in commands.items()
                    if tier.searches_at_once or search == searches[0][0]}
         outcomes = []
         try:
             for search in commands:
                 if search not in running:  # one at a time: this one starts once the one before it held
-                    running[search] = _Search(commands[search], folder)
-                outcome = _outcome(search, *running[search].result(timeout))
+                    running[search] = _Search(search, commands[search], folder)
+                others = [verifier for name, verifier in running.items() if name != search]
+                outcome = _outcome(search, *running[search].result(timeout, others))
                 if not outcome.ok and outcome.property is None:
                     _, trail = _run([spin, "-t", "-k", f"model.pml.{search}", "model.pml"], folder, timeout)
                     outcome.steps = [Step(m.group(1), m.group(2), m.group(3), m.group(4), int(m.group(5)))
