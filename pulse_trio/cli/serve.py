@@ -222,17 +222,19 @@ async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:
     from pulse_trio.watchdog import dump_stacks_when_killed, keep_alive
 
     watchdog_s = sd_notify.watchdog_interval()
+    pings = trio.CancelScope()
     async with trio.open_nursery() as nursery:
         async def run(task_status: trio.TaskStatus) -> None:
             try:
                 await serve(settings, target, task_status=task_status)
             finally:
-                nursery.cancel_scope.cancel()  # the watchdog's pings end with the service
+                # The pings end with the service, whatever ended it. Their own scope, not the nursery's: a
+                # stop while it starts (a signal) must end it as that stop alone, its only error.
+                pings.cancel()
 
         handle = await nursery.start(run)
         sd_notify.notify("READY=1", f"STATUS=serving workers on port {handle.worker_port}, "
                                     f"the HTTP API on port {handle.http_port}")
-        pings = trio.CancelScope()
         if watchdog_s is not None:
             dump_stacks_when_killed()
 
