@@ -26,6 +26,7 @@ class DatabaseRelay:
         self.port = 0
         self.down = False
         self._links: set[trio.CancelScope] = set()
+        self._open = 0  # links whose sockets are not closed yet
 
     async def serve(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -37,6 +38,14 @@ class DatabaseRelay:
         self.down = True
         for scope in list(self._links):
             scope.cancel()
+
+    async def cut_through(self) -> None:
+        """:meth:`cut`, then wait until every link's sockets are closed: until then a statement already on its
+        way could still be answered through a link whose cancel has not run yet."""
+        self.cut()
+        with trio.fail_after(10):
+            while self._open:
+                await trio.sleep(0.01)
 
     def restore(self) -> None:
         self.down = False
@@ -50,17 +59,25 @@ class DatabaseRelay:
         if self.down:
             await trio.aclose_forcefully(client)
             return
-        upstream = await self._upstream()
-        with trio.CancelScope() as scope:
-            self._links.add(scope)
-            try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._pump, client, upstream, scope)
-                    nursery.start_soon(self._pump, upstream, client, scope)
-            finally:
-                self._links.discard(scope)
-        await trio.aclose_forcefully(client)
-        await trio.aclose_forcefully(upstream)
+        self._open += 1
+        upstream = None
+        try:
+            upstream = await self._upstream()
+            if self.down:  # cut while it connected
+                return
+            with trio.CancelScope() as scope:
+                self._links.add(scope)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._pump, client, upstream, scope)
+                        nursery.start_soon(self._pump, upstream, client, scope)
+                finally:
+                    self._links.discard(scope)
+        finally:
+            await trio.aclose_forcefully(client)
+            if upstream is not None:
+                await trio.aclose_forcefully(upstream)
+            self._open -= 1
 
     @staticmethod
     async def _pump(source: trio.abc.Stream, sink: trio.abc.Stream, scope: trio.CancelScope) -> None:
@@ -149,7 +166,7 @@ async def test_workers_refused_while_the_database_is_away_write_one_line_not_one
     service = await nursery.start(lambda task_status: serve(settings, relayed, handle_signals=False,
                                                             task_status=task_status))
     try:
-        relay.cut()
+        await relay.cut_through()
         before = len(caplog.records)
         for _ in range(3):  # workers reconnecting while the database is away
             assert (await harness.rejected(service.worker_port, worker_token)).status_code == 503
