@@ -116,11 +116,16 @@ class Fleet:
 
     def server(self, db: DatabaseConfig, env: Mapping[str, str], *, worker_port: int, http_port: int = 0,
                poll_interval: float = 0.01, extra: Sequence[str] = ()) -> subprocess.Popen:
-        """One `pulse-trio serve`, waited for until its worker port listens."""
+        """One `pulse-trio serve`, waited for until its worker port listens.
+
+        The database URL goes in its environment, not on its command line, which ``ps`` shows every user of
+        the machine: a URL may hold a password.
+        """
         proc = self.spawn(
-            python_command("pulse_trio", "serve", "--database-url", db.url(redact=False),
+            python_command("pulse_trio", "serve",
                            "--worker-listen", f"127.0.0.1:{worker_port}", "--http-listen", f"127.0.0.1:{http_port}",
-                           "--poll-interval", f"{poll_interval:g}", *extra), env)
+                           "--poll-interval", f"{poll_interval:g}", *extra),
+            {**env, "PULSE_DATABASE_URL": db.url(redact=False)})
         self.servers.append(proc)
         wait_port(worker_port, proc)
         if http_port:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sql_support import user_with_password
 
 
 def _run(database_server, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -145,7 +147,13 @@ def _children(pid: int) -> set[int]:
 
 
 def test_a_bench_stopped_by_sigterm_stops_the_servers_and_workers_it_started(database_server):
-    """SIGTERM unwinds the run like Ctrl-C: its server and worker processes do not outlive it."""
+    """SIGTERM unwinds the run like Ctrl-C: its server and worker processes do not outlive it. Their command
+    lines (which ``ps`` shows any user) hold no database password: the URL goes in their environment."""
+    with user_with_password(database_server, "bench_runner", "ALL ON *.*") as runner:
+        _sigterm_mid_run(runner)
+
+
+def _sigterm_mid_run(database_server) -> None:
     bench = subprocess.Popen(
         [sys.executable, "-m", "pulse_trio", "bench", "--tasks", "1000000", "--workers", "1", "--capacity", "8",
          "--timeout", "120", "--database-url", database_server.with_database("unused").url(redact=False)],
@@ -157,6 +165,10 @@ def test_a_bench_stopped_by_sigterm_stops_the_servers_and_workers_it_started(dat
             time.sleep(0.2)
             started = _children(bench.pid)
         assert len(started) >= 2, "the bench did not start its server and worker"
+        for pid in started:
+            with contextlib.suppress(FileNotFoundError):
+                command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
+                assert database_server.password.encode() not in command_line, command_line.split(b"\0")[:8]
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(timeout=60) == 128 + signal.SIGTERM
         deadline = time.monotonic() + 30
