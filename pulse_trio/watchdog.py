@@ -46,8 +46,13 @@ def dump_stacks_when_asked() -> None:
     faulthandler.register(DUMP_STACKS_SIGNAL, all_threads=True)
 
 
+def ping() -> bool:
+    """One ``WATCHDOG=1``, never waiting on systemd's queue (it is sent from the loop it vouches for)."""
+    return sd_notify.notify("WATCHDOG=1", wait=False)
+
+
 async def keep_alive(interval: float, withheld: Callable[[], str | None] = lambda: None,
-                     ping: Callable[[], object] = lambda: sd_notify.notify("WATCHDOG=1", wait=False)) -> None:
+                     ping: Callable[[], object] = ping) -> None:
     """``ping()`` every ``interval / 2`` seconds until cancelled, except while ``withheld()`` names a reason.
 
     A reason is logged once when it appears, and once more when the pings resume.

@@ -192,7 +192,7 @@ async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig
     (under ``WatchdogSec=``), and when the group begins to stop."""
     from pulse_trio import sd_notify
     from pulse_trio.serve import serve_group
-    from pulse_trio.watchdog import dump_stacks_when_killed
+    from pulse_trio.watchdog import dump_stacks_when_killed, ping
 
     def ready(addresses: GroupAddresses) -> None:
         sd_notify.notify("READY=1", f"STATUS={settings.processes} processes serving workers on port "
@@ -204,8 +204,7 @@ async def _serve_group_and_notify(settings: cfg.Settings, target: DatabaseConfig
     watchdog_s = sd_notify.watchdog_interval()
     if watchdog_s is not None:
         dump_stacks_when_killed()
-    return await serve_group(settings, target, member_command, ready, stopping, watchdog_s,
-                             lambda: sd_notify.notify("WATCHDOG=1", wait=False))
+    return await serve_group(settings, target, member_command, ready, stopping, watchdog_s, ping)
 
 
 async def _serve_and_notify(serve, settings: cfg.Settings, target) -> None:

@@ -6,7 +6,8 @@ to run by (the parent's, with the database it resolved), and the
 descriptors it inherits: the bound worker and HTTP sockets, the connection
 shares, its link to the parent, a Unix socket pair of which the
 parent holds the other end, and under systemd's watchdog the group's
-heartbeats (:mod:`~pulse_trio.group.heartbeats`), which it beats while its loop runs. A member says ``ready`` by writing one byte on
+heartbeats (:mod:`~pulse_trio.group.heartbeats`), which it beats while its
+loop runs. A member says ``ready`` by writing one byte on
 the link once it serves; it reads the link only to learn that the group is
 stopping: end of file, when the parent closes its end to stop the group or
 dies (even by SIGKILL). It then stops as on SIGTERM, so no member outlives

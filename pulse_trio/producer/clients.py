@@ -127,8 +127,8 @@ class Client:
     """The producer over HTTP, blocking: ``Client("http://127.0.0.1:7381", token)``.
 
     Thread-safe (httpx's pool is). ``timeout`` bounds each step of a request
-    (:data:`DEFAULT_TIMEOUT_S`); a positive, finite number of seconds, else
-    ValueError. ``limits`` bounds the pool (``httpx.Limits``;
+    (:data:`DEFAULT_TIMEOUT_S`): seconds, or an ``httpx.Timeout`` whose every
+    step is bounded (:func:`_check_timeout`). ``limits`` bounds the pool (``httpx.Limits``;
     a long-poll holds a connection, so a cap counts the waits too). For
     transactional enqueue inside your own database transaction, use
     :class:`pulse_trio.client.DatabaseClient` instead.

@@ -100,6 +100,20 @@ def check_capacity(capacity: object) -> None:
 LISTED_TASKS = 20
 
 
+#: What a lease left unreported at a refusal for good means to an operator, in the order the warning names them.
+FINISH_UNANSWERED, RETURNED, STOPPED, NOT_CALLED = UNREPORTED_GROUPS = (
+    "finish sent, unanswered (may be recorded)", "handler returned, outcome lost", "handler stopped while it ran",
+    "handler not called")
+
+
+def _unreported_group(runner: LeaseRunner) -> str:
+    if runner.finish_unanswered:
+        return FINISH_UNANSWERED
+    if not runner.handler_called:
+        return NOT_CALLED
+    return RETURNED if runner.phase is FINISHING else STOPPED
+
+
 def _listed(labels: list[str]) -> str:
     more = len(labels) - LISTED_TASKS
     return ", ".join(labels[:LISTED_TASKS]) + (f" and {more} more" if more > 0 else "")
@@ -167,7 +181,7 @@ class Worker:
         self._first: anyio.Event | None = None
         self._stop_requested = False
         self.stopped = False  # stop() was called: run() returned without draining
-        self._refused = False  # refused for good: run() stops what still runs as stop() does
+        self._refused: WorkerRefused | None = None  # refused for good: run() stops what runs as stop() does
         self.drained_by_operator = False  # the service said an operator drained this worker
 
     # -- public controls -----------------------------------------------------------
@@ -229,8 +243,7 @@ class Worker:
         """
         if self._root is not None:
             raise RuntimeError("this Worker is already running (a Worker runs once at a time)")
-        refused: WorkerRefused | None = None
-        self._refused = False
+        self._refused = None
         self.clock.now = loop_clock()
         self.threads.open()
         self._ready_changed, self._changed, self._first = anyio.Event(), anyio.Event(), anyio.Event()
@@ -251,15 +264,14 @@ class Worker:
                     try:
                         await self._connection_loop()
                     except WorkerRefused as exc:  # raised as itself, not inside an ExceptionGroup
-                        refused = exc
-                        self._refused = True
+                        self._refused = exc
                         self._say_unreported()
                     tasks.cancel_scope.cancel()
         finally:
             self._tasks = self._root = None
             self.pool.attach(None)
-        if refused is not None:
-            raise refused
+        if self._refused is not None:
+            raise self._refused
 
     def _say_unreported(self) -> None:
         """At a refusal for good: the leases this worker leaves without a report, by task, in one line.
@@ -273,20 +285,11 @@ class Worker:
         """
         if not self.runners:
             return
-        groups: dict[str, list[str]] = {"finish sent, unanswered (may be recorded)": [],
-                                        "handler returned, outcome lost": [],
-                                        "handler stopped while it ran": [], "handler not called": []}
-        names = list(groups)
-        for r in self.runners.values():
-            if r.finish_unanswered:
-                group = names[0]
-            elif not r.handler_called:
-                group = names[3]
-            else:
-                group = names[1] if r.phase is FINISHING else names[2]
-            groups[group].append(r.label)
+        groups: dict[str, list[str]] = {group: [] for group in UNREPORTED_GROUPS}
+        for runner in self.runners.values():
+            groups[_unreported_group(runner)].append(runner.label)
         log.warning("refused for good: %d lease(s) left unreported; %s", len(self.runners),
-                    "; ".join(f"{name}: {_listed(labels)}" for name, labels in groups.items() if labels))
+                    "; ".join(f"{group}: {_listed(labels)}" for group, labels in groups.items() if labels))
 
     # -- the connection loop ---------------------------------------------------------
     async def _connection_loop(self) -> None:
@@ -482,7 +485,7 @@ class Worker:
     def stopped_hard(self) -> bool:
         """Whether :meth:`stop` was called, or ``run()`` was refused for good: either way the worker's scope,
         around every handler, is cancelled, and a handler that returns anyway is not finished."""
-        return self.stopped or self._refused
+        return self.stopped or self._refused is not None
 
     def spawn(self, fn: Callable[[], Coroutine[Any, Any, object]]) -> None:
         """Run a handler's job in a task of the pool (see ``pool``)."""

@@ -31,6 +31,8 @@ def test_a_bad_watchdog_value_is_no_watchdog_and_one_log_line(caplog):
     for environ, named in (({"WATCHDOG_USEC": "30s"}, "WATCHDOG_USEC='30s'"),
                            ({"WATCHDOG_USEC": "0"}, "WATCHDOG_USEC='0'"),
                            ({"WATCHDOG_USEC": "-5"}, "WATCHDOG_USEC='-5'"),
+                           ({"WATCHDOG_USEC": "3²"}, "WATCHDOG_USEC='3²'"),  # a digit to str.isdigit, not to int
+                           ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "7²"}, "WATCHDOG_PID='7²'"),
                            ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "main"}, "WATCHDOG_PID='main'")):
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="pulse_trio.systemd"):

@@ -335,3 +335,12 @@ def test_the_sdk_imports_the_contract_layer_only():
              "('pulse_trio.server', 'pulse_trio.store', 'pulse_trio.client', 'pulse_trio.session', 'pymysql'))))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_refusal_s_warning_names_at_most_so_many_tasks_a_group_and_counts_the_rest():
+    """docs/worker.md §11.1: a worker may hold thousands of leases; one log line stays readable."""
+    from pulse_trio.sdk.worker import LISTED_TASKS, _listed
+
+    labels = [f"tsk_{n}" for n in range(LISTED_TASKS + 5)]
+    assert _listed(labels) == ", ".join(labels[:LISTED_TASKS]) + " and 5 more"
+    assert _listed(labels[:3]) == "tsk_0, tsk_1, tsk_2"
