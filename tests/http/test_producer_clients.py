@@ -39,6 +39,15 @@ async def _listen(nursery: trio.Nursery, handler) -> str:
     return f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
 
 
+async def _close(*clients: Any) -> None:
+    """Close each client, the async ones awaited."""
+    for raw in clients:
+        if isinstance(raw, AsyncClient):
+            await raw.aclose()
+        else:
+            raw.close()
+
+
 class InThread:
     """A blocking client (or handle) whose calls run in a worker thread: awaitable, like the async one."""
 
@@ -274,10 +283,7 @@ async def test_a_client_takes_httpx_s_own_timeout_with_every_step_bounded(kind, 
         assert (await client.submit("billing", "invoice.send", {})).created is True
         assert raw._http.timeout == httpx.Timeout(5.0, connect=1.0)
     finally:
-        if isinstance(raw, AsyncClient):
-            await raw.aclose()
-        else:
-            raw.close()
+        await _close(raw)
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
@@ -306,11 +312,7 @@ async def test_the_clients_timeout_bounds_each_request_but_not_a_waits_long_poll
         # (each of which would have failed as a transport error and been asked again until the deadline).
         assert timed_out.value.__cause__ is None and timed_out.value.task["state"] == "READY", timed_out.value
     finally:
-        for raw in (silent, real):
-            if isinstance(raw, AsyncClient):
-                await raw.aclose()
-            else:
-                raw.close()
+        await _close(silent, real)
 
 
 async def test_requests_reuse_one_connection(producer):
@@ -360,10 +362,7 @@ async def test_a_wait_outlives_a_restart_of_serve(db, token_factory, kind, nurse
     finally:
         await trio.to_thread.run_sync(second.stop)
         await trio.to_thread.run_sync(first.stop)
-        if isinstance(raw, AsyncClient):
-            await raw.aclose()
-        else:
-            raw.close()
+        await _close(raw)
 
 
 async def test_parked_waits_do_not_starve_the_shared_clients_other_calls(tokens, service):
@@ -401,10 +400,7 @@ async def _timed_wait(kind: str, url: str, timeout: float) -> tuple[BaseExceptio
     except Exception as exc:  # noqa: BLE001 (the test judges what it was)
         return exc, time.monotonic() - started
     finally:
-        if isinstance(raw, AsyncClient):
-            await raw.aclose()
-        else:
-            raw.close()
+        await _close(raw)
     return None, time.monotonic() - started
 
 
@@ -467,10 +463,7 @@ async def test_a_wait_whose_service_goes_away_after_answering_times_out_with_the
         assert timed_out.task["payload"] == {"invoice": 7} and timed_out.task["done"] is False
         assert isinstance(timed_out.__cause__, httpx.TransportError), repr(timed_out.__cause__)
     finally:
-        if isinstance(raw, AsyncClient):
-            await raw.aclose()
-        else:
-            raw.close()
+        await _close(raw)
 
 
 def _submit_in_child(url: str, token: str) -> str:
@@ -608,10 +601,7 @@ async def test_a_wait_through_a_gateway_that_times_out_its_long_poll_asks_again(
                 await trio.sleep(0.02)
         assert results == ["sent behind the gateway"]
     finally:
-        if isinstance(raw, AsyncClient):
-            await raw.aclose()
-        else:
-            raw.close()
+        await _close(raw)
 
 
 class IdleClosingGateway:
@@ -657,10 +647,7 @@ async def test_a_request_safe_to_repeat_is_sent_again_when_its_kept_alive_connec
         assert gateway.dropped == 6
         assert len((await client.list(queue="billing"))["tasks"]) == 3  # nothing submitted twice, nor the keyless one
     finally:
-        if isinstance(raw, AsyncClient):
-            await raw.aclose()
-        else:
-            raw.close()
+        await _close(raw)
 
 
 class LateDropGateway:
@@ -705,10 +692,7 @@ async def test_a_wait_whose_long_poll_drops_late_still_ends_by_its_timeout(kind,
         took = time.monotonic() - started
         assert gateway.dropped == 1 and took < 1.5 + OVERRUN_S, took
     finally:
-        if isinstance(raw, AsyncClient):
-            await raw.aclose()
-        else:
-            raw.close()
+        await _close(raw)
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
@@ -733,10 +717,7 @@ async def test_a_wait_asks_again_at_once_after_a_drop_and_after_a_pause_when_it_
         assert second - first < RETRY_PAUSE_S / 2, gateway.asked
         assert third - second >= RETRY_PAUSE_S * 0.9, gateway.asked
     finally:
-        if isinstance(raw, AsyncClient):
-            await raw.aclose()
-        else:
-            raw.close()
+        await _close(raw)
 
 
 def test_the_clients_let_an_idle_connection_go_before_serve_closes_it():
