@@ -11,5 +11,6 @@ there, or work a child's timers or schedules made READY) wakes every
 child's dispatcher (:mod:`~pulse_trio.group.wake`), and
 ``/metrics`` answers for the whole group (:mod:`~pulse_trio.group.metrics_files`), and
 under systemd's watchdog the parent says the group is alive only while every
-member's loop beats (:mod:`~pulse_trio.group.heartbeats`).
+member's loop beats (:mod:`~pulse_trio.group.heartbeats`). Both the shares and
+the heartbeats are slots of memory every process maps (:mod:`~pulse_trio.group.slots`).
 """

@@ -14,12 +14,12 @@ every process of the host, so the readings compare.
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
 import time
 
 import anyio
+
+from pulse_trio.group.slots import create_slots, map_slots
 
 #: How many beats a member writes per watchdog interval: one late beat is no miss.
 BEATS_PER_INTERVAL = 4
@@ -28,16 +28,14 @@ _SLOT = struct.Struct("=d")
 
 def create_heartbeats(size: int) -> int:
     """A new anonymous shared memory file with one zeroed slot (never beaten) per member; its descriptor."""
-    fd = os.memfd_create("pulse-trio-heartbeats", os.MFD_CLOEXEC)
-    os.ftruncate(fd, size * _SLOT.size)
-    return fd
+    return create_slots("pulse-trio-heartbeats", size, _SLOT)
 
 
 class Heartbeats:
     """The group's slots: a member beats its own, the first process reads them all."""
 
     def __init__(self, fd: int, size: int) -> None:
-        self._memory = mmap.mmap(fd, size * _SLOT.size)
+        self._memory = map_slots(fd, size, _SLOT)
         self._size = size
 
     def beat(self, index: int) -> None:

@@ -14,18 +14,16 @@ corrects.
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
+
+from pulse_trio.group.slots import create_slots, map_slots
 
 _SLOT = struct.Struct("=q")
 
 
 def create_shares(size: int) -> int:
     """A new anonymous shared memory file with one zeroed slot per member; its descriptor (not inheritable)."""
-    fd = os.memfd_create("pulse-trio-connection-shares", os.MFD_CLOEXEC)
-    os.ftruncate(fd, size * _SLOT.size)
-    return fd
+    return create_slots("pulse-trio-connection-shares", size, _SLOT)
 
 
 class ConnectionShares:
@@ -34,7 +32,7 @@ class ConnectionShares:
     def __init__(self, fd: int, size: int, index: int) -> None:
         if not 0 <= index < size:
             raise ValueError(f"member {index} of a group of {size}")
-        self._memory = mmap.mmap(fd, size * _SLOT.size)
+        self._memory = map_slots(fd, size, _SLOT)
         self._size, self._index = size, index
         self._own = index * _SLOT.size
         self._held = 0
